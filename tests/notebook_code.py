@@ -33,17 +33,15 @@ def code_cells(notebook: str, sections: int | None = None) -> list[tuple[str, st
     return cells
 
 
-def run_notebook_code(notebook: str, workdir: Path, sections: int | None = None, **overrides) -> dict:
-    """Exec the code cells in one namespace, in `workdir`, with `overrides` after the parameters cell."""
-    namespace: dict = {"__name__": "__notebook__"}
-    old_cwd = Path.cwd()
+def run_notebook_code(notebook: str, sections: int | None = None, **overrides) -> dict:
+    """Exec the code cells in one namespace, applying `overrides` right after the parameters cell.
+
+    Pass OUTPUT_DIR (a tmp_path) among the overrides when the cells write files.
+    """
     os.environ.setdefault("MPLBACKEND", "Agg")
-    os.chdir(workdir)  # test helper only: the notebook writes relative to its working folder
-    try:
-        for name, cell in code_cells(notebook, sections):
-            exec(compile(cell.source, f"{name}", "exec"), namespace)
-            if "parameters" in cell.metadata.get("tags", []):
-                namespace.update(overrides)
-    finally:
-        os.chdir(old_cwd)
+    namespace: dict = {"__name__": "__notebook__"}
+    for name, cell in code_cells(notebook, sections):
+        exec(compile(cell.source, name, "exec"), namespace)
+        if "parameters" in cell.metadata.get("tags", []):
+            namespace.update(overrides)
     return namespace
