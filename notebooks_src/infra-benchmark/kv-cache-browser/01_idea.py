@@ -1,0 +1,45 @@
+# %% [markdown] lang="en"
+# ## 1. The idea
+#
+# A decoder that generates text needs, for every new token, the keys and values of all the
+# positions before it. A **KV cache** stores those keys and values once they have been computed.
+# The next call then projects only the new tokens, and their queries read the stored history.
+# The old tokens still take part in attention; they simply do not travel through the network again.
+#
+# For the cached answer to equal the uncached one, three conventions have to agree: which layer
+# each cache belongs to, the absolute positions of the new tokens, and which keys each new query
+# is allowed to read. This notebook works through the last two with NumPy alone, on one toy
+# attention layer with random weights. It is small enough to run in a browser tab (JupyterLite),
+# and it runs just as well in Jupyter or Colab. No model is downloaded.
+#
+# Every statement that depends on a number is checked by an `assert` in the code, so if you change
+# something and a claim stops being true, the cell says so.
+
+# %% [markdown] lang="zh"
+# ## 1. 核心思路
+#
+# 解码器每生成一个新 token，都要用到它之前所有位置的键（K）和值（V）。**KV 缓存**就是把这些已经算好的
+# K/V 存起来：下一次调用只需对新 token 做投影，再让新 token 的查询（Q）去读取缓存里的历史。
+# 旧 token 仍然参与注意力计算，只是不必再完整地走一遍网络。
+#
+# 要让用缓存算出的结果与不用缓存时完全一致，有三条约定必须对得上：每份缓存属于哪一层；新 token 的
+# 绝对位置是多少；每个新查询可以读取哪些键。本笔记本只用 NumPy，借助一个随机初始化的单层注意力
+# 玩具模型，把后两条约定讲清楚。它足够轻量，可以直接在浏览器标签页里运行（JupyterLite），
+# 在 Jupyter 或 Colab 中同样可以运行，而且不需要下载任何模型。
+#
+# 凡是依赖具体数值的说法，代码里都有对应的 `assert` 检查：如果你改动了参数，某个结论不再成立，
+# 相应的单元格会直接报错。
+
+# %% tags=["parameters"]
+SEED = 0  # seed for the random toy weights and inputs
+
+# %%
+import math
+import sys
+
+import numpy as np
+
+rng = np.random.default_rng(SEED)
+in_browser = sys.platform == "emscripten"  # Pyodide, the Python inside JupyterLite
+print(f"Python {sys.version.split()[0]}, NumPy {np.__version__}")
+print("Running in the browser (Pyodide)" if in_browser else "Running in a regular Python kernel")

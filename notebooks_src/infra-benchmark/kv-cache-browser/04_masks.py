@@ -1,0 +1,89 @@
+# %% [markdown] lang="en"
+# ## 4. The mask comes from absolute positions
+#
+# Let the cache hold `P` positions and the new chunk `C` tokens. Local query `i` sits at absolute
+# position `P + i`, and the keys cover absolute positions `0 … P + C − 1`. Query `i` may read key
+# `j` exactly when
+#
+# $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
+#
+# That is `allowed_keys` from section 2. The tempting shortcut is an ordinary lower triangle over the
+# `C × (P + C)` score grid, `np.tril`, which compares `j` with the *local* index `i`. It treats the
+# first new query as if it were position 0. We will call it the upper-left triangle, because it is
+# anchored at the grid's top-left corner instead of its right edge.
+#
+# In the grids below, each row is one new query (labelled with its absolute position), each column a
+# key position; `#` means the query may read that key, `.` means it is masked out.
+
+# %% [markdown] lang="zh"
+# ## 4. 掩码要由绝对位置推出
+#
+# 设缓存中有 `P` 个位置，新块有 `C` 个 token。局部查询 `i` 的绝对位置是 `P + i`，而键覆盖的绝对
+# 位置是 `0 … P + C − 1`。查询 `i` 能读取键 `j`，当且仅当
+#
+# $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
+#
+# 这正是第 2 节里的 `allowed_keys`。一个很诱人的捷径是直接在 `C × (P + C)` 的分数矩阵上取普通的
+# 下三角（`np.tril`）。它拿键的下标 `j` 和*局部*下标 `i` 比较，相当于把第一个新查询当成了位置 0。
+# 因为这个三角形贴着矩阵左上角、而不是右边缘对齐，下文称之为“左上三角”。
+#
+# 在下面的网格里，每一行是一个新查询（行首标注其绝对位置），每一列是一个键位置；`#` 表示可以
+# 读取该键，`.` 表示被掩码屏蔽。
+
+# %%
+def upper_left_mask(past_len, new_len):
+    """The wrong mask: a lower triangle over the [new_len, past_len + new_len] grid, j <= i."""
+    return np.tri(new_len, past_len + new_len, dtype=bool)
+
+
+def grid_lines(mask, past_len):
+    """Text rendering of a mask: one line per query, '#' = may read, '.' = masked."""
+    width = len(str(mask.shape[1] - 1))
+    lines = [" " * (width + 3) + "".join(str(j % 10) for j in range(mask.shape[1])) + "  <- key position mod 10"]
+    for i, row in enumerate(mask):
+        lines.append(f"q{past_len + i:>{width}} " + " " + "".join("#" if ok else "." for ok in row))
+    return lines
+
+
+def show_side_by_side(past_len, new_len):
+    left = ["offset mask: j <= P + i"] + grid_lines(allowed_keys(past_len, new_len), past_len)
+    right = ["upper-left triangle: j <= i"] + grid_lines(upper_left_mask(past_len, new_len), past_len)
+    pad = max(len(line) for line in left) + 4
+    for a, b in zip(left, right):
+        print(a.ljust(pad) + b)
+
+
+print("P = 4 cached positions, C = 2 new tokens (the six-token example)\n")
+show_side_by_side(4, 2)
+assert allowed_keys(4, 2).sum(axis=1).tolist() == [5, 6]     # query 4 reads keys 0-4, query 5 reads 0-5
+assert upper_left_mask(4, 2).sum(axis=1).tolist() == [1, 2]  # the wrong triangle: keys 0 and 0-1
+assert not allowed_keys(4, 2)[0, 5]                          # position 4 never reads position 5
+
+print("\nP = 5 cached positions, C = 1 new token (ordinary one-token decoding)\n")
+show_side_by_side(5, 1)
+assert allowed_keys(5, 1).all()                              # a single new query reads every key
+assert upper_left_mask(5, 1).sum() == 1                      # the wrong triangle leaves it only key 0
+
+# %% [markdown] lang="en"
+# With a single new token the correct mask allows everything, because the keys contain only past
+# positions and the token itself. With a chunk of several tokens it must still hide the later tokens
+# of the same chunk. The same trap exists in libraries: PyTorch's `scaled_dot_product_attention`
+# documents `is_causal=True` as upper-left alignment when the score matrix is not square, so check
+# the mask convention of the version you use before handing it a cached chunk.
+#
+# Does the wrong triangle change the result? Run the six-token call with it:
+
+# %% [markdown] lang="zh"
+# 只有一个新 token 时，正确的掩码不屏蔽任何键，因为键里只有过去的位置和这个 token 自己。新块里
+# 有多个 token 时，掩码仍然要挡住同一块中排在后面的 token。库函数里也有同样的陷阱：PyTorch 的
+# `scaled_dot_product_attention` 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 采用左上对齐。
+# 把带缓存的新块交给它之前，先确认你所用版本的掩码约定。
+#
+# 左上三角会不会改变结果？用它重跑一遍六 token 例子中的那次调用：
+
+# %%
+wrong_mask_logits, _, _ = toy_forward(token_ids[:, PAST:], cache=prefill_cache, mask_fn=upper_left_mask)
+wrong_mask_error = np.abs(wrong_mask_logits - full_logits[:, PAST:]).max()
+print(f"max logit error with the upper-left triangle: {wrong_mask_error:.3f}")
+assert wrong_mask_logits.shape == step_logits.shape  # the shapes give nothing away
+assert not np.allclose(wrong_mask_logits, full_logits[:, PAST:], rtol=1e-5, atol=1e-5)
