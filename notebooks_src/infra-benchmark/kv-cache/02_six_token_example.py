@@ -1,0 +1,114 @@
+# %% [markdown] lang="en"
+# ## 2. A six-token example
+#
+# Take the token IDs `[12, 7, 31, 4, 9, 18]`. A first call (the *prefill*) has already consumed the
+# first four, so the cache holds keys and values for absolute positions 0 to 3. The next call receives
+# the last two IDs, 9 and 18, together; they sit at absolute positions 4 and 5.
+#
+# Before writing the real decoder, we walk through one attention layer of that second call with small
+# random projections (width 64, 4 heads of 16 dimensions, a 97-token vocabulary, the sizes used later).
+# Every shape in the table below is read from a tensor the cell actually computed.
+
+# %% [markdown] lang="zh"
+# ## 2. 六个 token 的例子
+#
+# 设 token ID 序列为 `[12, 7, 31, 4, 9, 18]`。第一次调用（**预填充**）已经处理了前四个 token，
+# 因此缓存里存有绝对位置 0 到 3 的 K/V。下一次调用一次性送入剩下的两个 ID：9 和 18，它们的绝对位置是 4 和 5。
+#
+# 在写出真正的解码器之前，我们先用一组随机投影，把第二次调用中的一层注意力走一遍。尺寸与后文一致：
+# 宽度 64，4 个头，每头 16 维，词表大小 97。下表中的每个形状都取自这个单元实际算出的张量。
+
+# %%
+IDS = [12, 7, 31, 4, 9, 18]
+PAST_LEN, NEW_LEN = 4, 2
+B, H, DH, WIDTH, VOCAB = 1, 4, 16, 64, 97
+
+gen = torch.Generator().manual_seed(SEED)
+toy = {
+    "tok": torch.randn(VOCAB, WIDTH, generator=gen),        # token embedding table
+    "pos": torch.randn(8, WIDTH, generator=gen),            # learned absolute positions (8 are enough here)
+    "q": torch.randn(WIDTH, WIDTH, generator=gen) / WIDTH**0.5,
+    "k": torch.randn(WIDTH, WIDTH, generator=gen) / WIDTH**0.5,
+    "v": torch.randn(WIDTH, WIDTH, generator=gen) / WIDTH**0.5,
+    "out": torch.randn(WIDTH, VOCAB, generator=gen) / WIDTH**0.5,
+}
+
+
+def split_heads(x):
+    """[B, T, WIDTH] -> [B, H, T, DH]"""
+    return x.view(x.shape[0], x.shape[1], H, DH).transpose(1, 2)
+
+
+def toy_layer(ids, positions, past_k=None, past_v=None):
+    """One attention layer plus a vocabulary projection; returns every intermediate object."""
+    x = toy["tok"][ids] + toy["pos"][positions]                 # [B, T, WIDTH]
+    q, k_new, v_new = (split_heads(x @ toy[name]) for name in "qkv")
+    k = k_new if past_k is None else torch.cat((past_k, k_new), dim=-2)
+    v = v_new if past_v is None else torch.cat((past_v, v_new), dim=-2)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(DH)             # [B, H, T, T_total]
+    key_pos = torch.arange(k.shape[-2])
+    allowed = key_pos[None, :] <= positions[:, None]             # query at position p reads keys 0..p
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+    context = (weights @ v).transpose(1, 2).reshape(ids.shape[0], ids.shape[1], WIDTH)
+    logits = context @ toy["out"]                                # [B, T, VOCAB]
+    return {"q": q, "k": k, "v": v, "scores": scores, "weights": weights, "logits": logits}
+
+# %% [markdown] lang="en"
+# The prefill computes and keeps K and V for positions 0–3. The second call gets only IDs 9 and 18 at
+# positions 4 and 5; its new keys and values are concatenated onto the cached ones.
+
+# %% [markdown] lang="zh"
+# 预填充阶段计算并保留位置 0–3 的 K 和 V。第二次调用只拿到 ID 9 和 18，位置为 4 和 5；
+# 它新算出的 K/V 被拼接到缓存的 K/V 后面。
+
+# %%
+with torch.inference_mode():
+    ids = torch.tensor([IDS])
+    prefill = toy_layer(ids[:, :PAST_LEN], torch.arange(PAST_LEN))
+    cache_k, cache_v = prefill["k"], prefill["v"]
+    new_positions = PAST_LEN + torch.arange(NEW_LEN)
+    step = toy_layer(ids[:, PAST_LEN:], new_positions, cache_k, cache_v)
+
+table = [
+    ("existing cache (K, each)", tuple(cache_k.shape), "positions " + ", ".join(str(p) for p in range(PAST_LEN))),
+    ("new input", tuple(ids[:, PAST_LEN:].shape), f"IDs {IDS[PAST_LEN:]} at positions {new_positions.tolist()}"),
+    ("current Q", tuple(step["q"].shape), "queries for the two new positions"),
+    ("concatenated K / V", tuple(step["k"].shape), "4 cached + 2 new positions"),
+    ("attention scores", tuple(step["scores"].shape), "2 queries x 6 keys"),
+    ("returned logits", tuple(step["logits"].shape), "one next-token vector per consumed position"),
+]
+for name, shape, meaning in table:
+    print(f"{name:<26} {str(list(shape)):<16} {meaning}")
+
+assert tuple(cache_k.shape) == tuple(cache_v.shape) == (B, H, PAST_LEN, DH)
+assert new_positions.tolist() == [4, 5]
+assert tuple(step["q"].shape) == (B, H, NEW_LEN, DH)
+assert tuple(step["k"].shape) == tuple(step["v"].shape) == (B, H, PAST_LEN + NEW_LEN, DH)
+assert tuple(step["scores"].shape) == (B, H, NEW_LEN, PAST_LEN + NEW_LEN)
+assert tuple(step["logits"].shape) == (B, NEW_LEN, VOCAB)
+
+# %% [markdown] lang="en"
+# Query 4 may read keys 0–4 and query 5 may read keys 0–5: arriving in the same call does not let
+# position 4 peek at position 5.
+#
+# The returned logits need careful reading. Row 0 belongs to position 4, the position of ID 9, and it
+# is the model's distribution over **what comes after 9**; it is not a probability for ID 9 itself.
+# So when cached and uncached results are compared, the same consumed position must be lined up, with
+# no shift by one token. The cell below checks exactly that: the two rows equal rows 4 and 5 of a run
+# that recomputes all six tokens, and position 4 gives zero weight to key 5.
+
+# %% [markdown] lang="zh"
+# 查询 4 能读取键 0–4，查询 5 能读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以偷看位置 5。
+#
+# 返回的对数几率（logits）要读对。第 0 行属于位置 4，也就是 ID 9 所在的位置；它表示模型对 **9 之后下一个 token**
+# 的预测分布，而不是 ID 9 本身出现的概率。因此比较缓存路径与非缓存路径时，必须对齐同一个已处理的位置，不能错开一个 token。
+# 下面的单元正是检查这一点：这两行与完整重算六个 token 时的第 4、5 行相同，并且位置 4 对键 5 的注意力权重为零。
+
+# %%
+with torch.inference_mode():
+    full = toy_layer(ids, torch.arange(len(IDS)))
+err = (step["logits"] - full["logits"][:, PAST_LEN:]).abs().max().item()
+print(f"max |cached - recomputed| over the two logit rows: {err:.3e}")
+torch.testing.assert_close(step["logits"], full["logits"][:, PAST_LEN:], atol=1e-5, rtol=1e-5)
+assert (step["weights"][:, :, 0, 5] == 0).all()       # query 4 never reads key 5
+assert (step["weights"][:, :, 1, :] > 0).all()        # query 5 reads all six keys

@@ -1,0 +1,40 @@
+# %% [markdown] lang="en"
+# ## 4. One attention head that reuses K and V
+#
+# Before stacking layers, check the core idea on a single head. Take 10 input vectors. The full path
+# projects all 10 into Q, K and V and applies the causal mask. The cached path projects the first 7
+# once and stores their K and V; later it projects only the last 3, concatenates their K and V onto the
+# stored ones and uses the offset mask from section 3. The three outputs of the cached path must match
+# rows 7–9 of the full path up to floating-point rounding, and the stored K must equal the first 7 rows
+# of the full K.
+
+# %% [markdown] lang="zh"
+# ## 4. 复用 K/V 的单头注意力
+#
+# 在堆叠多层之前，先在单个注意力头上验证核心思路。取 10 个输入向量。完整路径把 10 个向量全部投影成 Q、K、V，
+# 再施加因果掩码。缓存路径先投影前 7 个并存下它们的 K 和 V；之后只投影最后 3 个，把新的 K/V 拼接到缓存后面，
+# 并使用第 3 节带偏移的掩码。缓存路径的 3 个输出应当与完整路径的第 7–9 行在浮点舍入误差内一致，
+# 缓存的 K 也应当等于完整 K 的前 7 行。
+
+# %%
+HEAD_DIM = 16
+gen = torch.Generator().manual_seed(SEED)
+head_x = torch.randn(1, 10, HEAD_DIM, generator=gen)                 # [B, T, D], one head, no batching of heads
+w_q, w_k, w_v = (torch.randn(HEAD_DIM, HEAD_DIM, generator=gen) / HEAD_DIM**0.5 for _ in range(3))
+
+with torch.inference_mode():
+    # Full recomputation: every position projected, ordinary causal mask (past_len = 0).
+    full_out = masked_attention(head_x @ w_q, head_x @ w_k, head_x @ w_v, causal_mask(0, 10))
+
+    # Cached path: project the first 7 once and keep K and V ...
+    cached_k, cached_v = head_x[:, :7] @ w_k, head_x[:, :7] @ w_v
+    # ... then project only the 3 new rows and read the cache.
+    new_x = head_x[:, 7:]
+    head_k = torch.cat((cached_k, new_x @ w_k), dim=-2)
+    head_v = torch.cat((cached_v, new_x @ w_v), dim=-2)
+    chunk_out = masked_attention(new_x @ w_q, head_k, head_v, causal_mask(7, 3))
+
+single_head_err = (chunk_out - full_out[:, 7:]).abs().max().item()
+print(f"single head: max |cached - full| = {single_head_err:.3e}")
+torch.testing.assert_close(chunk_out, full_out[:, 7:], atol=1e-5, rtol=1e-5)
+torch.testing.assert_close(cached_k, (head_x @ w_k)[:, :7], atol=1e-6, rtol=1e-6)

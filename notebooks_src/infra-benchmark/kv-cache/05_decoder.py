@@ -1,0 +1,245 @@
+# %% [markdown] lang="en"
+# ## 5. The decoder
+#
+# Now the full model, in the style of nanoGPT: token embeddings plus learned absolute position
+# embeddings, two pre-norm blocks (an attention residual, then an MLP residual), a final LayerNorm and
+# a vocabulary projection without bias. Width 64, 4 heads of 16 dimensions, vocabulary 97, MLP hidden
+# width 256, 512 positions. The weights are random, drawn from `SEED`; nothing is downloaded.
+#
+# Why does every layer need its own cache? Layer $\ell$ projects its *own* normalized input:
+# $Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$, $K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$,
+# $V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$ (biases left out). Layer 2's input is layer 1's output, so
+# layer 1's keys and values cannot stand in for layer 2's. The cache is therefore an ordered list with
+# one `(K, V)` pair per layer.
+#
+# And why may old entries be reused at all? Under a causal mask, position $i$ depends only on positions
+# $0 \dots i$. With fixed weights and positions and no dropout, appending tokens leaves the first
+# layer's outputs at old positions unchanged; the same argument applied layer by layer (induction)
+# covers the whole stack. Change an old token, a weight or the position rule, and the cache is stale.
+
+# %% [markdown] lang="zh"
+# ## 5. 解码器
+#
+# 下面是完整模型，写法参考 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）块
+# （先是注意力残差，再是 MLP 残差），最后一个 LayerNorm，以及不带偏置的词表投影。宽度 64，4 个头、每头 16 维，
+# 词表 97，MLP 隐藏宽度 256，最多 512 个位置。权重由 `SEED` 随机初始化，不下载任何东西。
+#
+# 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：
+# $Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，
+# $V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，所以第 1 层的 K/V 不能拿来充当第 2 层的。
+# 因此缓存是一个有序列表，每层对应一对 `(K, V)`。
+#
+# 那么旧的缓存为什么可以复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。权重和位置固定、且没有 dropout 时，
+# 在序列末尾追加 token 不会改变第一层在旧位置上的输出；逐层套用同样的论证（归纳法），整个网络都成立。
+# 反过来，只要改动了某个旧 token、某个权重或位置规则，缓存就失效了。
+
+# %% [markdown] lang="en"
+# The configuration and the two default *hooks*. The model asks `positions_fn` for the absolute
+# positions of the new tokens and `mask_fn` for the attention mask. The correct rules are the defaults;
+# section 7 swaps in broken ones, so the broken variants are this same model, not copies of it.
+
+# %% [markdown] lang="zh"
+# 先定义配置和两个默认的**钩子**（hook）。模型通过 `positions_fn` 得到新 token 的绝对位置，通过 `mask_fn` 得到注意力掩码。
+# 默认值就是正确的规则；第 7 节会换上错误的规则，因此那些改坏的版本仍是同一个模型，而不是另一份复制出来的代码。
+
+# %%
+@dataclass
+class DecoderConfig:
+    vocab: int = 97
+    width: int = 64
+    heads: int = 4
+    layers: int = 2
+    mlp: int = 256
+    max_positions: int = 512
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+
+def absolute_positions(past_len: int, new_len: int) -> torch.Tensor:
+    """The new tokens continue where the cache ends: past_len, past_len + 1, ..."""
+    return past_len + torch.arange(new_len)
+
+
+Cache = list[tuple[torch.Tensor, torch.Tensor]]   # one (K, V) per layer, each [B, heads, T_total, head_dim]
+
+# %% [markdown] lang="en"
+# Self-attention: separate `q`, `k`, `v` projections and an output projection `proj`. It receives the
+# layer's cached `(K, V)` (or `None`), concatenates the new keys and values onto it with `torch.cat` —
+# which builds new tensors and never writes into the old ones — and returns the longer pair as this
+# layer's new cache entry.
+
+# %% [markdown] lang="zh"
+# 自注意力：`q`、`k`、`v` 三个独立的投影，加一个输出投影 `proj`。它接收本层缓存的 `(K, V)`（或 `None`），
+# 用 `torch.cat` 把新的 K/V 拼接在后面——`torch.cat` 生成新张量，从不改写旧张量——再把变长后的这一对作为本层新的缓存项返回。
+
+# %%
+class SelfAttention(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        assert config.width % config.heads == 0
+        self.heads, self.head_dim = config.heads, config.head_dim
+        self.q = nn.Linear(config.width, config.width)
+        self.k = nn.Linear(config.width, config.width)
+        self.v = nn.Linear(config.width, config.width)
+        self.proj = nn.Linear(config.width, config.width)
+
+    def split_heads(self, x):                                      # [B, T, width] -> [B, heads, T, head_dim]
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, allowed, past=None):
+        batch, new_len, width = x.shape                            # x: [B, T_new, width]
+        q = self.split_heads(self.q(x))                            # [B, H, T_new, Dh]
+        k = self.split_heads(self.k(x))
+        v = self.split_heads(self.v(x))
+        if past is not None:
+            past_k, past_v = past
+            k = torch.cat((past_k, k), dim=-2)                     # [B, H, T_total, Dh], a new tensor
+            v = torch.cat((past_v, v), dim=-2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)   # [B, H, T_new, T_total]
+        weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+        context = (weights @ v).transpose(1, 2).reshape(batch, new_len, width)
+        return self.proj(context), (k, v)
+
+# %% [markdown] lang="en"
+# The MLP (exact GELU) and the pre-norm block that wires attention and MLP into two residual updates.
+
+# %% [markdown] lang="zh"
+# MLP（使用精确的 GELU），以及把注意力和 MLP 接成两次残差更新的前置归一化块。
+
+# %%
+class MLP(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.width, config.mlp)
+        self.act = nn.GELU(approximate="none")
+        self.proj = nn.Linear(config.mlp, config.width)
+
+    def forward(self, x):                                          # [B, T, width] -> [B, T, width]
+        return self.proj(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.width)
+        self.attn = SelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.width)
+        self.mlp = MLP(config)
+
+    def forward(self, x, allowed, past=None):
+        attended, kv = self.attn(self.ln_1(x), allowed, past)
+        x = x + attended
+        x = x + self.mlp(self.ln_2(x))
+        return x, kv
+
+# %% [markdown] lang="en"
+# The decoder. `forward(ids, cache)` reads the cache length from layer 0's keys, asks the hooks for the
+# positions and the mask, runs the blocks with cache entry $\ell$ going to block $\ell$, and returns
+# logits for every new position together with the new cache. `hooks(...)` temporarily swaps a hook and
+# restores the original afterwards.
+
+# %% [markdown] lang="zh"
+# 解码器本体。`forward(ids, cache)` 从第 0 层的 K 读出缓存长度，向钩子要新 token 的位置和掩码，
+# 把第 $\ell$ 个缓存项交给第 $\ell$ 个块，最后返回每个新位置的 logits 以及新的缓存。
+# `hooks(...)` 临时换上某个钩子，用完后恢复原样。
+
+# %%
+class CacheDecoder(nn.Module):
+    def __init__(self, config: DecoderConfig, positions_fn=absolute_positions, mask_fn=causal_mask):
+        super().__init__()
+        self.config = config
+        self.positions_fn = positions_fn                            # (past_len, new_len) -> LongTensor [new_len]
+        self.mask_fn = mask_fn                                      # (past_len, new_len) -> bool [new_len, past_len + new_len]
+        self.wte = nn.Embedding(config.vocab, config.width)
+        self.wpe = nn.Embedding(config.max_positions, config.width)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
+        self.ln_f = nn.LayerNorm(config.width)
+        self.lm_head = nn.Linear(config.width, config.vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor, cache: Cache | None = None) -> tuple[torch.Tensor, Cache]:
+        batch, new_len = ids.shape                                  # ids: [B, T_new]
+        past_len = 0 if cache is None else cache[0][0].shape[-2]
+        assert cache is None or len(cache) == len(self.blocks), "one (K, V) per layer"
+        positions = self.positions_fn(past_len, new_len)            # [T_new]
+        assert int(positions.max()) < self.config.max_positions
+        x = self.wte(ids) + self.wpe(positions)                     # [B, T_new, width]
+        allowed = self.mask_fn(past_len, new_len)                   # [T_new, T_total]
+        new_cache = []
+        for layer, block in enumerate(self.blocks):
+            x, kv = block(x, allowed, None if cache is None else cache[layer])
+            new_cache.append(kv)
+        logits = self.lm_head(self.ln_f(x))                         # [B, T_new, vocab]
+        return logits, new_cache
+
+    @contextmanager
+    def hooks(self, positions_fn=None, mask_fn=None):
+        """Temporarily replace the position and/or mask rule (used to inject broken variants)."""
+        saved = self.positions_fn, self.mask_fn
+        self.positions_fn = positions_fn or self.positions_fn
+        self.mask_fn = mask_fn or self.mask_fn
+        try:
+            yield self
+        finally:
+            self.positions_fn, self.mask_fn = saved
+
+# %% [markdown] lang="en"
+# Build it from the seed and count the parameters, once by summing the tensors and once from the
+# configuration: embeddings $VW + P_{\max}W$, per block two LayerNorms ($2 \cdot 2W$), four attention
+# projections ($4(W^2 + W)$) and the MLP ($WM + M + MW + W$), then the final LayerNorm ($2W$) and the
+# untied vocabulary projection ($WV$). Both must come to 145,280.
+
+# %% [markdown] lang="zh"
+# 用随机种子构建模型，并用两种方法数参数：一种是把所有张量的元素数相加，另一种是按配置推公式。
+# 嵌入层 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；
+# 最后是末层 LayerNorm（$2W$）和不与嵌入共享权重的词表投影（$WV$）。两种算法都必须得到 145,280。
+
+# %%
+def parameter_formula(c: DecoderConfig) -> int:
+    embeddings = c.vocab * c.width + c.max_positions * c.width
+    per_block = 2 * (2 * c.width) + 4 * (c.width * c.width + c.width) + (c.width * c.mlp + c.mlp + c.mlp * c.width + c.width)
+    return embeddings + c.layers * per_block + 2 * c.width + c.width * c.vocab
+
+
+def build_model(seed: int = SEED, config: DecoderConfig | None = None) -> CacheDecoder:
+    torch.manual_seed(seed)
+    return CacheDecoder(config or DecoderConfig()).eval()
+
+
+CONFIG = DecoderConfig()
+model = build_model()
+N_PARAMS = sum(p.numel() for p in model.parameters())
+print(f"parameters: counted {N_PARAMS:,}, from the formula {parameter_formula(CONFIG):,}")
+assert N_PARAMS == parameter_formula(CONFIG) == 145_280
+assert CONFIG.head_dim == 16 and not model.training
+assert model.ln_f.eps == 1e-5 and model.lm_head.bias is None
+assert model.lm_head.weight.data_ptr() != model.wte.weight.data_ptr()     # not tied
+for name, module in model.named_children():
+    print(f"  {name:<8} {sum(p.numel() for p in module.parameters()):>7,}")
+
+# %% [markdown] lang="en"
+# Back to the six-token example, this time through the real decoder: prefill `[12, 7, 31, 4]`, then
+# `[9, 18]` in one call. Each layer's cache grows from 4 to 6 positions, the logits come back as
+# `[1, 2, 97]`, and they match rows 4 and 5 of a full six-token run.
+
+# %% [markdown] lang="zh"
+# 回到六个 token 的例子，这次用真正的解码器：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`。
+# 每层缓存从 4 个位置增长到 6 个，返回的 logits 形状为 `[1, 2, 97]`，并且与一次性计算六个 token 时的第 4、5 行一致。
+
+# %%
+with torch.inference_mode():
+    six = torch.tensor([IDS])
+    _, six_cache = model(six[:, :4])
+    six_logits, six_cache_after = model(six[:, 4:], six_cache)
+    six_full_logits, _ = model(six)
+
+assert len(six_cache) == len(six_cache_after) == CONFIG.layers
+for (k_before, v_before), (k_after, v_after) in zip(six_cache, six_cache_after):
+    assert tuple(k_before.shape) == tuple(v_before.shape) == (1, CONFIG.heads, 4, CONFIG.head_dim)
+    assert tuple(k_after.shape) == tuple(v_after.shape) == (1, CONFIG.heads, 6, CONFIG.head_dim)
+assert tuple(six_logits.shape) == (1, 2, CONFIG.vocab)
+torch.testing.assert_close(six_logits, six_full_logits[:, 4:], atol=1e-5, rtol=1e-5)
+print("cache per layer:", [list(k.shape) for k, _ in six_cache], "->", [list(k.shape) for k, _ in six_cache_after])
+print("logits:", list(six_logits.shape))

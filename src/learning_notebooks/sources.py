@@ -1,0 +1,245 @@
+"""Read notebook sources: the project config, a notebook's manifest, its section files.
+
+Everything here is checked before anything executes. A problem raises SourceError with
+the file and line, so the author can jump straight to it.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jupytext
+
+from .errors import SourceError
+
+CONFIG_FILE = "config.toml"
+MANIFEST_FILE = "notebook.toml"
+SECTION_PATTERN = re.compile(r"^\d\d_[A-Za-z0-9_]+\.py$")
+CELL_MARKER = re.compile(r"^# %%(?!%)")
+ALLOWED_CELL_KEYS = {"lang", "tags"}
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """`notebooks_src/config.toml`: languages (the first is the primary) and where Colab finds the files."""
+
+    languages: tuple[str, ...]
+    repository: str
+    branch: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a section file. `lang` is None for shared code cells."""
+
+    kind: str  # "markdown" or "code"
+    source: str
+    file: Path
+    line: int  # line of the `# %%` marker, 1-based
+    lang: str | None = None
+    tags: tuple[str, ...] = ()
+    id: str = ""
+
+    @property
+    def first_line(self) -> int:
+        """Line of the cell's first line of content in the source file."""
+        return self.line + 1
+
+
+@dataclass(frozen=True)
+class Section:
+    file: Path
+    cells: tuple[Cell, ...]
+
+    @property
+    def name(self) -> str:
+        return self.file.stem
+
+
+@dataclass(frozen=True)
+class NotebookSource:
+    """One notebook: `notebooks_src/<series>/<name>/`."""
+
+    series: str
+    name: str
+    folder: Path
+    titles: dict[str, str]
+    quick: dict[str, object]
+    sections: tuple[Section, ...] = field(default=())
+
+    @property
+    def target(self) -> str:
+        return f"{self.series}/{self.name}"
+
+    def code_cells(self) -> list[Cell]:
+        return [cell for section in self.sections for cell in section.cells if cell.kind == "code"]
+
+
+def _load_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SourceError("file not found", path) from None
+    except tomllib.TOMLDecodeError as err:
+        line = getattr(err, "lineno", None)
+        if line is None:
+            found = re.search(r"line (\d+)", str(err))
+            line = int(found.group(1)) if found else None
+        raise SourceError(f"malformed TOML: {err}", path, line) from None
+
+
+def _require(data: dict, key: str, kind: type, path: Path):
+    if key not in data:
+        raise SourceError(f"missing key '{key}'", path)
+    if not isinstance(data[key], kind):
+        raise SourceError(f"'{key}' must be a {kind.__name__}, not {type(data[key]).__name__}", path)
+    return data[key]
+
+
+def load_config(src_root: Path) -> ProjectConfig:
+    path = src_root / CONFIG_FILE
+    data = _load_toml(path)
+    languages = _require(data, "languages", list, path)
+    if not languages or not all(isinstance(lang, str) and re.fullmatch(r"[a-z]{2}(-[A-Za-z]+)?", lang) for lang in languages):
+        raise SourceError("'languages' must list language codes such as \"en\", \"zh\"", path)
+    return ProjectConfig(
+        languages=tuple(languages),
+        repository=_require(data, "repository", str, path),
+        branch=_require(data, "branch", str, path),
+    )
+
+
+def discover(src_root: Path) -> list[tuple[str, str]]:
+    """(series, notebook) of every folder holding a manifest, sorted."""
+    return sorted((p.parent.parent.name, p.parent.name) for p in src_root.glob(f"*/*/{MANIFEST_FILE}"))
+
+
+def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig) -> NotebookSource:
+    """Read and validate the manifest and every section of one notebook."""
+    folder = src_root / series / name
+    manifest_path = folder / MANIFEST_FILE
+    manifest = _load_toml(manifest_path)
+
+    titles = _require(manifest, "title", dict, manifest_path)
+    for lang in config.languages:
+        if not isinstance(titles.get(lang), str) or not titles[lang].strip():
+            raise SourceError(f"[title] has no '{lang}' title", manifest_path)
+    quick = manifest.get("quick", {})
+    if not isinstance(quick, dict):
+        raise SourceError("[quick] must be a table of parameter overrides", manifest_path)
+    for key in quick:
+        if not key.isidentifier():
+            raise SourceError(f"[quick] key '{key}' is not a Python identifier", manifest_path)
+
+    listed = _require(manifest, "sections", list, manifest_path)
+    present = sorted(p.name for p in folder.glob("*.py"))
+    for entry in listed:
+        if not isinstance(entry, str) or not SECTION_PATTERN.match(entry):
+            raise SourceError(f"section '{entry}' must be named like 01_setup.py", manifest_path)
+        if entry not in present:
+            raise SourceError(f"section '{entry}' is listed but {folder / entry} does not exist", manifest_path)
+    if len(set(listed)) != len(listed):
+        raise SourceError("a section is listed twice in 'sections'", manifest_path)
+    unlisted = [p for p in present if p not in listed]
+    if unlisted:
+        raise SourceError(f"section file(s) not listed in 'sections': {', '.join(unlisted)}", manifest_path)
+
+    sections = tuple(read_section(folder / entry, config.languages) for entry in listed)
+    parameters = [c for s in sections for c in s.cells if "parameters" in c.tags]
+    if len(parameters) > 1:
+        raise SourceError("only one cell may be tagged 'parameters'", parameters[1].file, parameters[1].line)
+    if quick and not parameters:
+        raise SourceError("[quick] overrides need a code cell tagged 'parameters'", manifest_path)
+    return NotebookSource(series, name, folder, dict(titles), dict(quick), sections)
+
+
+def marker_lines(text: str) -> list[int]:
+    """1-based line numbers of the `# %%` cell markers in a percent-format file."""
+    return [n for n, line in enumerate(text.splitlines(), start=1) if CELL_MARKER.match(line)]
+
+
+def read_section(path: Path, languages: tuple[str, ...]) -> Section:
+    """Parse one percent-format section file into cells, checking headers and language pairing."""
+    text = path.read_text(encoding="utf-8")
+    markers = marker_lines(text)
+    if not markers:
+        raise SourceError("no '# %%' cell marker found", path, 1)
+    before = [n for n, line in enumerate(text.splitlines()[: markers[0] - 1], start=1) if line.strip()]
+    if before:
+        raise SourceError("content before the first '# %%' cell marker", path, before[0])
+
+    notebook = jupytext.reads(text, fmt="py:percent")
+    if len(notebook.cells) != len(markers):
+        raise SourceError(
+            f"jupytext found {len(notebook.cells)} cells but there are {len(markers)} '# %%' markers", path
+        )
+
+    cells = []
+    for index, (raw, line) in enumerate(zip(notebook.cells, markers)):
+        metadata = dict(raw.metadata)
+        metadata.pop("lines_to_next_cell", None)
+        if "incorrectly_encoded_metadata" in metadata:
+            raise SourceError(
+                f"malformed cell header: '{metadata['incorrectly_encoded_metadata']}' "
+                '(write options as key="value", e.g. lang="en")',
+                path,
+                line,
+            )
+        unknown = set(metadata) - ALLOWED_CELL_KEYS
+        if unknown:
+            raise SourceError(f"unknown cell option(s): {', '.join(sorted(unknown))}", path, line)
+        tags = metadata.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise SourceError("tags must be a list of strings, e.g. tags=[\"parameters\"]", path, line)
+        lang = metadata.get("lang")
+        if raw.cell_type == "markdown":
+            if lang is None:
+                raise SourceError(f"prose cell without a language: add lang=\"{languages[0]}\" or another of {', '.join(languages)}", path, line)
+            if lang not in languages:
+                raise SourceError(f"unknown language '{lang}' (configured: {', '.join(languages)})", path, line)
+        elif raw.cell_type == "code":
+            if lang is not None:
+                raise SourceError("code cells are shared by all languages: remove lang=", path, line)
+        else:
+            raise SourceError(f"unsupported cell type '{raw.cell_type}'", path, line)
+        cell_id = f"{path.stem[:48]}-{index:02d}".replace(".", "-")
+        cells.append(Cell(raw.cell_type, raw.source, path, line, lang, tuple(tags), cell_id))
+
+    check_pairing(cells, languages)
+    return Section(path, tuple(cells))
+
+
+def check_pairing(cells: list[Cell], languages: tuple[str, ...]) -> None:
+    """Prose cells come in groups: one cell per language, in the configured order.
+
+    So each English cell is followed directly by its Chinese twin. Reports the first cell that
+    breaks the pattern: a missing twin, an extra cell, or the languages out of order.
+    """
+    expected = 0  # index into `languages` of the language the next prose cell must have
+    previous: Cell | None = None
+    for cell in cells:
+        if cell.kind == "code":
+            if expected:
+                raise _missing(previous, languages[expected])
+            continue
+        if cell.lang != languages[expected]:
+            if expected:
+                raise _missing(previous, languages[expected], found=cell)
+            raise SourceError(
+                f"'{cell.lang}' prose cell without a preceding '{languages[0]}' cell "
+                f"(prose groups go {', '.join(languages)}, one cell each)",
+                cell.file,
+                cell.line,
+            )
+        expected = (expected + 1) % len(languages)
+        previous = cell
+    if expected:
+        raise _missing(previous, languages[expected])
+
+
+def _missing(after: Cell, lang: str, found: Cell | None = None) -> SourceError:
+    tail = f"; found '{found.lang}' at line {found.line}" if found else ""
+    return SourceError(f"prose cell has no '{lang}' twin right after it{tail}", after.file, after.line)
