@@ -208,12 +208,12 @@ def build_model(seed: int = SEED, config: DecoderConfig | None = None) -> CacheD
     return CacheDecoder(config or DecoderConfig()).eval()
 
 
-CONFIG = DecoderConfig()
+cfg = DecoderConfig()
 model = build_model()
 N_PARAMS = sum(p.numel() for p in model.parameters())
-print(f"parameters: counted {N_PARAMS:,}, from the formula {parameter_formula(CONFIG):,}")
-assert N_PARAMS == parameter_formula(CONFIG) == 145_280
-assert CONFIG.head_dim == 16 and not model.training
+print(f"parameters: counted {N_PARAMS:,}, from the formula {parameter_formula(cfg):,}")
+assert N_PARAMS == parameter_formula(cfg) == 145_280
+assert cfg.head_dim == 16 and not model.training
 assert model.ln_f.eps == 1e-5 and model.lm_head.bias is None
 assert model.lm_head.weight.data_ptr() != model.wte.weight.data_ptr()     # not tied
 for name, module in model.named_children():
@@ -235,11 +235,11 @@ with torch.inference_mode():
     six_logits, six_cache_after = model(six[:, 4:], six_cache)
     six_full_logits, _ = model(six)
 
-assert len(six_cache) == len(six_cache_after) == CONFIG.layers
+assert len(six_cache) == len(six_cache_after) == cfg.layers
 for (k_before, v_before), (k_after, v_after) in zip(six_cache, six_cache_after):
-    assert tuple(k_before.shape) == tuple(v_before.shape) == (1, CONFIG.heads, 4, CONFIG.head_dim)
-    assert tuple(k_after.shape) == tuple(v_after.shape) == (1, CONFIG.heads, 6, CONFIG.head_dim)
-assert tuple(six_logits.shape) == (1, 2, CONFIG.vocab)
+    assert tuple(k_before.shape) == tuple(v_before.shape) == (1, cfg.heads, 4, cfg.head_dim)
+    assert tuple(k_after.shape) == tuple(v_after.shape) == (1, cfg.heads, 6, cfg.head_dim)
+assert tuple(six_logits.shape) == (1, 2, cfg.vocab)
 torch.testing.assert_close(six_logits, six_full_logits[:, 4:], atol=1e-5, rtol=1e-5)
 print("cache per layer:", [list(k.shape) for k, _ in six_cache], "->", [list(k.shape) for k, _ in six_cache_after])
 print("logits:", list(six_logits.shape))

@@ -39,7 +39,7 @@
 # %%
 STREAM_LEN = 24
 gen = torch.Generator().manual_seed(SEED)
-STREAM = torch.randint(0, CONFIG.vocab, (2, STREAM_LEN), generator=gen)   # row 0 for batch 1, both rows for batch 2
+STREAM = torch.randint(0, cfg.vocab, (2, STREAM_LEN), generator=gen)   # row 0 for batch 1, both rows for batch 2
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
 DTYPE_NAME = {torch.float32: "fp32", torch.float64: "fp64"}
 print("stream row 0:", STREAM[0].tolist())

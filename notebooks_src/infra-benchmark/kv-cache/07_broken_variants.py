@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 7. Broken variants: do the checks catch real mistakes?
+# ## 7. Broken variants (negative controls): do the checks catch real mistakes?
 #
 # A check that has never failed proves little. We inject two classic bugs into the **same** model
 # through its hooks and run them through the **same** `check_equivalence`:
@@ -16,7 +16,7 @@
 # stream of section 6 with chunks of 1, 2 and 5 (batch 1, FP32).
 
 # %% [markdown] lang="zh"
-# ## 7. 故意改坏的版本：检查能否发现真实的错误？
+# ## 7. 故意改坏的版本（负对照）：检查能否发现真实的错误？
 #
 # 一个从未失败过的检查证明不了什么。我们通过钩子把两个典型错误注入**同一个**模型，再交给**同一个** `check_equivalence` 检查：
 #

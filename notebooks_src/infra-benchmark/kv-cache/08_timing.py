@@ -43,8 +43,8 @@ WARMUPS, REPEATS = (1, 3) if QUICK else (3, 15)
 CONTINUATION = 16
 PATHS = ("prefill", "full", "cached")
 gen = torch.Generator().manual_seed(SEED + 1)
-TIMING_STREAM = torch.randint(0, CONFIG.vocab, (1, 256 + CONTINUATION), generator=gen)   # long enough for P = 256
-assert TIMING_STREAM.shape[1] <= CONFIG.max_positions
+TIMING_STREAM = torch.randint(0, cfg.vocab, (1, 256 + CONTINUATION), generator=gen)   # long enough for P = 256
+assert TIMING_STREAM.shape[1] <= cfg.max_positions
 
 
 @torch.inference_mode()
@@ -131,7 +131,7 @@ finally:
 torch.testing.assert_close(cached_out, full_out, atol=1e-5, rtol=1e-5)   # same logits, step by step
 assert projected_positions(256, 16) == {"full": 4_232, "cached": 16}
 assert (full_fed, cached_fed) == (full_hooked, cached_hooked) == (4_232, 16)
-assert kv_payload_bytes(1, 272, CONFIG, 4) == cache_bytes(ref_final_cache) == 278_528
+assert kv_payload_bytes(1, 272, cfg, 4) == cache_bytes(ref_final_cache) == 278_528
 print(f"P=256, G=16: positions fed by the full path {full_fed:,}, by the cached path {cached_fed}")
 print(f"K/V payload at batch 1, T=272, fp32: {cache_bytes(ref_final_cache):,} bytes = {cache_bytes(ref_final_cache) // 1024} KiB")
 print(f"max |cached - full| over the 16 continuation steps: {(cached_out - full_out).abs().max().item():.3e}")
@@ -164,12 +164,12 @@ def time_prompt(model, prompt_len: int) -> dict:
         shift = round_index % len(PATHS)
         for path in PATHS[shift:] + PATHS[:shift]:               # rotate the order every round
             start = time.perf_counter_ns()
-            result = runs[path]()
+            runs[path]()
             elapsed = time.perf_counter_ns() - start
             if round_index >= WARMUPS:
                 samples[path].append(elapsed)
-    final_cache = result[2] if path == "cached" else cached_continuation(model, prefix_cache, continuation)[2]
-    assert cache_bytes(final_cache) == kv_payload_bytes(1, prompt_len + CONTINUATION, CONFIG, 4)
+    _, _, final_cache = cached_continuation(model, prefix_cache, continuation)   # untimed, for the payload
+    assert cache_bytes(final_cache) == kv_payload_bytes(1, prompt_len + CONTINUATION, cfg, 4)
     return {
         "prompt_tokens": prompt_len,
         "prefill_ms": percentile_summary(samples["prefill"]),

@@ -1,0 +1,95 @@
+# %% [markdown] lang="en"
+# ## 9. Saved results
+#
+# Everything this run measured and checked goes into `results.json` in `OUTPUT_DIR`, next to
+# `masks.png` and `timing.png`: environment, model configuration, the 12 equivalence
+# configurations, the causality and cache checks, the broken variants, and the timing protocol
+# with the raw samples of every path. On Colab the cell also offers the files for download.
+
+# %% [markdown] lang="zh"
+# ## 9. 保存结果
+#
+# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起：
+# 运行环境、模型配置、12 种等价性配置、因果性与缓存检查、改坏的版本，以及计时规程和每条路径的原始样本。
+# 在 Colab 上，这个单元还会提供文件下载。
+
+# %%
+RESULTS = {
+    "schema_version": 1,
+    "notebook": "infra-benchmark/kv-cache",
+    "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    "quick": bool(QUICK),
+    "environment": ENVIRONMENT,
+    "config": {
+        "vocab": cfg.vocab, "width": cfg.width, "heads": cfg.heads, "head_dim": cfg.head_dim,
+        "layers": cfg.layers, "mlp": cfg.mlp, "max_positions": cfg.max_positions,
+        "params": N_PARAMS, "seed": SEED,
+    },
+    "equivalence": {
+        "stream_tokens": STREAM_LEN,
+        "tolerances": {"fp32": TOLERANCE[torch.float32], "fp64": TOLERANCE[torch.float64]},
+        "configs": [{k: r[k] for k in ("batch", "chunk", "dtype", "max_abs_logit_err", "max_abs_kv_err", "passed")}
+                    for r in EQUIVALENCE],
+        "causality": CAUSALITY,
+        "causality_ok": bool(CAUSALITY_OK),
+        "cache_unchanged_ok": bool(CACHE_UNCHANGED_OK),
+    },
+    "negative_controls": NEGATIVE_CONTROLS,
+    "timing": {
+        "protocol": {
+            "threads": torch.get_num_threads(), "dtype": "fp32", "warmups": WARMUPS, "repeats": REPEATS,
+            "continuation_tokens": CONTINUATION, "order_rotation": True, "paths": list(PATHS),
+            "clock": "time.perf_counter_ns", "unit": "ms",
+        },
+        "rows": TIMING_ROWS,
+    },
+    "figures": [MASKS_PNG.name, TIMING_PNG.name],
+}
+RESULTS_JSON = OUT / "results.json"
+RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+assert json.loads(RESULTS_JSON.read_text(encoding="utf-8"))["equivalence"]["configs"] == RESULTS["equivalence"]["configs"]
+assert MASKS_PNG.exists() and TIMING_PNG.exists()
+
+fp32_worst = max(r["max_abs_logit_err"] for r in EQUIVALENCE if r["dtype"] == "fp32")
+fp64_worst = max(r["max_abs_logit_err"] for r in EQUIVALENCE if r["dtype"] == "fp64")
+print(f"wrote {RESULTS_JSON.name}, {MASKS_PNG.name}, {TIMING_PNG.name}")
+print(f"parameters {N_PARAMS:,}; equivalence {sum(r['passed'] for r in EQUIVALENCE)}/12 passed; "
+      f"largest logit error fp32 {fp32_worst:.3e}, fp64 {fp64_worst:.3e}")
+print("negative controls detected:", ", ".join(f"{k} ({v['max_abs_logit_err']:.3e})" for k, v in NEGATIVE_CONTROLS.items()))
+
+if IN_COLAB:
+    from google.colab import files
+    for path in (RESULTS_JSON, MASKS_PNG, TIMING_PNG):
+        files.download(str(path))
+
+# %% [markdown] lang="en"
+# **Next experiment.** Start from a prefill of 1, 4 or 8 tokens of the section 6 stream and consume the
+# rest one token at a time, comparing every call with a full recomputation of the prefix it has seen
+# so far. The cell below does exactly that and asserts each step. From here, try padding: a batch whose
+# sequences have different lengths needs a padding mask, and it should be kept separate from the
+# causal mask so that each can be checked on its own.
+
+# %% [markdown] lang="zh"
+# **下一个实验。** 从第 6 节的序列出发，先预填充 1、4 或 8 个 token，然后逐个处理剩下的 token，
+# 每一次调用都与“对目前已见前缀做完整重算”的结果比较。下面的单元正是这样做的，并对每一步都加了断言。
+# 再往前一步可以尝试填充（padding）：同一 batch 中长度不同的序列需要填充掩码，而且最好与因果掩码分开构造，
+# 这样两者才能分别检查。
+
+# %%
+@torch.inference_mode()
+def prefill_then_step(model, stream, prefill_len: int) -> float:
+    """Prefill `prefill_len` tokens, then one token per call; compare each call with full recomputation."""
+    logits, cache = model(stream[:, :prefill_len])
+    full, _ = model(stream[:, :prefill_len])
+    worst = (logits - full).abs().max().item()
+    for t in range(prefill_len, stream.shape[1]):
+        step_logits, cache = model(stream[:, t:t + 1], cache)
+        full, _ = model(stream[:, :t + 1])
+        torch.testing.assert_close(step_logits[:, 0], full[:, -1], atol=1e-5, rtol=1e-5)
+        worst = max(worst, (step_logits[:, 0] - full[:, -1]).abs().max().item())
+    assert cache[0][0].shape[-2] == stream.shape[1]
+    return worst
+
+
+for prefill_len in (1, 4, 8):
+    print(f"prefill {prefill_len}, then one token at a time: max |step - full| = {prefill_then_step(model, STREAM[:1], prefill_len):.3e}")
