@@ -1,0 +1,31 @@
+"""Fixtures for the KV-cache notebook: its code cells exec'ed once, in quick mode, into a temp folder."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from notebook_code import run_notebook_code  # noqa: E402
+
+NOTEBOOK = "infra-benchmark/kv-cache"
+CORE_SECTIONS = 9   # sections 01..09; a later appendix (10_...) is not needed here
+
+# notebook_code.run_notebook_code compiles the cells inside a module that uses
+# `from __future__ import annotations`; compile() inherits that flag, so a @dataclass in a cell
+# sees string annotations and looks up its module (`__notebook__`) in sys.modules.
+sys.modules.setdefault("__notebook__", types.ModuleType("__notebook__"))
+
+
+@pytest.fixture(scope="session")
+def quick_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kv_cache_quick")
+
+
+@pytest.fixture(scope="session")
+def nb(quick_dir) -> dict:
+    """Namespace of sections 1-9 run with QUICK=True, writing into a temporary folder."""
+    return run_notebook_code(NOTEBOOK, sections=CORE_SECTIONS, QUICK=True, OUTPUT_DIR=str(quick_dir))

@@ -1,0 +1,78 @@
+"""A quick run writes results.json with the documented schema (docs/kv-cache-results-schema.md)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+TIMED = ("prefill_ms", "full_ms", "cached_ms")
+
+
+@pytest.fixture(scope="module")
+def results(nb, quick_dir):
+    return json.loads((quick_dir / "results.json").read_text(encoding="utf-8"))
+
+
+def test_top_level_keys_in_order(results):
+    assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config",
+                             "equivalence", "negative_controls", "timing", "figures"]
+    assert results["schema_version"] == 1 and results["notebook"] == "infra-benchmark/kv-cache"
+    assert results["quick"] is True
+    assert datetime.fromisoformat(results["created_at"]).tzinfo is not None
+
+
+def test_environment_and_config(results):
+    env = results["environment"]
+    assert set(env) == {"python", "torch", "numpy", "platform", "cpu", "threads"}
+    assert all(isinstance(env[k], str) and env[k] for k in ("python", "torch", "numpy", "platform", "cpu"))
+    assert env["threads"] == 1
+    assert results["config"] == {"vocab": 97, "width": 64, "heads": 4, "head_dim": 16, "layers": 2, "mlp": 256,
+                                 "max_positions": 512, "params": 145_280, "seed": 0}
+
+
+def test_equivalence(results):
+    eq = results["equivalence"]
+    configs = eq["configs"]
+    assert len(configs) == 12
+    assert {(c["batch"], c["chunk"], c["dtype"]) for c in configs} == {
+        (b, c, d) for b in (1, 2) for c in (1, 2, 5) for d in ("fp32", "fp64")}
+    for c in configs:
+        assert list(c) == ["batch", "chunk", "dtype", "max_abs_logit_err", "max_abs_kv_err", "passed"]
+        assert isinstance(c["max_abs_logit_err"], float) and isinstance(c["max_abs_kv_err"], float)
+        assert c["passed"] is True
+        assert c["max_abs_logit_err"] <= (1e-5 if c["dtype"] == "fp32" else 1e-10)
+    assert eq["causality_ok"] is True and eq["cache_unchanged_ok"] is True
+    assert eq["tolerances"] == {"fp32": 1e-5, "fp64": 1e-10}
+
+
+def test_negative_controls(results):
+    controls = results["negative_controls"]
+    assert set(controls) == {"restart_positions", "local_triangle_mask", "no_mask_with_cache"}
+    for control in controls.values():
+        assert isinstance(control["max_abs_logit_err"], float) and control["detected"] is True
+        assert all({"scenario", "chunk", "max_abs_logit_err", "max_abs_kv_err", "passed"} <= set(s)
+                   for s in control["scenarios"])
+
+
+def test_timing(results):
+    protocol = results["timing"]["protocol"]
+    assert protocol["threads"] == 1 and protocol["warmups"] == 1 and protocol["repeats"] == 3
+    assert protocol["continuation_tokens"] == 16 and protocol["order_rotation"] is True
+    rows = results["timing"]["rows"]
+    assert [r["prompt_tokens"] for r in rows] == [16, 64]
+    for r in rows:
+        for key in TIMED:   # recorded, never compared with a threshold
+            assert set(r[key]) == {"p50", "p95", "samples"}
+            assert len(r[key]["samples"]) == protocol["repeats"]
+            assert all(isinstance(x, float) and x > 0 for x in r[key]["samples"])
+        p, g = r["prompt_tokens"], protocol["continuation_tokens"]
+        assert r["projected_positions"] == {"full": g * p + g * (g + 1) // 2, "cached": g}
+        assert r["kv_bytes"] == 2 * 1 * (p + g) * 2 * 4 * 16 * 4
+
+
+def test_figures_written(results, quick_dir):
+    assert results["figures"] == ["masks.png", "timing.png"]
+    for name in results["figures"]:
+        assert (quick_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
