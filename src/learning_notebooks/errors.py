@@ -39,10 +39,12 @@ class CellFailed(BuildError):
     ename: str
     evalue: str
     traceback: str = ""
+    called_from: str = ""  # "file:line" of the cell's statement when the error was raised deeper
     exit_code = 1
 
     def __str__(self) -> str:
+        via = f", called from {self.called_from}" if self.called_from else ""
         return (
             f"{self.file}:{self.line}: {self.ename}: {self.evalue} "
-            f"(notebook {self.notebook}, section {self.section})"
+            f"(notebook {self.notebook}, section {self.section}{via})"
         )

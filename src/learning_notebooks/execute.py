@@ -45,20 +45,19 @@ def origins(source: NotebookSource, executable: NotebookNode) -> list[Cell | Non
     return [by_id.get(cell.id) for cell in executable.cells]
 
 
-def failing_line(traceback: str, executed: NotebookNode, failed_index: int, cells: list[Cell | None]) -> tuple[Cell | None, int]:
-    """Source cell and 1-based file line of the innermost traceback frame inside the notebook.
+def traceback_lines(traceback: str, executed: NotebookNode, cells: list[Cell | None]) -> list[tuple[Cell, int]]:
+    """(source cell, 1-based file line) of each traceback frame inside the notebook, outermost first.
 
     IPython names cell frames `Cell In[<execution count>], line <n>`; the execution count leads back
-    to the cell, and the cell's marker line to the file line. Falls back to the failing cell's first line.
+    to the cell, and the cell's marker line to the line in the section file.
     """
     counts = {cell.get("execution_count"): i for i, cell in enumerate(executed.cells) if cell.get("execution_count")}
-    frames = CELL_FRAME.findall(ANSI.sub("", traceback))
-    for count, line in reversed(frames):
+    frames = []
+    for count, line in CELL_FRAME.findall(ANSI.sub("", traceback)):
         index = counts.get(int(count))
         if index is not None and cells[index] is not None:
-            return cells[index], cells[index].first_line + int(line) - 1
-    origin = cells[failed_index]
-    return origin, origin.first_line if origin else 0
+            frames.append((cells[index], cells[index].first_line + int(line) - 1))
+    return frames
 
 
 def run(
@@ -101,11 +100,15 @@ def run(
     except DeadKernelError as err:
         raise _failed(source, cells, state["index"], "DeadKernelError", str(err) or "the kernel died") from None
     except CellExecutionError as err:
-        origin, line = failing_line(err.traceback, executable, state["index"], cells)
-        section = origin.file.stem if origin else "?"
-        raise CellFailed(
-            source.target, section, origin.file if origin else source.folder, line, err.ename, err.evalue, ANSI.sub("", err.traceback)
-        ) from None
+        frames = traceback_lines(err.traceback, executable, cells)
+        failed = _failed(source, cells, state["index"], err.ename, err.evalue)
+        failed.traceback = ANSI.sub("", err.traceback)
+        if frames:  # the innermost frame raised; the outermost is the statement the cell ran
+            (outer, outer_line), (inner, inner_line) = frames[0], frames[-1]
+            failed.file, failed.line, failed.section = inner.file, inner_line, inner.file.stem
+            if (inner.file, inner_line) != (outer.file, outer_line):
+                failed.called_from = f"{outer.file.name}:{outer_line}"
+        raise failed from None
     except RuntimeError as err:  # the kernel did not start or answer
         raise BuildError(f"{source.target}: kernel failure: {err}") from None
     finally:

@@ -171,7 +171,9 @@ def read_section(path: Path, languages: tuple[str, ...]) -> Section:
     if before:
         raise SourceError("content before the first '# %%' cell marker", path, before[0])
 
-    notebook = jupytext.reads(text, fmt="py:percent")
+    # Blank lines before the first marker would become a cell of their own.
+    body = "\n".join(text.splitlines()[markers[0] - 1 :]) + "\n"
+    notebook = jupytext.reads(body, fmt="py:percent")
     if len(notebook.cells) != len(markers):
         raise SourceError(
             f"jupytext found {len(notebook.cells)} cells but there are {len(markers)} '# %%' markers", path

@@ -1,0 +1,146 @@
+"""Composition per language, parameter injection, transplanting outputs, the cache key (pure parts)."""
+
+from __future__ import annotations
+
+import copy
+
+import nbformat
+import pytest
+
+from learning_notebooks.cache import execution_key, imported_modules, package_versions
+from learning_notebooks.compose import (
+    code_sources,
+    colab_url,
+    compose,
+    compose_for_execution,
+    transplant,
+)
+from learning_notebooks.sources import load_config, load_notebook
+
+from fixture_project import FIXTURE
+
+SRC = FIXTURE / "notebooks_src"
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(SRC)
+
+
+@pytest.fixture(scope="module")
+def source(config):
+    return load_notebook(SRC, "demo", "hello", config)
+
+
+def prose(notebook):
+    return [c.source for c in notebook.cells[1:] if c.cell_type == "markdown"]
+
+
+def test_each_language_gets_its_own_prose_and_all_code(source, config):
+    en = compose(source, "en", config, {}, {})
+    zh = compose(source, "zh", config, {}, {})
+    assert prose(en) == ["## 1. Introduction\nWe add numbers.", "## 2. Compute\nThe sum of the first STEPS integers."]
+    assert prose(zh)[0].startswith("## 1. 简介")
+    assert code_sources(en) == code_sources(zh) == [c.source for c in source.code_cells()]
+    nbformat.validate(en)
+    nbformat.validate(zh)
+
+
+def test_header_has_title_other_language_colab_and_source(source, config):
+    header = compose(source, "zh", config, {}, {}).cells[0].source
+    assert header.startswith("# 你好，测试夹具\n")
+    assert "(hello.en.ipynb)" in header
+    assert colab_url(config, source, "zh") in header
+    assert colab_url(config, source, "zh") == (
+        "https://colab.research.google.com/github/example/fixture/blob/main/build/demo/hello.zh.ipynb"
+    )
+    assert "notebooks_src/demo/hello/" in header
+    assert "快速模式" not in header
+    assert "快速模式" in compose(source, "zh", config, {}, {"quick": True}).cells[0].source
+
+
+def test_parameters_are_injected_after_the_parameters_cell(source):
+    plain = compose_for_execution(source, {})
+    quick = compose_for_execution(source, {"STEPS": 2})
+    assert len(quick.cells) == len(plain.cells) + 1
+    assert "parameters" in quick.cells[0].metadata["tags"]
+    assert quick.cells[1].id == "injected-parameters"
+    assert "STEPS = 2" in quick.cells[1].source
+    assert all(c.id != "injected-parameters" for c in plain.cells)
+
+
+def test_cell_ids_are_stable_and_unique(source, config):
+    one, two = compose(source, "en", config, {}, {}), compose(source, "en", config, {}, {})
+    ids = [c.id for c in one.cells]
+    assert ids == [c.id for c in two.cells]
+    assert len(set(ids)) == len(ids)
+
+
+def executed_copy(notebook):
+    executed = copy.deepcopy(notebook)
+    for number, cell in enumerate(c for c in executed.cells if c.cell_type == "code"):
+        cell.execution_count = number + 1
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"out {number}\n")]
+    return executed
+
+
+def test_transplant_copies_outputs_into_every_language(source, config):
+    executed = executed_copy(compose_for_execution(source, {}))
+    for lang in ("en", "zh"):
+        notebook = compose(source, lang, config, {}, {})
+        transplant(executed, notebook)
+        code = [c for c in notebook.cells if c.cell_type == "code"]
+        assert [c.outputs[0].text for c in code] == [f"out {i}\n" for i in range(len(code))]
+        assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
+
+
+def test_transplant_refuses_different_code(source, config):
+    executed = executed_copy(compose_for_execution(source, {}))
+    executed.cells[1].source += "\nprint('changed')"
+    with pytest.raises(ValueError, match="code cell 2 differs"):
+        transplant(executed, compose(source, "en", config, {}, {}))
+    shorter = executed_copy(compose_for_execution(source, {}))
+    del shorter.cells[-1]
+    with pytest.raises(ValueError, match="differs"):
+        transplant(shorter, compose(source, "en", config, {}, {}))
+
+
+KEY_ARGS = dict(code=["x = 1"], parameters={}, builder_version="1", packages={"numpy": "2"}, python="3.11")
+
+
+def key(**changes):
+    return execution_key(**{**KEY_ARGS, **changes})
+
+
+def test_cache_key_is_pure_and_sensitive_to_each_input():
+    assert key() == key()
+    assert key().startswith("sha256:")
+    variants = [
+        key(code=["x = 2"]),
+        key(code=["x = 1", ""]),
+        key(parameters={"QUICK": True}),
+        key(builder_version="2"),
+        key(packages={"numpy": "3"}),
+        key(packages={"numpy": "2", "torch": "2.13.0"}),
+        key(python="3.12"),
+    ]
+    assert len({key(), *variants}) == len(variants) + 1
+
+
+def test_cache_key_ignores_dict_order():
+    assert key(packages={"a": "1", "b": "2"}) == key(packages={"b": "2", "a": "1"})
+
+
+def test_imported_modules_and_versions():
+    code = ["import numpy as np\nimport os.path", "from nbformat import v4\nfrom . import x", "def f(:"]
+    assert imported_modules(code) == {"numpy", "os", "nbformat"}
+    versions = package_versions({"numpy", "os", "nbformat", "surely_not_installed_pkg"})
+    assert "os" not in versions
+    assert versions["numpy"] == np_version()
+    assert versions["surely_not_installed_pkg"] == "missing"
+
+
+def np_version():
+    import numpy
+
+    return numpy.__version__
