@@ -446,12 +446,12 @@ else:
 # zero, where most of the MLP's inputs lie. The cell below prints the largest gap between the curves,
 # the median gap at the inputs that the MLPs actually received on our comparison sequence, and the
 # logit error that results. It also repeats the comparison in FP32, the precision of the rest of the
-# notebook, and judges it with the FP32 rule of section 6 (`atol = rtol = 1e-5`).
+# notebook, with section 6's FP32 tolerance of 1e-5.
 #
 # What the numbers say: the GELU error is thousands of times smaller than that of the other two traps,
 # and it is the only one that a tolerance of 1e-3, common when half-precision runs are compared, would
 # let through. In FP32 the correct mapping is already off by rounding noise of a few 1e-7, so an FP32
-# comparison must allow about 1e-5. With these random weights that FP32 rule still catches the GELU
+# comparison must allow about 1e-5. With these random weights that FP32 tolerance still catches the GELU
 # trap, but by a small factor only, whereas at 1e-10 in FP64 the margin spans many orders of magnitude.
 # Weights whose MLP inputs stayed closer to zero would shrink the error and could push it under an
 # FP32 tolerance; FP64 leaves no such doubt.
@@ -460,11 +460,11 @@ else:
 # GELU 陷阱是最不显眼的一个，也正是我们需要这么紧的容差的原因。tanh 近似曲线与精确曲线之间的差距不超过万分之几；
 # 差距在 |x| = 2 到 3 之间最大，越靠近零就越小，而 MLP 的大部分输入恰好落在零附近。下面的单元打印两条曲线的最大差距、
 # 在我们这条比较序列上 MLP 实际收到的输入处差距的中位数，以及最终造成的对数几率误差。它还会在 FP32
-# （本 notebook 其余部分使用的精度）下把比较再做一遍，并用第 6 节的 FP32 判据（`atol = rtol = 1e-5`）来判断。
+# （本 notebook 其余部分使用的精度）下把比较再做一遍，容差取第 6 节的 FP32 容差 1e-5。
 #
 # 这些数字说明：GELU 陷阱的误差比另外两个陷阱小几千倍；在比较半精度结果时常用的 1e-3 容差下，三个陷阱中只有它会被放过。
 # 在 FP32 下，即使映射完全正确，两边也会有几个 1e-7 量级的舍入噪声，所以 FP32 的比较必须留出大约 1e-5 的容差。
-# 对这组随机权重，FP32 判据仍然能抓住 GELU 陷阱，但只高出不多的倍数；而在 FP64 下用 1e-10 的容差，余量横跨好几个数量级。
+# 对这组随机权重，FP32 容差仍然能抓住 GELU 陷阱，但只高出不多的倍数；而在 FP64 下用 1e-10 的容差，余量横跨好几个数量级。
 # 如果换一组权重，让 MLP 的输入更靠近零，这个误差还会变小，完全可能落到 FP32 容差之内；FP64 则不会留下这样的疑问。
 
 # %%
@@ -492,36 +492,30 @@ if HAVE_TRANSFORMERS:
     gelu_error = worst_logit_error(trap_errors["gelu_new"])
     other_traps = min(worst_logit_error(trap_errors[name]) for name in ["tied_embeddings", "square_without_transpose"])
 
-    FP32_TOL = TOLERANCE[torch.float32]               # section 6: atol = rtol = 1e-5 in FP32
+    FP32_TOL = TOLERANCE[torch.float32]               # section 6's FP32 tolerance, used here as an absolute bound
+    gpt2_32 = build_gpt2(model)                       # the FP32 decoder of section 5, same weights
+    fp32_errors = compare_with_gpt2(model, gpt2_32, peer_ids, PEER_CHUNKS)
+    fp32_trap_errors = compare_with_gpt2(model, build_gpt2(model, activation_function="gelu_new"), peer_ids, PEER_CHUNKS)
+    fp32_noise, fp32_gelu_error = worst_logit_error(fp32_errors), worst_logit_error(fp32_trap_errors)
 
-    def passes_fp32_rule(actual, expected):
-        return bool(((actual - expected).abs() <= FP32_TOL + FP32_TOL * expected.abs()).all())
-
-    gpt2_32 = build_gpt2(model)                       # the FP32 model of section 5, same weights
-    tanh_32 = build_gpt2(model, activation_function="gelu_new")
-    with torch.inference_mode():
-        ours_32 = model(peer_ids)[0]
-        right_32, wrong_32 = gpt2_32(input_ids=peer_ids).logits, tanh_32(input_ids=peer_ids).logits
-    fp32_noise, fp32_gelu_error = max_abs(right_32, ours_32), max_abs(wrong_32, ours_32)
-
-    print(f"max |tanh GELU - exact GELU| on [-8, 8]:      {curve_gap:.2e} (at |x| = {peak_at:.2f})")
-    print(f"median gap at the {mlp_inputs.numel():,} MLP inputs:   {median_gap:.2e}")
-    print(f"FP64 logit error, gelu_new trap:              {gelu_error:.2e} "
-          f"({gelu_error / PEER_TOL:.1e} x the 1e-10 tolerance)")
-    print(f"FP64 logit error, smallest of the other traps: {other_traps:.2e} ({other_traps / gelu_error:,.0f} x larger)")
-    print(f"FP32 logit error, correct mapping:            {fp32_noise:.2e} -> "
-          f"{'passes' if passes_fp32_rule(right_32, ours_32) else 'fails'} section 6's FP32 rule")
-    print(f"FP32 logit error, gelu_new trap:              {fp32_gelu_error:.2e} -> "
-          f"{'passes' if passes_fp32_rule(wrong_32, ours_32) else 'fails'} section 6's FP32 rule "
-          f"({fp32_gelu_error / FP32_TOL:.1f} x 1e-5)")
+    print(f"max |tanh GELU - exact GELU| on [-8, 8]:       {curve_gap:.2e} (at |x| = {peak_at:.2f})")
+    print(f"median gap at the {mlp_inputs.numel():,} MLP inputs:    {median_gap:.2e}")
+    print(f"FP64 logit error, gelu_new trap:               {gelu_error:.2e} "
+          f"= {gelu_error / PEER_TOL:.1e} x the FP64 tolerance {PEER_TOL:.0e}")
+    print(f"FP64 logit error, smallest of the other traps: {other_traps:.2e} = {other_traps / gelu_error:,.0f} x larger")
+    print(f"FP32 logit error, correct mapping:             {fp32_noise:.2e} -> "
+          f"{'agrees' if agrees(fp32_errors, FP32_TOL) else 'DIFFERS'} at {FP32_TOL:.0e}")
+    print(f"FP32 logit error, gelu_new trap:               {fp32_gelu_error:.2e} -> "
+          f"{'agrees' if agrees(fp32_trap_errors, FP32_TOL) else 'DIFFERS'} at {FP32_TOL:.0e} "
+          f"({fp32_gelu_error / FP32_TOL:.1f} x the FP32 tolerance)")
 
     assert 1e-4 < curve_gap < 1e-3 and 2 <= peak_at <= 3                # a few ten-thousandths, peak at 2..3
     assert (grid_gap[grid.abs() <= 0.5].max().item()) < curve_gap / 10   # much smaller near zero
     assert mlp_inputs.abs().median().item() < 1 and median_gap < curve_gap / 10
     assert other_traps / gelu_error > 1000 and gelu_error < 1e-3 < other_traps
     assert gelu_error / PEER_TOL > 1e5
-    assert 1e-7 < fp32_noise < FP32_TOL and passes_fp32_rule(right_32, ours_32)
-    assert not passes_fp32_rule(wrong_32, ours_32) and fp32_gelu_error < 100 * FP32_TOL
+    assert 1e-7 < fp32_noise < FP32_TOL and agrees(fp32_errors, FP32_TOL)
+    assert not agrees(fp32_trap_errors, FP32_TOL) and fp32_gelu_error < 100 * FP32_TOL
 else:
     print(SKIP_NOTE)
 
@@ -539,7 +533,7 @@ else:
 # section 8 can start each round from the same prefix cache. A `DynamicCache` grows in place and
 # cannot be reused, so every round first prefills a fresh cache, outside the timed window; we do the
 # same for our decoder so that both are treated alike. Before timing, the cell checks that the two
-# produce the same logits under section 6's FP32 rule.
+# produce the same logits within section 6's FP32 tolerance.
 #
 # This compares two small implementations of the same arithmetic, each with its own per-call
 # overhead. It says nothing about either library at realistic sizes, and nothing is asserted about it.
@@ -552,7 +546,7 @@ else:
 #
 # 有一处细节不同。我们的缓存是一个张量列表，每一步都由 `torch.cat` 生成新张量来替换，所以第 8 节可以让每一轮都从同一份前缀缓存出发。
 # `DynamicCache` 则是原地增长的，不能重复使用，因此每一轮都要先在计时窗口之外重新预填充一份新缓存；为了公平，我们的解码器也同样处理。
-# 正式计时之前，这个单元先确认两者在第 6 节的 FP32 判据下给出相同的对数几率。
+# 正式计时之前，这个单元先确认两者在第 6 节的 FP32 容差内给出相同的对数几率。
 #
 # 这里比较的是同一套运算的两个小规模实现，各自带着自己的每次调用开销；它并不代表任何一个库在实际规模下的表现，
 # 我们也不对它做任何断言。
@@ -588,7 +582,7 @@ if HAVE_TRANSFORMERS:
     # the same job with the same answers (untimed)
     ours_steps, _, _ = cached_continuation(model, prefill(model, peer_prompt)[0], peer_continuation)
     gpt2_steps, grown = gpt2_cached_continuation(gpt2_32, gpt2_prefill(gpt2_32, peer_prompt), peer_continuation)
-    assert passes_fp32_rule(gpt2_steps, ours_steps)
+    torch.testing.assert_close(gpt2_steps, ours_steps, atol=FP32_TOL, rtol=FP32_TOL)
     assert grown.get_seq_length() == PEER_PROMPT + CONTINUATION       # the DynamicCache grew in place
 
     fresh_cache = {"ours": lambda: prefill(model, peer_prompt)[0], "gpt2": lambda: gpt2_prefill(gpt2_32, peer_prompt)}
@@ -652,7 +646,7 @@ if HAVE_TRANSFORMERS:
                   for name, errors in trap_errors.items()},
         "gelu_new": {"curve_gap": curve_gap, "median_gap_at_mlp_inputs": median_gap, "fp64_logit_error": gelu_error,
                      "fp32_logit_error": fp32_gelu_error, "fp32_correct_mapping_error": fp32_noise,
-                     "fp32_rule_catches_it": not passes_fp32_rule(wrong_32, ours_32)},
+                     "fp32_caught_at_1e-5": not agrees(fp32_trap_errors, FP32_TOL)},
         "timing": {
             "window": "cached continuation", "prompt_tokens": PEER_PROMPT, "continuation_tokens": CONTINUATION,
             "dtype": "fp32", "threads": torch.get_num_threads(), "warmups": WARMUPS, "repeats": REPEATS,
