@@ -137,7 +137,7 @@ for name in DTYPE_NAME.values():
 
 # %% [markdown] lang="en"
 # Two more properties. **Causality:** changing the last token of the stream must leave every earlier
-# logit exactly as it was (and must change the last one, or the test proves nothing). **Cache
+# logit unchanged (and must change the last one, or the test proves nothing). **Cache
 # lifecycle:** no incremental call may modify the cache tensors it received; `check_equivalence`
 # recorded this for every call of every configuration above.
 

@@ -189,11 +189,11 @@ for r in TIMING_ROWS:
 assert all(len(r[f"{path}_ms"]["samples"]) == REPEATS for r in TIMING_ROWS for path in PATHS)
 
 # %% [markdown] lang="en"
-# The plot shows the p50 of each path against the prompt length, with a bar reaching up to its p95.
+# The plot shows the p50 of each path against the prompt length (log scale), with a bar reaching up to its p95.
 # Continuation times cover all 16 steps.
 
 # %% [markdown] lang="zh"
-# 下图画出每条路径的 p50 随提示长度的变化，竖线向上延伸到 p95。续写时间是 16 步的总和。
+# 下图（纵轴为对数刻度）画出每条路径的 p50 随提示长度的变化，竖线向上延伸到 p95。续写时间是 16 步的总和。
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -206,6 +206,7 @@ for path, marker in zip(PATHS, ("s", "o", "^")):
 ax.set_xlabel("prompt length P (tokens)")
 ax.set_ylabel("time (ms): p50, bar up to p95")
 ax.set_xticks(lengths)
+ax.set_yscale("log")
 ax.set_title(f"CPU, 1 thread, fp32, {REPEATS} measured rounds per path", fontsize=10)
 ax.legend(fontsize=8)
 ax.grid(alpha=0.3)
