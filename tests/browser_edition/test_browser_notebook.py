@@ -1,0 +1,129 @@
+"""The browser edition (infra-benchmark/kv-cache-browser) needs NumPy and the standard library only.
+
+- its code cells import nothing else (static check with ast);
+- it executes, through a real kernel, in a virtual environment that has NumPy but not torch
+  (.venv-numpy-only/, cached by the hash of requirements-numpy-only.txt), and at run time loads no
+  other third-party module;
+- its assertions hold for other values of the section-5 knobs HISTORY and CHUNK.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from browser_helpers import (HERE, NOTEBOOK, NUMPY_ONLY_REQUIREMENTS, NUMPY_ONLY_VENV, REPO, cached_venv,
+                             clean_env, compose_notebooks, venv_python)
+from notebook_code import code_cells
+
+ALLOWED_TOP_LEVEL = set(sys.stdlib_module_names) | {"numpy"}
+# Modules that the kernel machinery itself may load lazily while running cells; never the notebook's.
+KERNEL_SIDE = {"IPython", "ipykernel", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets",
+               "comm", "debugpy", "psutil", "matplotlib_inline", "prompt_toolkit", "pygments", "jedi",
+               "parso", "executing", "asttokens", "stack_data", "pure_eval", "decorator", "wcwidth",
+               "pexpect", "ptyprocess", "nest_asyncio", "platformdirs", "dateutil", "six", "packaging",
+               "_pydevd_bundle", "_pydev_bundle", "pydevd", "_pydevd_frame_eval", "pydevd_plugins",
+               "pydevd_file_utils", "_pydev_runfiles", "pydev_ipython", "pydevconsole", "pydevd_tracing"}
+
+
+def imported_top_level(source: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
+            "__import__", "import_module"
+        ):
+            raise AssertionError(f"dynamic import in the browser notebook: {ast.unparse(node)}")
+    return names
+
+
+def test_imports_are_numpy_and_stdlib_only():
+    cells = code_cells(NOTEBOOK)
+    assert cells, f"no code cells found for {NOTEBOOK}"
+    found = {}
+    for name, cell in cells:
+        for module in imported_top_level(cell.source):
+            found.setdefault(module, name)
+    outside = {module: where for module, where in found.items() if module not in ALLOWED_TOP_LEVEL}
+    assert not outside, f"imports outside NumPy and the standard library: {outside}"
+    assert "numpy" in found
+    assert "torch" not in found and "matplotlib" not in found
+
+
+def test_built_notebooks_share_the_same_code(tmp_path):
+    """Both languages carry identical code cells, and those cells parse (no magics) with the same imports."""
+    paths = compose_notebooks(tmp_path)
+    sources = {}
+    for lang, path in paths.items():
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        sources[lang] = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert sources["en"] == sources["zh"]
+    for source in sources["en"]:
+        assert imported_top_level(source) <= ALLOWED_TOP_LEVEL
+
+
+@pytest.fixture(scope="session")
+def numpy_only_python():
+    env = cached_venv(NUMPY_ONLY_VENV, NUMPY_ONLY_REQUIREMENTS)
+    python = venv_python(env)
+    check = subprocess.run(
+        [str(python), "-c", "import importlib.util as u, numpy; print(u.find_spec('torch') is None, numpy.__version__)"],
+        capture_output=True, text=True, env=clean_env(), check=True,
+    )
+    assert check.stdout.split() == ["True", "2.4.6"], f"unexpected environment in {env}: {check.stdout!r}"
+    return python
+
+
+def test_notebook_executes_with_numpy_but_without_torch(numpy_only_python, tmp_path):
+    paths = compose_notebooks(tmp_path / "composed")
+    report_path = tmp_path / "report.json"
+    subprocess.run(
+        [str(numpy_only_python), str(HERE / "run_notebook_in_venv.py"), str(paths["en"]), str(report_path)],
+        check=True, env=clean_env(), cwd=tmp_path,
+    )
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert not report["errors"], report["errors"]
+    env_prefix = str(NUMPY_ONLY_VENV.resolve())
+    for probe in (report["before"], report["after"]):
+        assert probe["prefix"] == env_prefix, f"the kernel did not run in {env_prefix}: {probe['prefix']}"
+        assert probe["torch_importable"] is False
+    assert report["runner_torch_importable"] is False
+
+    loaded = set(report["after"]["modules"]) - set(report["before"]["modules"])
+    third_party = {m.split(".")[0] for m in loaded} - ALLOWED_TOP_LEVEL - KERNEL_SIDE
+    third_party = {m for m in third_party if not m.startswith("_")}
+    assert not third_party, f"the notebook loaded modules outside NumPy and the standard library: {third_party}"
+    assert "torch" not in {m.split(".")[0] for m in report["after"]["modules"]}
+
+    assert "The exercise's answer checks out." in report["stdout"]
+    seconds = report["notebook_seconds"]
+    print(f"\nkv-cache-browser: {report['code_cells']} code cells ran in {seconds:.2f} s "
+          f"({report['wall_seconds_with_kernel_start']:.2f} s with kernel start-up)")
+    assert seconds < 10, f"the browser notebook took {seconds:.1f} s; it should take well under a few seconds"
+
+
+KNOBS = re.compile(r"^HISTORY = \d+(?P<h>.*)\nCHUNK = \d+(?P<c>.*)$", re.M)
+
+
+@pytest.mark.parametrize("history, chunk", [(0, 1), (0, 5), (1, 1), (10, 3), (37, 11), (500, 12)])
+def test_knobs_other_values(history, chunk):
+    """Section 5's assertions, and section 6's comparison, hold for other history and chunk lengths."""
+    namespace: dict = {"__name__": "__notebook__"}
+    edited = 0
+    for name, cell in code_cells(NOTEBOOK):
+        source = cell.source
+        if KNOBS.search(source):
+            source = KNOBS.sub(lambda m: f"HISTORY = {history}{m['h']}\nCHUNK = {chunk}{m['c']}", source)
+            edited += 1
+        exec(compile(source, name, "exec"), namespace)
+    assert edited == 1, "expected exactly one cell that sets HISTORY and CHUNK"
+    assert namespace["HISTORY"] == history and namespace["CHUNK"] == chunk
+    assert namespace["cached_out"].shape == (chunk, namespace["HEAD_DIM"])
