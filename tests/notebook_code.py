@@ -41,7 +41,7 @@ def run_notebook_code(notebook: str, sections: int | None = None, **overrides) -
     os.environ.setdefault("MPLBACKEND", "Agg")
     namespace: dict = {"__name__": "__notebook__"}
     for name, cell in code_cells(notebook, sections):
-        exec(compile(cell.source, name, "exec"), namespace)
+        exec(compile(cell.source, name, "exec", dont_inherit=True), namespace)
         if "parameters" in cell.metadata.get("tags", []):
             namespace.update(overrides)
     return namespace

@@ -94,15 +94,15 @@ def run(
         extra_arguments=["--IPKernelApp.log_level=ERROR"],
     )
     try:
-        client.execute()
+        _execute(client)
     except CellTimeoutError:
         raise _failed(source, cells, state["index"], "CellTimeoutError", f"cell did not finish within {timeout} s; the kernel was stopped") from None
     except DeadKernelError as err:
         raise _failed(source, cells, state["index"], "DeadKernelError", str(err) or "the kernel died") from None
     except CellExecutionError as err:
-        frames = traceback_lines(err.traceback, executable, cells)
         failed = _failed(source, cells, state["index"], err.ename, err.evalue)
         failed.traceback = ANSI.sub("", err.traceback)
+        frames = traceback_lines(err.traceback, executable, cells)
         if frames:  # the innermost frame raised; the outermost is the statement the cell ran
             (outer, outer_line), (inner, inner_line) = frames[0], frames[-1]
             failed.file, failed.line, failed.section = inner.file, inner_line, inner.file.stem
@@ -115,6 +115,20 @@ def run(
         if progress:
             progress.done()
     return executable
+
+
+def _execute(client: NotebookClient) -> None:
+    """client.execute(), with Ctrl-C reported as KeyboardInterrupt.
+
+    nbclient answers SIGINT/SIGTERM itself: it shuts the kernel down, and the run then fails with
+    a secondary error (DeadKernelError, or an AssertionError from its own clean-up).
+    """
+    try:
+        client.execute()
+    except Exception:
+        if hasattr(client, "_async_cleanup_kernel_future"):  # set only by nbclient's signal handler
+            raise KeyboardInterrupt from None
+        raise
 
 
 def _failed(source: NotebookSource, cells: list[Cell | None], index: int, ename: str, evalue: str) -> CellFailed:
