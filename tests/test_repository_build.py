@@ -1,0 +1,61 @@
+"""The repository's own notebooks: they build and run in quick mode, and the committed build/ is current."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from learning_notebooks.cli import main
+from learning_notebooks.sources import discover
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = [f"{series}/{name}" for series, name in discover(REPO / "notebooks_src")]
+BUILT = sorted((REPO / "build").glob("*/*.ipynb"))
+MEMORY_ADDRESS = re.compile(r" at 0x[0-9a-f]{6,}")
+
+
+def build(*args: str) -> tuple[int, str]:
+    log = io.StringIO()
+    with contextlib.redirect_stderr(log):
+        code = main(["--root", str(REPO), *args])
+    return code, log.getvalue()
+
+
+@pytest.mark.parametrize("target", NOTEBOOKS)
+def test_notebook_builds_and_runs_in_quick_mode(target, tmp_path):
+    code, log = build("--only", target, "--execute", "--quick", "--out", str(tmp_path))
+    assert code == 0, log
+    series, name = target.split("/")
+    for lang in ("en", "zh"):
+        notebook = nbformat.read(tmp_path / "build" / series / f"{name}.{lang}.ipynb", as_version=4)
+        assert notebook.metadata["learning_notebooks"]["quick"] is True
+        errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert errors == []
+
+
+def test_committed_build_is_current():
+    code, log = build("--check")
+    assert code == 0, log
+
+
+def test_every_notebook_ships_in_every_language():
+    assert {p.name.split(".")[0] for p in BUILT} == {t.split("/")[1] for t in NOTEBOOKS}
+    assert len(BUILT) == 2 * len(NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", BUILT, ids=lambda p: p.name)
+def test_built_notebook_is_valid_and_clean(path):
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    assert notebook.metadata["learning_notebooks"]["executed"] is True
+    text = path.read_text(encoding="utf-8")
+    assert not MEMORY_ADDRESS.search(text)
+    assert str(REPO) not in text
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+    assert outputs and not [o for o in outputs if o.output_type == "error"]
+    assert not [o for o in outputs if o.get("name") == "stderr"], "a cell wrote to stderr (a warning?)"
