@@ -16,12 +16,12 @@
 
 # %% [markdown] lang="zh"
 # KV 缓存保存的是每个注意力层已经算好的键（K）和值（V）。新 token 到来时，只有新 token 需要经过网络：
-# 它们的查询（Q）去读取缓存里的 K/V，于是旧 token 依然参与注意力计算，却不必再重新跑一遍整个网络。
+# 它们的查询（Q）读取缓存里的 K/V，于是旧 token 照样参与注意力计算，却不必重新计算。
 #
-# 这份 notebook 只回答一个问题：**一个多层 Transformer 每次只输入最新的 token，能否与每一步都重算整个前缀时给出相同的结果？**
-# 要做到这一点，三件事必须对得上：每一份缓存属于哪一层；新 token 的绝对位置是多少；每个查询允许看到哪些键。
-# 我们会实现一个未经训练的两层小解码器，用断言把它和完整重算逐项对比，再故意把它改坏，证明这些检查确实能发现错误。
-# 随机权重就够用了：我们比较的是同一个函数的两种计算方式，而不是模型生成文本的好坏。
+# 这份 notebook 只回答一个很具体的问题：**多层 Transformer 每次只输入最新的 token，能否与重算整个前缀给出相同的结果？**
+# 要做到这一点，有三件事必须对得上：每个缓存项属于哪一层；新 token 的绝对位置是多少；每个查询可以读取哪些键。
+# 我们会实现一个未经训练的两层小解码器，用断言把它与完整重算逐一比对，再故意把它改坏，看这些检查能不能发现问题。
+# 随机权重就够了：我们比较的是同一个函数的两种计算方式，而不是它写出的文本好不好。
 #
 # 目录：1 环境设置 · 2 六个 token 的例子 · 3 由绝对位置推出掩码 · 4 单头注意力 · 5 解码器 · 6 等价性
 # · 7 故意改坏的版本 · 8 计时 · 9 保存结果。
@@ -32,15 +32,15 @@
 # The next cell holds the parameters. `QUICK = True` shortens only the timing experiment; every
 # correctness check runs in full either way. Everything runs on the CPU with one thread and 32-bit
 # floats; models are put in `eval()` mode and all computation happens under `torch.inference_mode()`.
-# The notebook installs nothing and reads no file: on Colab, PyTorch, NumPy and Matplotlib are already
-# there.
+# The notebook installs nothing and needs no input file: on Colab, PyTorch, NumPy and Matplotlib are
+# already there.
 
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 下一个代码单元是参数单元。`QUICK = True` 只会缩短计时实验，所有正确性检查在两种模式下都完整执行。
-# 全部计算都在 CPU 上进行，只用一个线程，默认精度为 FP32；模型处于 `eval()` 模式，计算都放在
-# `torch.inference_mode()` 之下。本 notebook 不安装任何包，也不读取任何外部文件：Colab 自带 PyTorch、NumPy 和 Matplotlib。
+# 下一个代码单元是参数单元。`QUICK = True` 只会缩短计时实验；无论哪种模式，所有正确性检查都完整执行。
+# 全部计算都在 CPU 上单线程进行，使用 32 位浮点数（FP32）；模型处于 `eval()` 模式，前向计算一律放在 `torch.inference_mode()` 中。
+# 本 notebook 不安装任何包，也不需要任何输入文件：Colab 已经自带 PyTorch、NumPy 和 Matplotlib。
 
 # %% tags=["parameters"]
 QUICK = False      # True: fewer prompt lengths and repeats in the timing section (correctness checks stay complete)

@@ -11,7 +11,7 @@
 # stream is fixed: 24 token IDs drawn from `SEED`, with a second, different row for batch 2 so that the
 # two sequences of a batch cannot hide each other's mistakes. The grid covers batch 1 and 2, chunks of 1,
 # 2 and 5 tokens (with 5 the last chunk holds only 4), and FP32 and FP64 on the CPU: 12 configurations.
-# The FP64 runs convert the very same initial weights with `.double()`.
+# The FP64 runs convert the very same initial weights to FP64 (`.to(torch.float64)`).
 #
 # Floating-point sums in a different order round differently, and a chunked call multiplies matrices of
 # other shapes than a full call. So we ask for equality within a tolerance, not bit for bit:
@@ -28,13 +28,13 @@
 # * 缓存路径：把同一段序列切成若干块依次送入，每次调用都带上前一次返回的缓存。
 #
 # 缓存路径的第 $t$ 个位置与完整路径的第 $t$ 个位置对齐比较，不错位。输入序列是固定的：由 `SEED` 生成的 24 个 token ID；
-# batch 为 2 时再加一行不同的序列，免得同一 batch 里的两条序列互相掩盖错误。测试网格包括 batch 1 和 2、
-# 块长 1、2、5（块长为 5 时最后一块只有 4 个 token）、CPU 上的 FP32 和 FP64，共 12 种配置。
-# FP64 用的是同一份初始权重，经 `.double()` 转换而来。
+# batch 为 2 时再加一行不同的序列，免得同一 batch 里的两条序列互相掩盖错误。
+# 测试网格覆盖：batch 为 1 或 2；块长为 1、2 或 5（块长为 5 时最后一块只有 4 个 token）；CPU 上的 FP32 或 FP64。共 12 种配置。
+# FP64 运行用的是同一份初始权重，只是转换成了 FP64（`.to(torch.float64)`）。
 #
-# 浮点数按不同顺序求和，舍入结果也会不同；分块调用时参与乘法的矩阵形状也与一次性调用不同。
+# 浮点数按不同顺序求和，舍入结果也会不同；而分块调用时参与乘法的矩阵形状也与一次性调用不同。
 # 因此我们要求的是在容差范围内相等，而不是逐比特相等：FP32 用 `atol = rtol = 1e-5`，FP64 用 `1e-10`。
-# 检查函数同时核对所有形状，并确认每次调用都没有改动传入的缓存（调用前先克隆一份，调用后再比较）。
+# 这个函数还会核对所有形状，并确认每次调用都没有改动传给它的缓存（调用前先克隆一份，调用后再比较）。
 
 # %%
 STREAM_LEN = 24
@@ -50,7 +50,7 @@ print("stream row 1:", STREAM[1].tolist())
 # is either a chunk length or an explicit list of chunk lengths (for example `[4, 2]`).
 
 # %% [markdown] lang="zh"
-# 唯一的等价性检查函数。第 6、7 节和测试都调用这同一个函数。`chunk` 可以是块长，也可以是显式的块长列表（例如 `[4, 2]`）。
+# 等价性检查只有这一个函数：第 6、7 节和测试都调用它。`chunk` 可以是一个块长，也可以是显式给出的块长列表（例如 `[4, 2]`）。
 
 # %%
 def chunk_lengths(total: int, chunk) -> list[int]:
@@ -142,9 +142,9 @@ for name in DTYPE_NAME.values():
 # recorded this for every call of every configuration above.
 
 # %% [markdown] lang="zh"
-# 还有两条性质。**因果性：** 改动序列最后一个 token，之前所有位置的 logits 都必须保持不变
-# （而最后一个位置的 logits 必须改变，否则这个检验什么也证明不了）。**缓存生命周期：** 任何一次增量调用都不能修改传给它的缓存张量；
-# 上面每种配置的每一次调用，`check_equivalence` 都已记录了这一点。
+# 再检查两条性质。**因果性**：改动序列的最后一个 token，之前所有位置的 logits 都必须保持不变
+# （而最后一个位置的 logits 必须改变，否则这项检验什么也证明不了）。**缓存生命周期**：任何一次增量调用都不得修改传给它的缓存张量；
+# 对上面每种配置的每一次调用，`check_equivalence` 都已经记录了这一项。
 
 # %%
 @torch.inference_mode()
