@@ -21,13 +21,13 @@
 # ## 10. 附录：请 Hugging Face GPT-2 当外部裁判
 #
 # 第 6、7 节是拿我们的解码器和它自己比：缓存路径对完整重算。比较的双方都出自我们之手，如果两边犯了同一个理解上的错误，
-# 这样的比较是发现不了的。本附录请一位不是我们写的裁判。我们的解码器就是缩小版的 GPT-2 结构（前置归一化块、
+# 这样的比较是发现不了的。本附录则请来一位并非出自我们之手的裁判。我们的解码器就是缩小版的 GPT-2 结构（前置归一化块、
 # 可学习的绝对位置嵌入、MLP 中使用精确 GELU、输出投影与 token 嵌入不共享权重），因此可以把它的权重原样复制进
 # `transformers.GPT2LMHeadModel`。只要复制得没错，两个模型计算的就是同一个函数，下面三样东西都必须一致：
 # 完整序列的对数几率（logits）、缓存路径逐块算出的对数几率，以及每一层缓存里的 K 和 V。
 #
 # 比较在 FP64 下进行，绝对容差取 1e-10。同一套运算的两种正确实现，在 FP64 下只会有舍入误差，远小于这个容差；
-# 而权重映射上任何真正的错误都会大得多。容差定得这么紧，对最后三个陷阱中的一个至关重要。
+# 而权重映射上任何真正的错误都会大得多。这么紧的容差，对后面三个陷阱中的一个至关重要。
 #
 # 本附录需要 `transformers` 库（Colab 已预装）。它是针对本仓库固定的 5.23.0 版编写的，如果检测到其他版本会给出提示。
 # 如果没有安装这个库，下面每个单元只打印一条说明，不做其他事情。
@@ -472,8 +472,8 @@ else:
 # catches the GELU trap, but only by a small factor. With the scaled weights, the trap's FP32 error is
 # of the same order as the rounding noise of the correct mapping and passes the FP32 tolerance: in FP32
 # the wrong GELU is invisible. In FP64 the correct mapping sits at rounding level, and the trap is
-# caught in both cases, far above 1e-10. Among the three traps, this is the only one that needs FP64 to
-# be seen at all.
+# caught in both cases, far above 1e-10. Of the three traps, this is the only one that can slip through
+# an FP32 comparison.
 
 # %% [markdown] lang="zh"
 # GELU 陷阱是最不显眼的一个，也正是我们需要这么紧的容差的原因。tanh 近似曲线与精确曲线之间的差距不超过万分之几；
@@ -488,7 +488,7 @@ else:
 # 在 FP32 下，即使映射完全正确，舍入噪声也远大于 1e-10，所以 FP32 的比较必须留出 1e-5 左右的容差。
 # 用第 5 节的权重时，这个 FP32 容差仍能抓住 GELU 陷阱，但只高出不多的倍数。换成缩小后的权重，陷阱在 FP32 下的误差
 # 与正确映射的舍入噪声处于同一量级，能通过 FP32 容差：在 FP32 下，用错的 GELU 根本看不出来。而在 FP64 下，
-# 正确映射的误差停留在舍入误差的水平，两组权重下陷阱都被抓住，误差远高于 1e-10。三个陷阱里，只有这一个非得用 FP64 才能发现。
+# 正确映射的误差停留在舍入误差的水平，两组权重下陷阱都被抓住，误差远高于 1e-10。三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
 
 # %%
 def worst_logit_error(errors):
@@ -585,9 +585,12 @@ else:
 # produce the same logits within section 6's FP32 tolerance.
 #
 # This compares two small implementations of the same arithmetic, each with its own per-call
-# overhead. It says nothing about either library at realistic sizes, and nothing is asserted about it.
+# overhead. It says nothing about how either would fare at realistic sizes, and nothing is asserted
+# about it.
 
 # %% [markdown] lang="zh"
+# ### 10.5 与库对比计时：同一组权重
+#
 # 最后，让两种实现在同一个任务上比速度：这个任务就是第 8 节中最长提示下的缓存续写窗口——在 256 个 token 的提示之后，
 # 逐次调用、每次送入一个预先确定的 token，共 16 个，每个 token 之后都返回对数几率。两个模型都使用第 5 节的 FP32 权重，
 # 都只用一个线程。测量规程沿用第 8 节，包括它的辅助函数和 token 序列：`WARMUPS` 轮预热、`REPEATS` 轮正式测量
@@ -597,7 +600,7 @@ else:
 # `DynamicCache` 则是原地增长的，不能重复使用，因此每一轮都要先在计时窗口之外重新预填充一份新缓存；为了公平，我们的解码器也同样处理。
 # 正式计时之前，这个单元先确认两者在第 6 节的 FP32 容差内给出相同的对数几率。
 #
-# 这里比较的是同一套运算的两个小规模实现，各自带着自己的每次调用开销；它并不代表任何一个库在实际规模下的表现，
+# 这里比较的是同一套运算的两个小规模实现，各自带着自己的每次调用开销；它说明不了两者在实际规模下的表现，
 # 我们也不对它做任何断言。
 
 # %%
@@ -628,6 +631,7 @@ if HAVE_TRANSFORMERS:
     peer_prompt = TIMING_STREAM[:, :PEER_PROMPT]
     peer_continuation = TIMING_STREAM[:, PEER_PROMPT:PEER_PROMPT + CONTINUATION]
     assert peer_continuation.shape[1] == CONTINUATION == 16
+    assert (WARMUPS, REPEATS) == ((1, 3) if QUICK else (3, 15))
 
     # the same job with the same answers (untimed)
     ours_steps, _, _ = cached_continuation(model, prefill(model, peer_prompt)[0], peer_continuation)
