@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 from nbformat import NotebookNode
 
-from .sources import NotebookSource, ProjectConfig
+from .sources import LINK_PLACEHOLDER, NotebookSource, ProjectConfig
 
 LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
 
@@ -34,8 +34,17 @@ def built_name(source: NotebookSource, lang: str) -> str:
 
 
 def colab_url(config: ProjectConfig, source: NotebookSource, lang: str) -> str:
-    path = f"build/{source.series}/{built_name(source, lang)}"
+    return colab_url_for(config, source.series, source.name, lang)
+
+
+def colab_url_for(config: ProjectConfig, series: str, name: str, lang: str) -> str:
+    path = f"build/{series}/{name}.{lang}.ipynb"
     return f"https://colab.research.google.com/github/{config.repository}/blob/{config.branch}/{path}"
+
+
+def fill_links(text: str, config: ProjectConfig, lang: str) -> str:
+    """Replace each `{{colab:SERIES/NOTEBOOK}}` in prose with that notebook's Colab URL in `lang`."""
+    return LINK_PLACEHOLDER.sub(lambda m: colab_url_for(config, *m["target"].split("/"), lang), text)
 
 
 def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick: bool) -> NotebookNode:
@@ -64,14 +73,16 @@ def parameters_source(overrides: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object]) -> list[NotebookNode]:
+def _cells(
+    source: NotebookSource, lang: str | None, overrides: dict[str, object], config: ProjectConfig | None = None
+) -> list[NotebookNode]:
     """Cells in order: code cells always, prose cells of `lang` only (none when lang is None)."""
     cells = []
     for section in source.sections:
         for cell in section.cells:
             if cell.kind == "markdown":
                 if cell.lang == lang:
-                    cells.append(nbformat.v4.new_markdown_cell(cell.source, id=cell.id))
+                    cells.append(nbformat.v4.new_markdown_cell(fill_links(cell.source, config, lang), id=cell.id))
                 continue
             metadata = {"tags": list(cell.tags)} if cell.tags else {}
             cells.append(nbformat.v4.new_code_cell(cell.source, id=cell.id, metadata=metadata))
@@ -104,7 +115,7 @@ def compose(
 ) -> NotebookNode:
     """The `lang` notebook, without outputs: header, then each section's prose and shared code."""
     quick = bool(build_metadata.get("quick"))
-    cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides)
+    cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides, config)
     return _new_notebook(cells, {**build_metadata, "language": lang})
 
 

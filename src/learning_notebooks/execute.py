@@ -86,6 +86,7 @@ def run(
         executable,
         timeout=timeout,
         kernel_name="python3",
+        startup_timeout=180,  # a busy 2-core machine can take more than nbclient's default 60 s
         resources={"metadata": {"path": str(cwd)}},
         record_timing=False,
         allow_errors=False,

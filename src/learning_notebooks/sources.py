@@ -19,6 +19,7 @@ CONFIG_FILE = "config.toml"
 MANIFEST_FILE = "notebook.toml"
 SECTION_PATTERN = re.compile(r"^\d\d_[A-Za-z0-9_]+\.py$")
 CELL_MARKER = re.compile(r"^# %%(?!%)")
+LINK_PLACEHOLDER = re.compile(r"\{\{colab:(?P<target>[\w-]+/[\w-]+)\}\}")  # filled in by compose.fill_links
 ALLOWED_CELL_KEYS = {"lang", "tags"}
 
 
@@ -148,6 +149,10 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
         raise SourceError(f"section file(s) not listed in 'sections': {', '.join(unlisted)}", manifest_path)
 
     sections = tuple(read_section(folder / entry, config.languages) for entry in listed)
+    for cell in (c for s in sections for c in s.cells if c.kind == "markdown"):
+        for link in LINK_PLACEHOLDER.finditer(cell.source):
+            if not (src_root / link["target"] / MANIFEST_FILE).exists():
+                raise SourceError(f"{{{{colab:{link['target']}}}}} names no notebook", cell.file, cell.line)
     parameters = [c for s in sections for c in s.cells if "parameters" in c.tags]
     if len(parameters) > 1:
         raise SourceError("only one cell may be tagged 'parameters'", parameters[1].file, parameters[1].line)

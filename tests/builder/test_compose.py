@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import nbformat
 import pytest
@@ -144,3 +145,12 @@ def np_version():
     import numpy
 
     return numpy.__version__
+
+
+def test_colab_placeholders_in_prose_become_urls_in_each_language(source, config):
+    intro = source.sections[0]
+    en, zh = intro.cells[:2]
+    assert zh.lang == "zh"
+    linked = replace(intro, cells=(en, replace(zh, source="见 {{colab:demo/hello}}")))
+    notebook = compose(replace(source, sections=(linked,)), "zh", config, {}, {})
+    assert notebook.cells[1].source == "见 " + colab_url(config, source, "zh")

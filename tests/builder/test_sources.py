@@ -159,3 +159,13 @@ def test_two_parameters_cells_are_refused(tmp_path):
     with pytest.raises(SourceError, match="only one cell") as caught:
         load(root)
     assert (caught.value.file.name, caught.value.line) == ("02_more.py", 7)
+
+
+def test_colab_placeholder_must_name_a_notebook(tmp_path):
+    text = GOOD.replace("# 你好", "# 你好 {{colab:s/missing}}")
+    root = write_project(tmp_path, MANIFEST, {"01_demo.py": text})
+    with pytest.raises(SourceError, match="names no notebook") as caught:
+        load(root)
+    assert (caught.value.file.name, caught.value.line) == ("01_demo.py", 4)
+    ok = write_project(tmp_path / "ok", MANIFEST, {"01_demo.py": GOOD.replace("# 你好", "# 你好 {{colab:s/n}}")})
+    assert "{{colab:s/n}}" in load(ok).sections[0].cells[1].source

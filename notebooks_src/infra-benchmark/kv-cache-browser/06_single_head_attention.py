@@ -116,7 +116,7 @@ print("The exercise's answer checks out.")
 #
 # This notebook stops at one attention layer, and at one head for the comparison. The full PyTorch
 # notebook, [`kv-cache.en.ipynb`](kv-cache.en.ipynb) next to this one in the repository's `build/infra-benchmark/`
-# folder ([open it in Colab](https://colab.research.google.com/github/learning-notebooks/learning-notebooks/blob/main/build/infra-benchmark/kv-cache.en.ipynb)), builds the complete
+# folder ([open it in Colab]({{colab:infra-benchmark/kv-cache}})), builds the complete
 # two-layer decoder with one cache per layer (section 5), checks cached against full computation
 # logit by logit across batch sizes, chunk sizes and precisions (section 6), breaks positions and
 # masks on purpose (section 7), and times prefill, full recomputation and cached continuation on the
@@ -126,4 +126,4 @@ print("The exercise's answer checks out.")
 # %% [markdown] lang="zh"
 # ## 下一步
 #
-# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是仓库 `build/infra-benchmark/` 目录下与本笔记本并列的 [`kv-cache.zh.ipynb`](kv-cache.zh.ipynb)（[在 Colab 中打开](https://colab.research.google.com/github/learning-notebooks/learning-notebooks/blob/main/build/infra-benchmark/kv-cache.zh.ipynb)），它实现了完整的两层解码器，每层各有一份缓存（第 5 节）；在不同的 batch 大小、块长和精度下，逐个对比缓存计算与完整计算得到的对数几率（第 6 节）；故意把位置和掩码改错，验证检查能否发现问题（第 7 节）；并在 CPU 上对预填充、完整重算和缓存续写计时，保存原始结果（第 8–9 节）。它依赖 PyTorch，因此需要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。
+# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是仓库 `build/infra-benchmark/` 目录下与本笔记本并列的 [`kv-cache.zh.ipynb`](kv-cache.zh.ipynb)（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})），它实现了完整的两层解码器，每层各有一份缓存（第 5 节）；在不同的 batch 大小、块长和精度下，逐个对比缓存计算与完整计算得到的对数几率（第 6 节）；故意把位置和掩码改错，验证检查能否发现问题（第 7 节）；并在 CPU 上对预填充、完整重算和缓存续写计时，保存原始结果（第 8–9 节）。它依赖 PyTorch，因此需要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。
