@@ -41,6 +41,7 @@ def local_triangle_mask(past_len: int, new_len: int) -> torch.Tensor:
 
 assert torch.equal(causal_mask(0, 6), torch.ones(6, 6, dtype=torch.bool).tril())   # no cache: the usual triangle
 assert torch.equal(causal_mask(4, 2), torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool))
+assert torch.equal(local_triangle_mask(4, 2), torch.tensor([[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0]], dtype=torch.bool))
 print(causal_mask(4, 2).int())
 
 # %% [markdown] lang="en"

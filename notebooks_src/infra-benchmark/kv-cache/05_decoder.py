@@ -189,12 +189,17 @@ class CacheDecoder(nn.Module):
 # Build it from the seed and count the parameters, once by summing the tensors and once from the
 # configuration: embeddings $VW + P_{\max}W$, per block two LayerNorms ($2 \cdot 2W$), four attention
 # projections ($4(W^2 + W)$) and the MLP ($WM + M + MW + W$), then the final LayerNorm ($2W$) and the
-# untied vocabulary projection ($WV$). Both must come to 145,280.
+# untied vocabulary projection ($WV$). Both must come to 145,280. The cell also checks what the text
+# above promises: the sizes, LayerNorm before attention and before the MLP (a block's output recomputed
+# by hand on a small input), exact GELU, no dropout module, and weights that depend only on `SEED`
+# (a second build gives the same tensors).
 
 # %% [markdown] lang="zh"
 # 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。
 # 嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；
 # 最后是末端的 LayerNorm（$2W$）和不与嵌入共享权重的词表投影（$WV$）。两种方法都必须得到 145,280。
+# 这个单元还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；
+# 使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
 
 # %%
 def parameter_formula(c: DecoderConfig) -> int:
@@ -213,20 +218,34 @@ model = build_model()
 N_PARAMS = sum(p.numel() for p in model.parameters())
 print(f"parameters: counted {N_PARAMS:,}, from the formula {parameter_formula(cfg):,}")
 assert N_PARAMS == parameter_formula(cfg) == 145_280
-assert cfg.head_dim == 16 and not model.training
+assert (cfg.vocab, cfg.width, cfg.heads, cfg.head_dim, cfg.layers, cfg.mlp, cfg.max_positions) == (97, 64, 4, 16, 2, 256, 512)
+assert (cfg.vocab, cfg.width, cfg.heads, cfg.head_dim) == (VOCAB, WIDTH, H, DH)   # the sizes of section 2
+assert not model.training
 assert model.ln_f.eps == 1e-5 and model.lm_head.bias is None
 assert model.lm_head.weight.data_ptr() != model.wte.weight.data_ptr()     # not tied
+assert all(block.mlp.act.approximate == "none" for block in model.blocks)    # exact GELU
+assert not any(isinstance(module, nn.Dropout) for module in model.modules())  # no dropout
+rebuilt = build_model()                                                      # same seed, same weights
+assert all(torch.equal(model.state_dict()[name], w) for name, w in rebuilt.state_dict().items())
+
+with torch.inference_mode():                                                 # pre-norm, recomputed by hand
+    block, x = model.blocks[0], torch.randn(1, 3, cfg.width, generator=torch.Generator().manual_seed(SEED))
+    allowed = causal_mask(0, 3)
+    after_attn = x + block.attn(block.ln_1(x), allowed)[0]
+    torch.testing.assert_close(block(x, allowed)[0], after_attn + block.mlp(block.ln_2(after_attn)))
 for name, module in model.named_children():
     print(f"  {name:<8} {sum(p.numel() for p in module.parameters()):>7,}")
 
 # %% [markdown] lang="en"
 # Back to the six-token example, this time through the real decoder: prefill `[12, 7, 31, 4]`, then
 # `[9, 18]` in one call. Each layer's cache grows from 4 to 6 positions, the logits come back as
-# `[1, 2, 97]`, and they match rows 4 and 5 of a full six-token run.
+# `[1, 2, 97]`, and they match rows 4 and 5 of a full six-token run. Layer 2's keys and values differ
+# from layer 1's, as the argument above says they must.
 
 # %% [markdown] lang="zh"
 # 回到六个 token 的例子，这次用真正的解码器：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`。
 # 每层缓存从 4 个位置增长到 6 个，返回的 logits 形状为 `[1, 2, 97]`，并且与一次性完整计算六个 token 时的第 4、5 行一致。
+# 正如前面的论证所说，第 2 层的 K/V 与第 1 层的不同。
 
 # %%
 with torch.inference_mode():
@@ -241,5 +260,7 @@ for (k_before, v_before), (k_after, v_after) in zip(six_cache, six_cache_after):
     assert tuple(k_after.shape) == tuple(v_after.shape) == (1, cfg.heads, 6, cfg.head_dim)
 assert tuple(six_logits.shape) == (1, 2, cfg.vocab)
 torch.testing.assert_close(six_logits, six_full_logits[:, 4:], atol=1e-5, rtol=1e-5)
+(k_layer1, v_layer1), (k_layer2, v_layer2) = six_cache_after
+assert not torch.allclose(k_layer1, k_layer2) and not torch.allclose(v_layer1, v_layer2)   # one cache per layer
 print("cache per layer:", [list(k.shape) for k, _ in six_cache], "->", [list(k.shape) for k, _ in six_cache_after])
 print("logits:", list(six_logits.shape))

@@ -42,6 +42,7 @@ gen = torch.Generator().manual_seed(SEED)
 STREAM = torch.randint(0, cfg.vocab, (2, STREAM_LEN), generator=gen)   # row 0 for batch 1, both rows for batch 2
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
 DTYPE_NAME = {torch.float32: "fp32", torch.float64: "fp64"}
+assert not torch.equal(STREAM[0], STREAM[1])                            # the two rows differ
 print("stream row 0:", STREAM[0].tolist())
 print("stream row 1:", STREAM[1].tolist())
 
@@ -109,10 +110,13 @@ def check_equivalence(model: CacheDecoder, stream: torch.Tensor, batch: int, chu
     }
 
 # %% [markdown] lang="en"
-# Run the 12 configurations and print the largest absolute error of each.
+# Run the 12 configurations and print the largest absolute error of each. The cell also checks the
+# grid itself: it is complete (with `QUICK = True` too), chunks of 5 split the 24 tokens as 5, 5, 5, 5, 4,
+# and the FP64 model holds exactly the FP32 weights.
 
 # %% [markdown] lang="zh"
-# 运行 12 种配置，并打印每种配置的最大绝对误差。
+# 运行 12 种配置，并打印每种配置的最大绝对误差。这个单元也会检查网格本身：12 种配置一个不少（`QUICK = True` 时同样如此）；
+# 块长为 5 时，24 个 token 被切成 5、5、5、5、4；FP64 模型的权重与 FP32 模型完全相同。
 
 # %%
 def print_results(rows: list[dict], label: str = "") -> None:
@@ -130,6 +134,12 @@ EQUIVALENCE = [
 ]
 print_results(EQUIVALENCE)
 assert len(EQUIVALENCE) == 12
+assert {(r["batch"], r["chunk"], r["dtype"]) for r in EQUIVALENCE} == {   # the full grid, whatever QUICK is
+    (b, c, d) for b in (1, 2) for c in (1, 2, 5) for d in ("fp32", "fp64")}
+assert chunk_lengths(STREAM_LEN, 5) == [5, 5, 5, 5, 4]
+fp64_weights = with_dtype(model, torch.float64).state_dict()
+assert all(fp64_weights[name].dtype == torch.float64 and torch.equal(fp64_weights[name], w.double())
+           for name, w in model.state_dict().items())
 assert all(r["passed"] and r["shapes_ok"] and r["cache_unchanged"] for r in EQUIVALENCE)
 for name in DTYPE_NAME.values():
     worst = max(r["max_abs_logit_err"] for r in EQUIVALENCE if r["dtype"] == name)

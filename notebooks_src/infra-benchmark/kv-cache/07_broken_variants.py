@@ -82,6 +82,8 @@ def outcome(variant: str, scenario: str) -> dict:
 assert all(r["passed"] for r in CONTROL_RUNS["correct"])
 for variant in ("restart_positions", "local_triangle_mask"):
     assert not any(r["passed"] for r in CONTROL_RUNS[variant]), variant
+assert all(local_triangle_mask(past, 1).tolist() == [[True] + [False] * past]  # one new token sees key 0 only
+           for past in range(1, STREAM_LEN))
 assert outcome("no_mask_with_cache", "stream, chunk 1")["passed"]          # a one-token step hides it
 for scenario in ("six tokens 4+2", "stream, chunk 2", "stream, chunk 5"):
     assert not outcome("no_mask_with_cache", scenario)["passed"]           # multi-token chunks expose it

@@ -9,8 +9,9 @@
 # * **cached continuation:** consume the same 16 tokens one at a time, starting from an existing prefix cache (so prefill is not inside this window).
 #
 # Both continuation paths return logits after every token. Tokenization, sampling, queues and
-# networking are outside all windows. The naive full path projects every prefix position to
-# vocabulary logits and keeps the last; an optimized one would project only the last position.
+# networking are outside all windows. Our full path is the naive one: it projects every prefix
+# position to vocabulary logits and keeps the last. (A general remark, not measured here: an optimized
+# full path would project only the last position.)
 # The dynamic `torch.cat` of the cached path allocates new tensors and copies the history on every
 # step, and that cost is inside its window.
 #
@@ -18,7 +19,8 @@
 # path; in each round the order of the three paths is rotated (prefill–full–cached, full–cached–prefill,
 # cached–prefill–full, …) so that no path always runs first; `time.perf_counter_ns`; we report the
 # median (p50) and the 95th percentile (p95) of the measured rounds. `QUICK = True` keeps only 16 and 64
-# tokens, 1 warm-up and 3 rounds.
+# tokens, 1 warm-up and 3 rounds. The measurement loop counts the warm-up runs of every path and
+# records the order of every round, and asserts both.
 
 # %% [markdown] lang="zh"
 # ## 8. 在这台 CPU 上计时
@@ -30,13 +32,15 @@
 # * **缓存续写**：从已有的前缀缓存出发，逐个处理同样的 16 个 token（因此预填充不在这个窗口内）。
 #
 # 两条续写路径在每个 token 之后都返回 logits。分词、采样、排队和网络传输都不在任何窗口之内。
-# 朴素的完整路径会把前缀每个位置都投影成词表 logits，再只取最后一个；优化过的实现只需投影最后一个位置。
+# 我们的完整路径是朴素的写法：把前缀每个位置都投影成词表 logits，再只取最后一个。
+# （这里顺带一提，并未实测：优化过的完整路径只需投影最后一个位置。）
 # 缓存路径每一步都用 `torch.cat` 动态拼接，要分配新张量并复制历史数据，这部分开销也算在它的窗口里。
 #
 # 测量规程：单线程、FP32、`eval()`、`inference_mode()`；每条路径预热 3 轮、正式测量 15 轮；
 # 每一轮都轮换三条路径的执行顺序（预填充–完整–缓存、完整–缓存–预填充、缓存–预填充–完整……），免得某条路径总是第一个运行；
 # 计时用 `time.perf_counter_ns`；报告正式测量轮次的中位数（p50）和第 95 百分位数（p95）。
-# `QUICK = True` 时只测 16 和 64 个 token，预热 1 轮、测量 3 轮。
+# `QUICK = True` 时只测 16 和 64 个 token，预热 1 轮、测量 3 轮。测量循环会统计每条路径实际预热的次数，
+# 并记录每一轮的执行顺序，再用断言核对这两项。
 
 # %%
 PROMPTS = [16, 64] if QUICK else [16, 64, 128, 256]
@@ -79,7 +83,8 @@ def cached_continuation(model, cache, continuation):
 # formulas. After prefill, the full path feeds $P + j$ positions at step $j$, in total
 # $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ positions per layer; the cached path feeds $G$. For
 # $P = 256$, $G = 16$ that is 4,232 versus 16. The cell checks the formula against the positions the
-# loops actually fed and against a forward pre-hook that counts what reached the model. The ratio is
+# loops actually fed and against a forward pre-hook that counts what reached the model; a second hook
+# on the vocabulary projection confirms that the full path projects every one of those positions. The ratio is
 # not a latency prediction: matrix efficiency, memory traffic, dispatch and Python overhead differ
 # between the paths.
 #
@@ -94,7 +99,7 @@ def cached_continuation(model, cache, continuation):
 # 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。
 # 预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。
 # 当 $P = 256$、$G = 16$ 时，两者分别是 4,232 和 16。下面的单元把公式与两个来源核对：循环实际送入的位置数，
-# 以及一个前向预钩子（forward pre-hook）统计到的、真正到达模型的位置数。
+# 以及一个前向预钩子（forward pre-hook）统计到的、真正到达模型的位置数；词表投影上的第二个钩子则确认，完整路径把这些位置全部投影成了 logits。
 # 这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、调度和 Python 开销上都不一样。
 #
 # 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节
@@ -116,24 +121,29 @@ def cache_bytes(cache) -> int:
     return sum(t.numel() * t.element_size() for pair in cache for t in pair)
 
 
-fed_to_model = []
+fed_to_model, projected = [], []
 counter = model.register_forward_pre_hook(lambda module, args: fed_to_model.append(args[0].shape[1]))
+head_counter = model.lm_head.register_forward_pre_hook(lambda module, args: projected.append(args[0].shape[1]))
 try:
     P = 256
     prompt, continuation = TIMING_STREAM[:, :P], TIMING_STREAM[:, P:P + CONTINUATION]
     ref_cache, _ = prefill(model, prompt)
     fed_to_model.clear()
+    projected.clear()
     full_out, full_fed = full_continuation(model, prompt, continuation)
-    full_hooked = sum(fed_to_model)
+    full_hooked, full_projected = sum(fed_to_model), sum(projected)
     fed_to_model.clear()
     cached_out, cached_fed, ref_final_cache = cached_continuation(model, ref_cache, continuation)
     cached_hooked = sum(fed_to_model)
 finally:
     counter.remove()
+    head_counter.remove()
 
+assert tuple(full_out.shape) == tuple(cached_out.shape) == (1, CONTINUATION, cfg.vocab)   # logits after every token
 torch.testing.assert_close(cached_out, full_out, atol=1e-5, rtol=1e-5)   # same logits, step by step
 assert projected_positions(256, 16) == {"full": 4_232, "cached": 16}
 assert (full_fed, cached_fed) == (full_hooked, cached_hooked) == (4_232, 16)
+assert full_projected == full_hooked                                     # the naive full path projects every position
 assert kv_payload_bytes(1, 272, cfg, 4) == cache_bytes(ref_final_cache) == 278_528
 print(f"P=256, G=16: positions fed by the full path {full_fed:,}, by the cached path {cached_fed}")
 print(f"K/V payload at batch 1, T=272, fp32: {cache_bytes(ref_final_cache):,} bytes = {cache_bytes(ref_final_cache) // 1024} KiB")
@@ -163,14 +173,21 @@ def time_prompt(model, prompt_len: int) -> dict:
         "cached": lambda: cached_continuation(model, prefix_cache, continuation),
     }
     samples = {path: [] for path in PATHS}
+    calls, orders = dict.fromkeys(PATHS, 0), []
     for round_index in range(WARMUPS + REPEATS):
         shift = round_index % len(PATHS)
-        for path in PATHS[shift:] + PATHS[:shift]:               # rotate the order every round
+        orders.append(PATHS[shift:] + PATHS[:shift])             # rotate the order every round
+        for path in orders[-1]:
             start = time.perf_counter_ns()
             runs[path]()
             elapsed = time.perf_counter_ns() - start
+            calls[path] += 1
             if round_index >= WARMUPS:
                 samples[path].append(elapsed)
+    assert {path: calls[path] - len(samples[path]) for path in PATHS} == dict.fromkeys(PATHS, WARMUPS)   # warm-ups run
+    assert orders[:3] == [("prefill", "full", "cached"), ("full", "cached", "prefill"), ("cached", "prefill", "full")]
+    assert all(a != b for a, b in zip(orders, orders[1:]))                 # consecutive rounds never share an order
+    assert {order[0] for order in orders[WARMUPS:]} == set(PATHS)         # no path always runs first
     _, _, final_cache = cached_continuation(model, prefix_cache, continuation)   # untimed, for the payload
     assert cache_bytes(final_cache) == kv_payload_bytes(1, prompt_len + CONTINUATION, cfg, 4)
     return {
@@ -221,15 +238,18 @@ plt.show()
 # %% [markdown] lang="en"
 # How to read this. The p95 of 15 samples is an empirical quantile, good for spotting noise but far too
 # few samples to estimate a service's tail latency. The full path repeats work that grows with the
-# prefix; the cached path still reads a growing K/V on every step and pays a fixed per-call overhead
-# that is large relative to a model this small. What these numbers **do not** establish: speed-ups on a
+# prefix; the cached path still reads a growing K/V on every step. Both pay a per-call overhead
+# (Python, operator dispatch) that, as a general rule, weighs heavily for a model this small; the
+# numbers here do not separate that overhead from the arithmetic. What these numbers **do not**
+# establish: speed-ups on a
 # GPU, the latency of a serving system, client-side time to first token (TTFT) or inter-token latency
 # (ITL), or how vLLM, SGLang or any production kernel, cache layout or scheduler would perform. Those
 # need measurements on their own hardware and workloads.
 
 # %% [markdown] lang="zh"
 # 如何解读这些数字：15 个样本的 p95 只是经验分位数，可以用来发现噪声，但样本远远不够，无法估计一个服务的尾延迟。
-# 完整路径重复的工作量随前缀增长；缓存路径每一步仍要读取不断变长的 K/V，还要承担每次调用的固定开销，
-# 对这么小的模型来说，这部分开销占比很大。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、
+# 完整路径重复的工作量随前缀增长；缓存路径每一步仍要读取不断变长的 K/V。
+# 两条路径都要承担每次调用的开销（Python、算子调度）；一般来说，对这么小的模型，这部分开销占比很大，
+# 而这里的数字并没有把它与计算本身区分开。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、
 # 客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。
 # 这些都需要在各自的硬件和负载上实际测量。
