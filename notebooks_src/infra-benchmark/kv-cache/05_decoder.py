@@ -20,18 +20,13 @@
 # %% [markdown] lang="zh"
 # ## 5. 解码器
 #
-# 下面是完整模型，写法参考 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）块（先是注意力残差，再是 MLP 残差），
-# 最后一个 LayerNorm，以及不带偏置的词表投影。宽度 64，4 个头、每头 16 维，词表 97，MLP 隐藏层宽度 256，最多 512 个位置。
-# 权重由 `SEED` 随机生成，不下载任何东西。
+# 下面是完整模型，写法参考 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）块（先是注意力残差，再是 MLP 残差），最后一个 LayerNorm，以及不带偏置的词表投影。宽度 64，4 个头、每头 16 维，词表 97，MLP 隐藏层宽度 256，最多 512 个位置。权重由 `SEED` 随机生成，不下载任何东西。
 #
 # 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：
 # $Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，
-# $V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，所以第 1 层的 K/V 不能拿来充当第 2 层的。
-# 因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
+# $V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，所以第 1 层的 K/V 不能拿来充当第 2 层的。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
 #
-# 那么，旧的缓存项为什么能复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。
-# 在权重和位置固定、没有 dropout 的前提下，往序列末尾追加 token 不会改变第一层在旧位置上的输出；
-# 对后面的层逐层套用同样的论证（归纳法），结论对整个网络都成立。反过来，只要改了某个旧 token、某个权重或位置规则，缓存就过期了。
+# 那么，旧的缓存项为什么能复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。在权重和位置固定、没有 dropout 的前提下，往序列末尾追加 token 不会改变第一层在旧位置上的输出；对后面的层逐层套用同样的论证（归纳法），结论对整个网络都成立。反过来，只要改了某个旧 token、某个权重或位置规则，缓存就过期了。
 
 # %% [markdown] lang="en"
 # The configuration and the two default *hooks*. The model asks `positions_fn` for the absolute
@@ -39,8 +34,7 @@
 # section 7 swaps in broken ones, so the broken variants are this same model, not copies of it.
 
 # %% [markdown] lang="zh"
-# 先定义配置和两个默认的**钩子**（hook）。模型通过 `positions_fn` 得到新 token 的绝对位置，通过 `mask_fn` 得到注意力掩码。
-# 默认值就是正确的规则；第 7 节会换上错误的规则，所以那些改坏的版本仍是这同一个模型，而不是它的副本。
+# 先定义配置和两个默认的**钩子**（hook）。模型通过 `positions_fn` 得到新 token 的绝对位置，通过 `mask_fn` 得到注意力掩码。默认值就是正确的规则；第 7 节会换上错误的规则，所以那些改坏的版本仍是这同一个模型，而不是它的副本。
 
 # %%
 @dataclass
@@ -71,8 +65,7 @@ Cache = list[tuple[torch.Tensor, torch.Tensor]]   # one (K, V) per layer, each [
 # layer's new cache entry.
 
 # %% [markdown] lang="zh"
-# 自注意力：`q`、`k`、`v` 三个独立的投影，外加一个输出投影 `proj`。它接收本层缓存的 `(K, V)`（或 `None`），
-# 用 `torch.cat` 把新的 K/V 拼接在后面（`torch.cat` 会生成新张量，从不改写旧张量），再把变长后的这一对作为本层新的缓存项返回。
+# 自注意力：`q`、`k`、`v` 三个独立的投影，外加一个输出投影 `proj`。它接收本层缓存的 `(K, V)`（或 `None`），用 `torch.cat` 把新的 K/V 拼接在后面（`torch.cat` 会生成新张量，从不改写旧张量），再把变长后的这一对作为本层新的缓存项返回。
 
 # %%
 class SelfAttention(nn.Module):
@@ -142,8 +135,7 @@ class Block(nn.Module):
 # restores the original afterwards.
 
 # %% [markdown] lang="zh"
-# 解码器本体。`forward(ids, cache)` 从第 0 层的 K 读出缓存长度，向钩子要新 token 的位置和掩码，
-# 把第 $\ell$ 个缓存项交给第 $\ell$ 个块，最后返回每个新位置的 logits 以及新的缓存。
+# 解码器本体。`forward(ids, cache)` 从第 0 层的 K 读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 个块，最后返回每个新位置的 logits 以及新的缓存。
 # `hooks(...)` 临时换上某个钩子，用完后恢复原样。
 
 # %%
@@ -195,11 +187,7 @@ class CacheDecoder(nn.Module):
 # (a second build gives the same tensors).
 
 # %% [markdown] lang="zh"
-# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。
-# 嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；
-# 最后是末端的 LayerNorm（$2W$）和不与嵌入共享权重的词表投影（$WV$）。两种方法都必须得到 145,280。
-# 这个单元还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；
-# 使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
+# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和不与嵌入共享权重的词表投影（$WV$）。两种方法都必须得到 145,280。这个单元还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
 
 # %%
 def parameter_formula(c: DecoderConfig) -> int:
@@ -243,9 +231,7 @@ for name, module in model.named_children():
 # from layer 1's, as the argument above says they must.
 
 # %% [markdown] lang="zh"
-# 回到六个 token 的例子，这次用真正的解码器：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`。
-# 每层缓存从 4 个位置增长到 6 个，返回的 logits 形状为 `[1, 2, 97]`，并且与一次性完整计算六个 token 时的第 4、5 行一致。
-# 正如前面的论证所说，第 2 层的 K/V 与第 1 层的不同。
+# 回到六个 token 的例子，这次用真正的解码器：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`。每层缓存从 4 个位置增长到 6 个，返回的 logits 形状为 `[1, 2, 97]`，并且与一次性完整计算六个 token 时的第 4、5 行一致。正如前面的论证所说，第 2 层的 K/V 与第 1 层的不同。
 
 # %%
 with torch.inference_mode():
