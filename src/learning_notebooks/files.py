@@ -24,6 +24,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp creates it private; a built file is for everyone
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -33,11 +34,14 @@ def write_atomic(path: Path, data: bytes) -> None:
 def replace_dir(target: Path, staged: Path) -> None:
     """Put the contents of `staged` at `target`, keeping the old `target` until the new one is in place."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    if not any(staged.iterdir()):  # the notebook wrote nothing: no folder for it
+        shutil.rmtree(target, ignore_errors=True)
+        return
     incoming = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
-    incoming.chmod(0o755)  # mkdtemp makes it private; outputs are for everyone
     old = target.parent / f".{target.name}.old-{os.getpid()}"
     try:
         shutil.copytree(staged, incoming, dirs_exist_ok=True)
+        incoming.chmod(0o755)  # mkdtemp and copytree keep the temporary folder private; outputs are for everyone
         if target.exists():
             os.replace(target, old)
         os.replace(incoming, target)

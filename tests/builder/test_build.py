@@ -218,3 +218,15 @@ def test_only_selects_series_and_notebook(project: Project):
     assert project.build("--only", "demo", "--list").code == 0
     run = project.build("--only", "demo/hello")
     assert run.code == 0 and project.built("en").exists()
+
+
+def test_written_files_are_readable_by_everyone(executed_project: Project):
+    for path in (executed_project.built("en"), executed_project.outputs / "result.json"):
+        assert path.stat().st_mode & 0o444 == 0o444
+    assert executed_project.outputs.stat().st_mode & 0o555 == 0o555
+
+
+def test_a_notebook_that_writes_nothing_gets_no_outputs_folder(project: Project):
+    project.edit("02_compute.py", 'Path(OUTPUT_DIR, "result.json").write_text(', "print(")
+    assert project.build("--execute").code == 0
+    assert not project.outputs.exists()

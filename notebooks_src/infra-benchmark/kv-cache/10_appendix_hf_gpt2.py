@@ -28,6 +28,10 @@
 
 # %%
 import copy
+import warnings
+
+# transformers imports tqdm, whose Jupyter notice about missing widgets is noise here (no progress bars).
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 try:
     import transformers
