@@ -12,16 +12,15 @@
 # quality of the text it would write.
 #
 # Sections: 1 setup · 2 a six-token example · 3 masks from absolute positions · 4 one attention head
-# · 5 the decoder · 6 equivalence · 7 broken variants · 8 timing · 9 saved results.
+# · 5 the decoder · 6 equivalence · 7 broken variants · 8 timing · 9 saved results · 10 appendix: an
+# outside referee, Hugging Face GPT-2.
 
 # %% [markdown] lang="zh"
 # KV 缓存保存的是每个注意力层已经算好的键（K）和值（V）。新 token 到来时，只有新 token 需要经过网络：它们的查询（Q）读取缓存里的 K/V，于是旧 token 照样参与注意力计算，却不必重新计算。
 #
-# 这份 notebook 只回答一个很具体的问题：**多层 Transformer 每次只输入最新的 token，能否与重算整个前缀给出相同的结果？**
-# 要做到这一点，有三件事必须对得上：每个缓存项属于哪一层；新 token 的绝对位置是多少；每个查询可以读取哪些键。我们会实现一个未经训练的两层小解码器，用断言把它与完整重算逐一比对，再故意把它改坏，看这些检查能不能发现问题。随机权重就够了：我们比较的是同一个函数的两种计算方式，而不是它写出的文本好不好。
+# 这份 notebook 只回答一个很具体的问题：**多层 Transformer 每次只输入最新的 token，能否与重算整个前缀给出相同的结果**？要做到这一点，有三件事必须对得上：每个缓存项属于哪一层；新 token 的绝对位置是多少；每个查询可以读取哪些键。我们会实现一个未经训练的两层小解码器，用断言把它与完整重算逐一比对，再故意把它改坏，看这些检查能不能发现问题。随机权重就够了：我们比较的是同一个函数的两种计算方式，而不是它写出的文本好不好。
 #
-# 目录：1 环境设置 · 2 六个 token 的例子 · 3 由绝对位置推出掩码 · 4 单头注意力 · 5 解码器 · 6 等价性
-# · 7 故意改坏的版本 · 8 计时 · 9 保存结果。
+# 目录：1 环境设置 · 2 六个 token 的例子 · 3 由绝对位置推出掩码 · 4 单头注意力 · 5 解码器 · 6 等价性 · 7 故意改坏的版本 · 8 计时 · 9 保存结果 · 10 附录：请 Hugging Face GPT-2 当外部裁判。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
