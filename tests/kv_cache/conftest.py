@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,6 @@ from notebook_code import run_notebook_code  # noqa: E402
 
 NOTEBOOK = "infra-benchmark/kv-cache"
 CORE_SECTIONS = 9   # sections 01..09; a later appendix (10_...) is not needed here
-
-# notebook_code.run_notebook_code compiles the cells inside a module that uses
-# `from __future__ import annotations`; compile() inherits that flag, so a @dataclass in a cell
-# sees string annotations and looks up its module (`__notebook__`) in sys.modules.
-sys.modules.setdefault("__notebook__", types.ModuleType("__notebook__"))
 
 
 @pytest.fixture(scope="session")

@@ -22,5 +22,5 @@ def appendix_cells() -> list:
 def run_appendix(namespace: dict) -> dict:
     """Exec the appendix's code cells, in order, into `namespace` (which must hold sections 1-9)."""
     for cell in appendix_cells():
-        exec(compile(cell.source, APPENDIX, "exec"), namespace)
+        exec(compile(cell.source, APPENDIX, "exec", dont_inherit=True), namespace)
     return namespace

@@ -8,7 +8,6 @@ appendix, so a test can replay the appendix under other conditions (transformers
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from notebook_code import run_notebook_code  # noqa: E402
 
 from .appendix import CORE_SECTIONS, NOTEBOOK, run_appendix  # noqa: E402
-
-# run_notebook_code compiles cells inside a module that has `from __future__ import annotations`;
-# compile() inherits that flag, so a @dataclass in a cell looks its module up in sys.modules.
-sys.modules.setdefault("__notebook__", types.ModuleType("__notebook__"))
 
 
 @pytest.fixture(scope="session")
