@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from browser_helpers import (HERE, NOTEBOOK, NUMPY_ONLY_REQUIREMENTS, NUMPY_ONLY_VENV, REPO, cached_venv,
-                             clean_env, compose_notebooks, venv_python)
+from browser_helpers import HERE, NOTEBOOK, NUMPY_ONLY_REQUIREMENTS, NUMPY_ONLY_VENV, REPO, compose_notebooks
+from venvs import cached_venv, clean_env, venv_python
 from notebook_code import code_cells
 
 ALLOWED_TOP_LEVEL = set(sys.stdlib_module_names) | {"numpy"}
@@ -86,7 +86,7 @@ def test_notebook_executes_with_numpy_but_without_torch(numpy_only_python, tmp_p
     paths = compose_notebooks(tmp_path / "composed")
     report_path = tmp_path / "report.json"
     subprocess.run(
-        [str(numpy_only_python), str(HERE / "run_notebook_in_venv.py"), str(paths["en"]), str(report_path)],
+        [str(numpy_only_python), str(REPO / "tests" / "run_notebook_in_venv.py"), str(paths["en"]), str(report_path)],
         check=True, env=clean_env(), cwd=tmp_path,
     )
     report = json.loads(report_path.read_text(encoding="utf-8"))

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from browser_helpers import LANGUAGES, NOTEBOOK, REPO, compose_notebooks, in_ci
+from browser_helpers import LANGUAGES, NOTEBOOK, REPO, compose_notebooks
+from venvs import in_ci
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 NAMES = [f"{NOTEBOOK.rsplit('/', 1)[1]}.{lang}.ipynb" for lang in LANGUAGES]

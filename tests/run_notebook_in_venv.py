@@ -2,8 +2,8 @@
 
     python run_notebook_in_venv.py NOTEBOOK.ipynb REPORT.json
 
-Runs in the NumPy-only environment (see requirements-numpy-only.txt), so it uses only what is
-installed there. Before and after the notebook's own cells it adds a probe cell that records the
+Run it with another environment's python (the NumPy-only one of the browser edition, the reader's
+one of tests/reader) so the notebook sees only what is installed there. Before and after the notebook's own cells it adds a probe cell that records the
 kernel's interpreter and the modules loaded at that point; REPORT.json gets the probes, the
 notebook's execution time and its printed output.
 """

@@ -1,0 +1,43 @@
+"""A committed notebook runs top to bottom in a fresh kernel, in an empty folder, with only torch,
+numpy and matplotlib installed (no transformers, no file of this repository): what a reader gets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from venvs import cached_venv, clean_env, venv_python
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+READER_VENV = Path(os.environ.get("READER_VENV", REPO / ".venv-reader"))
+RUNNER = REPO / "tests" / "run_notebook_in_venv.py"
+BUILT = REPO / "build" / "infra-benchmark"
+
+
+@pytest.fixture(scope="module")
+def reader_python() -> Path:
+    return venv_python(cached_venv(READER_VENV, HERE / "requirements-reader.txt"))
+
+
+@pytest.mark.parametrize("name", ["kv-cache.en.ipynb", "kv-cache.zh.ipynb"])
+def test_built_notebook_runs_in_an_empty_folder_without_the_repository(name, reader_python, tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    notebook = shutil.copy(BUILT / name, folder / name)
+    report = tmp_path / "report.json"
+    subprocess.run(
+        [str(reader_python), str(RUNNER), str(notebook), str(report)],
+        cwd=folder, env=clean_env(), check=True, timeout=900,
+    )
+    result = json.loads(report.read_text())
+    assert result["errors"] == []
+    assert "transformers" not in result["after"]["modules"]
+    assert "transformers is not installed" in result["stdout"]  # the appendix says so and skips
+    assert json.loads((folder / "results.json").read_text())["peer"] == {"skipped": "transformers is not installed: the appendix is skipped."}
+    assert sorted(p.name for p in folder.iterdir()) == sorted([name, "masks.png", "results.json", "timing.png"])
