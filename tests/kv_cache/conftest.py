@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from notebook_code import run_notebook_code  # noqa: E402
+from notebook_code import run_notebook_code
 
 NOTEBOOK = "infra-benchmark/kv-cache"
 CORE_SECTIONS = 9   # sections 01..09; a later appendix (10_...) is not needed here
