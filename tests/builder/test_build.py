@@ -230,3 +230,12 @@ def test_a_notebook_that_writes_nothing_gets_no_outputs_folder(project: Project)
     project.edit("02_compute.py", 'Path(OUTPUT_DIR, "result.json").write_text(', "print(")
     assert project.build("--execute").code == 0
     assert not project.outputs.exists()
+
+
+def test_malformed_manifest_exits_2_with_one_line(project: Project):
+    project.edit("notebook.toml", 'sections = ["01_intro.py", "02_compute.py"]', 'sections = ["01_intro.py", "02_compute.py"')
+    run = project.build("--execute")
+    assert run.code == 2
+    assert run.log.startswith(f"error: {project.notebook / 'notebook.toml'}:3: malformed TOML")  # where tomllib notices
+    assert run.log.count("\n") == 1
+    assert not (project.root / "build").exists()
