@@ -1,9 +1,9 @@
 # %% [markdown] lang="en"
 # ## 2. A six-token example
 #
-# Take the token IDs `[12, 7, 31, 4, 9, 18]`. Prefill has already run the first four through the
-# model, so the cache holds keys and values for positions 0–3. The next call receives `9` and `18`
-# together, at positions 4 and 5.
+# Take the token IDs `[12, 7, 31, 4, 9, 18]`. The first call, the *prefill*, has already run the
+# first four through the model, so the cache holds keys and values for positions 0–3. The next call
+# receives `9` and `18` together, at positions 4 and 5.
 #
 # The cell below builds a toy attention layer with random weights. Its sizes match the full
 # PyTorch notebook's decoder (vocabulary 97, width 64, 4 heads of width 16), but it is a single
@@ -15,7 +15,7 @@
 # %% [markdown] lang="zh"
 # ## 2. 一个六 token 的例子
 #
-# 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。预填充阶段已经把前四个 token 送进模型，缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
+# 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用（预填充，prefill）已经把前四个 token 送进模型，缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #
 # 下面的单元格搭建了一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器一致（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP：token 嵌入加位置嵌入，经过带残差连接的多头注意力，再投影成词表上的对数几率（logits）。单元格先做预填充，再处理这两个新 token，并打印 NumPy 实际给出的各数组形状（B：batch 大小，H：头数，Dh：每头宽度）。
 
@@ -120,12 +120,13 @@ print("The cached call left the prefill cache unchanged.")
 # The first row of the returned logits is the model's guess for the token that *follows* ID 9; it
 # is not a score for 9 itself. So when we compare the cached call with one full pass over all six
 # tokens, cached row `i` must match full row `4 + i`. The check below compares every vocabulary
-# logit, and also confirms that a one-row shift (full rows 3 and 4) does not match.
+# logit and the cached K and V, and also confirms that a one-row shift (full rows 3 and 4) does not
+# match.
 
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以提前看到位置 5。
 #
-# 返回的第一行对数几率是模型对 ID 9 *之后*那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次性处理全部六个 token 的完整前向比较时，缓存结果的第 `i` 行应当对应完整结果的第 `4 + i` 行。下面的检查逐个比较词表中每个词的对数几率，并确认错开一行（完整结果的第 3、4 行）时对不上。
+# 返回的第一行对数几率是模型对 ID 9 *之后*那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次性处理全部六个 token 的完整前向比较时，缓存结果的第 `i` 行应当对应完整结果的第 `4 + i` 行。下面的检查逐个比较词表中每个词的对数几率以及缓存的 K 和 V，并确认错开一行（完整结果的第 3、4 行）时对不上。
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)

@@ -64,13 +64,14 @@ assert upper_left_mask(5, 1).sum() == 1                      # the wrong triangl
 # With a single new token the correct mask allows everything, because the keys contain only past
 # positions and the token itself. With a chunk of several tokens it must still hide the later tokens
 # of the same chunk. The same trap exists in libraries: PyTorch's `scaled_dot_product_attention`
-# documents `is_causal=True` as upper-left alignment when the score matrix is not square, so check
-# the mask convention of the version you use before handing it a cached chunk.
+# documents `is_causal=True` as upper-left alignment when the score matrix is not square (section 3
+# of the full PyTorch notebook checks this on the version it runs), so check the mask convention of
+# the version you use before handing it a cached chunk.
 #
 # Does the wrong triangle change the result? Run the six-token call with it:
 
 # %% [markdown] lang="zh"
-# 只有一个新 token 时，正确的掩码不屏蔽任何键，因为键里只有过去的位置和这个 token 自己。新块里有多个 token 时，掩码仍然要挡住同一块中排在后面的 token。库函数里也有同样的陷阱：PyTorch 的 `scaled_dot_product_attention` 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 采用左上对齐。把带缓存的新块交给它之前，先确认你所用版本的掩码约定。
+# 只有一个新 token 时，正确的掩码不屏蔽任何键，因为键里只有过去的位置和这个 token 自己。新块里有多个 token 时，掩码仍然要挡住同一块中排在后面的 token。库函数里也有同样的陷阱：PyTorch 的 `scaled_dot_product_attention` 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 采用左上对齐（完整的 PyTorch 笔记本在第 3 节里针对它所用的版本验证了这一点）。把带缓存的新块交给它之前，先确认你所用版本的掩码约定。
 #
 # 左上角三角形会不会改变结果？用它重跑一遍六 token 例子中的那次调用：
 

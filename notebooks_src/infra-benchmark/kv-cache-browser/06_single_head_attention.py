@@ -120,10 +120,11 @@ print("The exercise's answer checks out.")
 # two-layer decoder with one cache per layer (section 5), checks cached against full computation
 # logit by logit across batch sizes, chunk sizes and precisions (section 6), breaks positions and
 # masks on purpose (section 7), and times prefill, full recomputation and cached continuation on the
-# CPU, saving the raw results (sections 8–9). It needs PyTorch, so it runs in Jupyter or Colab,
-# not in the browser.
+# CPU, saving the raw results (sections 8–9). An appendix (section 10) then copies the decoder's
+# weights into Hugging Face's GPT-2 and uses it as an outside referee. It needs PyTorch (and
+# `transformers` for the appendix), so it runs in Jupyter or Colab, not in the browser.
 
 # %% [markdown] lang="zh"
 # ## 下一步
 #
-# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是仓库 `build/infra-benchmark/` 目录下与本笔记本并列的 [`kv-cache.zh.ipynb`](kv-cache.zh.ipynb)（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})），它实现了完整的两层解码器，每层各有一份缓存（第 5 节）；在不同的 batch 大小、块长和精度下，逐个对比缓存计算与完整计算得到的对数几率（第 6 节）；故意把位置和掩码改错，验证检查能否发现问题（第 7 节）；并在 CPU 上对预填充、完整重算和缓存续写计时，保存原始结果（第 8–9 节）。它依赖 PyTorch，因此需要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。
+# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是仓库 `build/infra-benchmark/` 目录下与本笔记本并列的 [`kv-cache.zh.ipynb`](kv-cache.zh.ipynb)（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})），它实现了完整的两层解码器，每层各有一份缓存（第 5 节）；在不同的 batch 大小、块长和精度下，逐个对比缓存计算与完整计算得到的对数几率（第 6 节）；故意把位置和掩码改错，验证检查能否发现问题（第 7 节）；并在 CPU 上对预填充、完整重算和缓存续写计时，保存原始结果（第 8–9 节）。附录（第 10 节）还把解码器的权重复制进 Hugging Face 的 GPT-2，请它当外部裁判。它依赖 PyTorch（附录还需要 `transformers`），因此需要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。

@@ -25,9 +25,10 @@
 # %% [markdown] lang="en"
 # ## 1. Setup
 #
-# The next cell holds the parameters. `QUICK = True` shortens only the timing experiment of section 8
-# (fewer prompt lengths, warm-ups and rounds); the correctness checks are the same in both modes, for
-# example all 12 equivalence configurations of section 6. Everything runs on the CPU with one thread,
+# The next cell holds the parameters. `QUICK = True` shortens only the timing experiments (fewer
+# prompt lengths, warm-ups and rounds in section 8, fewer rounds in the appendix's race, section 10.5);
+# the correctness checks are the same in both modes, for example all 12 equivalence configurations of
+# section 6. Everything runs on the CPU with one thread,
 # in 32-bit floats unless a check asks for FP64 (section 6 repeats its grid in FP64); models are put in
 # `eval()` mode and all computation happens under `torch.inference_mode()`.
 # The notebook installs nothing and needs no input file: on Colab, PyTorch, NumPy and Matplotlib are
@@ -36,7 +37,7 @@
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 下一个代码单元是参数单元。`QUICK = True` 只会缩短第 8 节的计时实验（减少提示长度、预热轮数和测量轮数）；两种模式下的正确性检查完全相同，例如第 6 节的 12 种等价性配置都会全部运行。全部计算都在 CPU 上单线程进行，默认使用 32 位浮点数（FP32），只有需要 FP64 的检查例外（第 6 节会用 FP64 把整个网格再跑一遍）；模型处于 `eval()` 模式，前向计算一律放在 `torch.inference_mode()` 中。本 notebook 不安装任何包，也不需要任何输入文件：Colab 已经自带 PyTorch、NumPy 和 Matplotlib。
+# 下一个代码单元是参数单元。`QUICK = True` 只会缩短计时实验（第 8 节减少提示长度、预热轮数和测量轮数，附录第 10.5 节的计时比赛减少轮数）；两种模式下的正确性检查完全相同，例如第 6 节的 12 种等价性配置都会全部运行。全部计算都在 CPU 上单线程进行，默认使用 32 位浮点数（FP32），只有需要 FP64 的检查例外（第 6 节会用 FP64 把整个网格再跑一遍）；模型处于 `eval()` 模式，前向计算一律放在 `torch.inference_mode()` 中。本 notebook 不安装任何包，也不需要任何输入文件：Colab 已经自带 PyTorch、NumPy 和 Matplotlib。
 
 # %% tags=["parameters"]
 QUICK = False      # True: fewer prompt lengths and repeats in the timing section (correctness checks stay complete)

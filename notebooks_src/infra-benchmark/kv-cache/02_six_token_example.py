@@ -53,10 +53,11 @@ def toy_layer(ids, positions, past_k=None, past_v=None):
 
 # %% [markdown] lang="en"
 # The prefill computes and keeps K and V for positions 0–3. The second call gets only IDs 9 and 18 at
-# positions 4 and 5; its new keys and values are concatenated onto the cached ones.
+# positions 4 and 5; its new keys and values are concatenated onto the cached ones. The table's first
+# row gives the shape of the cached K; the cached V has the same shape.
 
 # %% [markdown] lang="zh"
-# 预填充计算并保留位置 0–3 的 K 和 V。第二次调用只拿到 ID 9 和 18，位置为 4 和 5；它新算出的 K/V 拼接在缓存的 K/V 之后。
+# 预填充计算并保留位置 0–3 的 K 和 V。第二次调用只拿到 ID 9 和 18，位置为 4 和 5；它新算出的 K/V 拼接在缓存的 K/V 之后。表中第一行是缓存里 K 的形状，缓存里 V 的形状与之相同。
 
 # %%
 with torch.inference_mode():
@@ -90,14 +91,15 @@ assert tuple(step["logits"].shape) == (B, NEW_LEN, VOCAB)
 #
 # The returned logits need careful reading. Row 0 belongs to position 4, the position of ID 9, and it
 # is the model's distribution over **what comes after 9**; it is not a probability for ID 9 itself.
-# So when cached and uncached results are compared, the same consumed position must be lined up, with
-# no shift by one token. The cell below checks exactly that: the two rows equal rows 4 and 5 of a run
+# So when cached and uncached results are compared, the same *consumed position* (a position whose
+# token has already been fed to the model) must be lined up, with no shift by one token. The cell
+# below checks exactly that: the two rows equal rows 4 and 5 of a run
 # that recomputes all six tokens, and position 4 gives zero weight to key 5.
 
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以偷看位置 5。
 #
-# 返回的对数几率（logits）需要仔细解读。第 0 行属于位置 4，也就是 ID 9 所在的位置；它是模型对 **9 后面下一个 token** 的预测分布，而不是 ID 9 本身出现的概率。因此比较有缓存和无缓存的结果时，必须对齐同一个已处理的位置，不能错开一个 token。下面的单元检查的正是这一点：这两行与完整重算六个 token 时的第 4、5 行相同，而且位置 4 对键 5 的注意力权重为零。
+# 返回的对数几率（logits）需要仔细解读。第 0 行属于位置 4，也就是 ID 9 所在的位置；它是模型对 **9 后面下一个 token** 的预测分布，而不是 ID 9 本身出现的概率。因此比较有缓存和无缓存的结果时，必须对齐同一个**已处理的位置**（其 token 已经送入模型的位置），不能错开一个 token。下面的单元检查的正是这一点：这两行与完整重算六个 token 时的第 4、5 行相同，而且位置 4 对键 5 的注意力权重为零。
 
 # %%
 with torch.inference_mode():

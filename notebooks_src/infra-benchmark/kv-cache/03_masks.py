@@ -43,10 +43,10 @@ print(causal_mask(4, 2).int())
 
 # %% [markdown] lang="en"
 # Side by side for the six-token example (cache 4, chunk 2): the offset mask lets both new queries read
-# the whole cache; the upper-left triangle lets them read only keys 0 and 0–1.
+# the whole cache; the upper-left triangle lets query 4 read only key 0, and query 5 only keys 0–1.
 
 # %% [markdown] lang="zh"
-# 下面把六个 token 例子（缓存 4 个位置，块长 2）的两种掩码并排画出：带偏移的掩码让两个新查询都能读到全部缓存；左上角三角形却只让它们分别读到键 0 和键 0–1。
+# 下面把六个 token 例子（缓存 4 个位置，块长 2）的两种掩码并排画出：带偏移的掩码让两个新查询都能读到全部缓存；左上角三角形却只让查询 4 读到键 0，查询 5 读到键 0–1。
 
 # %%
 def draw_masks(past_len: int, new_len: int):
@@ -118,9 +118,7 @@ print("exercise checked")
 # whenever you switch versions.
 
 # %% [markdown] lang="zh"
-# **PyTorch 自带的注意力**：当分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)`
-# 把因果三角形对齐到左上角；对于接在缓存之后的块，这恰恰是上面那个错误的掩码。
-# `torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码一致。下面的单元用与练习同形状的随机张量，把两者分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本：换了版本就要重新检查。
+# **PyTorch 自带的注意力**：当分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)` 把因果三角形对齐到左上角；对于接在缓存之后的块，这恰恰是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码一致。下面的单元用与练习同形状的随机张量，把两者分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本：换了版本就要重新检查。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right

@@ -22,9 +22,7 @@
 #
 # 下面是完整模型，写法参考 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）块（先是注意力残差，再是 MLP 残差），最后一个 LayerNorm，以及不带偏置的词表投影。宽度 64，4 个头、每头 16 维，词表 97，MLP 隐藏层宽度 256，最多 512 个位置。权重由 `SEED` 随机生成，不下载任何东西。
 #
-# 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：
-# $Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，
-# $V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，所以第 1 层的 K/V 不能拿来充当第 2 层的。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
+# 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：$Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，$V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，所以第 1 层的 K/V 不能拿来充当第 2 层的。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
 #
 # 那么，旧的缓存项为什么能复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。在权重和位置固定、没有 dropout 的前提下，往序列末尾追加 token 不会改变第一层在旧位置上的输出；对后面的层逐层套用同样的论证（归纳法），结论对整个网络都成立。反过来，只要改了某个旧 token、某个权重或位置规则，缓存就过期了。
 
@@ -129,14 +127,14 @@ class Block(nn.Module):
         return x, kv
 
 # %% [markdown] lang="en"
-# The decoder. `forward(ids, cache)` reads the cache length from layer 0's keys, asks the hooks for the
+# The decoder. `forward(ids, cache)` reads the cache length from the first layer's keys
+# (`cache[0]`), asks the hooks for the
 # positions and the mask, runs the blocks with cache entry $\ell$ going to block $\ell$, and returns
 # logits for every new position together with the new cache. `hooks(...)` temporarily swaps a hook and
 # restores the original afterwards.
 
 # %% [markdown] lang="zh"
-# 解码器本体。`forward(ids, cache)` 从第 0 层的 K 读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 个块，最后返回每个新位置的 logits 以及新的缓存。
-# `hooks(...)` 临时换上某个钩子，用完后恢复原样。
+# 解码器本体。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 个块，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后恢复原样。
 
 # %%
 class CacheDecoder(nn.Module):
@@ -179,15 +177,18 @@ class CacheDecoder(nn.Module):
 
 # %% [markdown] lang="en"
 # Build it from the seed and count the parameters, once by summing the tensors and once from the
-# configuration: embeddings $VW + P_{\max}W$, per block two LayerNorms ($2 \cdot 2W$), four attention
-# projections ($4(W^2 + W)$) and the MLP ($WM + M + MW + W$), then the final LayerNorm ($2W$) and the
-# untied vocabulary projection ($WV$). Both must come to 145,280. The cell also checks what the text
+# configuration. Write $V$ for the vocabulary size, $W$ for the width, $M$ for the MLP hidden width and
+# $P_{\max}$ for the number of positions: embeddings $VW + P_{\max}W$, per block two LayerNorms
+# ($2 \cdot 2W$), four attention projections ($4(W^2 + W)$) and the MLP ($WM + M + MW + W$), then the
+# final LayerNorm ($2W$) and the vocabulary projection ($WV$), which has its own matrix: it is not
+# *tied* to (shared with) the token embedding table. Both counts must come to 145,280. The cell also
+# checks what the text
 # above promises: the sizes, LayerNorm before attention and before the MLP (a block's output recomputed
 # by hand on a small input), exact GELU, no dropout module, and weights that depend only on `SEED`
 # (a second build gives the same tensors).
 
 # %% [markdown] lang="zh"
-# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和不与嵌入共享权重的词表投影（$WV$）。两种方法都必须得到 145,280。这个单元还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
+# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
 
 # %%
 def parameter_formula(c: DecoderConfig) -> int:

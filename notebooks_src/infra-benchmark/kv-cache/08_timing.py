@@ -33,8 +33,7 @@
 #
 # 两条续写路径在每个 token 之后都返回 logits。分词、采样、排队和网络传输都不在任何窗口之内。我们的完整路径是朴素的写法：把前缀每个位置都投影成词表 logits，再只取最后一个。（这里顺带一提，并未实测：优化过的完整路径只需投影最后一个位置。）缓存路径每一步都用 `torch.cat` 动态拼接，要分配新张量并复制历史数据，这部分开销也算在它的窗口里。
 #
-# 测量规程：单线程、FP32、`eval()`、`inference_mode()`；每条路径预热 3 轮、正式测量 15 轮；每一轮都轮换三条路径的执行顺序（预填充–完整–缓存、完整–缓存–预填充、缓存–预填充–完整……），免得某条路径总是第一个运行；计时用 `time.perf_counter_ns`；报告正式测量轮次的中位数（p50）和第 95 百分位数（p95）。
-# `QUICK = True` 时只测 16 和 64 个 token，预热 1 轮、测量 3 轮。测量循环会统计每条路径实际预热的次数，并记录每一轮的执行顺序，再用断言核对这两项。
+# 测量规程：单线程、FP32、`eval()`、`inference_mode()`；每条路径预热 3 轮、正式测量 15 轮；每一轮都轮换三条路径的执行顺序（预填充–完整–缓存、完整–缓存–预填充、缓存–预填充–完整……），免得某条路径总是第一个运行；计时用 `time.perf_counter_ns`；报告正式测量轮次的中位数（p50）和第 95 百分位数（p95）。`QUICK = True` 时只测 16 和 64 个 token，预热 1 轮、测量 3 轮。测量循环会统计每条路径实际预热的次数，并记录每一轮的执行顺序，再用断言核对这两项。
 
 # %%
 PROMPTS = [16, 64] if QUICK else [16, 64, 128, 256]
@@ -83,7 +82,9 @@ def cached_continuation(model, cache, continuation):
 # between the paths.
 #
 # The logical size of the cache is $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$
-# bytes (K and V, batch, length, layers, KV heads, head dimension, bytes per element). With batch 1,
+# bytes (K and V, batch, length, layers, KV heads, head dimension, bytes per element). Every attention
+# head of our model keeps its own K and V, so the number of KV heads $H_{kv}$ is simply the number of
+# heads. With batch 1,
 # final length 272, 2 layers, 4 KV heads, head dimension 16 and 4-byte FP32, that is 278,528 bytes
 # (272 KiB). The cell compares it with the sum of `numel() * element_size()` over the real cache. It
 # counts neither the parameters, the attention scores, the temporary tensors of `torch.cat`, allocator
@@ -92,7 +93,7 @@ def cached_continuation(model, cache, continuation):
 # %% [markdown] lang="zh"
 # 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。当 $P = 256$、$G = 16$ 时，两者分别是 4,232 和 16。下面的单元把公式与两个来源核对：循环实际送入的位置数，以及一个前向预钩子（forward pre-hook）统计到的、真正到达模型的位置数；词表投影上的第二个钩子则确认，完整路径把这些位置全部投影成了 logits。这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、调度和 Python 开销上都不一样。
 #
-# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节（依次对应 K 和 V 两份、batch、序列长度、层数、KV 头数、每头维度、每个元素的字节数）。取 batch 1、最终长度 272、2 层、4 个 KV 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
+# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节（依次对应 K 和 V 两份、batch、序列长度、层数、KV 头数、每头维度、每个元素的字节数）。我们的模型里每个注意力头都保留自己的 K 和 V，所以 KV 头数 $H_{kv}$ 就等于头数。取 batch 1、最终长度 272、2 层、4 个 KV 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
 
 # %%
 def projected_positions(prompt_len: int, generated: int) -> dict:
@@ -222,15 +223,16 @@ fig.savefig(TIMING_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# How to read this. The p95 of 15 samples is an empirical quantile, good for spotting noise but far too
-# few samples to estimate a service's tail latency. The full path repeats work that grows with the
-# prefix; the cached path still reads a growing K/V on every step. Both pay a per-call overhead
-# (Python, operator dispatch) that, as a general rule, weighs heavily for a model this small; the
-# numbers here do not separate that overhead from the arithmetic. What these numbers **do not**
-# establish: speed-ups on a
-# GPU, the latency of a serving system, client-side time to first token (TTFT) or inter-token latency
+# How to read this. A p95 over 15 samples (3 with `QUICK = True`) is an empirical quantile, good for
+# spotting noise but far too few samples to estimate a service's tail latency. The full path repeats
+# work that grows with the prefix; the cached path still reads a growing K/V on every step. Both pay a
+# per-call overhead (Python, operator dispatch) that, as a general rule, weighs heavily for a model
+# this small; the numbers here do not separate that overhead from the arithmetic. To get a feel for
+# it, compare two columns of the table: prefill is one call over $P$ tokens, the cached continuation
+# is 16 calls of one token each. What these numbers **do not** establish: speed-ups on a GPU, the
+# latency of a serving system, client-side time to first token (TTFT) or inter-token latency
 # (ITL), or how vLLM, SGLang or any production kernel, cache layout or scheduler would perform. Those
 # need measurements on their own hardware and workloads.
 
 # %% [markdown] lang="zh"
-# 如何解读这些数字：15 个样本的 p95 只是经验分位数，可以用来发现噪声，但样本远远不够，无法估计一个服务的尾延迟。完整路径重复的工作量随前缀增长；缓存路径每一步仍要读取不断变长的 K/V。两条路径都要承担每次调用的开销（Python、算子调度）；一般来说，对这么小的模型，这部分开销占比很大，而这里的数字并没有把它与计算本身区分开。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。
+# 如何解读这些数字：15 个样本（`QUICK = True` 时只有 3 个）的 p95 只是经验分位数，可以用来发现噪声，但样本远远不够，无法估计一个服务的尾延迟。完整路径重复的工作量随前缀增长；缓存路径每一步仍要读取不断变长的 K/V。两条路径都要承担每次调用的开销（Python、算子调度）；一般来说，对这么小的模型，这部分开销占比很大，而这里的数字并没有把它与计算本身区分开。想对这部分开销有个感觉，可以对照表中的两列：预填充是对 $P$ 个 token 的一次调用，缓存续写则是 16 次调用、每次只送一个 token。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。

@@ -4,12 +4,13 @@
 # Everything this run measured and checked goes into `results.json` in `OUTPUT_DIR`, next to
 # `masks.png` and `timing.png`: environment, model configuration, the 12 equivalence
 # configurations, the causality and cache checks, the broken variants, and the timing protocol
-# with the raw samples of every path. On Colab the cell also offers the files for download.
+# with the raw samples of every path. On Colab the cell also offers the files for download. The
+# appendix (section 10) later adds its own block to the same file.
 
 # %% [markdown] lang="zh"
 # ## 9. 保存结果
 #
-# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、改坏的版本，以及计时规程和每条路径的原始样本。在 Colab 上，这个单元还会提供这些文件的下载。
+# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、改坏的版本，以及计时规程和每条路径的原始样本。在 Colab 上，这个单元还会提供这些文件的下载。附录（第 10 节）稍后会往同一个文件里追加它自己的部分。
 
 # %%
 RESULTS = {
@@ -61,14 +62,17 @@ if IN_COLAB:
         files.download(str(path))
 
 # %% [markdown] lang="en"
-# **Next experiment.** Start from a prefill of 1, 4 or 8 tokens of the section 6 stream and consume the
-# rest one token at a time, comparing every call with a full recomputation of the prefix it has seen
-# so far. The cell below does exactly that and asserts each step. From here, try padding: a batch whose
-# sequences have different lengths needs a padding mask, and it should be kept separate from the
-# causal mask so that each can be checked on its own.
+# **Prefill, then one token at a time.** Start from a prefill of 1, 4 or 8 tokens of the section 6
+# stream and consume the rest one token at a time, comparing every call with a full recomputation of
+# the prefix it has seen so far. The cell below does exactly that and asserts each step.
+#
+# **Next experiment: padding.** A batch whose sequences have different lengths needs a padding mask,
+# and it should be kept separate from the causal mask so that each can be checked on its own.
 
 # %% [markdown] lang="zh"
-# **下一个实验**：从第 6 节的序列出发，先预填充 1、4 或 8 个 token，再逐个处理剩下的 token，把每次调用的结果与“对目前为止已见前缀做完整重算”的结果比较。下面的单元正是这样做的，并对每一步都做了断言。接下来可以试试填充（padding）：同一 batch 中长度不同的序列需要填充掩码，它应当与因果掩码分开构造，这样两者才能各自单独检查。
+# **先预填充，再逐个 token**：从第 6 节的序列出发，先预填充 1、4 或 8 个 token，再逐个处理剩下的 token，把每次调用的结果与“对目前为止已见前缀做完整重算”的结果比较。下面的单元正是这样做的，并对每一步都做了断言。
+#
+# **下一个实验：填充（padding）**：同一 batch 中长度不同的序列需要填充掩码，它应当与因果掩码分开构造，这样两者才能各自单独检查。
 
 # %%
 @torch.inference_mode()
