@@ -248,12 +248,7 @@ if HAVE_TRANSFORMERS:
     print("layer 0, max |GPT-2 - ours| for Q, K, V and the output projection:",
           ", ".join(f"{e:.1e}" for e in layer_errors))
     assert max(layer_errors) < PEER_TOL
-    # scores are scaled by 1/sqrt(16) only: 5.x precomputes that factor as `attn.scaling`, 4.x derives it from
-    # the same two flags inside eager_attention_forward
-    for block in gpt2_64.transformer.h:
-        assert block.attn.head_dim == cfg.width // cfg.heads == 16
-        assert block.attn.scale_attn_weights and not block.attn.scale_attn_by_inverse_layer_idx
-        assert getattr(block.attn, "scaling", 16 ** -0.5) == 16 ** -0.5
+    assert all(block.attn.scaling == (cfg.width // cfg.heads) ** -0.5 for block in gpt2_64.transformer.h)   # 1/sqrt(16)
     print(f"GPT2LMHeadModel built in {next(gpt2_64.parameters()).dtype} with "
           f"{sum(p.numel() for p in gpt2_64.parameters()):,} parameters; ours has "
           f"{sum(p.numel() for p in ours64.parameters()):,}")
