@@ -12,7 +12,7 @@ LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
 # Header text per language. Adding a language means adding its entry here (see README).
 HEADER_TEXT = {
     "en": {
-        "other": "Also in",
+        "other": "Also in ",
         "generated": "Generated from `{source}` by `build-learning-notebooks`: edit the sources there, not this file.",
         "quick": "**Quick-mode build** (a fast smoke run for tests): its numbers are not the published ones.",
     },
@@ -49,8 +49,8 @@ def fill_links(text: str, config: ProjectConfig, lang: str) -> str:
 
 def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick: bool) -> NotebookNode:
     text = HEADER_TEXT[lang]
-    others = " · ".join(
-        f"[{LANGUAGE_NAMES.get(other, other)}]({built_name(source, other)})"
+    others = " · ".join(  # the file beside this one (GitHub, Jupyter) and its Colab page
+        f"[{LANGUAGE_NAMES.get(other, other)}]({built_name(source, other)}) ([Colab]({colab_url(config, source, other)}))"
         for other in config.languages
         if other != lang
     )
@@ -58,7 +58,7 @@ def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick:
         f"# {source.titles[lang]}",
         "",
         f"[![Open In Colab]({COLAB_BADGE})]({colab_url(config, source, lang)})"
-        + (f" &nbsp; {text['other']} {others}" if others else ""),
+        + (f" &nbsp; {text['other']}{others}" if others else ""),
         "",
         "> " + text["generated"].format(source=f"notebooks_src/{source.series}/{source.name}/"),
     ]

@@ -50,7 +50,8 @@ def test_each_language_gets_its_own_prose_and_all_code(source, config):
 def test_header_has_title_other_language_colab_and_source(source, config):
     header = compose(source, "zh", config, {}, {}).cells[0].source
     assert header.startswith("# 你好，测试夹具\n")
-    assert "(hello.en.ipynb)" in header
+    assert "其他语言版本：[English](hello.en.ipynb)" in header
+    assert f"([Colab]({colab_url(config, source, 'en')}))" in header
     assert colab_url(config, source, "zh") in header
     assert colab_url(config, source, "zh") == (
         "https://colab.research.google.com/github/example/fixture/blob/main/build/demo/hello.zh.ipynb"

@@ -40,7 +40,7 @@
 # 下一个代码单元是参数单元。`QUICK = True` 只会缩短计时实验（第 8 节减少提示长度、预热轮数和测量轮数，附录第 10.5 节的计时比赛减少轮数）；两种模式下的正确性检查完全相同，例如第 6 节的 12 种等价性配置都会全部运行。全部计算都在 CPU 上单线程进行，默认使用 32 位浮点数（FP32），只有需要 FP64 的检查例外（第 6 节会用 FP64 把整个网格再跑一遍）；模型处于 `eval()` 模式，前向计算一律放在 `torch.inference_mode()` 中。本 notebook 不安装任何包，也不需要任何输入文件：Colab 已经自带 PyTorch、NumPy 和 Matplotlib。
 
 # %% tags=["parameters"]
-QUICK = False      # True: fewer prompt lengths and repeats in the timing section (correctness checks stay complete)
+QUICK = False      # True: shorter timing runs (sections 8 and 10); every correctness check stays complete
 SEED = 0           # seed for the random weights and the fixed token streams
 OUTPUT_DIR = "."   # folder that receives results.json and the PNG figures
 

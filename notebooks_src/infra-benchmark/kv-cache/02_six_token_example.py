@@ -68,7 +68,7 @@ with torch.inference_mode():
     step = toy_layer(ids[:, PAST_LEN:], new_positions, cache_k, cache_v)
 
 table = [
-    ("existing cache (K, each)", tuple(cache_k.shape), "positions " + ", ".join(str(p) for p in range(PAST_LEN))),
+    ("cached K (V same shape)", tuple(cache_k.shape), "positions " + ", ".join(str(p) for p in range(PAST_LEN))),
     ("new input", tuple(ids[:, PAST_LEN:].shape), f"IDs {IDS[PAST_LEN:]} at positions {new_positions.tolist()}"),
     ("current Q", tuple(step["q"].shape), "queries for the two new positions"),
     ("concatenated K / V", tuple(step["k"].shape), "4 cached + 2 new positions"),

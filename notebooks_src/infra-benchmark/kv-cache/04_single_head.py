@@ -34,4 +34,6 @@ with torch.inference_mode():
 single_head_err = (chunk_out - full_out[:, 7:]).abs().max().item()
 print(f"single head: max |cached - full| = {single_head_err:.3e}")
 torch.testing.assert_close(chunk_out, full_out[:, 7:], atol=1e-5, rtol=1e-5)
-torch.testing.assert_close(cached_k, (head_x @ w_k)[:, :7], atol=1e-6, rtol=1e-6)
+# The joined K/V are the full path's K/V, row for row: cached rows first, new rows after.
+torch.testing.assert_close(head_k, head_x @ w_k, atol=1e-6, rtol=1e-6)
+torch.testing.assert_close(head_v, head_x @ w_v, atol=1e-6, rtol=1e-6)

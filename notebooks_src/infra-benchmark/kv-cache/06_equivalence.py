@@ -112,10 +112,10 @@ def check_equivalence(model: CacheDecoder, stream: torch.Tensor, batch: int, chu
 # 运行 12 种配置，并打印每种配置的最大绝对误差。这个单元也会检查网格本身：12 种配置一个不少（`QUICK = True` 时同样如此）；块长为 5 时，24 个 token 被切成 5、5、5、5、4；FP64 模型的权重与 FP32 模型完全相同。
 
 # %%
-def print_results(rows: list[dict], label: str = "") -> None:
-    print(f"{label:<14}{'batch':>5} {'chunk':>7} {'dtype':>5} {'max |logit err|':>16} {'max |K/V err|':>14}  passed")
+def print_results(rows: list[dict]) -> None:
+    print(f"{'batch':>5} {'chunk':>5} {'dtype':>5} {'max |logit err|':>16} {'max |K/V err|':>14}  passed")
     for r in rows:
-        print(f"{r.get('variant', ''):<14}{r['batch']:>5} {str(r['chunk']):>7} {r['dtype']:>5} "
+        print(f"{r['batch']:>5} {r['chunk']:>5} {r['dtype']:>5} "
               f"{r['max_abs_logit_err']:>16.3e} {r['max_abs_kv_err']:>14.3e}  {r['passed']}")
 
 

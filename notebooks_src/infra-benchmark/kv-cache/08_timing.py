@@ -188,11 +188,16 @@ def time_prompt(model, prompt_len: int) -> dict:
 
 
 TIMING_ROWS = [time_prompt(model, p) for p in PROMPTS]
-print(f"{'prompt':>6} {'prefill p50':>11} {'full p50 / p95 ms':>19} {'cached p50 / p95 ms':>21} {'K/V KiB':>8} {'positions full/cached':>22}")
+def p50_p95(ms: dict) -> str:
+    return f"{ms['p50']:.3f} / {ms['p95']:.3f}"
+
+
+print(f"{'prompt':>6}  {'prefill p50 / p95':>18}  {'full p50 / p95':>18}  {'cached p50 / p95':>18}  {'K/V KiB':>7}  {'positions full / cached':>23}")
+print(f"{'':>6}  {'ms':>18}  {'ms':>18}  {'ms':>18}")
 for r in TIMING_ROWS:
-    print(f"{r['prompt_tokens']:>6} {r['prefill_ms']['p50']:>11.3f} "
-          f"{r['full_ms']['p50']:>9.3f} / {r['full_ms']['p95']:<7.3f} {r['cached_ms']['p50']:>11.3f} / {r['cached_ms']['p95']:<7.3f} "
-          f"{r['kv_bytes'] // 1024:>8} {r['projected_positions']['full']:>15,} / {r['projected_positions']['cached']}")
+    positions = f"{r['projected_positions']['full']:,} / {r['projected_positions']['cached']}"
+    print(f"{r['prompt_tokens']:>6}  {p50_p95(r['prefill_ms']):>18}  {p50_p95(r['full_ms']):>18}  "
+          f"{p50_p95(r['cached_ms']):>18}  {r['kv_bytes'] // 1024:>7}  {positions:>23}")
 assert all(len(r[f"{path}_ms"]["samples"]) == REPEATS for r in TIMING_ROWS for path in PATHS)
 
 # %% [markdown] lang="en"
