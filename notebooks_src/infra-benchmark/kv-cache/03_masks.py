@@ -92,7 +92,7 @@ plt.show()
 #
 # <details><summary>查看答案</summary>
 #
-# 三个查询位于位置 10、11、12，分数张量的最后两维是 `[3, 13]`（3 个查询，13 个键）。它们分别能读取 11、12、13 个键；只按局部下标构造的三角形只会让它们读取 1、2、3 个键。下一个单元用断言验证了以上所有结论。
+# 三个查询位于位置 10、11、12，分数张量的最后两维是 `[3, 13]`（3 个查询，13 个键）。它们分别能读取 11、12、13 个键；只按局部下标构造的三角形只会让它们读取 1、2、3 个键。下一个单元格用断言验证了以上所有结论。
 #
 # </details>
 
@@ -118,7 +118,7 @@ print("exercise checked")
 # whenever you switch versions.
 
 # %% [markdown] lang="zh"
-# **PyTorch 自带的注意力**：当分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)` 把因果三角形对齐到左上角；对于接在缓存之后的块，这恰恰是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码一致。下面的单元用与练习同形状的随机张量，把两者分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本：换了版本就要重新检查。
+# **PyTorch 自带的注意力**：当分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)` 把因果三角形对齐到左上角；对于接在缓存之后的块，这恰恰是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码一致。下面的单元格用与练习同形状的随机张量，把两者分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本：换了版本就要重新检查。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right

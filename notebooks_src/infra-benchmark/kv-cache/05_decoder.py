@@ -188,7 +188,7 @@ class CacheDecoder(nn.Module):
 # (a second build gives the same tensors).
 
 # %% [markdown] lang="zh"
-# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
+# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
 
 # %%
 def parameter_formula(c: DecoderConfig) -> int:

@@ -109,7 +109,7 @@ def check_equivalence(model: CacheDecoder, stream: torch.Tensor, batch: int, chu
 # and the FP64 model holds exactly the FP32 weights.
 
 # %% [markdown] lang="zh"
-# 运行 12 种配置，并打印每种配置的最大绝对误差。这个单元也会检查网格本身：12 种配置一个不少（`QUICK = True` 时同样如此）；块长为 5 时，24 个 token 被切成 5、5、5、5、4；FP64 模型的权重与 FP32 模型完全相同。
+# 运行 12 种配置，并打印每种配置的最大绝对误差。这个单元格也会检查网格本身：12 种配置一个不少（`QUICK = True` 时同样如此）；块长为 5 时，24 个 token 被切成 5、5、5、5、4；FP64 模型的权重与 FP32 模型完全相同。
 
 # %%
 def print_results(rows: list[dict]) -> None:

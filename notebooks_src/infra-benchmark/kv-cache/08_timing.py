@@ -91,9 +91,9 @@ def cached_continuation(model, cache, continuation):
 # overhead nor Python objects, so it is not the peak memory of the process.
 
 # %% [markdown] lang="zh"
-# 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。当 $P = 256$、$G = 16$ 时，两者分别是 4,232 和 16。下面的单元把公式与两个来源核对：循环实际送入的位置数，以及一个前向预钩子（forward pre-hook）统计到的、真正到达模型的位置数；词表投影上的第二个钩子则确认，完整路径把这些位置全部投影成了 logits。这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、调度和 Python 开销上都不一样。
+# 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。当 $P = 256$、$G = 16$ 时，两者分别是 4,232 和 16。下面的单元格把公式与两个来源核对：循环实际送入的位置数，以及一个前向预钩子（forward pre-hook）统计到的、真正到达模型的位置数；词表投影上的第二个钩子则确认，完整路径把这些位置全部投影成了 logits。这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、调度和 Python 开销上都不一样。
 #
-# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节（依次对应 K 和 V 两份、batch、序列长度、层数、KV 头数、每头维度、每个元素的字节数）。我们的模型里每个注意力头都保留自己的 K 和 V，所以 KV 头数 $H_{kv}$ 就等于头数。取 batch 1、最终长度 272、2 层、4 个 KV 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
+# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节（依次对应 K 和 V 两份、batch、序列长度、层数、KV 头数、每头维度、每个元素的字节数）。我们的模型里每个注意力头都保留自己的 K 和 V，所以 KV 头数 $H_{kv}$ 就等于头数。取 batch 1、最终长度 272、2 层、4 个 KV 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元格会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
 
 # %%
 def projected_positions(prompt_len: int, generated: int) -> dict:
