@@ -13,7 +13,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from .appendix import run_appendix  # noqa: E402
+from .appendix import appendix_cells, run_appendix  # noqa: E402
 
 TOL = 1e-10
 SHORT_CHUNKS = [7, 1, 1, 4, 1, 18]          # 32 tokens: prefill, single steps, multi-token chunks
@@ -173,3 +173,50 @@ def test_skips_cleanly_without_transformers(base, base_dir, tmp_path, monkeypatc
     after = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert after.pop("peer") == {"skipped": namespace["SKIP_NOTE"]}
     assert after == before
+
+
+class CacheWithoutConfig(transformers.DynamicCache):
+    """Like releases whose DynamicCache does not take `config=`."""
+
+    def __init__(self):
+        super().__init__()
+
+
+class CacheWithoutLayers(transformers.DynamicCache):
+    """Like releases that keep K/V in `key_cache` / `value_cache` lists instead of `layers`."""
+
+    @property
+    def layers(self):
+        raise AttributeError("'DynamicCache' object has no attribute 'layers'")
+
+    @layers.setter
+    def layers(self, value):
+        pass
+
+
+@pytest.mark.parametrize("old_cache", [CacheWithoutConfig, CacheWithoutLayers])
+def test_skips_cleanly_without_the_cache_api(old_cache, base, base_dir, tmp_path, monkeypatch, capsys):
+    """A transformers whose cache API differs gets one printed sentence per cell and no traceback."""
+    shutil.copy(base_dir / "results.json", tmp_path / "results.json")
+    before = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    before.pop("peer", None)
+    # what the appendix's `from transformers import DynamicCache` gets (an earlier test may have re-imported
+    # the package, so patch the module in sys.modules rather than this file's `transformers`)
+    monkeypatch.setattr(sys.modules["transformers"], "DynamicCache", old_cache)
+    namespace = dict(base, OUTPUT_DIR=str(tmp_path))
+    run_appendix(namespace)
+    assert namespace["HAVE_TRANSFORMERS"] is False
+    note = namespace["SKIP_NOTE"]
+    assert note.startswith(f"transformers {transformers.__version__} lacks the cache API this appendix uses (")
+    assert note.endswith("the appendix is skipped.") and "\n" not in note
+    assert "4.57.1" in note and "5.23.0" in note
+    assert "gpt2_64" not in namespace and "peer_errors" not in namespace     # nothing past the guard ran
+    lines = capsys.readouterr().out.splitlines()
+    assert lines.count(note) == sum(1 for cell in appendix_cells() if "print(SKIP_NOTE)" in cell.source)
+    after = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert after.pop("peer") == {"skipped": note}
+    assert after == before
+
+
+def test_cache_api_probe_passes_on_this_version(nb):
+    assert nb["cache_api_problem"]() is None and nb["SKIP_NOTE"] is None

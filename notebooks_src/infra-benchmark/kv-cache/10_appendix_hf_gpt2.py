@@ -14,8 +14,13 @@
 # mapping is much larger. The tight tolerance matters for one of the three traps at the end.
 #
 # The appendix needs the `transformers` library (Colab ships it). It was written against version
-# 5.23.0, the one pinned for this repository, and says so if it finds another. If the library is not
-# installed, every cell below prints a note and does nothing else.
+# 5.23.0, the one pinned for this repository, and was also run end to end with 4.57.1 and 5.0.0, with
+# the same results. What it needs from the library is a `DynamicCache` built with `config=` that keeps
+# each layer's K and V as `cache.layers[i].keys` and `.values`; the first cell checks this with a one-layer
+# model before anything else. Older releases such as 4.51.3 lack it: there, as when the library is not
+# installed, every cell below prints one sentence saying why and does nothing else. With any other
+# version that has this API, the appendix runs and says that it was not checked with that version; if an
+# assertion then fails, that version computes something differently.
 
 # %% [markdown] lang="zh"
 # ## 10. 附录：请 Hugging Face GPT-2 当外部裁判
@@ -24,7 +29,7 @@
 #
 # 比较在 FP64 下进行，绝对容差取 1e-10。同一套运算的两种正确实现，在 FP64 下只会有舍入误差，远小于这个容差；而权重映射上任何真正的错误都会大得多。容差定得这么紧，是为了后面三个陷阱中的一个。
 #
-# 本附录需要 `transformers` 库（Colab 已预装）。附录是按本仓库锁定的 5.23.0 版编写的，检测到其他版本时会给出提示。如果没有安装这个库，下面的每个单元都只打印一条说明，不做别的事。
+# 本附录需要 `transformers` 库（Colab 已预装）。附录是按本仓库锁定的 5.23.0 版编写的，另外也在 4.57.1 和 5.0.0 上完整运行过，结果相同。它对这个库的要求是：`DynamicCache` 可以用 `config=` 构造，并且把每一层的 K 和 V 存为 `cache.layers[i].keys` 和 `.values`。第一个单元会先用一个单层模型检查这一点，再做别的事。较早的版本（例如 4.51.3）没有这套接口：这时和没有安装这个库一样，下面的每个单元都只打印一句话说明原因，不做别的事。对于具备这套接口的其他版本，附录照常运行，并提示它没有在该版本上检查过；如果随后某条断言失败，说明该版本的某处计算方式不同。
 
 # %%
 import copy
@@ -33,21 +38,43 @@ import warnings
 # transformers imports tqdm, whose Jupyter notice about missing widgets is noise here (no progress bars).
 warnings.filterwarnings("ignore", message="IProgress not found")
 
+PEER_TOL = 1e-10          # absolute tolerance of every FP64 comparison in this appendix
+assert PEER_TOL == TOLERANCE[torch.float64]               # the FP64 tolerance of section 6
+
+PINNED_TRANSFORMERS = "5.23.0"                  # the version this appendix was written against
+CHECKED_TRANSFORMERS = ("4.57.1", "5.0.0")      # other versions it was also run with, end to end
+
+
+def cache_api_problem():
+    """None if a cached GPT-2 step works the way this appendix uses it, else what went wrong.
+
+    Older releases lack part of it: `DynamicCache(config=...)`, or per-layer K/V as `cache.layers[i].keys`.
+    """
+    tiny = GPT2LMHeadModel(GPT2Config(vocab_size=5, n_positions=8, n_embd=8, n_layer=1, n_head=2,
+                                      attn_implementation="eager")).eval()
+    try:
+        cache = DynamicCache(config=tiny.config)
+        with torch.inference_mode():
+            out = tiny(input_ids=torch.zeros(1, 3, dtype=torch.long), past_key_values=cache, use_cache=True)
+        assert out.past_key_values is cache and cache.get_seq_length() == 3
+        assert tuple(cache.layers[0].keys.shape) == tuple(cache.layers[0].values.shape) == (1, 2, 3, 4)
+    except Exception as error:                  # any failure means: not the API this appendix was written for
+        return f"{type(error).__name__}: {error}".strip().splitlines()[0]
+    return None
+
+
 try:
     import transformers
     from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
     from transformers.pytorch_utils import Conv1D
 
-    HAVE_TRANSFORMERS = True
+    problem = cache_api_problem()
+    SKIP_NOTE = None if problem is None else (
+        f"transformers {transformers.__version__} lacks the cache API this appendix uses ({problem}); "
+        f"it was checked with {', '.join(CHECKED_TRANSFORMERS)} and {PINNED_TRANSFORMERS}: the appendix is skipped.")
 except ImportError:
-    HAVE_TRANSFORMERS = False
-
-PEER_TOL = 1e-10          # absolute tolerance of every FP64 comparison in this appendix
-assert PEER_TOL == TOLERANCE[torch.float64]               # the FP64 tolerance of section 6
-SKIP_NOTE = "transformers is not installed: the appendix is skipped."
-
-
-PINNED_TRANSFORMERS = "5.23.0"   # the version this appendix was written and checked against
+    SKIP_NOTE = "transformers is not installed: the appendix is skipped."
+HAVE_TRANSFORMERS = SKIP_NOTE is None           # installed, and with the cache API used below
 
 
 def max_abs(a, b):
@@ -56,9 +83,10 @@ def max_abs(a, b):
 
 if HAVE_TRANSFORMERS:
     print(f"transformers {transformers.__version__}")
-    if transformers.__version__ != PINNED_TRANSFORMERS:
-        print(f"note: this appendix was written against transformers {PINNED_TRANSFORMERS}; "
-              "with another version some calls below may behave differently")
+    if transformers.__version__ not in (PINNED_TRANSFORMERS, *CHECKED_TRANSFORMERS):
+        print(f"note: this appendix was checked with transformers {', '.join(CHECKED_TRANSFORMERS)} and "
+              f"{PINNED_TRANSFORMERS}, not this version; if an assertion below fails, this version computes "
+              "something differently")
 else:
     print(SKIP_NOTE)
 
@@ -248,7 +276,12 @@ if HAVE_TRANSFORMERS:
     print("layer 0, max |GPT-2 - ours| for Q, K, V and the output projection:",
           ", ".join(f"{e:.1e}" for e in layer_errors))
     assert max(layer_errors) < PEER_TOL
-    assert all(block.attn.scaling == (cfg.width // cfg.heads) ** -0.5 for block in gpt2_64.transformer.h)   # 1/sqrt(16)
+    # scores are scaled by 1/sqrt(16) only: 5.x precomputes that factor as `attn.scaling`, 4.x derives it from
+    # the same two flags inside eager_attention_forward
+    for block in gpt2_64.transformer.h:
+        assert block.attn.head_dim == cfg.width // cfg.heads == 16
+        assert block.attn.scale_attn_weights and not block.attn.scale_attn_by_inverse_layer_idx
+        assert getattr(block.attn, "scaling", 16 ** -0.5) == 16 ** -0.5
     print(f"GPT2LMHeadModel built in {next(gpt2_64.parameters()).dtype} with "
           f"{sum(p.numel() for p in gpt2_64.parameters()):,} parameters; ours has "
           f"{sum(p.numel() for p in ours64.parameters()):,}")
@@ -272,7 +305,7 @@ else:
 # sequence is cut into chunks of different lengths (a long prefill, single-token decode steps, a few
 # multi-token chunks), and after every chunk it compares the chunk's logits and each layer's K and V.
 #
-# Our cache is a list of `(K, V)` tuples; in transformers 5.23 it is an object. We create an empty
+# Our cache is a list of `(K, V)` tuples; in transformers (5.23, and 4.57 and 5.0 as well) it is an object. We create an empty
 # `DynamicCache(config=...)` and pass it as `past_key_values=cache, use_cache=True`. Each attention layer
 # calls `cache.update(k, v, layer_idx)`, which appends the new keys and values along the sequence axis,
 # so the object grows in place and the model returns that same object. Layer *i*'s tensors are
@@ -288,7 +321,7 @@ else:
 #
 # `compare_with_gpt2` 把同样的 token ID 送进两个模型，返回各项的最大绝对误差。先是不带缓存、一次输入整个序列；然后是缓存路径：把序列切成长短不一的块（一段很长的预填充、若干单 token 的解码步、几个多 token 的块），每处理完一块，就比较这一块的对数几率以及每一层的 K 和 V。
 #
-# 我们的缓存是由 `(K, V)` 元组组成的列表；在 transformers 5.23 中，缓存则是一个对象。我们先建一个空的 `DynamicCache(config=...)`，再以 `past_key_values=cache, use_cache=True` 传入。每个注意力层都会调用 `cache.update(k, v, layer_idx)`，把新的 K/V 沿序列维拼接上去，所以这个对象是原地增长的，模型返回的也正是这同一个对象。第 *i* 层的张量是 `cache.layers[i].keys` 和 `.values`，形状为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们自己的缓存布局相同。GPT-2 用 `cache.get_seq_length()`（已缓存的 token 数）来确定新 token 的位置，这正是我们的解码器使用的绝对位置偏移。
+# 我们的缓存是由 `(K, V)` 元组组成的列表；在 transformers 中（5.23 如此，4.57 和 5.0 也一样），缓存则是一个对象。我们先建一个空的 `DynamicCache(config=...)`，再以 `past_key_values=cache, use_cache=True` 传入。每个注意力层都会调用 `cache.update(k, v, layer_idx)`，把新的 K/V 沿序列维拼接上去，所以这个对象是原地增长的，模型返回的也正是这同一个对象。第 *i* 层的张量是 `cache.layers[i].keys` 和 `.values`，形状为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们自己的缓存布局相同。GPT-2 用 `cache.get_seq_length()`（已缓存的 token 数）来确定新 token 的位置，这正是我们的解码器使用的绝对位置偏移。
 #
 # 我们用两条长度为 512 的序列，占满全部位置，这样位置嵌入表的每一行都会用到；同时检查最后一块恰好结束在最后一个位置 511。
 
