@@ -51,6 +51,7 @@ def cache_api_problem():
     Older releases lack part of it: `DynamicCache(config=...)`, or per-layer K/V as `cache.layers[i].keys`.
     """
     tiny = GPT2LMHeadModel(GPT2Config(vocab_size=5, n_positions=8, n_embd=8, n_layer=1, n_head=2,
+                                      bos_token_id=None, eos_token_id=None,   # GPT-2's 50256 lies outside 5 tokens
                                       attn_implementation="eager")).eval()
     try:
         cache = DynamicCache(config=tiny.config)
