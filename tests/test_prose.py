@@ -30,3 +30,12 @@ def test_chinese_paragraphs_are_not_split_between_characters(series, name):
 
 def test_the_lint_sees_a_split():
     assert SPLIT_CJK.search("第一行\n第二行") and not SPLIT_CJK.search("第一行\n\n第二段")
+
+
+@pytest.mark.parametrize("series, name", discover(SRC), ids=lambda v: str(v))
+def test_code_cells_are_ascii_so_figures_need_no_cjk_font(series, name):
+    """Code is shared by both languages; ASCII plot labels render with matplotlib's default font
+    in the Chinese notebook too (no missing-glyph boxes)."""
+    notebook = load_notebook(SRC, series, name, CONFIG)
+    bad = [f"{c.file.name}:{c.line}" for c in notebook.code_cells() if not c.source.isascii()]
+    assert bad == []
