@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import nbformat
 import pytest
 
 from learning_notebooks.cli import main
+from learning_notebooks.files import digest_tree
 from learning_notebooks.sources import discover
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +38,14 @@ def test_notebook_builds_and_runs_in_quick_mode(target, tmp_path):
         assert notebook.metadata["learning_notebooks"]["quick"] is True
         errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
         assert errors == []
+    written = digest_tree(tmp_path / "outputs" / series / name)
+    assert written == notebook.metadata["learning_notebooks"]["output_files"]
+    if target == "infra-benchmark/kv-cache":
+        results = json.loads((tmp_path / "outputs" / series / name / "results.json").read_text())
+        assert results["quick"] is True and results["notebook"] == target
+        assert {"environment", "config", "equivalence", "negative_controls", "timing", "peer"} <= results.keys()
+        assert len(results["equivalence"]["configs"]) == 12
+        assert all(control["detected"] for control in results["negative_controls"].values())
 
 
 def test_committed_build_is_current():
