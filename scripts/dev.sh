@@ -42,9 +42,9 @@ case "$command" in
     ;;
   test)
     setup
-    if [[ -x scripts/install-browser-test-deps.sh ]] || [[ -f scripts/install-browser-test-deps.sh ]]; then
-      bash scripts/install-browser-test-deps.sh
-    fi
+    # Headless Chromium for the browser-edition smoke test (apt-get, needs root or sudo).
+    bash scripts/install-browser-test-deps.sh \
+      || echo "warning: could not install chromium; its browser test skips here (and fails under CI=true)" >&2
     exec "$venv/bin/python" -m pytest "$@"
     ;;
   *)
