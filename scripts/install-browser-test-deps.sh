@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install what tests/browser_edition needs beyond the Python environment: Debian's chromium
 # (and its driver), used headless by tests/browser_edition/test_browser_site.py.
-# Idempotent: does nothing when /usr/bin/chromium is already there. Needs root (or sudo) and apt.
+# Idempotent: does nothing when /usr/bin/chromium and /usr/bin/chromedriver are already there. Needs root (or sudo) and apt.
 set -euo pipefail
 
-if [ -x /usr/bin/chromium ]; then
+if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
     echo "chromium already installed: $(/usr/bin/chromium --version 2>/dev/null || echo /usr/bin/chromium)"
     exit 0
 fi
