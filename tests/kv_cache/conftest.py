@@ -1,4 +1,4 @@
-"""Fixtures for the KV-cache notebook: its code cells exec'ed once, in quick mode, into a temp folder."""
+"""Fixtures for the KV-cache notebook: sections 1-9 exec'ed once, in quick mode (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from notebook_code import run_notebook_code
 
-NOTEBOOK = "infra-benchmark/kv-cache"
-CORE_SECTIONS = 9   # sections 01..09; a later appendix (10_...) is not needed here
+@pytest.fixture(scope="session")
+def quick_dir(kv_cache_quick) -> Path:
+    return kv_cache_quick[1]
 
 
 @pytest.fixture(scope="session")
-def quick_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("kv_cache_quick")
-
-
-@pytest.fixture(scope="session")
-def nb(quick_dir) -> dict:
+def nb(kv_cache_quick) -> dict:
     """Namespace of sections 1-9 run with QUICK=True, writing into a temporary folder."""
-    return run_notebook_code(NOTEBOOK, sections=CORE_SECTIONS, QUICK=True, OUTPUT_DIR=str(quick_dir))
+    return kv_cache_quick[0]

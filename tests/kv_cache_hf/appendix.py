@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from notebook_code import code_cells  # noqa: E402
+from notebook_code import code_cells
 
 NOTEBOOK = "infra-benchmark/kv-cache"
-CORE_SECTIONS = 9                      # 01..09 come before the appendix
 APPENDIX = "10_appendix_hf_gpt2.py"
 
 
