@@ -219,7 +219,12 @@ def in_dtype(model, dtype):
 
 
 def max_err(a, b) -> float:
-    return float((a - b).abs().max())
+    return float((a - b).abs().max())                                  # NaN if either holds a NaN
+
+
+def worst(errors) -> float:
+    errors = list(errors)
+    return float("nan") if any(math.isnan(e) for e in errors) else max(errors)   # max() would skip a NaN
 
 
 REFERENCE = {dtype: [generate_alone(in_dtype(model, dtype), p) for p in PROMPTS] for dtype in TOLERANCE}
@@ -233,7 +238,7 @@ def check_padded(model, dtype=torch.float32, rules=CORRECT_RULES, **options) -> 
                 for got, ref in zip(out["logits"], refs))
     same_tokens = all(got == ref["tokens"] for got, ref in zip(out["tokens"], refs))
     finite = all(bool(torch.isfinite(got).all()) for got in out["logits"])
-    return {"dtype": DTYPE_NAME[dtype], "max_abs_logit_err": max(errors), "per_row_err": errors,
+    return {"dtype": DTYPE_NAME[dtype], "max_abs_logit_err": worst(errors), "per_row_err": errors,
             "tokens_identical": same_tokens, "finite": finite, "passed": bool(close and same_tokens and finite),
             "tokens": out["tokens"]}
 
