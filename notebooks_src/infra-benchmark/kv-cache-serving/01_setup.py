@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# The first notebook of this series ({{colab:infra-benchmark/kv-cache}}) proved one configuration: one
+# The [first notebook]({{colab:infra-benchmark/kv-cache}}) of this series proved one configuration: one
 # sequence, or a batch of sequences of equal length, with a cache that grows by `torch.cat`. A server
 # meets neither. Its requests arrive with prompts of different lengths, finish at different times, and
 # share a fixed amount of memory. This notebook takes the three mechanisms that serving systems use for
@@ -20,7 +20,7 @@
 # 7 memory · 8 continuous batching · 9 saved results · 10 appendix: Hugging Face as a referee.
 
 # %% [markdown] lang="zh"
-# 本系列的第一份笔记本（{{colab:infra-benchmark/kv-cache}}）只证明了一种配置：一条序列，或长度相同的一个 batch，缓存用 `torch.cat` 逐步变长。推理服务面对的情况两样都不是：请求的提示长短不一，结束的时间先后不同，还要共用一块大小固定的内存。本笔记本挑出推理服务系统应对这些情况的三种机制，并像第一份笔记本检查它的缓存那样，逐一检查：
+# 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})只证明了一种配置：一条序列，或长度相同的一个 batch，缓存用 `torch.cat` 逐步变长。推理服务面对的情况两样都不是：请求的提示长短不一，结束的时间先后不同，还要共用一块大小固定的内存。本笔记本挑出推理服务系统应对这些情况的三种机制，并像第一份笔记本检查它的缓存那样，逐一检查：
 #
 # * **填充**：长度不同的序列放进同一个 batch，每行有自己的位置和填充掩码；
 # * **预分配缓存**（也称静态缓存）：每层一块缓冲区，原地写入，从不重新分配；
