@@ -13,7 +13,7 @@ def load(out_dir):
 def test_top_level_keys(nb, out_dir):
     results = load(out_dir)
     assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config", "tolerances",
-                             "padding", "static", "paged", "memory", "continuous_batching", "figures"]
+                             "padding", "static", "paged", "memory", "continuous_batching", "figures", "peer"]
     assert results["schema_version"] == 1 and results["notebook"] == "infra-benchmark/kv-cache-serving"
     assert results["quick"] is True
 
