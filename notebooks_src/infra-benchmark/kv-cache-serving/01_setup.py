@@ -44,9 +44,15 @@
 # 首先是参数单元格。`QUICK = True` 只会缩短第 5 节的计时（只测两个前缀长度，轮数也更少）；所有正确性检查和负对照在两种模式下都完整运行。全部计算在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32，并放在 `torch.inference_mode()` 中。本笔记本不安装任何包，也不读取任何文件。
 
 # %% tags=["parameters"]
-QUICK = False      # True: shorter timing in section 5; every correctness check stays complete
-SEED = 0           # seed for the weights, the prompts and the simulated workloads
-OUTPUT_DIR = "."   # folder that receives results.json and the PNG figures
+# [en] True: shorter timing in section 5; every correctness check stays complete.
+# [zh] True：缩短第 5 节的计时；所有正确性检查照常完整运行。
+QUICK = False
+# [en] Seed for the weights, the prompts and the simulated workloads.
+# [zh] 权重、提示和模拟负载所用的随机种子。
+SEED = 0
+# [en] Folder that receives results.json and the PNG figures.
+# [zh] 存放 results.json 和 PNG 图片的文件夹。
+OUTPUT_DIR = "."
 
 # %%
 import copy

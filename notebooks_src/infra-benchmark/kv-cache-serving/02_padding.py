@@ -49,7 +49,9 @@
 # %%
 PROMPT_LENGTHS = (3, 7, 12)
 DECODE_STEPS = 20
-PAD_ID = 0                                   # any ID works for padding slots; checked below
+# [en] Any ID works for padding slots (checked below).
+# [zh] 填充位用哪个 ID 都可以（下面会验证）。
+PAD_ID = 0
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
 DTYPE_NAME = {torch.float32: "fp32", torch.float64: "fp64"}
 
@@ -62,7 +64,9 @@ def left_pad(prompts, pad_id=PAD_ID):
     # [zh] 把长度不同的提示叠成一个 batch，在左边填充。
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    key_mask = torch.zeros(len(prompts), width, dtype=torch.bool)     # True = a real token
+    # [en] True = a real token.
+    # [zh] True 表示真实 token。
+    key_mask = torch.zeros(len(prompts), width, dtype=torch.bool)
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt):] = prompt
         key_mask[row, width - len(prompt):] = True
@@ -103,8 +107,10 @@ assert ids.shape == key_mask.shape == (3, 12) and key_mask.sum(-1).tolist() == l
 assert padded_positions(key_mask, 12)[0].tolist() == [0] * 9 + [0, 1, 2]
 assert padded_positions(key_mask, 12)[2].tolist() == list(range(12))
 assert padded_positions(torch.cat((key_mask, torch.ones(3, 1, dtype=torch.bool)), 1), 1)[:, 0].tolist() == list(PROMPT_LENGTHS)
-assert torch.equal(ids[:, -1], torch.stack([p[-1] for p in PROMPTS]))   # left padding: last column is real
-assert sum(len(p) < 12 for p in PROMPTS) == 2                           # right padding would end 2 rows in padding
+# [en] Left padding: the last column is real in every row; right padding would end two rows in padding.
+# [zh] 左填充：每一行的最后一列都是真实 token；右填充则会让两行以填充位结尾。
+assert torch.equal(ids[:, -1], torch.stack([p[-1] for p in PROMPTS]))
+assert sum(len(p) < 12 for p in PROMPTS) == 2
 
 # %% [markdown] lang="en"
 # The mask of row 0 during prefill, drawn below: its three real queries read the real keys up to
@@ -139,7 +145,9 @@ PADDING_PNG = OUT / "padding_mask.png"
 draw_padded_mask(key_mask, 0).savefig(PADDING_PNG, dpi=110)
 plt.show()
 empty_rows = ~(causal_mask(0, 12)[None, None] & padding_mask(key_mask, 12)).any(-1)      # [B, 1, T]
-assert empty_rows.sum(-1).flatten().tolist() == [9, 5, 0]               # exactly the padding queries
+# [en] Exactly the padding queries see no key.
+# [zh] 读不到任何键的，恰好是填充位上的查询。
+assert empty_rows.sum(-1).flatten().tolist() == [9, 5, 0]
 assert guard_empty_rows(padded_causal_mask(key_mask, 12)).any(-1).all()
 
 # %% [markdown] lang="en"
@@ -173,7 +181,9 @@ def generate_padded(model, prompts, steps=DECODE_STEPS, rules=CORRECT_RULES, pad
         rules = dict(rules, positions=lambda m, n: padded_positions(m, n, pad_position))
     ids, key_mask = left_pad(prompts, pad_id)
     logits, cache = padded_forward(model, ids, key_mask, None, rules)
-    rows = [[logits[r, key_mask[r]]] for r in range(len(prompts))]     # prefill: real positions only
+    # [en] Prefill: real positions only.
+    # [zh] 预填充：只保留真实位置。
+    rows = [[logits[r, key_mask[r]]] for r in range(len(prompts))]
     tokens = [[] for _ in prompts]
     for step in range(steps + 1):
         next_ids = logits[:, -1].argmax(dim=-1)                        # [B], greedy
@@ -199,7 +209,9 @@ def generate_alone(model, prompt, steps=DECODE_STEPS):
         if step == steps:
             break
         logits, cache = model(torch.tensor([[tokens[-1]]]), cache)
-    full_logits, _ = model(torch.cat((prompt, torch.tensor(tokens[:-1])))[None])   # full recomputation
+    # [en] Full recomputation of the prompt and the generated tokens.
+    # [zh] 对提示和生成的 token 做完整重算。
+    full_logits, _ = model(torch.cat((prompt, torch.tensor(tokens[:-1])))[None])
     return {"logits": full_logits[0], "tokens": tokens}
 
 # %% [markdown] lang="en"
@@ -219,12 +231,16 @@ def in_dtype(model, dtype):
 
 
 def max_err(a, b) -> float:
-    return float((a - b).abs().max())                                  # NaN if either holds a NaN
+    # [en] NaN if either side holds a NaN.
+    # [zh] 任一方含 NaN 时结果为 NaN。
+    return float((a - b).abs().max())
 
 
 def worst(errors) -> float:
     errors = list(errors)
-    return float("nan") if any(math.isnan(e) for e in errors) else max(errors)   # max() would skip a NaN
+    # [en] max() would skip a NaN.
+    # [zh] max() 会跳过 NaN。
+    return float("nan") if any(math.isnan(e) for e in errors) else max(errors)
 
 
 REFERENCE = {dtype: [generate_alone(in_dtype(model, dtype), p) for p in PROMPTS] for dtype in TOLERANCE}
@@ -300,23 +316,31 @@ assert PAD_CONTENT_BIT_EXACT
 # %%
 def arange_positions(key_mask, new_len):
     past_len = key_mask.shape[1] - new_len
-    return (past_len + torch.arange(new_len)).expand(key_mask.shape[0], new_len)   # WRONG: counts padding
+    # [en] WRONG on purpose: counts padding slots as positions.
+    # [zh] 故意写错：把填充位也算作位置。
+    return (past_len + torch.arange(new_len)).expand(key_mask.shape[0], new_len)
 
 
 def causal_only(key_mask, new_len):
     past_len = key_mask.shape[1] - new_len
-    return causal_mask(past_len, new_len)[None, None].expand(key_mask.shape[0], 1, -1, -1)   # WRONG: no padding mask
+    # [en] WRONG on purpose: no padding mask.
+    # [zh] 故意写错：没有填充掩码。
+    return causal_mask(past_len, new_len)[None, None].expand(key_mask.shape[0], 1, -1, -1)
 
 
 def padding_on_queries(key_mask, new_len):
     past_len = key_mask.shape[1] - new_len
-    queries = key_mask[:, None, -new_len:, None]                        # WRONG: [B, 1, T_new, 1]
+    # [en] WRONG on purpose: hides padding queries, [B, 1, T_new, 1], not padding keys.
+    # [zh] 故意写错：遮住的是填充位上的查询（[B, 1, T_new, 1]），而不是填充位上的键。
+    queries = key_mask[:, None, -new_len:, None]
     return guard_empty_rows(causal_mask(past_len, new_len)[None, None] & queries)
 
 
 def no_guard(key_mask, new_len):
     past_len = key_mask.shape[1] - new_len
-    return causal_mask(past_len, new_len)[None, None] & padding_mask(key_mask, new_len)   # WRONG: NaN rows
+    # [en] WRONG on purpose: no guard, so rows that see no key become NaN.
+    # [zh] 故意写错：没有保护，读不到键的行会变成 NaN。
+    return causal_mask(past_len, new_len)[None, None] & padding_mask(key_mask, new_len)
 
 
 PADDING_CONTROLS = {
@@ -331,6 +355,10 @@ say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}", str(r["tokens_identica
           en=["broken variant", "max abs logit error", "tokens identical", "finite", "caught"],
           zh=["改坏的版本", "最大 logits 绝对误差", "token 一致", "数值有限", "查出"])
 assert not any(r["passed"] for r in PADDING_CONTROL_RUNS.values())
-assert not PADDING_CONTROL_RUNS["no_empty_row_guard"]["finite"]        # NaN reached real positions
+# [en] NaN reached real positions.
+# [zh] NaN 传到了真实位置。
+assert not PADDING_CONTROL_RUNS["no_empty_row_guard"]["finite"]
 assert all(r["finite"] for name, r in PADDING_CONTROL_RUNS.items() if name != "no_empty_row_guard")
-assert PADDED["fp32"]["finite"] and PADDED["fp64"]["finite"]           # with the guard: no NaN anywhere real
+# [en] With the guard: no NaN at any real position.
+# [zh] 有了保护：任何真实位置都没有 NaN。
+assert PADDED["fp32"]["finite"] and PADDED["fp64"]["finite"]

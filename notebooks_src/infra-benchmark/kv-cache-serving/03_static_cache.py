@@ -54,8 +54,10 @@ class CatStore:
     # [en] The first notebook's cache behind the store interface: torch.cat, new tensors every call.
     # [zh] 以存储对象的形式包装第一份笔记本的缓存：torch.cat，每次调用都生成新张量。
     def __init__(self, config, batch):
-        self.layers = [None] * config.layers                           # (K, V) per layer
-        self.key_mask = torch.zeros(batch, 0, dtype=torch.bool)        # which slots hold real tokens
+        # [en] One (K, V) per layer, and which slots hold real tokens.
+        # [zh] 每层一对 (K, V)，以及哪些槽位是真实 token。
+        self.layers = [None] * config.layers
+        self.key_mask = torch.zeros(batch, 0, dtype=torch.bool)
         self.length = 0
 
     def begin(self, new_mask):
@@ -102,8 +104,10 @@ STORE_FORWARD_BIT_EXACT = all(torch.equal(a, b) for a, b in zip(cat_run["logits"
 say(en=f"`store_forward` with a `torch.cat` store equals the section 3 decoder bit for bit: {STORE_FORWARD_BIT_EXACT}.",
     zh=f"`store_forward` 配合 `torch.cat` 存储，与第 3 节的解码器逐比特相同：{STORE_FORWARD_BIT_EXACT}。")
 assert STORE_FORWARD_BIT_EXACT and cat_run["tokens"] == base["tokens"]
-assert all(a != b for before, after in zip(cat_run["pointers"], cat_run["pointers"][1:])   # torch.cat: every call
-           for a, b in zip(before, after))                                                  # makes new tensors
+# [en] torch.cat makes new tensors on every call.
+# [zh] torch.cat 每次调用都生成新张量。
+assert all(a != b for before, after in zip(cat_run["pointers"], cat_run["pointers"][1:])
+           for a, b in zip(before, after))
 
 # %% [markdown] lang="en"
 # The static store. Its buffers start filled with **NaN**, not zeros: a slot that has not been written
@@ -135,9 +139,11 @@ class StaticStore:
 
     def write(self, layer, k, v):
         start, end = self.length, self.length + k.shape[-2]
-        self.k[layer][:, :, start:end] = k                             # in place, at the current offset
+        # [en] Write in place at the current offset; return views of the valid prefix.
+        # [zh] 在当前偏移处原地写入；返回有效前缀的视图。
+        self.k[layer][:, :, start:end] = k
         self.v[layer][:, :, start:end] = v
-        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]    # views of the valid prefix
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
     def finish(self, new_len):
         self.length += new_len
@@ -232,7 +238,9 @@ assert STATIC["fp32"]["tokens_identical"] and cat_run["tokens"] == [ref["tokens"
 # %%
 class OffByOneStore(StaticStore):
     def write(self, layer, k, v):
-        start, end = self.length + 1, self.length + 1 + k.shape[-2]    # WRONG: one slot too far
+        # [en] WRONG on purpose: one slot too far.
+        # [zh] 故意写错：多偏了一个槽位。
+        start, end = self.length + 1, self.length + 1 + k.shape[-2]
         self.k[layer][:, :, start:end] = k
         self.v[layer][:, :, start:end] = v
         return self.k[layer][:, :, :end - 1], self.v[layer][:, :, :end - 1]
@@ -267,8 +275,10 @@ say_table([["reuse with `reset()` (correct)", f"{REUSE_WITH_RESET['max_abs_logit
           zh=["版本", "与 `torch.cat` 相比的最大 logits 绝对误差", "数值有限", "查出"])
 assert REUSE_WITH_RESET["bit_exact"] and REUSE_WITH_RESET["tokens_identical"]
 assert all(c["detected"] for c in STATIC_CONTROLS.values())
-assert not STATIC_CONTROLS["write_at_offset_plus_one"]["finite"]        # the NaN fill exposes the hole
-assert STATIC_CONTROLS["reuse_without_reset"]["finite"]                 # finite, but wrong: caught by the comparison
+# [en] The NaN fill exposes the hole; reuse without reset is finite, but wrong: the comparison catches it.
+# [zh] NaN 填充暴露了空洞；不重置就复用给出的是有限但错误的数，由比较查出。
+assert not STATIC_CONTROLS["write_at_offset_plus_one"]["finite"]
+assert STATIC_CONTROLS["reuse_without_reset"]["finite"]
 
 # %% [markdown] lang="en"
 # The first control was caught by the NaN fill: the hole is an unwritten slot, and NaN reached the
@@ -313,7 +323,9 @@ def time_step(prefix_len) -> dict:
     token, one = STEP_STREAM[:, prefix_len:prefix_len + 1], torch.ones(1, 1, dtype=torch.bool)
     restore()
     outputs = {"cat": store_forward(model, token, one, cat_store), "static": store_forward(model, token, one, static_store)}
-    assert torch.equal(outputs["cat"], outputs["static"])               # same step, same bits
+    # [en] Same step, same bits.
+    # [zh] 同一步，逐比特相同。
+    assert torch.equal(outputs["cat"], outputs["static"])
     samples = {"cat": [], "static": []}
     for round_index in range(STEP_WARMUPS + STEP_REPEATS):
         order = ("cat", "static") if round_index % 2 == 0 else ("static", "cat")
@@ -325,7 +337,9 @@ def time_step(prefix_len) -> dict:
             elapsed = time.perf_counter_ns() - start
             if round_index >= STEP_WARMUPS:
                 samples[name].append(elapsed / 1e6)
-    copied = 2 * cfg.layers * cfg.heads * (prefix_len + 1) * cfg.head_dim * 4   # bytes a cat step writes
+    # [en] Bytes of K/V a cat step writes: the whole history plus the new position.
+    # [zh] cat 单步写入的 K/V 字节数：全部历史加上新位置。
+    copied = 2 * cfg.layers * cfg.heads * (prefix_len + 1) * cfg.head_dim * 4
     return {"prefix": prefix_len, "cat_bytes_written": copied, "static_bytes_written": 2 * cfg.layers * cfg.heads * cfg.head_dim * 4,
             **{f"{name}_ms": {"p50": float(np.percentile(s, 50)), "p95": float(np.percentile(s, 95)),
                               "samples": [round(x, 6) for x in s]} for name, s in samples.items()}}

@@ -31,11 +31,15 @@ class BlockPool:
         self.k = [torch.full(shape, float("nan"), dtype=dtype) for _ in range(config.layers)]
         self.v = [torch.full(shape, float("nan"), dtype=dtype) for _ in range(config.layers)]
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.fill = [0] * num_blocks                                     # filled slots per block
-        self.refs = [0] * num_blocks                                     # sequences holding the block
+        # [en] Per block: filled slots, and sequences holding it.
+        # [zh] 每个物理块：已填的槽位数，以及持有它的序列数。
+        self.fill = [0] * num_blocks
+        self.refs = [0] * num_blocks
         self.free = list(range(num_blocks))
-        random.Random(seed).shuffle(self.free)                           # random block tables
-        self.allocations = []                                            # block id of every allocation
+        # [en] Shuffled: random block tables. Every allocation is recorded.
+        # [zh] 打乱顺序：块表是随机的。每次分配都记录下来。
+        random.Random(seed).shuffle(self.free)
+        self.allocations = []
 
     def allocate(self) -> int:
         if not self.free:
@@ -54,7 +58,9 @@ class BlockPool:
     def clear(self, block):
         self.fill[block] = 0
         for t in self.k + self.v:
-            t[block] = float("nan")                                      # test instrument: poison it
+            # [en] Test instrument: poison the released block.
+            # [zh] 检测手段：给释放的物理块重新填上 NaN。
+            t[block] = float("nan")
 
     def used(self) -> int:
         return self.num_blocks - len(self.free)
@@ -74,7 +80,9 @@ class BlockPool:
 # %%
 class PagedCache:
     def __init__(self, pool: BlockPool):
-        self.pool, self.tables = pool, {}                                # sequence -> block table
+        # [en] sequence -> block table
+        # [zh] 序列 -> 块表
+        self.pool, self.tables = pool, {}
 
     def add(self, seq):
         self.tables[seq] = []
@@ -123,7 +131,9 @@ class PagedCache:
 
     def read(self, layer, seq):                                        # -> [H, length, Dh]
         addresses = self.addresses(seq)
-        k = self.pool.k[layer].flatten(0, 1)[addresses]                 # gather: [length, H, Dh]
+        # [en] Gather: indexing, [length, H, Dh].
+        # [zh] 收集：只是索引，[length, H, Dh]。
+        k = self.pool.k[layer].flatten(0, 1)[addresses]
         v = self.pool.v[layer].flatten(0, 1)[addresses]
         return k.transpose(0, 1), v.transpose(0, 1)
 
@@ -146,20 +156,26 @@ class PagedCache:
 # %%
 class ContiguousCache:
     def __init__(self, config):
-        self.layers, self.tables, self.lengths = config.layers, {}, {}  # sequence -> [(K, V) per layer]
+        # [en] sequence -> [(K, V) per layer], and its length
+        # [zh] 序列 -> [每层的 (K, V)]，以及它的长度
+        self.layers, self.tables, self.lengths = config.layers, {}, {}
 
     def add(self, seq):
         self.tables[seq], self.lengths[seq] = [None] * self.layers, 0
 
     def fork(self, parent, child):
-        self.tables[child] = list(self.tables[parent])                 # torch.cat never writes in place
+        # [en] torch.cat never writes in place, so sharing the tensors is safe.
+        # [zh] torch.cat 从不原地写入，所以共享这些张量是安全的。
+        self.tables[child] = list(self.tables[parent])
         self.lengths[child] = self.lengths[parent]
 
     def free(self, seq):
         del self.tables[seq], self.lengths[seq]
 
     def length(self, seq) -> int:
-        return self.lengths[seq]                                       # including reserved positions
+        # [en] Including reserved positions.
+        # [zh] 包括已预留的位置。
+        return self.lengths[seq]
 
     def reserve(self, seq, n):
         self.lengths[seq] += n
@@ -176,10 +192,12 @@ class SeqBatchStore:
     def __init__(self, cache, seqs):
         self.cache, self.seqs = cache, list(seqs)
 
-    def begin(self, new_mask):                                         # new_mask: [B, T_new], left-padded
+    def begin(self, new_mask):                                         # new_mask: [B, T_new]
         self.new_counts = new_mask.sum(dim=-1).tolist()
         self.addresses = [self.cache.reserve(s, n) for s, n in zip(self.seqs, self.new_counts)]
-        lengths = [self.cache.length(s) for s in self.seqs]            # cached + new positions
+        # [en] Cached plus new positions.
+        # [zh] 已缓存的加上新的位置。
+        lengths = [self.cache.length(s) for s in self.seqs]
         self.total = max(n - new for n, new in zip(lengths, self.new_counts)) + new_mask.shape[1]
         columns = torch.arange(self.total)
         return columns[None, :] >= (self.total - torch.tensor(lengths))[:, None]   # [B, T_total]
@@ -214,7 +232,9 @@ class SeqBatchStore:
 # **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。logits 必须与第 5 节 `torch.cat` 存储的结果**逐比特相同**，与按序列分开存放的连续缓存也必须逐比特相同：收集出来的 K/V 数值相同、布局相同，收集之后的计算完全一样。
 
 # %%
-BLOCK_SIZE = 4                                                          # small, so sequences span many blocks
+# [en] Small, so that sequences span many blocks.
+# [zh] 取小一点，让序列跨越多个物理块。
+BLOCK_SIZE = 4
 
 
 @torch.inference_mode()
@@ -258,7 +278,9 @@ for r in PAGED.values():
     assert r["bit_exact_vs_cat"] and r["bit_exact_vs_contiguous"] and r["tokens_identical"] and r["finite"]
     assert r["lengths"] == [n + DECODE_STEPS for n in PROMPT_LENGTHS]
     assert [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]]
-    assert any(t != sorted(t) or t != list(range(t[0], t[0] + len(t))) for t in r["tables"])   # not consecutive
+    # [en] Block tables are not consecutive.
+    # [zh] 块表不是连续编号。
+    assert any(t != sorted(t) or t != list(range(t[0], t[0] + len(t))) for t in r["tables"])
 
 # %% [markdown] lang="en"
 # **Second criterion: blocks return and are reused.** Six requests with different prompt and output
@@ -278,8 +300,10 @@ for r in PAGED.values():
 class Request:
     rid: int
     prompt: torch.Tensor
-    max_new: int                                                        # tokens to generate
-    arrival: int = 0                                                    # loop iteration it arrives at
+    # [en] Tokens to generate, and the loop iteration the request arrives at.
+    # [zh] 要生成的 token 数，以及请求到达的循环轮次。
+    max_new: int
+    arrival: int = 0
     tokens: list = field(default_factory=list)
     logits: list = field(default_factory=list)
     admitted: int = -1
@@ -352,7 +376,9 @@ def request_logits(request):
     return torch.cat([request.logits[0]] + [l for l in request.logits[1:]])   # [prompt + max_new - 1, vocab]
 
 
-REUSE_SPECS = [(9, 6, 0), (14, 12, 0), (5, 3, 0), (11, 8, 0), (7, 10, 0), (13, 5, 0)]   # (prompt, output, arrival)
+# [en] (prompt tokens, output tokens, arrival)
+# [zh] （提示 token 数，输出 token 数，到达轮次）
+REUSE_SPECS = [(9, 6, 0), (14, 12, 0), (5, 3, 0), (11, 8, 0), (7, 10, 0), (13, 5, 0)]
 REUSE_BLOCKS = 24
 
 
@@ -388,7 +414,9 @@ say(en=(f"Six requests over {REUSE_BLOCKS} blocks: admitted at iterations {REUSE
         f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；全部物理块都已归还：{REUSE['all_returned']}。"))
 assert REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"] and REUSE["finite"]
 assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"]
-assert max(REUSE["admitted"]) > 0                                       # some request had to wait for blocks
+# [en] Some request had to wait for blocks.
+# [zh] 有的请求必须等待物理块。
+assert max(REUSE["admitted"]) > 0
 
 # %% [markdown] lang="en"
 # Batched decoding is not bit-identical to decoding alone: the same row sits in matrices of other
@@ -506,18 +534,24 @@ assert SHARED["partial_block_copied"] and SHARED["blocks_in_use"] == SHARED["blo
 class OffByOneOffset(PagedCache):
     def reserve(self, seq, n):
         addresses = super().reserve(seq, n)
-        return (addresses + 1) % (self.pool.num_blocks * self.pool.block_size)   # WRONG: one slot too far
+        # [en] WRONG on purpose: one slot too far.
+        # [zh] 故意写错：多偏了一个槽位。
+        return (addresses + 1) % (self.pool.num_blocks * self.pool.block_size)
 
 
 class NotClearedPool(BlockPool):
     def clear(self, block):
         for t in self.k + self.v:
-            t[block] = float("nan")                                      # WRONG: fill count kept
+            # [en] WRONG on purpose: the fill count is kept.
+            # [zh] 故意写错：保留了已填计数。
+            t[block] = float("nan")
 
 
 class NoCopyOnWrite(PagedCache):
     def copy_on_write(self, seq):
-        pass                                                            # WRONG: write into the shared block
+        # [en] WRONG on purpose: write into the shared block.
+        # [zh] 故意写错：直接写入共享的物理块。
+        pass
 
 
 def paged_verdict(r, exact_key):
@@ -542,6 +576,8 @@ say_table([[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", str(c["finite"]), str(
           en=["broken variant", "max abs logit error", "finite", "caught"],
           zh=["改坏的版本", "最大 logits 绝对误差", "数值有限", "查出"])
 assert all(c["detected"] for c in PAGED_CONTROLS.values())
-assert not PAGED_CONTROLS["off_by_one_block_offset"]["finite"]          # the NaN pool exposes the unwritten slot
-assert not PAGED_CONTROLS["reused_block_not_cleared"]["finite"]         # ... and the stale slots of a reused block
-assert PAGED_CONTROLS["shared_block_written_in_place"]["finite"]        # finite but wrong: the comparison catches it
+# [en] The NaN pool exposes the unwritten slot and the stale slots of a reused block; writing into a shared block gives finite, wrong numbers, which the comparison catches.
+# [zh] NaN 池暴露了未写入的槽位，以及复用物理块中过期的槽位；写入共享物理块给出的是有限但错误的数，由比较查出。
+assert not PAGED_CONTROLS["off_by_one_block_offset"]["finite"]
+assert not PAGED_CONTROLS["reused_block_not_cleared"]["finite"]
+assert PAGED_CONTROLS["shared_block_written_in_place"]["finite"]

@@ -44,19 +44,25 @@ def log_uniform(rng, low, high, size):
 rng = np.random.default_rng(SEED)
 WORK_PROMPTS = log_uniform(rng, MIN_LEN, MAX_LEN, N_REQUESTS)
 WORK_OUTPUTS = log_uniform(rng, MIN_LEN, MAX_LEN, N_REQUESTS)
-BYTES_PER_TOKEN = 2 * cfg.layers * cfg.heads * cfg.head_dim * 4         # H_kv = heads in our decoder; FP32
+# [en] H_kv = heads in our decoder; FP32.
+# [zh] 我们的解码器中 H_kv 等于头数；FP32。
+BYTES_PER_TOKEN = 2 * cfg.layers * cfg.heads * cfg.head_dim * 4
 
 
 def memory_table(prompts, outputs, limit, block_sizes) -> dict:
     used, reserved = 0, {"contiguous_max": 0, "contiguous_final": 0} | {f"paged_{b}": 0 for b in block_sizes}
     for p, o in zip(prompts.tolist(), outputs.tolist()):
-        lengths = p + np.arange(o)                                      # positions stored at each step
+        # [en] Positions stored at each step.
+        # [zh] 每一步存储的位置数。
+        lengths = p + np.arange(o)
         used += int(lengths.sum())
         reserved["contiguous_max"] += limit * o
         reserved["contiguous_final"] += (p + o - 1) * o
         for b in block_sizes:
             slots = np.ceil(lengths / b).astype(int) * b
-            assert np.all((slots >= lengths) & (slots - lengths < b))  # at most one partial block
+            # [en] At most one partly filled block.
+            # [zh] 最多只有一个未填满的物理块。
+            assert np.all((slots >= lengths) & (slots - lengths < b))
             reserved[f"paged_{b}"] += int(slots.sum())
     return {name: {"reserved_token_steps": r, "used_token_steps": used, "waste_pct": 100 * (1 - used / r),
                    "mean_reserved_kib": r / sum(outputs.tolist()) * BYTES_PER_TOKEN / 1024,
@@ -101,9 +107,11 @@ assert waste["contiguous_max"] > waste["contiguous_final"] > waste["paged_32"] >
 # vLLM 论文（Kwon 等，SOSP 2023）报告：按请求连续分配 K/V 的现有系统会浪费 60%–80% 的 K/V 内存，分页则不到 4%。我们的数字落在同样的范围内（下面的单元格断言了这一点），但实验设置不同。论文测量的是在 GPU 上运行真实请求轨迹的真实推理服务系统，其浪费还包括**外部**碎片（空闲内存被切成太小而无法使用的空隙），以及同时批处理大量请求带来的影响；我们则是在合成分布上逐个请求精确计数，根本没有内存分配器。物理块越小，分页的浪费越小（上面已断言），代价是块表更长、索引操作更多。
 
 # %%
-VLLM_PAPER = {"contiguous_waste_pct": (60, 80), "paged_waste_pct_below": 4}   # as reported by Kwon et al. (2023)
+# [en] As reported by Kwon et al. (2023); our waste falls in the same ranges.
+# [zh] Kwon 等（2023）报告的数字；我们的浪费率落在同样的范围内。
+VLLM_PAPER = {"contiguous_waste_pct": (60, 80), "paged_waste_pct_below": 4}
 assert VLLM_PAPER["contiguous_waste_pct"][0] <= waste["contiguous_max"] <= VLLM_PAPER["contiguous_waste_pct"][1]
-assert all(waste[f"paged_{b}"] < VLLM_PAPER["paged_waste_pct_below"] for b in MEMORY_BLOCKS)   # the same ranges here
+assert all(waste[f"paged_{b}"] < VLLM_PAPER["paged_waste_pct_below"] for b in MEMORY_BLOCKS)
 
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 names = list(MEMORY)

@@ -26,17 +26,21 @@
 # %%
 STREAM_REQUESTS, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH = 24, 40, 8, 8
 rng_stream = np.random.default_rng(SEED + 5)
-STREAM_SPECS = list(zip(rng_stream.integers(4, 49, STREAM_REQUESTS).tolist(),        # prompt tokens
-                        rng_stream.integers(4, 41, STREAM_REQUESTS).tolist(),        # output tokens
-                        np.cumsum(rng_stream.integers(0, 3, STREAM_REQUESTS)).tolist()))   # arrival iteration
+# [en] (prompt tokens, output tokens, arrival iteration) per request
+# [zh] 每个请求的（提示 token 数，输出 token 数，到达轮次）
+STREAM_SPECS = list(zip(rng_stream.integers(4, 49, STREAM_REQUESTS).tolist(),
+                        rng_stream.integers(4, 41, STREAM_REQUESTS).tolist(),
+                        np.cumsum(rng_stream.integers(0, 3, STREAM_REQUESTS)).tolist()))
 stream_requests = make_requests(STREAM_SPECS, SEED + 6)
 stream_pool = BlockPool(cfg, STREAM_BLOCKS, STREAM_BLOCK_SIZE)
 TRACE = serve(model, PagedCache(stream_pool), stream_requests, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH)
 
 tol = TOLERANCE[torch.float32]
 with torch.inference_mode():
+    # [en] The alone run agrees with its own full recomputation.
+    # [zh] 单独运行的结果与它自己的完整重算一致。
     alone_consistent = all(alone(r)["tokens"] == alone(r)["logits"][len(r.prompt) - 1:].argmax(-1).tolist()
-                           for r in stream_requests)                     # alone run vs its full recomputation
+                           for r in stream_requests)
 decode_iterations = [t for t in TRACE if t["decoded"]]
 CONTINUOUS = {
     "requests": STREAM_REQUESTS,
@@ -66,7 +70,9 @@ say(en=(f"{STREAM_REQUESTS} requests in {CONTINUOUS['iterations']} iterations, {
 assert CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
 assert CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"]
 assert all(r.finished >= r.admitted >= r.arrival for r in stream_requests)
-assert CONTINUOUS["tokens_per_decode_step"] > 1 and CONTINUOUS["waited"] > 0    # batching happened, and so did waiting
+# [en] Batching happened, and so did waiting.
+# [zh] 确实发生了批处理，也确实有请求等待。
+assert CONTINUOUS["tokens_per_decode_step"] > 1 and CONTINUOUS["waited"] > 0
 assert CONTINUOUS["decoded_tokens"] + CONTINUOUS["prefill_tokens_generated"] == sum(r.max_new for r in stream_requests)
 
 # %% [markdown] lang="en"

@@ -29,7 +29,9 @@
 # %%
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm's notice, no progress bars here
+# [en] tqdm's notice about widgets is noise here: no progress bars.
+# [zh] tqdm 关于控件的提示在这里是噪声：没有进度条。
+warnings.filterwarnings("ignore", message="IProgress not found")
 HF_TOL = TOLERANCE[torch.float64]
 try:
     import transformers
@@ -73,7 +75,9 @@ if HF_SKIP is None:
             gpt2(input_ids=torch.zeros(1, 2, dtype=torch.long), past_key_values=probe, use_cache=True,
                  cache_position=torch.arange(2))
         assert tuple(probe.layers[0].keys.shape) == (1, cfg.heads, 4, cfg.head_dim)
-    except Exception as error:                                          # another cache API than this appendix uses
+    # [en] Any failure: another cache API than this appendix uses.
+    # [zh] 任何失败都说明：缓存接口与本附录所用的不同。
+    except Exception as error:
         problem = f"{type(error).__name__}: {error}".strip().splitlines()[0]
         HF_SKIP = (f"transformers {transformers.__version__} lacks the cache API this appendix uses ({problem}): the appendix is skipped.",
                    f"transformers {transformers.__version__} 缺少本附录所用的缓存接口（{problem}）：跳过本附录。")
@@ -162,7 +166,9 @@ if HF_SKIP is None:
     assert PEER["padding"]["generate_tokens_identical"]
     assert PEER["static_cache"]["max_abs_logit_err"] <= HF_TOL and PEER["static_cache"]["tokens_identical"]
     assert kv_err <= HF_TOL and PEER["static_cache"]["buffer_shape"] == list(static64.k[0].shape)
-    assert PEER["trap_no_position_ids"]["detected"]                       # the comparison can fail
+    # [en] The comparison can fail.
+    # [zh] 这项比较是能够失败的。
+    assert PEER["trap_no_position_ids"]["detected"]
 else:
     PEER = {"skipped": HF_SKIP[0]}
     say(en=HF_SKIP[0], zh=HF_SKIP[1])
