@@ -22,7 +22,7 @@
 #
 # 静态缓存给每一行都预留 `T_max` 个槽位，不管这一行最终用多少。**分页缓存**借用了虚拟内存的思路：K 和 V 存放在大小固定（`block_size` 个位置）的**物理块**中，这些物理块取自所有序列共用的同一个池。每条序列有一张**块表**，按顺序列出它的物理块；有 $n$ 个位置的序列占用 $\lceil n / \text{block\_size} \rceil$ 个物理块，所以每条序列最多浪费一个未填满的物理块。做注意力时，从序列的各个物理块中**收集**（gather）出它的 K 和 V：这只是索引操作，只复制数值，不做任何计算。
 #
-# 我们的池在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。和 vLLM 的物理块一样，每个物理块记录自己已填了几个槽位，序列逐块读取的恰好是这些已填的槽位。物理块还记录有几条序列持有它（引用计数），这样多条序列才能共享物理块；引用计数降到 0 的物理块回到空闲列表。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会花这个时间）。这样，只要读到不是自己写入的槽位，logits 中就会出现 NaN。空闲列表用固定种子的随机数打乱，所以块表是随机的，而不是连续的编号。
+# 我们的池在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。和 vLLM 的物理块一样，每个物理块记录自己已填了几个槽位，序列逐个物理块读取的恰好是这些已填的槽位。物理块还记录有几条序列持有它（引用计数），这样多条序列才能共享物理块；引用计数降到 0 的物理块回到空闲列表。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会花这个时间）。这样，只要读到不是自己写入的槽位，logits 中就会出现 NaN。空闲列表用固定种子的随机数打乱，所以块表是随机的，而不是连续的编号。
 
 # %%
 class BlockPool:
@@ -75,7 +75,7 @@ class BlockPool:
 # into a fresh one and writes there. Full shared blocks are never written, so they stay shared.
 
 # %% [markdown] lang="zh"
-# `PagedCache` 负责管理块表。`reserve(seq, n)` 为 $n$ 个新位置找槽位：最后一个物理块还有空位时就往里追加，满了就从池中取一个新的物理块。它返回这些槽位的地址；`write` 把每层新的 K/V 写到那里，`read` 则逐块收集序列已填的槽位。`fork(parent, child)` 让子序列共享父序列的全部物理块（每个物理块的引用计数加一）；`reserve` 实行**写时复制**（copy-on-write）：要往一个其他序列也持有的物理块里写入之前，先把它复制到一个新的物理块，再写到新块里。已经填满的共享物理块永远不会再被写入，所以会一直共享下去。
+# `PagedCache` 负责管理块表。`reserve(seq, n)` 为 $n$ 个新位置找槽位：最后一个物理块还有空位时就往里追加，满了就从池中取一个新的物理块。它返回这些槽位的地址；`write` 把每层新的 K/V 写到那里，`read` 则逐个物理块收集序列已填的槽位。`fork(parent, child)` 让子序列共享父序列的全部物理块（每个物理块的引用计数加一）；`reserve` 实行**写时复制**（copy-on-write）：要往一个其他序列也持有的物理块里写入之前，先把它复制到一个新的物理块，再写到新块里。已经填满的共享物理块永远不会再被写入，所以会一直共享下去。
 
 # %%
 class PagedCache:
@@ -293,7 +293,7 @@ for r in PAGED.values():
 # schedule over the contiguous cache, and every request's tokens must equal what it generates alone.
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求，在它可能需要的物理块（提示加输出，向上取整到整块）都空闲时才被接纳，拿到的正是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会在它之上构建调度器。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
+# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求，在它可能需要的物理块（提示加输出，向上取整到整数个物理块）都空闲时才被接纳，拿到的正是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会在它之上构建调度器。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
 
 # %%
 @dataclass
@@ -503,7 +503,7 @@ say(en=(f"Shared blocks {SHARED['shared_blocks']} (the full prompt blocks); the 
         f"{SHARED['partial_block_copied']}; {SHARED['blocks_in_use']} blocks in use instead of {SHARED['blocks_without_sharing']}. "
         f"Bit-exact vs the contiguous cache: {SHARED['bit_exact_vs_contiguous']}; largest logit difference from full recomputation "
         f"{SHARED['max_abs_logit_err_vs_full']:.1e}."),
-    zh=(f"共享的物理块为 {SHARED['shared_blocks']}（即提示的几个满块）；提示中半满的那个物理块在第一条序列写入时被复制：{SHARED['partial_block_copied']}；"
+    zh=(f"共享的物理块为 {SHARED['shared_blocks']}（即提示中已填满的几个物理块）；提示中半满的那个物理块在第一条序列写入时被复制：{SHARED['partial_block_copied']}；"
         f"使用中的物理块为 {SHARED['blocks_in_use']} 个，不共享则需要 {SHARED['blocks_without_sharing']} 个。与连续缓存逐比特相同：{SHARED['bit_exact_vs_contiguous']}；"
         f"与完整重算相比，logits 的最大差异为 {SHARED['max_abs_logit_err_vs_full']:.1e}。"))
 assert SHARED["bit_exact_vs_contiguous"] and SHARED["close_to_full"] and SHARED["tokens_as_full"] and SHARED["finite"]
@@ -526,7 +526,7 @@ assert SHARED["partial_block_copied"] and SHARED["blocks_in_use"] == SHARED["blo
 # %% [markdown] lang="zh"
 # **负对照**：三种记账错误，各自写成只改动一个方法的子类，都交给同样的检查：
 #
-# * **块内偏移差一**：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都写到了下一个槽位，而 `read` 读取的是物理块记为已填的那些槽位；
+# * **物理块内偏移差一**：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都写到了下一个槽位，而 `read` 读取的是物理块记为已填的那些槽位；
 # * **复用的物理块没有清理**：`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位（这个池多给了一些备用物理块：过期的已填计数会让序列占用比调度预留更多的物理块，而物理块耗尽虽然也算失败，提供的信息却更少）；
 # * **原地写入共享的物理块**：不做写时复制；分叉后先继续生成的那条序列，会把 token 追加到与另一条序列共享的物理块里，另一条序列随之读到不属于自己的 token。
 
