@@ -265,8 +265,8 @@ say_table([[name, str(PROMPT_LENGTHS), f"{r['max_abs_logit_err']:.2e}",
            for name, r in PADDED.items()],
           en=["dtype", "prompt lengths", "max abs logit error", "per row", "tokens identical", "passed"],
           zh=["精度", "提示长度", "最大 logits 绝对误差", "各行", "token 一致", "通过"])
-for row, tokens in enumerate(PADDED["fp32"]["tokens"]):
-    print(f"row {row}: {tokens}")
+say_table([[str(row), str(n), " ".join(map(str, tokens))] for row, (n, tokens) in enumerate(zip(PROMPT_LENGTHS, PADDED["fp32"]["tokens"]))],
+          en=["row", "prompt tokens", "greedy tokens (fp32)"], zh=["行", "提示 token 数", "贪心生成的 token（FP32）"])
 assert all(r["passed"] for r in PADDED.values())
 assert all(len(lg["logits"]) == n + DECODE_STEPS for lg, n in zip(REFERENCE[torch.float32], PROMPT_LENGTHS))
 

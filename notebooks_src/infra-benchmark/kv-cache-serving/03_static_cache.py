@@ -212,7 +212,7 @@ say_table([[name, f"{r['max_abs_logit_err']:.1e}", str(r["bit_exact"]), str(r["p
             str(r["unused_slots_nan"])] for name, r in STATIC.items()],
           en=["dtype", "max abs logit error vs `torch.cat`", "bit-exact", "`data_ptr()` fixed", "logits finite", "unused slots still NaN"],
           zh=["精度", "与 `torch.cat` 相比的最大 logits 绝对误差", "逐比特相同", "`data_ptr()` 不变", "logits 有限", "未用槽位仍为 NaN"])
-print("one token past T_max:", OVERFLOW_ERROR)
+say(en=f"One token past `T_max`: `ValueError: {OVERFLOW_ERROR}`", zh=f"再多写一个 token 就超出 `T_max`：`ValueError: {OVERFLOW_ERROR}`")
 for r in STATIC.values():
     assert r["bit_exact"] and r["max_abs_logit_err"] == 0.0 and r["tokens_identical"]
     assert r["pointers_fixed"] and r["calls"] == DECODE_STEPS + 1
@@ -269,7 +269,7 @@ STATIC_CONTROLS = {
     "reuse_without_reset": (lambda r: {"max_abs_logit_err": r["max_abs_logit_err"], "finite": r["finite"],
                                        "detected": not r["bit_exact"]})(check_reuse(reset=False)),
 }
-say_table([["reuse with `reset()` (correct)", f"{REUSE_WITH_RESET['max_abs_logit_err']:.1e}", str(REUSE_WITH_RESET["finite"]), "-"]]
+say_table([["`StaticStore.reset()`", f"{REUSE_WITH_RESET['max_abs_logit_err']:.1e}", str(REUSE_WITH_RESET["finite"]), "-"]]
           + [[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", str(c["finite"]), str(c["detected"])] for name, c in STATIC_CONTROLS.items()],
           en=["variant", "max abs logit error vs `torch.cat`", "finite", "caught"],
           zh=["版本", "与 `torch.cat` 相比的最大 logits 绝对误差", "数值有限", "查出"])

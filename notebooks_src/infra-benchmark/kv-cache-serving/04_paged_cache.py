@@ -268,8 +268,8 @@ def check_paged(dtype=torch.float32) -> dict:
 
 
 PAGED = {DTYPE_NAME[d]: check_paged(d) for d in TOLERANCE}
-for seq, table in enumerate(PAGED["fp32"]["tables"]):
-    print(f"sequence {seq}: {PAGED['fp32']['lengths'][seq]} positions, block table {table}")
+say_table([[str(seq), str(PAGED["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(PAGED["fp32"]["tables"])],
+          en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
 say_table([[name, f"{r['max_abs_logit_err']:.1e}", str(r["bit_exact_vs_cat"]), str(r["bit_exact_vs_contiguous"]), str(r["tokens_identical"])]
            for name, r in PAGED.items()],
           en=["dtype", "max abs logit error vs `torch.cat`", "bit-exact vs `torch.cat`", "bit-exact vs contiguous", "tokens identical"],
@@ -498,7 +498,7 @@ def check_shared(cache_class=PagedCache) -> dict:
 
 
 SHARED = check_shared()
-print("block tables:", SHARED["tables"])
+say_table([[f"`{seq}`", str(table)] for seq, table in SHARED["tables"].items()], en=["sequence", "block table"], zh=["序列", "块表"])
 say(en=(f"Shared blocks {SHARED['shared_blocks']} (the full prompt blocks); the half-filled prompt block was copied on the first sequence's write: "
         f"{SHARED['partial_block_copied']}; {SHARED['blocks_in_use']} blocks in use instead of {SHARED['blocks_without_sharing']}. "
         f"Bit-exact vs the contiguous cache: {SHARED['bit_exact_vs_contiguous']}; largest logit difference from full recomputation "

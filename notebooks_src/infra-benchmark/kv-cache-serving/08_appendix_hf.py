@@ -38,7 +38,7 @@ try:
     from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, StaticCache
     HF_SKIP = None
 except ImportError:
-    HF_SKIP = ("transformers is not installed: the appendix is skipped.", "未安装 transformers：跳过本附录。")
+    HF_SKIP = "transformers is not installed: the appendix is skipped."
 
 
 def gpt2_twin(ours):
@@ -79,13 +79,21 @@ if HF_SKIP is None:
     # [zh] 任何失败都说明：缓存接口与本附录所用的不同。
     except Exception as error:
         problem = f"{type(error).__name__}: {error}".strip().splitlines()[0]
-        HF_SKIP = (f"transformers {transformers.__version__} lacks the cache API this appendix uses ({problem}): the appendix is skipped.",
-                   f"transformers {transformers.__version__} 缺少本附录所用的缓存接口（{problem}）：跳过本附录。")
+        HF_SKIP = f"transformers {transformers.__version__} lacks the cache API this appendix uses ({problem}): the appendix is skipped."
+
+
+def say_skipped():
+    if HF_SKIP.startswith("transformers is not installed"):
+        say(en=HF_SKIP, zh="未安装 transformers：跳过本附录。")
+    else:
+        say(en=HF_SKIP, zh=f"所装的 transformers 缺少本附录所用的缓存接口，跳过本附录：`{HF_SKIP}`")
+
+
 if HF_SKIP is None:
     say(en=f"transformers {transformers.__version__}: our FP64 decoder copied into `GPT2LMHeadModel`.",
         zh=f"transformers {transformers.__version__}：已把我们的 FP64 解码器复制进 `GPT2LMHeadModel`。")
 else:
-    say(en=HF_SKIP[0], zh=HF_SKIP[1])
+    say_skipped()
 
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
@@ -170,8 +178,8 @@ if HF_SKIP is None:
     # [zh] 这项比较是能够失败的。
     assert PEER["trap_no_position_ids"]["detected"]
 else:
-    PEER = {"skipped": HF_SKIP[0]}
-    say(en=HF_SKIP[0], zh=HF_SKIP[1])
+    PEER = {"skipped": HF_SKIP}
+    say_skipped()
 
 # %% [markdown] lang="en"
 # The appendix adds its block, `peer`, to `results.json` (rewritten atomically: a temporary file, then
