@@ -362,3 +362,32 @@ assert all(r["finite"] for name, r in PADDING_CONTROL_RUNS.items() if name != "n
 # [en] With the guard: no NaN at any real position.
 # [zh] 有了保护：任何真实位置都没有 NaN。
 assert PADDED["fp32"]["finite"] and PADDED["fp64"]["finite"]
+
+# %% [markdown] lang="en"
+# Where does the NaN of the last control come from? Forward hooks on the two blocks catch their outputs
+# during the prefill: after the first block, NaN sits exactly at the padding positions and every real
+# position is finite; after the second block, which read those positions' K and V with weight 0, the
+# real positions of the two padded rows are NaN too. The unpadded row stays finite throughout.
+
+# %% [markdown] lang="zh"
+# 最后一个负对照的 NaN 是从哪里来的？在两个块上挂前向钩子，截取预填充时它们的输出：第一个块之后，NaN 恰好出现在所有填充位上，真实位置全都是有限值；第二个块以权重 0 读取了这些位置的 K 和 V，之后两个有填充的行在真实位置上也变成了 NaN。没有填充的那一行始终是有限值。
+
+# %%
+block_outputs = []
+handles = [block.register_forward_hook(lambda module, args, out: block_outputs.append(out[0])) for block in model.blocks]
+try:
+    ids, key_mask = left_pad(PROMPTS)
+    with torch.inference_mode():
+        padded_forward(model, ids, key_mask, None, PADDING_CONTROLS["no_empty_row_guard"])
+finally:
+    for handle in handles:
+        handle.remove()
+after_block_1, after_block_2 = block_outputs                           # [B, T, width] each
+nan_1 = after_block_1.isnan().all(dim=-1)                               # [B, T]
+nan_2 = after_block_2.isnan().all(dim=-1)
+say_table([[str(row), str(int((~key_mask[row]).sum())), str(int(nan_1[row].sum())), str(int(nan_2[row][key_mask[row]].sum()))]
+           for row in range(len(PROMPTS))],
+          en=["row", "padding slots", "NaN positions after block 1", "NaN real positions after block 2"],
+          zh=["行", "填充位数", "第 1 个块之后的 NaN 位置数", "第 2 个块之后真实位置中的 NaN 数"])
+assert torch.equal(nan_1, ~key_mask) and torch.isfinite(after_block_1[key_mask]).all()
+assert nan_2[0][key_mask[0]].all() and nan_2[1][key_mask[1]].all() and torch.isfinite(after_block_2[2]).all()

@@ -284,7 +284,11 @@ assert STATIC_CONTROLS["reuse_without_reset"]["finite"]
 # The first control was caught by the NaN fill: the hole is an unwritten slot, and NaN reached the
 # logits. The second control produces finite, plausible numbers; only the comparison with a fresh cache catches
 # it.
-#
+
+# %% [markdown] lang="zh"
+# 第一个负对照是被 NaN 填充查出的：那个空洞是一个没写过的槽位，NaN 一直传到了 logits。第二个负对照给出的数都是有限的，看上去也合理；只有与全新缓存的比较才能发现它。
+
+# %% [markdown] lang="en"
 # **Timing.** Now the step time. For prefixes of $P$ = 16 to 480 tokens (batch 1), we time one decode
 # step, one new token, with each store. Before every timed call the store is put back to length $P$
 # (for `torch.cat`: the same $P$-position tensors; for the static store: the length set to $P$, the
@@ -293,8 +297,6 @@ assert STATIC_CONTROLS["reuse_without_reset"]["finite"]
 # for bit at every $P$.
 
 # %% [markdown] lang="zh"
-# 第一个负对照是被 NaN 填充查出的：那个空洞是一个没写过的槽位，NaN 一直传到了 logits。第二个负对照给出的数都是有限的，看上去也合理；只有与全新缓存的比较才能发现它。
-#
 # **计时**：接下来看每一步的耗时。对 $P$ = 16 到 480 个 token 的前缀（batch 1），分别用两种存储计时一个解码步（一个新 token）。每次计时之前，都把存储恢复到长度 $P$（`torch.cat` 存储换回同一组 $P$ 个位置的张量；静态存储把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一步。每一轮交替两种存储的先后顺序；我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上的结果都必须逐比特相同。
 
 # %%

@@ -416,6 +416,7 @@ assert REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["
 assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"]
 # [en] Some request had to wait for blocks.
 # [zh] 有的请求必须等待物理块。
+assert REUSE["max_abs_logit_err_vs_alone"] > 0                          # batched is not bit-identical to alone
 assert max(REUSE["admitted"]) > 0
 
 # %% [markdown] lang="en"
