@@ -162,8 +162,8 @@ class StaticStore:
 # with `T_max` = 12 + 20 = 32, exactly what the run needs:
 #
 # 1. the logits equal those of the `torch.cat` store **bit for bit**. Both stores hand the same
-#    values to the same operations; only the memory layout of K and V differs (a view with a longer
-#    row stride instead of a compact tensor), and nothing in the arithmetic depends on it. So we
+#    values to the same operations; only the memory layout of K and V differs (a view whose heads lie
+#    farther apart in memory instead of a compact tensor), and nothing in the arithmetic depends on it. So we
 #    assert exact equality, not a tolerance;
 # 2. the buffers' `data_ptr()` never changes across the 21 calls;
 # 3. the unused slots, NaN until written, never reach the logits: every logit is finite, and the
@@ -173,7 +173,7 @@ class StaticStore:
 # %% [markdown] lang="zh"
 # **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max` = 12 + 20 = 32，恰好是这次运行所需的长度：
 #
-# 1. logits 与 `torch.cat` 存储的结果**逐比特相同**。两种存储把相同的值交给相同的运算，区别只在 K 和 V 的内存布局（一个行跨度更长的视图，而不是一个紧凑的张量），运算本身与布局无关。所以我们断言完全相等，而不是在某个容差内相等；
+# 1. logits 与 `torch.cat` 存储的结果**逐比特相同**。两种存储把相同的值交给相同的运算，区别只在 K 和 V 的内存布局（一个各头在内存中相隔更远的视图，而不是一个紧凑的张量），运算本身与布局无关。所以我们断言完全相等，而不是在某个容差内相等；
 # 2. 在全部 21 次调用中，缓冲区的 `data_ptr()` 始终不变；
 # 3. 未使用的槽位在写入之前一直是 NaN，但它们从未进入 logits：所有 logits 都是有限值，而运行结束时长度之外的槽位仍然是 NaN；
 # 4. 再多写一个 token 就会超过 `T_max`，抛出 `ValueError`。

@@ -97,16 +97,18 @@ else:
 
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
-# far, explicit `position_ids` and `cache_position` (the slots to write), exactly as
-# `GPT2LMHeadModel.generate` does internally. We drive the loop by hand because `generate` returns its
-# logits in FP32, too coarse for an FP64 comparison; its greedy tokens are checked as well.
+# far, explicit `position_ids` and `cache_position` (the slots to write), as
+# `GPT2LMHeadModel.generate` does internally (it gives padding slots position 1 instead of 0, which
+# cannot matter). We drive the loop by hand because `generate` hands back its logits in FP32 even for
+# an FP64 model (the cell checks this), too coarse for an FP64 comparison; its greedy tokens are
+# checked as well.
 #
 # A trap shows that the comparison can fail: the same loop **without `position_ids`**. GPT-2 then
 # numbers the slots from `cache_position`, padding included: the `arange` mistake of section 4, made
 # this time with a library. It must be caught.
 
 # %% [markdown] lang="zh"
-# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法完全一样。之所以手写这个循环，是因为 `generate` 返回的 logits 是 FP32，用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
+# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法相同（它给填充位的位置是 1 而不是 0，这不会有任何影响）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
 #
 # 一个陷阱用来说明这项比较能够失败：同样的循环，但**不传 `position_ids`**。这时 GPT-2 按 `cache_position` 给槽位编号，填充位也算在内：这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来。
 
@@ -143,7 +145,9 @@ if HF_SKIP is None:
     with torch.inference_mode():
         ids, key_mask = left_pad(PROMPTS)
         generated = gpt2.generate(input_ids=ids, attention_mask=key_mask.long(), max_new_tokens=DECODE_STEPS + 1,
-                                  do_sample=False, pad_token_id=PAD_ID)
+                                  do_sample=False, pad_token_id=PAD_ID, output_logits=True, return_dict_in_generate=True)
+    assert generated.logits[0].dtype == torch.float32 and gpt2.lm_head.weight.dtype == torch.float64
+    generated = generated.sequences
     real = torch.cat((key_mask, torch.ones(len(PROMPTS), DECODE_STEPS, dtype=torch.bool)), dim=1)   # [B, T_MAX]
     kv_err = max(max_err(hf_layer.keys[real[:, None, :, None].expand_as(hf_layer.keys)],
                          ours_k[real[:, None, :, None].expand_as(ours_k)])
