@@ -190,11 +190,11 @@ def twin_problems(source: NotebookSource, previous: dict[str, NotebookNode | Non
         return []
     by_id = {lang: {c.get("id"): c.outputs for c in nb.cells if c.cell_type == "code"} for lang, nb in notebooks.items()}
     ids = sorted(set().union(*(cells.keys() for cells in by_id.values())) - {None})
-    cells = {cell.id: cell for cell in source.code_cells()}
+    origins = {cell.id: cell for cell in source.code_cells()}
     problems = []
     for cell_id in ids:
-        found = missing_twins({lang: cells.get(cell_id, []) for lang, cells in by_id.items()}, tuple(languages))
-        origin = cells.get(cell_id)
+        found = missing_twins({lang: outputs.get(cell_id, []) for lang, outputs in by_id.items()}, tuple(languages))
+        origin = origins.get(cell_id)
         where = f"{origin.file}:{origin.line}" if origin else f"cell {cell_id}"
         problems += [f"{where}: {problem} (built notebooks of {source.target})" for problem in found]
     return problems

@@ -186,9 +186,8 @@ def section_paths(src_root: Path, folder: Path, listed: list, manifest_path: Pat
     root = src_root.resolve()
     paths: list[Path] = []
     seen: dict[Path, int] = {}
-    for entry in listed:
-        count = sum(1 for other in listed[: len(paths) + 1] if other == entry)
-        line = _manifest_line(manifest_path, entry, count)
+    for index, entry in enumerate(listed):
+        line = _manifest_line(manifest_path, entry, listed[: index + 1].count(entry))
         if not isinstance(entry, str) or not SECTION_PATTERN.match(Path(entry).name) or "\\" in entry:
             raise SourceError(f"section '{entry}' must be named like 01_setup.py", manifest_path, line)
         if "/" not in entry:
