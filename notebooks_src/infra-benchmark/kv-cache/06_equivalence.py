@@ -32,10 +32,13 @@ torch.testing.assert_close(six_logits, six_full_logits[:, 4:], atol=1e-5, rtol=1
 # [en] One cache per layer: the two layers' K and V differ.
 # [zh] 每层各有一份缓存：两层的 K/V 不同。
 assert not torch.allclose(k_layer1, k_layer2) and not torch.allclose(v_layer1, v_layer2)
-print("cache per layer:", [list(k.shape) for k, _ in six_cache], "->", [list(k.shape) for k, _ in six_cache_after])
-print("logits:", list(six_logits.shape))
-say(en=f"Six tokens through the decoder: max |cached - full| = {(six_logits - six_full_logits[:, 4:]).abs().max().item():.3e}.",
-    zh=f"六个 token 经过解码器：缓存路径与完整路径的最大绝对差为 {(six_logits - six_full_logits[:, 4:]).abs().max().item():.3e}。")
+say_table([[str(layer), f"`{list(before[0].shape)}`", f"`{list(after[0].shape)}`"]
+           for layer, (before, after) in enumerate(zip(six_cache, six_cache_after))],
+          en=["layer", "cached K after the prefill", "cached K after `[9, 18]`"],
+          zh=["层", "预填充后缓存的 K", "送入 `[9, 18]` 后缓存的 K"])
+six_err = (six_logits - six_full_logits[:, 4:]).abs().max().item()
+say(en=f"Logits `{list(six_logits.shape)}`; largest difference from rows 4 and 5 of the full recomputation: {six_err:.3e}.",
+    zh=f"logits 形状为 `{list(six_logits.shape)}`；与完整重算第 4、5 行的最大差为 {six_err:.3e}。")
 
 # %% [markdown] lang="en"
 # Now the systematic check. Matching argmax tokens is a weak test: quite different logits can still pick the same token. We
@@ -74,8 +77,8 @@ DTYPE_NAME = {torch.float32: "fp32", torch.float64: "fp64"}
 # [en] Row 0 serves batch 1; batch 2 uses both rows, which differ.
 # [zh] batch 为 1 时只用第 0 行；batch 为 2 时两行都用，且两行不同。
 assert not torch.equal(STREAM[0], STREAM[1])
-print("stream row 0:", STREAM[0].tolist())
-print("stream row 1:", STREAM[1].tolist())
+print("STREAM[0]:", STREAM[0].tolist())
+print("STREAM[1]:", STREAM[1].tolist())
 
 # %% [markdown] lang="en"
 # The single equivalence function. This section, the broken variants of section 7 and the tests all
@@ -89,7 +92,7 @@ print("stream row 1:", STREAM[1].tolist())
 def chunk_lengths(total: int, chunk) -> list[int]:
     if isinstance(chunk, int):
         return [min(chunk, total - start) for start in range(0, total, chunk)]
-    assert sum(chunk) == total                                   # explicit chunks cover the stream
+    assert sum(chunk) == total
     return list(chunk)
 
 
@@ -111,7 +114,9 @@ def check_equivalence(model: CacheDecoder, stream: torch.Tensor, batch: int, chu
     ids = stream[:batch]
     total = ids.shape[1]
     tol = TOLERANCE[dtype]
-    full_logits, full_cache = net(ids)                           # [B, T, vocab], one call, no cache
+    # [en] The full path: one call, no cache.
+    # [zh] 完整路径：一次调用，不用缓存。
+    full_logits, full_cache = net(ids)                           # [B, T, vocab]
 
     pieces, cache, start, cache_unchanged = [], None, 0, True
     for length in chunk_lengths(total, chunk):
@@ -250,7 +255,9 @@ GEN_PROMPTS = STREAM[:, :GEN_PROMPT_LEN]                       # [2, 8]
 
 @torch.inference_mode()
 def greedy_generate(model: CacheDecoder, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True):
-    ids, cache, step_input = prompt, None, prompt              # the first call is the prefill
+    # [en] The first call is the prefill: the whole prompt.
+    # [zh] 第一次调用就是预填充：送入整个提示。
+    ids, cache, step_input = prompt, None, prompt
     chosen_logits = []
     for _ in range(new_tokens):
         if use_cache:

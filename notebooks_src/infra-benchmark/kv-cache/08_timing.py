@@ -81,8 +81,10 @@ def counted_macs(call) -> dict:
     for module, ops in counter.get_flop_counts().items():
         by_op = {str(op): flops // 2 for op, flops in ops.items()}
         if module.endswith(".attn"):
-            parts["projections"] += by_op.get("aten.addmm", 0)     # q, k, v, proj
-            parts["attention"] += by_op.get("aten.bmm", 0)         # q k^T, weights v
+            # [en] Linear layers q, k, v, proj (addmm); q k^T and weights @ v (bmm).
+            # [zh] 线性层 q、k、v、proj（addmm）；q k^T 与 weights @ v（bmm）。
+            parts["projections"] += by_op.get("aten.addmm", 0)
+            parts["attention"] += by_op.get("aten.bmm", 0)
         elif module.endswith(".mlp"):
             parts["mlp"] += sum(by_op.values())
         elif module.endswith(".lm_head"):
@@ -128,7 +130,7 @@ COST_ROWS = []
 for T in COST_LENGTHS:
     ids = COST_STREAM[:, :T]
     with torch.inference_mode():
-        _, past = model(ids[:, :-1])                           # T - 1 cached positions
+        _, past = model(ids[:, :-1])                           # past: T - 1 positions
     read, fresh_storage = [], []
 
     # [en] The K and V this attention module multiplied, and whether K is a new tensor.
@@ -195,12 +197,14 @@ with torch.inference_mode():
     q, k, v = (torch.randn(1, cfg.heads, 8, cfg.head_dim, generator=gen) for _ in range(3))   # [1, H, 8, Dh]
     out = masked_attention(q, k, v, causal_mask(0, 8))
     q_changed = q.clone()
-    q_changed[:, :, :7] += 1.0                                 # every query except the last
+    q_changed[:, :, :7] += 1.0                                 # queries 0..6
     out_changed = masked_attention(q_changed, k, v, causal_mask(0, 8))
     last_alone = masked_attention(q[:, :, 7:], k, v, causal_mask(7, 1))   # [1, H, 1, Dh]
 
-torch.testing.assert_close(out_changed[:, :, 7], out[:, :, 7])          # the last row did not move
-assert not torch.allclose(out_changed[:, :, :7], out[:, :, :7])         # the changed queries moved only their own rows
+# [en] The last row did not move; the changed queries moved their own rows.
+# [zh] 最后一行没有变化；被改动的查询只改变了它们自己的行。
+torch.testing.assert_close(out_changed[:, :, 7], out[:, :, 7])
+assert not torch.allclose(out_changed[:, :, :7], out[:, :, :7])
 torch.testing.assert_close(last_alone[:, :, 0], out[:, :, 7])
 say(en=f"Changing queries 0-6 moved their own output rows by up to {(out_changed - out)[:, :, :7].abs().max().item():.3f} "
        f"and the last row by {(out_changed - out)[:, :, 7].abs().max().item():.1e}; the last row computed from its own query alone "
