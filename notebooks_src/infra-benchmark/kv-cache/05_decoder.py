@@ -104,7 +104,7 @@ class SelfAttention(nn.Module):
 # The MLP (exact GELU) and the pre-norm block that wires attention and MLP into two residual updates.
 
 # %% [markdown] lang="zh"
-# MLP（使用精确的 GELU），以及前置归一化块：它把注意力和 MLP 接成两次残差更新。
+# MLP（使用精确的 GELU），以及前置归一化的 Transformer 块：它把注意力和 MLP 接成两次残差更新。
 
 # %%
 class MLP(nn.Module):
@@ -140,7 +140,7 @@ class Block(nn.Module):
 # restores the original afterwards.
 
 # %% [markdown] lang="zh"
-# 解码器本体。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 个块，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后恢复原样。
+# 解码器本体。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 层，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后恢复原样。
 
 # %%
 class CacheDecoder(nn.Module):
@@ -198,7 +198,7 @@ class CacheDecoder(nn.Module):
 # module, and weights that depend only on `SEED` (a second build gives the same tensors).
 
 # %% [markdown] lang="zh"
-# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；在相同的投影上，注意力与 PyTorch 自带的 `F.scaled_dot_product_attention` 结果一致（有缓存和无缓存两种情形）；使用精确的 GELU（用 `erf` 写出来核对）；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
+# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个 Transformer 块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个 Transformer 块的输出）；在相同的投影上，注意力与 PyTorch 自带的 `F.scaled_dot_product_attention` 结果一致（有缓存和无缓存两种情形）；使用精确的 GELU（用 `erf` 写出来核对）；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
 
 # %%
 def parameter_formula(c: DecoderConfig) -> int:
@@ -230,7 +230,7 @@ rebuilt = build_model()
 assert all(torch.equal(model.state_dict()[name], w) for name, w in rebuilt.state_dict().items())
 
 # [en] Pre-norm, recomputed by hand on a small input.
-# [zh] 在一个小输入上手工重算前置归一化块。
+# [zh] 在一个小输入上手工重算前置归一化的 Transformer 块。
 with torch.inference_mode():
     block, x = model.blocks[0], torch.randn(1, 3, cfg.width, generator=torch.Generator().manual_seed(SEED))
     allowed = causal_mask(0, 3)

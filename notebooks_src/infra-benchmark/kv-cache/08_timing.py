@@ -208,10 +208,10 @@ assert not torch.allclose(out_changed[:, :, :7], out[:, :, :7])
 torch.testing.assert_close(last_alone[:, :, 0], out[:, :, 7])
 say(en=f"Changing queries 0-6 moved their own output rows by up to {(out_changed - out)[:, :, :7].abs().max().item():.3f} "
        f"and the last row by {(out_changed - out)[:, :, 7].abs().max().item():.1e}; the last row computed from its own query alone "
-       f"matches the full computation.",
+       f"matches the computation over all 8 positions.",
     zh=f"改动查询 0–6 后，它们各自的输出行最多变化 {(out_changed - out)[:, :, :7].abs().max().item():.3f}，"
        f"最后一行只变化 {(out_changed - out)[:, :, 7].abs().max().item():.1e}；只用最后一个位置自己的查询算出的那一行，"
-       f"与完整计算的结果一致。")
+       f"与 8 个位置一起计算时的结果一致。")
 
 # %% [markdown] lang="en"
 # **Why cache K and V, and not each layer's hidden states?** One could instead keep each layer's
@@ -659,24 +659,27 @@ PER_STEP = [{
     "model_cached_macs_per_step": window_macs(r["prompt_tokens"], "cached"),
 } for r in TIMING_ROWS]
 
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
 fig, (ax_time, ax_growth) = plt.subplots(1, 2, figsize=(11, 4))
 lengths = [r["prompt_tokens"] for r in PER_STEP]
+COLORS = {"prefill": "tab:blue", "full": "tab:orange", "cached": "tab:green"}
 series = {"prefill": ("prefill_ms_per_token", "prefill, per prompt token", "s"),
           "full": ("full_ms_per_step", "full recomputation, per step", "o"),
           "cached": ("cached_ms_per_step", "cached continuation, per step", "^")}
 for path, (key, label, marker) in series.items():
     p50 = np.array([r[key]["p50"] for r in PER_STEP])
     p95 = np.array([r[key]["p95"] for r in PER_STEP])
-    line, = ax_time.plot(lengths, p50, marker=marker, label=label)
-    ax_time.vlines(lengths, p50, p95, color=line.get_color(), alpha=0.6)
+    ax_time.plot(lengths, p50, marker=marker, color=COLORS[path], label=label)
+    ax_time.vlines(lengths, p50, p95, color=COLORS[path], alpha=0.6)
 ax_time.set_xlabel("prompt length P (tokens)")
 ax_time.set_ylabel("ms (marker p50, line up to p95)")
 ax_time.set_title(f"time per step or per token, {REPEATS} rounds", fontsize=10)
 for path, marker in (("full", "o"), ("cached", "^")):
     measured = np.array([r[f"{path}_ms_per_step"]["p50"] for r in PER_STEP])
     modeled = np.array([r[f"model_{path}_macs_per_step"] for r in PER_STEP])
-    line, = ax_growth.plot(lengths, measured / measured[0], marker=marker, label=f"{path}: measured time")
-    ax_growth.plot(lengths, modeled / modeled[0], linestyle="--", color=line.get_color(), label=f"{path}: multiply-adds")
+    ax_growth.plot(lengths, measured / measured[0], marker=marker, color=COLORS[path], label=f"{path}: measured time")
+    ax_growth.plot(lengths, modeled / modeled[0], linestyle="--", color=COLORS[path], label=f"{path}: multiply-adds")
 ax_growth.set_xlabel("prompt length P (tokens)")
 ax_growth.set_ylabel(f"per step, relative to P = {lengths[0]}")
 ax_growth.set_title("measured time vs counted multiply-adds", fontsize=10)
@@ -685,6 +688,8 @@ for ax in (ax_time, ax_growth):
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+ax_growth.yaxis.set_major_formatter(ScalarFormatter())
+ax_growth.yaxis.set_minor_formatter(NullFormatter())
 assert ax_time.get_xscale() == ax_growth.get_xscale() == "linear" and ax_time.get_yscale() == "log"
 fig.suptitle("CPU, 1 thread, fp32", fontsize=10)
 fig.tight_layout()
@@ -773,6 +778,6 @@ TIMING_SUMMARY = {
 # or scheduler would perform. Those need measurements on their own hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。模型预测的增长在测量中看不出来，因为在这样小的规模下，缓存路径一步的时间主要不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、小块内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了；换成真实模型的宽度和上下文长度，计算、尤其是对 K/V 的读取（见 8.3）就会占上风，所以缓存开销随 $T$ 的增长在那里才真正要紧。
+# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。模型预测的增长在测量中看不出来，因为在这样小的规模下，缓存路径一步的时间主要不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了；换成真实模型的宽度和上下文长度，计算、尤其是对 K/V 的读取（见 8.3）就会占上风，所以缓存开销随 $T$ 的增长在那里才真正要紧。
 #
 # 如何解读这些时间：15 个样本（`QUICK = True` 时只有 3 个）的 p95 只是经验分位数，可以用来发现噪声，但样本远远不够，无法估计一个服务的尾延迟。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。
