@@ -27,7 +27,7 @@
 # GELU 陷阱是最不显眼的一个，容差之所以要定得这么紧，正是因为它。tanh 近似曲线与精确曲线之间的差距不超过万分之几；差距在 |x| = 2 到 3 之间最大，向零靠近时迅速缩小，而 MLP 的大部分输入恰好落在零附近。因此，这个错误造成的偏差取决于 MLP 输入有多大。下面的单元格先打印两条曲线的最大差距，以及在 MLP 实际收到的输入处差距的中位数；然后分别在 FP32（用主笔记本等价性检查的 FP32 容差 1e-5 判断）和 FP64（用 1e-10 判断）下运行正确映射和 GELU 陷阱，并且每种情况都用两组权重各跑一遍：
 #
 # - 第 3 节的解码器，原样不动；
-# - 同一个解码器，但把两个块各自的 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1。这样 MLP 的输入会向零靠拢，而在零附近两条曲线几乎重合。
+# - 同一个解码器，但把两个 Transformer 块各自的 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1。这样 MLP 的输入会向零靠拢，而在零附近两条曲线几乎重合。
 #
 # 在 FP32 下，即使映射完全正确，舍入噪声也远大于 1e-10，所以 FP32 的比较必须留出 1e-5 左右的容差。用原样的解码器时，这个 FP32 容差仍能抓住 GELU 陷阱，但误差只比容差高出不大的倍数。换成 MLP 输入缩小后的那组权重，陷阱在 FP32 下的误差与正确映射的舍入噪声处于同一量级，于是通过了 FP32 容差：在 FP32 下，用错的 GELU 根本看不出来。而在 FP64 下，正确映射的误差停留在舍入误差的水平，两组权重下陷阱都被抓住，其误差远高于 1e-10。三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
 
@@ -48,7 +48,7 @@ if HAVE_TRANSFORMERS:
     curve_gap, peak_at = grid_gap.max().item(), grid[grid_gap.argmax()].abs().item()
 
     # [en] What each block's MLP feeds to its activation, on section 4's token IDs.
-    # [zh] 在第 4 节的 token ID 上，每个块的 MLP 送进激活函数的值。
+    # [zh] 在第 4 节的 token ID 上，每个 Transformer 块的 MLP 送进激活函数的值。
     mlp_inputs = []
     handles = [block.mlp.fc.register_forward_hook(lambda module, args, out: mlp_inputs.append(out.flatten()))
                for block in ours64.blocks]

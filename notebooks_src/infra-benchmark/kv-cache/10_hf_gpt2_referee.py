@@ -22,7 +22,7 @@
 # %% [markdown] lang="zh"
 # ## {{section}}. 外部裁判：Hugging Face GPT-2
 #
-# 等价性检查是拿我们的解码器和它自己比：缓存路径对照完整重算。比较的双方都出自我们之手，如果两边犯了同一个理解上的错误，这样的比较是发现不了的。本节请来一位并非出自我们之手的裁判。我们的解码器采用的是缩小版的 GPT-2 结构，只改了两处设置：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似），输出投影不共享权重、有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。这两处设置都是 `transformers.GPT2LMHeadModel` 的配置项，因此可以把我们的权重复制进去。只要复制得没错，两个模型计算的就是同一个函数，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，绝对容差取 1e-10：同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；而权重映射上真正的错误会大得多。
+# 等价性检查是拿我们的解码器和它自己比：缓存路径对照完整重算。比较的双方都出自我们之手，如果两边犯了同一个理解上的错误，这样的比较是发现不了的。本节请来一位并非出自我们之手的裁判。我们的解码器采用的是缩小版的 GPT-2 结构，只改了两处设置：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似），输出投影不共享权重、有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。这两处设置都是 `transformers.GPT2LMHeadModel` 的配置项，因此可以把我们的权重复制进去。只要复制得没错，两个模型计算的就是同一个函数，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，绝对容差取 1e-10：同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；而权重映射上真正的错误会大得多。
 #
 # 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分什么也不做。配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）在这个比较的基础上更进一步：比较必须抓住的三个现实中容易犯的映射错误、容差为什么要定得这么紧、transformers 的缓存对象，以及两个模型之间的一场计时比赛。
 
@@ -187,14 +187,14 @@ if HAVE_TRANSFORMERS:
 # Two sequences of all 512 positions use every row of the position table.
 
 # %% [markdown] lang="zh"
-# **一个函数完成比较**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次输入整个序列；再走缓存路径，把序列切成长短不一的块（一段很长的预填充、若干单 token 的步、几个多 token 的块），每处理完一块，就比较这一块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条长度为 512 的序列用到了位置嵌入表的每一行。
+# **一个函数完成比较**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、若干单 token 的步、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条长度为 512 的序列用到了位置嵌入表的每一行。
 
 # %%
 PEER_CHUNKS = [128, 1, 1, 61, 1, 64, 255, 1]
 
 
 # [en] Largest |GPT-2 - ours| over full logits, cached logits (chunk by chunk) and each layer's K and V.
-# [zh] 完整 logits、逐块的缓存 logits 以及每层 K、V 上的最大 |GPT-2 - ours|。
+# [zh] 完整 logits、逐个分块的缓存 logits 以及每层 K、V 上的最大 |GPT-2 - ours|。
 def compare_with_gpt2(ours, gpt2, ids, chunks):
     assert sum(chunks) == ids.shape[1]
     layers = len(ours.blocks)
