@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from notebook_code import code_cells
-from prelude_stand_ins import STAND_INS
 
 NOTEBOOK = "infra-benchmark/kv-cache"
 REFEREE = "10_hf_gpt2_referee.py"
@@ -16,9 +15,7 @@ def referee_cells() -> list:
 
 
 def run_referee(namespace: dict) -> dict:
-    """Exec section 10's code cells, in order, into `namespace` (which must hold sections 1-9)."""
-    for name, value in STAND_INS.items():
-        namespace.setdefault(name, value)
+    """Exec section 10's code cells, in order, into `namespace` (which must hold the prelude and sections 1-9)."""
     for cell in referee_cells():
         exec(compile(cell.source, REFEREE, "exec", dont_inherit=True), namespace)
     return namespace

@@ -153,25 +153,25 @@ def test_timing_race_protocol(nb):
     assert nb["gpt2_prefix"].get_seq_length() == nb["PEER_PROMPT"] == 256     # the prefix cache was never extended
 
 
-def test_closing_note_and_tables_in_both_languages(out_dir, monkeypatch):
-    """Every say/say_table call of the companion gives both languages (the stand-ins assert it)."""
-    said = []
-    namespace = {"__name__": "__notebook__", "LANG": "en",
-                 "say": lambda **t: said.append(t), "say_table": lambda rows, **h: said.append(h)}
-    run_companion(namespace=namespace, until="06_traps.py", QUICK=True, OUTPUT_DIR=str(out_dir / "lang"))
+def test_every_say_and_table_in_both_languages(tmp_path):
+    said, tables = [], []
+    recorders = {"say": lambda **t: said.append(t), "say_table": lambda rows, **h: tables.append((rows, h))}
+    run_companion(until="07_gelu_tolerance.py", replace=recorders, QUICK=True, OUTPUT_DIR=str(tmp_path))
     assert said and all(set(t) == {"en", "zh"} for t in said)
+    assert tables and all(set(h) == {"en", "zh"} and len(h["en"]) == len(h["zh"]) for _, h in tables)
+    assert all(len(row) == len(h["en"]) and all(isinstance(c, str) for c in row) for rows, h in tables for row in rows)
 
 
-def test_skip_without_transformers(tmp_path, monkeypatch, capsys):
+def test_skip_without_transformers(tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m == "transformers" or m.startswith("transformers.")]:
         monkeypatch.setitem(sys.modules, name, None)
-    said = []
-    namespace = {"__name__": "__notebook__", "LANG": "en", "say": lambda **t: said.append(t),
-                 "say_table": lambda *a, **k: pytest.fail("no table when skipped")}
-    run_companion(namespace=namespace, QUICK=True, OUTPUT_DIR=str(tmp_path))
+    shown = []
+    recorders = {"say": lambda **t: shown.append(t), "say_table": lambda rows, **h: shown.append(h)}
+    namespace = run_companion(replace=recorders, QUICK=True, OUTPUT_DIR=str(tmp_path))
     note = namespace["SKIP_NOTE"]
     assert namespace["HAVE_TRANSFORMERS"] is False
-    assert said == [note, note]                                   # section 4, then the closing cell
+    assert note["en"] == "transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped."
+    assert shown[shown.index(note):] == [note, note]              # section 4, then the closing cell; no table
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert results["peer"] == {"skipped": note["en"]}
     assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config", "peer"]
