@@ -129,7 +129,9 @@ def gpt2_state_dict(ours):
         "transformer.wpe.weight": ours.wpe.weight,
         "transformer.ln_f.weight": ours.ln_f.weight,
         "transformer.ln_f.bias": ours.ln_f.bias,
-        "lm_head.weight": ours.lm_head.weight,      # nn.Linear in both: no .T
+        # [en] GPT-2's head is an nn.Linear like ours: no transpose.
+        # [zh] GPT-2 的输出头和我们的一样是 nn.Linear：不转置。
+        "lm_head.weight": ours.lm_head.weight,
     }
     for i, block in enumerate(ours.blocks):
         h, attn, mlp = f"transformer.h.{i}.", block.attn, block.mlp
@@ -153,7 +155,9 @@ def build_gpt2(ours, state_dict=None, **config_changes):
 
 if HAVE_TRANSFORMERS:
     hf_config, default_config = gpt2_config(cfg), GPT2Config()
-    ours64 = copy.deepcopy(model).to(torch.float64).eval()      # same weights, FP64
+    # [en] The same weights in FP64, on both sides.
+    # [zh] 两边都用同一组权重的 FP64 版本。
+    ours64 = copy.deepcopy(model).to(torch.float64).eval()
     gpt2_64 = build_gpt2(ours64)
     fields = ["vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",
               "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "tie_word_embeddings",
