@@ -86,7 +86,7 @@ if HAVE_TRANSFORMERS:
 # layer 0's cache is exact and layer 1's is not. The cell checks this reading of the table.
 
 # %% [markdown] lang="zh"
-# 逐层的 K、V 误差能把这几个陷阱区分开。嵌入表错了，每一层的输入都会变，所以所有层的 K 和 V 都对不上。第 0 层未转置的输出投影作用在第 0 层算出 K/V 之后，所以第 0 层的缓存仍然只差舍入误差，错误要到第 1 层的缓存才显现。GELU 陷阱出在 MLP 里，而 MLP 同样在注意力之后：第 0 层的缓存依然精确，第 1 层则不然。下面的单元格核对对这张表的这种解读。
+# 逐层的 K、V 误差能把这几个陷阱区分开。嵌入表错了，每一层的输入都会变，所以所有层的 K 和 V 都对不上。第 0 层未转置的输出投影作用在第 0 层算出 K/V 之后，所以第 0 层的缓存仍然只差舍入误差，错误要到第 1 层的缓存才显现。GELU 陷阱出在 MLP 里，而 MLP 同样在注意力之后：第 0 层的缓存依然精确，第 1 层则不然。下面的单元格验证这种读表方式。
 
 # %%
 if HAVE_TRANSFORMERS:

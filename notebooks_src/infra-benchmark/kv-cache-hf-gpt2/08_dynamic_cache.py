@@ -57,14 +57,14 @@ if HAVE_TRANSFORMERS:
 # continue with 24 tokens, cut both caches back to 200 positions (`crop(-24)` on GPT-2's side, slicing
 # on ours), and continue from there with 24 different tokens. It asserts that the cropped caches agree
 # with each other layer by layer, that the continuation after the crop gives the same logits on both
-# sides, and that on GPT-2's side it gives exactly the logits of a deep copy taken right after the
-# prefill. As a negative control, it also continues from a cache that was not cropped: the new tokens
+# sides, and that on GPT-2's side it gives exactly the logits obtained from a deep copy taken right
+# after the prefill. As a negative control, it also continues from a cache that was not cropped: the new tokens
 # then sit 24 positions too late and read 24 extra keys, and the comparison catches it.
 
 # %% [markdown] lang="zh"
 # 所以 `DynamicCache` 是可以重复使用的，只要按这个对象的方式来用。办法有两种：继续之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”一节的例子就是这样做的）；或者先继续，之后再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层最后 n 个位置。我们的列表两种办法都不需要：留着旧列表就够了；要把我们的缓存截短，只需把每层的 K 和 V 切到前 P 个位置。
 #
-# 下面的单元格在两个模型上做同一个实验：用第 4 节的序列预填充 200 个位置，续写 24 个 token，再把两边的缓存都截回 200 个位置（GPT-2 一侧用 `crop(-24)`，我们这一侧用切片），然后从那里续写另外 24 个 token。它断言：截短后的两份缓存逐层一致；截短之后的续写在两边给出相同的 logits；并且在 GPT-2 一侧，它给出的 logits 与预填充后立即做的深拷贝完全相同。作为负对照，它还从一份没有截短的缓存继续续写：这时新 token 的位置晚了 24 个，还会多读 24 个键，比较能发现这个错误。
+# 下面的单元格在两个模型上做同一个实验：用第 4 节的序列预填充 200 个位置，续写 24 个 token，再把两边的缓存都截回 200 个位置（GPT-2 一侧用 `crop(-24)`，我们这一侧用切片），然后从那里续写另外 24 个 token。它断言：截短后的两份缓存逐层一致；截短之后的续写在两边给出相同的 logits；并且在 GPT-2 一侧，它与从预填充后立即做的深拷贝出发得到的 logits 完全相同。作为负对照，它还从一份没有截短的缓存继续续写：这时新 token 的位置晚了 24 个，还会多读 24 个键，比较能发现这个错误。
 
 # %%
 CROP_PREFIX, CROP_TOKENS = 200, 24
