@@ -120,7 +120,19 @@ class CacheWithoutConfig(transformers.DynamicCache):
         super().__init__()
 
 
-@pytest.mark.parametrize("old_cache", [CacheWithoutConfig])
+class CacheWithoutLayers(transformers.DynamicCache):
+    """Like releases that keep K/V in `key_cache` / `value_cache` lists instead of `layers`."""
+
+    @property
+    def layers(self):
+        raise AttributeError("'DynamicCache' object has no attribute 'layers'")
+
+    @layers.setter
+    def layers(self, value):
+        pass
+
+
+@pytest.mark.parametrize("old_cache", [CacheWithoutConfig, CacheWithoutLayers])
 def test_skips_without_the_cache_api(old_cache, base, monkeypatch):
     monkeypatch.setattr(sys.modules["transformers"], "DynamicCache", old_cache)
     said = []
