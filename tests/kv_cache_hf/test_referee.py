@@ -79,6 +79,10 @@ def test_correct_mapping_agrees_for_other_weights(nb):
     assert nb["agrees"](errors), errors
 
 
+def test_notebook_negative_control(nb):
+    assert not nb["agrees"](nb["tied_errors"]) and nb["worst_error"](nb["tied_errors"]) > 1e-3
+
+
 def test_the_comparison_can_fail(nb):
     """Negative control for the lean section: a wrong mapping (tied embeddings) is reported."""
     ours = nb["ours64"]

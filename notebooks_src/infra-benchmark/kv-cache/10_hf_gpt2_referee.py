@@ -188,10 +188,12 @@ if HAVE_TRANSFORMERS:
 # `DynamicCache` object passed as `past_key_values`. Layer $i$'s tensors are `cache.layers[i].keys`
 # and `.values`, laid out `[batch, heads, tokens so far, head_dim]` like ours, and the new tokens'
 # positions start at `cache.get_seq_length()`, the same absolute-position offset our decoder uses.
-# Two sequences of all 512 positions use every row of the position table.
+# Two sequences of all 512 positions use every row of the position table. As a negative control, the
+# same comparison then runs against a GPT-2 built with GPT-2's default `tie_word_embeddings=True` and
+# must report a disagreement.
 
 # %% [markdown] lang="zh"
-# **一个函数完成比较**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、若干单 token 的步、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条长度为 512 的序列用到了位置嵌入表的每一行。
+# **一个函数完成比较**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、若干单 token 的步、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条长度为 512 的序列用到了位置嵌入表的每一行。作为负对照，同样的比较随后再对一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2 运行一次，它必须报告两边不一致。
 
 # %%
 PEER_CHUNKS = [128, 1, 1, 61, 1, 64, 255, 1]
@@ -240,7 +242,11 @@ if HAVE_TRANSFORMERS:
     values += [e for pair in zip(peer_errors["k"], peer_errors["v"]) for e in pair]
     say_table([[f"{e:.1e}" for e in values]], **headers)
     assert agrees(peer_errors) and worst_error(peer_errors) < 1e-12
+    tied_errors = compare_with_gpt2(ours64, build_gpt2(ours64, tie_word_embeddings=True), peer_ids, PEER_CHUNKS)
+    assert not agrees(tied_errors)
     say(en=f"GPT-2 and our decoder agree within {PEER_TOL:.0e}, with and without the cache, layer by layer "
-           f"(largest difference {worst_error(peer_errors):.1e}).",
+           f"(largest difference {worst_error(peer_errors):.1e}). With tied embeddings, the negative control, "
+           f"the largest difference is {worst_error(tied_errors):.1e}: the comparison can fail.",
         zh=f"GPT-2 与我们的解码器在 {PEER_TOL:.0e} 的容差内一致：无论用不用缓存，逐层都一致"
-           f"（最大差值 {worst_error(peer_errors):.1e}）。")
+           f"（最大差值 {worst_error(peer_errors):.1e}）。换成共享嵌入权重的负对照，最大差值为 "
+           f"{worst_error(tied_errors):.1e}：这个比较确实会失败。")
