@@ -182,9 +182,14 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(width))
         self.eps = eps
+        # [en] None: the input's dtype; section 5 sets torch.float32 to match Hugging Face.
+        # [zh] None 表示沿用输入的精度；第 5 节会设为 torch.float32，以便与 Hugging Face 一致。
+        self.compute_dtype = None
 
     def forward(self, x):
-        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = x if self.compute_dtype is None else x.to(self.compute_dtype)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
 
 
 class SwiGLU(nn.Module):
