@@ -14,6 +14,7 @@ from nbformat import NotebookNode
 from . import __version__
 from .cache import execution_key, imported_modules, package_versions, python_version
 from .compose import built_name, code_sources, compose, compose_for_execution, transplant
+from .localize import missing_twins, strip_comments
 from .errors import SourceError
 from .execute import Progress, run
 from .files import digest_tree, notebook_bytes, replace_dir, write_atomic
@@ -95,42 +96,44 @@ def build_notebook(source: NotebookSource, config: ProjectConfig, options: Build
     overrides = source.quick if options.quick else {}
     executable = compose_for_execution(source, overrides)
     code = code_sources(executable)
-    key = execution_key(code, overrides, __version__, package_versions(imported_modules(code)), python_version())
+    key = execution_key(key_code(code), overrides, __version__, package_versions(imported_modules(code)), python_version())
 
     languages = options.languages or list(config.languages)
     build_dir = options.out / "build" / source.series
     outputs_dir = options.out / "outputs" / source.series / source.name
     paths = {lang: build_dir / built_name(source, lang) for lang in config.languages}
     previous = {lang: read_built(path) for lang, path in paths.items()}
-    reusable = next(
-        (nb for nb in previous.values() if build_metadata(nb).get("execution_key") == key and build_metadata(nb).get("executed")),
-        None,
-    )
+    # A built notebook holds its own language's outputs only, so each language reuses its own file.
+    reusable = {lang: nb for lang, nb in previous.items() if lang in languages and reusable_outputs(nb, key)}
 
     staging = None
-    if options.execute and not options.check and (options.force or reusable is None):
+    if options.execute and not options.check and (options.force or len(reusable) < len(languages)):
         log.write(f"{source.target}: executing {len(code)} code cells\n")
         staging = tempfile.TemporaryDirectory(prefix="learning-notebooks-")
         progress = Progress(source.target, len(executable.cells), log)
-        executed = run(source, executable, Path(staging.name), options.timeout, progress)
+        try:
+            executed = run(source, executable, Path(staging.name), options.timeout, progress)
+            check_executed_twins(source, executed, config.languages)
+        except BaseException:
+            staging.cleanup()
+            raise
         output_files = digest_tree(Path(staging.name))
+        runs = {lang: (executed, output_files) for lang in languages}
         status = "executed"
-    elif reusable is not None:
-        executed = reusable
-        output_files = build_metadata(reusable).get("output_files", {})
-        status = "cached" if options.execute else "kept outputs"
     else:
-        executed, output_files, status = None, {}, "no outputs"
+        runs = {lang: (nb, build_metadata(nb).get("output_files", {})) for lang, nb in reusable.items()}
+        status = ("cached" if options.execute else "kept outputs") if len(runs) == len(languages) else "no outputs"
 
-    metadata = {
-        "source": f"notebooks_src/{source.series}/{source.name}/",
-        "quick": options.quick,
-        "execution_key": key,
-        "executed": executed is not None,
-        "output_files": output_files if executed is not None else {},
-    }
     built = {}
     for lang in languages:
+        executed, output_files = runs.get(lang, (None, {}))
+        metadata = {
+            "source": f"notebooks_src/{source.series}/{source.name}/",
+            "quick": options.quick,
+            "execution_key": key,
+            "executed": executed is not None,
+            "output_files": output_files if executed is not None else {},
+        }
         notebook = compose(source, lang, config, overrides, metadata)
         if executed is not None:
             transplant(executed, notebook)
@@ -140,6 +143,7 @@ def build_notebook(source: NotebookSource, config: ProjectConfig, options: Build
     result = NotebookResult(source.target, status, 0.0)
     if options.check:
         result.problems = check_built(source, paths, previous, built, outputs_dir)
+        result.problems += twin_problems(source, previous, config.languages)
     else:
         try:
             if staging is not None:
@@ -151,6 +155,46 @@ def build_notebook(source: NotebookSource, config: ProjectConfig, options: Build
                 staging.cleanup()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def key_code(code: list[str]) -> list[str]:
+    """What the execution key hashes of the code: the code tokens, without comments or blank lines."""
+    return [strip_comments(cell) for cell in code]
+
+
+def reusable_outputs(notebook: NotebookNode | None, key: str) -> bool:
+    meta = build_metadata(notebook)
+    return bool(meta.get("executed")) and meta.get("execution_key") == key
+
+
+def check_executed_twins(source: NotebookSource, executed: NotebookNode, languages) -> None:
+    """Every language-tagged output of the run has one twin per language (say() given every language)."""
+    cells = {cell.id: cell for cell in source.code_cells()}
+    for cell in executed.cells:
+        if cell.cell_type != "code":
+            continue
+        problems = missing_twins({lang: cell.outputs for lang in languages}, tuple(languages))
+        if problems:
+            origin = cells.get(cell.get("id"))
+            where = (origin.file, origin.line) if origin else (source.folder, None)
+            raise SourceError(f"{problems[0]}: give say()/say_table() every language ({', '.join(languages)})", *where)
+
+
+def twin_problems(source: NotebookSource, previous: dict[str, NotebookNode | None], languages) -> list[str]:
+    """--check: each code cell's language-tagged outputs have their twins in the other built languages."""
+    notebooks = {lang: nb for lang, nb in previous.items() if nb is not None and build_metadata(nb).get("executed")}
+    if len(notebooks) < 2:
+        return []
+    by_id = {lang: {c.get("id"): c.outputs for c in nb.cells if c.cell_type == "code"} for lang, nb in notebooks.items()}
+    ids = sorted(set().union(*(cells.keys() for cells in by_id.values())) - {None})
+    cells = {cell.id: cell for cell in source.code_cells()}
+    problems = []
+    for cell_id in ids:
+        found = missing_twins({lang: cells.get(cell_id, []) for lang, cells in by_id.items()}, tuple(languages))
+        origin = cells.get(cell_id)
+        where = f"{origin.file}:{origin.line}" if origin else f"cell {cell_id}"
+        problems += [f"{where}: {problem} (built notebooks of {source.target})" for problem in found]
+    return problems
 
 
 def check_built(source, paths, previous, built, outputs_dir) -> list[str]:

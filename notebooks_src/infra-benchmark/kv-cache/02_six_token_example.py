@@ -8,6 +8,11 @@
 # Before writing the real decoder, we walk through one attention layer of that second call with small
 # random projections (width 64, 4 heads of 16 dimensions, a 97-token vocabulary, the sizes used later).
 # Every shape in the table below is read from a tensor the cell actually computed.
+#
+# One line of `toy_layer` runs ahead of the story: the mask. It lets a query at absolute position $p$
+# read the keys at positions $0 \dots p$, counting positions from the start of the sequence rather
+# than from the start of the call. This is the *offset* causal mask; section 3 derives it and shows the
+# mistake it avoids. For now, read it as "no query sees its future".
 
 # %% [markdown] lang="zh"
 # ## 2. 六个 token 的例子
@@ -15,6 +20,8 @@
 # 设 token ID 序列为 `[12, 7, 31, 4, 9, 18]`。第一次调用（**预填充**，prefill）已经处理了前四个 token，因此缓存里存有绝对位置 0 到 3 的 K/V。下一次调用一次性送入剩下的两个 ID：9 和 18，它们的绝对位置是 4 和 5。
 #
 # 在写真正的解码器之前，我们先用一组小的随机投影，把第二次调用中的一层注意力走一遍。尺寸与后文一致：宽度 64，4 个头、每头 16 维，词表大小 97。下表中的每个形状，都是从这个单元格实际算出的张量上读出来的。
+#
+# `toy_layer` 里有一行提前用到了后文的内容，那就是掩码：它让绝对位置为 $p$ 的查询读取位置 $0 \dots p$ 上的键，位置从序列开头数起，而不是从本次调用的开头数起。这就是**带偏移的**因果掩码，第 3 节会推导它，并说明它避免了什么错误。这里只需把它理解为“任何查询都看不到自己的未来”。
 
 # %%
 IDS = [12, 7, 31, 4, 9, 18]

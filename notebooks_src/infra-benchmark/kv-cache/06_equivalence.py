@@ -1,7 +1,42 @@
 # %% [markdown] lang="en"
 # ## 6. Equivalence: cached path versus full recomputation
 #
-# Matching argmax tokens is a weak test: quite different logits can still pick the same token. We
+# First, back to the six-token example of section 2, this time through the decoder of section 5: prefill
+# `[12, 7, 31, 4]`, then `[9, 18]` in one call. The decoder has the sizes of the toy layer (vocabulary
+# 97, width 64, 4 heads of 16 dimensions). Each layer's cache grows from 4 to 6 positions, the logits
+# come back as `[1, 2, 97]`, and they match rows 4 and 5 of a full six-token run. Layer 2's keys and
+# values differ from layer 1's, as section 5 argued they must.
+
+# %% [markdown] lang="zh"
+# ## 6. 等价性：缓存路径与完整重算
+#
+# 先回到第 2 节六个 token 的例子，这次用第 5 节的解码器：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`。解码器的尺寸与第 2 节的玩具层相同（词表 97，宽度 64，4 个头、每头 16 维）。每层缓存从 4 个位置增长到 6 个，返回的 logits 形状为 `[1, 2, 97]`，并且与一次性完整重算六个 token 时的第 4、5 行一致。正如第 5 节所论证的，第 2 层的 K/V 与第 1 层的不同。
+
+# %%
+# [en] The decoder has the sizes of the toy layer of section 2.
+# [zh] 解码器的尺寸与第 2 节的玩具层相同。
+assert (cfg.vocab, cfg.width, cfg.heads, cfg.head_dim) == (VOCAB, WIDTH, H, DH)
+with torch.inference_mode():
+    six = torch.tensor([IDS])
+    _, six_cache = model(six[:, :4])
+    six_logits, six_cache_after = model(six[:, 4:], six_cache)
+    six_full_logits, _ = model(six)
+
+assert len(six_cache) == len(six_cache_after) == cfg.layers
+for (k_before, v_before), (k_after, v_after) in zip(six_cache, six_cache_after):
+    assert tuple(k_before.shape) == tuple(v_before.shape) == (1, cfg.heads, 4, cfg.head_dim)
+    assert tuple(k_after.shape) == tuple(v_after.shape) == (1, cfg.heads, 6, cfg.head_dim)
+assert tuple(six_logits.shape) == (1, 2, cfg.vocab)
+torch.testing.assert_close(six_logits, six_full_logits[:, 4:], atol=1e-5, rtol=1e-5)
+(k_layer1, v_layer1), (k_layer2, v_layer2) = six_cache_after
+# [en] One cache per layer: the two layers' K and V differ.
+# [zh] 每层各有一份缓存：两层的 K/V 不同。
+assert not torch.allclose(k_layer1, k_layer2) and not torch.allclose(v_layer1, v_layer2)
+print("cache per layer:", [list(k.shape) for k, _ in six_cache], "->", [list(k.shape) for k, _ in six_cache_after])
+print("logits:", list(six_logits.shape))
+
+# %% [markdown] lang="en"
+# Now the systematic check. Matching argmax tokens is a weak test: quite different logits can still pick the same token. We
 # compare **every vocabulary logit at every consumed position**, plus both layers' K and V, between
 #
 # * the full path: one call over the whole stream, no cache; and
@@ -19,9 +54,7 @@
 # call modified the cache it was given (it clones the input cache before each call and compares after).
 
 # %% [markdown] lang="zh"
-# ## 6. 等价性：缓存路径与完整重算
-#
-# 只比较 argmax 选出的 token 是很弱的检验：差别很大的两组 logits 也可能选中同一个 token。我们比较的是**每个已处理位置上的全部词表 logits**，以及两层各自的 K 和 V。比较的双方是：
+# 下面做系统的检查。只比较 argmax 选出的 token 是很弱的检验：差别很大的两组 logits 也可能选中同一个 token。我们比较的是**每个已处理位置上的全部词表 logits**，以及两层各自的 K 和 V。比较的双方是：
 #
 # * 完整路径：对整段序列只调用一次，不用缓存；
 # * 缓存路径：把同一段序列切成若干块依次送入，每次调用都带上前一次返回的缓存。
