@@ -93,6 +93,11 @@ for key, value in ENVIRONMENT.items():
 # 与 Hugging Face 的交叉核对（第 5、6 节）是可选内容。下一个单元格检查 `transformers` 以及要用到的三个类是否存在；这部分代码是按本仓库锁定的 5.23.0 版编写的。
 
 # %%
+import warnings
+
+# [en] transformers imports tqdm, whose notice about missing Jupyter widgets is noise here (no progress bars).
+# [zh] transformers 会导入 tqdm，而 tqdm 关于缺少 Jupyter 小部件的提示在这里毫无用处（我们不用进度条）。
+warnings.filterwarnings("ignore", message="IProgress not found")
 PINNED_TRANSFORMERS = "5.23.0"
 try:
     import transformers

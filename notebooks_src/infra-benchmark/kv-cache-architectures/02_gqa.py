@@ -60,7 +60,7 @@ class ArchConfig(DecoderConfig):
 
 # %%
 def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
-    # [B, H_kv, T, Dh] -> [B, H_kv * groups, T, Dh]; query head h reads K/V head h // groups
+    # [B, H_kv, T, Dh] -> [B, H_kv * groups, T, Dh]; head h <- K/V head h // groups
     return x.repeat_interleave(groups, dim=1)
 
 
@@ -111,7 +111,7 @@ class FullKV:
 
 
 def position_causal_mask(query_pos, key_pos):
-    # bool [T_new, T_keys]: query i reads key j iff key_pos[j] <= query_pos[i]
+    # bool [T_new, T_keys]: allowed[i, j] = key_pos[j] <= query_pos[i]
     return key_pos[None, :] <= query_pos[:, None]
 
 
@@ -136,10 +136,12 @@ assert all(torch.equal(position_causal_mask(past + torch.arange(new), torch.aran
 # %%
 @dataclass
 class Step:
-    positions: torch.Tensor            # [T_new] absolute positions of the new tokens
-    rotary: nn.Module | None           # section 5; None: learned positions, no rotation
+    # [en] Absolute positions of the new tokens, and the rotation of section 5 (None: learned positions).
+    # [zh] 新 token 的绝对位置，以及第 5 节的旋转（None 表示可学习的位置嵌入）。
+    positions: torch.Tensor            # [T_new]
+    rotary: nn.Module | None
     mask_fn: object                    # (query_pos, key_pos) -> bool [T_new, T_keys]
-    expand: object                     # (kv, groups) -> kv with one head per query head
+    expand: object                     # (kv, groups) -> [B, H, T, Dh]
     attend: object                     # (q, k, v, allowed) -> [B, H, T_new, Dh]
 
     def rotate(self, x):
@@ -232,7 +234,9 @@ class ArchDecoder(nn.Module):
     def forward(self, ids, cache=None):
         batch, new_len = ids.shape                                             # ids: [B, T_new]
         if cache is None:
-            cache = [self.new_cache() for _ in self.blocks]                    # one layer cache per block
+            # [en] One layer cache per block.
+            # [zh] 每个块一个单层缓存。
+            cache = [self.new_cache() for _ in self.blocks]
         positions = self.positions_fn(cache[0].seen, new_len)                  # [T_new]
         step = Step(positions, self.rotary, self.mask_fn, self.expand, self.attend)
         x = self.wte(ids) if self.rotary is not None else self.wte(ids) + self.wpe(positions)
@@ -360,7 +364,7 @@ def run_grid(build, **kwargs) -> list[dict]:
 
 def grid_table(rows: list[dict]) -> None:
     say_table([[str(r["batch"]), str(r["chunk"]), r["dtype"], f"{r['max_abs_logit_err']:.2e}",
-                f"{r.get('max_abs_kv_err', float('nan')):.2e}", "yes" if r["passed"] else "NO"] for r in rows],
+                f"{r['max_abs_kv_err']:.2e}" if "max_abs_kv_err" in r else "-", f"`{r['passed']}`"] for r in rows],
               en=["batch", "chunk", "dtype", "max abs logit error", "max abs K/V error", "passed"],
               zh=["batch", "块长", "精度", "logits 最大绝对误差", "K/V 最大绝对误差", "通过"])
 

@@ -45,7 +45,7 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x, positions):                       # x: [B, heads, T_new, Dh], positions: [T_new]
+    def forward(self, x, positions):                       # x: [B, heads, T_new, Dh]; positions: [T_new]
         cos, sin = self.cos[positions].to(x.dtype), self.sin[positions].to(x.dtype)
         return x * cos + rotate_half(x) * sin
 
@@ -64,7 +64,9 @@ with torch.inference_mode():
     rotary64 = Rotary(cfg.head_dim, cfg.max_positions)
     gen = torch.Generator().manual_seed(SEED)
     q_vec, k_vec = torch.randn(cfg.head_dim, generator=gen, dtype=torch.float64), torch.randn(cfg.head_dim, generator=gen, dtype=torch.float64)
-    table = torch.randn(cfg.max_positions, cfg.head_dim, generator=gen, dtype=torch.float64)   # stands in for wpe
+    # [en] A random position table stands in for learned positions (wpe).
+    # [zh] 用一张随机的位置表代替可学习的位置嵌入（wpe）。
+    table = torch.randn(cfg.max_positions, cfg.head_dim, generator=gen, dtype=torch.float64)
 
     def rope_scores(shift: int):
         pos = shift + torch.arange(64)
@@ -144,7 +146,7 @@ def build_rope_chunk_local(**parts):
 
 
 ROPE_FROM_ZERO = [check_cached(build_rope_chunk_local, STREAM, 1, chunk) for chunk in (1, 2, 5)]
-say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.3f}", "yes" if r["passed"] else "NO"] for r in ROPE_FROM_ZERO],
+say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.3f}", f"`{r['passed']}`"] for r in ROPE_FROM_ZERO],
           en=["chunk", "max abs logit error", "passed"], zh=["块长", "logits 最大绝对误差", "通过"])
 assert not any(r["passed"] for r in ROPE_FROM_ZERO)
 
@@ -288,6 +290,15 @@ def cross_check(build, make_hf, chunks=(1, 2, 5)) -> dict:
     return result
 
 
+def cross_table(cross: dict, labels: dict) -> None:
+    def worst(errors: dict, prefix: str) -> str:
+        values = [v for k, v in errors.items() if k.startswith(prefix)]
+        return f"{max(values):.1e}" if values else "-"
+    say_table([[labels[name], f"{e['full']:.1e}", worst(e, "cached_chunk"), worst(e, "kv_chunk")] for name, e in cross.items()],
+              en=["our model (FP64)", "full call: logits", "cached, chunks of 1, 2, 5: logits", "cached K/V"],
+              zh=["我们的模型（FP64）", "完整调用：logits", "缓存路径（块长 1、2、5）：logits", "缓存的 K/V"])
+
+
 LLAMA_CROSS = None
 if HAVE_HF:
     LLAMA_CROSS = {
@@ -295,13 +306,17 @@ if HAVE_HF:
         "pure_fp64": cross_check(build_llama_like, hf_llama, chunks=(5,)),
         "tiled_kv_control": cross_check(lambda: build_llama_like(hf_precision=True, expand=tile_kv), hf_llama, chunks=(5,)),
     }
-    say_table([[name, ", ".join(f"{k} {v:.1e}" for k, v in errors.items())] for name, errors in LLAMA_CROSS.items()],
-              en=["our model", "max abs difference from Hugging Face Llama (FP64)"],
-              zh=["我们的模型", "与 Hugging Face Llama 的最大绝对差（FP64）"])
+    say(en="Largest absolute difference from Hugging Face `LlamaForCausalLM`:",
+        zh="与 Hugging Face `LlamaForCausalLM` 的最大绝对差：")
+    cross_table(LLAMA_CROSS, {"hf_precision": "`build_llama_like(hf_precision=True)`", "pure_fp64": "`build_llama_like()`",
+                              "tiled_kv_control": "`hf_precision=True, expand=tile_kv`"})
     assert max(LLAMA_CROSS["hf_precision"].values()) < 1e-10
-    assert LLAMA_CROSS["pure_fp64"]["full"] > 1e-10                    # the referee's FP32 steps are visible
-    assert LLAMA_CROSS["pure_fp64"]["full"] < 1e-5                      # ... and they are only rounding
-    assert min(LLAMA_CROSS["tiled_kv_control"].values()) > 1e-2         # section 4's tiling control, caught
+    # [en] The referee's FP32 steps are visible against pure FP64, but only as rounding.
+    # [zh] 与纯 FP64 相比，裁判的 FP32 步骤清晰可见，但只是舍入误差。
+    assert 1e-10 < LLAMA_CROSS["pure_fp64"]["full"] < 1e-5
+    # [en] Section 4's tiling control is caught.
+    # [zh] 第 4 节平铺 K/V 头的负对照被抓住了。
+    assert min(LLAMA_CROSS["tiled_kv_control"].values()) > 1e-2
     say(en="Hugging Face Llama agrees with our GQA + RoPE model within 1e-10 in FP64, full and cached, logits and "
            "cached K/V, once our copy computes the same three steps in FP32; the tiled K/V heads of section 4 are "
            "caught here.",

@@ -48,18 +48,22 @@ class RingKV:
     def __init__(self, slots: int):
         self.slots, self.seen = slots, 0
         self.k = self.v = None
-        self.positions = torch.full((slots,), -1)                      # -1: empty slot
+        self.positions = torch.full((slots,), -1)                      # -1 = empty slot
 
     def update(self, k, v, positions):
-        if self.k is None:                                             # allocate once: [B, H_kv, slots, Dh]
+        # [en] Allocate once, [B, H_kv, slots, Dh]; read the filled slots oldest first, plus the new chunk.
+        # [zh] 只分配一次，形状 [B, H_kv, slots, Dh]；按位置从旧到新读取已填充的槽位，再接上新块。
+        if self.k is None:
             self.k = k.new_zeros(k.shape[0], k.shape[1], self.slots, k.shape[3])
             self.v = torch.zeros_like(self.k)
         filled = (self.positions >= 0).nonzero().flatten()
-        filled = filled[self.positions[filled].argsort()]             # the filled slots, oldest position first
-        keys = torch.cat((self.k[:, :, filled], k), dim=-2)            # read first: ring + new chunk
+        filled = filled[self.positions[filled].argsort()]
+        keys = torch.cat((self.k[:, :, filled], k), dim=-2)
         values = torch.cat((self.v[:, :, filled], v), dim=-2)
         key_pos = torch.cat((self.positions[filled], positions))
-        newest = positions[-self.slots:]                               # then write the newest positions
+        # [en] Only then write the newest positions into their slots.
+        # [zh] 然后才把最新的位置写进各自的槽位。
+        newest = positions[-self.slots:]
         slot = newest % self.slots
         self.k[:, :, slot] = k[:, :, -len(newest):]
         self.v[:, :, slot] = v[:, :, -len(newest):]
@@ -147,7 +151,7 @@ def window_mask_off_by_one(window: int):
 OFF_BY_ONE = [check_cached(lambda: build_window(mask=window_mask_off_by_one(WINDOW)), STREAM, 1, chunk,
                            reference=lambda: build_window(ring=False, mask=window_mask_off_by_one(WINDOW)))
               for chunk in (1, 2, 5)]
-say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.3f}", "yes" if r["passed"] else "NO"] for r in OFF_BY_ONE],
+say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.3f}", f"`{r['passed']}`"] for r in OFF_BY_ONE],
           en=["chunk", "max abs logit error", "passed"], zh=["块长", "logits 最大绝对误差", "通过"])
 assert not any(r["passed"] for r in OFF_BY_ONE)
 assert window_mask_off_by_one(WINDOW)(torch.arange(STREAM_LEN), torch.arange(STREAM_LEN)).sum(-1).max() == WINDOW + 1
@@ -235,9 +239,10 @@ if HAVE_HF:
                     kv += [(ring.k[:, :, order] - layer.keys).abs().max().item(), (ring.v[:, :, order] - layer.values).abs().max().item()]
                 errors[f"kv_chunk_{chunk}"] = max(kv)
         MISTRAL_CROSS[name] = errors
-    say_table([[name, ", ".join(f"{k} {v:.1e}" for k, v in errors.items())] for name, errors in MISTRAL_CROSS.items()],
-              en=["our model", "max abs difference from Hugging Face Mistral (FP64)"],
-              zh=["我们的模型", "与 Hugging Face Mistral 的最大绝对差（FP64）"])
+    say(en="Largest absolute difference from Hugging Face `MistralForCausalLM`:",
+        zh="与 Hugging Face `MistralForCausalLM` 的最大绝对差：")
+    cross_table(MISTRAL_CROSS, {"hf_precision": "`window_mask(8)`, `hf_precision=True`",
+                                "off_by_one_control": "`window_mask_off_by_one(8)`, `hf_precision=True`"})
     assert max(MISTRAL_CROSS["hf_precision"].values()) < 1e-10
     assert MISTRAL_CROSS["off_by_one_control"]["full"] > 1e-2
     say(en=f"Hugging Face Mistral with `sliding_window={WINDOW}` agrees with our ring-buffer model within 1e-10 in FP64 "

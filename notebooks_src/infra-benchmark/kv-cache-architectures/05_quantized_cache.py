@@ -74,19 +74,23 @@ print("bytes for 16 codes of 2, 4, 8 bits:", [pack(c, b).shape[-1] for b, c in s
 class QuantKV:
     def __init__(self, bits: int, residual: int = 16, group: int = 8, dequantize=dequantize):
         self.bits, self.residual, self.group, self.dequantize = bits, residual, group, dequantize
-        self.k_groups, self.v_groups = [], []                          # (packed codes, scale, low) per group
-        self.k_recent = self.v_recent = None                           # full precision [B, H_kv, r, Dh]
+        # [en] Quantized groups as (packed codes, scale, low); the full-precision window [B, H_kv, r, Dh].
+        # [zh] 量化后的各组存为 (打包的编码, 缩放因子, 最小值)；全精度窗口形状为 [B, H_kv, r, Dh]。
+        self.k_groups, self.v_groups = [], []
+        self.k_recent = self.v_recent = None
         self.seen = 0
 
     def update(self, k, v, positions):
         self.k_recent = k if self.k_recent is None else torch.cat((self.k_recent, k), dim=-2)
         self.v_recent = v if self.v_recent is None else torch.cat((self.v_recent, v), dim=-2)
         self.seen += k.shape[-2]
-        while self.k_recent.shape[-2] >= self.residual + self.group:      # quantize the oldest group
+        # [en] Quantize the oldest group while the window holds R + G positions or more: K per channel, V per token.
+        # [zh] 只要窗口中有 R + G 个或更多位置，就量化最旧的一组：K 按通道，V 按 token。
+        while self.k_recent.shape[-2] >= self.residual + self.group:
             k_old, self.k_recent = self.k_recent[:, :, :self.group], self.k_recent[:, :, self.group:]
             v_old, self.v_recent = self.v_recent[:, :, :self.group], self.v_recent[:, :, self.group:]
-            k_codes, k_scale, k_low = quantize(k_old, self.bits, dim=-2)    # per channel: scale [B, H_kv, 1, Dh]
-            v_codes, v_scale, v_low = quantize(v_old, self.bits, dim=-1)    # per token: scale [B, H_kv, G, 1]
+            k_codes, k_scale, k_low = quantize(k_old, self.bits, dim=-2)    # scale [B, H_kv, 1, Dh]
+            v_codes, v_scale, v_low = quantize(v_old, self.bits, dim=-1)    # scale [B, H_kv, G, 1]
             self.k_groups.append((pack(k_codes, self.bits), k_scale, k_low))
             self.v_groups.append((pack(v_codes, self.bits), v_scale, v_low))
         keys = torch.cat([self.read(g) for g in self.k_groups] + [self.k_recent], dim=-2)
@@ -209,16 +213,18 @@ for bits, bound in BOUNDS.items():
 assert QUANT[2]["max_abs_logit_err"] > QUANT[4]["max_abs_logit_err"] > QUANT[8]["max_abs_logit_err"] > 0
 assert QUANT[2]["mean_max_abs_logit_err"] > QUANT[4]["mean_max_abs_logit_err"] > QUANT[8]["mean_max_abs_logit_err"]
 
-T_TOTAL = PROMPT_LEN + GEN_STEPS - 1                                   # positions in the caches after the run
+# [en] Positions in the caches after the run, and the layout's bytes: codes, K scales per channel and group, V scales per token, window.
+# [zh] 运行结束后缓存中的位置数，以及按存储布局算出的字节数：编码、K 每组每通道的缩放因子、V 每个 token 的缩放因子、全精度窗口。
+T_TOTAL = PROMPT_LEN + GEN_STEPS - 1
 
 
 def quant_bytes(length: int, bits: int, config: ArchConfig, residual: int = 16, group: int = 8, scale_bytes: int = 4) -> int:
     quantized = max(0, (length - residual) // group) * group
     recent = length - quantized
-    per_layer = (2 * quantized * config.n_kv * config.head_dim * bits // 8              # K and V codes
-                 + 2 * (quantized // group) * config.n_kv * config.head_dim * scale_bytes   # K: scale and low per channel per group
-                 + 2 * quantized * config.n_kv * scale_bytes                             # V: scale and low per token
-                 + 2 * recent * config.n_kv * config.head_dim * scale_bytes)             # the full-precision window
+    per_layer = (2 * quantized * config.n_kv * config.head_dim * bits // 8
+                 + 2 * (quantized // group) * config.n_kv * config.head_dim * scale_bytes
+                 + 2 * quantized * config.n_kv * scale_bytes
+                 + 2 * recent * config.n_kv * config.head_dim * scale_bytes)
     return config.layers * per_layer
 
 

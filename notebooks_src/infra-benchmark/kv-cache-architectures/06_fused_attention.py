@@ -73,7 +73,7 @@ assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows)
 # %%
 IS_CAUSAL_CONTROL = [check_cached(lambda: build_rope(attend=sdpa_causal_if_several), STREAM, 1, chunk, reference=build_rope)
                      for chunk in (1, 2, 5)]
-say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.2e}", "yes" if r["passed"] else "NO"] for r in IS_CAUSAL_CONTROL],
+say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.2e}", f"`{r['passed']}`"] for r in IS_CAUSAL_CONTROL],
           en=["chunk", "max abs logit error", "passed"], zh=["块长", "logits 最大绝对误差", "通过"])
 assert IS_CAUSAL_CONTROL[0]["passed"] and not IS_CAUSAL_CONTROL[1]["passed"] and not IS_CAUSAL_CONTROL[2]["passed"]
 
@@ -126,7 +126,7 @@ def time_attention() -> dict:
                 samples[f"{name}_prefill"].append((middle - start) / 1e6)
                 samples[f"{name}_decode"].append((end - middle) / 1e6)
     assert all(len(s) == REPEATS for s in samples.values())
-    assert all(c.seen == TIMING_PROMPT for c in prefix["explicit"])              # the prefix cache was never extended
+    assert all(c.seen == TIMING_PROMPT for c in prefix["explicit"])              # prefix cache not extended
     return {name: {"p50_ms": float(np.median(s)), "samples_ms": [round(x, 6) for x in s]} for name, s in samples.items()}
 
 
