@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import tomllib
 
-from notebook_code import SOURCES, run_notebook_code
+import os
+
+from notebook_code import PRELUDE_NAME, SOURCES, code_cells
 
 NOTEBOOK = "infra-benchmark/kv-cache-architectures"
 MANIFEST = SOURCES / NOTEBOOK / "notebook.toml"
@@ -18,8 +20,18 @@ def manifest_sections() -> list[str]:
     return tomllib.loads(MANIFEST.read_text(encoding="utf-8"))["sections"]
 
 
-def run_arch_code(last: str | None = None, **overrides) -> dict:
-    """Exec the notebook's code cells, up to and including the section file `last` (all by default)."""
+def run_arch_code(last: str | None = None, stand_ins: dict | None = None, **overrides) -> dict:
+    """Exec the notebook's code cells, up to and including the section file `last` (all by default).
+
+    `stand_ins` (names such as `say`) replace the prelude's definitions right after the prelude cell;
+    `overrides` are parameter values, injected after the parameters cell as the builder does.
+    """
+    os.environ.setdefault("MPLBACKEND", "Agg")
     sections = manifest_sections()
     count = None if last is None else [name.rsplit("/", 1)[-1] for name in sections].index(last) + 1
-    return run_notebook_code(NOTEBOOK, sections=count, **overrides)
+    namespace: dict = {"__name__": "__notebook__"}
+    for name, cell in code_cells(NOTEBOOK, count, **overrides):
+        exec(compile(cell.source, name, "exec", dont_inherit=True), namespace)
+        if name == PRELUDE_NAME and stand_ins:
+            namespace.update(stand_ins)
+    return namespace

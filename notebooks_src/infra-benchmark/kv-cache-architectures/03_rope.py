@@ -223,10 +223,10 @@ def softmax_attention_fp32(q, k, v, allowed):
     return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1, dtype=torch.float32).to(q.dtype) @ v
 
 
-def build_llama_like(hf_precision: bool = False, **parts) -> ArchDecoder:
+def build_llama_like(hf_precision: bool = False, config: ArchConfig = LLAMA_CFG, **parts) -> ArchDecoder:
     if not hf_precision:
-        return build_rope(**parts)
-    net = build_rope(angle_dtype=torch.float32, **({"attend": softmax_attention_fp32} | parts))
+        return build_rope(config, **parts)
+    net = build_rope(config, angle_dtype=torch.float32, **({"attend": softmax_attention_fp32} | parts))
     for module in net.modules():
         if isinstance(module, RMSNorm):
             module.compute_dtype = torch.float32

@@ -48,7 +48,7 @@ MEMORY_TABLE = [
     variant_row("MHA", 32, CONTEXT, per_token(32, FP16), kv_bytes(1, CONTEXT, 32, 32, 128, FP16)),
     variant_row("GQA-8", 8, CONTEXT, per_token(8, FP16), kv_bytes(1, CONTEXT, 32, 8, 128, FP16)),
     variant_row("MQA", 1, CONTEXT, per_token(1, FP16), kv_bytes(1, CONTEXT, 32, 1, 128, FP16)),
-    variant_row("GQA-8, window 4k", 8, MISTRAL_WINDOW - 1, per_token(8, FP16), kv_bytes(1, MISTRAL_WINDOW - 1, 32, 8, 128, FP16)),
+    variant_row("GQA-8, W = 4096", 8, MISTRAL_WINDOW - 1, per_token(8, FP16), kv_bytes(1, MISTRAL_WINDOW - 1, 32, 8, 128, FP16)),
 ] + [
     variant_row(f"GQA-8, int{bits}", 8, CONTEXT,
                 quant_bytes(CONTEXT, bits, LLAMA3_8B, KIVI_RESIDUAL, KIVI_GROUP, FP16) / CONTEXT,
@@ -83,7 +83,7 @@ weights_gib = llama_parameters(LLAMA3_8B) * FP16 / GiB
 assert rows["MHA"]["bytes_per_token"] == 512 * KiB and rows["MHA"]["cache_bytes_32k"] == 16 * GiB
 assert 14.5 < weights_gib < 15.5 < rows["MHA"]["cache_bytes_32k"] / GiB
 assert rows["GQA-8"]["cache_bytes_32k"] * 4 == rows["MHA"]["cache_bytes_32k"] == rows["MQA"]["cache_bytes_32k"] * 32
-assert rows["GQA-8, window 4k"]["cache_bytes_32k"] == 4095 * rows["GQA-8"]["bytes_per_token"] < 0.5 * GiB
+assert rows["GQA-8, W = 4096"]["cache_bytes_32k"] == 4095 * rows["GQA-8"]["bytes_per_token"] < 0.5 * GiB
 for bits, fraction in ((8, 0.5), (4, 0.25)):
     overhead = rows[f"GQA-8, int{bits}"]["cache_bytes_32k"] / rows["GQA-8"]["cache_bytes_32k"] - fraction
     assert 0 < overhead < 0.05, (bits, overhead)
