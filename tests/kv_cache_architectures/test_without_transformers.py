@@ -17,7 +17,7 @@ def test_runs_without_transformers(tmp_path, monkeypatch):
     nb = conftest.run_quick(tmp_path)
     said = conftest.SAID[start:]
     assert nb["HAVE_HF"] is False and nb["LLAMA_CROSS"] is None and nb["MISTRAL_CROSS"] is None
-    skips = [s for s in said if "en" in s and "is skipped: `transformers` is not available" in s["en"]]
+    skips = [s for s in said if "en" in s and "skipped: `transformers` is not available" in s["en"]]
     assert len(skips) == 3 and all("已跳过" in s["zh"] for s in skips)
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert results["cross_checks"]["transformers"] is None and results["cross_checks"]["skipped"]

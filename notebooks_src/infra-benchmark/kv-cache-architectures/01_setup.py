@@ -111,11 +111,6 @@ except ImportError as error:
 HAVE_HF = HF_SKIP is None
 
 
-def say_hf_skipped(what_en: str, what_zh: str) -> None:
-    say(en=f"{what_en} is skipped: `transformers` is not available here ({HF_SKIP}).",
-        zh=f"{what_zh}已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
-
-
 if HAVE_HF and transformers.__version__ != PINNED_TRANSFORMERS:
     say(en=f"Note: the cross-checks were written against transformers {PINNED_TRANSFORMERS}; this is "
            f"{transformers.__version__}. If one of them fails, this version computes something differently.",

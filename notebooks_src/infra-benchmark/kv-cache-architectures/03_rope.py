@@ -323,4 +323,5 @@ if HAVE_HF:
         zh="当我们的模型副本也在 FP32 下计算那三步时，Hugging Face Llama 与我们的 GQA + RoPE 模型在 FP64 下的差异小于 1e-10，"
            "完整路径和缓存路径、logits 和缓存的 K/V 都是如此；第 4 节中平铺 K/V 头的错误在这里被抓住了。")
 else:
-    say_hf_skipped("The cross-check with Hugging Face Llama", "与 Hugging Face Llama 的交叉核对")
+    say(en=f"The cross-check with Hugging Face Llama is skipped: `transformers` is not available here ({HF_SKIP}).",
+        zh=f"与 Hugging Face Llama 的交叉核对已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")

@@ -250,4 +250,5 @@ if HAVE_HF:
         zh=f"`sliding_window={WINDOW}` 的 Hugging Face Mistral 与我们基于环形缓冲区的模型在 FP64 下的差异小于 1e-10"
            "（logits 以及每一层缓存中的 W - 1 个位置都是如此）；差一的窗口则与它不一致。")
 else:
-    say_hf_skipped("The cross-check with Hugging Face Mistral", "与 Hugging Face Mistral 的交叉核对")
+    say(en=f"The cross-check with Hugging Face Mistral is skipped: `transformers` is not available here ({HF_SKIP}).",
+        zh=f"与 Hugging Face Mistral 的交叉核对已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")

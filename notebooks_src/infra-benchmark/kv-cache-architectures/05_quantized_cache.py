@@ -7,8 +7,8 @@
 # (Liu et al., 2024), which observed that keys have a few channels with large values while values do not:
 #
 # * **K per channel:** the cached keys are cut into groups of $G$ consecutive positions, and each channel of
-#   each group gets its own scale and offset (minimum);
-# * **V per token:** each position of each head gets its own scale and offset over its $D_h$ channels;
+#   each group gets its own scale and minimum;
+# * **V per token:** each position of each head gets its own scale and minimum over its $D_h$ channels;
 # * **a full-precision window:** the most recent positions (at least $R$, fewer than $R + G$) stay in the
 #   model's dtype; whenever $G$ positions beyond $R$ have piled up, the oldest $G$ are quantized as a group.
 #
@@ -22,8 +22,8 @@
 #
 # 到目前为止，每种变体都是精确的：缓存的形状变了，但缓存路径计算的仍是与完整重算相同的函数。量化缓存则有意放弃这一点。它把 K 和 V 存成小整数，外加少量全精度的**缩放因子**，以便在同样的内存里放下更多 token。我们采用 KIVI（Liu 等，2024）的方案；该工作观察到，键有少数几个通道数值很大，而值没有这个现象：
 #
-# * **K 按通道量化**：把缓存中的键按每 $G$ 个相邻位置分成一组，每组的每个通道各有自己的缩放因子和偏移（最小值）；
-# * **V 按 token 量化**：每个头的每个位置在它的 $D_h$ 个通道上各有自己的缩放因子和偏移；
+# * **K 按通道量化**：把缓存中的键按每 $G$ 个相邻位置分成一组，每组的每个通道各有自己的缩放因子和最小值；
+# * **V 按 token 量化**：每个头的每个位置在它的 $D_h$ 个通道上各有自己的缩放因子和最小值；
 # * **全精度窗口**：最近的若干位置（至少 $R$ 个，少于 $R + G$ 个）保持模型原本的精度；超出 $R$ 的位置每积累满 $G$ 个，就把最旧的 $G$ 个作为一组量化。
 #
 # 量化采用 $b$ 比特的非对称最小–最大量化：$\mathrm{scale} = (\max - \min)/(2^b - 1)$，$\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$，模型读回的是 $\mathrm{code} \cdot \mathrm{scale} + \min$。4 比特和 2 比特的编码分别每两个、每四个打包进一个字节，这样我们测得的字节数就是真实实现需要保存的字节数。我们取 $R = 16$、$G = 8$。
@@ -245,7 +245,7 @@ say_table([["FP32 (exact)", f"{QUANT_MEMORY['exact_bytes']:,}", "1.00"]]
 
 # %% [markdown] lang="en"
 # The savings are modest here, for two reasons the formula makes visible: the full-precision window is a
-# large part of a 79-position sequence, and with $D_h = 16$ a per-token scale and offset in FP32 cost as
+# large part of a 79-position sequence, and with $D_h = 16$ a per-token scale and minimum in FP32 cost as
 # much as 16 four-bit codes. For long contexts and $D_h = 128$ the codes dominate (section 9).
 #
 # **Negative control: a dropped scale factor.** Reading back $\mathrm{code} + \min$ instead of
@@ -253,7 +253,7 @@ say_table([["FP32 (exact)", f"{QUANT_MEMORY['exact_bytes']:,}", "1.00"]]
 # violate the 8-bit bound.
 
 # %% [markdown] lang="zh"
-# 这里节省的内存并不多，公式揭示了两个原因：对只有 79 个位置的序列来说，全精度窗口占了很大一部分；而且 $D_h = 16$ 时，每个 token 的 FP32 缩放因子和偏移所占的空间，与 16 个 4 比特编码一样多。对于长上下文和 $D_h = 128$，编码本身才是大头（见第 9 节）。
+# 这里节省的内存并不多，公式揭示了两个原因：对只有 79 个位置的序列来说，全精度窗口占了很大一部分；而且 $D_h = 16$ 时，每个 token 的 FP32 缩放因子和最小值所占的空间，与 16 个 4 比特编码一样多。对于长上下文和 $D_h = 128$，编码本身才是大头（见第 9 节）。
 #
 # **负对照：漏乘缩放因子。** 把读回的值写成 $\mathrm{code} + \min$，而不是 $\mathrm{code} \cdot \mathrm{scale} + \min$，只是漏写了一个词。带着这个错误的 8 比特模型必须违反 8 比特的误差界。
 

@@ -135,7 +135,8 @@ if HAVE_HF:
         zh=f"与 transformers {ENVIRONMENT['transformers']} 的交叉核对（FP64）：Llama {fmt(max(LLAMA_CROSS['hf_precision'].values()))}，"
            f"Mistral {fmt(max(MISTRAL_CROSS['hf_precision'].values()))}。")
 else:
-    say_hf_skipped("The Hugging Face cross-checks", "与 Hugging Face 的交叉核对")
+    say(en=f"The Hugging Face cross-checks are skipped: `transformers` is not available here ({HF_SKIP}).",
+        zh=f"与 Hugging Face 的交叉核对已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
 
 if IN_COLAB:
     from google.colab import files
