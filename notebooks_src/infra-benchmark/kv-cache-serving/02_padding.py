@@ -135,6 +135,8 @@ def draw_padded_mask(key_mask, row):
         ax.imshow(mask.int().numpy(), cmap="Greens", vmin=0, vmax=1.4)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("key slot")
+        ax.set_xticks(range(0, key_mask.shape[1], 2))
+        ax.set_yticks(range(0, key_mask.shape[1], 2))
     axes[0].set_ylabel("query slot")
     fig.suptitle(f"row {row}: {int(key_mask[row].sum())} real tokens, left-padded to {key_mask.shape[1]}", fontsize=10)
     fig.tight_layout()

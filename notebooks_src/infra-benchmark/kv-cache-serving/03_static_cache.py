@@ -375,7 +375,8 @@ for name, marker in (("cat", "o"), ("static", "s"), ("copies", "^")):
     ax.errorbar(STEP_PREFIXES, p50, yerr=[np.zeros_like(p50), p95 - p50], marker=marker, capsize=3,
                 label={"cat": "torch.cat cache", "static": "static cache", "copies": "the copies of a torch.cat step, alone"}[name])
 ax.set_xlabel("prefix length P (tokens)")
-ax.set_ylabel("one decode step (ms): p50, bar to p95")
+ax.set_ylabel("time (ms): p50, bar to p95")
+ax.set_yscale("log")
 ax.set_title(f"CPU, 1 thread, fp32, batch 1, {STEP_REPEATS} rounds", fontsize=10)
 ax.legend(fontsize=8)
 ax.grid(alpha=0.3)
@@ -395,13 +396,13 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # static step writes one slot per layer and reads the prefix through a view. Timed on their own, those
 # copies took {{run:step.copies_p50_ms:.3f}} ms (median): that is what the static cache saves per step.
 # The rest of the step is the same in both (the arithmetic over the prefix, and the per-call overhead
-# of Python and operator dispatch), so for a model this small the two medians differ by about the cost
-# of the copies, which the spread between p50 and p95 can hide. The bytes copied grow with the prefix,
+# of Python and operator dispatch), so the two medians are expected to differ by about the cost of the
+# copies, a difference that the spread between p50 and p95 can hide on a busy machine. The bytes copied grow with the prefix,
 # the layers, the KV heads and the head dimension; the static step's do not. Timing is reported, never
 # asserted.
 
 # %% [markdown] lang="zh"
-# 在最长的前缀 $P$ = {{run:step.prefix}} 上，本次运行中 `torch.cat` 单步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒。两者的区别只在 K 和 V 的存储方式：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在这个长度上是 {{run:step.cat_kib_written}} KiB 的 K/V；静态缓存每层只写一个槽位，并通过视图读取前缀。单独计时，这些复制耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（中位数）：这就是静态缓存每一步省下的开销。单步中的其余部分两者完全相同（对前缀的计算，以及每次调用的 Python 和算子调度开销），所以对这么小的模型，两个中位数的差别大约就是复制的开销，p50 与 p95 之间的波动可能把它掩盖。复制的字节数随前缀长度、层数、KV 头数和每头维度增长，静态缓存单步写入的字节数则不随前缀增长。计时只报告，从不断言。
+# 在最长的前缀 $P$ = {{run:step.prefix}} 上，本次运行中 `torch.cat` 单步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒。两者的区别只在 K 和 V 的存储方式：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在这个长度上是 {{run:step.cat_kib_written}} KiB 的 K/V；静态缓存每层只写一个槽位，并通过视图读取前缀。单独计时，这些复制耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（中位数）：这就是静态缓存每一步省下的开销。单步中的其余部分两者完全相同（对前缀的计算，以及每次调用的 Python 和算子调度开销），所以两个中位数的差别预计大约就是复制的开销；在繁忙的机器上，p50 与 p95 之间的波动可能把这点差别掩盖。复制的字节数随前缀长度、层数、KV 头数和每头维度增长，静态缓存单步写入的字节数则不随前缀增长。计时只报告，从不断言。
 
 # %% tags=["prose-values"]
 {"step": STEP_SUMMARY}
