@@ -324,7 +324,9 @@ def time_step(prefix_len) -> dict:
     cat_store, static_store, restore = prepared_stores(prefix_len)
     token, one = STEP_STREAM[:, prefix_len:prefix_len + 1], torch.ones(1, 1, dtype=torch.bool)
     restore()
-    history = list(cat_store.layers)                                    # the P-position (K, V) of each layer
+    # [en] The P-position (K, V) of each layer.
+    # [zh] 每层长度为 P 的 (K, V)。
+    history = list(cat_store.layers)
     outputs = {"cat": store_forward(model, token, one, cat_store), "static": store_forward(model, token, one, static_store)}
     # [en] Same step, same bits.
     # [zh] 同一步，逐比特相同。
@@ -343,7 +345,9 @@ def time_step(prefix_len) -> dict:
     names, samples = tuple(runs), {name: [] for name in runs}
     for round_index in range(STEP_WARMUPS + STEP_REPEATS):
         shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:                      # rotate the order every round
+        # [en] Rotate the order every round.
+        # [zh] 每一轮轮换先后顺序。
+        for name in names[shift:] + names[:shift]:
             restore()
             start = time.perf_counter_ns()
             runs[name]()

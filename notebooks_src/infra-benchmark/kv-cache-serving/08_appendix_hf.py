@@ -27,7 +27,9 @@
 
 # %%
 HF_TOL = TOLERANCE[torch.float64]
-assert HF_TOL == PEER_TOL                                               # the tolerance of section 10
+# [en] The tolerance of section 10.
+# [zh] 与第 10 节的容差相同。
+assert HF_TOL == PEER_TOL
 HF_SKIP = None if HAVE_TRANSFORMERS else "transformers is not installed: the appendix is skipped."
 if HAVE_TRANSFORMERS:
     try:
