@@ -65,3 +65,7 @@ def test_nan_starts_at_padding_and_reaches_real_positions_through_v(nb):
     _, key_mask = nb["left_pad"](nb["PROMPTS"])
     assert torch.equal(nb["nan_1"], ~key_mask)                  # after block 1: padding positions only
     assert nb["nan_2"][0][key_mask[0]].all() and not nb["nan_2"][2].any()
+
+
+def test_a_row_with_no_token_stays_finite(nb):
+    assert nb["EMPTY_ROW_OK"]

@@ -276,10 +276,12 @@ assert all(len(lg["logits"]) == n + DECODE_STEPS for lg, n in zip(REFERENCE[torc
 # What sits in a padding slot cannot matter: another padding token ID, or padding slots at position 7
 # instead of 0, must give **bit-identical** logits at real positions. The padding keys' scores are
 # replaced by $-\infty$ before the softmax, their weights are exactly 0, and $0 \cdot v = 0$ for any
-# finite $v$; every other number in the computation is unchanged.
+# finite $v$; every other number in the computation is unchanged. A row that holds no token at all (an empty
+# slot of the batch) is padding from end to end: the guard keeps it finite as well, and the other rows
+# do not notice it.
 
 # %% [markdown] lang="zh"
-# 填充位里放的是什么不应有任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$；计算中其余的数一个都没变。
+# 填充位里放的是什么不应有任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$；计算中其余的数一个都没变。一个 token 都没有的行（batch 中空着的位置）从头到尾都是填充位：保护措施同样让它保持有限值，其他行也察觉不到它的存在。
 
 # %%
 with torch.inference_mode():
@@ -291,6 +293,15 @@ PAD_CONTENT_BIT_EXACT = all(torch.equal(a, b) and torch.equal(a, c)
 say(en=f"Another padding ID or padding position: real logits bit-identical: {PAD_CONTENT_BIT_EXACT}.",
     zh=f"换一个填充 ID 或填充位置：真实位置上的 logits 逐比特相同：{PAD_CONTENT_BIT_EXACT}。")
 assert PAD_CONTENT_BIT_EXACT
+with torch.inference_mode():
+    empty_ids, empty_mask = left_pad([PROMPTS[0], PROMPTS[0][:0], PROMPTS[2]])   # row 1 holds no token
+    empty_logits, _ = padded_forward(model, empty_ids, empty_mask)
+EMPTY_ROW_OK = bool(torch.isfinite(empty_logits).all()) and all(
+    torch.allclose(empty_logits[row, empty_mask[row]], base["logits"][row][:n], atol=1e-5, rtol=1e-5)
+    for row, n in ((0, PROMPT_LENGTHS[0]), (2, PROMPT_LENGTHS[2])))
+say(en=f"A row with no token: finite everywhere, other rows unchanged: {EMPTY_ROW_OK}.",
+    zh=f"一个 token 都没有的行：处处是有限值，其他行不受影响：{EMPTY_ROW_OK}。")
+assert EMPTY_ROW_OK and int(empty_mask[1].sum()) == 0
 
 # %% [markdown] lang="en"
 # **Negative controls.** Four broken twins go through the same `check_padded`:
