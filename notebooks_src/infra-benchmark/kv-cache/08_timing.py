@@ -401,9 +401,9 @@ for row in KV_TABLE[1:]:
 # An asterisk marks a context longer than the model's position table (GPT-2 has 1,024 positions, our
 # decoder 512, Llama 2 4,096): the formula still gives the size such a cache would have. For one
 # sequence of 32,768 tokens, Llama 3.1 8B keeps 4 GiB of K and V in FP16, per sequence, on top of its
-# weights; without GQA it would be 16 GiB. That is why serving systems manage the cache as carefully as
-# the weights, and why the cached step's growth with $T$ (8.2) is mostly a question of memory traffic
-# at these sizes.
+# weights; without GQA it would be 16 GiB. As a general remark (nothing here measures it): at such
+# sizes serving systems manage the cache as carefully as the weights, and reading the whole cache on
+# every step, the growth with $T$ of 8.2, becomes a large part of what a decode step costs.
 #
 # ### 8.4 Timing on this CPU
 #
@@ -427,7 +427,7 @@ for row in KV_TABLE[1:]:
 # records the order of every round, and asserts both.
 
 # %% [markdown] lang="zh"
-# 星号表示上下文长度超出了模型的位置嵌入表（GPT-2 有 1,024 个位置，我们的解码器有 512 个，Llama 2 有 4,096 个）：公式给出的仍是这样一份缓存应有的大小。对于一条 32,768 个 token 的序列，Llama 3.1 8B 在 FP16 下要为它保存 4 GiB 的 K/V，这还不算权重；如果不用 GQA，则要 16 GiB。正因为如此，推理服务系统管理缓存要像管理权重一样精打细算；也正因为如此，在这样的规模下，缓存路径每步随 $T$ 的增长（见 8.2）主要是访存问题。
+# 星号表示上下文长度超出了模型的位置嵌入表（GPT-2 有 1,024 个位置，我们的解码器有 512 个，Llama 2 有 4,096 个）：公式给出的仍是这样一份缓存应有的大小。对于一条 32,768 个 token 的序列，Llama 3.1 8B 在 FP16 下要为它保存 4 GiB 的 K/V，这还不算权重；如果不用 GQA，则要 16 GiB。顺带一提（这里并未实测）：在这样的规模下，推理服务系统管理缓存要像管理权重一样精打细算；而每一步都要把整个缓存读一遍，也就是 8.2 中随 $T$ 的增长，会成为解码每一步开销的一大部分。
 #
 # ### 8.4 在这台 CPU 上计时
 #
@@ -768,8 +768,9 @@ TIMING_SUMMARY = {
 # multiply-adds would take about {{run:timing.cached_step_arithmetic_ms:.4f}} ms, roughly
 # {{run:timing.cached_step_arithmetic_share:.0%}} of the measured step. The rest is per-call overhead:
 # Python, operator dispatch, small allocations and the copy in `torch.cat`. With a model this small the
-# overhead hides the $TW$ term; with a real model's width and context, the arithmetic and above all the
-# reading of K/V (8.3) take over, which is why the cache's cost with $T$ matters there.
+# overhead hides the $TW$ term. With a real model's width and context (8.3), the arithmetic and the
+# reading of K/V grow large enough to matter; that is a general remark, not something this CPU run
+# measures.
 #
 # How to read the times. A p95 over 15 samples (3 with `QUICK = True`) is an empirical quantile, good
 # for spotting noise but far too few samples to estimate a service's tail latency. What these numbers
@@ -778,6 +779,6 @@ TIMING_SUMMARY = {
 # or scheduler would perform. Those need measurements on their own hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。缓存路径每步的实测时间几乎没有跟着计数增长，因为在这样小的规模下，缓存路径一步的时间主要不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了；换成真实模型的宽度和上下文长度，计算、尤其是对 K/V 的读取（见 8.3）就会占上风，所以缓存开销随 $T$ 的增长在那里才真正要紧。
+# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。缓存路径每步的实测时间几乎没有跟着计数增长，因为在这样小的规模下，缓存路径一步的时间主要不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了。换成真实模型的宽度和上下文长度（见 8.3），计算量和对 K/V 的读取就大到不容忽视；这是一般性的说明，并不是这次 CPU 运行测出来的。
 #
 # 如何解读这些时间：15 个样本（`QUICK = True` 时只有 3 个）的 p95 只是经验分位数，可以用来发现噪声，但样本远远不够，无法估计一个服务的尾延迟。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。
