@@ -313,13 +313,14 @@ say(en=f"Slope of the cached step: {2 * cfg.layers * cfg.width} multiply-adds pe
 # (nothing is downloaded; the source of every number is named in the code). GPT-2 and Llama 2 7B give
 # every attention head its own K and V. Llama 3.1 8B uses **grouped-query attention** (GQA): its 32
 # query heads share 8 KV heads, so its cache per token is a quarter of Llama 2 7B's, although the two
-# models have the same number of layers and the same width. Before applying the formula to them, the
+# models have the same number of layers and the same width (the companion notebook
+# `infra-benchmark/kv-cache-architectures` builds GQA into our decoder). Before applying the formula to them, the
 # cell checks it on our own decoder, in FP32 and in FP16, against real caches.
 
 # %% [markdown] lang="zh"
 # ### 8.3 公开模型的缓存有多大
 #
-# 同一个公式按每个 token 计算：$2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节。下面录入了三个公开模型的尺寸，取自它们在 Hugging Face Hub 上的配置文件（不下载任何东西；每个数的出处都写在代码里）。GPT-2 和 Llama 2 7B 的每个注意力头都有自己的 K 和 V。Llama 3.1 8B 使用**分组查询注意力**（grouped-query attention，GQA）：32 个查询头共用 8 个 KV 头，所以尽管它与 Llama 2 7B 层数相同、宽度相同，每个 token 的缓存却只有后者的四分之一。在把公式用到这些模型之前，单元格先在我们自己的解码器上，分别用 FP32 和 FP16 的真实缓存核对它。
+# 同一个公式按每个 token 计算：$2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节。下面录入了三个公开模型的尺寸，取自它们在 Hugging Face Hub 上的配置文件（不下载任何东西；每个数的出处都写在代码里）。GPT-2 和 Llama 2 7B 的每个注意力头都有自己的 K 和 V。Llama 3.1 8B 使用**分组查询注意力**（grouped-query attention，GQA）：32 个查询头共用 8 个 K/V 头，所以尽管它与 Llama 2 7B 层数相同、宽度相同，每个 token 的缓存却只有后者的四分之一（配套笔记本 `infra-benchmark/kv-cache-architectures` 会把 GQA 加进我们的解码器）。在把公式用到这些模型之前，单元格先在我们自己的解码器上，分别用 FP32 和 FP16 的真实缓存核对它。
 
 # %%
 @dataclass
@@ -391,7 +392,7 @@ say_table(
      for row in KV_TABLE],
     en=["model", "layers L", "query heads / KV heads", "head size D_h", "K/V per token (fp16)",
         "4,096-token context", "32,768-token context"],
-    zh=["模型", "层数 L", "查询头 / KV 头", "每头维度 D_h", "每个 token 的 K/V（FP16）",
+    zh=["模型", "层数 L", "查询头 / K/V 头", "每头维度 D_h", "每个 token 的 K/V（FP16）",
         "4,096 个 token 的上下文", "32,768 个 token 的上下文"],
 )
 for row in KV_TABLE[1:]:
@@ -490,7 +491,7 @@ def cached_continuation(model, cache, continuation):
 # differ between the paths.
 #
 # The logical size of the cache is $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$
-# bytes, the formula of 8.3 for a whole batch. With batch 1, final length 272, 2 layers, 4 KV heads,
+# bytes, the per-token formula of 8.3 times the length $T$ and the batch $B$. With batch 1, final length 272, 2 layers, 4 KV heads,
 # head dimension 16 and 4-byte FP32, that is 278,528 bytes (272 KiB). The cell compares it with the
 # sum of `numel() * element_size()` over the real cache. It counts neither the parameters, the
 # attention scores, the temporary tensors of `torch.cat`, allocator overhead nor Python objects, so it
@@ -499,7 +500,7 @@ def cached_continuation(model, cache, continuation):
 # %% [markdown] lang="zh"
 # 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。当 $P = 256$、$G = 16$ 时，两者分别是 4,232 和 16。下面的单元格把公式与两个来源核对：循环实际送入的位置数，以及一个前向预钩子（forward pre-hook）统计到的、真正到达模型的位置数；词表投影上的第二个钩子则确认，完整路径把这些位置全部投影成了 logits。这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、调度和 Python 开销上都不一样。
 #
-# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节，即 8.3 的公式乘上整个 batch。取 batch 1、最终长度 272、2 层、4 个 KV 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元格会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
+# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节，即 8.3 中每个 token 的公式再乘以长度 $T$ 和 batch 大小 $B$。取 batch 1、最终长度 272、2 层、4 个 K/V 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元格会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
 
 # %%
 def projected_positions(prompt_len: int, generated: int) -> dict:
@@ -732,6 +733,11 @@ say_table(
 # %% tags=["prose-values"]
 first, last = PER_STEP[0], PER_STEP[-1]
 row16 = next(r for r in TIMING_ROWS if r["prompt_tokens"] == 16)
+# [en] The 16 cached one-token calls after a 16-token prompt do slightly more multiply-adds than one
+# [en] 16-token prefill call (their queries read more keys).
+# [zh] 16 个提示 token 之后的 16 次单 token 缓存调用，乘加次数比一次 16 个 token 的预填充略多
+# [zh] （它们的查询要读更多的键）。
+assert sum(full_step_macs(cfg, 16).values()) < CONTINUATION * window_macs(16, "cached")
 prefill_rate = sum(full_step_macs(cfg, last["prompt_tokens"]).values()) / TIMING_ROWS[-1]["prefill_ms"]["p50"]
 TIMING_SUMMARY = {
     "p_min": int(first["prompt_tokens"]),
