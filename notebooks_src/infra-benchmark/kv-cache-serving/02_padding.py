@@ -293,8 +293,10 @@ PAD_CONTENT_BIT_EXACT = all(torch.equal(a, b) and torch.equal(a, c)
 say(en=f"Another padding ID or padding position: real logits bit-identical: {PAD_CONTENT_BIT_EXACT}.",
     zh=f"换一个填充 ID 或填充位置：真实位置上的 logits 逐比特相同：{PAD_CONTENT_BIT_EXACT}。")
 assert PAD_CONTENT_BIT_EXACT
+# [en] Row 1 holds no token at all.
+# [zh] 第 1 行一个 token 都没有。
 with torch.inference_mode():
-    empty_ids, empty_mask = left_pad([PROMPTS[0], PROMPTS[0][:0], PROMPTS[2]])   # row 1 holds no token
+    empty_ids, empty_mask = left_pad([PROMPTS[0], PROMPTS[0][:0], PROMPTS[2]])
     empty_logits, _ = padded_forward(model, empty_ids, empty_mask)
 EMPTY_ROW_OK = bool(torch.isfinite(empty_logits).all()) and all(
     torch.allclose(empty_logits[row, empty_mask[row]], base["logits"][row][:n], atol=1e-5, rtol=1e-5)
