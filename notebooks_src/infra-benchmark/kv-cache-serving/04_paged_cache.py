@@ -138,6 +138,42 @@ class PagedCache:
         return k.transpose(0, 1), v.transpose(0, 1)
 
 # %% [markdown] lang="en"
+# The bookkeeping on a small example, before any model runs: a pool of 8 blocks of 4 positions.
+# Sequence `s` reserves 6 positions, then 1 more. It takes two blocks from the free list, fills the
+# first one slot by slot and continues in the second, so its addresses are `block * 4 + slot` for slots
+# 0 to 3 of its first block and 0 to 2 of its second, in the order of its positions; `addresses` lists
+# the same ones. Then `t` forks from `s` and reserves one position: the full first block stays shared
+# (reference count 2), and the partly filled second block is copied before `t` writes into it. When
+# both sequences are freed, every block is back in the free list exactly once, with no filled slot and
+# no holder.
+
+# %% [markdown] lang="zh"
+# 先在一个小例子上看看这些记账，此时还不运行模型：池中有 8 个物理块，每块 4 个位置。序列 `s` 先预留 6 个位置，再预留 1 个。它从空闲列表中取出两个物理块，逐个槽位填满第一个，再接着填第二个，所以它的地址依次是 `block * 4 + slot`：第一个物理块的第 0 到 3 个槽位，然后是第二个物理块的第 0 到 2 个槽位，顺序与位置一致；`addresses` 列出的也正是这些地址。接着 `t` 从 `s` 分叉出来并预留一个位置：已满的第一个物理块仍然共享（引用计数为 2），未填满的第二个物理块则在 `t` 写入之前被复制。两条序列都释放之后，每个物理块都恰好一次回到空闲列表，没有已填的槽位，也没有持有者。
+
+# %%
+demo_pool = BlockPool(cfg, num_blocks=8, block_size=4)
+demo = PagedCache(demo_pool)
+demo.add("s")
+s_addresses = torch.cat((demo.reserve("s", 6), demo.reserve("s", 1)))
+first, second = demo.tables["s"]
+demo.fork("s", "t")
+t_address = demo.reserve("t", 1)
+print("s:", demo.tables["s"], s_addresses.tolist())
+print("t:", demo.tables["t"], t_address.tolist())
+assert s_addresses.tolist() == [first * 4 + slot for slot in range(4)] + [second * 4 + slot for slot in range(3)]
+assert torch.equal(demo.addresses("s"), s_addresses) and demo.length("s") == 7 and demo.length("t") == 8
+# [en] The full block is shared; the partly filled one was copied, and t wrote into the copy's next slot.
+# [zh] 已满的物理块被共享；未填满的那个被复制，t 写入的是副本的下一个槽位。
+copy_block = demo.tables["t"][1]
+assert demo.tables["t"][0] == first and copy_block != second and demo_pool.refs[first] == 2 and demo_pool.refs[second] == 1
+assert t_address.tolist() == [copy_block * 4 + 3]
+demo.free("s")
+demo.free("t")
+# [en] Every block is back exactly once, empty and unheld.
+# [zh] 每个物理块都恰好回来一次，空的，也没有持有者。
+assert sorted(demo_pool.free) == list(range(8)) and not any(demo_pool.fill) and not any(demo_pool.refs)
+
+# %% [markdown] lang="en"
 # The reference it must equal is a contiguous per-sequence cache with the same interface: each
 # sequence's K and V are one `[H, n, Dh]` tensor per layer, grown by `torch.cat` as in the first
 # notebook.
