@@ -327,9 +327,12 @@ for r in PAGED.values():
 # running requests decode together, one token each per step. `serve` is this loop, with the cache type
 # left open; section 8 builds a scheduler on it. The paged run must equal, bit for bit, the same
 # schedule over the contiguous cache, and every request's tokens must equal what it generates alone.
+# The bookkeeping is checked too: at each iteration's peak, after its decode step and before finished
+# requests leave, no request holds more blocks than were reserved for it, and at the end every block
+# is back in the pool.
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求，在它可能需要的物理块（提示加输出，向上取整到整数个物理块）都空闲时才被接纳，拿到的正是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会在它之上构建调度器。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
+# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求，在它可能需要的物理块（提示加输出，向上取整到整数个物理块）都空闲时才被接纳，拿到的正是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会在它之上构建调度器。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。记账也要检查：在每一轮的峰值时刻（解码步之后、完成的请求离开之前），没有哪个请求持有的物理块超过为它预留的数量；运行结束时，所有物理块都已回到池中。
 
 # %%
 @dataclass
@@ -379,13 +382,20 @@ def serve(model, cache, requests, num_blocks, block_size, max_batch):
             for row, r in enumerate(decoding):
                 r.logits.append(logits[row])
                 r.tokens.append(int(logits[row, -1].argmax()))
+        # [en] The iteration's peak, before finished requests leave: blocks in use and reserved, and whether
+        # [en] every request holds at most the blocks reserved for it.
+        # [zh] 本轮的峰值，在完成的请求离开之前记录：使用中和预留的物理块数，以及每个请求持有的物理块
+        # [zh] 是否都不超过为它预留的数量。
+        paged = hasattr(cache, "pool")
+        trace.append({"iteration": iteration, "decoded": len(decoding), "running": len(running),
+                      "waiting": len(waiting), "blocks_used": cache.pool.used() if paged else None,
+                      "blocks_reserved": sum(blocks_needed(r, block_size) for r in running),
+                      "within_reservation": all(len(cache.tables[r.rid]) <= blocks_needed(r, block_size)
+                                                for r in running) if paged else None})
         for r in [r for r in running if len(r.tokens) == r.max_new]:
             cache.free(r.rid)
             r.finished = iteration
             running.remove(r)
-        trace.append({"iteration": iteration, "decoded": len(decoding), "running": len(running),
-                      "waiting": len(waiting), "blocks_used": cache.pool.used() if hasattr(cache, "pool") else None,
-                      "blocks_reserved": sum(blocks_needed(r, block_size) for r in running)})
         iteration += 1
     return trace
 
@@ -435,6 +445,7 @@ def check_reuse_paged(pool_class=BlockPool, spare_blocks=0) -> dict:
         "finite": all(bool(torch.isfinite(request_logits(r)).all()) for r in paged_requests),
         "reused_blocks": len(pool.allocations) - len(set(pool.allocations)),
         "all_returned": pool.used() == 0 and len(pool.free) == pool.num_blocks,
+        "within_reservation": all(t["within_reservation"] for t in trace),
         "iterations": len(trace),
         "admitted": [r.admitted for r in paged_requests],
     }
@@ -444,12 +455,12 @@ REUSE = check_reuse_paged()
 say(en=(f"Six requests over {REUSE_BLOCKS} blocks: admitted at iterations {REUSE['admitted']}, "
         f"{REUSE['reused_blocks']} allocations of a block that an earlier request had used; bit-exact vs the "
         f"contiguous cache: {REUSE['bit_exact_vs_contiguous']}; tokens as alone: {REUSE['tokens_as_alone']} "
-        f"(largest logit difference from the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}); all blocks back in the pool: {REUSE['all_returned']}."),
+        f"(largest logit difference from the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}); every request within its reservation: {REUSE['within_reservation']}; all blocks back in the pool: {REUSE['all_returned']}."),
     zh=(f"六个请求共用 {REUSE_BLOCKS} 个物理块：分别在第 {REUSE['admitted']} 轮被接纳；有 {REUSE['reused_blocks']} 次分配拿到的是先前请求用过的物理块；"
         f"与连续缓存逐比特相同：{REUSE['bit_exact_vs_contiguous']}；token 与单独运行时相同：{REUSE['tokens_as_alone']}"
-        f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；全部物理块都已归还：{REUSE['all_returned']}。"))
+        f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；每个请求都未超出预留：{REUSE['within_reservation']}；全部物理块都已归还：{REUSE['all_returned']}。"))
 assert REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"] and REUSE["finite"]
-assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"]
+assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"] and REUSE["within_reservation"]
 # [en] Some request had to wait for blocks.
 # [zh] 有的请求必须等待物理块。
 # [en] Batched decoding is not bit-identical to decoding alone.
