@@ -151,7 +151,7 @@ class PagedCache:
 # 先在一个小例子上看看这些记账，此时还不运行模型：池中有 8 个物理块，每块 4 个位置。序列 `s` 先预留 6 个位置，再预留 1 个。它从空闲列表中取出两个物理块，逐个槽位填满第一个，再接着填第二个，所以它的地址依次是 `block * 4 + slot`：第一个物理块的第 0 到 3 个槽位，然后是第二个物理块的第 0 到 2 个槽位，顺序与位置一致；`addresses` 列出的也正是这些地址。接着 `t` 从 `s` 分叉出来并预留一个位置：已满的第一个物理块仍然共享（引用计数为 2），未填满的第二个物理块则在 `t` 写入之前被复制。两条序列都释放之后，每个物理块都恰好一次回到空闲列表，没有已填的槽位，也没有持有者。
 
 # %%
-demo_pool = BlockPool(cfg, num_blocks=8, block_size=4)
+demo_pool = BlockPool(cfg, num_blocks=8, block_size=4, seed=SEED + 7)
 demo = PagedCache(demo_pool)
 demo.add("s")
 s_addresses = torch.cat((demo.reserve("s", 6), demo.reserve("s", 1)))
