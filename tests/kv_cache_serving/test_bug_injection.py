@@ -29,7 +29,7 @@ EXPECTED_ERRORS = {
     RuntimeError: "block pool exhausted",
 }
 
-PAD, STATIC, PAGED = "02_padding.py", "03_static_cache.py", "04_paged_cache.py"
+PAD, STATIC, PAGED, MEMORY = "02_padding.py", "03_static_cache.py", "04_paged_cache.py", "05_memory.py"
 # name -> (section file, [(old text, new text), ...])
 MUTATIONS = {
     # Section 4: left padding.
@@ -81,6 +81,8 @@ MUTATIONS = {
                                                         "            self.clear(block)\n        self.free.append(block)\n")]),
     "paged: release ignores the reference count": (PAGED, [("        self.refs[block] -= 1\n", "        self.refs[block] = 0\n")]),
     "paged: fork does not count the new holder": (PAGED, [("            self.pool.refs[block] += 1\n", "            pass\n")]),
+    "paged: forked block table reversed": (PAGED, [("self.tables[child] = list(self.tables[parent])\n        for block",
+                                                    "self.tables[child] = list(reversed(self.tables[parent]))\n        for block")]),
     "paged: copy-on-write skipped": (PAGED, [("if pool.refs[table[-1]] > 1:", "if pool.refs[table[-1]] > 2:")]),
     "paged: copy-on-write keeps writing the old block": (PAGED, [("        pool.release(old)\n        table[-1] = new\n",
                                                                   "        pool.release(old)\n")]),
@@ -92,6 +94,9 @@ MUTATIONS = {
     "paged: cached keys placed at the left of the row": (PAGED, [("keys[row, :, self.total - seq_k.shape[1]:] = seq_k",
                                                                   "keys[row, :, :seq_k.shape[1]] = seq_k")]),
     "paged: batch key mask off by one": (PAGED, [("columns[None, :] >= (self.total", "columns[None, :] > (self.total")]),
+    # Section 7: the memory accounting.
+    "memory: paged slots one block too many": (MEMORY, [("slots = np.ceil(lengths / b).astype(int) * b", "slots = (lengths // b + 1) * b")]),
+    "memory: the last token counted as stored": (MEMORY, [("lengths = p + np.arange(o)", "lengths = p + np.arange(1, o + 1)")]),
     # Sections 6 and 8: the scheduler of `serve`.
     "scheduler: admits without free blocks": (PAGED, [("and reserved + blocks_needed(waiting[0], block_size) <= num_blocks",
                                                        "and reserved < num_blocks")]),
