@@ -170,7 +170,7 @@ assert t_address.tolist() == [copy_block * 4 + 3]
 demo.free("s")
 demo.free("t")
 # [en] Every block is back exactly once, empty and unheld.
-# [zh] 每个物理块都恰好回来一次，空的，也没有持有者。
+# [zh] 每个物理块都恰好一次回到空闲列表，已清空，也没有持有者。
 assert sorted(demo_pool.free) == list(range(8)) and not any(demo_pool.fill) and not any(demo_pool.refs)
 
 # %% [markdown] lang="en"

@@ -79,8 +79,8 @@ assert CONTINUOUS["decoded_tokens"] + CONTINUOUS["prefill_tokens_generated"] == 
 
 # %% [markdown] lang="en"
 # The figure follows the pool over the run: blocks in use, blocks reserved by the scheduler, and the
-# number of running requests, each at the iteration's peak. The gap between the two block curves is the price of the worst-case
-# admission rule: blocks reserved for tokens not generated yet.
+# number of running requests, each at the iteration's peak. The gap between the two block curves is
+# the price of the worst-case admission rule: blocks reserved for tokens not generated yet.
 
 # %% [markdown] lang="zh"
 # 下图跟踪整个运行过程中池的状态：正在使用的物理块、调度器预留的物理块，以及正在运行的请求数，都取每一轮的峰值。两条物理块曲线之间的差距，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。
