@@ -222,7 +222,7 @@ CACHE_UNCHANGED_OK = all(r["cache_unchanged"] for r in EQUIVALENCE)
 assert CAUSALITY_OK and CACHE_UNCHANGED_OK
 say(en=f"Causality: earlier logits moved by at most {CAUSALITY['earlier_max_abs_diff']:.3e}, the last position "
        f"by {CAUSALITY['last_max_abs_diff']:.3e}. Every incremental call left its input cache unchanged.",
-    zh=f"因果性：之前位置的 logits 最多变化 {CAUSALITY['earlier_max_abs_diff']:.3e}，最后一个位置变化了 "
+    zh=f"因果性：之前位置的 logits 最多变化 {CAUSALITY['earlier_max_abs_diff']:.3e}，最后一个位置的 logits 变化了 "
        f"{CAUSALITY['last_max_abs_diff']:.3e}。每次增量调用都没有改动传给它的缓存。")
 
 # %% [markdown] lang="en"

@@ -302,7 +302,7 @@ assert attention_share[0] < 0.05 and attention_share[-1] > 1 / 3
 assert all(a < b for a, b in zip(attention_share, attention_share[1:]))
 say(en=f"Slope of the cached step: {2 * cfg.layers * cfg.width} multiply-adds per position; attention share "
        f"{attention_share[0]:.1%} at T = {COST_ROWS[0]['T']}, {attention_share[-1]:.1%} at T = {COST_ROWS[-1]['T']}.",
-    zh=f"缓存路径一步的斜率：每个位置 {2 * cfg.layers * cfg.width} 次乘加；注意力占比在 T = {COST_ROWS[0]['T']} 时为 "
+    zh=f"缓存路径一步的斜率：每多一个位置，多 {2 * cfg.layers * cfg.width} 次乘加；注意力占比在 T = {COST_ROWS[0]['T']} 时为 "
        f"{attention_share[0]:.1%}，在 T = {COST_ROWS[-1]['T']} 时为 {attention_share[-1]:.1%}。")
 
 # %% [markdown] lang="en"
@@ -390,7 +390,7 @@ say_table(
       binary_size(row["fp16_bytes_per_token"])]
      + [binary_size(row["fp16_bytes_per_context"][str(n)]) + ("" if n <= row["max_positions"] else " *") for n in CONTEXTS]
      for row in KV_TABLE],
-    en=["model", "layers L", "query heads / KV heads", "head size D_h", "K/V per token (fp16)",
+    en=["model", "layers L", "query heads / K/V heads", "head size D_h", "K/V per token (fp16)",
         "4,096-token context", "32,768-token context"],
     zh=["模型", "层数 L", "查询头 / K/V 头", "每头维度 D_h", "每个 token 的 K/V（FP16）",
         "4,096 个 token 的上下文", "32,768 个 token 的上下文"],
@@ -539,7 +539,7 @@ say(en=f"P = 256, G = 16: the full path fed {full_fed:,} positions, the cached p
        f"T = 272, fp32: {cache_bytes(ref_final_cache):,} bytes = {cache_bytes(ref_final_cache) // 1024} KiB; "
        f"max |cached - full| over the 16 steps: {(cached_out - full_out).abs().max().item():.3e}.",
     zh=f"P = 256、G = 16：完整路径送入 {full_fed:,} 个位置，缓存路径送入 {cached_fed} 个；batch 1、T = 272、FP32 时 "
-       f"K/V 的逻辑大小为 {cache_bytes(ref_final_cache):,} 字节，即 {cache_bytes(ref_final_cache) // 1024} KiB；"
+       f"K/V 的数据量为 {cache_bytes(ref_final_cache):,} 字节，即 {cache_bytes(ref_final_cache) // 1024} KiB；"
        f"16 步中缓存路径与完整路径的最大绝对差为 {(cached_out - full_out).abs().max().item():.3e}。")
 
 # %% [markdown] lang="en"
@@ -615,8 +615,8 @@ say_table(
      for r in TIMING_ROWS],
     en=["prompt P", "prefill, ms p50 / p95", "full recomputation, 16 steps, ms p50 / p95",
         "cached continuation, 16 steps, ms p50 / p95", "final K/V KiB", "positions fed, full / cached"],
-    zh=["提示长度 P", "预填充，毫秒 p50 / p95", "完整重算 16 步，毫秒 p50 / p95",
-        "缓存续写 16 步，毫秒 p50 / p95", "最终 K/V（KiB）", "送入的位置数：完整重算 / 缓存续写"],
+    zh=["提示长度 P", "预填充（毫秒，p50 / p95）", "完整重算 16 步（毫秒，p50 / p95）",
+        "缓存续写 16 步（毫秒，p50 / p95）", "最终 K/V（KiB）", "送入的位置数（完整重算 / 缓存续写）"],
 )
 
 # %% [markdown] lang="en"
@@ -704,8 +704,8 @@ say_table(
       f"{r['prefill_ms_per_token']['p50']:.4f}"] for r in PER_STEP],
     en=["prompt P", "full: multiply-adds per step", "full: ms per step (p50)", "cached: multiply-adds per step",
         "cached: ms per step (p50)", "prefill: ms per prompt token (p50)"],
-    zh=["提示长度 P", "完整重算：每步乘加次数", "完整重算：每步毫秒（p50）", "缓存续写：每步乘加次数",
-        "缓存续写：每步毫秒（p50）", "预填充：每个提示 token 的毫秒（p50）"],
+    zh=["提示长度 P", "完整重算：每步乘加次数", "完整重算：每步耗时（毫秒，p50）", "缓存续写：每步乘加次数",
+        "缓存续写：每步耗时（毫秒，p50）", "预填充：每个提示 token 的耗时（毫秒，p50）"],
 )
 
 # %% [markdown] lang="en"

@@ -72,8 +72,9 @@ say(en=f"Parameters {N_PARAMS:,}; equivalence {sum(r['passed'] for r in EQUIVALE
        f"FP32 {WORST_LOGIT_ERR['fp32']:.3e}, FP64 {WORST_LOGIT_ERR['fp64']:.3e}; greedy generation: same tokens "
        f"with and without the cache; negative controls detected: {controls}.",
     zh=f"参数量 {N_PARAMS:,}；等价性 {sum(r['passed'] for r in EQUIVALENCE)}/12 通过；logits 最大误差 "
-       f"FP32 为 {WORST_LOGIT_ERR['fp32']:.3e}，FP64 为 {WORST_LOGIT_ERR['fp64']:.3e}；贪心生成：用不用缓存，生成的 token 都相同；"
-       f"查出的负对照：{controls}。")
+       f"FP32 为 {WORST_LOGIT_ERR['fp32']:.3e}，FP64 为 {WORST_LOGIT_ERR['fp64']:.3e}；贪心生成：用与不用缓存，生成的 token 都相同；"
+       f"查出的负对照："
+       + "、".join(f"`{k}`（{v['max_abs_logit_err']:.3e}）" for k, v in NEGATIVE_CONTROLS.items()) + "。")
 
 if IN_COLAB:
     from google.colab import files
