@@ -176,7 +176,7 @@ class CacheDecoder(nn.Module):
 
     @contextmanager
     # [en] Temporarily replace the position and/or mask rule (this is how broken variants get in).
-    # [zh] 临时替换位置规则和/或掩码规则（改坏的版本就是这样注入的）。
+    # [zh] 临时替换位置规则、掩码规则或两者（改坏的版本就是这样注入的）。
     def hooks(self, positions_fn=None, mask_fn=None):
         saved = self.positions_fn, self.mask_fn
         self.positions_fn = positions_fn or self.positions_fn

@@ -154,7 +154,7 @@ for T in COST_LENGTHS:
     COST_ROWS.append({"T": T, "full": full, "cached": cached, "kv_read_bytes": sum(read)})
 
 # [en] The numbers the text quotes, at T = 256; a full step is exactly T cached steps.
-# [zh] 正文引用的 T = 256 时的数字；完整重算的一步恰好等于 T 个缓存步。
+# [zh] 正文引用的 T = 256 时的数字；完整重算一步的乘加次数恰好是缓存路径一步的 T 倍。
 assert COST_ROWS[-1]["full"]["total"] == 43_532_288 and COST_ROWS[-1]["cached"]["total"] == 170_048
 assert all(r["full"]["total"] == r["T"] * r["cached"]["total"] for r in COST_ROWS)
 assert COST_ROWS[-1]["kv_read_bytes"] == 262_144
