@@ -766,8 +766,8 @@ TIMING_SUMMARY = {
 # {{run:timing.full_ms_per_step_max:.3f}} ms. For the cached step the count predicts growth by a factor of
 # {{run:timing.model_cached_growth:.2f}}, the attention term of 8.2; the measured time per step changed
 # by a factor of {{run:timing.measured_cached_growth:.2f}} ({{run:timing.cached_ms_per_step_min:.3f}} ms,
-# then {{run:timing.cached_ms_per_step_max:.3f}} ms). The cached step's measured time barely follows
-# the count, because the arithmetic is not what a cached step spends its time on at this size: 16
+# then {{run:timing.cached_ms_per_step_max:.3f}} ms). Whatever the two factors say on a given run
+# (they move from run to run), the arithmetic is not what a cached step spends its time on at this size: 16
 # cached one-token calls took {{run:timing.cached16_ms:.3f}} ms, {{run:timing.cached16_over_prefill16:.1f}}
 # times the {{run:timing.prefill16_ms:.3f}} ms of one 16-token prefill call, although both push 16
 # positions through the network. At the rate the largest prefill sustained, a cached step's
@@ -785,6 +785,6 @@ TIMING_SUMMARY = {
 # or scheduler would perform. Those need measurements on their own hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到原来的 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。缓存路径每步的实测时间几乎没有跟着计数走，因为在这样小的规模下，缓存路径一步的时间主要不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了。换成真实模型的宽度和上下文长度（见 8.3），计算量和对 K/V 的读取就会大到不容忽视；这是一般性的说明，并不是这次 CPU 运行测出来的。
+# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到原来的 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。无论某次运行中这两个倍数相差多少（每次运行都会有所不同），在这样小的规模下，缓存路径一步的时间主要都不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了。换成真实模型的宽度和上下文长度（见 8.3），计算量和对 K/V 的读取就会大到不容忽视；这是一般性的说明，并不是这次 CPU 运行测出来的。
 #
 # 如何解读这些时间：15 个样本（`QUICK = True` 时只有 3 个）的 p95 只是经验分位数，可以用来发现噪声，但样本远远不够，无法估计一个服务的尾延迟。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。
