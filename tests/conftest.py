@@ -3,25 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from notebook_code import run_notebook_code
+from notebook_code import PRELUDE_STAND_INS, run_notebook_code
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-
-def _say(**texts):
-    """Stand-in for the builder prelude's say() until it lands: both languages are required."""
-    assert set(texts) == {"en", "zh"}, texts
-    print(texts["en"])
-
-
-def _say_table(rows, **headers):
-    """Stand-in for the builder prelude's say_table(): one header per language, rows of strings."""
-    assert set(headers) == {"en", "zh"} and len(headers["en"]) == len(headers["zh"]), headers
-    assert all(len(row) == len(headers["en"]) and all(isinstance(c, str) for c in row) for row in rows), rows
-    print(headers["en"], rows)
-
-
-PRELUDE_STAND_INS = {"LANG": "en", "say": _say, "say_table": _say_table}
 
 
 @pytest.fixture(scope="session")

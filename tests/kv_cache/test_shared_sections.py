@@ -8,8 +8,7 @@ import jupytext
 import pytest
 import torch
 
-from conftest import PRELUDE_STAND_INS
-from notebook_code import SOURCES
+from notebook_code import PRELUDE_STAND_INS, SOURCES
 
 FOLDER = SOURCES / "infra-benchmark" / "kv-cache"
 SHARED = ("03_masks.py", "05_decoder.py")
