@@ -4,7 +4,7 @@ Comments: a full-line comment `# [en] text` belongs to English, `# [zh] text` to
 consecutive `# [en]` lines is followed directly by its `# [zh]` block at the same indentation
 (languages in config order). Each built notebook keeps its own language's lines, shown as plain
 `# text`, and the untagged comments; the executed code keeps neither language (the tagged lines
-become blank lines, so line numbers in tracebacks still match the section file). Code compares and
+become empty `#` comments, so line numbers in tracebacks still match the section file). Code compares and
 keys with every comment removed (`strip_comments`), so a comment edit never changes the cache key.
 
 Outputs: the prelude's `say`/`say_table` display one output per language, each carrying
@@ -161,7 +161,7 @@ def check_code_cell(source: str, languages: tuple[str, ...]) -> None:
 
 
 def localize_code(source: str, lang: str | None) -> str:
-    """The cell as `lang`'s notebook shows it; `lang=None`: the executed code (tagged lines blanked)."""
+    """The cell as `lang`'s notebook shows it; `lang=None`: the executed code (tagged lines emptied to `#`)."""
     tagged = {line.row: line for line in tagged_lines(source)}
     if not tagged:
         return source
@@ -171,7 +171,9 @@ def localize_code(source: str, lang: str | None) -> str:
         if comment is None:
             out.append(line)
         elif lang is None:
-            out.append("")  # keeps the line numbers of the section file
+            # An empty comment keeps the line numbers of the section file (IPython drops a cell's
+            # leading blank lines, so a blank line would not).
+            out.append(f"{comment.indent}#")
         elif comment.lang == lang:
             out.append(f"{comment.indent}# {comment.text}".rstrip())
     return "\n".join(out)

@@ -169,3 +169,10 @@ def test_bad_includes_name_the_manifest_line(project: Project, entry, line, word
     assert words in str(caught.value)
     run = project.build("--only", "demo/bye")
     assert run.code == 2 and f"notebook.toml:{line}:" in run.log
+
+
+def test_an_error_below_localized_comments_names_the_line_of_the_section_file(project: Project):
+    project.append("02_compute.py", "\n# %%\n# [en] This must fail.\n# [zh] 这里必须失败。\nassert total < 0, 'negative'\n")
+    run = project.build("--execute")
+    assert run.code == 1
+    assert f"{project.notebook / '02_compute.py'}:35: AssertionError: negative" in run.log

@@ -46,11 +46,12 @@ def test_each_language_keeps_its_comments_and_the_untagged_ones():
     assert "# [en] not a comment: inside a string" in en and "# [en] not a comment: inside a string" in zh
 
 
-def test_executed_code_blanks_tagged_lines_so_line_numbers_hold():
+def test_executed_code_empties_tagged_lines_so_line_numbers_hold():
     executed = localize_code(CODE, None)
     assert len(executed.split("\n")) == len(CODE.split("\n"))
     assert "Add the numbers" not in executed and "把数字" not in executed
     assert executed.split("\n")[4] == "total = 1 + 2  # [B, T]"
+    assert executed.split("\n")[:2] == ["#", "#"]  # not blank: IPython drops leading blank lines
 
 
 def test_code_tokens_are_identical_across_languages():
