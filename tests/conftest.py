@@ -3,10 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from notebook_code import PRELUDE_STAND_INS, run_notebook_code
+from notebook_code import run_notebook_code
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +15,5 @@ def kv_cache_quick(tmp_path_factory) -> tuple[dict, Path]:
     Returns (namespace, output folder). Tests that write must copy the folder, not write into it.
     """
     folder = tmp_path_factory.mktemp("kv_cache_quick")
-    namespace = run_notebook_code("infra-benchmark/kv-cache", sections=9, QUICK=True, OUTPUT_DIR=str(folder),
-                                  **PRELUDE_STAND_INS)
+    namespace = run_notebook_code("infra-benchmark/kv-cache", sections=9, QUICK=True, OUTPUT_DIR=str(folder))
     return namespace, folder

@@ -24,25 +24,6 @@ PRELUDE_NAME = "prelude.py"
 INJECTED_NAME = "injected-parameters"
 
 
-def _say(**texts):
-    """A strict stand-in for the prelude's say(): both languages are required."""
-    assert set(texts) == {"en", "zh"}, texts
-    print(texts["en"])
-
-
-def _say_table(rows, **headers):
-    """Stand-in for the builder prelude's say_table(): one header per language, rows of strings."""
-    assert set(headers) == {"en", "zh"} and len(headers["en"]) == len(headers["zh"]), headers
-    assert all(len(row) == len(headers["en"]) and all(isinstance(c, str) for c in row) for row in rows), rows
-    print(headers["en"], rows)
-
-
-# Tests that exec single sections without the prelude use these (test_shared_sections.py); they are
-# stricter than the prelude (both languages, rows of strings). Imported from here, not from a
-# conftest: tests/builder/conftest.py would shadow tests/conftest.py as the module `conftest`.
-PRELUDE_STAND_INS = {"LANG": "en", "say": _say, "say_table": _say_table}
-
-
 def code_cells(notebook: str, sections: int | None = None, lang: str = "en", **overrides) -> list[tuple[str, object]]:
     """(file name, cell) of each code cell the builder would execute for `notebook`, in order.
 

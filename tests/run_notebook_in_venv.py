@@ -53,6 +53,10 @@ def main(notebook_path, report_path):
         for out in cell.outputs
         if out.get("output_type") == "stream" or (out.get("output_type") == "display_data" and "text/plain" in out.get("data", {}))
     )
+    markdown = "".join(  # what say() and say_table() display
+        out.get("data", {}).get("text/markdown", "") + "\n" for cell in own if cell.cell_type == "code"
+        for out in cell.outputs if out.get("output_type") in ("display_data", "execute_result")
+    )
     errors = [out for cell in own if cell.cell_type == "code"
               for out in cell.outputs if out.get("output_type") == "error"]
     report = {
@@ -65,6 +69,7 @@ def main(notebook_path, report_path):
         "notebook_seconds": probe_result(nb.cells[-1])["time"] - probe_result(nb.cells[0])["time"],
         "code_cells": sum(cell.cell_type == "code" for cell in own),
         "stdout": stdout,
+        "markdown": markdown,
         "errors": errors,
     }
     with open(report_path, "w", encoding="utf-8") as f:
