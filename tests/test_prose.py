@@ -29,10 +29,8 @@ SPLIT_CJK = re.compile(rf"{CJK}\n{CJK}")
 # Notebooks whose code still prints English and whose comments are not localized yet. Remove a
 # notebook from this set when you convert it; the built-notebook lints then hold it to the rule.
 NOT_YET_LOCALIZED = {
-    "infra-benchmark/kv-cache",  # English prose in comments, e.g. the shared decoder's "# one (K, V) per layer"
-    "infra-benchmark/kv-cache-architectures",  # comments: "# calls that consume positions 0..23" ...
-    "infra-benchmark/kv-cache-hf-gpt2",  # output "our cache,    layer 0 keys: ..."; the shared decoder's comment
-    "infra-benchmark/kv-cache-serving",  # the shared decoder's comment "# one (K, V) per layer"
+    "infra-benchmark/kv-cache-architectures",  # comments, e.g. "# calls that consume positions 0..23"
+    "infra-benchmark/kv-cache-hf-gpt2",  # output "our cache,    layer 0 keys: [1, 4, 8, 16] -> ..."
 }
 
 # English a Chinese reader may see in an output: library warnings and the messages of failures a
