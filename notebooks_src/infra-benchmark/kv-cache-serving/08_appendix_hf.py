@@ -142,7 +142,7 @@ if HF_SKIP is None:
     assert PEER["static_cache"]["max_abs_logit_err"] <= HF_TOL and PEER["static_cache"]["tokens_identical"]
     assert kv_err <= HF_TOL and PEER["static_cache"]["buffer_shape"] == list(static64.k[0].shape)
     # [en] The comparison can fail.
-    # [zh] 这项比较是能够失败的。
+    # [zh] 这项比较确实能失败。
     assert PEER["trap_no_position_ids"]["detected"]
 else:
     PEER = {"skipped": HF_SKIP}
