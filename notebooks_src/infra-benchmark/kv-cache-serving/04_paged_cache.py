@@ -286,14 +286,15 @@ for r in PAGED.values():
 # **Second criterion: blocks return and are reused.** Six requests with different prompt and output
 # lengths share a pool of only 24 blocks of 4 positions, at most three running at a time. When a
 # request has generated its tokens it retires and its blocks go back to the pool; a waiting request is
-# admitted when the blocks it may need (prompt plus output, rounded up to whole blocks) are free, and
-# gets blocks that earlier requests used. A new request's prompt is prefilled on its own; then all
-# running requests decode together, one token each per step. `serve` is this loop, with the cache type
-# left open; section 8 builds a scheduler on it. The paged run must equal, bit for bit, the same
-# schedule over the contiguous cache, and every request's tokens must equal what it generates alone.
+# admitted when the blocks it may need are free (prompt plus output minus one, since the last token's
+# K/V is never stored, rounded up to whole blocks), and gets blocks that earlier requests used. A new
+# request's prompt is prefilled on its own; then all running requests decode together, one token each
+# per step. `serve` is this loop, with the cache type left open; section 8 runs it on a longer stream
+# of requests. The paged run must equal, bit for bit, the same schedule over the contiguous cache, and
+# every request's tokens must equal what it generates alone.
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求要等到它可能需要的物理块（提示加输出，向上取整到整数个物理块）都空闲时才被接纳，拿到的是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会在它之上构建调度器。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
+# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求要等到它可能需要的物理块都空闲时才被接纳（提示长度加输出长度再减一，因为最后一个 token 的 K/V 从不存储；再向上取整到整数个物理块），拿到的是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会用它处理一个更长的请求流。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
 
 # %%
 @dataclass

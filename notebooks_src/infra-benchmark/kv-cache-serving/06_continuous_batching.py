@@ -8,8 +8,8 @@
 # it runs a seeded stream of 24 requests (prompts of 4 to 48 tokens, 4 to 40 output tokens, arrivals
 # spread over the first iterations) on a pool of 40 blocks of 8 positions, at most 8 requests at once.
 # Its scheduler is simple and safe: a request is admitted only if the blocks it may need in the worst
-# case (prompt plus output, rounded up to whole blocks) fit beside the reservations of the running
-# ones, so the pool can never run out in the middle of a request.
+# case (prompt plus output minus one, rounded up to whole blocks) fit beside the reservations of the
+# running ones, so the pool can never run out in the middle of a request.
 #
 # **The criterion:** every request's generated tokens equal what it generates alone (batch 1, the
 # first notebook's cache, checked once more against full recomputation), and its logits agree with
@@ -19,7 +19,7 @@
 # %% [markdown] lang="zh"
 # ## 8. 一个小小的连续批处理循环
 #
-# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每一轮都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：24 个请求（提示 4 到 48 个 token，输出 4 到 40 个 token，在开头若干轮内陆续到达），池中有 40 个物理块，每个物理块 8 个位置，同时最多运行 8 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示加输出，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
+# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每一轮都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：24 个请求（提示 4 到 48 个 token，输出 4 到 40 个 token，在开头若干轮内陆续到达），池中有 40 个物理块，每个物理块 8 个位置，同时最多运行 8 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
 #
 # **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还检查记账：实际使用的物理块从不超过预留量，运行结束时所有物理块都已回到池中。
 
