@@ -208,14 +208,15 @@ say(en=f"Shift by 100 (FP64): RoPE logits move by {SHIFT_LESSON['rope_max_abs_lo
 # `LlamaRMSNorm.forward`, `dtype=torch.float32` in `eager_attention_forward`; Meta's reference code does
 # the same). Against our pure FP64 model the referee therefore differs by FP32 rounding, far above
 # `1e-10`. To compare at `1e-10` we build a copy of our model that performs the same three steps in FP32
-# (`hf_precision=True`); the cell shows the error with and without them.
+# (`hf_precision=True`); the cell shows the error with and without them. The last row is section 4's
+# negative control: the same copy with tiled K/V heads, which the referee must reject.
 
 # %% [markdown] lang="zh"
 # ### 5.1 与 Hugging Face Llama 交叉核对（可选）
 #
 # 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，用我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。权重映射是一一对应的，不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）：`wte` → `model.embed_tokens`，`blocks[i].ln_1`/`ln_2` → `input_layernorm`/`post_attention_layernorm`，`attn.q/k/v/proj` → `self_attn.q_proj/k_proj/v_proj/o_proj`，`mlp.gate/up/down` → `mlp.gate_proj/up_proj/down_proj`，`ln_f` → `model.norm`，`lm_head` → `lm_head`。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，没有偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`，`attn_implementation="eager"`。
 #
-# 比较之前先有一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，这位裁判与我们纯 FP64 的模型相比，会有 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）；单元格会给出有无这三步时的误差。
+# 比较之前先有一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，这位裁判与我们纯 FP64 的模型相比，会有 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）；单元格会给出有无这三步时的误差。表的最后一行是第 4 节的负对照：同一个副本改用平铺的 K/V 头，裁判必须判它不符。
 
 # %%
 def softmax_attention_fp32(q, k, v, allowed):

@@ -11,9 +11,8 @@
 # keep. Once a call has consumed positions up to $p$, the next query sits at $p + 1$ or later and can
 # never read position $p - W + 1$ or anything older. So the last $W - 1$ positions are all a cache needs,
 # whatever the length of the sequence. We store them in a ring buffer: a fixed buffer of $W - 1$ slots in
-# which position $p$ lives in slot $p \bmod (W - 1)$, overwriting the position $W - 1$ places older.
-# (Hugging Face's `DynamicSlidingWindowLayer` also keeps $W - 1$ positions; the Mistral paper's rolling
-# buffer has $W$ slots, one more than needed.)
+# which position $p$ lives in slot $p \bmod (W - 1)$, overwriting position $p - W + 1$. (Hugging Face's
+# `DynamicSlidingWindowLayer` keeps the same $W - 1$ positions.)
 #
 # A call with a chunk of $C$ tokens reads the ring's contents plus the new chunk, and only then writes the
 # newest positions into the ring, so a chunk longer than one slot still sees what its first queries need.
@@ -30,7 +29,7 @@
 #
 # $$P + i - W < j \le P + i,$$
 #
-# 也就是对角线下方的一条带状区域，而不是整个下三角。这条带改变了缓存需要保留的内容。一次调用处理完位置 $p$ 之后，下一个查询位于 $p + 1$ 或更靠后的位置，永远读不到位置 $p - W + 1$ 及更早的位置。因此，无论序列多长，缓存只需保留最后 $W - 1$ 个位置。我们把它们存进一个环形缓冲区：一块固定大小、有 $W - 1$ 个槽位的缓冲区，位置 $p$ 存放在第 $p \bmod (W - 1)$ 个槽位，覆盖掉比它早 $W - 1$ 的那个位置。（Hugging Face 的 `DynamicSlidingWindowLayer` 同样保留 $W - 1$ 个位置；Mistral 论文中的滚动缓冲区有 $W$ 个槽位，比需要的多一个。）
+# 也就是对角线下方的一条带状区域，而不是整个下三角。这条带改变了缓存需要保留的内容。一次调用处理完位置 $p$ 之后，下一个查询位于 $p + 1$ 或更靠后的位置，永远读不到位置 $p - W + 1$ 及更早的位置。因此，无论序列多长，缓存只需保留最后 $W - 1$ 个位置。我们把它们存进一个环形缓冲区：一块固定大小、有 $W - 1$ 个槽位的缓冲区，位置 $p$ 存放在第 $p \bmod (W - 1)$ 个槽位，覆盖掉位置 $p - W + 1$。（Hugging Face 的 `DynamicSlidingWindowLayer` 保留的也是这 $W - 1$ 个位置。）
 #
 # 一次调用处理 $C$ 个 token 的块时，先读取环形缓冲区里的内容加上新块，然后才把最新的位置写进缓冲区；这样即使块长超过槽位数，块内靠前的查询也能读到它们需要的键。缓冲区绕回之后，槽位就不再按位置排序。就正确性而言这没有关系：每个键都带着自己的位置（第 4 节的 `update` 会返回它们），带状掩码由位置算出，而注意力并不在乎允许读取的键以什么顺序排列。但对舍入误差来说，顺序是有影响的：换一种顺序求和，舍入结果就会不同。所以 `update` 按位置从旧到新读取已填充的槽位，这样它的求和顺序就与按位置顺序保存缓存的实现（例如 6.1 节中 Hugging Face 的实现）相同。
 
@@ -205,12 +204,13 @@ assert CROP["restart_vs_true_positions"] < 1e-10 and CROP["crop_receptive_field"
 # `DynamicCache` gives each layer a `DynamicSlidingWindowLayer` that keeps the last $W - 1$ positions. The
 # weights map exactly as for Llama, and our copy again computes Hugging Face's three FP32 steps. Besides the
 # logits we compare the cache: Hugging Face's layer keeps its $W - 1$ positions in order, ours in ring
-# order, so we sort ours by position first.
+# order, so we sort ours by position first. The second row repeats the off-by-one window of control 1,
+# which the referee must reject.
 
 # %% [markdown] lang="zh"
 # ### 6.1 与 Hugging Face Mistral 交叉核对（可选）
 #
-# `MistralForCausalLM` 就是 Llama 的结构加上 `sliding_window`。在锁定的 transformers 版本中，它可以在 CPU 上以 eager 注意力运行，自己构造带状掩码 `kv_idx > q_idx - sliding_window`，而它的 `DynamicCache` 会为每一层创建一个保留最后 $W - 1$ 个位置的 `DynamicSlidingWindowLayer`。权重映射与 Llama 完全相同，我们的模型副本同样在 FP32 下完成 Hugging Face 的那三步。除了 logits，我们还比较缓存：Hugging Face 按位置顺序保存这 $W - 1$ 个位置，我们则按环形顺序保存，所以先把我们的缓存按位置排序。
+# `MistralForCausalLM` 就是 Llama 的结构加上 `sliding_window`。在锁定的 transformers 版本中，它可以在 CPU 上以 eager 注意力运行，自己构造带状掩码 `kv_idx > q_idx - sliding_window`，而它的 `DynamicCache` 会为每一层创建一个保留最后 $W - 1$ 个位置的 `DynamicSlidingWindowLayer`。权重映射与 Llama 完全相同，我们的模型副本同样在 FP32 下完成 Hugging Face 的那三步。除了 logits，我们还比较缓存：Hugging Face 按位置顺序保存这 $W - 1$ 个位置，我们则按环形顺序保存，所以先把我们的缓存按位置排序。第二行重复负对照 1 中差一的窗口，裁判必须判它不符。
 
 # %%
 def hf_mistral(ours: ArchDecoder):

@@ -255,7 +255,7 @@ say_table([["FP32 (exact)", f"{QUANT_MEMORY['exact_bytes']:,}", "1.00"]]
 # %% [markdown] lang="zh"
 # 这里节省的内存并不多，公式揭示了两个原因：对只有 79 个位置的序列来说，全精度窗口占了很大一部分；而且 $D_h = 16$ 时，每个 token 的 FP32 缩放因子和最小值所占的空间，与 16 个 4 比特编码一样多。对于长上下文和 $D_h = 128$，编码本身才是大头（见第 9 节）。
 #
-# **负对照：漏乘缩放因子。** 把读回的值写成 $\mathrm{code} + \min$，而不是 $\mathrm{code} \cdot \mathrm{scale} + \min$，只是漏写了一个词。带着这个错误的 8 比特模型必须违反 8 比特的误差界。
+# **负对照：漏乘缩放因子。** 把读回的值写成 $\mathrm{code} + \min$，而不是 $\mathrm{code} \cdot \mathrm{scale} + \min$，只是少了一次乘法。带着这个错误的 8 比特模型必须违反 8 比特的误差界。
 
 # %%
 def dequantize_without_scale(codes, scale, low):
