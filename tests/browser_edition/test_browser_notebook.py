@@ -106,7 +106,7 @@ def test_notebook_executes_with_numpy_but_without_torch(numpy_only_python, tmp_p
     assert not third_party, f"the notebook loaded modules outside NumPy and the standard library: {third_party}"
     assert "torch" not in {m.split(".")[0] for m in report["after"]["modules"]}
 
-    assert "The exercise's answer checks out." in report["stdout"]
+    assert "The exercise's answer checks out." in report["markdown"]          # said through say()
     seconds = report["notebook_seconds"]
     print(f"\nkv-cache-browser: {report['code_cells']} code cells ran in {seconds:.2f} s "
           f"({report['wall_seconds_with_kernel_start']:.2f} s with kernel start-up)")
@@ -130,3 +130,29 @@ def test_knobs_other_values(history, chunk):
     assert edited == 1, "expected exactly one cell that sets HISTORY and CHUNK"
     assert namespace["HISTORY"] == history and namespace["CHUNK"] == chunk
     assert namespace["cached_out"].shape == (chunk, namespace["HEAD_DIM"])
+
+
+@pytest.mark.parametrize("lang, history, chunk, expected", [
+    ("zh", -1, 2, "HISTORY 必须 >= 0，CHUNK 必须 >= 1"),
+    ("en", 4, 0, "HISTORY must be >= 0 and CHUNK >= 1"),
+    (None, 4, 0, "HISTORY must be >= 0 and CHUNK >= 1"),          # the build's own run: English
+    ("zh", 500, 13, "HISTORY + CHUNK 不能超过 512"),
+])
+def test_try_it_cell_stops_in_the_readers_language(lang, history, chunk, expected):
+    """Out-of-range knobs stop the try-it cell with a message in the notebook's language."""
+    namespace: dict = {"__name__": "__notebook__"}
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        for name, cell in code_cells(NOTEBOOK, lang=lang):
+            source = cell.source
+            if KNOBS.search(source):
+                source = KNOBS.sub(lambda m: f"HISTORY = {history}{m['h']}\nCHUNK = {chunk}{m['c']}", source)
+            exec(compile(source, name, "exec"), namespace)
+    assert namespace["LANG"] == lang
+
+
+def test_try_it_assertion_messages_are_localized():
+    """Every assertion of the try-it cell carries a message in both languages."""
+    cell = next(cell for name, cell in code_cells(NOTEBOOK) if KNOBS.search(cell.source))
+    asserts = [node for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.Assert)]
+    assert asserts and all(isinstance(node.msg, ast.Call) and node.msg.func.id == "in_reader_language"
+                           and {k.arg for k in node.msg.keywords} == {"en", "zh"} for node in asserts)
