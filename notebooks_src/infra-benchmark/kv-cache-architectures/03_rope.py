@@ -31,7 +31,8 @@
 
 # %%
 def rotate_half(x):
-    # (x1, x2) -> (-x2, x1) on the two halves of the last dimension
+    # [en] The two halves of the last dimension: (x1, x2) -> (-x2, x1).
+    # [zh] 最后一维的前后两半：(x1, x2) -> (-x2, x1)。
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -70,7 +71,7 @@ with torch.inference_mode():
 
     def rope_scores(shift: int):
         pos = shift + torch.arange(64)
-        q_rot = rotary64(q_vec.expand(64, -1)[None, None], pos)[0, 0]                # [64, Dh], query at m + shift
+        q_rot = rotary64(q_vec.expand(64, -1)[None, None], pos)[0, 0]                # [64, Dh]
         k_rot = rotary64(k_vec.expand(64, -1)[None, None], pos)[0, 0]
         return q_rot @ k_rot.T                                                       # [64, 64]: (m, n)
 

@@ -202,8 +202,10 @@ say_table([[str(b), f"{r['max_abs_logit_err']:.4f}", f"{r['mean_max_abs_logit_er
 # 下面是四条判据的断言。对判据 1，我们让前 24 个位置（先是提示，再逐个 token）通过每种量化缓存，确认 logits 与精确缓存逐比特相等、第一组在这些调用的最后一次结束时已被量化，并确认下一步的误差不再为零。
 
 # %%
+# [en] The calls that consume positions 0..23: the prefill, then one token per step.
+# [zh] 处理位置 0..23 的那些调用：先是预填充，然后每步一个 token。
 WINDOW_POSITIONS = 16 + 8
-EXACT_STEPS = WINDOW_POSITIONS - PROMPT_LEN + 1                       # calls that consume positions 0..23
+EXACT_STEPS = WINDOW_POSITIONS - PROMPT_LEN + 1
 QUANT_EXACT_WINDOW = {}
 with torch.inference_mode():
     for bits in QUANT_BITS:

@@ -126,7 +126,7 @@ def time_attention() -> dict:
                 samples[f"{name}_prefill"].append((middle - start) / 1e6)
                 samples[f"{name}_decode"].append((end - middle) / 1e6)
     assert all(len(s) == REPEATS for s in samples.values())
-    assert all(c.seen == TIMING_PROMPT for c in prefix["explicit"])              # prefix cache not extended
+    assert all(c.seen == TIMING_PROMPT for c in prefix["explicit"])
     return {name: {"p50_ms": float(np.median(s)), "samples_ms": [round(x, 6) for x in s]} for name, s in samples.items()}
 
 
