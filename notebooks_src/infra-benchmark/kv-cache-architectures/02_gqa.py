@@ -70,7 +70,12 @@ def tile_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x.repeat(1, groups, 1, 1)
 
 
-heads_of = lambda expand: expand(torch.arange(2).view(1, 2, 1, 1), 2).flatten().tolist()
+def heads_of(expand) -> list[int]:
+    # [en] Which K/V head each of 4 query heads reads when there are 2 K/V heads.
+    # [zh] 有 2 个 K/V 头时，4 个查询头各自读取哪个 K/V 头。
+    return expand(torch.arange(2).view(1, 2, 1, 1), 2).flatten().tolist()
+
+
 assert heads_of(repeat_kv) == [0, 0, 1, 1] and heads_of(tile_kv) == [0, 1, 0, 1]
 assert torch.equal(repeat_kv(torch.arange(4).view(1, 4, 1, 1), 1), tile_kv(torch.arange(4).view(1, 4, 1, 1), 1))
 print("repeat_kv:", heads_of(repeat_kv), " tile_kv:", heads_of(tile_kv))

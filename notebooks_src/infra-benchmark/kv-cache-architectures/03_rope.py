@@ -156,13 +156,14 @@ assert not any(r["passed"] for r in ROPE_FROM_ZERO)
 # every call, $s = 100$ higher than it should be. With learned positions the model reads other rows of
 # its table and its logits change. With RoPE every query and key turns by the same extra angle $s\theta_i$,
 # which cancels in every score: the logits stay the same up to rounding. So RoPE cannot see an absolute
-# offset at all, only distances. The cached-versus-full check passes too, for either model, because the
-# shift applies to both paths alike; that is why no check in this notebook, and no cache, depends on
-# where the numbering starts as long as it is consistent. (Positions still matter for the mask and for
-# a model's maximum context; a shift that pushes them past the trained range is a different problem.)
+# offset at all, only distances. The cached-versus-full check passes for either model, because the shift
+# applies to both paths alike: a numbering that is off by the same amount in every call is invisible to
+# a check that compares two paths. With RoPE it does not even change the model; with learned positions
+# it does, and only a comparison with an outside reference would notice. (Positions still matter for a
+# model's maximum context: a shift that pushes them past the range seen in training is another problem.)
 
 # %% [markdown] lang="zh"
-# **一个教训，而不是错误：所有位置统一平移。** 现在让每次调用中的**每个**位置都比应有的位置大 $s = 100$。对可学习的位置嵌入，模型读到的是表中的其他行，logits 随之改变。对 RoPE，每个查询和键都多转了同样的角度 $s\theta_i$，这在每个分数里都会相互抵消：logits 在舍入误差范围内保持不变。所以 RoPE 根本看不到绝对偏移，只看得到距离。“缓存对照完整重算”的检查对两个模型也都能通过，因为平移同样作用于两条路径；正因如此，只要编号方式前后一致，本笔记本中的任何检查、任何缓存都不依赖编号从哪里开始。（位置对掩码和模型的最大上下文长度仍然重要；如果平移把位置推到训练范围之外，那是另一个问题。）
+# **一个教训，而不是错误：所有位置统一平移。** 现在让每次调用中的**每个**位置都比应有的位置大 $s = 100$。对可学习的位置嵌入，模型读到的是表中的其他行，logits 随之改变。对 RoPE，每个查询和键都多转了同样的角度 $s\theta_i$，这在每个分数里都会相互抵消：logits 在舍入误差范围内保持不变。所以 RoPE 根本看不到绝对偏移，只看得到距离。“缓存对照完整重算”的检查对两个模型都能通过，因为平移同样作用于两条路径：如果每次调用的编号都偏移同样的量，比较两条路径的检查是看不出来的。对 RoPE，这种偏移甚至不会改变模型；对可学习的位置嵌入，它会改变模型，但只有与外部参照比较才能发现。（位置对模型的最大上下文长度仍然重要：如果平移把位置推到训练时见过的范围之外，那是另一个问题。）
 
 # %%
 def shifted_positions(past_len: int, new_len: int) -> torch.Tensor:

@@ -116,7 +116,7 @@ def caught(rows: list[dict]) -> str:
 
 SUMMARY = [
     ["GQA, MQA", "24", fmt(max(largest(r) for r in GQA_GRIDS.values())), "`tile_kv`",
-     f"{fmt(LLAMA_CROSS['tiled_kv_control']['full'])} (HF)" if LLAMA_CROSS else "-", "0/12 + HF"],
+     f"{fmt(LLAMA_CROSS['tiled_kv_control']['full'])} (HF)" if LLAMA_CROSS else "-", "0/12 + HF" if LLAMA_CROSS else "0/12"],
     ["RoPE", "12", fmt(largest(ROPE_GRID)), "`ChunkLocalRotary`", fmt(min(r["max_abs_logit_err"] for r in ROPE_FROM_ZERO)),
      caught(ROPE_FROM_ZERO)],
     [f"`window_mask({WINDOW})`", "12 + 12", fmt(max(largest(WINDOW_GRID), largest(WINDOW_EQUALS_UNWINDOWED))),
