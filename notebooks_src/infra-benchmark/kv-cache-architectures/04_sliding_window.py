@@ -92,6 +92,41 @@ assert band.int().tolist() == [[0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1]]
 print(band.int())
 
 # %% [markdown] lang="en"
+# The figure shows both sides for $W = 8$. Left, the band over the 24-token stream, as the full path sees
+# it. Right, one call of the cached path: after 12 positions the ring holds positions 5 to 11 (in slots
+# 5, 6, 0, 1, 2, 3, 4), and a chunk of 5 tokens (positions 12 to 16) reads those 7 keys plus its own 5.
+# Each row is the same band, cut down to the keys the call has.
+
+# %% [markdown] lang="zh"
+# 下图画出 $W = 8$ 时的两种视角。左图是完整路径在 24 个 token 的序列上看到的带状区域。右图是缓存路径的一次调用：处理完 12 个位置之后，环形缓冲区里保存的是位置 5 到 11（依次位于槽位 5、6、0、1、2、3、4），一个 5 个 token 的块（位置 12 到 16）读取这 7 个键和它自己的 5 个键。每一行仍是同一条带，只是截取到这次调用拥有的键。
+
+# %%
+with torch.inference_mode():
+    demo_ring = RingKV(WINDOW - 1)
+    demo_kv = torch.zeros(1, 1, 12, 1)
+    demo_ring.update(demo_kv, demo_kv, torch.arange(12))
+    slots_before = demo_ring.positions.tolist()
+    _, _, demo_keys = demo_ring.update(demo_kv[:, :, :5], demo_kv[:, :, :5], 12 + torch.arange(5))
+assert slots_before == [7, 8, 9, 10, 11, 5, 6] and demo_keys.tolist() == list(range(5, 17))
+demo_mask = window_mask(WINDOW)(12 + torch.arange(5), demo_keys)
+assert torch.equal(demo_mask, window_mask(WINDOW)(torch.arange(24), torch.arange(24))[12:17, 5:17])
+
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [24, 12]})
+axes[0].imshow(window_mask(WINDOW)(torch.arange(24), torch.arange(24)).int().numpy(), cmap="Greens", vmin=0, vmax=1.4)
+axes[0].set_title(f"full path: band, W = {WINDOW}", fontsize=10)
+axes[0].set_xlabel("key position j")
+axes[0].set_ylabel("query position")
+axes[1].imshow(demo_mask.int().numpy(), cmap="Greens", vmin=0, vmax=1.4)
+axes[1].set_title("cached call: ring (5..11) + chunk (12..16)", fontsize=10)
+axes[1].set_xticks(range(12), [str(p) for p in demo_keys.tolist()], fontsize=8)
+axes[1].set_yticks(range(5), [f"q{12 + i}" for i in range(5)], fontsize=8)
+axes[1].set_xlabel("key position j")
+fig.tight_layout()
+WINDOW_PNG = OUT / "sliding_window.png"
+fig.savefig(WINDOW_PNG, dpi=120)
+plt.show()
+
+# %% [markdown] lang="en"
 # **Criteria.** With $W = 8$ and the 24-token stream, the cached path with eviction must equal full
 # recomputation with the band mask, over the 12 configurations; chunks of 5 straddle the window edge and
 # make the ring wrap in the middle of a chunk. After every call, every layer's ring must hold at most
@@ -235,6 +270,7 @@ if HAVE_HF:
                 kv = []
                 for ring, layer in zip(ours_cache, hf_cache.layers):
                     order = ring.positions.argsort()
+                    assert type(layer).__name__ == "DynamicSlidingWindowLayer"
                     assert layer.keys.shape[-2] == ring.stored() == WINDOW - 1
                     kv += [(ring.k[:, :, order] - layer.keys).abs().max().item(), (ring.v[:, :, order] - layer.values).abs().max().item()]
                 errors[f"kv_chunk_{chunk}"] = max(kv)

@@ -275,20 +275,22 @@ assert DROPPED_SCALE["max_abs_logit_err"] > BOUNDS[8]["max_abs_logit_err"]
 
 # %% [markdown] lang="en"
 # The figure shows the per-step error for each bit width (log scale); the dotted line marks the first
-# step that reads quantized keys. Before it all three curves are zero, which a log axis cannot draw.
+# step that reads quantized keys. Before it all three errors are zero, which a log axis cannot draw, so
+# the curves start there.
 
 # %% [markdown] lang="zh"
-# 下图画出每种比特数下每一步的误差（对数刻度）；虚线标出第一次读到量化后的键的那一步。在此之前，三条曲线都是 0，对数坐标轴画不出来。
+# 下图画出每种比特数下每一步的误差（对数刻度）；虚线标出第一次读到量化后的键的那一步。在此之前，三种误差都是 0，对数坐标轴画不出来，所以曲线从这一步开始。
 
 # %%
-fig, ax = plt.subplots(figsize=(6.5, 3.6))
+fig, ax = plt.subplots(figsize=(8, 3.6))
 for bits in QUANT_BITS:
-    ax.semilogy(range(GEN_STEPS), QUANT[bits]["per_step_max_abs_logit_err"], marker=".", label=f"int{bits}")
-ax.axvline(EXACT_STEPS, color="gray", linestyle=":", label="first step reading quantized keys")
+    ax.semilogy(range(EXACT_STEPS, GEN_STEPS), QUANT[bits]["per_step_max_abs_logit_err"][EXACT_STEPS:], marker=".", label=f"int{bits}")
+ax.axvline(EXACT_STEPS, color="gray", linestyle=":", label="first step reading\nquantized keys")
+ax.set_xlim(0, GEN_STEPS)
 ax.set_xlabel("generation step")
 ax.set_ylabel("max |logit - exact logit|")
 ax.set_title("KIVI-style cache, R = 16, G = 8, teacher-forced on the exact greedy tokens", fontsize=9)
-ax.legend(fontsize=8)
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 ax.grid(alpha=0.3)
 fig.tight_layout()
 QUANT_PNG = OUT / "quantized_cache_error.png"

@@ -86,8 +86,9 @@ RESULTS = {
                      "window": MISTRAL_WINDOW, "kivi_group": KIVI_GROUP, "kivi_residual": KIVI_RESIDUAL,
                      "bytes_per_element": FP16, "weights_gib": weights_gib, "rows": MEMORY_TABLE},
     "cross_checks": {"transformers": ENVIRONMENT["transformers"], "skipped": HF_SKIP,
-                     "llama": LLAMA_CROSS, "mistral": MISTRAL_CROSS, "tolerance": TOLERANCE[torch.float64]},
-    "figures": [MASKS_PNG.name, QUANT_PNG.name, MEMORY_PNG.name],
+                     "llama_fp32_steps": LLAMA_FP32_STEPS, "llama": LLAMA_CROSS, "mistral": MISTRAL_CROSS,
+                     "tolerance": TOLERANCE[torch.float64]},
+    "figures": [MASKS_PNG.name, WINDOW_PNG.name, QUANT_PNG.name, MEMORY_PNG.name],
 }
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
