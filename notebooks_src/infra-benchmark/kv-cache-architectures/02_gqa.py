@@ -419,13 +419,13 @@ say_table([[str(h), f"{v['formula_bytes']:,}", f"{v['measured_bytes']:,}", f"{v[
 # it can see: the tiled model is a *different but self-consistent* function. Its full path and its cached
 # path both pair query head 1 with K/V head 1, so they agree with each other. Cached-versus-full can only
 # catch a disagreement between the two paths; it says nothing about whether the pairing of heads is the
-# one the weights were made for. The outputs do change (the cell shows the difference between the two
-# models' logits), and with $H_{kv} = 1$ or $H_{kv} = H$ tiling and interleaving coincide, which is why the
-# mistake survives tests on MQA or MHA. Only an outside referee that knows the intended layout can catch
+# one the weights were made for. The outputs do change: in this run the tiled model's logits differ from
+# the interleaved model's by up to {{run:gqa.tile_logit_diff:.2f}}. With $H_{kv} = 1$ or $H_{kv} = H$
+# tiling and interleaving coincide, which is why the mistake survives tests on MQA or MHA. Only an outside referee that knows the intended layout can catch
 # it: the Hugging Face cross-check of section 5 does.
 
 # %% [markdown] lang="zh"
-# **负对照：平铺代替交错。** 在 GQA 模型中把 `repeat_kv` 换成 `tile_kv`，再跑同样的 12 种配置，结果全部通过。这不是检查本身的缺陷，而是它能看到的范围有限：平铺后的模型是另一个**自洽**的函数。它的完整路径和缓存路径都把查询头 1 与 K/V 头 1 配对，所以两者彼此一致。“缓存对照完整重算”只能发现两条路径之间的分歧，无法判断头的配对方式是否与权重的设计相符。输出确实变了（单元格显示了两个模型 logits 的差异）；而当 $H_{kv} = 1$ 或 $H_{kv} = H$ 时，平铺与交错的结果完全相同，所以只在 MQA 或 MHA 上测试，这个错误就会溜过去。只有了解正确布局的外部裁判才能发现它：第 5 节与 Hugging Face 的交叉核对会抓住它。
+# **负对照：平铺代替交错。** 在 GQA 模型中把 `repeat_kv` 换成 `tile_kv`，再跑同样的 12 种配置，结果全部通过。这不是检查本身的缺陷，而是它能看到的范围有限：平铺后的模型是另一个**自洽**的函数。它的完整路径和缓存路径都把查询头 1 与 K/V 头 1 配对，所以两者彼此一致。“缓存对照完整重算”只能发现两条路径之间的分歧，无法判断头的配对方式是否与权重的设计相符。输出确实变了：在本次运行中，平铺版本与交错版本的 logits 相差最多 {{run:gqa.tile_logit_diff:.2f}}。而当 $H_{kv} = 1$ 或 $H_{kv} = H$ 时，平铺与交错的结果完全相同，所以只在 MQA 或 MHA 上测试，这个错误就会溜过去。只有了解正确布局的外部裁判才能发现它：第 5 节与 Hugging Face 的交叉核对会抓住它。
 
 # %%
 tiled_grid = run_grid(lambda: build_arch(GQA_CONFIGS["gqa2"], expand=tile_kv))
@@ -447,3 +447,6 @@ say(en=f"Tiled K/V heads: all 12 cached-versus-full configurations pass (largest
     zh=f"平铺 K/V 头：12 种“缓存对照完整重算”的配置全部通过（最大误差 "
        f"{TILE_CONTROL['max_abs_logit_err_cached_vs_full']:.2e}），但 logits 与交错版本相差最多 "
        f"{TILE_CONTROL['max_abs_logit_diff_vs_interleaved']:.3f}。只有一个 K/V 头时，两者完全相同。")
+
+# %% tags=["prose-values"]
+{"gqa": {"tile_logit_diff": float(TILE_CONTROL["max_abs_logit_diff_vs_interleaved"])}}
