@@ -111,6 +111,11 @@ class FullKV:
     def stored(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
 
+    def contents(self):
+        # [en] The stored K, V [B, H_kv, T_stored, Dh] and their positions, oldest first.
+        # [zh] 缓存中保存的 K、V（形状 [B, H_kv, T_stored, Dh]）及其位置，从旧到新。
+        return self.k, self.v, self.positions
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.k, self.v))
 
@@ -307,13 +312,13 @@ say(en="With `kv_heads = heads`, the generalized decoder loads section 3's weigh
 # %% [markdown] lang="en"
 # **Criterion 2: with $H_{kv} = 2$ (GQA) and $H_{kv} = 1$ (MQA), the cached path equals full
 # recomputation.** The check is the one of the first notebook: every logit at every position and every
-# layer's K and V, batch 1 and 2, chunks of 1, 2 and 5 tokens, FP32 and FP64, with `atol = rtol = 1e-5`
+# layer's K and V (for every position the cache keeps, once caches start to evict), batch 1 and 2, chunks of 1, 2 and 5 tokens, FP32 and FP64, with `atol = rtol = 1e-5`
 # in FP32 and `1e-10` in FP64: 12 configurations per model. The cached K/V must have the shape
 # `[B, H_kv, T, D_h]`. `check_cached` is written once here and reused by every later section; it takes
 # a `build` function so that the FP64 run rebuilds the same model and converts the same weights.
 
 # %% [markdown] lang="zh"
-# **判据 2：$H_{kv} = 2$（GQA）和 $H_{kv} = 1$（MQA）时，缓存路径与完整重算一致。** 检查方法与第一份笔记本相同：比较每个位置上的全部 logits 以及每一层的 K 和 V；batch 为 1 或 2，块长为 1、2 或 5，FP32 和 FP64；FP32 用 `atol = rtol = 1e-5`，FP64 用 `1e-10`。每个模型 12 种配置。缓存中的 K/V 形状必须是 `[B, H_kv, T, D_h]`。`check_cached` 在这里只写一次，后面各节都复用它；它接收一个 `build` 函数，这样 FP64 运行会重建同一个模型，并转换同一份权重。
+# **判据 2：$H_{kv} = 2$（GQA）和 $H_{kv} = 1$（MQA）时，缓存路径与完整重算一致。** 检查方法与第一份笔记本相同：比较每个位置上的全部 logits 以及每一层的 K 和 V（当缓存开始淘汰内容时，比较它保留的每个位置）；batch 为 1 或 2，块长为 1、2 或 5，FP32 和 FP64；FP32 用 `atol = rtol = 1e-5`，FP64 用 `1e-10`。每个模型 12 种配置。缓存中的 K/V 形状必须是 `[B, H_kv, T, D_h]`。`check_cached` 在这里只写一次，后面各节都复用它；它接收一个 `build` 函数，这样 FP64 运行会重建同一个模型，并转换同一份权重。
 
 # %%
 def chunk_lengths(total: int, chunk) -> list[int]:
@@ -351,9 +356,16 @@ def check_cached(build, stream, batch, chunk, dtype=torch.float32, reference=Non
     result = {"batch": batch, "chunk": chunk if isinstance(chunk, int) else list(chunk), "dtype": DTYPE_NAME[dtype],
               "max_abs_logit_err": logit_err,
               "passed": bool(torch.allclose(cached_logits, full_logits, atol=tol, rtol=tol))}
-    if isinstance(cache[0], FullKV) and isinstance(full_cache[0], FullKV):
-        kv_shape = (batch, net.config.n_kv, ids.shape[1], net.config.head_dim)
-        pairs = [(a, b) for c, f in zip(cache, full_cache) for a, b in ((c.k, f.k), (c.v, f.v))]
+    if hasattr(cache[0], "contents") and isinstance(full_cache[0], FullKV):
+        # [en] Every position the cache kept must hold the full path's K/V of that position.
+        # [zh] 缓存保留的每个位置，都必须存着完整路径在该位置上的 K/V。
+        pairs, kept = [], cache[0].contents()[2]
+        for c, f in zip(cache, full_cache):
+            k, v, positions = c.contents()
+            index = torch.searchsorted(f.positions, positions)
+            pairs += [(k, f.k[:, :, index]), (v, f.v[:, :, index])]
+        expected = ids.shape[1] if isinstance(cache[0], FullKV) else len(kept)
+        kv_shape = (batch, net.config.n_kv, expected, net.config.head_dim)
         result["kv_shape_ok"] = all(a.shape == b.shape == kv_shape for a, b in pairs)
         result["max_abs_kv_err"] = max((a - b).abs().max().item() for a, b in pairs)
         result["passed"] &= result["kv_shape_ok"] and all(torch.allclose(a, b, atol=tol, rtol=tol) for a, b in pairs)

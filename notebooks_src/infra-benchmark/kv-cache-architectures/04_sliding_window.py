@@ -55,11 +55,9 @@ class RingKV:
         if self.k is None:
             self.k = k.new_zeros(k.shape[0], k.shape[1], self.slots, k.shape[3])
             self.v = torch.zeros_like(self.k)
-        filled = (self.positions >= 0).nonzero().flatten()
-        filled = filled[self.positions[filled].argsort()]
-        keys = torch.cat((self.k[:, :, filled], k), dim=-2)
-        values = torch.cat((self.v[:, :, filled], v), dim=-2)
-        key_pos = torch.cat((self.positions[filled], positions))
+        old_k, old_v, old_pos = self.contents()
+        keys, values = torch.cat((old_k, k), dim=-2), torch.cat((old_v, v), dim=-2)
+        key_pos = torch.cat((old_pos, positions))
         # [en] Only then write the newest positions into their slots.
         # [zh] 然后才把最新的位置写进各自的槽位。
         newest = positions[-self.slots:]
@@ -69,6 +67,11 @@ class RingKV:
         self.positions[slot] = newest
         self.seen += len(positions)
         return keys, values, key_pos
+
+    def contents(self):
+        filled = (self.positions >= 0).nonzero().flatten()
+        filled = filled[self.positions[filled].argsort()]
+        return self.k[:, :, filled], self.v[:, :, filled], self.positions[filled]
 
     def stored(self) -> int:
         return int((self.positions >= 0).sum())
@@ -128,14 +131,15 @@ plt.show()
 
 # %% [markdown] lang="en"
 # **Criteria.** With $W = 8$ and the 24-token stream, the cached path with eviction must equal full
-# recomputation with the band mask, over the 12 configurations; chunks of 5 straddle the window edge and
+# recomputation with the band mask, over the 12 configurations, and the ring must hold the full path's
+# K/V at every position it kept; chunks of 5 straddle the window edge and
 # make the ring wrap in the middle of a chunk. After every call, every layer's ring must hold at most
 # $W - 1$ positions (and be full once $W - 1$ positions have been consumed). With $W \ge T$ nothing is ever
 # evicted and the band covers the whole triangle, so the windowed model must equal the unwindowed model
 # of section 5. Finally, every query must read exactly $\min(W, p + 1)$ keys.
 
 # %% [markdown] lang="zh"
-# **判据。** 取 $W = 8$ 和 24 个 token 的序列：带淘汰的缓存路径必须与使用带状掩码的完整重算一致，覆盖 12 种配置；块长为 5 时，块会跨越窗口边界，环形缓冲区会在块的中间绕回。每次调用之后，每一层的环形缓冲区最多只能保存 $W - 1$ 个位置（处理过 $W - 1$ 个位置之后它就是满的）。当 $W \ge T$ 时，没有任何内容被淘汰，带状区域覆盖了整个下三角，所以加窗模型必须与第 5 节不加窗的模型一致。最后，每个查询读取的键必须恰好是 $\min(W, p + 1)$ 个。
+# **判据。** 取 $W = 8$ 和 24 个 token 的序列：带淘汰的缓存路径必须与使用带状掩码的完整重算一致，覆盖 12 种配置，而且环形缓冲区保留的每个位置上的 K/V 都必须与完整路径相同；块长为 5 时，块会跨越窗口边界，环形缓冲区会在块的中间绕回。每次调用之后，每一层的环形缓冲区最多只能保存 $W - 1$ 个位置（处理过 $W - 1$ 个位置之后它就是满的）。当 $W \ge T$ 时，没有任何内容被淘汰，带状区域覆盖了整个下三角，所以加窗模型必须与第 5 节不加窗的模型一致。最后，每个查询读取的键必须恰好是 $\min(W, p + 1)$ 个。
 
 # %%
 ring_sizes = []
