@@ -210,17 +210,15 @@ say(en=f"Shift by 100 (FP64): RoPE logits move by {SHIFT_LESSON['rope_max_abs_lo
 # `LlamaRMSNorm.forward`, `dtype=torch.float32` in `eager_attention_forward`; Meta's reference code does
 # the same). Against our pure FP64 model the referee therefore differs by FP32 rounding, far above
 # `1e-10`. To compare at `1e-10` we build a copy of our model that performs the same three steps in FP32
-# (`hf_precision=True`). The first table adds the three steps one at a time: only with all three does
-# the difference fall below `1e-10`. The second compares full and cached paths, logits and cached K/V;
-# its last row is section 4's negative control, the same copy with tiled K/V heads, which the referee
-# must reject.
+# (`hf_precision=True`). The next cell holds the tools: the configuration, the weight mapping, Hugging
+# Face's cached path through a `DynamicCache`, and one comparison function.
 
 # %% [markdown] lang="zh"
 # ### 5.1 与 Hugging Face Llama 交叉核对（可选）
 #
 # 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，用我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。权重映射是一一对应的，不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）：`wte` → `model.embed_tokens`，`blocks[i].ln_1`/`ln_2` → `input_layernorm`/`post_attention_layernorm`，`attn.q/k/v/proj` → `self_attn.q_proj/k_proj/v_proj/o_proj`，`mlp.gate/up/down` → `mlp.gate_proj/up_proj/down_proj`，`ln_f` → `model.norm`，`lm_head` → `lm_head`。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，没有偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`，`attn_implementation="eager"`。
 #
-# 比较之前先有一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，这位裁判与我们纯 FP64 的模型相比，会有 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）。第一张表逐个加入这三步：只有三步全部复现时，差异才降到 `1e-10` 以下。第二张表比较完整路径和缓存路径的 logits 以及缓存的 K/V；它的最后一行是第 4 节的负对照：同一个副本改用平铺的 K/V 头，裁判必须判它不符。
+# 比较之前先有一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，这位裁判与我们纯 FP64 的模型相比，会有 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）。下一个单元格准备好所需的工具：配置、权重映射、Hugging Face 通过 `DynamicCache` 走的缓存路径，以及一个比较函数。
 
 # %%
 def softmax_attention_fp32(q, k, v, allowed):
@@ -309,7 +307,15 @@ def cross_table(cross: dict, labels: dict) -> None:
               zh=["我们的模型（FP64）", "完整调用：logits", "缓存路径（块长 1、2、5）：logits", "缓存的 K/V"])
 
 
-LLAMA_CROSS = LLAMA_FP32_STEPS = None
+# %% [markdown] lang="en"
+# First, the finding: the cell adds Hugging Face's three FP32 steps to our FP64 copy one at a time and
+# compares a full call. Only with all three does the difference fall below `1e-10`.
+
+# %% [markdown] lang="zh"
+# 先验证上面的发现：下面的单元格把 Hugging Face 的三个 FP32 步骤逐个加进我们的 FP64 副本，比较一次完整调用。只有三步全部复现时，差异才降到 `1e-10` 以下。
+
+# %%
+LLAMA_FP32_STEPS = None
 if HAVE_HF:
     with torch.inference_mode():
         LLAMA_FP32_STEPS = {}
@@ -320,6 +326,18 @@ if HAVE_HF:
               en=["Hugging Face's FP32 steps reproduced in our FP64 copy", "full call: max abs logit difference"],
               zh=["在我们的 FP64 副本中复现的 Hugging Face FP32 步骤", "完整调用：logits 最大绝对差"])
     assert list(LLAMA_FP32_STEPS.values())[-1] < 1e-10 < min(list(LLAMA_FP32_STEPS.values())[:-1])
+
+# %% [markdown] lang="en"
+# Then the comparison itself, full and cached (chunks of 1, 2 and 5), logits and every layer's cached K/V.
+# The last row is section 4's negative control: the same copy with tiled K/V heads, which the referee
+# must reject.
+
+# %% [markdown] lang="zh"
+# 然后是比较本身：完整路径和缓存路径（块长 1、2、5），logits 以及每一层缓存的 K/V。最后一行是第 4 节的负对照：同一个副本改用平铺的 K/V 头，裁判必须判它不符。
+
+# %%
+LLAMA_CROSS = None
+if HAVE_HF:
     LLAMA_CROSS = {
         "hf_precision": cross_check(lambda: build_llama_like(hf_precision=True), hf_llama),
         "pure_fp64": cross_check(build_llama_like, hf_llama, chunks=(5,)),
