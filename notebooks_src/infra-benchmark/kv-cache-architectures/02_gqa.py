@@ -386,6 +386,14 @@ def grid_table(rows: list[dict]) -> None:
               zh=["batch", "块长", "精度", "logits 最大绝对误差", "K/V 最大绝对误差", "通过"])
 
 
+# %% [markdown] lang="en"
+# The two grids, one per model, and the assertions: all 24 configurations pass, with the cached K/V in
+# the shape `[B, H_kv, T, D_h]`.
+
+# %% [markdown] lang="zh"
+# 下面是两个模型各自的网格以及断言：24 种配置全部通过，缓存中的 K/V 形状为 `[B, H_kv, T, D_h]`。
+
+# %%
 GQA_CONFIGS = {"gqa2": ArchConfig(kv_heads=2), "mqa": ArchConfig(kv_heads=1)}
 GQA_GRIDS = {name: run_grid(lambda c=c: build_arch(c)) for name, c in GQA_CONFIGS.items()}
 for name, rows in GQA_GRIDS.items():
