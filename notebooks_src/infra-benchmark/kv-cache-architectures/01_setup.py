@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# The first notebook ({{colab:infra-benchmark/kv-cache}}) built a KV cache for a GPT-2-like decoder:
+# The [first notebook]({{colab:infra-benchmark/kv-cache}}) built a KV cache for a GPT-2-like decoder:
 # every attention head keeps its own keys and values, and positions are learned vectors added to the
 # token embeddings. The models a reader meets next (Llama, Mistral, Qwen, Gemma) change exactly the
 # parts a cache depends on. They keep fewer K/V heads than query heads, they encode positions by
@@ -17,7 +17,7 @@
 # quantized caches · 8 fused attention · 9 memory and cost of the variants · 10 saved results.
 
 # %% [markdown] lang="zh"
-# 第一份笔记本（{{colab:infra-benchmark/kv-cache}}）为一个类似 GPT-2 的解码器实现了 KV 缓存：每个注意力头都保留自己的 K 和 V，位置则是加到 token 嵌入上的可学习向量。读者接下来会遇到的模型（Llama、Mistral、Qwen、Gemma）恰恰改动了缓存所依赖的那几处：K/V 头比查询头少；位置信息通过旋转 Q 和 K 来编码；有的模型只让查询读取最近一段窗口内的键；而推理服务系统会用更少的比特存放 K/V，并用融合算子计算注意力。
+# [第一份笔记本]({{colab:infra-benchmark/kv-cache}})为一个类似 GPT-2 的解码器实现了 KV 缓存：每个注意力头都保留自己的 K 和 V，位置则是加到 token 嵌入上的可学习向量。读者接下来会遇到的模型（Llama、Mistral、Qwen、Gemma）恰恰改动了缓存所依赖的那几处：K/V 头比查询头少；位置信息通过旋转 Q 和 K 来编码；有的模型只让查询读取最近一段窗口内的键；而推理服务系统会用更少的比特存放 K/V，并用融合算子计算注意力。
 #
 # 这份笔记本逐一研究这些改动，并沿用第一份笔记本证明缓存正确的方法：缓存路径必须与完整重算一致（如果是有意放弃精确性，则误差必须落在事先声明的界内）；故意改坏的版本必须无法通过同一项检查；凡是有外部实现可以对照的地方，都用同一份随机权重构建 Hugging Face 模型，在 FP64 下与我们的实现比对。
 #
@@ -86,11 +86,11 @@ for key, value in ENVIRONMENT.items():
 
 # %% [markdown] lang="en"
 # The Hugging Face cross-checks (sections 5 and 6) are optional. The next cell looks for `transformers`
-# and the three classes they use; it was written against version 5.23.0, the version pinned for this
+# and the classes they use; it was written against version 5.23.0, the version pinned for this
 # repository.
 
 # %% [markdown] lang="zh"
-# 与 Hugging Face 的交叉核对（第 5、6 节）是可选内容。下一个单元格检查 `transformers` 以及要用到的三个类是否存在；这部分代码是按本仓库锁定的 5.23.0 版编写的。
+# 与 Hugging Face 的交叉核对（第 5、6 节）是可选内容。下一个单元格检查 `transformers` 以及要用到的几个类是否存在；这部分代码是按本仓库锁定的 5.23.0 版编写的。
 
 # %%
 import warnings

@@ -31,7 +31,8 @@
 
 # %%
 def rotate_half(x):
-    # (x1, x2) -> (-x2, x1) on the two halves of the last dimension
+    # [en] The two halves of the last dimension: (x1, x2) -> (-x2, x1).
+    # [zh] 最后一维的前后两半：(x1, x2) -> (-x2, x1)。
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -70,7 +71,7 @@ with torch.inference_mode():
 
     def rope_scores(shift: int):
         pos = shift + torch.arange(64)
-        q_rot = rotary64(q_vec.expand(64, -1)[None, None], pos)[0, 0]                # [64, Dh], query at m + shift
+        q_rot = rotary64(q_vec.expand(64, -1)[None, None], pos)[0, 0]                # [64, Dh]
         k_rot = rotary64(k_vec.expand(64, -1)[None, None], pos)[0, 0]
         return q_rot @ k_rot.T                                                       # [64, 64]: (m, n)
 
@@ -155,13 +156,14 @@ assert not any(r["passed"] for r in ROPE_FROM_ZERO)
 # every call, $s = 100$ higher than it should be. With learned positions the model reads other rows of
 # its table and its logits change. With RoPE every query and key turns by the same extra angle $s\theta_i$,
 # which cancels in every score: the logits stay the same up to rounding. So RoPE cannot see an absolute
-# offset at all, only distances. The cached-versus-full check passes too, for either model, because the
-# shift applies to both paths alike; that is why no check in this notebook, and no cache, depends on
-# where the numbering starts as long as it is consistent. (Positions still matter for the mask and for
-# a model's maximum context; a shift that pushes them past the trained range is a different problem.)
+# offset at all, only distances. The cached-versus-full check passes for either model, because the shift
+# applies to both paths alike: a numbering that is off by the same amount in every call is invisible to
+# a check that compares two paths. With RoPE it does not even change the model; with learned positions
+# it does, and only a comparison with an outside reference would notice. (Positions still matter for a
+# model's maximum context: a shift that pushes them past the range seen in training is another problem.)
 
 # %% [markdown] lang="zh"
-# **一个教训，而不是错误：所有位置统一平移。** 现在让每次调用中的**每个**位置都比应有的位置大 $s = 100$。对可学习的位置嵌入，模型读到的是表中的其他行，logits 随之改变。对 RoPE，每个查询和键都多转了同样的角度 $s\theta_i$，这在每个分数里都会相互抵消：logits 在舍入误差范围内保持不变。所以 RoPE 根本看不到绝对偏移，只看得到距离。“缓存对照完整重算”的检查对两个模型也都能通过，因为平移同样作用于两条路径；正因如此，只要编号方式前后一致，本笔记本中的任何检查、任何缓存都不依赖编号从哪里开始。（位置对掩码和模型的最大上下文长度仍然重要；如果平移把位置推到训练范围之外，那是另一个问题。）
+# **一个教训，而不是错误：所有位置统一平移。** 现在让每次调用中的**每个**位置都比应有的位置大 $s = 100$。对可学习的位置嵌入，模型读到的是表中的其他行，logits 随之改变。对 RoPE，每个查询和键都多转了同样的角度 $s\theta_i$，这在每个分数里都会相互抵消：logits 在舍入误差范围内保持不变。所以 RoPE 根本看不到绝对偏移，只看得到距离。“缓存对照完整重算”的检查对两个模型都能通过，因为平移同样作用于两条路径：如果每次调用的编号都偏移同样的量，比较两条路径的检查是看不出来的。对 RoPE，这种偏移甚至不会改变模型；对可学习的位置嵌入，它会改变模型，但只有与外部参照比较才能发现。（位置对模型的最大上下文长度仍然重要：如果平移把位置推到训练时见过的范围之外，那是另一个问题。）
 
 # %%
 def shifted_positions(past_len: int, new_len: int) -> torch.Tensor:
@@ -208,14 +210,15 @@ say(en=f"Shift by 100 (FP64): RoPE logits move by {SHIFT_LESSON['rope_max_abs_lo
 # `LlamaRMSNorm.forward`, `dtype=torch.float32` in `eager_attention_forward`; Meta's reference code does
 # the same). Against our pure FP64 model the referee therefore differs by FP32 rounding, far above
 # `1e-10`. To compare at `1e-10` we build a copy of our model that performs the same three steps in FP32
-# (`hf_precision=True`); the cell shows the error with and without them.
+# (`hf_precision=True`). The next cell holds the tools: the configuration, the weight mapping, Hugging
+# Face's cached path through a `DynamicCache`, and one comparison function.
 
 # %% [markdown] lang="zh"
 # ### 5.1 与 Hugging Face Llama 交叉核对（可选）
 #
 # 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，用我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。权重映射是一一对应的，不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）：`wte` → `model.embed_tokens`，`blocks[i].ln_1`/`ln_2` → `input_layernorm`/`post_attention_layernorm`，`attn.q/k/v/proj` → `self_attn.q_proj/k_proj/v_proj/o_proj`，`mlp.gate/up/down` → `mlp.gate_proj/up_proj/down_proj`，`ln_f` → `model.norm`，`lm_head` → `lm_head`。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，没有偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`，`attn_implementation="eager"`。
 #
-# 比较之前先有一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，这位裁判与我们纯 FP64 的模型相比，会有 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）；单元格会给出有无这三步时的误差。
+# 比较之前先有一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，这位裁判与我们纯 FP64 的模型相比，会有 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）。下一个单元格准备好所需的工具：配置、权重映射、Hugging Face 通过 `DynamicCache` 走的缓存路径，以及一个比较函数。
 
 # %%
 def softmax_attention_fp32(q, k, v, allowed):
@@ -223,12 +226,17 @@ def softmax_attention_fp32(q, k, v, allowed):
     return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1, dtype=torch.float32).to(q.dtype) @ v
 
 
-def build_llama_like(hf_precision: bool = False, config: ArchConfig = LLAMA_CFG, **parts) -> ArchDecoder:
-    if not hf_precision:
-        return build_rope(config, **parts)
-    net = build_rope(config, angle_dtype=torch.float32, **({"attend": softmax_attention_fp32} | parts))
+FP32_STEPS = ("angles", "norm", "softmax")
+
+
+def build_llama_like(hf_precision: bool = False, config: ArchConfig = LLAMA_CFG, fp32_steps=None, **parts) -> ArchDecoder:
+    # [en] fp32_steps: which of Hugging Face's FP32 steps to reproduce; hf_precision=True means all three.
+    # [zh] fp32_steps：要复现 Hugging Face 的哪几个 FP32 步骤；hf_precision=True 表示三个全部复现。
+    steps = set(FP32_STEPS if hf_precision else fp32_steps or ())
+    attend = {"attend": softmax_attention_fp32} if "softmax" in steps else {}
+    net = build_rope(config, angle_dtype=torch.float32 if "angles" in steps else torch.float64, **(attend | parts))
     for module in net.modules():
-        if isinstance(module, RMSNorm):
+        if isinstance(module, RMSNorm) and "norm" in steps:
             module.compute_dtype = torch.float32
     return net
 
@@ -299,6 +307,35 @@ def cross_table(cross: dict, labels: dict) -> None:
               zh=["我们的模型（FP64）", "完整调用：logits", "缓存路径（块长 1、2、5）：logits", "缓存的 K/V"])
 
 
+# %% [markdown] lang="en"
+# First, the finding: the cell adds Hugging Face's three FP32 steps to our FP64 copy one at a time and
+# compares a full call. Only with all three does the difference fall below `1e-10`.
+
+# %% [markdown] lang="zh"
+# 先验证上面的发现：下面的单元格把 Hugging Face 的三个 FP32 步骤逐个加进我们的 FP64 副本，比较一次完整调用。只有三步全部复现时，差异才降到 `1e-10` 以下。
+
+# %%
+LLAMA_FP32_STEPS = None
+if HAVE_HF:
+    with torch.inference_mode():
+        LLAMA_FP32_STEPS = {}
+        for count in range(len(FP32_STEPS) + 1):
+            ours = build_llama_like(fp32_steps=FP32_STEPS[:count]).double()
+            LLAMA_FP32_STEPS[" + ".join(FP32_STEPS[:count]) or "none"] = (ours(STREAM)[0] - hf_llama(ours)(input_ids=STREAM).logits).abs().max().item()
+    say_table([[f"`{name}`", f"{error:.1e}"] for name, error in LLAMA_FP32_STEPS.items()],
+              en=["Hugging Face's FP32 steps reproduced in our FP64 copy", "full call: max abs logit difference"],
+              zh=["在我们的 FP64 副本中复现的 Hugging Face FP32 步骤", "完整调用：logits 最大绝对差"])
+    assert list(LLAMA_FP32_STEPS.values())[-1] < 1e-10 < min(list(LLAMA_FP32_STEPS.values())[:-1])
+
+# %% [markdown] lang="en"
+# Then the comparison itself, full and cached (chunks of 1, 2 and 5), logits and every layer's cached K/V.
+# The last row is section 4's negative control: the same copy with tiled K/V heads, which the referee
+# must reject.
+
+# %% [markdown] lang="zh"
+# 然后是比较本身：完整路径和缓存路径（块长 1、2、5），logits 以及每一层缓存的 K/V。最后一行是第 4 节的负对照：同一个副本改用平铺的 K/V 头，裁判必须判它不符。
+
+# %%
 LLAMA_CROSS = None
 if HAVE_HF:
     LLAMA_CROSS = {

@@ -126,7 +126,7 @@ def time_attention() -> dict:
                 samples[f"{name}_prefill"].append((middle - start) / 1e6)
                 samples[f"{name}_decode"].append((end - middle) / 1e6)
     assert all(len(s) == REPEATS for s in samples.values())
-    assert all(c.seen == TIMING_PROMPT for c in prefix["explicit"])              # prefix cache not extended
+    assert all(c.seen == TIMING_PROMPT for c in prefix["explicit"])
     return {name: {"p50_ms": float(np.median(s)), "samples_ms": [round(x, 6) for x in s]} for name, s in samples.items()}
 
 
@@ -137,3 +137,15 @@ say_table([[f"`{attend}`", f"{FUSED_TIMING[f'{name}_prefill']['p50_ms']:.3f}", f
           zh=["注意力实现", f"预填充 {TIMING_PROMPT} 个 token，p50 毫秒", f"{TIMING_PROMPT} 个 token 之后的解码步，p50 毫秒"])
 say(en=f"{REPEATS} measured rounds after {WARMUPS} warm-up round(s); raw samples are saved in results.json.",
     zh=f"预热 {WARMUPS} 轮之后正式测量 {REPEATS} 轮；原始样本保存在 results.json 中。")
+
+# %% [markdown] lang="en"
+# In this run the prefill took {{run:fused.explicit_prefill:.2f}} ms with the explicit softmax and
+# {{run:fused.sdpa_prefill:.2f}} ms with SDPA, and the decode step {{run:fused.explicit_decode:.2f}} ms and
+# {{run:fused.sdpa_decode:.2f}} ms (medians). These are single-thread CPU numbers for a 64-wide model; they
+# say nothing about a GPU or a real model's size, and another machine may order them differently.
+
+# %% [markdown] lang="zh"
+# 在本次运行中，预填充用显式 softmax 耗时 {{run:fused.explicit_prefill:.2f}} 毫秒，用 SDPA 耗时 {{run:fused.sdpa_prefill:.2f}} 毫秒；解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒（均为中位数）。这些是宽度仅为 64 的模型在单线程 CPU 上的数字，既不能说明 GPU 上的情况，也不能说明真实规模的模型；换一台机器，两者的快慢顺序也可能不同。
+
+# %% tags=["prose-values"]
+{"fused": {f"{name}_{what}": FUSED_TIMING[f"{name}_{what}"]["p50_ms"] for name in ("explicit", "sdpa") for what in ("prefill", "decode")}}
