@@ -10,6 +10,7 @@ manifest order (included sections too), localized comments dropped, and paramete
 
 from __future__ import annotations
 
+import ast
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -44,14 +45,27 @@ def code_cells(notebook: str, sections: int | None = None, lang: str = "en", **o
     return named
 
 
+def _literal(value) -> bool:
+    try:
+        return ast.literal_eval(repr(value)) == value
+    except (ValueError, SyntaxError):
+        return False
+
+
 def run_notebook_code(notebook: str, sections: int | None = None, lang: str = "en", **overrides) -> dict:
     """Exec the code cells in one namespace (prelude first, `overrides` after the parameters cell).
 
     Pass OUTPUT_DIR (a tmp_path) among the overrides when the cells write files. `lang=None` runs
-    like the build's single execution: `say` then prints every language.
+    like the build's single execution: `say` then prints every language. Overrides that are not
+    literals (a stand-in function, say) cannot be written into a cell: they are put into the
+    namespace right after the prelude and again right after the parameters cell.
     """
     os.environ.setdefault("MPLBACKEND", "Agg")
+    literals = {name: value for name, value in overrides.items() if _literal(value)}
+    objects = {name: value for name, value in overrides.items() if name not in literals}
     namespace: dict = {"__name__": "__notebook__"}
-    for name, cell in code_cells(notebook, sections, lang, **overrides):
+    for name, cell in code_cells(notebook, sections, lang, **literals):
         exec(compile(cell.source, name, "exec", dont_inherit=True), namespace)
+        if name == PRELUDE_NAME or "parameters" in cell.metadata.get("tags", []):
+            namespace.update(objects)
     return namespace

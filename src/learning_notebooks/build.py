@@ -11,9 +11,9 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from . import __version__
+from . import __version__, placeholders
 from .cache import execution_key, imported_modules, package_versions, python_version
-from .compose import built_name, code_sources, compose, compose_for_execution, transplant
+from .compose import RUN_VALUES_KEY, built_name, code_sources, compose, compose_for_execution, transplant
 from .localize import missing_twins, strip_comments
 from .errors import SourceError
 from .execute import Progress, run
@@ -124,7 +124,7 @@ def build_notebook(source: NotebookSource, config: ProjectConfig, options: Build
         runs = {lang: (nb, build_metadata(nb).get("output_files", {})) for lang, nb in reusable.items()}
         status = ("cached" if options.execute else "kept outputs") if len(runs) == len(languages) else "no outputs"
 
-    built = {}
+    built, composed = {}, {}
     for lang in languages:
         executed, output_files = runs.get(lang, (None, {}))
         metadata = {
@@ -134,16 +134,19 @@ def build_notebook(source: NotebookSource, config: ProjectConfig, options: Build
             "executed": executed is not None,
             "output_files": output_files if executed is not None else {},
         }
-        notebook = compose(source, lang, config, overrides, metadata)
+        values = placeholders.run_values(source, executed) if executed is not None else None
+        notebook = compose(source, lang, config, overrides, metadata, values)
         if executed is not None:
             transplant(executed, notebook)
         nbformat.validate(notebook)
+        composed[lang] = notebook
         built[lang] = notebook_bytes(notebook)
 
     result = NotebookResult(source.target, status, 0.0)
     if options.check:
         result.problems = check_built(source, paths, previous, built, outputs_dir)
         result.problems += twin_problems(source, previous, config.languages)
+        result.problems += run_value_problems(paths, previous, composed)
     else:
         try:
             if staging is not None:
@@ -187,13 +190,27 @@ def twin_problems(source: NotebookSource, previous: dict[str, NotebookNode | Non
         return []
     by_id = {lang: {c.get("id"): c.outputs for c in nb.cells if c.cell_type == "code"} for lang, nb in notebooks.items()}
     ids = sorted(set().union(*(cells.keys() for cells in by_id.values())) - {None})
-    cells = {cell.id: cell for cell in source.code_cells()}
+    origins = {cell.id: cell for cell in source.code_cells()}
     problems = []
     for cell_id in ids:
-        found = missing_twins({lang: cells.get(cell_id, []) for lang, cells in by_id.items()}, tuple(languages))
-        origin = cells.get(cell_id)
+        found = missing_twins({lang: outputs.get(cell_id, []) for lang, outputs in by_id.items()}, tuple(languages))
+        origin = origins.get(cell_id)
         where = f"{origin.file}:{origin.line}" if origin else f"cell {cell_id}"
         problems += [f"{where}: {problem} (built notebooks of {source.target})" for problem in found]
+    return problems
+
+
+def run_value_problems(paths, previous, composed) -> list[str]:
+    """--check: the values each built notebook's prose quotes are those its recorded run exposed."""
+    problems = []
+    for lang, notebook in composed.items():
+        old = build_metadata(previous.get(lang))
+        if not old.get("executed"):
+            continue
+        recorded, expected = old.get(RUN_VALUES_KEY, {}), notebook.metadata[METADATA_KEY].get(RUN_VALUES_KEY, {})
+        if recorded != expected:
+            keys = sorted(k for k in set(recorded) | set(expected) if recorded.get(k) != expected.get(k))
+            problems.append(f"{paths[lang]}: prose values differ from the recorded run ({', '.join(keys)})")
     return problems
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from . import placeholders
 from .localize import localize_code, outputs_for, strip_comments
 from .sources import LINK_PLACEHOLDER, NotebookSource, ProjectConfig
 
@@ -33,6 +34,7 @@ PRELUDE_ID = "prelude"
 PRELUDE_FILE = Path(__file__).with_name("prelude.py")
 PRELUDE_LANG = re.compile(r"^LANG = None$", re.M)
 SECTION_PLACEHOLDER = "{{section}}"
+RUN_VALUES_KEY = "run_values"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 
@@ -103,7 +105,12 @@ def parameters_source(overrides: dict[str, object]) -> str:
 
 
 def _cells(
-    source: NotebookSource, lang: str | None, overrides: dict[str, object], config: ProjectConfig | None = None
+    source: NotebookSource,
+    lang: str | None,
+    overrides: dict[str, object],
+    config: ProjectConfig | None = None,
+    values: dict[str, object] | None = None,
+    used: dict[str, object] | None = None,
 ) -> list[NotebookNode]:
     """Cells in order: the prelude, code cells always (comments in `lang`), prose cells of `lang` only.
 
@@ -115,6 +122,7 @@ def _cells(
             if cell.kind == "markdown":
                 if cell.lang == lang:
                     text = fill_sections(fill_links(cell.source, config, lang), ordinal)
+                    text = placeholders.fill(cell, text, values, used)
                     cells.append(nbformat.v4.new_markdown_cell(text, id=cell.id))
                 continue
             metadata = {"tags": list(cell.tags)} if cell.tags else {}
@@ -145,11 +153,20 @@ def compose(
     config: ProjectConfig,
     overrides: dict[str, object],
     build_metadata: dict,
+    values: dict[str, object] | None = None,
 ) -> NotebookNode:
-    """The `lang` notebook, without outputs: header, then each section's prose and shared code."""
+    """The `lang` notebook, without outputs: header, then each section's prose and shared code.
+
+    `values`: what the run exposed for `{{run:...}}` placeholders (None: show their names); the
+    values the prose quotes are recorded as `run_values` in the notebook's metadata.
+    """
     quick = bool(build_metadata.get("quick"))
-    cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides, config)
-    return _new_notebook(cells, {**build_metadata, "language": lang})
+    used: dict[str, object] = {}
+    cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides, config, values, used)
+    metadata = {**build_metadata, "language": lang}
+    if used:
+        metadata[RUN_VALUES_KEY] = dict(sorted(used.items()))
+    return _new_notebook(cells, metadata)
 
 
 def compose_for_execution(

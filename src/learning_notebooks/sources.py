@@ -15,6 +15,7 @@ import jupytext
 
 from .errors import SourceError
 from .localize import PairingError, check_comment_pairs
+from .placeholders import check_sources as check_placeholders
 
 CONFIG_FILE = "config.toml"
 MANIFEST_FILE = "notebook.toml"
@@ -155,7 +156,9 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
         raise SourceError("only one cell may be tagged 'parameters'", parameters[1].file, parameters[1].line)
     if quick and not parameters:
         raise SourceError("[quick] overrides need a code cell tagged 'parameters'", manifest_path)
-    return NotebookSource(series, name, folder, dict(titles), dict(quick), sections)
+    notebook = NotebookSource(series, name, folder, dict(titles), dict(quick), sections)
+    check_placeholders(notebook)
+    return notebook
 
 
 def _manifest_line(manifest_path: Path, entry: object, occurrence: int = 1) -> int | None:
@@ -183,9 +186,8 @@ def section_paths(src_root: Path, folder: Path, listed: list, manifest_path: Pat
     root = src_root.resolve()
     paths: list[Path] = []
     seen: dict[Path, int] = {}
-    for entry in listed:
-        count = sum(1 for other in listed[: len(paths) + 1] if other == entry)
-        line = _manifest_line(manifest_path, entry, count)
+    for index, entry in enumerate(listed):
+        line = _manifest_line(manifest_path, entry, listed[: index + 1].count(entry))
         if not isinstance(entry, str) or not SECTION_PATTERN.match(Path(entry).name) or "\\" in entry:
             raise SourceError(f"section '{entry}' must be named like 01_setup.py", manifest_path, line)
         if "/" not in entry:

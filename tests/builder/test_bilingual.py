@@ -127,7 +127,7 @@ def test_an_included_section_is_copied_numbered_and_keyed(project: Project):
     assert run.code == 0, run.log
     zh = read(bye(project, "zh"))
     prose = [c.source for c in zh.cells[1:] if c.cell_type == "markdown"]
-    assert prose == ["## 1. 再见", "## 2. 计算\n前 STEPS 个整数之和。"]
+    assert prose == ["## 1. 再见", "## 2. 计算\n前 STEPS 个整数之和。", "运行得到的总和是 3，平均每步 1.00。"]
     assert "total = sum(range(STEPS))" in code_text(bye(project, "zh"))  # the code is copied in
     assert displayed(bye(project, "en")) == [("en", "The sum is 3.")]
     ids = [c.id for c in zh.cells]

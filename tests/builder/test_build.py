@@ -182,7 +182,7 @@ def test_error_in_the_cell_itself_points_at_the_statement(project: Project):
     project.append("02_compute.py", "\n# %%\nx = 1\nassert x == 2, 'x is not 2'\n")
     run = project.build("--execute")
     assert run.code == 1
-    assert f"{project.notebook / '02_compute.py'}:25: AssertionError: x is not 2" in run.log
+    assert f"{project.notebook / '02_compute.py'}:34: AssertionError: x is not 2" in run.log
     assert "called from" not in run.log
 
 
@@ -190,7 +190,7 @@ def test_timeout_stops_the_kernel_and_names_the_cell(project: Project):
     project.append("02_compute.py", "\n# %%\nimport time\ntime.sleep(60)\n")
     run = project.build("--execute", "--timeout", "2")
     assert run.code == 1
-    assert f"{project.notebook / '02_compute.py'}:24: CellTimeoutError" in run.log
+    assert f"{project.notebook / '02_compute.py'}:33: CellTimeoutError" in run.log
     assert not project.built("en").exists()
 
 

@@ -34,7 +34,7 @@ def test_end_to_end_in_a_temporary_folder(tmp_path):
 
     run = command("--only", "demo", "--execute", "--out", str(out), cwd=project.notebook)  # root found upwards
     assert run.returncode == 0, run.stderr
-    assert "cell 3 of 4 (02_compute.py:9)" in run.stderr  # plain progress lines when not a terminal
+    assert "cell 3 of 5 (02_compute.py:9)" in run.stderr  # plain progress lines when not a terminal
     assert "demo/hello: executed" in run.stderr
     assert (out / "build" / "demo" / "hello.en.ipynb").exists()
     assert (out / "build" / "demo" / "hello.zh.ipynb").exists()
@@ -57,7 +57,7 @@ def test_ctrl_c_stops_the_kernel_and_keeps_the_previous_build(tmp_path):
         [sys.executable, str(SCRIPT), "--execute"], cwd=project.root, stderr=subprocess.PIPE, text=True
     )
     for line in process.stderr:
-        if "cell 5 of 5" in line:
+        if "cell 6 of 6" in line:
             break
     time.sleep(1.5)  # let the kernel enter the sleeping cell
     process.send_signal(signal.SIGINT)

@@ -41,7 +41,11 @@ def prose(notebook):
 def test_each_language_gets_its_own_prose_and_all_code(source, config):
     en = compose(source, "en", config, {}, {})
     zh = compose(source, "zh", config, {}, {})
-    assert prose(en) == ["## 1. Introduction\nWe add numbers.", "## 2. Compute\nThe sum of the first STEPS integers."]
+    assert prose(en) == [
+        "## 1. Introduction\nWe add numbers.",
+        "## 2. Compute\nThe sum of the first STEPS integers.",
+        "The run found a total of [run:sums.total], [run:sums.mean] per step.",  # no run: names, not numbers
+    ]
     assert prose(zh)[0].startswith("## 1. 简介") and prose(zh)[1].startswith("## 2. 计算")  # {{section}} filled
     assert comparable_code(en) == comparable_code(zh) == comparable_code(compose_for_execution(source, {}))
     assert code_sources(en)[0].startswith("# The notebook's language") and 'LANG = "en"' in code_sources(en)[0]

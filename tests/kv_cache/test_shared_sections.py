@@ -8,7 +8,7 @@ import jupytext
 import pytest
 import torch
 
-from conftest import PRELUDE_STAND_INS
+from learning_notebooks.compose import prelude_source
 from notebook_code import SOURCES
 
 FOLDER = SOURCES / "infra-benchmark" / "kv-cache"
@@ -35,7 +35,7 @@ def shared_namespace(tmp_path_factory) -> dict:
     ns: dict = {"__name__": "__shared__"}
     exec(compile(SETUP, "setup", "exec", dont_inherit=True), ns)
     ns["OUT"] = tmp_path_factory.mktemp("shared")
-    ns.update(PRELUDE_STAND_INS)
+    exec(compile(prelude_source("en"), "prelude.py", "exec", dont_inherit=True), ns)
     for name in SHARED:
         for cell in jupytext.read(FOLDER / name).cells:
             if cell.cell_type == "code":

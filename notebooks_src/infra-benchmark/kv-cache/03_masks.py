@@ -77,8 +77,10 @@ def draw_masks(past_len: int, new_len: int):
 
 
 mask_figure = draw_masks(4, 2)
-assert causal_mask(4, 2).sum(dim=-1).tolist() == [5, 6]             # the whole cache, plus the causal part of the chunk
-assert local_triangle_mask(4, 2).sum(dim=-1).tolist() == [1, 2]      # key 0, then keys 0-1
+# [en] Offset mask: the whole cache plus the causal part of the chunk. Triangle: key 0, then keys 0-1.
+# [zh] 带偏移的掩码：整个缓存加上分块内的因果部分。三角形：先是键 0，然后是键 0-1。
+assert causal_mask(4, 2).sum(dim=-1).tolist() == [5, 6]
+assert local_triangle_mask(4, 2).sum(dim=-1).tolist() == [1, 2]
 MASKS_PNG = OUT / "masks.png"
 mask_figure.savefig(MASKS_PNG, dpi=120)
 plt.show()
@@ -150,8 +152,10 @@ def masked_attention(q, k, v, allowed):
 
 with torch.inference_mode():
     gen = torch.Generator().manual_seed(SEED)
-    q = torch.randn(1, 4, 3, 16, generator=gen)       # 3 new queries
-    k = torch.randn(1, 4, 13, 16, generator=gen)      # 10 cached + 3 new keys
+    # [en] 3 new queries; 10 cached + 3 new keys.
+    # [zh] 3 个新查询；10 个缓存的键加 3 个新键。
+    q = torch.randn(1, 4, 3, 16, generator=gen)
+    k = torch.randn(1, 4, 13, 16, generator=gen)
     v = torch.randn(1, 4, 13, 16, generator=gen)
     ours = masked_attention(q, k, v, causal_mask(10, 3))
     ours_wrong = masked_attention(q, k, v, local_triangle_mask(10, 3))

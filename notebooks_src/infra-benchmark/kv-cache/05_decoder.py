@@ -104,7 +104,7 @@ class SelfAttention(nn.Module):
 # The MLP (exact GELU) and the pre-norm block that wires attention and MLP into two residual updates.
 
 # %% [markdown] lang="zh"
-# MLP（使用精确的 GELU），以及前置归一化块：它把注意力和 MLP 接成两次残差更新。
+# MLP（使用精确的 GELU），以及前置归一化的 Transformer 块：它把注意力和 MLP 接成两次残差更新。
 
 # %%
 class MLP(nn.Module):
@@ -140,7 +140,7 @@ class Block(nn.Module):
 # restores the original afterwards.
 
 # %% [markdown] lang="zh"
-# 解码器本体。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 个块，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后恢复原样。
+# 解码器本体。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 层，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后恢复原样。
 
 # %%
 class CacheDecoder(nn.Module):
@@ -193,11 +193,12 @@ class CacheDecoder(nn.Module):
 # *tied* to (shared with) the token embedding table. Both counts must come to 145,280. The cell also
 # checks what the text
 # above promises: the sizes, LayerNorm before attention and before the MLP (a block's output recomputed
-# by hand on a small input), exact GELU, no dropout module, and weights that depend only on `SEED`
-# (a second build gives the same tensors).
+# by hand on a small input), attention that matches PyTorch's own `F.scaled_dot_product_attention` on
+# the same projections (with and without a cache), exact GELU (written out with `erf`), no dropout
+# module, and weights that depend only on `SEED` (a second build gives the same tensors).
 
 # %% [markdown] lang="zh"
-# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
+# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个 Transformer 块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个 Transformer 块的输出）；在相同的投影上，注意力与 PyTorch 自带的 `F.scaled_dot_product_attention` 结果一致（有缓存和无缓存两种情形）；使用精确的 GELU（用 `erf` 写出来核对）；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
 
 # %%
 def parameter_formula(c: DecoderConfig) -> int:
@@ -229,12 +230,37 @@ rebuilt = build_model()
 assert all(torch.equal(model.state_dict()[name], w) for name, w in rebuilt.state_dict().items())
 
 # [en] Pre-norm, recomputed by hand on a small input.
-# [zh] 在一个小输入上手工重算前置归一化块。
+# [zh] 在一个小输入上手工重算前置归一化的 Transformer 块。
 with torch.inference_mode():
     block, x = model.blocks[0], torch.randn(1, 3, cfg.width, generator=torch.Generator().manual_seed(SEED))
     allowed = causal_mask(0, 3)
     after_attn = x + block.attn(block.ln_1(x), allowed)[0]
     torch.testing.assert_close(block(x, allowed)[0], after_attn + block.mlp(block.ln_2(after_attn)))
+
+# [en] Attention against PyTorch's own on the same projections (scores scaled by 1/sqrt(head_dim),
+# [en] softmax over the keys), without and with a cache of 2 positions.
+# [zh] 在相同的投影上与 PyTorch 自带的注意力比较（分数除以 sqrt(head_dim)，沿键的方向做 softmax），
+# [zh] 分别在没有缓存和缓存 2 个位置时进行。
+with torch.inference_mode():
+    attn, h = block.attn, block.ln_1(x)
+    q, k, v = (attn.split_heads(proj(h)) for proj in (attn.q, attn.k, attn.v))           # [1, H, 3, Dh]
+    reference = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    reference = attn.proj(reference.transpose(1, 2).reshape(x.shape))
+    torch.testing.assert_close(attn(h, causal_mask(0, 3))[0], reference)
+    new_only, _ = attn(h[:, 2:], causal_mask(2, 1), (k[:, :, :2], v[:, :, :2]))
+    torch.testing.assert_close(new_only, reference[:, 2:])
+
+# [en] The MLP's activation is GELU written out with erf, on a grid and inside the MLP.
+# [zh] MLP 的激活函数就是用 erf 写出的 GELU：在一组网格点上、以及在 MLP 内部分别核对。
+def gelu_exact(t):
+    return 0.5 * t * (1 + torch.erf(t / math.sqrt(2)))
+
+
+with torch.inference_mode():
+    grid = torch.linspace(-4, 4, 81)
+    torch.testing.assert_close(block.mlp.act(grid), gelu_exact(grid))
+    wide = 4 * torch.randn(1, 8, cfg.width, generator=torch.Generator().manual_seed(SEED))
+    torch.testing.assert_close(block.mlp(wide), block.mlp.proj(gelu_exact(block.mlp.fc(wide))))
 
 say(en=f"Parameters: {N_PARAMS:,} counted, {parameter_formula(cfg):,} from the formula.",
     zh=f"参数量：逐个张量统计得 {N_PARAMS:,}，按公式计算得 {parameter_formula(cfg):,}。")
