@@ -30,7 +30,6 @@ SPLIT_CJK = re.compile(rf"{CJK}\n{CJK}")
 # notebook from this set when you convert it; the built-notebook lints then hold it to the rule.
 NOT_YET_LOCALIZED = {
     "infra-benchmark/kv-cache-architectures",  # comments, e.g. "# calls that consume positions 0..23"
-    "infra-benchmark/kv-cache-hf-gpt2",  # output "our cache,    layer 0 keys: [1, 4, 8, 16] -> ..."
 }
 
 # English a Chinese reader may see in an output: library warnings and the messages of failures a
