@@ -69,7 +69,7 @@ say_table([[r["variant"], str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['
 # full-precision window.
 
 # %% [markdown] lang="zh"
-# 用断言核对各行：MHA 每个 token 需要 512 KiB，一个 32k 上下文需要 16 GiB，比这个 8B 模型自身的 FP16 权重（约 15 GiB，下面用同一份配置算出）还多；GQA-8 把两者都除以 4，MQA 除以 32；4k 窗口把缓存限制在 4095 个位置，无论上下文多长，都不到 0.5 GiB；int8 和 int4 把 GQA-8 的缓存分别减到一半和四分之一，另加百分之几用于缩放因子和全精度窗口。
+# 用断言核对各行：MHA 每个 token 需要 512 KiB，一个 32k 上下文需要 16 GiB，比这个 8B 模型自身的 FP16 权重（约 15 GiB，下面用同一份配置算出）还多；GQA-8 把两者都缩小到 1/4，MQA 缩小到 1/32；4k 窗口把缓存限制在 4095 个位置，无论上下文多长，都不到 0.5 GiB；int8 和 int4 把 GQA-8 的缓存分别减到一半和四分之一，另加百分之几用于缩放因子和全精度窗口。
 
 # %%
 def llama_parameters(c: ArchConfig) -> int:
