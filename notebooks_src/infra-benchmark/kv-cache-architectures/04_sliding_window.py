@@ -163,7 +163,7 @@ say(en=f"W = {WINDOW}: 12/12 configurations pass against full recomputation with
        f"after {len(ring_sizes)} calls; with W = T = {STREAM_LEN} the windowed model equals the unwindowed one "
        f"(largest error {max(r['max_abs_logit_err'] for r in WINDOW_EQUALS_UNWINDOWED):.1e}).",
     zh=f"W = {WINDOW}：与使用带状掩码的完整重算相比，12 种配置全部通过（logits 最大误差 "
-       f"{max(r['max_abs_logit_err'] for r in WINDOW_GRID):.1e}）；在 {len(ring_sizes)} 次调用之后，环形缓冲区保存的位置从未超过 "
+       f"{max(r['max_abs_logit_err'] for r in WINDOW_GRID):.1e}）；全部 {len(ring_sizes)} 次调用中，每次调用之后环形缓冲区保存的位置都不超过 "
        f"{RING_MAX_STORED} 个；当 W = T = {STREAM_LEN} 时，滑动窗口模型与不带窗口的模型一致（最大误差 "
        f"{max(r['max_abs_logit_err'] for r in WINDOW_EQUALS_UNWINDOWED):.1e}）。")
 
