@@ -80,7 +80,8 @@ def say_skip_note():
         say(en=SKIP_NOTE, zh="没有安装 transformers，因此跳过与 Hugging Face GPT-2 的比较。")
     else:
         say(en=SKIP_NOTE, zh=f"transformers {transformers.__version__} 缺少这里用到的缓存接口（{API_PROBLEM}）；"
-                             f"它在 {CHECKED} 上检查过，因此跳过与 Hugging Face GPT-2 的比较。")
+                             f"本比较在 {'、'.join(CHECKED_TRANSFORMERS)} 和 {PINNED_TRANSFORMERS} 上检查过，"
+                             f"因此跳过与 Hugging Face GPT-2 的比较。")
 
 
 def max_abs(a, b):
@@ -94,7 +95,8 @@ elif transformers.__version__ in (PINNED_TRANSFORMERS, *CHECKED_TRANSFORMERS):
 else:
     say(en=f"transformers {transformers.__version__}: not one of the versions this comparison was checked with "
            f"({CHECKED}); if an assertion below fails, this version computes something differently.",
-        zh=f"transformers {transformers.__version__}：不在检查过的版本之列（{CHECKED}）；"
+        zh=f"transformers {transformers.__version__} 不在本比较检查过的版本之列"
+           f"（{'、'.join(CHECKED_TRANSFORMERS)} 和 {PINNED_TRANSFORMERS}）；"
            f"如果下面某条断言失败，说明这个版本的某处计算方式不同。")
 
 # %% [markdown] lang="en"
