@@ -202,7 +202,7 @@ if HAVE_TRANSFORMERS:
 # must report a disagreement.
 
 # %% [markdown] lang="zh"
-# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几个单 token 的步、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。
+# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几次只送一个 token 的调用、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。
 
 # %%
 PEER_CHUNKS = [128, 1, 1, 61, 1, 64, 255, 1]
