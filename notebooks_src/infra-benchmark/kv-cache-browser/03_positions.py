@@ -53,4 +53,4 @@ say(en=f"Correct positions `{right_pos.tolist()}`, restarted positions `{restart
 # position. RoPE is not implemented here.
 
 # %% [markdown] lang="zh"
-# 旋转位置编码（RoPE）不是往输入上加一个向量，而是通过旋转 Q 和 K 来编码位置。RoPE 同样要注意位置：新 token 的旋转必须按它的绝对位置计算。本笔记本没有实现 RoPE。
+# 旋转位置编码（RoPE）不是往输入上加一个向量，而是通过旋转 Q 和 K 来编码位置。它同样不能弄错位置：新 token 的旋转必须按它的绝对位置计算。本笔记本没有实现 RoPE。
