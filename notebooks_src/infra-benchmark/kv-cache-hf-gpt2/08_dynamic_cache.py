@@ -18,9 +18,9 @@
 # %% [markdown] lang="zh"
 # ## 8. transformers 的缓存对象：`DynamicCache`
 #
-# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表仍然对应调用之前的那个前缀。transformers 保存同样的张量，方式却不同。`DynamicCache` 为每一层保存一个层对象；调用过程中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`，而动态层同样用 `torch.cat` 做拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量原封不动。原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只是它现在装着更长的张量，调用方手里不再有对应较短前缀的对象。
+# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象；一次调用中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`，而这种动态层同样用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
 #
-# 下面的单元格在一个小例子上同时演示这两点：先预填充 8 个位置，再送入一个含 2 个 token 的分块。第 0 层在调用之前持有的张量仍然是 8 个位置，数值也没变，而缓存对象已经指向一个 10 个位置的新张量；我们的旧列表仍然只有 8 个位置。
+# 下面的单元格用一个小例子同时演示这两种方式：先预填充 8 个位置，再送入一个含 2 个 token 的分块。第 0 层在调用之前持有的张量仍然是 8 个位置，数值也没变，而缓存对象已经指向一个 10 个位置的新张量；我们的旧列表仍然只有 8 个位置。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -39,8 +39,8 @@ if HAVE_TRANSFORMERS:
     assert torch.equal(keys_before, keys_before_copy) and keys_before.shape[2] == 8
     assert hf_cache.get_seq_length() == hf_cache.layers[0].keys.shape[2] == 10
     assert our_cache[0][0].shape[2] == 8 and our_next[0][0].shape[2] == 10
-    print("DynamicCache, layer 0 keys:", list(keys_before.shape), "->", list(hf_cache.layers[0].keys.shape))
-    print("our cache,    layer 0 keys:", list(our_cache[0][0].shape), "->", list(our_next[0][0].shape))
+    print("hf_cache.layers[0].keys:", list(keys_before.shape), "->", list(hf_cache.layers[0].keys.shape))
+    print("our_cache[0][0]:        ", list(our_cache[0][0].shape), "->", list(our_next[0][0].shape))
     say(en="The old tensor is unchanged; the `DynamicCache` object returned by the model is the one passed in, "
            "now holding the longer tensor.",
         zh="旧张量没有变；模型返回的 `DynamicCache` 对象就是传进去的那个，只是现在装着更长的张量。")
@@ -62,9 +62,9 @@ if HAVE_TRANSFORMERS:
 # then sit 24 positions too late and read 24 extra keys, and the comparison catches it.
 
 # %% [markdown] lang="zh"
-# 所以 `DynamicCache` 是可以重复使用的，只要按这个对象的方式来用。办法有两种：继续之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”一节的例子就是这样做的）；或者先继续，之后再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层最后 n 个位置。我们的列表两种办法都不需要：留着旧列表就够了；要把我们的缓存截短，只需把每层的 K 和 V 切到前 P 个位置。
+# 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”一节的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 n 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 P 个位置。
 #
-# 下面的单元格在两个模型上做同一个实验：用第 4 节的序列预填充 200 个位置，续写 24 个 token，再把两边的缓存都截回 200 个位置（GPT-2 一侧用 `crop(-24)`，我们这一侧用切片），然后从那里续写另外 24 个 token。它断言：截短后的两份缓存逐层一致；截短之后的续写在两边给出相同的 logits；并且在 GPT-2 一侧，它与从预填充后立即做的深拷贝出发得到的 logits 完全相同。作为负对照，它还从一份没有截短的缓存继续续写：这时新 token 的位置晚了 24 个，还会多读 24 个键，比较能发现这个错误。
+# 下面的单元格在两个模型上做同一个实验：用第 4 节的序列预填充 200 个位置，续写 24 个 token，再把两边的缓存都截回 200 个位置（GPT-2 一侧用 `crop(-24)`，我们这一侧用切片），然后从那里续写另外 24 个 token。它断言三件事：截短后的两份缓存逐层一致；截短后的续写在两边给出相同的 logits；在 GPT-2 一侧，截短后续写得到的 logits 与从预填充后立即做的深拷贝出发得到的完全相同。作为负对照，它还从一份没有截短的缓存出发续写：这时新 token 的位置整体往后错了 24 个，还会多读 24 个键，比较能抓住这个错误。
 
 # %%
 CROP_PREFIX, CROP_TOKENS = 200, 24
@@ -119,4 +119,4 @@ if HAVE_TRANSFORMERS:
            "continuation equals, bit for bit, the one from a deep copy of the prefix cache. Without the crop, "
            "the same comparison fails.",
         zh=f"执行 `crop(-{CROP_TOKENS})` 之后，库的缓存与我们的在 {PEER_TOL:.0e} 的容差内一致，"
-           "而且续写结果与从前缀缓存的深拷贝出发时逐位相同。不做截短，同样的比较就会失败。")
+           "而且续写结果与从前缀缓存的深拷贝出发所得的结果逐比特相同。不做截短，同样的比较就会失败。")
