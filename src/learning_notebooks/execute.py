@@ -56,7 +56,7 @@ def traceback_lines(traceback: str, executed: NotebookNode, cells: list[Cell | N
     for count, line in CELL_FRAME.findall(ANSI.sub("", traceback)):
         index = counts.get(int(count))
         if index is not None and cells[index] is not None:
-            frames.append((cells[index], cells[index].first_line + int(line) - 1))
+            frames.append((cells[index], cells[index].code_line + int(line) - 1))
     return frames
 
 
