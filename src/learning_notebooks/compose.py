@@ -5,6 +5,7 @@ from __future__ import annotations
 import nbformat
 from nbformat import NotebookNode
 
+from . import layout
 from .sources import LINK_PLACEHOLDER, NotebookSource, ProjectConfig
 
 LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
@@ -30,7 +31,7 @@ COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 def built_name(source: NotebookSource, lang: str) -> str:
     """File name of the built notebook, language included so two downloads never collide."""
-    return f"{source.name}.{lang}.ipynb"
+    return layout.built_name(source.name, lang)
 
 
 def colab_url(config: ProjectConfig, source: NotebookSource, lang: str) -> str:
@@ -38,7 +39,7 @@ def colab_url(config: ProjectConfig, source: NotebookSource, lang: str) -> str:
 
 
 def colab_url_for(config: ProjectConfig, series: str, name: str, lang: str) -> str:
-    path = f"build/{series}/{name}.{lang}.ipynb"
+    path = f"{layout.BUILD_DIR}/{series}/{layout.built_name(name, lang)}"
     return f"https://colab.research.google.com/github/{config.repository}/blob/{config.branch}/{path}"
 
 
@@ -101,7 +102,7 @@ def _new_notebook(cells: list[NotebookNode], build_metadata: dict) -> NotebookNo
     notebook.metadata = {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
-        "learning_notebooks": build_metadata,
+        layout.METADATA_KEY: build_metadata,
     }
     return notebook
 
@@ -112,9 +113,13 @@ def compose(
     config: ProjectConfig,
     overrides: dict[str, object],
     build_metadata: dict,
+    *,
+    quick: bool = False,
 ) -> NotebookNode:
-    """The `lang` notebook, without outputs: header, then each section's prose and shared code."""
-    quick = bool(build_metadata.get("quick"))
+    """The `lang` notebook, without outputs: header, then each section's prose and shared code.
+
+    `quick`: mark it as a quick-mode build in its header.
+    """
     cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides, config)
     return _new_notebook(cells, {**build_metadata, "language": lang})
 
