@@ -23,6 +23,32 @@ CELL_FRAME = re.compile(r"Cell In\[(\d+)\], line (\d+)")
 # A cell's frame in a faulthandler dump: IPython compiles cells to /tmp/ipykernel_<pid>/<hash>.py.
 FAULT_FRAME = re.compile(r'File "[^"]*ipykernel_\d+[/\\][^"]*\.py", line (\d+) in <module>')
 DEFAULT_MAX_OUTPUT_BYTES = 2 * 1024 * 1024
+# Run in the kernel before the first cell (IPython exec_lines: no execution count, names deleted):
+# faulthandler dumps the running statement if the kernel dies, and text with lone surrogates is
+# printed with replacement characters instead of failing in the kernel's message packer.
+KERNEL_SETUP = """\
+def _learning_notebooks_setup(fault_path):
+    import faulthandler, re, sys
+    faulthandler.enable(open(fault_path, "w"))
+    lone = re.compile("[\\ud800-\\udfff]")
+    def clean(value):
+        if isinstance(value, str):
+            return lone.sub("\\ufffd", value)
+        if isinstance(value, dict):
+            return {{clean(k): clean(v) for k, v in value.items()}}
+        if isinstance(value, (list, tuple)):
+            return type(value)(clean(v) for v in value)
+        return value
+    session = sys.stdout.session
+    pack = session.pack
+    def replacing_pack(message):
+        try:
+            return pack(message)
+        except UnicodeEncodeError:
+            return pack(clean(message))
+    session.pack = replacing_pack
+_learning_notebooks_setup({path!r}); del _learning_notebooks_setup
+"""
 _WRITE_LOCK = threading.Lock()  # parallel runs share the log stream
 
 
@@ -175,7 +201,7 @@ def run(
 
     private = tempfile.TemporaryDirectory(prefix="learning-notebooks-private-")  # outside the kernel's folder
     fault_file = Path(private.name) / "faulthandler.txt"
-    enable_faulthandler = f"__import__('faulthandler').enable(open({str(fault_file)!r}, 'w'))"
+    setup = KERNEL_SETUP.format(path=str(fault_file))
     client = NotebookClient(
         executable,
         timeout=timeout,
@@ -188,7 +214,7 @@ def run(
         on_notebook_start=on_notebook_start,
         # The kernel's own warnings (e.g. about its local TCP transport) are noise here; errors still show.
         # faulthandler: if the kernel dies, its dump names the statement it was running.
-        extra_arguments=["--IPKernelApp.log_level=ERROR", f"--IPKernelApp.exec_lines={enable_faulthandler}"],
+        extra_arguments=["--IPKernelApp.log_level=ERROR", f"--IPKernelApp.exec_lines={setup}"],
     )
     cancel.register(client)
     try:
