@@ -247,8 +247,10 @@ def execute_all(plans: list[Plan], options: BuildOptions) -> dict[str, Executed]
     jobs = max(1, min(options.jobs, len(plans)))
     live = jobs == 1 and ((options.log or sys.stderr).isatty() if hasattr(options.log or sys.stderr, "isatty") else False)
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="notebook")
-    futures = {pool.submit(execute_one, p, options, cancel, live): p.source.target for p in plans}
+    futures: dict = {}
     try:
+        for p in plans:  # an interruption may land here too: `cancel` reaches runs not yet recorded
+            futures[pool.submit(execute_one, p, options, cancel, live)] = p.source.target
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.25, return_when=FIRST_EXCEPTION)
@@ -267,6 +269,7 @@ def execute_all(plans: list[Plan], options: BuildOptions) -> dict[str, Executed]
             for future in futures:
                 if not future.cancelled() and future.exception() is None:
                     future.result().folder.cleanup()
+            pool.shutdown(wait=True)
         raise
     finally:
         pool.shutdown(wait=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -252,6 +253,8 @@ def run(
     finally:
         cancel.unregister(client)
         kill_kernel(client)  # normally already gone; not so when start-up was cut short
+        # nbclient leaves its exit hook registered when start-up fails; it would fail noisily at exit.
+        atexit.unregister(client._cleanup_kernel)
         private.cleanup()
         if progress:
             progress.done()

@@ -106,6 +106,11 @@ def digest_tree(folder: Path) -> dict[str, str]:
     }
 
 
+def _replace(source: Path, target: Path) -> None:
+    """Rename `source` over `target` (the one place that swaps; a test may inject a failure here)."""
+    os.replace(source, target)
+
+
 def _write(path: Path, data: bytes) -> None:
     """Create `path` with `data`, flushed to disk (the one place that writes a file's bytes)."""
     with open(path, "xb") as handle:
@@ -194,16 +199,16 @@ class Transaction:
                     backup = staging_path(target, self.token + "-old")
                     had = target.exists() or target.is_symlink()
                     if had:
-                        os.replace(target, backup)
+                        _replace(target, backup)
                     done.append((target, backup if had else None))
                     if staged is not None:
-                        os.replace(staged, target)
+                        _replace(staged, target)
             except OSError as err:
                 for target, backup in reversed(done):
                     if target.exists() or target.is_symlink():
                         _remove(target)
                     if backup is not None:
-                        os.replace(backup, target)
+                        _replace(backup, target)
                 raise WriteFailed(f"{err.filename or 'build'}: cannot replace: {err.strerror or err}") from None
             finally:
                 self.discard()
