@@ -61,7 +61,6 @@ def signals_as_interrupts():
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def find_root(start: Path) -> Path | None:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import stat as stat_module
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,17 +123,24 @@ def _write(path: Path, data: bytes) -> None:
 
 @contextlib.contextmanager
 def signals_held():
-    """Hold SIGINT and SIGTERM back (delivered on exit) so that a swap of renames completes."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, ValueError, OSError):  # no POSIX signals here
+    """Hold SIGINT and SIGTERM back while a swap of renames completes; deliver them after.
+
+    Python runs signal handlers in the main thread whichever thread the signal lands on, so the
+    handlers themselves are swapped for one that only records the signal (main thread only).
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    pending: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in held}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 def _remove(path: Path) -> None:
