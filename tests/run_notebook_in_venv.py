@@ -5,7 +5,7 @@
 Run it with another environment's python (the NumPy-only one of the browser edition, the reader's
 one of tests/reader) so the notebook sees only what is installed there. Before and after the notebook's own cells it adds a probe cell that records the
 kernel's interpreter and the modules loaded at that point; REPORT.json gets the probes, the
-notebook's execution time and its printed output.
+notebook's execution time and its printed and displayed text.
 """
 
 import importlib.util
@@ -45,9 +45,17 @@ def main(notebook_path, report_path):
     wall = time.perf_counter() - start
     own = nb.cells[1:-1]
     assert len(own) == own_cells
+    # What the reader sees as text, in order: printed streams and the text of displayed outputs
+    # (say() and say_table() display Markdown whose text/plain is the same text).
     stdout = "".join(
-        out.get("text", "") for cell in own if cell.cell_type == "code"
-        for out in cell.outputs if out.get("output_type") == "stream"
+        out.get("text", "") if out.get("output_type") == "stream" else out["data"]["text/plain"] + "\n"
+        for cell in own if cell.cell_type == "code"
+        for out in cell.outputs
+        if out.get("output_type") == "stream" or (out.get("output_type") == "display_data" and "text/plain" in out.get("data", {}))
+    )
+    markdown = "".join(  # what say() and say_table() display
+        out.get("data", {}).get("text/markdown", "") + "\n" for cell in own if cell.cell_type == "code"
+        for out in cell.outputs if out.get("output_type") in ("display_data", "execute_result")
     )
     errors = [out for cell in own if cell.cell_type == "code"
               for out in cell.outputs if out.get("output_type") == "error"]
@@ -61,6 +69,7 @@ def main(notebook_path, report_path):
         "notebook_seconds": probe_result(nb.cells[-1])["time"] - probe_result(nb.cells[0])["time"],
         "code_cells": sum(cell.cell_type == "code" for cell in own),
         "stdout": stdout,
+        "markdown": markdown,
         "errors": errors,
     }
     with open(report_path, "w", encoding="utf-8") as f:

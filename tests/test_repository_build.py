@@ -43,9 +43,14 @@ def test_notebook_builds_and_runs_in_quick_mode(target, tmp_path):
     if target == "infra-benchmark/kv-cache":
         results = json.loads((tmp_path / "outputs" / series / name / "results.json").read_text())
         assert results["quick"] is True and results["notebook"] == target
-        assert {"environment", "config", "equivalence", "negative_controls", "timing", "peer"} <= results.keys()
+        assert {"environment", "config", "equivalence", "negative_controls", "timing"} <= results.keys()
+        assert "peer" not in results                     # moved to infra-benchmark/kv-cache-hf-gpt2
         assert len(results["equivalence"]["configs"]) == 12
         assert all(control["detected"] for control in results["negative_controls"].values())
+    if target == "infra-benchmark/kv-cache-hf-gpt2":
+        results = json.loads((tmp_path / "outputs" / series / name / "results.json").read_text())
+        assert results["quick"] is True and results["notebook"] == target
+        assert results["peer"]["agrees"] is True and all(t["caught"] for t in results["peer"]["traps"].values())
 
 
 def test_committed_build_is_current():

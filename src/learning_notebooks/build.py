@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from . import __version__
+from . import __version__, placeholders
 from .cache import (
     author_key,
     environment,
@@ -35,8 +35,9 @@ from .cache import (
     package_versions,
     python_version,
 )
-from .compose import code_sources, compose, compose_for_execution, transplant
+from .compose import RUN_VALUES_KEY, code_sources, compose, compose_for_execution, transplant
 from .errors import SourceError
+from .localize import missing_twins, strip_comments
 from .execute import DEFAULT_MAX_OUTPUT_BYTES, Cancel, Progress, check_output_size, run
 from .files import (
     Transaction,
@@ -148,14 +149,20 @@ class Plan:
     paths: dict[str, Path]  # every configured language -> built path
     previous: dict[str, NotebookNode | None]
     outputs: Path
-    reusable: NotebookNode | None = None  # a previous build whose run record is valid and intact
+    languages: list[str] = field(default_factory=list)  # the languages this build writes
+    # A built notebook holds its own language's outputs only, so each language reuses its own file:
+    reusable: dict[str, NotebookNode] = field(default_factory=dict)  # whose run record is valid and intact
     edited: list[Path] = field(default_factory=list)  # previous builds whose outputs differ from their record
-    stale: str = ""  # why no previous run is reusable ("" when one is)
+    stale: str = ""  # why some language has no reusable run ("" when every one has)
     drift: list[str] = field(default_factory=list)  # environment of the reusable run vs this machine
 
     @property
     def code(self) -> list[str]:
         return code_sources(self.executable)
+
+    @property
+    def all_languages(self) -> tuple[str, ...]:
+        return tuple(self.paths)
 
 
 def stale_reason(meta: dict, key: str, overrides: dict) -> str:
@@ -173,12 +180,12 @@ def plan(source: NotebookSource, config: ProjectConfig, options: BuildOptions) -
     overrides = source.quick if options.quick else {}
     executable = compose_for_execution(source, overrides)
     code = code_sources(executable)
-    key = author_key(code, overrides, __version__)
+    key = author_key(key_code(code), overrides, __version__)
     env = environment(package_versions(imported_modules(code)), python_version())
     paths = {lang: built_path(options.out, source.series, source.name, lang) for lang in config.languages}
     previous = {lang: read_built(path) for lang, path in paths.items()}
     result = Plan(source, overrides, executable, key, env, paths, previous,
-                  outputs_dir(options.out, source.series, source.name))
+                  outputs_dir(options.out, source.series, source.name), options.languages or list(config.languages))
     reasons = []
     for lang, notebook in previous.items():
         meta = build_metadata(notebook)
@@ -188,23 +195,30 @@ def plan(source: NotebookSource, config: ProjectConfig, options: BuildOptions) -
             result.edited.append(paths[lang])
         elif meta.get("execution_key") != key:
             reasons.append(stale_reason(meta, key, overrides))
-        elif result.reusable is None:
-            result.reusable = notebook
-    if result.reusable is not None:
-        result.drift = environment_changes(build_metadata(result.reusable).get("environment", {}), env)
-    elif result.edited:
-        result.stale = "outputs edited by hand in " + ", ".join(p.name for p in result.edited)
-    elif reasons:
-        result.stale = reasons[0]
-    else:
-        result.stale = "never executed"
+        elif lang in result.languages:
+            result.reusable[lang] = notebook
+    if result.reusable:
+        recorded = build_metadata(next(iter(result.reusable.values()))).get("environment", {})
+        result.drift = environment_changes(recorded, env)
+    if len(result.reusable) < len(result.languages):
+        if result.edited:
+            result.stale = "outputs edited by hand in " + ", ".join(p.name for p in result.edited)
+        elif reasons:
+            result.stale = reasons[0]
+        else:
+            result.stale = "never executed"
     return result
+
+
+def key_code(code: list[str]) -> list[str]:
+    """What the execution key hashes of the code: the code tokens, without comments or blank lines."""
+    return [strip_comments(cell) for cell in code]
 
 
 def needs_run(p: Plan, options: BuildOptions) -> bool:
     if not options.execute or options.check:
         return False
-    return options.force or p.reusable is None or bool(p.drift)
+    return options.force or len(p.reusable) < len(p.languages) or bool(p.drift)
 
 
 # -- 2. execute -----------------------------------------------------------------------------------
@@ -228,6 +242,7 @@ def execute_one(p: Plan, options: BuildOptions, cancel: Cancel, live: bool) -> E
         progress = Progress(p.source.target, len(p.executable.cells), log, live=live)
         notebook = run(p.source, p.executable, Path(folder.name), options.timeout, progress, cancel)
         check_output_size(p.source, notebook, options.max_output_bytes)
+        check_executed_twins(p.source, notebook, p.all_languages)
         files = tree_files(Path(folder.name))
     except BaseException:
         folder.cleanup()
@@ -279,7 +294,10 @@ def execute_all(plans: list[Plan], options: BuildOptions) -> dict[str, Executed]
 
 
 def run_record(p: Plan, options: BuildOptions, executed: NotebookNode | None, output_files: dict, env: dict) -> dict:
-    """The metadata each built notebook carries (see cache.py for what each part answers)."""
+    """The metadata each built notebook carries (see cache.py for what each part answers).
+
+    `outputs_digest` is filled in by `compose_languages` once the language's outputs are in place.
+    """
     return {
         "source": f"notebooks_src/{p.source.series}/{p.source.name}/",
         "quick": options.quick,
@@ -289,22 +307,38 @@ def run_record(p: Plan, options: BuildOptions, executed: NotebookNode | None, ou
         "environment": env if executed is not None else {},
         "executed": executed is not None,
         "output_files": output_files if executed is not None else {},
-        "outputs_digest": outputs_digest(executed.cells) if executed is not None else "",
+        "outputs_digest": "",
     }
 
 
-def compose_languages(p: Plan, config: ProjectConfig, options: BuildOptions, executed: NotebookNode | None,
-                      output_files: dict, env: dict) -> dict[str, bytes]:
-    """Step 3: the bytes of each language's notebook."""
-    metadata = run_record(p, options, executed, output_files, env)
-    built = {}
-    for lang in options.languages or list(config.languages):
-        notebook = compose(p.source, lang, config, p.overrides, metadata, quick=options.quick)
+def compose_languages(p: Plan, config: ProjectConfig, options: BuildOptions,
+                      runs: dict[str, tuple[NotebookNode, dict, dict]]) -> dict[str, NotebookNode]:
+    """Step 3: each language's notebook; `runs`: lang -> (executed notebook, output files, environment)."""
+    composed = {}
+    for lang in p.languages:
+        executed, output_files, env = runs.get(lang, (None, {}, {}))
+        metadata = run_record(p, options, executed, output_files, env)
+        values = placeholders.run_values(p.source, executed) if executed is not None else None
+        notebook = compose(p.source, lang, config, p.overrides, metadata, values, quick=options.quick)
         if executed is not None:
             transplant(executed, notebook)
+            notebook.metadata[METADATA_KEY]["outputs_digest"] = outputs_digest(notebook.cells)
         nbformat.validate(notebook)
-        built[lang] = notebook_bytes(notebook)
-    return built
+        composed[lang] = notebook
+    return composed
+
+
+def check_executed_twins(source: NotebookSource, executed: NotebookNode, languages) -> None:
+    """Every language-tagged output of the run has one twin per language (say() given every language)."""
+    cells = {cell.id: cell for cell in source.code_cells()}
+    for cell in executed.cells:
+        if cell.cell_type != "code":
+            continue
+        problems = missing_twins({lang: cell.outputs for lang in languages}, tuple(languages))
+        if problems:
+            origin = cells.get(cell.get("id"))
+            where = (origin.file, origin.line) if origin else (source.folder, None)
+            raise SourceError(f"{problems[0]}: give say()/say_table() every language ({', '.join(languages)})", *where)
 
 
 # -- 4. stage and swap, or check -----------------------------------------------------------------
@@ -346,10 +380,41 @@ def check_built(p: Plan, built: dict[str, bytes], options: BuildOptions) -> tupl
     if p.drift:
         finding = f"{p.source.target}: environment differs from the recorded run: {', '.join(p.drift)}"
         (problems if options.strict_env else warnings).append(finding)
-    meta = build_metadata(p.reusable)
+    meta = build_metadata(next(iter(p.reusable.values()), None))
     if meta.get("executed") and digest_tree(p.outputs) != meta.get("output_files", {}):
         problems.append(f"{p.outputs}: files differ from the ones the built notebook's run wrote")
     return problems, warnings
+
+
+def twin_problems(source: NotebookSource, previous: dict[str, NotebookNode | None], languages) -> list[str]:
+    """--check: each code cell's language-tagged outputs have their twins in the other built languages."""
+    notebooks = {lang: nb for lang, nb in previous.items() if nb is not None and build_metadata(nb).get("executed")}
+    if len(notebooks) < 2:
+        return []
+    by_id = {lang: {c.get("id"): c.outputs for c in nb.cells if c.cell_type == "code"} for lang, nb in notebooks.items()}
+    ids = sorted(set().union(*(cells.keys() for cells in by_id.values())) - {None})
+    origins = {cell.id: cell for cell in source.code_cells()}
+    problems = []
+    for cell_id in ids:
+        found = missing_twins({lang: outputs.get(cell_id, []) for lang, outputs in by_id.items()}, tuple(languages))
+        origin = origins.get(cell_id)
+        where = f"{origin.file}:{origin.line}" if origin else f"cell {cell_id}"
+        problems += [f"{where}: {problem} (built notebooks of {source.target})" for problem in found]
+    return problems
+
+
+def run_value_problems(paths, previous, composed) -> list[str]:
+    """--check: the values each built notebook's prose quotes are those its recorded run exposed."""
+    problems = []
+    for lang, notebook in composed.items():
+        old = build_metadata(previous.get(lang))
+        if not old.get("executed"):
+            continue
+        recorded, expected = old.get(RUN_VALUES_KEY, {}), notebook.metadata[METADATA_KEY].get(RUN_VALUES_KEY, {})
+        if recorded != expected:
+            keys = sorted(k for k in set(recorded) | set(expected) if recorded.get(k) != expected.get(k))
+            problems.append(f"{paths[lang]}: prose values differ from the recorded run ({', '.join(keys)})")
+    return problems
 
 
 def strays(options: BuildOptions, config: ProjectConfig, sources: list[NotebookSource]) -> list[Path]:
@@ -396,32 +461,40 @@ def orphans(options: BuildOptions, config: ProjectConfig, sources: list[Notebook
 
 
 def finish(p: Plan, run: Executed | None, config: ProjectConfig, options: BuildOptions) -> NotebookResult:
-    """Steps 3 and 4 for one notebook, given its run (None: reuse the recorded one, or no outputs)."""
+    """Steps 3 and 4 for one notebook, given its run (None: reuse the recorded ones, or no outputs)."""
     started = time.perf_counter()
     notes: list[str] = []
     if run is not None:
-        executed, files = run.notebook, digest_tree(Path(run.folder.name))
-        env, status = p.environment, Status.EXECUTED
+        files = digest_tree(Path(run.folder.name))
+        runs = {lang: (run.notebook, files, p.environment) for lang in p.languages}
+        status = Status.EXECUTED
+        if p.edited:
+            notes.append(f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused")
         if p.drift and not options.force:
             notes.append(f"ran again because the environment differs: {', '.join(p.drift)}")
-    elif p.reusable is not None:
-        meta = build_metadata(p.reusable)
-        executed, files, env = p.reusable, meta.get("output_files", {}), meta.get("environment", {})
-        status = Status.CACHED if options.execute else Status.KEPT
-        if p.drift and not options.check:
-            notes.append(f"environment differs from the recorded run ({', '.join(p.drift)}); outputs kept; "
-                         f"--execute runs it again")
     else:
-        executed, files, env, status = None, {}, {}, Status.NO_OUTPUTS
+        runs = {}
+        for lang, notebook in p.reusable.items():
+            meta = build_metadata(notebook)
+            runs[lang] = (notebook, meta.get("output_files", {}), meta.get("environment", {}))
+        complete = len(runs) == len(p.languages)
+        status = (Status.CACHED if options.execute else Status.KEPT) if complete else Status.NO_OUTPUTS
         if not options.check:
-            notes.append(f"{p.stale}, so it carries no outputs; run: build-learning-notebooks --execute "
-                         f"--only {p.source.target}")
-    if p.edited and run is None and not options.check:
-        notes.append(f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused")
-    built = compose_languages(p, config, options, executed, files, env)
+            if not complete:
+                notes.append(f"{p.stale}, so it carries no outputs; run: build-learning-notebooks --execute "
+                             f"--only {p.source.target}")
+            elif p.edited:
+                notes.append(f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused")
+            if p.drift:
+                notes.append(f"environment differs from the recorded run ({', '.join(p.drift)}); outputs kept; "
+                             f"--execute runs it again")
+    composed = compose_languages(p, config, options, runs)
+    built = {lang: notebook_bytes(notebook) for lang, notebook in composed.items()}
     result = NotebookResult(p.source.target, Status.CHECKED if options.check else status, 0.0, notes=notes)
     if options.check:
         result.problems, warnings = check_built(p, built, options)
+        result.problems += twin_problems(p.source, p.previous, config.languages)
+        result.problems += run_value_problems(p.paths, p.previous, composed)
         result.notes += warnings
     else:
         stage_and_swap(p, built, run)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import nbformat
 from nbformat import NotebookNode
 
 from . import layout
+from . import placeholders
+from .localize import localize_code, outputs_for, strip_comments
 from .sources import LINK_PLACEHOLDER, NotebookSource, ProjectConfig
 
 LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
@@ -26,6 +31,11 @@ HEADER_TEXT = {
 
 HEADER_ID = "header"
 INJECTED_ID = "injected-parameters"
+PRELUDE_ID = "prelude"
+PRELUDE_FILE = Path(__file__).with_name("prelude.py")
+PRELUDE_LANG = re.compile(r"^LANG = None$", re.M)
+SECTION_PLACEHOLDER = "{{section}}"
+RUN_VALUES_KEY = "run_values"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 
@@ -68,6 +78,27 @@ def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick:
     return nbformat.v4.new_markdown_cell("\n".join(lines), id=HEADER_ID)
 
 
+def prelude_source(lang: str | None) -> str:
+    """The prelude cell: `LANG` and the `say`/`say_table` helpers, comments in `lang`.
+
+    Its code lives once, in `prelude.py` beside this module; `lang=None` is the executed version
+    (every language shown, each output tagged with its language).
+    """
+    text = localize_code(PRELUDE_FILE.read_text(encoding="utf-8").rstrip("\n"), lang)
+    return PRELUDE_LANG.sub(f"LANG = {lang!r}".replace("'", '"'), text, count=1)
+
+
+def prelude_cell(lang: str | None) -> NotebookNode:
+    return nbformat.v4.new_code_cell(
+        prelude_source(lang), id=PRELUDE_ID, metadata={"jupyter": {"source_hidden": True}, "tags": [PRELUDE_ID]}
+    )
+
+
+def fill_sections(text: str, ordinal: int) -> str:
+    """`{{section}}` in prose is the section's 1-based position in this notebook's `sections`."""
+    return text.replace(SECTION_PLACEHOLDER, str(ordinal))
+
+
 def parameters_source(overrides: dict[str, object]) -> str:
     lines = ["# Parameters injected by build-learning-notebooks"]
     lines += [f"{name} = {value!r}" for name, value in overrides.items()]
@@ -75,18 +106,28 @@ def parameters_source(overrides: dict[str, object]) -> str:
 
 
 def _cells(
-    source: NotebookSource, lang: str | None, overrides: dict[str, object], config: ProjectConfig | None = None
+    source: NotebookSource,
+    lang: str | None,
+    overrides: dict[str, object],
+    config: ProjectConfig | None = None,
+    values: dict[str, object] | None = None,
+    used: dict[str, object] | None = None,
 ) -> list[NotebookNode]:
-    """Cells in order: code cells always, prose cells of `lang` only (none when lang is None)."""
-    cells = []
-    for section in source.sections:
+    """Cells in order: the prelude, code cells always (comments in `lang`), prose cells of `lang` only.
+
+    lang=None: the notebook that executes, with no prose and no localized comments.
+    """
+    cells = [prelude_cell(lang)]
+    for ordinal, section in enumerate(source.sections, start=1):
         for cell in section.cells:
             if cell.kind == "markdown":
                 if cell.lang == lang:
-                    cells.append(nbformat.v4.new_markdown_cell(fill_links(cell.source, config, lang), id=cell.id))
+                    text = fill_sections(fill_links(cell.source, config, lang), ordinal)
+                    text = placeholders.fill(cell, text, values, used)
+                    cells.append(nbformat.v4.new_markdown_cell(text, id=cell.id))
                 continue
             metadata = {"tags": list(cell.tags)} if cell.tags else {}
-            cells.append(nbformat.v4.new_code_cell(cell.source, id=cell.id, metadata=metadata))
+            cells.append(nbformat.v4.new_code_cell(localize_code(cell.source, lang), id=cell.id, metadata=metadata))
             if "parameters" in cell.tags and overrides:
                 cells.append(
                     nbformat.v4.new_code_cell(
@@ -113,32 +154,67 @@ def compose(
     config: ProjectConfig,
     overrides: dict[str, object],
     build_metadata: dict,
+    values: dict[str, object] | None = None,
     *,
     quick: bool = False,
 ) -> NotebookNode:
     """The `lang` notebook, without outputs: header, then each section's prose and shared code.
 
+    `values`: what the run exposed for `{{run:...}}` placeholders (None: show their names); the
+    values the prose quotes are recorded as `run_values` in the notebook's metadata.
     `quick`: mark it as a quick-mode build in its header.
     """
-    cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides, config)
-    return _new_notebook(cells, {**build_metadata, "language": lang})
+    used: dict[str, object] = {}
+    cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides, config, values, used)
+    metadata = {**build_metadata, "language": lang}
+    if used:
+        metadata[RUN_VALUES_KEY] = dict(sorted(used.items()))
+    return _new_notebook(cells, metadata)
 
 
-def compose_for_execution(source: NotebookSource, overrides: dict[str, object]) -> NotebookNode:
-    """The code cells alone, as they run once for every language."""
-    return _new_notebook(_cells(source, None, overrides), {})
+def compose_for_execution(
+    source: NotebookSource, overrides: dict[str, object], lang: str | None = None
+) -> NotebookNode:
+    """The code cells alone, as they run once for every language (`LANG = None`).
+
+    `lang` sets the prelude's LANG instead (tests that exec the cells in-process use "en").
+    """
+    cells = _cells(source, None, overrides)
+    if lang is not None:
+        cells[0] = nbformat.v4.new_code_cell(
+            PRELUDE_LANG.sub(f'LANG = "{lang}"', prelude_source(None), count=1), id=PRELUDE_ID, metadata=cells[0].metadata
+        )
+    return _new_notebook(cells, {})
 
 
 def code_sources(notebook: NotebookNode) -> list[str]:
     return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
 
 
+def comparable_code(notebook: NotebookNode) -> list[tuple[str, str]]:
+    """(id, code without comments) of each code cell: equal in every language and in the executed notebook."""
+    found = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        code = strip_comments(cell.source)
+        if cell.get("id") == PRELUDE_ID:
+            code = re.sub(r"^LANG = .*$", "LANG = None", code, count=1, flags=re.M)
+        found.append((cell.get("id", ""), code))
+    return found
+
+
+def notebook_language(notebook: NotebookNode) -> str | None:
+    return notebook.metadata.get(layout.METADATA_KEY, {}).get("language")
+
+
 def transplant(executed: NotebookNode, target: NotebookNode) -> None:
     """Copy outputs and execution counts of `executed`'s code cells into `target`'s, in order.
 
-    Refuses when the code cells differ: outputs only belong to the code that produced them.
+    Only the outputs of `target`'s language are copied (and the untagged ones). Refuses when the
+    code cells differ, comments aside: outputs only belong to the code that produced them.
     """
-    ours, theirs = code_sources(target), code_sources(executed)
+    ours, theirs = comparable_code(target), comparable_code(executed)
     if ours != theirs:
         mismatch = next(
             (i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs))
@@ -151,5 +227,6 @@ def transplant(executed: NotebookNode, target: NotebookNode) -> None:
     for cell in target.cells:
         if cell.cell_type == "code":
             run = next(runs)
-            cell.outputs = run.outputs
+            lang = notebook_language(target)
+            cell.outputs = outputs_for(run.outputs, lang) if lang else run.outputs
             cell.execution_count = run.execution_count

@@ -194,7 +194,7 @@ def run(
         state["index"] = cell_index
         if progress:
             origin = cells[cell_index]
-            where = f"{origin.file.name}:{origin.line}" if origin else "injected parameters"
+            where = f"{origin.file.name}:{origin.line}" if origin else builder_cell_label(cell)
             progress.cell(cell_index + 1, where)
 
     def on_notebook_start(notebook: NotebookNode) -> None:
@@ -276,8 +276,13 @@ def _execute(client: NotebookClient) -> None:
         raise
 
 
+def builder_cell_label(cell: NotebookNode | None) -> str:
+    """What to call a cell the builder added (no source cell): the prelude or the injected parameters."""
+    return "prelude" if cell is not None and cell.get("id") == "prelude" else "injected parameters"
+
+
 def _failed(source: NotebookSource, cells: list[Cell | None], index: int, ename: str, evalue: str) -> CellFailed:
     origin = cells[index]
     if origin is None:
-        return CellFailed(source.target, "injected parameters", source.folder, 0, ename, evalue)
+        return CellFailed(source.target, "prelude" if index == 0 else "injected parameters", source.folder, 0, ename, evalue)
     return CellFailed(source.target, origin.file.stem, origin.file, origin.code_line, ename, evalue)

@@ -17,6 +17,8 @@ from jupytext.magics import is_magic
 from jupytext.stringparser import StringParser
 
 from .errors import SourceError
+from .localize import PairingError, check_comment_pairs
+from .placeholders import check_sources as check_placeholders
 
 CONFIG_FILE = "config.toml"
 MANIFEST_FILE = "notebook.toml"
@@ -182,19 +184,15 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
             raise SourceError(f"[quick] key '{key}' is not a Python identifier", manifest_path)
 
     listed = _require(manifest, "sections", list, manifest_path)
-    present = sorted(p.name for p in folder.glob("*.py"))
-    for entry in listed:
-        if not isinstance(entry, str) or not SECTION_PATTERN.match(entry):
-            raise SourceError(f"section '{entry}' must be named like 01_setup.py", manifest_path)
-        if entry not in present:
-            raise SourceError(f"section '{entry}' is listed but {folder / entry} does not exist", manifest_path)
-    if len(set(listed)) != len(listed):
-        raise SourceError("a section is listed twice in 'sections'", manifest_path)
-    unlisted = [p for p in present if p not in listed]
-    if unlisted:
-        raise SourceError(f"section file(s) not listed in 'sections': {', '.join(unlisted)}", manifest_path)
-
-    sections = tuple(read_section(folder / entry, config.languages) for entry in listed)
+    paths = section_paths(src_root, folder, listed, manifest_path)
+    sections = tuple(
+        read_section(path, config.languages, id_prefix="" if path.parent == folder else f"{path.parent.name}-")
+        for path in paths
+    )
+    duplicates = _duplicate_ids(sections)
+    if duplicates:
+        first = duplicates[0]
+        raise SourceError(f"two sections give cell id '{first.id}': rename one section file", first.file, first.line)
     for cell in (c for s in sections for c in s.cells if c.kind == "markdown"):
         for link in LINK_PLACEHOLDER.finditer(cell.source):
             if not (src_root / link["target"] / MANIFEST_FILE).exists():
@@ -204,7 +202,71 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
         raise SourceError("only one cell may be tagged 'parameters'", parameters[1].file, parameters[1].line)
     if quick and not parameters:
         raise SourceError("[quick] overrides need a code cell tagged 'parameters'", manifest_path)
-    return NotebookSource(series, name, folder, dict(titles), dict(quick), sections)
+    notebook = NotebookSource(series, name, folder, dict(titles), dict(quick), sections)
+    check_placeholders(notebook)
+    return notebook
+
+
+def _manifest_line(manifest_path: Path, entry: object, occurrence: int = 1) -> int | None:
+    """Line of the `occurrence`-th quoted `entry` in the manifest (None when it cannot be found)."""
+    if not isinstance(entry, str):
+        return None
+    seen = 0
+    for number, line in enumerate(manifest_path.read_text(encoding="utf-8").splitlines(), start=1):
+        for quoted in (f'"{entry}"', f"'{entry}'"):
+            seen += line.count(quoted)
+            if seen >= occurrence:
+                return number
+    return None
+
+
+def section_paths(src_root: Path, folder: Path, listed: list, manifest_path: Path) -> list[Path]:
+    """The files named by the manifest's `sections`, in order, each checked.
+
+    An entry is a file of this notebook's folder (`03_masks.py`) or, to share a section, a relative
+    path to another notebook's section file (`../kv-cache/03_masks.py`) that stays inside
+    notebooks_src/. Errors name the manifest line of the entry. Included entries are section
+    files, which cannot include anything themselves, so includes cannot form a cycle.
+    """
+    present = sorted(p.name for p in folder.glob("*.py"))
+    root = src_root.resolve()
+    paths: list[Path] = []
+    seen: dict[Path, int] = {}
+    for index, entry in enumerate(listed):
+        line = _manifest_line(manifest_path, entry, listed[: index + 1].count(entry))
+        if not isinstance(entry, str) or not SECTION_PATTERN.match(Path(entry).name) or "\\" in entry:
+            raise SourceError(f"section '{entry}' must be named like 01_setup.py", manifest_path, line)
+        if "/" not in entry:
+            if entry not in present:
+                raise SourceError(f"section '{entry}' is listed but {folder / entry} does not exist", manifest_path, line)
+            path = folder / entry
+        else:
+            resolved = (folder / entry).resolve()
+            if not resolved.is_relative_to(root):
+                raise SourceError(f"included section '{entry}' is outside notebooks_src/", manifest_path, line)
+            if not resolved.is_file():
+                raise SourceError(f"included section '{entry}' does not exist ({resolved})", manifest_path, line)
+            path = src_root / resolved.relative_to(root)
+        key = path.resolve()
+        if key in seen:
+            raise SourceError(
+                f"section '{entry}' is listed twice in 'sections' (first at line {seen[key]})", manifest_path, line
+            )
+        seen[key] = line or 0
+        paths.append(path)
+    unlisted = [p for p in present if folder / p not in paths]
+    if unlisted:
+        raise SourceError(f"section file(s) not listed in 'sections': {', '.join(unlisted)}", manifest_path)
+    return paths
+
+
+def _duplicate_ids(sections: tuple[Section, ...]) -> list[Cell]:
+    seen, duplicates = set(), []
+    for cell in (c for s in sections for c in s.cells):
+        if cell.id in seen:
+            duplicates.append(cell)
+        seen.add(cell.id)
+    return duplicates
 
 
 def marker_lines(text: str) -> list[int]:
@@ -243,8 +305,12 @@ def _yaml_header_end(lines: list[str]) -> int:
     return 0
 
 
-def read_section(path: Path, languages: tuple[str, ...]) -> Section:
-    """Parse one percent-format section file into cells, checking headers and language pairing."""
+def read_section(path: Path, languages: tuple[str, ...], id_prefix: str = "") -> Section:
+    """Parse one percent-format section file into cells, checking headers and language pairing.
+
+    Localized comments (`# [en]` / `# [zh]`) in code cells are checked for their twins too.
+    `id_prefix` tells apart the cell ids of a section included from another notebook.
+    """
     text = read_text(path).replace("\r\n", "\n")
     lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
@@ -292,9 +358,14 @@ def read_section(path: Path, languages: tuple[str, ...]) -> Section:
         elif raw.cell_type == "code":
             if lang is not None:
                 raise SourceError("code cells are shared by all languages: remove lang=", path, line)
+            try:
+                check_comment_pairs(raw.source, languages)
+            except PairingError as err:
+                raise SourceError(str(err), path, _source_line(line, err.row)) from None
         else:
             raise SourceError(f"unsupported cell type '{raw.cell_type}'", path, line)
-        cell_id = f"{path.stem[:48]}-{index:02d}".replace(".", "-")
+        stem = (id_prefix + path.stem)[:56] if id_prefix else path.stem[:48]
+        cell_id = f"{stem}-{index:02d}".replace(".", "-")
         cell = Cell(raw.cell_type, _restore(raw.source, mapping), path, line, lang, tuple(tags), cell_id)
         if cell.kind == "code":
             check_code(cell)
@@ -302,6 +373,11 @@ def read_section(path: Path, languages: tuple[str, ...]) -> Section:
 
     check_pairing(cells, languages)
     return Section(path, tuple(cells))
+
+
+def _source_line(marker: int, row: int) -> int:
+    """File line of row `row` (0-based) of the cell whose `# %%` marker is on line `marker`."""
+    return marker + 1 + row
 
 
 def check_code(cell: Cell) -> None:

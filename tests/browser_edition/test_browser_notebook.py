@@ -15,10 +15,12 @@ import re
 import subprocess
 import sys
 
+import nbformat
 import pytest
 
 from browser_helpers import HERE, NOTEBOOK, NUMPY_ONLY_REQUIREMENTS, NUMPY_ONLY_VENV, REPO, compose_notebooks
 from venvs import cached_venv, clean_env, venv_python
+from learning_notebooks.compose import comparable_code
 from notebook_code import code_cells
 
 ALLOWED_TOP_LEVEL = set(sys.stdlib_module_names) | {"numpy"}
@@ -50,6 +52,8 @@ def test_imports_are_numpy_and_stdlib_only():
     assert cells, f"no code cells found for {NOTEBOOK}"
     found = {}
     for name, cell in cells:
+        if name == "prelude.py":  # the builder's prelude: IPython's display when a kernel is there, else print
+            continue
         for module in imported_top_level(cell.source):
             found.setdefault(module, name)
     outside = {module: where for module, where in found.items() if module not in ALLOWED_TOP_LEVEL}
@@ -59,15 +63,14 @@ def test_imports_are_numpy_and_stdlib_only():
 
 
 def test_built_notebooks_share_the_same_code(tmp_path):
-    """Both languages carry identical code cells, and those cells parse (no magics) with the same imports."""
+    """Both languages carry identical code cells (comments aside), and those cells parse (no magics)
+    with the same imports."""
     paths = compose_notebooks(tmp_path)
-    sources = {}
-    for lang, path in paths.items():
-        nb = json.loads(path.read_text(encoding="utf-8"))
-        sources[lang] = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    assert sources["en"] == sources["zh"]
-    for source in sources["en"]:
-        assert imported_top_level(source) <= ALLOWED_TOP_LEVEL
+    notebooks = {lang: nbformat.read(path, as_version=4) for lang, path in paths.items()}
+    assert comparable_code(notebooks["en"]) == comparable_code(notebooks["zh"])
+    for cell in notebooks["en"].cells:
+        if cell.cell_type == "code" and cell.id != "prelude":
+            assert imported_top_level(cell.source) <= ALLOWED_TOP_LEVEL
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +106,7 @@ def test_notebook_executes_with_numpy_but_without_torch(numpy_only_python, tmp_p
     assert not third_party, f"the notebook loaded modules outside NumPy and the standard library: {third_party}"
     assert "torch" not in {m.split(".")[0] for m in report["after"]["modules"]}
 
-    assert "The exercise's answer checks out." in report["stdout"]
+    assert "The exercise's answer checks out." in report["markdown"]          # said through say()
     seconds = report["notebook_seconds"]
     print(f"\nkv-cache-browser: {report['code_cells']} code cells ran in {seconds:.2f} s "
           f"({report['wall_seconds_with_kernel_start']:.2f} s with kernel start-up)")
@@ -127,3 +130,29 @@ def test_knobs_other_values(history, chunk):
     assert edited == 1, "expected exactly one cell that sets HISTORY and CHUNK"
     assert namespace["HISTORY"] == history and namespace["CHUNK"] == chunk
     assert namespace["cached_out"].shape == (chunk, namespace["HEAD_DIM"])
+
+
+@pytest.mark.parametrize("lang, history, chunk, expected", [
+    ("zh", -1, 2, "HISTORY 必须 >= 0，CHUNK 必须 >= 1"),
+    ("en", 4, 0, "HISTORY must be >= 0 and CHUNK >= 1"),
+    (None, 4, 0, "HISTORY must be >= 0 and CHUNK >= 1"),          # the build's own run: English
+    ("zh", 500, 13, "HISTORY + CHUNK 不能超过 512"),
+])
+def test_try_it_cell_stops_in_the_readers_language(lang, history, chunk, expected):
+    """Out-of-range knobs stop the try-it cell with a message in the notebook's language."""
+    namespace: dict = {"__name__": "__notebook__"}
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        for name, cell in code_cells(NOTEBOOK, lang=lang):
+            source = cell.source
+            if KNOBS.search(source):
+                source = KNOBS.sub(lambda m: f"HISTORY = {history}{m['h']}\nCHUNK = {chunk}{m['c']}", source)
+            exec(compile(source, name, "exec"), namespace)
+    assert namespace["LANG"] == lang
+
+
+def test_try_it_assertion_messages_are_localized():
+    """Every assertion of the try-it cell carries a message in both languages."""
+    cell = next(cell for name, cell in code_cells(NOTEBOOK) if KNOBS.search(cell.source))
+    asserts = [node for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.Assert)]
+    assert asserts and all(isinstance(node.msg, ast.Call) and node.msg.func.id == "in_reader_language"
+                           and {k.arg for k in node.msg.keywords} == {"en", "zh"} for node in asserts)

@@ -72,7 +72,7 @@ def test_end_to_end_in_a_temporary_folder(tmp_path):
 
     run = command("--only", "demo", "--execute", "--out", str(out), cwd=project.notebook)  # root found upwards
     assert run.returncode == 0, run.stderr
-    assert "cell 2 of 3 (02_compute.py:9)" in run.stderr  # plain progress lines when not a terminal
+    assert "cell 3 of 5 (02_compute.py:9)" in run.stderr  # plain progress lines when not a terminal
     assert "demo/hello: executed" in run.stderr
     assert (out / "build" / "demo" / "hello.en.ipynb").exists()
     assert (out / "build" / "demo" / "hello.zh.ipynb").exists()
@@ -95,7 +95,7 @@ def test_ctrl_c_stops_the_kernel_and_keeps_the_previous_build(tmp_path):
         [sys.executable, str(SCRIPT), "--execute"], cwd=project.root, stderr=subprocess.PIPE, text=True
     )
     for line in process.stderr:
-        if "cell 4 of 4" in line:
+        if "cell 6 of 6" in line:
             break
     time.sleep(1.5)  # let the kernel enter the sleeping cell
     kernels = [pid for pid, cmd in descendants(process.pid).items() if "ipykernel" in cmd]
@@ -116,11 +116,12 @@ def test_ctrl_c_stops_the_kernel_and_keeps_the_previous_build(tmp_path):
 def test_sigterm_is_handled_like_sigint_and_exits_143(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "project")
     project = Project(tmp_path / "project")
+    marker = (project.notebook / "02_compute.py").read_text(encoding="utf-8").count("\n") + 2
     project.append("02_compute.py", "\n# %%\nimport time\ntime.sleep(120)\n")
     process = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
                                stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
-        if "cell 4 of 4" in line:
+        if f"(02_compute.py:{marker})" in line:
             break
     time.sleep(1.5)
     kernels = [pid for pid, cmd in descendants(process.pid).items() if "ipykernel" in cmd]
@@ -128,7 +129,8 @@ def test_sigterm_is_handled_like_sigint_and_exits_143(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, rest = process.communicate(timeout=60)
     assert process.returncode == 143
-    assert rest.strip().splitlines() == [rest.strip().splitlines()[-1]] and rest.startswith("interrupted:")
+    assert rest.strip().splitlines() == [rest.strip().splitlines()[-1]]
+    assert rest.startswith("interrupted:")
     assert not (project.root / "build").exists() and not (project.root / "outputs").exists()
     assert [p for p in project.root.rglob("*") if p.name.startswith(".")] == []
     deadline = time.monotonic() + 10
@@ -160,11 +162,12 @@ def test_a_signal_during_kernel_start_up_gives_one_line(tmp_path, signum, code):
 def test_two_builds_of_one_tree_never_interleave(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "project")
     project = Project(tmp_path / "project")
+    marker = (project.notebook / "02_compute.py").read_text(encoding="utf-8").count("\n") + 2
     project.append("02_compute.py", "\n# %%\nimport time\ntime.sleep(3)\n")
     first = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
                              stderr=subprocess.PIPE, text=True)
     for line in first.stderr:
-        if "cell 4 of 4" in line:
+        if f"(02_compute.py:{marker})" in line:
             break
     second = command("--execute", "--force", cwd=project.root)
     _, rest = first.communicate(timeout=120)

@@ -11,6 +11,7 @@ import pytest
 from learning_notebooks.cache import execution_key, imported_modules, package_versions
 from learning_notebooks.compose import (
     code_sources,
+    comparable_code,
     colab_url,
     compose,
     compose_for_execution,
@@ -40,9 +41,16 @@ def prose(notebook):
 def test_each_language_gets_its_own_prose_and_all_code(source, config):
     en = compose(source, "en", config, {}, {})
     zh = compose(source, "zh", config, {}, {})
-    assert prose(en) == ["## 1. Introduction\nWe add numbers.", "## 2. Compute\nThe sum of the first STEPS integers."]
-    assert prose(zh)[0].startswith("## 1. 简介")
-    assert code_sources(en) == code_sources(zh) == [c.source for c in source.code_cells()]
+    assert prose(en) == [
+        "## 1. Introduction\nWe add numbers.",
+        "## 2. Compute\nThe sum of the first STEPS integers.",
+        "The run found a total of [run:sums.total], [run:sums.mean] per step.",  # no run: names, not numbers
+    ]
+    assert prose(zh)[0].startswith("## 1. 简介") and prose(zh)[1].startswith("## 2. 计算")  # {{section}} filled
+    assert comparable_code(en) == comparable_code(zh) == comparable_code(compose_for_execution(source, {}))
+    assert code_sources(en)[0].startswith("# The notebook's language") and 'LANG = "en"' in code_sources(en)[0]
+    assert 'LANG = "zh"' in code_sources(zh)[0]
+    assert code_sources(en)[1:] != code_sources(zh)[1:]  # localized comments
     nbformat.validate(en)
     nbformat.validate(zh)
 
@@ -65,9 +73,10 @@ def test_parameters_are_injected_after_the_parameters_cell(source):
     plain = compose_for_execution(source, {})
     quick = compose_for_execution(source, {"STEPS": 2})
     assert len(quick.cells) == len(plain.cells) + 1
-    assert "parameters" in quick.cells[0].metadata["tags"]
-    assert quick.cells[1].id == "injected-parameters"
-    assert "STEPS = 2" in quick.cells[1].source
+    assert quick.cells[0].id == "prelude" and "LANG = None" in quick.cells[0].source
+    assert "parameters" in quick.cells[1].metadata["tags"]
+    assert quick.cells[2].id == "injected-parameters"
+    assert "STEPS = 2" in quick.cells[2].source
     assert all(c.id != "injected-parameters" for c in plain.cells)
 
 
@@ -98,8 +107,8 @@ def test_transplant_copies_outputs_into_every_language(source, config):
 
 def test_transplant_refuses_different_code(source, config):
     executed = executed_copy(compose_for_execution(source, {}))
-    executed.cells[1].source += "\nprint('changed')"
-    with pytest.raises(ValueError, match="code cell 2 differs"):
+    executed.cells[2].source += "\nprint('changed')"
+    with pytest.raises(ValueError, match="code cell 3 differs"):
         transplant(executed, compose(source, "en", config, {}, {}))
     shorter = executed_copy(compose_for_execution(source, {}))
     del shorter.cells[-1]
@@ -154,4 +163,4 @@ def test_colab_placeholders_in_prose_become_urls_in_each_language(source, config
     assert zh.lang == "zh"
     linked = replace(intro, cells=(en, replace(zh, source="见 {{colab:demo/hello}}")))
     notebook = compose(replace(source, sections=(linked,)), "zh", config, {}, {})
-    assert notebook.cells[1].source == "见 " + colab_url(config, source, "zh")
+    assert notebook.cells[2].source == "见 " + colab_url(config, source, "zh")  # after the header and the prelude

@@ -18,7 +18,13 @@ from learning_notebooks import build as build_module
 from learning_notebooks import files
 from learning_notebooks.layout import STAGING_MARK
 
-CELL = "\n# %%\n"  # appended after 02_compute.py's 18 lines: the marker is line 20, the cell starts at 21
+CELL = "\n# %%\n"  # appended to 02_compute.py: see `line_of`
+
+
+def line_of(project: Project, row: int) -> str:
+    """`.../02_compute.py:N` for row `row` (1-based) of a cell appended with CELL (before appending)."""
+    lines = (project.notebook / "02_compute.py").read_text(encoding="utf-8").count("\n")
+    return f"{project.notebook / '02_compute.py'}:{lines + 2 + row}"
 
 
 def outputs_text(path) -> list[str]:
@@ -190,18 +196,20 @@ def test_check_names_the_reason_of_each_stale_file(project: Project):
 def test_magics_and_shell_escapes_are_refused_before_anything_runs(project: Project, tmp_path, line):
     marker = tmp_path / "created"
     text = line.format(marker=marker)
+    where = line_of(project, 2)
     project.append("02_compute.py", f"{CELL}x = 1\n{text}\n")
     run = project.build("--execute")
     assert run.code == 2
-    assert run.log.startswith(f"error: {project.notebook / '02_compute.py'}:22: IPython magic or shell escape")
+    assert run.log.startswith(f"error: {where}: IPython magic or shell escape")
     assert not marker.exists() and not (project.root / "build").exists()
 
 
 def test_syntax_errors_are_found_before_executing(project: Project):
+    where = line_of(project, 2)
     project.append("02_compute.py", f"{CELL}x = 1\ny = (\n")
     run = project.build("--execute")
     assert run.code == 2 and "executing" not in run.log
-    assert f"error: {project.notebook / '02_compute.py'}:22: SyntaxError" in run.log
+    assert f"error: {where}: SyntaxError" in run.log
 
 
 def test_ordinary_comments_stay_comments(project: Project):
@@ -293,10 +301,11 @@ def test_leftovers_of_a_killed_build_are_reported_by_check_and_removed_by_the_ne
 
 def test_non_utf8_bytes_in_a_section_name_file_and_line(project: Project):
     path = project.notebook / "02_compute.py"
+    line = path.read_bytes().split(b"\n").index(b"total = sum(range(STEPS))") + 1
     path.write_bytes(path.read_bytes().replace(b"total = sum", b"total = \xffsum"))
     run = project.build("--execute")
     assert run.code == 2 and run.log.count("\n") == 1
-    assert run.log.startswith(f"error: {path}:13: not UTF-8 text: byte 0xff")
+    assert run.log.startswith(f"error: {path}:{line}: not UTF-8 text: byte 0xff at column 9")
 
 
 def test_non_utf8_bytes_in_config_name_file_and_line(project: Project):
@@ -327,17 +336,19 @@ def test_a_form_feed_in_a_comment_is_no_line_break(project: Project):
 
 
 def test_line_numbers_stay_right_after_u2028_and_blank_lines(project: Project):
+    where = line_of(project, 4)
     project.append("02_compute.py", f"{CELL}\n\ns = 'a\u2028b'\nassert len(s) == 4, 'line check'\n")
     run = project.build("--execute")
     assert run.code == 1
-    assert f"{project.notebook / '02_compute.py'}:24: AssertionError: line check" in run.log
+    assert f"{where}: AssertionError: line check" in run.log
 
 
 def test_a_dead_kernel_names_the_statement(project: Project):
+    where = line_of(project, 3)
     project.append("02_compute.py", f"{CELL}import os, signal\nx = 1\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     run = project.build("--execute")
     assert run.code == 1
-    assert f"{project.notebook / '02_compute.py'}:23: DeadKernelError" in last_line(run.log)
+    assert f"{where}: DeadKernelError" in last_line(run.log)
 
 
 def test_check_sees_stray_files_with_and_without_only(project: Project):
@@ -366,10 +377,11 @@ def test_check_sees_stray_files_with_and_without_only(project: Project):
 
 
 def test_outputs_over_the_limit_fail_the_build_with_the_cell(project: Project):
+    where = line_of(project, 1)
     project.append("02_compute.py", f"{CELL}print('x' * 3_000_000)\n")
     run = project.build("--execute")
     assert run.code == 1
-    assert f"{project.notebook / '02_compute.py'}:21: OutputTooLarge" in last_line(run.log)
+    assert f"{where}: OutputTooLarge" in last_line(run.log)
     assert not project.built("en").exists()
     assert project.build("--execute", "--max-output-mb", "10").code == 0
 

@@ -131,7 +131,7 @@ def test_manifest_loads(tmp_path):
     [
         ('sections = ["01_demo.py"\n[title]\n', {"01_demo.py": GOOD}, 2, "malformed TOML"),
         ('sections = ["01_demo.py"]\n[title]\nen = "T"\n', {"01_demo.py": GOOD}, None, "no 'zh' title"),
-        ('sections = ["01_demo.py", "02_gone.py"]\n[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD}, None, "does not exist"),
+        ('sections = ["01_demo.py", "02_gone.py"]\n[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD}, 1, "does not exist"),
         ('sections = ["01_demo.py"]\n[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD, "02_extra.py": GOOD}, None, "not listed"),
         ('sections = "01_demo.py"\n[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD}, None, "must be a list"),
         ('[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD}, None, "missing key 'sections'"),

@@ -17,7 +17,7 @@ def results(nb, quick_dir):
 
 def test_top_level_keys_in_order(results):
     assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config",
-                             "equivalence", "negative_controls", "timing", "figures"]
+                             "equivalence", "generation", "negative_controls", "cost_model", "timing", "figures"]
     assert results["schema_version"] == 1 and results["notebook"] == "infra-benchmark/kv-cache"
     assert results["quick"] is True
     assert datetime.fromisoformat(results["created_at"]).tzinfo is not None
@@ -76,3 +76,41 @@ def test_figures_written(results, quick_dir):
     assert results["figures"] == ["masks.png", "timing.png"]
     for name in results["figures"]:
         assert (quick_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_generation(results):
+    gen = results["generation"]
+    assert (gen["prompt_tokens"], gen["new_tokens"], gen["batch"]) == (8, 40, 2)
+    assert len(gen["prompts"]) == len(gen["tokens"]) == 2
+    assert all(len(p) == 8 for p in gen["prompts"]) and all(len(t) == 40 for t in gen["tokens"])
+    assert gen["tokens_equal"] is True and gen["logits_close"] is True
+    assert gen["max_abs_logit_err"] <= gen["tolerance"] == 1e-5
+    assert gen["min_top2_margin"] > 100 * gen["max_abs_logit_err"]
+    control = gen["negative_control"]
+    assert control["mask_fn"] == "local_triangle_mask" and control["logits_close"] is False
+
+
+def test_cost_model(results):
+    cost = results["cost_model"]
+    assert list(cost) == ["unit", "steps", "hidden_state_cache", "kv_fp16", "per_step", "summary"]
+    parts = ["projections", "attention", "mlp", "vocab", "total"]
+    assert [s["T"] for s in cost["steps"]] == [16, 64, 128, 256]
+    for step in cost["steps"]:
+        for path in ("full", "cached"):
+            assert list(step[path]) == parts
+            assert step[path]["total"] == sum(step[path][p] for p in parts[:-1])
+        assert step["full"]["total"] == step["T"] * step["cached"]["total"]
+        assert step["kv_read_bytes"] == 2 * step["T"] * 2 * 4 * 16 * 4
+    assert cost["steps"][-1]["full"]["total"] == 43_532_288 and cost["steps"][-1]["cached"]["total"] == 170_048
+    hidden = cost["hidden_state_cache"]
+    assert hidden["hidden_state_step_macs"] == hidden["kv_step_macs"] + hidden["extra_macs"]
+    assert [row["name"] for row in cost["kv_fp16"]][1:] == ["GPT-2 (124M)", "Llama 2 7B", "Llama 3.1 8B"]
+    for row in cost["kv_fp16"]:
+        per_token = 2 * row["layers"] * row["kv_heads"] * row["head_dim"] * 2
+        assert row["fp16_bytes_per_token"] == per_token
+        assert row["fp16_bytes_per_context"] == {"4096": 4096 * per_token, "32768": 32768 * per_token}
+        assert row["source"]
+    assert [r["prompt_tokens"] for r in cost["per_step"]] == [16, 64]
+    summary = cost["summary"]
+    assert (summary["p_min"], summary["p_max"]) == (16, 64)
+    assert all(isinstance(v, (int, float)) for v in summary.values())

@@ -1,21 +1,21 @@
-"""Where the appendix lives and how to exec its code cells into a notebook namespace."""
+"""Where section 10 (the lean Hugging Face referee) lives and how to exec its code cells."""
 
 from __future__ import annotations
 
 from notebook_code import code_cells
 
 NOTEBOOK = "infra-benchmark/kv-cache"
-APPENDIX = "10_appendix_hf_gpt2.py"
+REFEREE = "10_hf_gpt2_referee.py"
 
 
-def appendix_cells() -> list:
-    cells = [cell for name, cell in code_cells(NOTEBOOK) if name == APPENDIX]
-    assert cells, f"{APPENDIX} has no code cells"
+def referee_cells() -> list:
+    cells = [cell for name, cell in code_cells(NOTEBOOK) if name == REFEREE]
+    assert cells, f"{REFEREE} has no code cells"
     return cells
 
 
-def run_appendix(namespace: dict) -> dict:
-    """Exec the appendix's code cells, in order, into `namespace` (which must hold sections 1-9)."""
-    for cell in appendix_cells():
-        exec(compile(cell.source, APPENDIX, "exec", dont_inherit=True), namespace)
+def run_referee(namespace: dict) -> dict:
+    """Exec section 10's code cells, in order, into `namespace` (which must hold the prelude and sections 1-9)."""
+    for cell in referee_cells():
+        exec(compile(cell.source, REFEREE, "exec", dont_inherit=True), namespace)
     return namespace

@@ -18,14 +18,16 @@
 # %% [markdown] lang="zh"
 # ## 1. 核心思路
 #
-# 解码器每生成一个新 token，都要用到它之前所有位置的键（K）和值（V）。**KV 缓存**就是把这些已经算好的 K/V 存起来：下一次调用只需对新 token 做投影，再让新 token 的查询（Q）去读取缓存里的历史。旧 token 仍然参与注意力计算，只是不必再完整地走一遍网络。
+# 解码器每生成一个新 token，都要用到它之前所有位置的键（K）和值（V）。**KV 缓存**就是把这些已经算好的 K/V 存起来：下一次调用只需对新 token 做投影，再让新 token 的查询（Q）去读取缓存里的历史。旧 token 仍然参与注意力计算，只是不会再次经过网络。
 #
 # 要让用缓存算出的结果与不用缓存时完全一致，有三条约定必须对得上：每份缓存属于哪一层；新 token 的绝对位置是多少；每个新查询可以读取哪些键。本笔记本只用 NumPy，借助一个随机初始化的单层注意力玩具模型，把后两条约定讲清楚。它足够轻量，可以直接在浏览器标签页里运行（JupyterLite），在 Jupyter 或 Colab 中同样可以运行，而且不需要下载任何模型。
 #
 # 凡是依赖具体数值的说法，代码里都有对应的 `assert` 检查：如果你改动了参数，某个结论不再成立，相应的单元格会直接报错。
 
 # %% tags=["parameters"]
-SEED = 0  # seed for the random toy weights and inputs
+# [en] Seed for the random toy weights and inputs.
+# [zh] 玩具模型的随机权重和输入所用的随机种子。
+SEED = 0
 
 # %%
 import math
@@ -33,7 +35,21 @@ import sys
 
 import numpy as np
 
+
+# [en] A message in the reader's language, for errors the code raises. LANG comes from the notebook's
+# [en] first cell; it is None while the notebook is built, and then the message is English.
+# [zh] 按读者的语言给出代码抛出的错误信息。LANG 由笔记本的第一个单元格定义；构建笔记本时它为 None，
+# [zh] 这时使用英文。
+def in_reader_language(en, zh):
+    return zh if LANG == "zh" else en
+
+
 rng = np.random.default_rng(SEED)
-in_browser = sys.platform == "emscripten"  # Pyodide, the Python inside JupyterLite
+# [en] Pyodide, the Python inside JupyterLite, reports the platform "emscripten".
+# [zh] JupyterLite 里的 Python（Pyodide）报告的平台是 "emscripten"。
+in_browser = sys.platform == "emscripten"
 print(f"Python {sys.version.split()[0]}, NumPy {np.__version__}")
-print("Running in the browser (Pyodide)" if in_browser else "Running in a regular Python kernel")
+if in_browser:
+    say(en="Running in the browser (Pyodide).", zh="正在浏览器中运行（Pyodide）。")
+else:
+    say(en="Running in a regular Python kernel.", zh="正在普通的 Python 内核中运行。")

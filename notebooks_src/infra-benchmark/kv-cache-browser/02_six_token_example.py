@@ -17,7 +17,7 @@
 #
 # 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用（预填充，prefill）已经把前四个 token 送进模型，缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #
-# 下面的单元格搭建了一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器一致（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP：token 嵌入加位置嵌入，经过带残差连接的多头注意力，再投影成词表上的对数几率（logits）。单元格先做预填充，再处理这两个新 token，并打印 NumPy 实际给出的各数组形状（B：batch 大小，H：头数，Dh：每头宽度）。
+# 下面的单元格搭建了一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器一致（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP：token 嵌入加位置嵌入，经过带残差连接的多头注意力，再投影成词表上的 logits。单元格先做预填充，再处理这两个新 token，并打印 NumPy 实际给出的各数组形状（B：batch 大小，H：头数，Dh：每头宽度）。
 
 # %%
 VOCAB, WIDTH, HEADS, HEAD_DIM, MAX_POS = 97, 64, 4, 16, 512
@@ -35,11 +35,11 @@ toy = {
 }
 
 
+# [en] Boolean mask [new_len, past_len + new_len]: query i may read key j when j <= past_len + i.
+# [en] Section 4 derives it; section 3 explains the positions it is built from.
+# [zh] 布尔掩码 [new_len, past_len + new_len]：当 j <= past_len + i 时，查询 i 可以读取键 j。
+# [zh] 第 4 节推导它，第 3 节解释它所依据的位置。
 def allowed_keys(past_len, new_len):
-    """[new_len, past_len + new_len] boolean mask: query i may read key j when j <= past_len + i.
-
-    Section 4 derives it; section 3 explains the positions it is built from.
-    """
     query_pos = past_len + np.arange(new_len)
     key_pos = np.arange(past_len + new_len)
     return key_pos[None, :] <= query_pos[:, None]
@@ -52,21 +52,24 @@ def softmax(scores):
 
 
 def split_heads(x):
-    """[B, T, WIDTH] -> [B, H, T, Dh]"""
+    # [B, T, WIDTH] -> [B, H, T, Dh]
     batch, length, _ = x.shape
     return x.reshape(batch, length, HEADS, HEAD_DIM).transpose(0, 2, 1, 3)
 
 
+# [en] Run the toy layer on `ids` [B, T_new], reading `cache` = (K, V) of earlier positions.
+# [en] Returns (logits [B, T_new, VOCAB], new cache, dict of intermediate arrays).
+# [en] `pos_start` and `mask_fn` exist only so that later sections can break them on purpose.
+# [zh] 在 `ids` [B, T_new] 上运行玩具层，并读取 `cache`，即此前各位置的 (K, V)。
+# [zh] 返回 (logits [B, T_new, VOCAB], 新缓存, 中间数组组成的字典)。
+# [zh] `pos_start` 和 `mask_fn` 只是为了让后面几节能故意把它们改错。
 def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
-    """Run the toy layer on `ids` [B, T_new], reading `cache` = (K, V) of earlier positions.
-
-    Returns (logits [B, T_new, VOCAB], new cache, dict of intermediate arrays).
-    `pos_start` and `mask_fn` exist only so later sections can break them on purpose.
-    """
     batch, new_len = ids.shape
     past_len = 0 if cache is None else cache[0].shape[2]
     if pos_start is None:
-        pos_start = past_len  # the new tokens continue where the cache ends
+        # [en] The new tokens continue where the cache ends.
+        # [zh] 新 token 的位置从缓存结束处接着往下数。
+        pos_start = past_len
     positions = pos_start + np.arange(new_len)
     x = toy["tok_emb"][ids] + toy["pos_emb"][positions]
     q = split_heads(x @ toy["W_q"])
@@ -74,12 +77,14 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
     v_new = split_heads(x @ toy["W_v"])
     if cache is None:
         k, v = k_new, v_new
-    else:  # np.concatenate returns new arrays: the caller's cache is left untouched
+    else:
+        # [en] np.concatenate returns new arrays: the caller's cache is left untouched.
+        # [zh] np.concatenate 返回新数组：调用方的缓存保持不变。
         k = np.concatenate([cache[0], k_new], axis=2)
         v = np.concatenate([cache[1], v_new], axis=2)
     scores = q @ k.swapaxes(-1, -2) / math.sqrt(HEAD_DIM)
     scores = np.where(mask_fn(past_len, new_len), scores, -np.inf)
-    context = softmax(scores) @ v  # [B, H, T_new, Dh]
+    context = softmax(scores) @ v                          # [B, H, T_new, Dh]
     context = context.transpose(0, 2, 1, 3).reshape(batch, new_len, WIDTH)
     hidden = x + context @ toy["W_o"]
     logits = hidden @ toy["W_vocab"]
@@ -87,22 +92,22 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
     return logits, (k, v), parts
 
 
-token_ids = np.array([[12, 7, 31, 4, 9, 18]])  # B = 1
+token_ids = np.array([[12, 7, 31, 4, 9, 18]])          # [B, T] = [1, 6]
 PAST = 4
 prefill_logits, prefill_cache, _ = toy_forward(token_ids[:, :PAST])
 cache_before = (prefill_cache[0].copy(), prefill_cache[1].copy())
 step_logits, step_cache, step = toy_forward(token_ids[:, PAST:], cache=prefill_cache)
 
 rows = [
-    ("cache K (and V) after prefill", prefill_cache[0].shape, "[B, H, 4, Dh]"),
-    ("new token IDs", token_ids[:, PAST:].shape, "[B, 2]"),
-    ("current Q", step["q"].shape, "[B, H, 2, Dh]"),
-    ("concatenated K (and V)", step["k"].shape, "[B, H, 6, Dh]"),
-    ("attention scores", step["scores"].shape, "[B, H, 2, 6]"),
-    ("returned logits", step_logits.shape, "[B, 2, Vocab]"),
+    ("prefill_cache[0]", prefill_cache[0].shape, "[B, H, 4, Dh]"),
+    ("token_ids[:, PAST:]", token_ids[:, PAST:].shape, "[B, 2]"),
+    ('step["q"]', step["q"].shape, "[B, H, 2, Dh]"),
+    ('step["k"]', step["k"].shape, "[B, H, 6, Dh]"),
+    ('step["scores"]', step["scores"].shape, "[B, H, 2, 6]"),
+    ("step_logits", step_logits.shape, "[B, 2, VOCAB]"),
 ]
-for name, shape, meaning in rows:
-    print(f"{name:<30} {str(shape):<16} {meaning}")
+say_table([[f"`{name}`", f"`{shape}`", f"`{meaning}`"] for name, shape, meaning in rows],
+          en=["array", "NumPy shape", "in symbols"], zh=["数组", "NumPy 给出的形状", "符号形式"])
 
 B = 1
 assert prefill_cache[0].shape == prefill_cache[1].shape == (B, HEADS, 4, HEAD_DIM)
@@ -111,7 +116,10 @@ assert step["k"].shape == step["v"].shape == (B, HEADS, 6, HEAD_DIM)
 assert step["scores"].shape == (B, HEADS, 2, 6)
 assert step_logits.shape == (B, 2, VOCAB)
 assert np.array_equal(prefill_cache[0], cache_before[0]) and np.array_equal(prefill_cache[1], cache_before[1])
-print("The cached call left the prefill cache unchanged.")
+say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the arrays of the two-token call. "
+       "The cached call left the prefill cache unchanged.",
+    zh="`prefill_cache[0]` 是缓存的 K（V 的形状相同），`step` 是两个 token 那次调用的中间数组。"
+       "带缓存的调用没有改动预填充得到的缓存。")
 
 # %% [markdown] lang="en"
 # Query 4 may read keys 0–4 and query 5 may read keys 0–5. Arriving in the same call does not
@@ -126,16 +134,18 @@ print("The cached call left the prefill cache unchanged.")
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以提前看到位置 5。
 #
-# 返回的第一行对数几率是模型对 ID 9 *之后*那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次性处理全部六个 token 的完整前向比较时，缓存结果的第 `i` 行应当对应完整结果的第 `4 + i` 行。下面的检查逐个比较词表中每个词的对数几率以及缓存的 K 和 V，并确认错开一行（完整结果的第 3、4 行）时对不上。
+# 返回的第一行 logits 是模型对 ID 9 之后那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次性处理全部六个 token 的完整前向比较时，缓存结果的第 `i` 行应当对应完整结果的第 `4 + i` 行。下面的检查逐个比较词表中每个词的 logits 以及缓存的 K 和 V，并确认错开一行（完整结果的第 3、4 行）时对不上。
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)
 aligned_error = np.abs(step_logits - full_logits[:, PAST:]).max()
 shifted_error = np.abs(step_logits - full_logits[:, PAST - 1 : -1]).max()
-print(f"max |cached - full| at the same positions: {aligned_error:.2e}")
-print(f"max |cached - full| shifted by one row:     {shifted_error:.2e}")
 assert np.allclose(step_logits, full_logits[:, PAST:], rtol=1e-10, atol=1e-10)
 assert not np.allclose(step_logits, full_logits[:, PAST - 1 : -1], rtol=1e-10, atol=1e-10)
 assert np.allclose(step_cache[0], full_cache[0], rtol=1e-10, atol=1e-10)
 assert np.allclose(step_cache[1], full_cache[1], rtol=1e-10, atol=1e-10)
-print("Cached logits and K/V match the full pass, position by position.")
+say_table([[f"{aligned_error:.2e}", f"{shifted_error:.2e}"]],
+          en=["max |cached - full|, same positions", "max |cached - full|, shifted by one row"],
+          zh=["最大 |cached - full|，位置对齐", "最大 |cached - full|，错开一行"])
+say(en="Cached logits and K/V match the full pass, position by position.",
+    zh="缓存路径的 logits 和 K/V 与完整前向逐位置一致。")

@@ -27,7 +27,7 @@
 
 # %%
 def single_head_attention(q, k, v, mask):
-    """q: [C, Dh], k and v: [T, Dh], mask: [C, T] booleans. Returns [C, Dh]."""
+    # q: [C, Dh], k, v: [T, Dh], mask: bool [C, T] -> [C, Dh]
     scores = q @ k.T / math.sqrt(q.shape[-1])
     return softmax(np.where(mask, scores, -np.inf)) @ v
 
@@ -37,14 +37,17 @@ Wq1, Wk1, Wv1 = (head_rng.normal(scale=1 / math.sqrt(HEAD_DIM), size=(HEAD_DIM, 
 layer_input = head_rng.normal(size=(HISTORY + CHUNK, HEAD_DIM))
 projected_rows = {}
 
-# Full recomputation: every position goes through the projections again.
+# [en] Full recomputation: every position goes through the projections again.
+# [zh] 完整重算：每个位置都重新经过投影。
 q_all, k_all, v_all = layer_input @ Wq1, layer_input @ Wk1, layer_input @ Wv1
 projected_rows["full recomputation"] = layer_input.shape[0]
 full_out = single_head_attention(q_all, k_all, v_all, allowed_keys(0, HISTORY + CHUNK))[HISTORY:]
 
-# Cached path: K/V of the history were stored during an earlier call ...
+# [en] Cached path: K/V of the history were stored during an earlier call ...
+# [zh] 缓存路径：历史位置的 K/V 在之前的调用中已经存好……
 k_cache, v_cache = layer_input[:HISTORY] @ Wk1, layer_input[:HISTORY] @ Wv1
-# ... so this call projects only the new rows.
+# [en] ... so this call projects only the new rows.
+# [zh] ……所以这次调用只投影新的行。
 chunk = layer_input[HISTORY:]
 q_new, k_new, v_new = chunk @ Wq1, chunk @ Wk1, chunk @ Wv1
 projected_rows["cached path"] = chunk.shape[0]
@@ -55,11 +58,14 @@ wrong_out = single_head_attention(q_new, k_cat, v_cat, upper_left_mask(HISTORY, 
 
 max_error = np.abs(cached_out - full_out).max()
 wrong_error = np.abs(wrong_out - full_out).max()
-print(f"P = {HISTORY}, C = {CHUNK}, head width {HEAD_DIM}, float64")
-for path, n in projected_rows.items():
-    print(f"rows projected in this call, {path + ':':<20} {n}")
-print(f"max |cached - full|, offset mask:         {max_error:.2e}")
-print(f"max |cached - full|, upper-left triangle: {wrong_error:.2e}")
+say(en=f"`P = {HISTORY}`, `C = {CHUNK}`, head width {HEAD_DIM}, float64.",
+    zh=f"`P = {HISTORY}`，`C = {CHUNK}`，每头宽度 {HEAD_DIM}，float64。")
+say_table([[str(projected_rows["full recomputation"]), str(projected_rows["cached path"]),
+            f"{max_error:.2e}", f"{wrong_error:.2e}"]],
+          en=["rows projected, full recomputation", "rows projected, cached path",
+              "max |cached - full|, offset mask", "max |cached - full|, upper-left triangle"],
+          zh=["本次投影的行数（完整重算）", "本次投影的行数（缓存路径）",
+              "最大 |cached - full|（带偏移的掩码）", "最大 |cached - full|（左上角三角形）"])
 
 assert q_new.shape == (CHUNK, HEAD_DIM) and k_cat.shape == v_cat.shape == (HISTORY + CHUNK, HEAD_DIM)
 assert cached_out.shape == full_out.shape == (CHUNK, HEAD_DIM)
@@ -67,7 +73,9 @@ assert projected_rows == {"full recomputation": HISTORY + CHUNK, "cached path": 
 assert np.allclose(cached_out, full_out, rtol=1e-10, atol=1e-10)
 if HISTORY > 0:
     assert not np.allclose(wrong_out, full_out, rtol=1e-5, atol=1e-5)
-else:  # with an empty cache the two masks are the same grid
+else:
+    # [en] With an empty cache the two masks are the same grid.
+    # [zh] 缓存为空时，两种掩码是同一个网格。
     assert np.allclose(wrong_out, full_out, rtol=1e-10, atol=1e-10)
 
 # %% [markdown] lang="en"
@@ -90,7 +98,7 @@ else:  # with an empty cache the two masks are the same grid
 # %% [markdown] lang="zh"
 # ### 练习
 #
-# 缓存里已有 10 个 token，下一个块有 3 个 token。新查询的绝对位置分别是多少？分数数组的最后两个维度是多少？每个新查询各能读取多少个键？如果误用左上角三角形，又会各暴露多少个键？
+# 缓存里已有 10 个 token，下一个分块有 3 个 token。新查询的绝对位置分别是多少？分数数组的最后两个维度是多少？每个新查询各能读取多少个键？如果误用左上角三角形，又会各暴露多少个键？
 #
 # <details><summary>查看答案</summary>
 #
@@ -109,7 +117,7 @@ assert query_positions(ex_past, ex_chunk).tolist() == [10, 11, 12]
 assert (ex_q @ ex_k.T).shape[-2:] == (3, 13)
 assert allowed_keys(ex_past, ex_chunk).sum(axis=1).tolist() == [11, 12, 13]
 assert upper_left_mask(ex_past, ex_chunk).sum(axis=1).tolist() == [1, 2, 3]
-print("The exercise's answer checks out.")
+say(en="The exercise's answer checks out.", zh="练习的答案验证无误。")
 
 # %% [markdown] lang="en"
 # ## Where to go next
@@ -120,11 +128,13 @@ print("The exercise's answer checks out.")
 # two-layer decoder with one cache per layer (section 5), checks cached against full computation
 # logit by logit across batch sizes, chunk sizes and precisions (section 6), breaks positions and
 # masks on purpose (section 7), and times prefill, full recomputation and cached continuation on the
-# CPU, saving the raw results (sections 8–9). An appendix (section 10) then copies the decoder's
-# weights into Hugging Face's GPT-2 and uses it as an outside referee. It needs PyTorch (and
-# `transformers` for the appendix), so it runs in Jupyter or Colab, not in the browser.
+# CPU, saving the raw results (sections 8–9). A last, short section copies the decoder's weights into
+# Hugging Face's GPT-2 and uses it as an outside referee; the companion notebook *Checking our decoder
+# against Hugging Face GPT-2* ([open it in Colab]({{colab:infra-benchmark/kv-cache-hf-gpt2}})) takes
+# that comparison further. Both need PyTorch (and `transformers` for the comparison), so they run in
+# Jupyter or Colab, not in the browser.
 
 # %% [markdown] lang="zh"
 # ## 下一步
 #
-# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是仓库 `build/infra-benchmark/` 目录下与本笔记本并列的 [`kv-cache.zh.ipynb`](kv-cache.zh.ipynb)（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})），它实现了完整的两层解码器，每层各有一份缓存（第 5 节）；在不同的 batch 大小、块长和精度下，逐个对比缓存计算与完整计算得到的对数几率（第 6 节）；故意把位置和掩码改错，验证检查能否发现问题（第 7 节）；并在 CPU 上对预填充、完整重算和缓存续写计时，保存原始结果（第 8–9 节）。附录（第 10 节）还把解码器的权重复制进 Hugging Face 的 GPT-2，请它当外部裁判。它依赖 PyTorch（附录还需要 `transformers`），因此需要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。
+# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是仓库 `build/infra-benchmark/` 目录下与本笔记本并列的 [`kv-cache.zh.ipynb`](kv-cache.zh.ipynb)（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})），它实现了完整的两层解码器，每层各有一份缓存（第 5 节）；在不同的 batch 大小、分块长度和精度下，逐个对比缓存计算与完整计算得到的 logits（第 6 节）；故意把位置和掩码改错，验证检查能否发现问题（第 7 节）；并在 CPU 上对预填充、完整重算和缓存续写计时，保存原始结果（第 8–9 节）。最后简短的一节把解码器的权重复制进 Hugging Face 的 GPT-2，请它当外部裁判；配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）则把这个比较做得更深入。两者都依赖 PyTorch（这个比较还需要 `transformers`），因此需要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。

@@ -1,20 +1,27 @@
 # %% [markdown] lang="en"
 # ## 2. A six-token example
 #
-# Take the token IDs `[12, 7, 31, 4, 9, 18]`. A first call (the *prefill*) has already consumed the
-# first four, so the cache holds keys and values for absolute positions 0 to 3. The next call receives
+# Take the token IDs `[12, 7, 31, 4, 9, 18]`. A first call (the **prefill**) has already consumed the
+# first four, so the cache holds keys and values for absolute positions 0–3. The next call receives
 # the last two IDs, 9 and 18, together; they sit at absolute positions 4 and 5.
 #
 # Before writing the real decoder, we walk through one attention layer of that second call with small
 # random projections (width 64, 4 heads of 16 dimensions, a 97-token vocabulary, the sizes used later).
 # Every shape in the table below is read from a tensor the cell actually computed.
+#
+# One line of `toy_layer` runs ahead of the story: the mask. It lets a query at absolute position $p$
+# read the keys at positions $0 \dots p$, counting positions from the start of the sequence rather
+# than from the start of the call. This is the *offset* causal mask; section 3 derives it and shows the
+# mistake it avoids. For now, read it as "no query sees its future".
 
 # %% [markdown] lang="zh"
 # ## 2. 六个 token 的例子
 #
-# 设 token ID 序列为 `[12, 7, 31, 4, 9, 18]`。第一次调用（**预填充**，prefill）已经处理了前四个 token，因此缓存里存有绝对位置 0 到 3 的 K/V。下一次调用一次性送入剩下的两个 ID：9 和 18，它们的绝对位置是 4 和 5。
+# 设 token ID 序列为 `[12, 7, 31, 4, 9, 18]`。第一次调用（**预填充**，prefill）已经处理了前四个 token，因此缓存里存有绝对位置 0–3 的 K/V。下一次调用一次性送入剩下的两个 ID：9 和 18，它们的绝对位置是 4 和 5。
 #
 # 在写真正的解码器之前，我们先用一组小的随机投影，把第二次调用中的一层注意力走一遍。尺寸与后文一致：宽度 64，4 个头、每头 16 维，词表大小 97。下表中的每个形状，都是从这个单元格实际算出的张量上读出来的。
+#
+# `toy_layer` 里有一行提前用到了后文的内容，那就是掩码：它让绝对位置为 $p$ 的查询读取位置 $0 \dots p$ 上的键，位置从序列开头数起，而不是从本次调用的开头数起。这就是**带偏移的**因果掩码，第 3 节会推导它，并说明它避免了什么错误。这里只需把它理解为“任何查询都看不到自己的未来”。
 
 # %%
 IDS = [12, 7, 31, 4, 9, 18]
@@ -22,9 +29,12 @@ PAST_LEN, NEW_LEN = 4, 2
 B, H, DH, WIDTH, VOCAB = 1, 4, 16, 64, 97
 
 gen = torch.Generator().manual_seed(SEED)
+# [en] A token embedding table, learned absolute positions (8 are enough here), three projections and
+# [en] a vocabulary projection, all random.
+# [zh] token 嵌入表、可学习的绝对位置（这里 8 个就够了）、三个投影和一个词表投影，全部随机生成。
 toy = {
-    "tok": torch.randn(VOCAB, WIDTH, generator=gen),        # token embedding table
-    "pos": torch.randn(8, WIDTH, generator=gen),            # learned absolute positions (8 are enough here)
+    "tok": torch.randn(VOCAB, WIDTH, generator=gen),
+    "pos": torch.randn(8, WIDTH, generator=gen),
     "q": torch.randn(WIDTH, WIDTH, generator=gen) / WIDTH**0.5,
     "k": torch.randn(WIDTH, WIDTH, generator=gen) / WIDTH**0.5,
     "v": torch.randn(WIDTH, WIDTH, generator=gen) / WIDTH**0.5,
@@ -32,20 +42,22 @@ toy = {
 }
 
 
-def split_heads(x):
-    """[B, T, WIDTH] -> [B, H, T, DH]"""
+def split_heads(x):                                             # [B, T, WIDTH] -> [B, H, T, DH]
     return x.view(x.shape[0], x.shape[1], H, DH).transpose(1, 2)
 
 
+# [en] One attention layer plus a vocabulary projection; returns every intermediate object.
+# [zh] 一层注意力加一个词表投影；返回所有中间结果。
 def toy_layer(ids, positions, past_k=None, past_v=None):
-    """One attention layer plus a vocabulary projection; returns every intermediate object."""
     x = toy["tok"][ids] + toy["pos"][positions]                 # [B, T, WIDTH]
     q, k_new, v_new = (split_heads(x @ toy[name]) for name in "qkv")
     k = k_new if past_k is None else torch.cat((past_k, k_new), dim=-2)
     v = v_new if past_v is None else torch.cat((past_v, v_new), dim=-2)
     scores = q @ k.transpose(-2, -1) / math.sqrt(DH)             # [B, H, T, T_total]
     key_pos = torch.arange(k.shape[-2])
-    allowed = key_pos[None, :] <= positions[:, None]             # query at position p reads keys 0..p
+    # [en] The offset causal mask (section 3): the query at absolute position p reads keys 0..p.
+    # [zh] 带偏移的因果掩码（见第 3 节）：绝对位置为 p 的查询读取键 0..p。
+    allowed = key_pos[None, :] <= positions[:, None]             # [T, T_total]
     weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
     context = (weights @ v).transpose(1, 2).reshape(ids.shape[0], ids.shape[1], WIDTH)
     logits = context @ toy["out"]                                # [B, T, VOCAB]
@@ -67,16 +79,15 @@ with torch.inference_mode():
     new_positions = PAST_LEN + torch.arange(NEW_LEN)
     step = toy_layer(ids[:, PAST_LEN:], new_positions, cache_k, cache_v)
 
-table = [
-    ("cached K (V same shape)", tuple(cache_k.shape), "positions " + ", ".join(str(p) for p in range(PAST_LEN))),
-    ("new input", tuple(ids[:, PAST_LEN:].shape), f"IDs {IDS[PAST_LEN:]} at positions {new_positions.tolist()}"),
-    ("current Q", tuple(step["q"].shape), "queries for the two new positions"),
-    ("concatenated K / V", tuple(step["k"].shape), "4 cached + 2 new positions"),
-    ("attention scores", tuple(step["scores"].shape), "2 queries x 6 keys"),
-    ("returned logits", tuple(step["logits"].shape), "one next-token vector per consumed position"),
-]
-for name, shape, meaning in table:
-    print(f"{name:<26} {str(list(shape)):<16} {meaning}")
+say_table(
+    [["`cache_k`", f"`{list(cache_k.shape)}`", "0, 1, 2, 3"],
+     ["`ids[:, PAST_LEN:]`", f"`{list(ids[:, PAST_LEN:].shape)}`", ", ".join(map(str, new_positions.tolist()))],
+     ['`step["q"]`', f"`{list(step['q'].shape)}`", ", ".join(map(str, new_positions.tolist()))],
+     ['`step["k"]`, `step["v"]`', f"`{list(step['k'].shape)}`", "0, 1, 2, 3, 4, 5"],
+     ['`step["scores"]`', f"`{list(step['scores'].shape)}`", "[4, 5] x [0, 1, 2, 3, 4, 5]"],
+     ['`step["logits"]`', f"`{list(step['logits'].shape)}`", "4, 5"]],
+    en=["tensor", "shape", "positions"], zh=["张量", "形状", "位置"],
+)
 
 assert tuple(cache_k.shape) == tuple(cache_v.shape) == (B, H, PAST_LEN, DH)
 assert new_positions.tolist() == [4, 5]
@@ -99,14 +110,17 @@ assert tuple(step["logits"].shape) == (B, NEW_LEN, VOCAB)
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以偷看位置 5。
 #
-# 返回的对数几率（logits）需要仔细解读。第 0 行属于位置 4，也就是 ID 9 所在的位置；它是模型对 **9 后面下一个 token** 的预测分布，而不是 ID 9 本身出现的概率。因此比较有缓存和无缓存的结果时，必须对齐同一个**已处理的位置**（其 token 已经送入模型的位置），不能错开一个 token。下面的单元格检查的正是这一点：这两行与完整重算六个 token 时的第 4、5 行相同，而且位置 4 对键 5 的注意力权重为零。
+# 返回的 logits 需要仔细解读。第 0 行属于位置 4，也就是 ID 9 所在的位置；它是模型对 **9 后面下一个 token** 的预测分布，而不是 ID 9 本身出现的概率。因此比较有缓存和无缓存的结果时，必须对齐同一个**已处理的位置**（其 token 已经送入模型的位置），不能错开一个 token。下面的单元格检查的正是这一点：这两行与完整重算六个 token 时的第 4、5 行相同，而且位置 4 对键 5 的注意力权重为零。
 
 # %%
 with torch.inference_mode():
     full = toy_layer(ids, torch.arange(len(IDS)))
 err = (step["logits"] - full["logits"][:, PAST_LEN:]).abs().max().item()
-print(f"max |cached - recomputed| over the two logit rows: {err:.3e}")
+say(en=f"Largest difference between the two cached logit rows and rows 4 and 5 of the full recomputation: {err:.3e}.",
+    zh=f"缓存路径的两行 logits 与完整重算的第 4、5 行之间的最大差：{err:.3e}。")
 torch.testing.assert_close(step["logits"], full["logits"][:, PAST_LEN:], atol=1e-5, rtol=1e-5)
-assert (step["weights"][:, :, 0, :5] > 0).all()       # query 4 reads keys 0-4 ...
-assert (step["weights"][:, :, 0, 5] == 0).all()       # ... and never key 5
-assert (step["weights"][:, :, 1, :] > 0).all()        # query 5 reads all six keys
+# [en] Query 4 reads keys 0-4 and never key 5; query 5 reads all six keys.
+# [zh] 查询 4 读取键 0-4，从不读取键 5；查询 5 读取全部六个键。
+assert (step["weights"][:, :, 0, :5] > 0).all()
+assert (step["weights"][:, :, 0, 5] == 0).all()
+assert (step["weights"][:, :, 1, :] > 0).all()

@@ -16,24 +16,29 @@
 # %%
 HEAD_DIM = 16
 gen = torch.Generator().manual_seed(SEED)
-head_x = torch.randn(1, 10, HEAD_DIM, generator=gen)                 # [B, T, D], one head, no batching of heads
+head_x = torch.randn(1, 10, HEAD_DIM, generator=gen)                 # [B, T, D], one head
 w_q, w_k, w_v = (torch.randn(HEAD_DIM, HEAD_DIM, generator=gen) / HEAD_DIM**0.5 for _ in range(3))
 
 with torch.inference_mode():
-    # Full recomputation: every position projected, ordinary causal mask (past_len = 0).
+    # [en] Full recomputation: every position projected, ordinary causal mask (past_len = 0).
+    # [zh] 完整重算：每个位置都做投影，使用普通的因果掩码（past_len = 0）。
     full_out = masked_attention(head_x @ w_q, head_x @ w_k, head_x @ w_v, causal_mask(0, 10))
 
-    # Cached path: project the first 7 once and keep K and V ...
+    # [en] Cached path: project the first 7 once and keep K and V ...
+    # [zh] 缓存路径：前 7 个只投影一次，保存 K 和 V……
     cached_k, cached_v = head_x[:, :7] @ w_k, head_x[:, :7] @ w_v
-    # ... then project only the 3 new rows and read the cache.
+    # [en] ... then project only the 3 new rows and read the cache.
+    # [zh] ……之后只投影新来的 3 行，并读取缓存。
     new_x = head_x[:, 7:]
     head_k = torch.cat((cached_k, new_x @ w_k), dim=-2)
     head_v = torch.cat((cached_v, new_x @ w_v), dim=-2)
     chunk_out = masked_attention(new_x @ w_q, head_k, head_v, causal_mask(7, 3))
 
 single_head_err = (chunk_out - full_out[:, 7:]).abs().max().item()
-print(f"single head: max |cached - full| = {single_head_err:.3e}")
 torch.testing.assert_close(chunk_out, full_out[:, 7:], atol=1e-5, rtol=1e-5)
-# The joined K/V are the full path's K/V, row for row: cached rows first, new rows after.
+# [en] The joined K/V are the full path's K/V, row for row: cached rows first, new rows after.
+# [zh] 拼接后的 K/V 与完整路径的 K/V 逐行相同：缓存的行在前，新行在后。
 torch.testing.assert_close(head_k, head_x @ w_k, atol=1e-6, rtol=1e-6)
 torch.testing.assert_close(head_v, head_x @ w_v, atol=1e-6, rtol=1e-6)
+say(en=f"Single head: the 3 cached-path outputs match rows 7-9 of the full path (max difference {single_head_err:.3e}).",
+    zh=f"单头注意力：缓存路径的 3 个输出与完整路径的第 7–9 行一致（最大差 {single_head_err:.3e}）。")

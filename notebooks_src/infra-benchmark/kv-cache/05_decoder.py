@@ -1,8 +1,8 @@
 # %% [markdown] lang="en"
-# ## 5. The decoder
+# ## {{section}}. The decoder
 #
 # Now the full model, in the style of nanoGPT: token embeddings plus learned absolute position
-# embeddings, two pre-norm blocks (an attention residual, then an MLP residual), a final LayerNorm and
+# embeddings, two pre-norm Transformer blocks (an attention residual, then an MLP residual), a final LayerNorm and
 # a vocabulary projection without bias. Width 64, 4 heads of 16 dimensions, vocabulary 97, MLP hidden
 # width 256, 512 positions. The weights are random, drawn from `SEED`; nothing is downloaded.
 #
@@ -18,9 +18,9 @@
 # covers the whole stack. Change an old token, a weight or the position rule, and the cache is stale.
 
 # %% [markdown] lang="zh"
-# ## 5. 解码器
+# ## {{section}}. 解码器
 #
-# 下面是完整模型，写法参考 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）块（先是注意力残差，再是 MLP 残差），最后一个 LayerNorm，以及不带偏置的词表投影。宽度 64，4 个头、每头 16 维，词表 97，MLP 隐藏层宽度 256，最多 512 个位置。权重由 `SEED` 随机生成，不下载任何东西。
+# 下面是完整模型，写法参考 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）Transformer 块（先是注意力残差，再是 MLP 残差），最后一个 LayerNorm，以及不带偏置的词表投影。宽度 64，4 个头、每头 16 维，词表 97，MLP 隐藏层宽度 256，最多 512 个位置。权重由 `SEED` 随机生成，不下载任何东西。
 #
 # 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：$Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，$V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，所以第 1 层的 K/V 不能拿来充当第 2 层的。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
 #
@@ -28,11 +28,12 @@
 
 # %% [markdown] lang="en"
 # The configuration and the two default *hooks*. The model asks `positions_fn` for the absolute
-# positions of the new tokens and `mask_fn` for the attention mask. The correct rules are the defaults;
-# section 7 swaps in broken ones, so the broken variants are this same model, not copies of it.
+# positions of the new tokens and `mask_fn` for the attention mask. The correct rules are the defaults.
+# Swapping in a broken rule turns this same model into a broken variant, so a negative control never
+# needs a copy of the model.
 
 # %% [markdown] lang="zh"
-# 先定义配置和两个默认的**钩子**（hook）。模型通过 `positions_fn` 得到新 token 的绝对位置，通过 `mask_fn` 得到注意力掩码。默认值就是正确的规则；第 7 节会换上错误的规则，所以那些改坏的版本仍是这同一个模型，而不是它的副本。
+# 先定义配置和两个默认的**钩子**（hook）。模型通过 `positions_fn` 得到新 token 的绝对位置，通过 `mask_fn` 得到注意力掩码。默认值就是正确的规则。换上一条错误的规则，这同一个模型就成了改坏的版本，所以做负对照时不必复制模型。
 
 # %%
 @dataclass
@@ -49,17 +50,20 @@ class DecoderConfig:
         return self.width // self.heads
 
 
+# [en] The new tokens continue where the cache ends: past_len, past_len + 1, ...
+# [zh] 新 token 的位置紧接在缓存末尾之后：past_len, past_len + 1, ...
 def absolute_positions(past_len: int, new_len: int) -> torch.Tensor:
-    """The new tokens continue where the cache ends: past_len, past_len + 1, ..."""
     return past_len + torch.arange(new_len)
 
 
-Cache = list[tuple[torch.Tensor, torch.Tensor]]   # one (K, V) per layer, each [B, heads, T_total, head_dim]
+# [en] One (K, V) per layer, each [B, heads, T_total, head_dim].
+# [zh] 每层一对 (K, V)，形状均为 [B, heads, T_total, head_dim]。
+Cache = list[tuple[torch.Tensor, torch.Tensor]]
 
 # %% [markdown] lang="en"
 # Self-attention: separate `q`, `k`, `v` projections and an output projection `proj`. It receives the
-# layer's cached `(K, V)` (or `None`), concatenates the new keys and values onto it with `torch.cat` —
-# which builds new tensors and never writes into the old ones — and returns the longer pair as this
+# layer's cached `(K, V)` (or `None`), concatenates the new keys and values onto it with `torch.cat`
+# (which builds new tensors and never writes into the old ones), and returns the longer pair as this
 # layer's new cache entry.
 
 # %% [markdown] lang="zh"
@@ -87,7 +91,9 @@ class SelfAttention(nn.Module):
         v = self.split_heads(self.v(x))
         if past is not None:
             past_k, past_v = past
-            k = torch.cat((past_k, k), dim=-2)                     # [B, H, T_total, Dh], a new tensor
+            # [en] torch.cat builds a new tensor: the cache it received stays untouched.
+            # [zh] torch.cat 生成新张量，传进来的缓存保持不变。
+            k = torch.cat((past_k, k), dim=-2)                     # [B, H, T_total, Dh]
             v = torch.cat((past_v, v), dim=-2)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)   # [B, H, T_new, T_total]
         weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
@@ -98,7 +104,7 @@ class SelfAttention(nn.Module):
 # The MLP (exact GELU) and the pre-norm block that wires attention and MLP into two residual updates.
 
 # %% [markdown] lang="zh"
-# MLP（使用精确的 GELU），以及前置归一化块：它把注意力和 MLP 接成两次残差更新。
+# MLP（使用精确的 GELU），以及前置归一化的 Transformer 块：它把注意力和 MLP 接成两次残差更新。
 
 # %%
 class MLP(nn.Module):
@@ -134,13 +140,15 @@ class Block(nn.Module):
 # restores the original afterwards.
 
 # %% [markdown] lang="zh"
-# 解码器本体。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 个块，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后恢复原样。
+# 解码器本体。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 层，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后恢复原样。
 
 # %%
 class CacheDecoder(nn.Module):
     def __init__(self, config: DecoderConfig, positions_fn=absolute_positions, mask_fn=causal_mask):
         super().__init__()
         self.config = config
+        # [en] The two hooks: positions of the new tokens, and the mask.
+        # [zh] 两个钩子：新 token 的位置，以及掩码。
         self.positions_fn = positions_fn                            # (past_len, new_len) -> LongTensor [new_len]
         self.mask_fn = mask_fn                                      # (past_len, new_len) -> bool [new_len, past_len + new_len]
         self.wte = nn.Embedding(config.vocab, config.width)
@@ -152,7 +160,7 @@ class CacheDecoder(nn.Module):
     def forward(self, ids: torch.Tensor, cache: Cache | None = None) -> tuple[torch.Tensor, Cache]:
         batch, new_len = ids.shape                                  # ids: [B, T_new]
         past_len = 0 if cache is None else cache[0][0].shape[-2]
-        assert cache is None or len(cache) == len(self.blocks), "one (K, V) per layer"
+        assert cache is None or len(cache) == len(self.blocks)      # one (K, V) per layer
         positions = self.positions_fn(past_len, new_len)            # [T_new]
         assert int(positions.max()) < self.config.max_positions
         x = self.wte(ids) + self.wpe(positions)                     # [B, T_new, width]
@@ -165,8 +173,9 @@ class CacheDecoder(nn.Module):
         return logits, new_cache
 
     @contextmanager
+    # [en] Temporarily replace the position and/or mask rule (this is how broken variants get in).
+    # [zh] 临时替换位置规则和/或掩码规则（改坏的版本就是这样注入的）。
     def hooks(self, positions_fn=None, mask_fn=None):
-        """Temporarily replace the position and/or mask rule (used to inject broken variants)."""
         saved = self.positions_fn, self.mask_fn
         self.positions_fn = positions_fn or self.positions_fn
         self.mask_fn = mask_fn or self.mask_fn
@@ -184,11 +193,12 @@ class CacheDecoder(nn.Module):
 # *tied* to (shared with) the token embedding table. Both counts must come to 145,280. The cell also
 # checks what the text
 # above promises: the sizes, LayerNorm before attention and before the MLP (a block's output recomputed
-# by hand on a small input), exact GELU, no dropout module, and weights that depend only on `SEED`
-# (a second build gives the same tensors).
+# by hand on a small input), attention that matches PyTorch's own `F.scaled_dot_product_attention` on
+# the same projections (with and without a cache), exact GELU (written out with `erf`), no dropout
+# module, and weights that depend only on `SEED` (a second build gives the same tensors).
 
 # %% [markdown] lang="zh"
-# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个块的输出）；使用精确的 GELU；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
+# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个 Transformer 块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个 Transformer 块的输出）；在相同的投影上，注意力与 PyTorch 自带的 `F.scaled_dot_product_attention` 结果一致（有缓存和无缓存两种情形）；使用精确的 GELU（用 `erf` 写出来核对）；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
 
 # %%
 def parameter_formula(c: DecoderConfig) -> int:
@@ -205,49 +215,54 @@ def build_model(seed: int = SEED, config: DecoderConfig | None = None) -> CacheD
 cfg = DecoderConfig()
 model = build_model()
 N_PARAMS = sum(p.numel() for p in model.parameters())
-print(f"parameters: counted {N_PARAMS:,}, from the formula {parameter_formula(cfg):,}")
 assert N_PARAMS == parameter_formula(cfg) == 145_280
 assert (cfg.vocab, cfg.width, cfg.heads, cfg.head_dim, cfg.layers, cfg.mlp, cfg.max_positions) == (97, 64, 4, 16, 2, 256, 512)
-assert (cfg.vocab, cfg.width, cfg.heads, cfg.head_dim) == (VOCAB, WIDTH, H, DH)   # the sizes of section 2
 assert not model.training
 assert model.ln_f.eps == 1e-5 and model.lm_head.bias is None
-assert model.lm_head.weight.data_ptr() != model.wte.weight.data_ptr()     # not tied
-assert all(block.mlp.act.approximate == "none" for block in model.blocks)    # exact GELU
-assert not any(isinstance(module, nn.Dropout) for module in model.modules())  # no dropout
-rebuilt = build_model()                                                      # same seed, same weights
+# [en] The vocabulary projection has its own matrix (not tied), the GELU is exact, there is no dropout.
+# [zh] 词表投影有自己的矩阵（不共享权重），GELU 是精确版本，没有 dropout。
+assert model.lm_head.weight.data_ptr() != model.wte.weight.data_ptr()
+assert all(block.mlp.act.approximate == "none" for block in model.blocks)
+assert not any(isinstance(module, nn.Dropout) for module in model.modules())
+# [en] Same seed, same weights.
+# [zh] 同一个随机种子，同样的权重。
+rebuilt = build_model()
 assert all(torch.equal(model.state_dict()[name], w) for name, w in rebuilt.state_dict().items())
 
-with torch.inference_mode():                                                 # pre-norm, recomputed by hand
+# [en] Pre-norm, recomputed by hand on a small input.
+# [zh] 在一个小输入上手工重算前置归一化的 Transformer 块。
+with torch.inference_mode():
     block, x = model.blocks[0], torch.randn(1, 3, cfg.width, generator=torch.Generator().manual_seed(SEED))
     allowed = causal_mask(0, 3)
     after_attn = x + block.attn(block.ln_1(x), allowed)[0]
     torch.testing.assert_close(block(x, allowed)[0], after_attn + block.mlp(block.ln_2(after_attn)))
-for name, module in model.named_children():
-    print(f"  {name:<8} {sum(p.numel() for p in module.parameters()):>7,}")
 
-# %% [markdown] lang="en"
-# Back to the six-token example, this time through the real decoder: prefill `[12, 7, 31, 4]`, then
-# `[9, 18]` in one call. Each layer's cache grows from 4 to 6 positions, the logits come back as
-# `[1, 2, 97]`, and they match rows 4 and 5 of a full six-token run. Layer 2's keys and values differ
-# from layer 1's, as the argument above says they must.
-
-# %% [markdown] lang="zh"
-# 回到六个 token 的例子，这次用真正的解码器：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`。每层缓存从 4 个位置增长到 6 个，返回的 logits 形状为 `[1, 2, 97]`，并且与一次性完整计算六个 token 时的第 4、5 行一致。正如前面的论证所说，第 2 层的 K/V 与第 1 层的不同。
-
-# %%
+# [en] Attention against PyTorch's own on the same projections (scores scaled by 1/sqrt(head_dim),
+# [en] softmax over the keys), without and with a cache of 2 positions.
+# [zh] 在相同的投影上与 PyTorch 自带的注意力比较（分数除以 sqrt(head_dim)，沿键的方向做 softmax），
+# [zh] 分别在没有缓存和缓存 2 个位置时进行。
 with torch.inference_mode():
-    six = torch.tensor([IDS])
-    _, six_cache = model(six[:, :4])
-    six_logits, six_cache_after = model(six[:, 4:], six_cache)
-    six_full_logits, _ = model(six)
+    attn, h = block.attn, block.ln_1(x)
+    q, k, v = (attn.split_heads(proj(h)) for proj in (attn.q, attn.k, attn.v))           # [1, H, 3, Dh]
+    reference = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    reference = attn.proj(reference.transpose(1, 2).reshape(x.shape))
+    torch.testing.assert_close(attn(h, causal_mask(0, 3))[0], reference)
+    new_only, _ = attn(h[:, 2:], causal_mask(2, 1), (k[:, :, :2], v[:, :, :2]))
+    torch.testing.assert_close(new_only, reference[:, 2:])
 
-assert len(six_cache) == len(six_cache_after) == cfg.layers
-for (k_before, v_before), (k_after, v_after) in zip(six_cache, six_cache_after):
-    assert tuple(k_before.shape) == tuple(v_before.shape) == (1, cfg.heads, 4, cfg.head_dim)
-    assert tuple(k_after.shape) == tuple(v_after.shape) == (1, cfg.heads, 6, cfg.head_dim)
-assert tuple(six_logits.shape) == (1, 2, cfg.vocab)
-torch.testing.assert_close(six_logits, six_full_logits[:, 4:], atol=1e-5, rtol=1e-5)
-(k_layer1, v_layer1), (k_layer2, v_layer2) = six_cache_after
-assert not torch.allclose(k_layer1, k_layer2) and not torch.allclose(v_layer1, v_layer2)   # one cache per layer
-print("cache per layer:", [list(k.shape) for k, _ in six_cache], "->", [list(k.shape) for k, _ in six_cache_after])
-print("logits:", list(six_logits.shape))
+# [en] The MLP's activation is GELU written out with erf, on a grid and inside the MLP.
+# [zh] MLP 的激活函数就是用 erf 写出的 GELU：在一组网格点上、以及在 MLP 内部分别核对。
+def gelu_exact(t):
+    return 0.5 * t * (1 + torch.erf(t / math.sqrt(2)))
+
+
+with torch.inference_mode():
+    grid = torch.linspace(-4, 4, 81)
+    torch.testing.assert_close(block.mlp.act(grid), gelu_exact(grid))
+    wide = 4 * torch.randn(1, 8, cfg.width, generator=torch.Generator().manual_seed(SEED))
+    torch.testing.assert_close(block.mlp(wide), block.mlp.proj(gelu_exact(block.mlp.fc(wide))))
+
+say(en=f"Parameters: {N_PARAMS:,} counted, {parameter_formula(cfg):,} from the formula.",
+    zh=f"参数量：逐个张量统计得 {N_PARAMS:,}，按公式计算得 {parameter_formula(cfg):,}。")
+say_table([[f"`{name}`", f"{sum(p.numel() for p in module.parameters()):,}"] for name, module in model.named_children()],
+          en=["module", "parameters"], zh=["模块", "参数量"])

@@ -3,14 +3,16 @@
 #
 # Everything this run measured and checked goes into `results.json` in `OUTPUT_DIR`, next to
 # `masks.png` and `timing.png`: environment, model configuration, the 12 equivalence
-# configurations, the causality and cache checks, the broken variants, and the timing protocol
-# with the raw samples of every path. On Colab the cell also offers the files for download. The
-# appendix (section 10) later adds its own block to the same file.
+# configurations, the causality and cache checks, the greedy generation, the broken variants, the
+# cost model (counts, K/V sizes of published models, the count next to the measured time per step),
+# and the timing protocol with the raw samples of every path. The file's fields are documented in the
+# repository (`docs/kv-cache-results-schema.md`). On Colab the cell also offers the files for
+# download. The appendix (section 10) later adds its own block to the same file.
 
 # %% [markdown] lang="zh"
 # ## 9. 保存结果
 #
-# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、改坏的版本，以及计时规程和每条路径的原始样本。在 Colab 上，这个单元格还会提供这些文件的下载。附录（第 10 节）稍后会往同一个文件里追加它自己的部分。
+# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加计数、公开模型的 K/V 大小、计数与实测每步时间的对照），以及计时规程和每条路径的原始样本。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会提供这些文件的下载。附录（第 10 节）稍后会往同一个文件里追加它自己的部分。
 
 # %%
 RESULTS = {
@@ -33,7 +35,21 @@ RESULTS = {
         "causality_ok": bool(CAUSALITY_OK),
         "cache_unchanged_ok": bool(CACHE_UNCHANGED_OK),
     },
+    "generation": {
+        "prompt_tokens": GEN_PROMPT_LEN, "new_tokens": GEN_TOKENS, "batch": int(GEN_PROMPTS.shape[0]),
+        "prompts": GEN_PROMPTS.tolist(), "tokens": GEN_CACHED.tolist(), "tolerance": GEN_TOL,
+        **GENERATION,
+        "negative_control": {"mask_fn": "local_triangle_mask", **GENERATION_BROKEN},
+    },
     "negative_controls": NEGATIVE_CONTROLS,
+    "cost_model": {
+        "unit": "multiply-adds of matrix products",
+        "steps": COST_ROWS,
+        "hidden_state_cache": HIDDEN_STATE,
+        "kv_fp16": KV_TABLE,
+        "per_step": PER_STEP,
+        "summary": TIMING_SUMMARY,
+    },
     "timing": {
         "protocol": {
             "threads": torch.get_num_threads(), "dtype": "fp32", "warmups": WARMUPS, "repeats": REPEATS,
@@ -49,12 +65,15 @@ RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False) + "\n"
 assert json.loads(RESULTS_JSON.read_text(encoding="utf-8"))["equivalence"]["configs"] == RESULTS["equivalence"]["configs"]
 assert MASKS_PNG.exists() and TIMING_PNG.exists()
 
-fp32_worst = max(r["max_abs_logit_err"] for r in EQUIVALENCE if r["dtype"] == "fp32")
-fp64_worst = max(r["max_abs_logit_err"] for r in EQUIVALENCE if r["dtype"] == "fp64")
-print(f"wrote {RESULTS_JSON.name}, {MASKS_PNG.name}, {TIMING_PNG.name}")
-print(f"parameters {N_PARAMS:,}; equivalence {sum(r['passed'] for r in EQUIVALENCE)}/12 passed; "
-      f"largest logit error fp32 {fp32_worst:.3e}, fp64 {fp64_worst:.3e}")
-print("negative controls detected:", ", ".join(f"{k} ({v['max_abs_logit_err']:.3e})" for k, v in NEGATIVE_CONTROLS.items()))
+say(en=f"Wrote `{RESULTS_JSON.name}`, `{MASKS_PNG.name}` and `{TIMING_PNG.name}`.",
+    zh=f"已写入 `{RESULTS_JSON.name}`、`{MASKS_PNG.name}` 和 `{TIMING_PNG.name}`。")
+controls = ", ".join(f"`{k}` ({v['max_abs_logit_err']:.3e})" for k, v in NEGATIVE_CONTROLS.items())
+say(en=f"Parameters {N_PARAMS:,}; equivalence {sum(r['passed'] for r in EQUIVALENCE)}/12 passed; largest logit error "
+       f"FP32 {WORST_LOGIT_ERR['fp32']:.3e}, FP64 {WORST_LOGIT_ERR['fp64']:.3e}; greedy generation: same tokens "
+       f"with and without the cache; negative controls detected: {controls}.",
+    zh=f"参数量 {N_PARAMS:,}；等价性 {sum(r['passed'] for r in EQUIVALENCE)}/12 通过；logits 最大误差 "
+       f"FP32 为 {WORST_LOGIT_ERR['fp32']:.3e}，FP64 为 {WORST_LOGIT_ERR['fp64']:.3e}；贪心生成：用不用缓存，生成的 token 都相同；"
+       f"查出的负对照：{controls}。")
 
 if IN_COLAB:
     from google.colab import files
@@ -62,22 +81,24 @@ if IN_COLAB:
         files.download(str(path))
 
 # %% [markdown] lang="en"
-# **Prefill, then one token at a time.** Start from a prefill of 1, 4 or 8 tokens of the section 6
-# stream and consume the rest one token at a time, comparing every call with a full recomputation of
-# the prefix it has seen so far. The cell below does exactly that and asserts each step.
+# **Prefill, then one token at a time.** Start from a prefill of 1, 4 or 8 tokens of the stream of
+# section 6 and consume the rest one token at a time, comparing every call with a full recomputation
+# of the prefix it has seen so far. The cell below does exactly that and asserts each step.
 #
-# **Next experiment: padding.** A batch whose sequences have different lengths needs a padding mask,
-# and it should be kept separate from the causal mask so that each can be checked on its own.
+# **Next: padding.** A batch whose sequences have different lengths needs a padding mask, kept
+# separate from the causal mask so that each can be checked on its own. The companion notebook
+# `infra-benchmark/kv-cache-serving` takes this up (see the scope note at the top).
 
 # %% [markdown] lang="zh"
 # **先预填充，再逐个 token**：从第 6 节的序列出发，先预填充 1、4 或 8 个 token，再逐个处理剩下的 token，把每次调用的结果与“对目前为止已见前缀做完整重算”的结果比较。下面的单元格正是这样做的，并对每一步都做了断言。
 #
-# **下一个实验：填充（padding）**：同一 batch 中长度不同的序列需要填充掩码，它应当与因果掩码分开构造，这样两者才能各自单独检查。
+# **下一步：填充（padding）**：同一 batch 中长度不同的序列需要填充掩码，它应当与因果掩码分开构造，这样两者才能各自单独检查。配套笔记本 `infra-benchmark/kv-cache-serving` 会接着讨论这个问题（见开头“不涉及的内容”一段）。
 
 # %%
+# [en] Prefill prefill_len tokens, then one token per call; compare each call with full recomputation.
+# [zh] 先预填充 prefill_len 个 token，再每次调用送入一个 token；每次调用都与完整重算比较。
 @torch.inference_mode()
 def prefill_then_step(model, stream, prefill_len: int) -> float:
-    """Prefill `prefill_len` tokens, then one token per call; compare each call with full recomputation."""
     logits, cache = model(stream[:, :prefill_len])
     full, _ = model(stream[:, :prefill_len])
     worst = (logits - full).abs().max().item()
@@ -90,5 +111,7 @@ def prefill_then_step(model, stream, prefill_len: int) -> float:
     return worst
 
 
-for prefill_len in (1, 4, 8):
-    print(f"prefill {prefill_len}, then one token at a time: max |step - full| = {prefill_then_step(model, STREAM[:1], prefill_len):.3e}")
+STEPWISE = {prefill_len: prefill_then_step(model, STREAM[:1], prefill_len) for prefill_len in (1, 4, 8)}
+say_table([[str(n), f"{err:.3e}"] for n, err in STEPWISE.items()],
+          en=["prefill tokens, then one per call", "max abs difference from full recomputation"],
+          zh=["先预填充的 token 数（之后每次一个）", "与完整重算的最大绝对差"])

@@ -1,0 +1,90 @@
+# %% [markdown] lang="en"
+# The [first notebook]({{colab:infra-benchmark/kv-cache}}) of this series proved one configuration: one
+# sequence, or a batch of sequences of equal length, with a cache that grows by `torch.cat`. A server
+# meets neither. Its requests arrive with prompts of different lengths, finish at different times, and
+# share a fixed amount of memory. This notebook takes the three mechanisms that serving systems use for
+# that, and checks each one the way the first notebook checked its cache:
+#
+# * **padding**: sequences of different lengths in one batch, with per-row positions and a padding mask;
+# * a **preallocated (static) cache**: one buffer per layer, written in place, never reallocated;
+# * a **paged cache**: K/V in fixed-size blocks from a shared pool, with a block table per sequence,
+#   blocks returned and reused, and prompts shared between sequences.
+#
+# Every variant is compared with full recomputation, or with a variant already proven equal to it, and
+# every check is shown able to fail: each variant has broken twins that the same check must catch. Then
+# we measure what paging buys in memory on a simulated workload, and run a small continuous-batching
+# loop on top of the paged cache.
+#
+# Sections: 1 setup · 2 masks from absolute positions · 3 the decoder (both taken unchanged from the
+# first notebook) · 4 batches of different lengths · 5 the preallocated cache · 6 the paged cache ·
+# 7 memory · 8 continuous batching · 9 saved results · 10 appendix: Hugging Face as a referee.
+
+# %% [markdown] lang="zh"
+# 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})只证明了一种配置：一条序列，或长度相同的一个 batch，缓存用 `torch.cat` 逐步变长。推理服务面对的情况两样都不是：请求的提示长短不一，结束的时间先后不同，还要共用一块大小固定的内存。本笔记本挑出推理服务系统应对这些情况的三种机制，并像第一份笔记本检查它的缓存那样，逐一检查：
+#
+# * **填充**：长度不同的序列放进同一个 batch，每行有自己的位置和填充掩码；
+# * **预分配缓存**（也称静态缓存）：每层一块缓冲区，原地写入，从不重新分配；
+# * **分页缓存**：K/V 存放在共享池中大小固定的物理块里，每条序列有一张块表；物理块用完归还、再被复用，提示相同的序列还能共享物理块。
+#
+# 每种做法都与完整重算比较（或与已被证明等于完整重算的做法比较）；每项检查也都要证明自己能失败：每种做法都配有故意改坏的版本，同一项检查必须把它们查出来。之后，我们在一个模拟负载上计算分页能省下多少内存，并在分页缓存之上运行一个小小的连续批处理循环。
+#
+# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节原样取自第一份笔记本） · 4 长度不同的 batch · 5 预分配缓存 · 6 分页缓存 · 7 内存 · 8 连续批处理 · 9 保存结果 · 10 附录：请 Hugging Face 当裁判。
+
+# %% [markdown] lang="en"
+# ## 1. Setup
+#
+# The parameters come first. `QUICK = True` shortens only the timing of section 5 (two prefix lengths
+# and fewer rounds); every correctness check and control runs in full in both modes. Everything runs
+# on the CPU with one thread, in FP32 unless a check asks for FP64, under `torch.inference_mode()`.
+# The notebook installs nothing and reads no file.
+
+# %% [markdown] lang="zh"
+# ## 1. 环境设置
+#
+# 首先是参数单元格。`QUICK = True` 只会缩短第 5 节的计时（只测两个前缀长度，轮数也更少）；所有正确性检查和负对照在两种模式下都完整运行。全部计算在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32，并放在 `torch.inference_mode()` 中。本笔记本不安装任何包，也不读取任何文件。
+
+# %% tags=["parameters"]
+# [en] True: shorter timing in section 5; every correctness check stays complete.
+# [zh] True：缩短第 5 节的计时；所有正确性检查照常完整运行。
+QUICK = False
+# [en] Seed for the weights, the prompts and the simulated workloads.
+# [zh] 权重、提示和模拟负载所用的随机种子。
+SEED = 0
+# [en] Folder that receives results.json and the PNG figures.
+# [zh] 存放 results.json 和 PNG 图片的文件夹。
+OUTPUT_DIR = "."
+
+# %%
+import copy
+import json
+import math
+import platform
+import random
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+torch.set_default_dtype(torch.float32)
+IN_COLAB = "google.colab" in sys.modules
+OUT = Path(OUTPUT_DIR)
+OUT.mkdir(parents=True, exist_ok=True)
+ENVIRONMENT = {
+    "python": platform.python_version(),
+    "torch": torch.__version__,
+    "numpy": np.__version__,
+    "platform": platform.platform(),
+    "threads": torch.get_num_threads(),
+}
+assert ENVIRONMENT["threads"] == 1 and torch.get_default_dtype() == torch.float32
+for key, value in ENVIRONMENT.items():
+    print(f"{key:>9}: {value}")

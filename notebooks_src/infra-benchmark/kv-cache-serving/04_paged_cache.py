@@ -1,0 +1,583 @@
+# %% [markdown] lang="en"
+# ## 6. The paged cache
+#
+# A static cache reserves `T_max` slots for every row, whatever the row will use. A **paged cache**
+# borrows the idea of virtual memory: K and V live in fixed-size **physical blocks** of `block_size`
+# positions, taken from one pool shared by all sequences. Each sequence has a **block table**, the list
+# of its blocks in order; a sequence of $n$ positions holds $\lceil n / \text{block\_size} \rceil$
+# blocks, so at most one partly filled block per sequence is wasted. For attention, a sequence's K and V
+# are **gathered** from its blocks: indexing, which copies values and computes nothing.
+#
+# Our pool, per layer, is one tensor for K and one for V of shape `[num_blocks, block_size, H, Dh]`,
+# addressed as `block * block_size + slot`. Like vLLM's blocks, each block records how many of its slots
+# are filled, and a sequence reads, block by block, exactly the filled slots. A block also counts the
+# sequences that hold it (its reference count), so that sequences can share blocks. A block whose count
+# drops to 0 goes back to the free list. Two test instruments: the pool starts filled with NaN, and a
+# released block is filled with NaN again (a real engine would not spend the time): any read of a slot
+# the reader did not write becomes NaN in the logits. The free list is shuffled with a seeded generator,
+# so block tables are random, not consecutive.
+
+# %% [markdown] lang="zh"
+# ## 6. 分页缓存
+#
+# 静态缓存给每一行都预留 `T_max` 个槽位，不管这一行最终用多少。**分页缓存**借用了虚拟内存的思路：K 和 V 存放在大小固定（`block_size` 个位置）的**物理块**中，这些物理块取自所有序列共用的同一个池。每条序列有一张**块表**，按顺序列出它的物理块；有 $n$ 个位置的序列占用 $\lceil n / \text{block\_size} \rceil$ 个物理块，所以每条序列最多浪费一个未填满的物理块。做注意力时，从序列的各个物理块中**收集**（gather）出它的 K 和 V：这只是索引操作，只复制数值，不做任何计算。
+#
+# 我们的池在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。和 vLLM 的物理块一样，每个物理块记录自己已填了几个槽位，序列逐个物理块读取的恰好是这些已填的槽位。物理块还记录有几条序列持有它（引用计数），这样多条序列才能共享物理块；引用计数降到 0 的物理块回到空闲列表。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会花这个时间）。这样，只要读到不是自己写入的槽位，logits 中就会出现 NaN。空闲列表用固定种子的随机数打乱，所以块表是随机的，而不是连续的编号。
+
+# %%
+class BlockPool:
+    def __init__(self, config, num_blocks, block_size, dtype=torch.float32, seed=SEED):
+        shape = (num_blocks, block_size, config.heads, config.head_dim)     # [N_blocks, block_size, H, Dh]
+        self.k = [torch.full(shape, float("nan"), dtype=dtype) for _ in range(config.layers)]
+        self.v = [torch.full(shape, float("nan"), dtype=dtype) for _ in range(config.layers)]
+        self.num_blocks, self.block_size = num_blocks, block_size
+        # [en] Per block: filled slots, and sequences holding it.
+        # [zh] 每个物理块：已填的槽位数，以及持有它的序列数。
+        self.fill = [0] * num_blocks
+        self.refs = [0] * num_blocks
+        self.free = list(range(num_blocks))
+        # [en] Shuffled: random block tables. Every allocation is recorded.
+        # [zh] 打乱顺序：块表是随机的。每次分配都记录下来。
+        random.Random(seed).shuffle(self.free)
+        self.allocations = []
+
+    def allocate(self) -> int:
+        if not self.free:
+            raise RuntimeError(f"block pool exhausted: all {self.num_blocks} blocks in use")
+        block = self.free.pop()
+        self.refs[block] = 1
+        self.allocations.append(block)
+        return block
+
+    def release(self, block):
+        self.refs[block] -= 1
+        if self.refs[block] == 0:
+            self.clear(block)
+            self.free.append(block)
+
+    def clear(self, block):
+        self.fill[block] = 0
+        for t in self.k + self.v:
+            # [en] Test instrument: poison the released block.
+            # [zh] 检测手段：给释放的物理块重新填上 NaN。
+            t[block] = float("nan")
+
+    def used(self) -> int:
+        return self.num_blocks - len(self.free)
+
+# %% [markdown] lang="en"
+# `PagedCache` manages the block tables. `reserve(seq, n)` finds slots for $n$ new positions: it
+# appends to the last block while that block has room, and takes a new block from the pool when it is
+# full. It returns the slots' addresses; `write` puts each layer's new K/V there, and `read` gathers a
+# sequence's filled slots, block by block. `fork(parent, child)` lets a child share all of its
+# parent's blocks (each block's reference count goes up by one), and `reserve` applies
+# **copy-on-write**: before writing into a block that another sequence also holds, it copies the block
+# into a fresh one and writes there. Full shared blocks are never written, so they stay shared.
+
+# %% [markdown] lang="zh"
+# `PagedCache` 负责管理块表。`reserve(seq, n)` 为 $n$ 个新位置找槽位：最后一个物理块还有空位时就往里追加，满了就从池中取一个新的物理块。它返回这些槽位的地址；`write` 把每层新的 K/V 写到那里，`read` 则逐个物理块收集序列已填的槽位。`fork(parent, child)` 让子序列共享父序列的全部物理块（每个物理块的引用计数加一）；`reserve` 实行**写时复制**（copy-on-write）：要往一个其他序列也持有的物理块里写入之前，先把它复制到一个新的物理块，再写到新块里。已经填满的共享物理块永远不会再被写入，所以会一直共享下去。
+
+# %%
+class PagedCache:
+    def __init__(self, pool: BlockPool):
+        # [en] sequence -> block table
+        # [zh] 序列 -> 块表
+        self.pool, self.tables = pool, {}
+
+    def add(self, seq):
+        self.tables[seq] = []
+
+    def fork(self, parent, child):
+        self.tables[child] = list(self.tables[parent])
+        for block in self.tables[child]:
+            self.pool.refs[block] += 1
+
+    def free(self, seq):
+        for block in self.tables.pop(seq):
+            self.pool.release(block)
+
+    def length(self, seq) -> int:
+        return sum(self.pool.fill[b] for b in self.tables[seq])
+
+    def copy_on_write(self, seq):
+        table, pool = self.tables[seq], self.pool
+        old = table[-1]
+        new = pool.allocate()
+        for t in pool.k + pool.v:
+            t[new] = t[old]
+        pool.fill[new] = pool.fill[old]
+        pool.release(old)
+        table[-1] = new
+
+    def reserve(self, seq, n) -> torch.Tensor:
+        table, pool, addresses = self.tables[seq], self.pool, []
+        for _ in range(n):
+            while not table or pool.fill[table[-1]] >= pool.block_size:
+                table.append(pool.allocate())
+            if pool.refs[table[-1]] > 1:
+                self.copy_on_write(seq)
+            block = table[-1]
+            addresses.append(block * pool.block_size + pool.fill[block])
+            pool.fill[block] += 1
+        return torch.tensor(addresses, dtype=torch.long)
+
+    def addresses(self, seq) -> torch.Tensor:
+        size = self.pool.block_size
+        return torch.tensor([b * size + s for b in self.tables[seq] for s in range(self.pool.fill[b])], dtype=torch.long)
+
+    def write(self, layer, seq, addresses, k, v):                      # k, v: [H, n, Dh]
+        self.pool.k[layer].view(-1, *k.shape[::2])[addresses] = k.transpose(0, 1)
+        self.pool.v[layer].view(-1, *v.shape[::2])[addresses] = v.transpose(0, 1)
+
+    def read(self, layer, seq):                                        # -> [H, length, Dh]
+        addresses = self.addresses(seq)
+        # [en] Gather: indexing, [length, H, Dh].
+        # [zh] 收集：只是索引，[length, H, Dh]。
+        k = self.pool.k[layer].flatten(0, 1)[addresses]
+        v = self.pool.v[layer].flatten(0, 1)[addresses]
+        return k.transpose(0, 1), v.transpose(0, 1)
+
+# %% [markdown] lang="en"
+# The reference it must equal is a contiguous per-sequence cache with the same interface: each
+# sequence's K and V are one `[H, n, Dh]` tensor per layer, grown by `torch.cat` as in the first
+# notebook.
+#
+# `SeqBatchStore` turns a list of sequences, each with its own length, into a store for `store_forward`.
+# The batch's key axis is as long as the longest sequence plus the new tokens; each sequence's keys are
+# placed at the right end of its row, and the slots to the left are padding: exactly the left-padded
+# layout of sections 4 and 5, so positions and masks come from the same rules. The padding slots
+# are filled with zeros, not NaN: they are read with weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
+
+# %% [markdown] lang="zh"
+# 它必须与之相等的参照，是接口相同、按序列分开存放的连续缓存：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。
+#
+# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。batch 的键轴长度等于最长序列的长度加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位：这正是第 4、5 节的左填充布局，所以位置和掩码沿用同样的规则。填充位填的是 0 而不是 NaN：它们会以权重 0 参与计算，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
+
+# %%
+class ContiguousCache:
+    def __init__(self, config):
+        # [en] sequence -> [(K, V) per layer], and its length
+        # [zh] 序列 -> [每层的 (K, V)]，以及它的长度
+        self.layers, self.tables, self.lengths = config.layers, {}, {}
+
+    def add(self, seq):
+        self.tables[seq], self.lengths[seq] = [None] * self.layers, 0
+
+    def fork(self, parent, child):
+        # [en] torch.cat never writes in place, so sharing the tensors is safe.
+        # [zh] torch.cat 从不原地写入，所以共享这些张量是安全的。
+        self.tables[child] = list(self.tables[parent])
+        self.lengths[child] = self.lengths[parent]
+
+    def free(self, seq):
+        del self.tables[seq], self.lengths[seq]
+
+    def length(self, seq) -> int:
+        # [en] Including reserved positions.
+        # [zh] 包括已预留的位置。
+        return self.lengths[seq]
+
+    def reserve(self, seq, n):
+        self.lengths[seq] += n
+
+    def write(self, layer, seq, addresses, k, v):
+        past = self.tables[seq][layer]
+        self.tables[seq][layer] = (k, v) if past is None else (torch.cat((past[0], k), -2), torch.cat((past[1], v), -2))
+
+    def read(self, layer, seq):
+        return self.tables[seq][layer]
+
+
+class SeqBatchStore:
+    def __init__(self, cache, seqs):
+        self.cache, self.seqs = cache, list(seqs)
+
+    def begin(self, new_mask):                                         # new_mask: [B, T_new]
+        self.new_counts = new_mask.sum(dim=-1).tolist()
+        self.addresses = [self.cache.reserve(s, n) for s, n in zip(self.seqs, self.new_counts)]
+        # [en] Cached plus new positions.
+        # [zh] 已缓存的加上新的位置。
+        lengths = [self.cache.length(s) for s in self.seqs]
+        self.total = max(n - new for n, new in zip(lengths, self.new_counts)) + new_mask.shape[1]
+        columns = torch.arange(self.total)
+        return columns[None, :] >= (self.total - torch.tensor(lengths))[:, None]   # [B, T_total]
+
+    def write(self, layer, k, v):                                      # k, v: [B, H, T_new, Dh]
+        batch, heads, _, head_dim = k.shape
+        keys = torch.zeros(batch, heads, self.total, head_dim, dtype=k.dtype)
+        values = torch.zeros_like(keys)
+        for row, (seq, n) in enumerate(zip(self.seqs, self.new_counts)):
+            if n:
+                self.cache.write(layer, seq, self.addresses[row], k[row, :, -n:], v[row, :, -n:])
+            seq_k, seq_v = self.cache.read(layer, seq)                 # [H, length, Dh]
+            keys[row, :, self.total - seq_k.shape[1]:] = seq_k
+            values[row, :, self.total - seq_v.shape[1]:] = seq_v
+        return keys, values
+
+    def finish(self, new_len):
+        pass
+
+    def pointers(self):
+        return []
+
+# %% [markdown] lang="en"
+# **First criterion: paging is indexing.** The padded batch of section 4 (prompts of 3, 7 and 12
+# tokens), each prompt its own sequence in the pool, prefill and 20 decode steps, blocks of 4 positions
+# so that every sequence spans several blocks, in FP32 and FP64. The logits must equal those of the
+# `torch.cat` store of section 5 **bit for bit**, and so must those of the contiguous per-sequence cache:
+# the gathered K/V hold the same values in the same layout, and everything after the gather is the same
+# computation.
+
+# %% [markdown] lang="zh"
+# **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。logits 必须与第 5 节 `torch.cat` 存储的结果**逐比特相同**，与按序列分开存放的连续缓存也必须逐比特相同：收集出来的 K/V 数值相同、布局相同，收集之后的计算完全一样。
+
+# %%
+# [en] Small, so that sequences span many blocks.
+# [zh] 取小一点，让序列跨越多个物理块。
+BLOCK_SIZE = 4
+
+
+@torch.inference_mode()
+def generate_seqs(model, cache, prompts, steps=DECODE_STEPS, seqs=None):
+    # [en] The padded batch of section 4, with each prompt stored as its own sequence in `cache`.
+    # [zh] 第 4 节填充后的 batch，每个提示在 `cache` 中是一条独立的序列。
+    seqs = list(range(len(prompts))) if seqs is None else seqs
+    for seq in seqs:
+        cache.add(seq)
+    return generate_with_store(model, prompts, SeqBatchStore(cache, seqs), steps)
+
+
+def check_paged(dtype=torch.float32) -> dict:
+    net = in_dtype(model, dtype)
+    pool = BlockPool(cfg, 32, BLOCK_SIZE, dtype)
+    paged = PagedCache(pool)
+    out = generate_seqs(net, paged, PROMPTS)
+    contiguous = generate_seqs(net, ContiguousCache(cfg), PROMPTS)
+    cat_ref = generate_with_store(net, PROMPTS, CatStore(cfg, len(PROMPTS)))
+    tables = [list(paged.tables[s]) for s in range(len(PROMPTS))]
+    return {
+        "dtype": DTYPE_NAME[dtype],
+        "max_abs_logit_err": worst(max_err(a, b) for a, b in zip(out["logits"], cat_ref["logits"])),
+        "bit_exact_vs_cat": all(torch.equal(a, b) for a, b in zip(out["logits"], cat_ref["logits"])),
+        "bit_exact_vs_contiguous": all(torch.equal(a, b) for a, b in zip(out["logits"], contiguous["logits"])),
+        "tokens_identical": out["tokens"] == cat_ref["tokens"],
+        "finite": all(bool(torch.isfinite(a).all()) for a in out["logits"]),
+        "tables": tables,
+        "lengths": [paged.length(s) for s in range(len(PROMPTS))],
+    }
+
+
+PAGED = {DTYPE_NAME[d]: check_paged(d) for d in TOLERANCE}
+say_table([[str(seq), str(PAGED["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(PAGED["fp32"]["tables"])],
+          en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
+say_table([[name, f"{r['max_abs_logit_err']:.1e}", str(r["bit_exact_vs_cat"]), str(r["bit_exact_vs_contiguous"]), str(r["tokens_identical"])]
+           for name, r in PAGED.items()],
+          en=["dtype", "max abs logit error vs `torch.cat`", "bit-exact vs `torch.cat`", "bit-exact vs contiguous", "tokens identical"],
+          zh=["精度", "与 `torch.cat` 相比的最大 logits 绝对误差", "与 `torch.cat` 逐比特相同", "与连续缓存逐比特相同", "token 一致"])
+for r in PAGED.values():
+    assert r["bit_exact_vs_cat"] and r["bit_exact_vs_contiguous"] and r["tokens_identical"] and r["finite"]
+    assert r["lengths"] == [n + DECODE_STEPS for n in PROMPT_LENGTHS]
+    assert [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]]
+    # [en] Block tables are not consecutive.
+    # [zh] 块表不是连续编号。
+    assert any(t != sorted(t) or t != list(range(t[0], t[0] + len(t))) for t in r["tables"])
+
+# %% [markdown] lang="en"
+# **Second criterion: blocks return and are reused.** Six requests with different prompt and output
+# lengths share a pool of only 24 blocks of 4 positions, at most three running at a time. When a
+# request has generated its tokens it retires and its blocks go back to the pool; a waiting request is
+# admitted when the blocks it may need (prompt plus output, rounded up to whole blocks) are free, and
+# gets blocks that earlier requests used. A new request's prompt is prefilled on its own; then all
+# running requests decode together, one token each per step. `serve` is this loop, with the cache type
+# left open; section 8 builds a scheduler on it. The paged run must equal, bit for bit, the same
+# schedule over the contiguous cache, and every request's tokens must equal what it generates alone.
+
+# %% [markdown] lang="zh"
+# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求，在它可能需要的物理块（提示加输出，向上取整到整数个物理块）都空闲时才被接纳，拿到的正是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会在它之上构建调度器。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
+
+# %%
+@dataclass
+class Request:
+    rid: int
+    prompt: torch.Tensor
+    # [en] Tokens to generate, and the loop iteration the request arrives at.
+    # [zh] 要生成的 token 数，以及请求到达的循环轮次。
+    max_new: int
+    arrival: int = 0
+    tokens: list = field(default_factory=list)
+    logits: list = field(default_factory=list)
+    admitted: int = -1
+    finished: int = -1
+
+
+def blocks_needed(request, block_size) -> int:
+    # [en] The last generated token is never fed back, so its K/V is never stored.
+    # [zh] 最后生成的 token 不会再送回模型，所以它的 K/V 从不存储。
+    return math.ceil((len(request.prompt) + request.max_new - 1) / block_size)
+
+
+@torch.inference_mode()
+def serve(model, cache, requests, num_blocks, block_size, max_batch):
+    # [en] Admit (prefill alone), decode all running requests together, retire finished ones; repeat.
+    # [zh] 接纳请求（单独预填充），所有运行中的请求一起解码，让完成的请求退出；如此循环。
+    waiting = sorted(requests, key=lambda r: (r.arrival, r.rid))
+    running, trace, iteration = [], [], 0
+    while waiting or running:
+        reserved = sum(blocks_needed(r, block_size) for r in running)
+        while (waiting and waiting[0].arrival <= iteration and len(running) < max_batch
+               and reserved + blocks_needed(waiting[0], block_size) <= num_blocks):
+            request = waiting.pop(0)
+            cache.add(request.rid)
+            logits = store_forward(model, request.prompt[None], torch.ones(1, len(request.prompt), dtype=torch.bool),
+                                   SeqBatchStore(cache, [request.rid]))
+            request.logits.append(logits[0])
+            request.tokens.append(int(logits[0, -1].argmax()))
+            request.admitted = iteration
+            reserved += blocks_needed(request, block_size)
+            running.append(request)
+        decoding = [r for r in running if len(r.tokens) < r.max_new]
+        if decoding:
+            ids = torch.tensor([[r.tokens[-1]] for r in decoding])
+            logits = store_forward(model, ids, torch.ones(len(decoding), 1, dtype=torch.bool),
+                                   SeqBatchStore(cache, [r.rid for r in decoding]))
+            for row, r in enumerate(decoding):
+                r.logits.append(logits[row])
+                r.tokens.append(int(logits[row, -1].argmax()))
+        for r in [r for r in running if len(r.tokens) == r.max_new]:
+            cache.free(r.rid)
+            r.finished = iteration
+            running.remove(r)
+        trace.append({"iteration": iteration, "decoded": len(decoding), "running": len(running),
+                      "waiting": len(waiting), "blocks_used": cache.pool.used() if hasattr(cache, "pool") else None,
+                      "blocks_reserved": sum(blocks_needed(r, block_size) for r in running)})
+        iteration += 1
+    return trace
+
+
+def make_requests(specs, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return [Request(rid, torch.randint(0, cfg.vocab, (prompt_len,), generator=gen), max_new, arrival)
+            for rid, (prompt_len, max_new, arrival) in enumerate(specs)]
+
+
+ALONE_CACHE = {}
+
+
+def alone(request):
+    # [en] The reference for one request: the first notebook's cache, batch 1; then a full recomputation.
+    # [zh] 单个请求的参照：第一份笔记本的缓存，batch 为 1；再做一次完整重算。
+    key = (tuple(request.prompt.tolist()), request.max_new)
+    if key not in ALONE_CACHE:
+        ALONE_CACHE[key] = generate_alone(model, request.prompt, steps=request.max_new - 1)
+    return ALONE_CACHE[key]
+
+
+def request_logits(request):
+    return torch.cat([request.logits[0]] + [l for l in request.logits[1:]])   # [prompt + max_new - 1, vocab]
+
+
+# [en] (prompt tokens, output tokens, arrival)
+# [zh] （提示 token 数，输出 token 数，到达轮次）
+REUSE_SPECS = [(9, 6, 0), (14, 12, 0), (5, 3, 0), (11, 8, 0), (7, 10, 0), (13, 5, 0)]
+REUSE_BLOCKS = 24
+
+
+def check_reuse_paged(pool_class=BlockPool, spare_blocks=0) -> dict:
+    paged_requests, contiguous_requests = make_requests(REUSE_SPECS, SEED + 3), make_requests(REUSE_SPECS, SEED + 3)
+    pool = pool_class(cfg, REUSE_BLOCKS + spare_blocks, BLOCK_SIZE)
+    trace = serve(model, PagedCache(pool), paged_requests, REUSE_BLOCKS, BLOCK_SIZE, max_batch=3)
+    serve(model, ContiguousCache(cfg), contiguous_requests, REUSE_BLOCKS, BLOCK_SIZE, max_batch=3)
+    tol = TOLERANCE[torch.float32]
+    return {
+        "bit_exact_vs_contiguous": all(torch.equal(request_logits(a), request_logits(b))
+                                       for a, b in zip(paged_requests, contiguous_requests)),
+        "max_abs_logit_err_vs_contiguous": worst(max_err(request_logits(a), request_logits(b))
+                                               for a, b in zip(paged_requests, contiguous_requests)),
+        "max_abs_logit_err_vs_alone": worst(max_err(request_logits(r), alone(r)["logits"]) for r in paged_requests),
+        "close_to_alone": all(torch.allclose(request_logits(r), alone(r)["logits"], atol=tol, rtol=tol) for r in paged_requests),
+        "tokens_as_alone": all(r.tokens == alone(r)["tokens"] for r in paged_requests),
+        "finite": all(bool(torch.isfinite(request_logits(r)).all()) for r in paged_requests),
+        "reused_blocks": len(pool.allocations) - len(set(pool.allocations)),
+        "all_returned": pool.used() == 0 and len(pool.free) == pool.num_blocks,
+        "iterations": len(trace),
+        "admitted": [r.admitted for r in paged_requests],
+    }
+
+
+REUSE = check_reuse_paged()
+say(en=(f"Six requests over {REUSE_BLOCKS} blocks: admitted at iterations {REUSE['admitted']}, "
+        f"{REUSE['reused_blocks']} allocations of a block that an earlier request had used; bit-exact vs the "
+        f"contiguous cache: {REUSE['bit_exact_vs_contiguous']}; tokens as alone: {REUSE['tokens_as_alone']} "
+        f"(largest logit difference from the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}); all blocks back in the pool: {REUSE['all_returned']}."),
+    zh=(f"六个请求共用 {REUSE_BLOCKS} 个物理块：分别在第 {REUSE['admitted']} 轮被接纳；有 {REUSE['reused_blocks']} 次分配拿到的是先前请求用过的物理块；"
+        f"与连续缓存逐比特相同：{REUSE['bit_exact_vs_contiguous']}；token 与单独运行时相同：{REUSE['tokens_as_alone']}"
+        f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；全部物理块都已归还：{REUSE['all_returned']}。"))
+assert REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"] and REUSE["finite"]
+assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"]
+# [en] Some request had to wait for blocks.
+# [zh] 有的请求必须等待物理块。
+assert max(REUSE["admitted"]) > 0
+
+# %% [markdown] lang="en"
+# Batched decoding is not bit-identical to decoding alone: the same row sits in matrices of other
+# shapes, and its sums are grouped differently. That is why the comparison with the alone runs uses the
+# FP32 tolerance, and the comparison of the two caches under the same schedule asks for exact equality.
+#
+# **Third criterion: prefix sharing.** Two requests start with the same 14-token prompt (a shared
+# system prompt, say) and then continue with different tokens of their own (5 and 9 of them), before 8
+# greedy steps each. The prompt is prefilled once; the second sequence forks from the first, sharing
+# its blocks. With blocks of 4 positions the 14 prompt positions fill three blocks and half of a
+# fourth. The three full blocks stay shared to the end. The half-filled one is copied when the first
+# sequence writes into it; after that copy the second sequence is its only holder, and writes into it
+# in place. Both must equal, bit for bit, the same calls over the contiguous cache, and
+# within the tolerance a full recomputation of their own tokens.
+
+# %% [markdown] lang="zh"
+# 批量解码与单独解码并不逐比特相同：同一行数据处在形状不同的矩阵里，求和的分组方式也不同。所以与单独运行的比较采用 FP32 容差，而两种缓存在同一调度下的比较则要求完全相等。
+#
+# **第三条判据：前缀共享**。两个请求以同一段 14 个 token 的提示开头（比如共用的系统提示），之后各自接上不同的 token（分别 5 个和 9 个），再各做 8 步贪心生成。共用的提示只预填充一次；第二条序列从第一条分叉出来，共享它的物理块。物理块大小为 4 时，14 个提示位置占满三个物理块，再加半个。三个满的物理块一直共享到最后。半满的那个物理块在第一条序列写入时被复制；复制之后，第二条序列成了它唯一的持有者，直接在原处写入。两条序列都必须与同样的调用在连续缓存上的结果逐比特相同，并在容差范围内等于对它们各自 token 的完整重算。
+
+# %%
+SHARED_PROMPT_LEN, TAILS, SHARED_STEPS = 14, (5, 9), 8
+gen = torch.Generator().manual_seed(SEED + 4)
+SHARED_PROMPT = torch.randint(0, cfg.vocab, (SHARED_PROMPT_LEN,), generator=gen)
+SHARED_TAILS = [torch.randint(0, cfg.vocab, (n,), generator=gen) for n in TAILS]
+
+
+@torch.inference_mode()
+def run_shared(cache):
+    # [en] Prefill the shared prompt once, fork, feed each tail, then decode both together.
+    # [zh] 共用提示只预填充一次，然后分叉，分别送入各自的后续 token，再一起解码。
+    ones = lambda n: torch.ones(1, n, dtype=torch.bool)
+    cache.add("a")
+    prompt_logits = store_forward(model, SHARED_PROMPT[None], ones(SHARED_PROMPT_LEN), SeqBatchStore(cache, ["a"]))
+    cache.fork("a", "b")
+    shared_after_fork = list(cache.tables["a"]) if hasattr(cache, "pool") else None
+    runs = {}
+    for seq, tail in zip("ab", SHARED_TAILS):
+        logits = store_forward(model, tail[None], ones(len(tail)), SeqBatchStore(cache, [seq]))
+        runs[seq] = {"logits": [prompt_logits[0], logits[0]], "tokens": [int(logits[0, -1].argmax())]}
+    for _ in range(SHARED_STEPS - 1):
+        ids = torch.tensor([[runs[s]["tokens"][-1]] for s in "ab"])
+        logits = store_forward(model, ids, torch.ones(2, 1, dtype=torch.bool), SeqBatchStore(cache, ["a", "b"]))
+        for row, s in enumerate("ab"):
+            runs[s]["logits"].append(logits[row])
+            runs[s]["tokens"].append(int(logits[row, -1].argmax()))
+    for s in "ab":
+        runs[s]["logits"] = torch.cat(runs[s]["logits"])
+    return runs, shared_after_fork
+
+
+def check_shared(cache_class=PagedCache) -> dict:
+    pool = BlockPool(cfg, 16, BLOCK_SIZE)
+    paged = cache_class(pool)
+    runs, shared_after_fork = run_shared(paged)
+    contiguous, _ = run_shared(ContiguousCache(cfg))
+    tables = {s: list(paged.tables[s]) for s in "ab"}
+    full_blocks = SHARED_PROMPT_LEN // BLOCK_SIZE
+    tol, full = TOLERANCE[torch.float32], {}
+    with torch.inference_mode():
+        for s, tail in zip("ab", SHARED_TAILS):
+            sequence = torch.cat((SHARED_PROMPT, tail, torch.tensor(runs[s]["tokens"][:-1])))
+            full[s] = model(sequence[None])[0][0]
+    return {
+        "bit_exact_vs_contiguous": all(torch.equal(runs[s]["logits"], contiguous[s]["logits"]) for s in "ab"),
+        "max_abs_logit_err_vs_full": worst(max_err(runs[s]["logits"], full[s]) for s in "ab"),
+        "max_abs_logit_err_vs_contiguous": worst(max_err(runs[s]["logits"], contiguous[s]["logits"]) for s in "ab"),
+        "close_to_full": all(torch.allclose(runs[s]["logits"], full[s], atol=tol, rtol=tol) for s in "ab"),
+        "tokens_as_full": all(runs[s]["tokens"] == full[s][SHARED_PROMPT_LEN + len(t) - 1:].argmax(-1).tolist()
+                              for s, t in zip("ab", SHARED_TAILS)),
+        "finite": all(bool(torch.isfinite(runs[s]["logits"]).all()) for s in "ab"),
+        "shared_blocks": [b for b in tables["a"] if b in tables["b"]],
+        "full_prompt_blocks": shared_after_fork[:full_blocks],
+        "partial_block_copied": shared_after_fork[full_blocks] in tables["b"] and shared_after_fork[full_blocks] not in tables["a"],
+        "blocks_in_use": pool.used(),
+        "blocks_without_sharing": sum(math.ceil(len(runs[s]["logits"]) / BLOCK_SIZE) for s in "ab"),
+        "tables": tables,
+    }
+
+
+SHARED = check_shared()
+say_table([[f"`{seq}`", str(table)] for seq, table in SHARED["tables"].items()], en=["sequence", "block table"], zh=["序列", "块表"])
+say(en=(f"Shared blocks {SHARED['shared_blocks']} (the full prompt blocks); the half-filled prompt block was copied on the first sequence's write: "
+        f"{SHARED['partial_block_copied']}; {SHARED['blocks_in_use']} blocks in use instead of {SHARED['blocks_without_sharing']}. "
+        f"Bit-exact vs the contiguous cache: {SHARED['bit_exact_vs_contiguous']}; largest logit difference from full recomputation "
+        f"{SHARED['max_abs_logit_err_vs_full']:.1e}."),
+    zh=(f"共享的物理块为 {SHARED['shared_blocks']}（即提示中已填满的几个物理块）；提示中半满的那个物理块在第一条序列写入时被复制：{SHARED['partial_block_copied']}；"
+        f"使用中的物理块为 {SHARED['blocks_in_use']} 个，不共享则需要 {SHARED['blocks_without_sharing']} 个。与连续缓存逐比特相同：{SHARED['bit_exact_vs_contiguous']}；"
+        f"与完整重算相比，logits 的最大差异为 {SHARED['max_abs_logit_err_vs_full']:.1e}。"))
+assert SHARED["bit_exact_vs_contiguous"] and SHARED["close_to_full"] and SHARED["tokens_as_full"] and SHARED["finite"]
+assert SHARED["shared_blocks"] == SHARED["full_prompt_blocks"] and len(SHARED["shared_blocks"]) == SHARED_PROMPT_LEN // BLOCK_SIZE
+assert SHARED["partial_block_copied"] and SHARED["blocks_in_use"] == SHARED["blocks_without_sharing"] - len(SHARED["shared_blocks"])
+
+# %% [markdown] lang="en"
+# **Negative controls.** Three bookkeeping mistakes, each in a subclass that changes one method, each
+# run through the same checks:
+#
+# * **off-by-one block offset**: `reserve` hands out the slot one past the block's fill count, so each
+#   position is written one slot too far while `read` reads the slots the block counts as filled;
+# * **reused block not cleared**: `release` returns a block to the free list without resetting its
+#   fill count; its next owner appends behind slots it never wrote, and reads them (this pool gets
+#   spare blocks: stale fill counts make sequences take more blocks than the schedule reserved, and
+#   running out of blocks would also be a failure, but a less informative one);
+# * **shared block written in place**: no copy-on-write; the first sequence to continue after the fork
+#   appends into the block it shares with the other, which then reads a token that is not its own.
+
+# %% [markdown] lang="zh"
+# **负对照**：三种记账错误，各自写成只改动一个方法的子类，都交给同样的检查：
+#
+# * **物理块内偏移差一**：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都写到了下一个槽位，而 `read` 读取的是物理块记为已填的那些槽位；
+# * **复用的物理块没有清理**：`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位（这个池多给了一些备用物理块：过期的已填计数会让序列占用比调度预留更多的物理块，而物理块耗尽虽然也算失败，提供的信息却更少）；
+# * **原地写入共享的物理块**：不做写时复制；分叉后先继续生成的那条序列，会把 token 追加到与另一条序列共享的物理块里，另一条序列随之读到不属于自己的 token。
+
+# %%
+class OffByOneOffset(PagedCache):
+    def reserve(self, seq, n):
+        addresses = super().reserve(seq, n)
+        # [en] WRONG on purpose: one slot too far.
+        # [zh] 故意写错：多偏了一个槽位。
+        return (addresses + 1) % (self.pool.num_blocks * self.pool.block_size)
+
+
+class NotClearedPool(BlockPool):
+    def clear(self, block):
+        for t in self.k + self.v:
+            # [en] WRONG on purpose: the fill count is kept.
+            # [zh] 故意写错：保留了已填计数。
+            t[block] = float("nan")
+
+
+class NoCopyOnWrite(PagedCache):
+    def copy_on_write(self, seq):
+        # [en] WRONG on purpose: write into the shared block.
+        # [zh] 故意写错：直接写入共享的物理块。
+        pass
+
+
+def paged_verdict(r, exact_key):
+    error_key = "max_abs_logit_err" if exact_key == "bit_exact_vs_cat" else "max_abs_logit_err_vs_contiguous"
+    return {"max_abs_logit_err": r[error_key], "finite": r["finite"], "detected": not r[exact_key]}
+
+
+def off_by_one_run():
+    pool = BlockPool(cfg, 32, BLOCK_SIZE)
+    out = generate_seqs(model, OffByOneOffset(pool), PROMPTS)
+    return {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(out["logits"], cat_run["logits"])),
+            "finite": all(bool(torch.isfinite(a).all()) for a in out["logits"]),
+            "bit_exact_vs_cat": all(torch.equal(a, b) for a, b in zip(out["logits"], cat_run["logits"]))}
+
+
+PAGED_CONTROLS = {
+    "off_by_one_block_offset": paged_verdict(off_by_one_run(), "bit_exact_vs_cat"),
+    "reused_block_not_cleared": paged_verdict(check_reuse_paged(pool_class=NotClearedPool, spare_blocks=REUSE_BLOCKS), "bit_exact_vs_contiguous"),
+    "shared_block_written_in_place": paged_verdict(check_shared(cache_class=NoCopyOnWrite), "bit_exact_vs_contiguous"),
+}
+say_table([[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", str(c["finite"]), str(c["detected"])] for name, c in PAGED_CONTROLS.items()],
+          en=["broken variant", "max abs logit error", "finite", "caught"],
+          zh=["改坏的版本", "最大 logits 绝对误差", "数值有限", "查出"])
+assert all(c["detected"] for c in PAGED_CONTROLS.values())
+# [en] The NaN pool exposes the unwritten slot and the stale slots of a reused block; writing into a shared block gives finite, wrong numbers, which the comparison catches.
+# [zh] NaN 池暴露了未写入的槽位，以及复用物理块中过期的槽位；写入共享物理块给出的是有限但错误的数，由比较查出。
+assert not PAGED_CONTROLS["off_by_one_block_offset"]["finite"]
+assert not PAGED_CONTROLS["reused_block_not_cleared"]["finite"]
+assert PAGED_CONTROLS["shared_block_written_in_place"]["finite"]

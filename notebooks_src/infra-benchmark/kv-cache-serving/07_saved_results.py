@@ -1,0 +1,97 @@
+# %% [markdown] lang="en"
+# ## 9. Saved results
+#
+# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the
+# figures: per variant the criterion, the largest errors, and each negative control with its error and
+# whether it was caught; the step timings of section 5 with their protocol and raw samples; the memory
+# table of section 7; the continuous-batching summary and its trace. A NaN error (a control that
+# produced NaN) is written as `null` with `"finite": false`, so the file is strict JSON. On Colab the
+# cell also offers the files for download.
+
+# %% [markdown] lang="zh"
+# ## 9. 保存结果
+#
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：每种做法的判据、最大误差，以及每个负对照的误差和是否被查出；第 5 节单步计时的规程和原始样本；第 7 节的内存表；连续批处理的汇总及其逐轮记录。误差为 NaN 时（某个负对照算出了 NaN），写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件的下载。
+
+# %%
+def finite_or_none(value):
+    return float(value) if math.isfinite(value) else None
+
+
+def control_entry(control: dict) -> dict:
+    return {"max_abs_logit_err": finite_or_none(control["max_abs_logit_err"]),
+            "finite": bool(control["finite"]), "detected": bool(control["detected"])}
+
+
+RESULTS = {
+    "schema_version": 1,
+    "notebook": "infra-benchmark/kv-cache-serving",
+    "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    "quick": bool(QUICK),
+    "environment": ENVIRONMENT,
+    "config": {"vocab": cfg.vocab, "width": cfg.width, "heads": cfg.heads, "head_dim": cfg.head_dim,
+               "layers": cfg.layers, "mlp": cfg.mlp, "max_positions": cfg.max_positions, "seed": SEED},
+    "tolerances": {"fp32": TOLERANCE[torch.float32], "fp64": TOLERANCE[torch.float64]},
+    "padding": {
+        "criterion": "real-position logits of every row equal the prompt run alone and fully recomputed (atol=rtol=tolerance); greedy tokens identical",
+        "prompt_lengths": list(PROMPT_LENGTHS), "decode_steps": DECODE_STEPS,
+        "runs": {name: {"max_abs_logit_err": r["max_abs_logit_err"], "per_row_err": r["per_row_err"],
+                        "tokens_identical": r["tokens_identical"], "passed": r["passed"]} for name, r in PADDED.items()},
+        "padding_content_bit_exact": bool(PAD_CONTENT_BIT_EXACT),
+        "negative_controls": {name: control_entry({**r, "detected": not r["passed"]}) for name, r in PADDING_CONTROL_RUNS.items()},
+    },
+    "static": {
+        "criterion": "logits bit-identical to the torch.cat store; data_ptr fixed; NaN-filled unused slots never reach the logits; overflow raises",
+        "t_max": T_MAX,
+        "runs": {name: {k: r[k] for k in ("max_abs_logit_err", "bit_exact", "tokens_identical", "pointers_fixed",
+                                          "finite", "unused_slots_nan", "calls")} for name, r in STATIC.items()},
+        "overflow_error": OVERFLOW_ERROR,
+        "reuse_with_reset_bit_exact": bool(REUSE_WITH_RESET["bit_exact"]),
+        "negative_controls": {name: control_entry(c) for name, c in STATIC_CONTROLS.items()},
+        "step_timing": {
+            "protocol": {"threads": torch.get_num_threads(), "dtype": "fp32", "batch": 1, "warmups": STEP_WARMUPS,
+                         "repeats": STEP_REPEATS, "order": "alternating", "clock": "time.perf_counter_ns", "unit": "ms"},
+            "rows": STEP_TIMING,
+        },
+    },
+    "paged": {
+        "criterion": "logits bit-identical to the torch.cat store and to a contiguous per-sequence cache under the same calls",
+        "block_size": BLOCK_SIZE,
+        "runs": {name: {k: r[k] for k in ("max_abs_logit_err", "bit_exact_vs_cat", "bit_exact_vs_contiguous",
+                                          "tokens_identical", "tables")} for name, r in PAGED.items()},
+        "reuse": {k: REUSE[k] for k in ("bit_exact_vs_contiguous", "tokens_as_alone", "close_to_alone",
+                                        "max_abs_logit_err_vs_alone", "reused_blocks", "all_returned", "admitted")},
+        "prefix_sharing": {k: SHARED[k] for k in ("bit_exact_vs_contiguous", "close_to_full", "tokens_as_full",
+                                                  "max_abs_logit_err_vs_full", "shared_blocks", "partial_block_copied",
+                                                  "blocks_in_use", "blocks_without_sharing")},
+        "negative_controls": {name: control_entry(c) for name, c in PAGED_CONTROLS.items()},
+    },
+    "memory": {
+        "workload": {"requests": N_REQUESTS, "seed": SEED, "prompt": f"log-uniform integers in [{MIN_LEN}, {MAX_LEN}]",
+                     "output": f"log-uniform integers in [{MIN_LEN}, {MAX_LEN}]", "t_max": T_LIMIT,
+                     "bytes_per_token": BYTES_PER_TOKEN, "accounting": "sum over every decode step of every request"},
+        "table": MEMORY,
+    },
+    "continuous_batching": {
+        "criterion": "every request's tokens equal its alone run; logits within the fp32 tolerance",
+        "pool": {"blocks": STREAM_BLOCKS, "block_size": STREAM_BLOCK_SIZE, "max_batch": STREAM_MAX_BATCH},
+        "requests": [{"prompt_tokens": p, "output_tokens": o, "arrival": a} for p, o, a in STREAM_SPECS],
+        "summary": CONTINUOUS,
+        "trace": TRACE,
+    },
+    "figures": [MASKS_PNG.name, PADDING_PNG.name, STEP_PNG.name, MEMORY_PNG.name, OCCUPANCY_PNG.name],
+}
+RESULTS_JSON = OUT / "results.json"
+RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+saved = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
+assert saved["padding"]["runs"] == json.loads(json.dumps(RESULTS["padding"]["runs"]))
+assert all(c["detected"] for block in ("padding", "static", "paged") for c in saved[block]["negative_controls"].values())
+assert all((OUT / name).exists() for name in RESULTS["figures"])
+controls = [c for block in ("padding", "static", "paged") for c in saved[block]["negative_controls"].values()]
+say(en=f"Wrote `{RESULTS_JSON.name}` and {len(RESULTS['figures'])} figures; {sum(c['detected'] for c in controls)} of {len(controls)} negative controls caught.",
+    zh=f"已写入 `{RESULTS_JSON.name}` 和 {len(RESULTS['figures'])} 张图；{len(controls)} 个负对照中查出了 {sum(c['detected'] for c in controls)} 个。")
+
+if IN_COLAB:
+    from google.colab import files
+    for name in [RESULTS_JSON.name] + RESULTS["figures"]:
+        files.download(str(OUT / name))

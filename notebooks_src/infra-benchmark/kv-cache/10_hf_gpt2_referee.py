@@ -1,0 +1,252 @@
+# %% [markdown] lang="en"
+# ## {{section}}. An outside referee: Hugging Face GPT-2
+#
+# The equivalence checks compare our decoder with itself: the cached path against full recomputation.
+# Both sides of that comparison were written here, so a misunderstanding shared by both would go
+# unnoticed. This section asks a referee that nobody here wrote. Our decoder has GPT-2's architecture
+# at toy size with two settings changed: exact GELU in the MLP (GPT-2 uses a tanh approximation) and
+# an untied output projection, with its own matrix (GPT-2 ties it to the token embedding table). Both
+# settings are configuration fields of `transformers.GPT2LMHeadModel`, so our weights can be copied
+# into it. If the copy is faithful, the two models compute the same function, and three things must
+# agree: the logits of one full call, the logits of the cached path chunk by chunk, and every layer's
+# cached K and V. We compare in FP64 with an absolute tolerance of 1e-10: two correct implementations
+# of the same arithmetic differ in FP64 only by rounding, far below that, while a real mistake in the
+# mapping is much larger.
+#
+# The section needs the `transformers` library (Colab ships it). Without it, the next cell says so in
+# one sentence and the rest of the section does nothing. The companion notebook *Checking our decoder
+# against Hugging Face GPT-2* ([open in Colab]({{colab:infra-benchmark/kv-cache-hf-gpt2}})) builds on
+# this comparison: three realistic mapping mistakes it must catch, why the tolerance is so tight, the
+# cache object of transformers, and a timing race between the two models.
+
+# %% [markdown] lang="zh"
+# ## {{section}}. 外部裁判：Hugging Face GPT-2
+#
+# 等价性检查是拿我们的解码器和它自己比：缓存路径对照完整重算。比较的双方都出自我们之手，如果两边犯了同一个理解上的错误，这样的比较是发现不了的。本节请来一位并非出自我们之手的裁判。我们的解码器采用的是缩小版的 GPT-2 结构，只改了两处设置：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似），输出投影不共享权重、有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。这两处设置都是 `transformers.GPT2LMHeadModel` 的配置项，因此可以把我们的权重复制进去。只要复制得没错，两个模型计算的就是同一个函数，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，绝对容差取 1e-10：同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；而权重映射上真正的错误会大得多。
+#
+# 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分什么也不做。配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）在这个比较的基础上更进一步：比较必须抓住的三个现实中容易犯的映射错误、容差为什么要定得这么紧、transformers 的缓存对象，以及两个模型之间的一场计时比赛。
+
+# %%
+import copy
+import warnings
+
+# [en] transformers imports tqdm, whose notice about missing Jupyter widgets is noise here.
+# [zh] transformers 会导入 tqdm，它关于缺少 Jupyter 小部件的提示在这里只是干扰。
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+PEER_TOL = 1e-10                                # |GPT-2 - ours|, FP64
+PINNED_TRANSFORMERS = "5.23.0"
+CHECKED_TRANSFORMERS = ("4.57.1", "5.0.0")
+
+
+# [en] None if a cached GPT-2 call works the way this section uses it, else what went wrong.
+# [en] Older releases lack `DynamicCache(config=...)` or per-layer K/V as `cache.layers[i].keys`.
+# [zh] 如果带缓存的 GPT-2 调用符合本节的用法，返回 None，否则返回出错的原因。
+# [zh] 较早的版本没有 `DynamicCache(config=...)`，或者不把每层的 K/V 存为 `cache.layers[i].keys`。
+def cache_api_problem():
+    tiny = GPT2LMHeadModel(GPT2Config(vocab_size=5, n_positions=8, n_embd=8, n_layer=1, n_head=2,
+                                      bos_token_id=None, eos_token_id=None, attn_implementation="eager")).eval()
+    try:
+        cache = DynamicCache(config=tiny.config)
+        with torch.inference_mode():
+            out = tiny(input_ids=torch.zeros(1, 3, dtype=torch.long), past_key_values=cache, use_cache=True)
+        assert out.past_key_values is cache and cache.get_seq_length() == 3
+        assert tuple(cache.layers[0].keys.shape) == tuple(cache.layers[0].values.shape) == (1, 2, 3, 4)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}".strip().splitlines()[0]
+    return None
+
+
+try:
+    import transformers
+    from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
+    from transformers.pytorch_utils import Conv1D
+
+    problem = cache_api_problem()
+    checked = ", ".join(CHECKED_TRANSFORMERS) + " and " + PINNED_TRANSFORMERS
+    SKIP_NOTE = None if problem is None else {
+        "en": f"transformers {transformers.__version__} lacks the cache API used here ({problem}); it was "
+              f"checked with {checked}, so the comparison with Hugging Face GPT-2 is skipped.",
+        "zh": f"transformers {transformers.__version__} 缺少这里用到的缓存接口（{problem}）；"
+              f"它在 {checked} 上检查过，因此跳过与 Hugging Face GPT-2 的比较。",
+    }
+except ImportError:
+    SKIP_NOTE = {"en": "transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped.",
+                 "zh": "没有安装 transformers，因此跳过与 Hugging Face GPT-2 的比较。"}
+HAVE_TRANSFORMERS = SKIP_NOTE is None
+
+
+def max_abs(a, b):
+    return (a - b).abs().max().item()
+
+
+if not HAVE_TRANSFORMERS:
+    say(**SKIP_NOTE)
+elif transformers.__version__ in (PINNED_TRANSFORMERS, *CHECKED_TRANSFORMERS):
+    print(f"transformers {transformers.__version__}")
+else:
+    say(en=f"transformers {transformers.__version__}: not one of the versions this comparison was checked with "
+           f"({checked}); if an assertion below fails, this version computes something differently.",
+        zh=f"transformers {transformers.__version__}：不在检查过的版本之列（{checked}）；"
+           f"如果下面某条断言失败，说明这个版本的某处计算方式不同。")
+
+# %% [markdown] lang="en"
+# **The mapping, in brief.** `GPT2Config`'s defaults describe the smallest released GPT-2, so the
+# configuration is built from our `cfg`: the sizes, no dropout, LayerNorm's epsilon 1e-5,
+# `activation_function="gelu"` (exact), `tie_word_embeddings=False`, no special token IDs (GPT-2's
+# 50256 does not exist in a 97-token vocabulary), and eager attention, the plain
+# matmul → softmax → matmul. The weights need two conversions. GPT-2's projections are `Conv1D`
+# modules that store their matrix as `[in, out]` and compute `x @ W + b`, so each of our `nn.Linear`
+# weights (`[out, in]`) goes in transposed. And GPT-2 has a single `c_attn` that produces Q, K and V
+# side by side, so its weight is our `q`, `k` and `v` matrices stacked and transposed, its bias the
+# three biases concatenated. The table lists every field that differs from GPT-2's default. Loading
+# is strict: a missing or unexpected weight name is an error.
+
+# %% [markdown] lang="zh"
+# **映射要点**：`GPT2Config` 的默认值描述的是已发布的 GPT-2 中最小的那个，所以我们根据自己的 `cfg` 构造配置：各项尺寸、不用 dropout、LayerNorm 的 epsilon 取 1e-5、`activation_function="gelu"`（精确 GELU）、`tie_word_embeddings=False`、不设特殊 token 的 ID（GPT-2 默认的 50256 在只有 97 个 token 的词表里并不存在），以及 eager 注意力，也就是最直接的“矩阵乘 → softmax → 矩阵乘”。权重要做两种转换。GPT-2 的投影层是 `Conv1D` 模块，把矩阵存成 `[in, out]`，计算 `x @ W + b`，所以我们每个 `nn.Linear` 的权重（`[out, in]`）都要转置后再放进去。另外，GPT-2 只有一个 `c_attn`，一次并排算出 Q、K、V，所以它的权重是我们的 `q`、`k`、`v` 三个矩阵拼接后再转置，偏置则是三个偏置首尾相接。下表列出与 GPT-2 默认值不同的每一个配置项。加载使用严格模式：参数名缺了或多了都会报错。
+
+# %%
+# [en] A GPT2Config that describes our decoder; `changes` overrides fields (the traps use it).
+# [zh] 描述我们这个解码器的 GPT2Config；`changes` 用来改写个别配置项（陷阱会用到）。
+def gpt2_config(cfg, **changes):
+    fields = dict(
+        vocab_size=cfg.vocab, n_positions=cfg.max_positions, n_embd=cfg.width, n_layer=cfg.layers,
+        n_head=cfg.heads, n_inner=cfg.mlp, activation_function="gelu",
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+        scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False,
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        attn_implementation="eager",
+    )
+    fields.update(changes)
+    return GPT2Config(**fields)
+
+
+# [en] Our weights under GPT-2's names and in GPT-2's layout.
+# [zh] 把我们的权重换成 GPT-2 的参数名和存储布局。
+def gpt2_state_dict(ours):
+    sd = {
+        "transformer.wte.weight": ours.wte.weight,
+        "transformer.wpe.weight": ours.wpe.weight,
+        "transformer.ln_f.weight": ours.ln_f.weight,
+        "transformer.ln_f.bias": ours.ln_f.bias,
+        # [en] GPT-2's head is an nn.Linear like ours: no transpose.
+        # [zh] GPT-2 的输出头和我们的一样是 nn.Linear：不转置。
+        "lm_head.weight": ours.lm_head.weight,
+    }
+    for i, block in enumerate(ours.blocks):
+        h, attn, mlp = f"transformer.h.{i}.", block.attn, block.mlp
+        sd[h + "ln_1.weight"], sd[h + "ln_1.bias"] = block.ln_1.weight, block.ln_1.bias
+        sd[h + "ln_2.weight"], sd[h + "ln_2.bias"] = block.ln_2.weight, block.ln_2.bias
+        sd[h + "attn.c_attn.weight"] = torch.cat([attn.q.weight, attn.k.weight, attn.v.weight], dim=0).T
+        sd[h + "attn.c_attn.bias"] = torch.cat([attn.q.bias, attn.k.bias, attn.v.bias])
+        sd[h + "attn.c_proj.weight"], sd[h + "attn.c_proj.bias"] = attn.proj.weight.T, attn.proj.bias
+        sd[h + "mlp.c_fc.weight"], sd[h + "mlp.c_fc.bias"] = mlp.fc.weight.T, mlp.fc.bias
+        sd[h + "mlp.c_proj.weight"], sd[h + "mlp.c_proj.bias"] = mlp.proj.weight.T, mlp.proj.bias
+    return {name: tensor.detach().clone() for name, tensor in sd.items()}
+
+
+# [en] A GPT2LMHeadModel in the dtype of `ours`, loaded strictly (default: the correct mapping).
+# [zh] 与 `ours` 同一精度的 GPT2LMHeadModel，以严格模式加载（默认用正确的映射）。
+def build_gpt2(ours, state_dict=None, **config_changes):
+    gpt2 = GPT2LMHeadModel(gpt2_config(ours.config, **config_changes)).to(ours.lm_head.weight.dtype).eval()
+    gpt2.load_state_dict(gpt2_state_dict(ours) if state_dict is None else state_dict, strict=True)
+    return gpt2
+
+
+if HAVE_TRANSFORMERS:
+    hf_config, default_config = gpt2_config(cfg), GPT2Config()
+    # [en] The same weights in FP64, on both sides.
+    # [zh] 两边都用同一组权重的 FP64 版本。
+    ours64 = copy.deepcopy(model).to(torch.float64).eval()
+    gpt2_64 = build_gpt2(ours64)
+    fields = ["vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",
+              "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "tie_word_embeddings",
+              "bos_token_id", "eos_token_id"]
+    changed = [[f"`{name}`", f"`{getattr(default_config, name)!r}`", f"`{getattr(hf_config, name)!r}`"]
+               for name in fields if getattr(hf_config, name) != getattr(default_config, name)]
+    changed.append(["`attn_implementation`", f"`{default_config._attn_implementation!r}`",
+                    f"`{hf_config._attn_implementation!r}`"])
+    say_table(changed, en=["field", "GPT-2 default", "ours"], zh=["配置项", "GPT-2 默认值", "我们的值"])
+
+    # [en] The two settings that differ from GPT-2: exact GELU and an untied output projection.
+    # [zh] 与 GPT-2 不同的两处设置：精确 GELU，输出投影不共享权重。
+    assert default_config.activation_function == "gelu_new" and hf_config.activation_function == "gelu"
+    assert all(block.mlp.act.approximate == "none" for block in model.blocks)
+    assert default_config.tie_word_embeddings and not hf_config.tie_word_embeddings
+    assert model.lm_head.weight.data_ptr() != model.wte.weight.data_ptr()
+    assert gpt2_64.lm_head.weight is not gpt2_64.transformer.wte.weight
+    assert default_config.bos_token_id == default_config.eos_token_id == 50256 >= cfg.vocab
+    assert isinstance(gpt2_64.transformer.h[0].attn.c_attn, Conv1D) and isinstance(gpt2_64.lm_head, nn.Linear)
+    assert tuple(gpt2_64.transformer.h[0].attn.c_attn.weight.shape) == (cfg.width, 3 * cfg.width)
+    assert sum(p.numel() for p in gpt2_64.parameters()) == sum(p.numel() for p in ours64.parameters())
+
+# %% [markdown] lang="en"
+# **One comparison.** `compare_with_gpt2` feeds the same token IDs to both models: first the whole
+# sequence in one call without a cache, then the cached path, with the sequence cut into chunks of
+# different lengths (a long prefill, single-token steps, multi-token chunks). After every chunk it
+# compares the chunk's logits and each layer's K and V. On the library's side the cache is a
+# `DynamicCache` object passed as `past_key_values`. Layer $i$'s tensors are `cache.layers[i].keys`
+# and `.values`, laid out `[batch, heads, tokens so far, head_dim]` like ours, and the new tokens'
+# positions start at `cache.get_seq_length()`, the same absolute-position offset our decoder uses.
+# Two sequences of all 512 positions use every row of the position table. As a negative control, the
+# same comparison then runs against a GPT-2 built with GPT-2's default `tie_word_embeddings=True` and
+# must report a disagreement.
+
+# %% [markdown] lang="zh"
+# **一个函数完成比较**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、若干单 token 的步、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条长度为 512 的序列用到了位置嵌入表的每一行。作为负对照，同样的比较随后再对一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2 运行一次，它必须报告两边不一致。
+
+# %%
+PEER_CHUNKS = [128, 1, 1, 61, 1, 64, 255, 1]
+
+
+# [en] Largest |GPT-2 - ours| over full logits, cached logits (chunk by chunk) and each layer's K and V.
+# [zh] 完整 logits、逐个分块的缓存 logits 以及每层 K、V 上的最大 |GPT-2 - ours|。
+def compare_with_gpt2(ours, gpt2, ids, chunks):
+    assert sum(chunks) == ids.shape[1]
+    layers = len(ours.blocks)
+    errors = {"full_logits": 0.0, "cached_logits": 0.0, "k": [0.0] * layers, "v": [0.0] * layers}
+    with torch.inference_mode():
+        errors["full_logits"] = max_abs(gpt2(input_ids=ids).logits, ours(ids)[0])
+        cache, ours_cache, start = DynamicCache(config=gpt2.config), None, 0
+        for length in chunks:
+            chunk = ids[:, start:start + length]
+            ours_logits, ours_cache = ours(chunk, ours_cache)
+            out = gpt2(input_ids=chunk, past_key_values=cache, use_cache=True)
+            start += length
+            assert out.past_key_values is cache and cache.get_seq_length() == ours_cache[0][0].shape[2] == start
+            errors["cached_logits"] = max(errors["cached_logits"], max_abs(out.logits, ours_logits))
+            for i, (k, v) in enumerate(ours_cache):
+                assert cache.layers[i].keys.shape == k.shape
+                errors["k"][i] = max(errors["k"][i], max_abs(cache.layers[i].keys, k))
+                errors["v"][i] = max(errors["v"][i], max_abs(cache.layers[i].values, v))
+    return errors
+
+
+def worst_error(errors):
+    return max(errors["full_logits"], errors["cached_logits"], *errors["k"], *errors["v"])
+
+
+def agrees(errors, tol=PEER_TOL):
+    return worst_error(errors) <= tol
+
+
+if HAVE_TRANSFORMERS:
+    peer_ids = torch.randint(0, cfg.vocab, (2, cfg.max_positions), generator=torch.Generator().manual_seed(SEED + 10))
+    assert sum(PEER_CHUNKS) == cfg.max_positions and 1 in PEER_CHUNKS
+    peer_errors = compare_with_gpt2(ours64, gpt2_64, peer_ids, PEER_CHUNKS)
+    headers = {"en": ["full logits", "cached logits"], "zh": ["完整 logits", "缓存 logits"]}
+    for i in range(cfg.layers):
+        headers["en"] += [f"layer {i} K", f"layer {i} V"]
+        headers["zh"] += [f"第 {i} 层 K", f"第 {i} 层 V"]
+    values = [peer_errors["full_logits"], peer_errors["cached_logits"]]
+    values += [e for pair in zip(peer_errors["k"], peer_errors["v"]) for e in pair]
+    say_table([[f"{e:.1e}" for e in values]], **headers)
+    assert agrees(peer_errors) and worst_error(peer_errors) < 1e-12
+    tied_errors = compare_with_gpt2(ours64, build_gpt2(ours64, tie_word_embeddings=True), peer_ids, PEER_CHUNKS)
+    assert not agrees(tied_errors)
+    say(en=f"GPT-2 and our decoder agree within {PEER_TOL:.0e}, with and without the cache, layer by layer "
+           f"(largest difference {worst_error(peer_errors):.1e}). With tied embeddings, the negative control, "
+           f"the largest difference is {worst_error(tied_errors):.1e}: the comparison can fail.",
+        zh=f"GPT-2 与我们的解码器在 {PEER_TOL:.0e} 的容差内一致：无论用不用缓存，逐层都一致"
+           f"（最大差值 {worst_error(peer_errors):.1e}）。换成共享嵌入权重的负对照，最大差值为 "
+           f"{worst_error(tied_errors):.1e}：这个比较确实会失败。")

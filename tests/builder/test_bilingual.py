@@ -1,0 +1,158 @@
+"""Localized comments, language-tagged outputs and includes, end to end on the fixture project."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from fixture_project import Project
+from learning_notebooks.errors import SourceError
+from learning_notebooks.files import notebook_bytes
+from learning_notebooks.sources import load_config, load_notebook
+
+
+def read(path):
+    return nbformat.read(path, as_version=4)
+
+
+def displayed(path) -> list[tuple[str | None, str]]:
+    """(lang tag, text/markdown) of every display output of a built notebook."""
+    return [
+        (o.get("metadata", {}).get("lang"), o.data["text/markdown"])
+        for c in read(path).cells if c.cell_type == "code" for o in c.outputs if "text/markdown" in o.get("data", {})
+    ]
+
+
+def code_text(path) -> str:
+    return "\n".join(c.source for c in read(path).cells if c.cell_type == "code")
+
+
+def test_each_language_shows_its_own_comments_and_outputs(executed_project: Project):
+    p = executed_project
+    assert displayed(p.built("en")) == [("en", "The sum is 10.")]
+    assert displayed(p.built("zh")) == [("zh", "总和是 10。")]
+    assert "# Gauss's formula checks the loop." in code_text(p.built("en")) and "高斯" not in code_text(p.built("en"))
+    assert "# 用高斯公式检验循环的结果。" in code_text(p.built("zh")) and "Gauss" not in code_text(p.built("zh"))
+    for lang in ("en", "zh"):
+        assert "# [" not in code_text(p.built(lang))
+        assert "# n (n - 1) / 2" in code_text(p.built(lang))  # untagged comments stay
+        assert f'LANG = "{lang}"' in read(p.built(lang)).cells[1].source
+
+
+def test_comment_edit_keeps_the_key_and_each_language_reuses_its_own_outputs(project: Project):
+    assert project.build("--execute").code == 0
+    key = read(project.built("en")).metadata["learning_notebooks"]["execution_key"]
+    project.edit("02_compute.py", "# [zh] 用高斯公式检验循环的结果。", "# [zh] 用高斯求和公式检验循环。")
+    project.edit("02_compute.py", "# n (n - 1) / 2", "# Gauss: n (n - 1) / 2")
+    run = project.build("--execute")
+    assert "demo/hello: cached" in run.log, run.log
+    assert read(project.built("zh")).metadata["learning_notebooks"]["execution_key"] == key
+    assert "# 用高斯求和公式检验循环。" in code_text(project.built("zh"))
+    assert displayed(project.built("en")) == [("en", "The sum is 10.")]  # reused from the en file
+    assert displayed(project.built("zh")) == [("zh", "总和是 10。")]  # reused from the zh file
+    assert project.build("--check").code == 0
+
+
+def test_a_missing_language_file_is_not_filled_from_the_other_language(project: Project):
+    project.build("--execute")
+    project.built("en").unlink()
+    run = project.build()
+    assert "no outputs" in run.log
+    assert displayed(project.built("en")) == [] and displayed(project.built("zh")) == [("zh", "总和是 10。")]
+    again = project.build("--execute")
+    assert "demo/hello: executed" in again.log
+    assert displayed(project.built("en")) == [("en", "The sum is 10.")]
+
+
+def test_say_without_every_language_is_an_error_with_file_and_line(project: Project):
+    project.edit("02_compute.py", 'zh=f"总和是 {total}。")', ")")
+    project.edit("02_compute.py", 'say(en=f"The sum is {total}.", ', 'say(en=f"The sum is {total}."')
+    run = project.build("--execute")
+    assert run.code == 2
+    assert f"{project.notebook / '02_compute.py'}:9: language-tagged outputs without all their twins" in run.log
+    assert not project.built("en").exists()
+
+
+def test_check_refuses_a_built_output_without_its_twin(project: Project):
+    project.build("--execute")
+    notebook = read(project.built("zh"))
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if o.get("metadata", {}).get("lang") != "zh"]
+    project.built("zh").write_bytes(notebook_bytes(notebook))
+    run = project.build("--check")
+    assert run.code == 1
+    assert f"{project.notebook / '02_compute.py'}:9: language-tagged outputs without all their twins" in run.log
+
+
+# ---- includes -------------------------------------------------------------------------------------
+
+BYE_MANIFEST = '''sections = [
+    "01_bye.py",
+    "../hello/02_compute.py",
+]
+
+[title]
+en = "Bye"
+zh = "再见"
+'''
+
+BYE_SECTION = '''# %% [markdown] lang="en"
+# ## {{section}}. Bye
+
+# %% [markdown] lang="zh"
+# ## {{section}}. 再见
+
+# %% tags=["parameters"]
+STEPS = 3
+OUTPUT_DIR = "."
+'''
+
+
+def add_bye(project: Project, manifest: str = BYE_MANIFEST) -> Project:
+    folder = project.root / "notebooks_src" / "demo" / "bye"
+    folder.mkdir()
+    (folder / "notebook.toml").write_text(manifest, encoding="utf-8")
+    (folder / "01_bye.py").write_text(BYE_SECTION, encoding="utf-8")
+    return project
+
+
+def bye(project: Project, lang: str):
+    return project.root / "build" / "demo" / f"bye.{lang}.ipynb"
+
+
+def test_an_included_section_is_copied_numbered_and_keyed(project: Project):
+    add_bye(project)
+    run = project.build("--only", "demo/bye", "--execute")
+    assert run.code == 0, run.log
+    zh = read(bye(project, "zh"))
+    prose = [c.source for c in zh.cells[1:] if c.cell_type == "markdown"]
+    assert prose == ["## 1. 再见", "## 2. 计算\n前 STEPS 个整数之和。", "运行得到的总和是 3，平均每步 1.00。"]
+    assert "total = sum(range(STEPS))" in code_text(bye(project, "zh"))  # the code is copied in
+    assert displayed(bye(project, "en")) == [("en", "The sum is 3.")]
+    ids = [c.id for c in zh.cells]
+    assert "hello-02_compute-02" in ids and len(set(ids)) == len(ids)
+    assert "demo/bye: cached" in project.build("--only", "demo/bye", "--execute").log
+    project.edit("02_compute.py", "total = sum(range(STEPS))", "total = sum(range(STEPS)) + 0")  # hello's file
+    assert "demo/bye: executed" in project.build("--only", "demo/bye", "--execute").log
+
+
+@pytest.mark.parametrize(
+    "entry, line, words",
+    [
+        ("../hello/09_gone.py", 3, "does not exist"),
+        ("../../../outside/01_x.py", 3, "outside notebooks_src/"),
+        ("01_bye.py", 3, "listed twice in 'sections' (first at line 2)"),
+        ("../bye/01_bye.py", 3, "listed twice"),
+        ("../hello/not-a-section.py", 3, "must be named like 01_setup.py"),
+    ],
+)
+def test_bad_includes_name_the_manifest_line(project: Project, entry, line, words):
+    add_bye(project, BYE_MANIFEST.replace("../hello/02_compute.py", entry))
+    src = project.root / "notebooks_src"
+    with pytest.raises(SourceError) as caught:
+        load_notebook(src, "demo", "bye", load_config(src))
+    assert caught.value.file.name == "notebook.toml" and caught.value.line == line
+    assert words in str(caught.value)
+    run = project.build("--only", "demo/bye")
+    assert run.code == 2 and f"notebook.toml:{line}:" in run.log

@@ -1,0 +1,71 @@
+"""The shared decoder contract (/work/SPEC.md): sections 03 and 05 run on their own after a minimal setup."""
+
+from __future__ import annotations
+
+import re
+
+import jupytext
+import pytest
+import torch
+
+from learning_notebooks.compose import prelude_source
+from notebook_code import SOURCES
+
+FOLDER = SOURCES / "infra-benchmark" / "kv-cache"
+SHARED = ("03_masks.py", "05_decoder.py")
+SETUP = """
+import json, math, time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+torch.set_num_threads(1)
+SEED = 0
+QUICK = True
+"""
+OTHER_SECTION_NAMES = ("IDS", "VOCAB", "WIDTH", "PAST_LEN", "NEW_LEN", "toy", "STREAM", "ENVIRONMENT")
+
+
+@pytest.fixture(scope="module")
+def shared_namespace(tmp_path_factory) -> dict:
+    ns: dict = {"__name__": "__shared__"}
+    exec(compile(SETUP, "setup", "exec", dont_inherit=True), ns)
+    ns["OUT"] = tmp_path_factory.mktemp("shared")
+    exec(compile(prelude_source("en"), "prelude.py", "exec", dont_inherit=True), ns)
+    for name in SHARED:
+        for cell in jupytext.read(FOLDER / name).cells:
+            if cell.cell_type == "code":
+                exec(compile(cell.source, name, "exec", dont_inherit=True), ns)
+    return ns
+
+
+def test_shared_sections_run_alone_and_define_the_contract(shared_namespace):
+    ns = shared_namespace
+    for name in ("causal_mask", "local_triangle_mask", "masked_attention", "DecoderConfig", "absolute_positions",
+                 "Cache", "SelfAttention", "MLP", "Block", "CacheDecoder", "parameter_formula", "build_model",
+                 "model", "cfg"):
+        assert name in ns, name
+    assert ns["causal_mask"](2, 3).shape == (3, 5)
+    cfg = ns["cfg"]
+    assert (cfg.vocab, cfg.width, cfg.heads, cfg.layers, cfg.mlp, cfg.max_positions, cfg.head_dim) == (97, 64, 4, 2, 256, 512, 16)
+    with torch.inference_mode():
+        logits, cache = ns["model"](torch.tensor([[1, 2, 3]]))
+    assert logits.shape == (1, 3, 97) and len(cache) == 2 and cache[0][0].shape == (1, 4, 3, 16)
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_shared_sections_are_self_contained(name):
+    text = (FOLDER / name).read_text(encoding="utf-8")
+    cells = jupytext.read(FOLDER / name).cells
+    headings = [line for c in cells if c.cell_type == "markdown" for line in c.source.splitlines() if line.startswith("## ")]
+    assert headings and all(h.startswith("## {{section}}. ") for h in headings), headings
+    code = "\n".join(c.source for c in cells if c.cell_type == "code")
+    for other in OTHER_SECTION_NAMES:
+        assert not re.search(rf"\b{other}\b", code), other
+    prose = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert not re.search(r"section \d|第 ?\d+ ?节", prose), "no reference to another section by number"
+    assert '"""' not in text, "docstrings cannot be localized: use # [en] / # [zh] comments"

@@ -1,0 +1,177 @@
+"""The companion notebook: the traps the comparison must catch, the GELU study, DynamicCache and crop(),
+the timing race's protocol, the skip path, and that the decoder and the mapping are included, not copied."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+import tomllib
+
+import pytest
+import torch
+
+from .companion import FOLDER, MAIN, run_companion, section_paths
+
+transformers = pytest.importorskip("transformers")
+
+TOL = 1e-10
+SHORT_CHUNKS = [7, 1, 1, 4, 1, 18]
+MAPPING = ("gpt2_config", "gpt2_state_dict", "build_gpt2", "compare_with_gpt2")
+
+
+def short_ids():
+    return torch.randint(0, 97, (2, sum(SHORT_CHUNKS)), generator=torch.Generator().manual_seed(7))
+
+
+def test_manifest_includes_the_decoder_and_the_mapping_of_the_main_notebook():
+    sections = tomllib.loads((FOLDER / "notebook.toml").read_text(encoding="utf-8"))["sections"]
+    assert sections[:4] == ["01_setup.py", "../kv-cache/03_masks.py", "../kv-cache/05_decoder.py",
+                            "../kv-cache/10_hf_gpt2_referee.py"]
+    assert all(path.exists() for path in section_paths())
+    own = "\n".join(path.read_text(encoding="utf-8") for path in FOLDER.glob("[0-9][0-9]_*.py"))
+    for name in MAPPING + ("CacheDecoder", "causal_mask"):
+        assert not re.search(rf"^(def|class) {name}\b", own, re.M), f"{name} is defined in the companion too"
+    main = (MAIN / "10_hf_gpt2_referee.py").read_text(encoding="utf-8")
+    assert all(f"def {name}(" in main for name in MAPPING)
+
+
+def test_section_4_agreement(nb):
+    assert nb["agrees"](nb["peer_errors"]) and nb["worst_error"](nb["peer_errors"]) <= TOL
+
+
+@pytest.mark.parametrize("trap", ["tied_embeddings", "square_without_transpose", "gelu_new"])
+def test_notebook_traps_caught(nb, trap):
+    assert not nb["agrees"](nb["trap_errors"][trap])
+
+
+def test_trap_tied_embeddings_detected(nb):
+    ours = nb["ours64"]
+    tied = nb["build_gpt2"](ours, tie_word_embeddings=True)
+    assert tied.lm_head.weight is tied.transformer.wte.weight
+    errors = nb["compare_with_gpt2"](ours, tied, short_ids(), SHORT_CHUNKS)
+    assert not nb["agrees"](errors) and errors["full_logits"] > 1e-3
+
+
+def test_trap_square_weight_without_transpose_detected(nb):
+    ours = nb["ours64"]
+    wrong = nb["gpt2_state_dict"](ours)
+    wrong["transformer.h.1.attn.c_proj.weight"] = ours.blocks[1].attn.proj.weight.detach().clone()
+    errors = nb["compare_with_gpt2"](ours, nb["build_gpt2"](ours, state_dict=wrong), short_ids(), SHORT_CHUNKS)
+    assert not nb["agrees"](errors) and errors["full_logits"] > 1e-3
+    assert max(errors["k"][0], errors["v"][0]) <= TOL                   # layer 1's mistake, layer 0's cache intact
+
+
+def test_non_square_weight_without_transpose_refused(nb):
+    ours = nb["ours64"]
+    wrong = nb["gpt2_state_dict"](ours)
+    wrong["transformer.h.0.mlp.c_proj.weight"] = ours.blocks[0].mlp.proj.weight.detach().clone()
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        nb["build_gpt2"](ours, state_dict=wrong)
+
+
+def test_trap_gelu_new_detected_though_tiny(nb):
+    ours = nb["ours64"]
+    errors = nb["compare_with_gpt2"](ours, nb["build_gpt2"](ours, activation_function="gelu_new"), short_ids(),
+                                     SHORT_CHUNKS)
+    worst = max(errors["full_logits"], errors["cached_logits"])
+    assert not nb["agrees"](errors) and TOL < worst < 1e-3
+    assert nb["agrees"](errors, tol=1e-3)                               # a loose tolerance misses it
+
+
+def test_gelu_study(nb):
+    rows = nb["gelu_rows"]
+    assert set(rows) == {"model", "mlp_fc_x0.1"}
+    small = rows["mlp_fc_x0.1"]
+    assert nb["agrees"](small[("fp32", "gelu_new")], 1e-5)              # FP32 misses it ...
+    assert not nb["agrees"](small[("fp64", "gelu_new")])                # ... FP64 does not
+    assert nb["FP32_TOL"] == 1e-5
+
+
+def test_dynamic_cache_object_grows_tensors_are_replaced(nb):
+    """update() concatenates with torch.cat: a new tensor per call, the old one untouched."""
+    gpt2, ours = nb["gpt2_64"], nb["ours64"]
+    ids = torch.randint(0, 97, (2, 6), generator=torch.Generator().manual_seed(6))
+    cache = transformers.DynamicCache(config=gpt2.config)
+    with torch.inference_mode():
+        gpt2(input_ids=ids[:, :4], past_key_values=cache, use_cache=True)
+        old = [(layer.keys, layer.values) for layer in cache.layers]
+        saved = [(k.clone(), v.clone()) for k, v in old]
+        out = gpt2(input_ids=ids[:, 4:], past_key_values=cache, use_cache=True)
+        _, ours_cache = ours(ids)
+    assert out.past_key_values is cache and cache.get_seq_length() == 6
+    for layer, (k_old, v_old), (k_saved, v_saved), (k, v) in zip(cache.layers, old, saved, ours_cache):
+        assert layer.keys is not k_old and torch.equal(k_old, k_saved) and torch.equal(v_old, v_saved)
+        assert layer.keys.shape == k.shape == (2, 4, 6, 16)
+        assert (layer.keys - k).abs().max().item() <= TOL and (layer.values - v).abs().max().item() <= TOL
+
+
+def test_notebook_crop_equivalence(nb):
+    errors = nb["crop_errors"]
+    assert errors["cropped_kv"] <= TOL and errors["logits_after_crop"] <= TOL
+    assert errors["crop_vs_deep_copy"] == 0.0 and errors["logits_without_crop"] > 1e-3
+
+
+@pytest.mark.parametrize("prefix, removed", [(1, 5), (17, 1), (64, 40)])
+def test_crop_matches_our_truncated_cache(nb, prefix, removed):
+    """crop(-n) on a DynamicCache == slicing our cache to its first `prefix` positions, for other lengths."""
+    gpt2, ours, truncate = nb["gpt2_64"], nb["ours64"], nb["truncate"]
+    ids = torch.randint(0, 97, (1, prefix + removed + 3), generator=torch.Generator().manual_seed(prefix))
+    with torch.inference_mode():
+        cache = transformers.DynamicCache(config=gpt2.config)
+        gpt2(input_ids=ids[:, :prefix + removed], past_key_values=cache, use_cache=True)
+        cache.crop(-removed)
+        _, ours_cache = ours(ids[:, :prefix + removed])
+        ours_cache = truncate(ours_cache, prefix)
+        assert cache.get_seq_length() == ours_cache[0][0].shape[2] == prefix
+        for layer, (k, v) in zip(cache.layers, ours_cache):
+            assert (layer.keys - k).abs().max().item() <= TOL and (layer.values - v).abs().max().item() <= TOL
+        tail = ids[:, prefix + removed:]
+        hf_logits = gpt2(input_ids=tail, past_key_values=cache, use_cache=True).logits
+        ours_logits, _ = ours(tail, ours_cache)
+        full, _ = ours(torch.cat([ids[:, :prefix], tail], dim=1))
+    assert (hf_logits - ours_logits).abs().max().item() <= TOL
+    assert (ours_logits - full[:, prefix:]).abs().max().item() <= TOL
+
+
+def test_deep_copy_keeps_the_prefix(nb):
+    gpt2 = nb["gpt2_64"]
+    ids = torch.randint(0, 97, (1, 12), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        cache = transformers.DynamicCache(config=gpt2.config)
+        gpt2(input_ids=ids[:, :8], past_key_values=cache, use_cache=True)
+        prefix = copy.deepcopy(cache)
+        gpt2(input_ids=ids[:, 8:], past_key_values=cache, use_cache=True)
+    assert prefix.get_seq_length() == 8 and cache.get_seq_length() == 12
+
+
+def test_timing_race_protocol(nb):
+    """Protocol only: timing is reported, never asserted."""
+    assert (nb["WARMUPS"], nb["REPEATS"]) == (1, 3)
+    assert all(len(s) == 3 for s in nb["race_samples"].values())
+    assert nb["gpt2_prefix"].get_seq_length() == nb["PEER_PROMPT"] == 256     # the prefix cache was never extended
+
+
+def test_every_say_and_table_in_both_languages(tmp_path):
+    said, tables = [], []
+    recorders = {"say": lambda **t: said.append(t), "say_table": lambda rows, **h: tables.append((rows, h))}
+    run_companion(until="07_gelu_tolerance.py", replace=recorders, QUICK=True, OUTPUT_DIR=str(tmp_path))
+    assert said and all(set(t) == {"en", "zh"} for t in said)
+    assert tables and all(set(h) == {"en", "zh"} and len(h["en"]) == len(h["zh"]) for _, h in tables)
+    assert all(len(row) == len(h["en"]) and all(isinstance(c, str) for c in row) for rows, h in tables for row in rows)
+
+
+def test_skip_without_transformers(tmp_path, monkeypatch):
+    for name in [m for m in sys.modules if m == "transformers" or m.startswith("transformers.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    shown = []
+    recorders = {"say": lambda **t: shown.append(t), "say_table": lambda rows, **h: shown.append(h)}
+    namespace = run_companion(replace=recorders, QUICK=True, OUTPUT_DIR=str(tmp_path))
+    note = namespace["SKIP_NOTE"]
+    assert namespace["HAVE_TRANSFORMERS"] is False
+    assert note["en"] == "transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped."
+    assert shown[shown.index(note):] == [note, note]              # section 4, then the closing cell; no table
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert results["peer"] == {"skipped": note["en"]}
+    assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config", "peer"]

@@ -1,0 +1,57 @@
+"""Section 5: the preallocated cache is bit-identical to torch.cat, never moves, never reads unused slots."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_store_forward_is_the_shared_decoder(nb):
+    assert nb["STORE_FORWARD_BIT_EXACT"]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+def test_static_equals_cat_bit_for_bit(nb, dtype):
+    run = nb["STATIC"][dtype]
+    assert run["bit_exact"] and run["max_abs_logit_err"] == 0.0 and run["tokens_identical"]
+    assert run["pointers_fixed"] and run["finite"] and run["unused_slots_nan"]
+
+
+def test_writing_past_t_max_raises_a_clear_error(nb):
+    store = nb["StaticStore"](nb["cfg"], 1, 4)
+    ones = torch.ones(1, 3, dtype=torch.bool)
+    nb["store_forward"](nb["model"], torch.tensor([[1, 2, 3]]), ones, store)
+    with pytest.raises(ValueError, match="T_max = 4"):
+        nb["store_forward"](nb["model"], torch.tensor([[4, 5]]), ones[:, :2], store)
+    assert store.length == 3                                    # the failed call stored nothing
+
+
+@pytest.mark.parametrize("control", ["write_at_offset_plus_one", "reuse_without_reset"])
+def test_each_control_is_caught(nb, control):
+    assert nb["STATIC_CONTROLS"][control]["detected"]
+
+
+def test_reset_makes_reuse_exact(nb):
+    assert nb["REUSE_WITH_RESET"]["bit_exact"]
+
+
+def test_a_masked_full_buffer_reads_the_unused_slots(nb):
+    """Attending over all T_max slots with a mask (instead of the valid prefix) is caught by the NaN fill."""
+    class FullBuffer(nb["StaticStore"]):
+        def begin(self, new_mask):
+            super().begin(new_mask)
+            return self.key_mask                                # every slot, masked
+
+        def write(self, layer, k, v):
+            super().write(layer, k, v)
+            return self.k[layer], self.v[layer]
+
+    assert not nb["check_static"](torch.float32, FullBuffer)["finite"]
+
+
+def test_timing_keeps_raw_samples_and_never_asserts_speed(nb):
+    rows = nb["STEP_TIMING"]
+    assert [r["prefix"] for r in rows] == nb["STEP_PREFIXES"] and rows[-1]["prefix"] == 480
+    for r in rows:
+        assert len(r["cat_ms"]["samples"]) == len(r["static_ms"]["samples"]) == nb["STEP_REPEATS"]
+        assert r["cat_bytes_written"] == 2 * 2 * 4 * (r["prefix"] + 1) * 16 * 4
