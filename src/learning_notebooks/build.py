@@ -191,7 +191,9 @@ def plan(source: NotebookSource, config: ProjectConfig, options: BuildOptions) -
         meta = build_metadata(notebook)
         if not meta.get("executed"):
             continue
-        if meta.get("outputs_digest") != outputs_digest(notebook.cells):
+        if "outputs_digest" not in meta:
+            reasons.append("its run record predates the outputs digest (an older builder)")
+        elif meta.get("outputs_digest") != outputs_digest(notebook.cells):
             result.edited.append(paths[lang])
         elif meta.get("execution_key") != key:
             reasons.append(stale_reason(meta, key, overrides))
@@ -371,6 +373,9 @@ def check_built(p: Plan, built: dict[str, bytes], options: BuildOptions) -> tupl
             problems.append(f"{path}: carries no outputs; rebuild with --execute")
         elif path in p.edited:
             problems.append(f"{path}: outputs edited by hand (they differ from the run recorded in it); "
+                            "rebuild with --execute")
+        elif "outputs_digest" not in meta:
+            problems.append(f"{path}: stale: its run record predates the outputs digest (an older builder); "
                             "rebuild with --execute")
         elif meta.get("execution_key") != p.key:
             problems.append(f"{path}: stale: {stale_reason(meta, p.key, p.overrides)} since its run; "
