@@ -148,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             tail = "; the previous build is intact" if err.exit_code == 1 and not options.check else ""
             log.write(f"error: {err}{tail}\n")
             return err.exit_code
+        except OSError as err:  # one the builder did not foresee: still one line, still nothing half-written
+            where = f"{err.filename}: " if err.filename else ""
+            log.write(f"error: {where}{err.strerror or err}; the previous build is intact\n")
+            return 1
         except KeyboardInterrupt as err:
             log.write("interrupted: kernels stopped, staging removed; every notebook holds its whole previous "
                       "build (or, if its swap had begun, its whole new one)\n")

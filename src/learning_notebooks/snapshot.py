@@ -73,6 +73,6 @@ def check_untouched(before: dict[str, str], root: Path, out: Path) -> None:
     if found:
         shown = "; ".join(found[:10]) + (f"; and {len(found) - 10} more" if len(found) > 10 else "")
         raise ProjectTouched(
-            f"a notebook's run wrote into the project tree (cells must write only into their working folder): "
-            f"{shown}; nothing was built"
+            f"the project tree changed while notebooks ran (cells must write only into their working "
+            f"folder; do not edit the project during a run): {shown}; nothing was built"
         )
