@@ -7,7 +7,7 @@ the parameters cell. `sections` keeps only the first N entries of the manifest.
 
 from __future__ import annotations
 
-from notebook_code import code_cells, run_notebook_code
+from notebook_code import run_notebook_code
 
 NOTEBOOK = "infra-benchmark/kv-cache-serving"
 
@@ -15,7 +15,3 @@ NOTEBOOK = "infra-benchmark/kv-cache-serving"
 def run(sections: int | None = None, **overrides) -> dict:
     return run_notebook_code(NOTEBOOK, sections=sections, **overrides)
 
-
-def cells_of(section_file: str) -> list:
-    """The code cells of one of this notebook's section files, in order."""
-    return [cell for name, cell in code_cells(NOTEBOOK) if name == section_file]

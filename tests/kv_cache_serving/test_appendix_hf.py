@@ -8,13 +8,17 @@ import sys
 
 import pytest
 
-from .notebook import cells_of
+from notebook_code import code_cells
+
+from .notebook import NOTEBOOK
 
 APPENDIX = "08_appendix_hf.py"
+REFEREE = "10_hf_gpt2_referee.py"            # included from infra-benchmark/kv-cache
 
 
 def test_gpt2_agrees_with_padding_and_static_cache(nb):
     pytest.importorskip("transformers")
+    assert nb["HAVE_TRANSFORMERS"] and nb["agrees"](nb["peer_errors"])   # section 10, included
     peer = nb["PEER"]
     assert peer["padding"]["max_abs_logit_err"] <= 1e-10 and peer["padding"]["tokens_identical"]
     assert peer["padding"]["generate_tokens_identical"]
@@ -32,8 +36,9 @@ def test_without_transformers_the_appendix_says_so_and_skips(nb, tmp_path, monke
     shutil.copytree(nb["OUT"], tmp_path, dirs_exist_ok=True)
     namespace = dict(nb, RESULTS_JSON=tmp_path / "results.json")
     monkeypatch.setitem(sys.modules, "transformers", None)          # import transformers -> ImportError
-    for cell in cells_of(APPENDIX):
-        exec(compile(cell.source, APPENDIX, "exec", dont_inherit=True), namespace)
+    for name, cell in code_cells(NOTEBOOK):
+        if name in (REFEREE, APPENDIX):
+            exec(compile(cell.source, name, "exec", dont_inherit=True), namespace)
     assert namespace["PEER"] == {"skipped": "transformers is not installed: the appendix is skipped."}
     assert "transformers is not installed" in capsys.readouterr().out
     assert json.loads((tmp_path / "results.json").read_text())["peer"] == namespace["PEER"]

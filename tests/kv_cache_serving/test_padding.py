@@ -59,3 +59,13 @@ def test_without_the_guard_nan_reaches_real_positions(nb):
 def test_hooks_restored_after_padded_forward(nb):
     model = nb["model"]
     assert model.mask_fn is nb["causal_mask"] and model.positions_fn is nb["absolute_positions"]
+
+
+def test_nan_starts_at_padding_and_reaches_real_positions_through_v(nb):
+    _, key_mask = nb["left_pad"](nb["PROMPTS"])
+    assert torch.equal(nb["nan_1"], ~key_mask)                  # after block 1: padding positions only
+    assert nb["nan_2"][0][key_mask[0]].all() and not nb["nan_2"][2].any()
+
+
+def test_a_row_with_no_token_stays_finite(nb):
+    assert nb["EMPTY_ROW_OK"]

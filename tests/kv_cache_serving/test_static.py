@@ -35,20 +35,6 @@ def test_reset_makes_reuse_exact(nb):
     assert nb["REUSE_WITH_RESET"]["bit_exact"]
 
 
-def test_a_masked_full_buffer_reads_the_unused_slots(nb):
-    """Attending over all T_max slots with a mask (instead of the valid prefix) is caught by the NaN fill."""
-    class FullBuffer(nb["StaticStore"]):
-        def begin(self, new_mask):
-            super().begin(new_mask)
-            return self.key_mask                                # every slot, masked
-
-        def write(self, layer, k, v):
-            super().write(layer, k, v)
-            return self.k[layer], self.v[layer]
-
-    assert not nb["check_static"](torch.float32, FullBuffer)["finite"]
-
-
 def test_timing_keeps_raw_samples_and_never_asserts_speed(nb):
     rows = nb["STEP_TIMING"]
     assert [r["prefix"] for r in rows] == nb["STEP_PREFIXES"] and rows[-1]["prefix"] == 480

@@ -17,7 +17,9 @@
 #
 # Sections: 1 setup · 2 masks from absolute positions · 3 the decoder (both taken unchanged from the
 # first notebook) · 4 batches of different lengths · 5 the preallocated cache · 6 the paged cache ·
-# 7 memory · 8 continuous batching · 9 saved results · 10 appendix: Hugging Face as a referee.
+# 7 memory · 8 continuous batching · 9 saved results · 10 and 11 (optional, with `transformers`): Hugging
+# Face GPT-2 as an outside referee, first for the decoder (taken from the first notebook), then for
+# padding and the static cache.
 
 # %% [markdown] lang="zh"
 # 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})只证明了一种配置：一条序列，或长度相同的一个 batch，缓存用 `torch.cat` 逐步变长。推理服务面对的情况两样都不是：请求的提示长短不一，结束的时间先后不同，还要共用一块大小固定的内存。本笔记本挑出推理服务系统应对这些情况的三种机制，并像第一份笔记本检查它的缓存那样，逐一检查：
@@ -28,7 +30,7 @@
 #
 # 每种做法都与完整重算比较（或与已被证明等于完整重算的做法比较）；每项检查也都要证明自己能失败：每种做法都配有故意改坏的版本，同一项检查必须把它们查出来。之后，我们在一个模拟负载上计算分页能省下多少内存，并在分页缓存之上运行一个小小的连续批处理循环。
 #
-# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节原样取自第一份笔记本） · 4 长度不同的 batch · 5 预分配缓存 · 6 分页缓存 · 7 内存 · 8 连续批处理 · 9 保存结果 · 10 附录：请 Hugging Face 当裁判。
+# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节原样取自第一份笔记本） · 4 长度不同的 batch · 5 预分配缓存 · 6 分页缓存 · 7 内存 · 8 连续批处理 · 9 保存结果 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，先检验解码器（取自第一份笔记本），再检验填充和静态缓存。
 
 # %% [markdown] lang="en"
 # ## 1. Setup

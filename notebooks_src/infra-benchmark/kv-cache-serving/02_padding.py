@@ -135,6 +135,8 @@ def draw_padded_mask(key_mask, row):
         ax.imshow(mask.int().numpy(), cmap="Greens", vmin=0, vmax=1.4)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("key slot")
+        ax.set_xticks(range(0, key_mask.shape[1], 2))
+        ax.set_yticks(range(0, key_mask.shape[1], 2))
     axes[0].set_ylabel("query slot")
     fig.suptitle(f"row {row}: {int(key_mask[row].sum())} real tokens, left-padded to {key_mask.shape[1]}", fontsize=10)
     fig.tight_layout()
@@ -274,10 +276,12 @@ assert all(len(lg["logits"]) == n + DECODE_STEPS for lg, n in zip(REFERENCE[torc
 # What sits in a padding slot cannot matter: another padding token ID, or padding slots at position 7
 # instead of 0, must give **bit-identical** logits at real positions. The padding keys' scores are
 # replaced by $-\infty$ before the softmax, their weights are exactly 0, and $0 \cdot v = 0$ for any
-# finite $v$; every other number in the computation is unchanged.
+# finite $v$; every other number in the computation is unchanged. A row that holds no token at all (an empty
+# slot of the batch) is padding from end to end: the guard keeps it finite as well, and the other rows
+# do not notice it.
 
 # %% [markdown] lang="zh"
-# 填充位里放的是什么不应有任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$；计算中其余的数一个都没变。
+# 填充位里放的是什么不应有任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$；计算中其余的数一个都没变。一个 token 都没有的行（batch 中空着的位置）从头到尾都是填充位：保护措施同样让它保持有限值，其他行也察觉不到它的存在。
 
 # %%
 with torch.inference_mode():
@@ -289,6 +293,17 @@ PAD_CONTENT_BIT_EXACT = all(torch.equal(a, b) and torch.equal(a, c)
 say(en=f"Another padding ID or padding position: real logits bit-identical: {PAD_CONTENT_BIT_EXACT}.",
     zh=f"换一个填充 ID 或填充位置：真实位置上的 logits 逐比特相同：{PAD_CONTENT_BIT_EXACT}。")
 assert PAD_CONTENT_BIT_EXACT
+# [en] Row 1 holds no token at all.
+# [zh] 第 1 行一个 token 都没有。
+with torch.inference_mode():
+    empty_ids, empty_mask = left_pad([PROMPTS[0], PROMPTS[0][:0], PROMPTS[2]])
+    empty_logits, _ = padded_forward(model, empty_ids, empty_mask)
+EMPTY_ROW_OK = bool(torch.isfinite(empty_logits).all()) and all(
+    torch.allclose(empty_logits[row, empty_mask[row]], base["logits"][row][:n], atol=1e-5, rtol=1e-5)
+    for row, n in ((0, PROMPT_LENGTHS[0]), (2, PROMPT_LENGTHS[2])))
+say(en=f"A row with no token: finite everywhere, other rows unchanged: {EMPTY_ROW_OK}.",
+    zh=f"一个 token 都没有的行：处处是有限值，其他行不受影响：{EMPTY_ROW_OK}。")
+assert EMPTY_ROW_OK and int(empty_mask[1].sum()) == 0
 
 # %% [markdown] lang="en"
 # **Negative controls.** Four broken twins go through the same `check_padded`:
@@ -362,3 +377,32 @@ assert all(r["finite"] for name, r in PADDING_CONTROL_RUNS.items() if name != "n
 # [en] With the guard: no NaN at any real position.
 # [zh] 有了保护：任何真实位置都没有 NaN。
 assert PADDED["fp32"]["finite"] and PADDED["fp64"]["finite"]
+
+# %% [markdown] lang="en"
+# Where does the NaN of the last control come from? Forward hooks on the two blocks catch their outputs
+# during the prefill: after the first block, NaN sits exactly at the padding positions and every real
+# position is finite; after the second block, which read those positions' K and V with weight 0, the
+# real positions of the two padded rows are NaN too. The unpadded row stays finite throughout.
+
+# %% [markdown] lang="zh"
+# 最后一个负对照的 NaN 是从哪里来的？在两个块上挂前向钩子，截取预填充时它们的输出：第一个块之后，NaN 恰好出现在所有填充位上，真实位置全都是有限值；第二个块以权重 0 读取了这些位置的 K 和 V，之后两个有填充的行在真实位置上也变成了 NaN。没有填充的那一行始终是有限值。
+
+# %%
+block_outputs = []
+handles = [block.register_forward_hook(lambda module, args, out: block_outputs.append(out[0])) for block in model.blocks]
+try:
+    ids, key_mask = left_pad(PROMPTS)
+    with torch.inference_mode():
+        padded_forward(model, ids, key_mask, None, PADDING_CONTROLS["no_empty_row_guard"])
+finally:
+    for handle in handles:
+        handle.remove()
+after_block_1, after_block_2 = block_outputs                           # [B, T, width] each
+nan_1 = after_block_1.isnan().all(dim=-1)                               # [B, T]
+nan_2 = after_block_2.isnan().all(dim=-1)
+say_table([[str(row), str(int((~key_mask[row]).sum())), str(int(nan_1[row].sum())), str(int(nan_2[row][key_mask[row]].sum()))]
+           for row in range(len(PROMPTS))],
+          en=["row", "padding slots", "NaN positions after block 1", "NaN real positions after block 2"],
+          zh=["行", "填充位数", "第 1 个块之后的 NaN 位置数", "第 2 个块之后真实位置中的 NaN 数"])
+assert torch.equal(nan_1, ~key_mask) and torch.isfinite(after_block_1[key_mask]).all()
+assert nan_2[0][key_mask[0]].all() and nan_2[1][key_mask[1]].all() and torch.isfinite(after_block_2[2]).all()

@@ -121,7 +121,7 @@ for bar, name in zip(bars, names):
     ax.text(bar.get_width() + 1, bar.get_y() + bar.get_height() / 2, f"{MEMORY[name]['waste_pct']:.1f}%", va="center", fontsize=8)
 ax.invert_yaxis()
 ax.set_xlim(0, 105)
-ax.set_xlabel("reserved K/V memory not holding a token (%), averaged over request steps")
+ax.set_xlabel("waste: reserved K/V slots holding no token (%)")
 ax.set_title(f"{N_REQUESTS} simulated requests, prompt and output log-uniform in [{MIN_LEN}, {MAX_LEN}]", fontsize=9)
 fig.tight_layout()
 MEMORY_PNG = OUT / "memory_waste.png"

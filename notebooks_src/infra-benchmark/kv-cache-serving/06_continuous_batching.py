@@ -95,7 +95,7 @@ ax2 = ax.twinx()
 ax2.step(iterations, [t["running"] for t in TRACE], where="post", color="tab:green", alpha=0.6, label="running requests")
 ax2.set_ylabel("running requests")
 lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
-ax.legend(lines, [l.get_label() for l in lines], fontsize=7, loc="upper right")
+ax.legend(lines, [l.get_label() for l in lines], fontsize=7, loc="lower center", ncol=2)
 ax.set_title(f"{STREAM_REQUESTS} requests, at most {STREAM_MAX_BATCH} at once", fontsize=10)
 fig.tight_layout()
 OCCUPANCY_PNG = OUT / "pool_occupancy.png"

@@ -50,7 +50,7 @@ RESULTS = {
         "negative_controls": {name: control_entry(c) for name, c in STATIC_CONTROLS.items()},
         "step_timing": {
             "protocol": {"threads": torch.get_num_threads(), "dtype": "fp32", "batch": 1, "warmups": STEP_WARMUPS,
-                         "repeats": STEP_REPEATS, "order": "alternating", "clock": "time.perf_counter_ns", "unit": "ms"},
+                         "repeats": STEP_REPEATS, "order": "rotating", "clock": "time.perf_counter_ns", "unit": "ms"},
             "rows": STEP_TIMING,
         },
     },

@@ -1,112 +1,77 @@
 # %% [markdown] lang="en"
-# ## 10. Appendix (optional): Hugging Face as a referee
+# ## 11. Optional: padding and the static cache against Hugging Face
 #
-# Everything above compares our code with our code. Two of the mechanisms also exist in Hugging Face
-# `transformers`, written by other people: left-padded batches driven by an `attention_mask`, and a
-# preallocated `StaticCache`. Our decoder has GPT-2's architecture, so its weights can be copied into
-# `GPT2LMHeadModel` (the first notebook's appendix explains the mapping field by field; no shared
-# section holds it yet, so a compact copy of it is below). In FP64, with a tolerance of $10^{-10}$:
+# Section 10 put our decoder into `GPT2LMHeadModel` and showed that the two compute the same function,
+# with and without a cache. Two mechanisms of this notebook also exist in Hugging Face `transformers`,
+# written by other people: left-padded batches driven by an `attention_mask`, and a preallocated
+# `StaticCache`. With the same FP64 model `gpt2_64` and the same tolerance, $10^{-10}$:
 #
 # * **padding**: GPT-2 runs the padded batch of section 4 through prefill and 20 greedy steps, with
-#   the batch's `attention_mask` and positions `cumsum - 1` (the rule `generate` itself uses); its
-#   logits at real positions and its tokens must equal ours;
+#   the batch's `attention_mask` and positions `cumsum - 1`; its logits at real positions and its
+#   tokens must equal ours;
 # * **static cache**: the same loop over a `StaticCache` of `T_max` = 32; logits and tokens must equal
 #   ours, and the K and V in its buffers, at the real slots, must equal those in our static buffers.
 #
-# This appendix needs `transformers` (Colab ships it); it was written against version 5.23.0. Without
-# it, or with a version whose cache API differs, each cell says so in one sentence and does nothing.
+# Like section 10 this needs `transformers` (written against 5.23.0); without it, or with a version
+# whose `StaticCache` differs, the cells say so in one sentence and do nothing else.
 
 # %% [markdown] lang="zh"
-# ## 10. 附录（可选）：请 Hugging Face 当裁判
+# ## 11. 可选：用 Hugging Face 检验填充和静态缓存
 #
-# 前面的比较都是拿我们自己的代码对照我们自己的代码。其中两种机制在 Hugging Face `transformers` 里也有实现，而且出自别人之手：由 `attention_mask` 驱动的左填充 batch，以及预分配的 `StaticCache`。我们的解码器采用的是 GPT-2 的结构，所以它的权重可以复制进 `GPT2LMHeadModel`（第一份笔记本的附录逐项解释了这套权重映射；目前还没有可以共享的章节收录它，所以下面写了一份精简的副本）。比较在 FP64 下进行，容差为 $10^{-10}$：
+# 第 10 节把我们的解码器放进了 `GPT2LMHeadModel`，并说明两者无论用不用缓存，计算的都是同一个函数。本笔记本中有两种机制在 Hugging Face `transformers` 里也有实现，而且出自别人之手：由 `attention_mask` 驱动的左填充 batch，以及预分配的 `StaticCache`。沿用同一个 FP64 模型 `gpt2_64` 和同样的容差 $10^{-10}$：
 #
-# * **填充**：GPT-2 用 batch 的 `attention_mask` 和位置 `cumsum - 1`（也就是 `generate` 自己用的规则），对第 4 节填充后的 batch 做预填充和 20 步贪心生成；它在真实位置上的 logits 和生成的 token 都必须与我们的相同；
+# * **填充**：GPT-2 用 batch 的 `attention_mask` 和位置 `cumsum - 1`，对第 4 节填充后的 batch 做预填充和 20 步贪心生成；它在真实位置上的 logits 和生成的 token 都必须与我们的相同；
 # * **静态缓存**：同样的循环，改用 `T_max` = 32 的 `StaticCache`；logits 和 token 必须与我们的相同，而且它缓冲区里真实槽位上的 K 和 V，也必须与我们静态缓冲区里的相同。
 #
-# 本附录需要 `transformers`（Colab 已预装），是按 5.23.0 版编写的。没有安装它，或者所装版本的缓存接口不同时，下面每个单元格都只用一句话说明原因，不做别的事。
+# 与第 10 节一样，这里需要 `transformers`（按 5.23.0 版编写）；没有安装它，或者所装版本的 `StaticCache` 不同时，下面的单元格只用一句话说明原因，不做别的事。
 
 # %%
-import warnings
-
-# [en] tqdm's notice about widgets is noise here: no progress bars.
-# [zh] tqdm 关于控件的提示在这里是噪声：没有进度条。
-warnings.filterwarnings("ignore", message="IProgress not found")
 HF_TOL = TOLERANCE[torch.float64]
-try:
-    import transformers
-    from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, StaticCache
-    HF_SKIP = None
-except ImportError:
-    HF_SKIP = "transformers is not installed: the appendix is skipped."
-
-
-def gpt2_twin(ours):
-    # [en] Our weights in GPT2LMHeadModel: Conv1D stores [in, out], so matrices are transposed; q, k, v stack into c_attn.
-    # [zh] 把我们的权重放进 GPT2LMHeadModel：Conv1D 按 [in, out] 存储，所以矩阵要转置；q、k、v 拼成 c_attn。
-    c = ours.config
-    config = GPT2Config(vocab_size=c.vocab, n_positions=c.max_positions, n_embd=c.width, n_layer=c.layers, n_head=c.heads,
-                        n_inner=c.mlp, activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        layer_norm_epsilon=1e-5, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
-                        pad_token_id=None, attn_implementation="eager")
-    sd = {"transformer.wte.weight": ours.wte.weight, "transformer.wpe.weight": ours.wpe.weight,
-          "transformer.ln_f.weight": ours.ln_f.weight, "transformer.ln_f.bias": ours.ln_f.bias,
-          "lm_head.weight": ours.lm_head.weight}
-    for i, block in enumerate(ours.blocks):
-        h, a, m = f"transformer.h.{i}.", block.attn, block.mlp
-        sd |= {h + "ln_1.weight": block.ln_1.weight, h + "ln_1.bias": block.ln_1.bias,
-               h + "ln_2.weight": block.ln_2.weight, h + "ln_2.bias": block.ln_2.bias,
-               h + "attn.c_attn.weight": torch.cat([a.q.weight, a.k.weight, a.v.weight]).T,
-               h + "attn.c_attn.bias": torch.cat([a.q.bias, a.k.bias, a.v.bias]),
-               h + "attn.c_proj.weight": a.proj.weight.T, h + "attn.c_proj.bias": a.proj.bias,
-               h + "mlp.c_fc.weight": m.fc.weight.T, h + "mlp.c_fc.bias": m.fc.bias,
-               h + "mlp.c_proj.weight": m.proj.weight.T, h + "mlp.c_proj.bias": m.proj.bias}
-    twin = GPT2LMHeadModel(config).to(ours.lm_head.weight.dtype).eval()
-    twin.load_state_dict({k: v.detach().clone() for k, v in sd.items()}, strict=True)
-    return twin
-
-
-if HF_SKIP is None:
+# [en] The tolerance of section 10.
+# [zh] 与第 10 节的容差相同。
+assert HF_TOL == PEER_TOL
+HF_SKIP = None if HAVE_TRANSFORMERS else "transformers is not installed: the appendix is skipped."
+if HAVE_TRANSFORMERS:
     try:
-        model64 = in_dtype(model, torch.float64)
-        gpt2 = gpt2_twin(model64)
-        probe = StaticCache(config=gpt2.config, max_cache_len=4)
+        from transformers import StaticCache
+        probe = StaticCache(config=gpt2_64.config, max_cache_len=4)
         with torch.inference_mode():
-            gpt2(input_ids=torch.zeros(1, 2, dtype=torch.long), past_key_values=probe, use_cache=True,
-                 cache_position=torch.arange(2))
+            gpt2_64(input_ids=torch.zeros(1, 2, dtype=torch.long), past_key_values=probe, use_cache=True,
+                    cache_position=torch.arange(2))
         assert tuple(probe.layers[0].keys.shape) == (1, cfg.heads, 4, cfg.head_dim)
-    # [en] Any failure: another cache API than this appendix uses.
-    # [zh] 任何失败都说明：缓存接口与本附录所用的不同。
     except Exception as error:
+        # [en] Any failure: another StaticCache API than this section uses.
+        # [zh] 任何失败都说明：StaticCache 的接口与本节所用的不同。
         problem = f"{type(error).__name__}: {error}".strip().splitlines()[0]
-        HF_SKIP = f"transformers {transformers.__version__} lacks the cache API this appendix uses ({problem}): the appendix is skipped."
+        HF_SKIP = f"transformers {transformers.__version__} lacks the StaticCache API this appendix uses ({problem}): the appendix is skipped."
 
 
 def say_skipped():
     if HF_SKIP.startswith("transformers is not installed"):
         say(en=HF_SKIP, zh="未安装 transformers：跳过本附录。")
     else:
-        say(en=HF_SKIP, zh=f"所装的 transformers 缺少本附录所用的缓存接口，跳过本附录：`{HF_SKIP}`")
+        say(en=HF_SKIP, zh=f"所装的 transformers 缺少本附录所用的 `StaticCache` 接口，跳过本附录：`{HF_SKIP}`")
 
 
 if HF_SKIP is None:
-    say(en=f"transformers {transformers.__version__}: our FP64 decoder copied into `GPT2LMHeadModel`.",
-        zh=f"transformers {transformers.__version__}：已把我们的 FP64 解码器复制进 `GPT2LMHeadModel`。")
+    say(en=f"transformers {transformers.__version__}: `StaticCache` ready.", zh=f"transformers {transformers.__version__}：`StaticCache` 可用。")
 else:
     say_skipped()
 
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
-# far, explicit `position_ids` and `cache_position` (the slots to write), exactly as
-# `GPT2LMHeadModel.generate` does internally. We drive the loop by hand because `generate` returns its
-# logits in FP32, too coarse for an FP64 comparison; its greedy tokens are checked as well.
+# far, explicit `position_ids` and `cache_position` (the slots to write), as
+# `GPT2LMHeadModel.generate` does internally (it gives padding slots position 1 instead of 0, which
+# cannot matter). We drive the loop by hand because `generate` hands back its logits in FP32 even for
+# an FP64 model (the cell checks this), too coarse for an FP64 comparison; its greedy tokens are
+# checked as well.
 #
 # A trap shows that the comparison can fail: the same loop **without `position_ids`**. GPT-2 then
 # numbers the slots from `cache_position`, padding included: the `arange` mistake of section 4, made
 # this time with a library. It must be caught.
 
 # %% [markdown] lang="zh"
-# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法完全一样。之所以手写这个循环，是因为 `generate` 返回的 logits 是 FP32，用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
+# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法相同（它给填充位的位置是 1 而不是 0，这不会有任何影响）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
 #
 # 一个陷阱用来说明这项比较能够失败：同样的循环，但**不传 `position_ids`**。这时 GPT-2 按 `cache_position` 给槽位编号，填充位也算在内：这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来。
 
@@ -134,16 +99,18 @@ def gpt2_padded_loop(gpt2, prompts, cache, steps=DECODE_STEPS, pass_positions=Tr
 
 
 if HF_SKIP is None:
-    ours64 = generate_padded(model64, PROMPTS)
+    ours_run = generate_padded(ours64, PROMPTS)
     static64 = STATIC["fp64"]["store"]
-    hf_dynamic = gpt2_padded_loop(gpt2, PROMPTS, DynamicCache(config=gpt2.config))
-    hf_no_positions = gpt2_padded_loop(gpt2, PROMPTS, DynamicCache(config=gpt2.config), pass_positions=False)
-    hf_static_cache = StaticCache(config=gpt2.config, max_cache_len=T_MAX)
-    hf_static = gpt2_padded_loop(gpt2, PROMPTS, hf_static_cache)
+    hf_dynamic = gpt2_padded_loop(gpt2_64, PROMPTS, DynamicCache(config=gpt2_64.config))
+    hf_no_positions = gpt2_padded_loop(gpt2_64, PROMPTS, DynamicCache(config=gpt2_64.config), pass_positions=False)
+    hf_static_cache = StaticCache(config=gpt2_64.config, max_cache_len=T_MAX)
+    hf_static = gpt2_padded_loop(gpt2_64, PROMPTS, hf_static_cache)
     with torch.inference_mode():
         ids, key_mask = left_pad(PROMPTS)
-        generated = gpt2.generate(input_ids=ids, attention_mask=key_mask.long(), max_new_tokens=DECODE_STEPS + 1,
-                                  do_sample=False, pad_token_id=PAD_ID)
+        generated = gpt2_64.generate(input_ids=ids, attention_mask=key_mask.long(), max_new_tokens=DECODE_STEPS + 1,
+                                     do_sample=False, pad_token_id=PAD_ID, output_logits=True, return_dict_in_generate=True)
+    assert generated.logits[0].dtype == torch.float32 and gpt2_64.lm_head.weight.dtype == torch.float64
+    generated = generated.sequences
     real = torch.cat((key_mask, torch.ones(len(PROMPTS), DECODE_STEPS, dtype=torch.bool)), dim=1)   # [B, T_MAX]
     kv_err = max(max_err(hf_layer.keys[real[:, None, :, None].expand_as(hf_layer.keys)],
                          ours_k[real[:, None, :, None].expand_as(ours_k)])
@@ -153,16 +120,16 @@ if HF_SKIP is None:
                              for hf_layer, ours_v in zip(hf_static_cache.layers, static64.v)))
     PEER = {
         "transformers": transformers.__version__,
-        "padding": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_dynamic["logits"], ours64["logits"])),
-                    "tokens_identical": hf_dynamic["tokens"] == ours64["tokens"],
-                    "generate_tokens_identical": generated[:, ids.shape[1]:].tolist() == ours64["tokens"]},
-        "static_cache": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_static["logits"], ours64["logits"])),
-                         "tokens_identical": hf_static["tokens"] == ours64["tokens"],
+        "padding": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_dynamic["logits"], ours_run["logits"])),
+                    "tokens_identical": hf_dynamic["tokens"] == ours_run["tokens"],
+                    "generate_tokens_identical": generated[:, ids.shape[1]:].tolist() == ours_run["tokens"]},
+        "static_cache": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_static["logits"], ours_run["logits"])),
+                         "tokens_identical": hf_static["tokens"] == ours_run["tokens"],
                          "max_abs_kv_err_real_slots": kv_err,
                          "buffer_shape": list(hf_static_cache.layers[0].keys.shape)},
-        "trap_no_position_ids": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_no_positions["logits"], ours64["logits"])),
+        "trap_no_position_ids": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_no_positions["logits"], ours_run["logits"])),
                                  "detected": not all(torch.allclose(a, b, atol=HF_TOL, rtol=HF_TOL)
-                                                     for a, b in zip(hf_no_positions["logits"], ours64["logits"]))},
+                                                     for a, b in zip(hf_no_positions["logits"], ours_run["logits"]))},
     }
     say_table([["`attention_mask`, `DynamicCache`", f"{PEER['padding']['max_abs_logit_err']:.1e}", "-", str(PEER["padding"]["tokens_identical"])],
                ["`StaticCache`", f"{PEER['static_cache']['max_abs_logit_err']:.1e}", f"{kv_err:.1e}", str(PEER["static_cache"]["tokens_identical"])],

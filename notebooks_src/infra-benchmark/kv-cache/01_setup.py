@@ -19,10 +19,12 @@
 # **Scope.** The decoder here is deliberately plain: one sequence length per batch, one K/V head per
 # attention head, learned absolute positions, a cache that grows by concatenation, a straightforward
 # generation loop. Left out, and treated in two companion notebooks of this series: padding,
-# preallocated and paged caches and continuous batching (`infra-benchmark/kv-cache-serving`);
-# grouped-query attention, rotary position embeddings (RoPE), sliding windows, quantized caches and
-# fused attention kernels (`infra-benchmark/kv-cache-architectures`). Both reuse the masks and the
-# decoder of sections 3 and 5.
+# preallocated and paged caches and continuous batching (`infra-benchmark/kv-cache-serving`,
+# [open it in Colab]({{colab:infra-benchmark/kv-cache-serving}})); grouped-query attention, rotary
+# position embeddings (RoPE), sliding windows, quantized caches and fused attention kernels
+# (`infra-benchmark/kv-cache-architectures`,
+# [open it in Colab]({{colab:infra-benchmark/kv-cache-architectures}})). Both reuse the masks and the decoder of
+# sections 3 and 5.
 
 # %% [markdown] lang="zh"
 # KV 缓存保存的是每个注意力层已经算好的键（K）和值（V）。新 token 到来时，只有新 token 需要经过网络：它们的查询（Q）读取缓存里的 K/V，于是旧 token 照样参与注意力计算，却不必重新计算。
@@ -31,7 +33,7 @@
 #
 # 目录：1 环境设置 · 2 六个 token 的例子 · 3 由绝对位置推出掩码 · 4 单头注意力 · 5 解码器 · 6 等价性，以及用缓存与不用缓存的贪心生成 · 7 故意改坏的版本 · 8 缓存省掉了什么、又留下了什么：开销模型、学习者常问的三个问题、公开模型的缓存大小、计时 · 9 保存结果 · 10 附录：请 Hugging Face GPT-2 当外部裁判。
 #
-# **不涉及的内容**：这里的解码器有意写得很朴素：同一 batch 内的序列长度相同，每个注意力头都有自己的一组 K/V，使用可学习的绝对位置嵌入，缓存靠拼接增长，生成循环也是最直接的写法。以下内容不在本笔记本之内，由本系列的两个配套笔记本讨论：填充、预分配缓存与分页缓存、连续批处理（`infra-benchmark/kv-cache-serving`）；分组查询注意力（GQA）、旋转位置编码（RoPE）、滑动窗口、量化缓存和融合注意力算子（`infra-benchmark/kv-cache-architectures`）。这两个笔记本都复用第 3 节的掩码和第 5 节的解码器。
+# **不涉及的内容**：为了把问题讲清楚，这里的解码器有意写得很朴素，同一 batch 内的序列长度相同，每个注意力头都有自己的一组 K/V，使用可学习的绝对位置嵌入，缓存靠拼接增长，生成循环也是最直接的写法。以下内容不在本笔记本之内，由本系列的两个配套笔记本讨论：填充、预分配缓存与分页缓存、连续批处理（`infra-benchmark/kv-cache-serving`，[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-serving}})）；分组查询注意力（GQA）、旋转位置编码（RoPE）、滑动窗口、量化缓存和融合注意力算子（`infra-benchmark/kv-cache-architectures`，[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-architectures}})）。这两个笔记本都复用第 3 节的掩码和第 5 节的解码器。
 
 # %% [markdown] lang="en"
 # ## 1. Setup

@@ -120,7 +120,7 @@ say(en=f"Largest difference between the two cached logit rows and rows 4 and 5 o
     zh=f"缓存路径的两行 logits 与完整重算的第 4、5 行之间的最大差：{err:.3e}。")
 torch.testing.assert_close(step["logits"], full["logits"][:, PAST_LEN:], atol=1e-5, rtol=1e-5)
 # [en] Query 4 reads keys 0-4 and never key 5; query 5 reads all six keys.
-# [zh] 查询 4 读取键 0-4，从不读取键 5；查询 5 读取全部六个键。
+# [zh] 查询 4 读取键 0–4，从不读取键 5；查询 5 读取全部六个键。
 assert (step["weights"][:, :, 0, :5] > 0).all()
 assert (step["weights"][:, :, 0, 5] == 0).all()
 assert (step["weights"][:, :, 1, :] > 0).all()

@@ -78,7 +78,7 @@ def draw_masks(past_len: int, new_len: int):
 
 mask_figure = draw_masks(4, 2)
 # [en] Offset mask: the whole cache plus the causal part of the chunk. Triangle: key 0, then keys 0-1.
-# [zh] 带偏移的掩码：整个缓存加上分块内的因果部分。三角形：先是键 0，然后是键 0-1。
+# [zh] 带偏移的掩码：整个缓存加上分块内的因果部分。三角形：先是键 0，然后是键 0–1。
 assert causal_mask(4, 2).sum(dim=-1).tolist() == [5, 6]
 assert local_triangle_mask(4, 2).sum(dim=-1).tolist() == [1, 2]
 MASKS_PNG = OUT / "masks.png"

@@ -160,7 +160,9 @@ class CacheDecoder(nn.Module):
     def forward(self, ids: torch.Tensor, cache: Cache | None = None) -> tuple[torch.Tensor, Cache]:
         batch, new_len = ids.shape                                  # ids: [B, T_new]
         past_len = 0 if cache is None else cache[0][0].shape[-2]
-        assert cache is None or len(cache) == len(self.blocks)      # one (K, V) per layer
+        # [en] One (K, V) per layer.
+        # [zh] 每层一对 (K, V)。
+        assert cache is None or len(cache) == len(self.blocks)
         positions = self.positions_fn(past_len, new_len)            # [T_new]
         assert int(positions.max()) < self.config.max_positions
         x = self.wte(ids) + self.wpe(positions)                     # [B, T_new, width]

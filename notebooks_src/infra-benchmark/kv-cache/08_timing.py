@@ -313,13 +313,14 @@ say(en=f"Slope of the cached step: {2 * cfg.layers * cfg.width} multiply-adds pe
 # (nothing is downloaded; the source of every number is named in the code). GPT-2 and Llama 2 7B give
 # every attention head its own K and V. Llama 3.1 8B uses **grouped-query attention** (GQA): its 32
 # query heads share 8 KV heads, so its cache per token is a quarter of Llama 2 7B's, although the two
-# models have the same number of layers and the same width. Before applying the formula to them, the
+# models have the same number of layers and the same width (the companion notebook
+# `infra-benchmark/kv-cache-architectures` builds GQA into our decoder). Before applying the formula to them, the
 # cell checks it on our own decoder, in FP32 and in FP16, against real caches.
 
 # %% [markdown] lang="zh"
 # ### 8.3 公开模型的缓存有多大
 #
-# 同一个公式按每个 token 计算：$2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节。下面录入了三个公开模型的尺寸，取自它们在 Hugging Face Hub 上的配置文件（不下载任何东西；每个数的出处都写在代码里）。GPT-2 和 Llama 2 7B 的每个注意力头都有自己的 K 和 V。Llama 3.1 8B 使用**分组查询注意力**（grouped-query attention，GQA）：32 个查询头共用 8 个 KV 头，所以尽管它与 Llama 2 7B 层数相同、宽度相同，每个 token 的缓存却只有后者的四分之一。在把公式用到这些模型之前，单元格先在我们自己的解码器上，分别用 FP32 和 FP16 的真实缓存核对它。
+# 同一个公式按每个 token 计算：$2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节。下面录入了三个公开模型的尺寸，取自它们在 Hugging Face Hub 上的配置文件（不下载任何东西；每个数的出处都写在代码里）。GPT-2 和 Llama 2 7B 的每个注意力头都有自己的 K 和 V。Llama 3.1 8B 使用**分组查询注意力**（grouped-query attention，GQA）：32 个查询头共用 8 个 K/V 头，所以尽管它与 Llama 2 7B 层数相同、宽度相同，每个 token 的缓存却只有后者的四分之一（配套笔记本 `infra-benchmark/kv-cache-architectures` 会把 GQA 加进我们的解码器）。在把公式用到这些模型之前，单元格先在我们自己的解码器上，分别用 FP32 和 FP16 的真实缓存核对它。
 
 # %%
 @dataclass
@@ -391,7 +392,7 @@ say_table(
      for row in KV_TABLE],
     en=["model", "layers L", "query heads / KV heads", "head size D_h", "K/V per token (fp16)",
         "4,096-token context", "32,768-token context"],
-    zh=["模型", "层数 L", "查询头 / KV 头", "每头维度 D_h", "每个 token 的 K/V（FP16）",
+    zh=["模型", "层数 L", "查询头 / K/V 头", "每头维度 D_h", "每个 token 的 K/V（FP16）",
         "4,096 个 token 的上下文", "32,768 个 token 的上下文"],
 )
 for row in KV_TABLE[1:]:
@@ -401,9 +402,9 @@ for row in KV_TABLE[1:]:
 # An asterisk marks a context longer than the model's position table (GPT-2 has 1,024 positions, our
 # decoder 512, Llama 2 4,096): the formula still gives the size such a cache would have. For one
 # sequence of 32,768 tokens, Llama 3.1 8B keeps 4 GiB of K and V in FP16, per sequence, on top of its
-# weights; without GQA it would be 16 GiB. That is why serving systems manage the cache as carefully as
-# the weights, and why the cached step's growth with $T$ (8.2) is mostly a question of memory traffic
-# at these sizes.
+# weights; without GQA it would be 16 GiB. As a general remark (nothing here measures it): at such
+# sizes serving systems manage the cache as carefully as the weights, and reading the whole cache on
+# every step, the growth with $T$ of 8.2, becomes a large part of what a decode step costs.
 #
 # ### 8.4 Timing on this CPU
 #
@@ -427,7 +428,7 @@ for row in KV_TABLE[1:]:
 # records the order of every round, and asserts both.
 
 # %% [markdown] lang="zh"
-# 星号表示上下文长度超出了模型的位置嵌入表（GPT-2 有 1,024 个位置，我们的解码器有 512 个，Llama 2 有 4,096 个）：公式给出的仍是这样一份缓存应有的大小。对于一条 32,768 个 token 的序列，Llama 3.1 8B 在 FP16 下要为它保存 4 GiB 的 K/V，这还不算权重；如果不用 GQA，则要 16 GiB。正因为如此，推理服务系统管理缓存要像管理权重一样精打细算；也正因为如此，在这样的规模下，缓存路径每步随 $T$ 的增长（见 8.2）主要是访存问题。
+# 星号表示上下文长度超出了模型的位置嵌入表（GPT-2 有 1,024 个位置，我们的解码器有 512 个，Llama 2 有 4,096 个）：公式给出的仍是这样一份缓存应有的大小。对于一条 32,768 个 token 的序列，Llama 3.1 8B 在 FP16 下要为它保存 4 GiB 的 K/V，这还不算权重；如果不用 GQA，则要 16 GiB。顺带一提（这里并未实测）：在这样的规模下，推理服务系统管理缓存要像管理权重一样精打细算；而每一步都要把整个缓存读一遍，也就是 8.2 中随 $T$ 的增长，会成为解码每一步开销的一大部分。
 #
 # ### 8.4 在这台 CPU 上计时
 #
@@ -490,7 +491,7 @@ def cached_continuation(model, cache, continuation):
 # differ between the paths.
 #
 # The logical size of the cache is $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$
-# bytes, the formula of 8.3 for a whole batch. With batch 1, final length 272, 2 layers, 4 KV heads,
+# bytes, the per-token formula of 8.3 times the length $T$ and the batch $B$. With batch 1, final length 272, 2 layers, 4 KV heads,
 # head dimension 16 and 4-byte FP32, that is 278,528 bytes (272 KiB). The cell compares it with the
 # sum of `numel() * element_size()` over the real cache. It counts neither the parameters, the
 # attention scores, the temporary tensors of `torch.cat`, allocator overhead nor Python objects, so it
@@ -499,7 +500,7 @@ def cached_continuation(model, cache, continuation):
 # %% [markdown] lang="zh"
 # 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。当 $P = 256$、$G = 16$ 时，两者分别是 4,232 和 16。下面的单元格把公式与两个来源核对：循环实际送入的位置数，以及一个前向预钩子（forward pre-hook）统计到的、真正到达模型的位置数；词表投影上的第二个钩子则确认，完整路径把这些位置全部投影成了 logits。这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、调度和 Python 开销上都不一样。
 #
-# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节，即 8.3 的公式乘上整个 batch。取 batch 1、最终长度 272、2 层、4 个 KV 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元格会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
+# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节，即 8.3 中每个 token 的公式再乘以长度 $T$ 和 batch 大小 $B$。取 batch 1、最终长度 272、2 层、4 个 K/V 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元格会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
 
 # %%
 def projected_positions(prompt_len: int, generated: int) -> dict:
@@ -732,6 +733,11 @@ say_table(
 # %% tags=["prose-values"]
 first, last = PER_STEP[0], PER_STEP[-1]
 row16 = next(r for r in TIMING_ROWS if r["prompt_tokens"] == 16)
+# [en] The 16 cached one-token calls after a 16-token prompt do slightly more multiply-adds than one
+# [en] 16-token prefill call (their queries read more keys).
+# [zh] 16 个提示 token 之后的 16 次单 token 缓存调用，乘加次数比一次 16 个 token 的预填充略多
+# [zh] （它们的查询要读更多的键）。
+assert sum(full_step_macs(cfg, 16).values()) < CONTINUATION * window_macs(16, "cached")
 prefill_rate = sum(full_step_macs(cfg, last["prompt_tokens"]).values()) / TIMING_ROWS[-1]["prefill_ms"]["p50"]
 TIMING_SUMMARY = {
     "p_min": int(first["prompt_tokens"]),
@@ -760,16 +766,17 @@ TIMING_SUMMARY = {
 # {{run:timing.full_ms_per_step_max:.3f}} ms. For the cached step the count predicts growth by a factor of
 # {{run:timing.model_cached_growth:.2f}}, the attention term of 8.2; the measured time per step changed
 # by a factor of {{run:timing.measured_cached_growth:.2f}} ({{run:timing.cached_ms_per_step_min:.3f}} ms,
-# then {{run:timing.cached_ms_per_step_max:.3f}} ms). The model's growth does not show up in the
-# measurement, because the arithmetic is not what a cached step spends its time on at this size: 16
+# then {{run:timing.cached_ms_per_step_max:.3f}} ms). The cached step's measured time barely follows
+# the count, because the arithmetic is not what a cached step spends its time on at this size: 16
 # cached one-token calls took {{run:timing.cached16_ms:.3f}} ms, {{run:timing.cached16_over_prefill16:.1f}}
 # times the {{run:timing.prefill16_ms:.3f}} ms of one 16-token prefill call, although both push 16
 # positions through the network. At the rate the largest prefill sustained, a cached step's
 # multiply-adds would take about {{run:timing.cached_step_arithmetic_ms:.4f}} ms, roughly
 # {{run:timing.cached_step_arithmetic_share:.0%}} of the measured step. The rest is per-call overhead:
 # Python, operator dispatch, small allocations and the copy in `torch.cat`. With a model this small the
-# overhead hides the $TW$ term; with a real model's width and context, the arithmetic and above all the
-# reading of K/V (8.3) take over, which is why the cache's cost with $T$ matters there.
+# overhead hides the $TW$ term. With a real model's width and context (8.3), the arithmetic and the
+# reading of K/V grow large enough to matter; that is a general remark, not something this CPU run
+# measures.
 #
 # How to read the times. A p95 over 15 samples (3 with `QUICK = True`) is an empirical quantile, good
 # for spotting noise but far too few samples to estimate a service's tail latency. What these numbers
@@ -778,6 +785,6 @@ TIMING_SUMMARY = {
 # or scheduler would perform. Those need measurements on their own hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。模型预测的增长在测量中看不出来，因为在这样小的规模下，缓存路径一步的时间主要不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了；换成真实模型的宽度和上下文长度，计算、尤其是对 K/V 的读取（见 8.3）就会占上风，所以缓存开销随 $T$ 的增长在那里才真正要紧。
+# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。缓存路径每步的实测时间几乎没有跟着计数增长，因为在这样小的规模下，缓存路径一步的时间主要不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了。换成真实模型的宽度和上下文长度（见 8.3），计算量和对 K/V 的读取就大到不容忽视；这是一般性的说明，并不是这次 CPU 运行测出来的。
 #
 # 如何解读这些时间：15 个样本（`QUICK = True` 时只有 3 个）的 p95 只是经验分位数，可以用来发现噪声，但样本远远不够，无法估计一个服务的尾延迟。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。

@@ -87,12 +87,12 @@ if IN_COLAB:
 #
 # **Next: padding.** A batch whose sequences have different lengths needs a padding mask, kept
 # separate from the causal mask so that each can be checked on its own. The companion notebook
-# `infra-benchmark/kv-cache-serving` takes this up (see the scope note at the top).
+# `infra-benchmark/kv-cache-serving` takes this up ([open it in Colab]({{colab:infra-benchmark/kv-cache-serving}})).
 
 # %% [markdown] lang="zh"
 # **先预填充，再逐个 token**：从第 6 节的序列出发，先预填充 1、4 或 8 个 token，再逐个处理剩下的 token，把每次调用的结果与“对目前为止已见前缀做完整重算”的结果比较。下面的单元格正是这样做的，并对每一步都做了断言。
 #
-# **下一步：填充（padding）**：同一 batch 中长度不同的序列需要填充掩码，它应当与因果掩码分开构造，这样两者才能各自单独检查。配套笔记本 `infra-benchmark/kv-cache-serving` 会接着讨论这个问题（见开头“不涉及的内容”一段）。
+# **下一步：填充（padding）**：同一 batch 中长度不同的序列需要填充掩码，它应当与因果掩码分开构造，这样两者才能各自单独检查。配套笔记本 `infra-benchmark/kv-cache-serving` 会接着讨论这个问题（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-serving}})）。
 
 # %%
 # [en] Prefill prefill_len tokens, then one token per call; compare each call with full recomputation.
