@@ -164,8 +164,8 @@ def check_output_size(source: NotebookSource, executed: NotebookNode, limit: int
         total += len(json.dumps(cell.get("outputs", []), ensure_ascii=False).encode("utf-8", "surrogatepass"))
         if total > limit:
             failed = _failed(source, cells, index, "OutputTooLarge",
-                             f"the outputs reach {total / 1e6:.1f} MB here, over the limit of "
-                             f"{limit / 1e6:.1f} MB per notebook (--max-output-mb); print less")
+                             f"the outputs reach {total / 2**20:.1f} MB here, over the limit of "
+                             f"{limit / 2**20:.1f} MB per notebook (--max-output-mb); print less")
             raise failed
 
 
