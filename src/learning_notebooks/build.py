@@ -498,9 +498,9 @@ def finish(p: Plan, run: Executed | None, config: ProjectConfig, options: BuildO
     result = NotebookResult(p.source.target, Status.CHECKED if options.check else status, 0.0, notes=notes)
     if options.check:
         result.problems, warnings = check_built(p, built, options)
-        intact = {lang: nb for lang, nb in p.previous.items() if p.paths[lang] not in p.edited}  # edits: named above
-        result.problems += twin_problems(p.source, intact, config.languages)
-        result.problems += run_value_problems(p.paths, intact, {lang: composed[lang] for lang in p.reusable})
+        result.problems += twin_problems(p.source, p.previous, config.languages)
+        # An edited file is named above; its prose values are compared only when its outputs are intact.
+        result.problems += run_value_problems(p.paths, p.previous, {lang: composed[lang] for lang in p.reusable})
         result.notes += warnings
     else:
         stage_and_swap(p, built, run)
