@@ -28,9 +28,7 @@ SPLIT_CJK = re.compile(rf"{CJK}\n{CJK}")
 
 # Notebooks whose code still prints English and whose comments are not localized yet. Remove a
 # notebook from this set when you convert it; the built-notebook lints then hold it to the rule.
-NOT_YET_LOCALIZED = {
-    "infra-benchmark/kv-cache-browser",
-}
+NOT_YET_LOCALIZED: set[str] = set()
 
 # English a Chinese reader may see in an output: library warnings and the messages of failures a
 # cell provokes on purpose. Keep it short; each entry is a regular expression matched per line.
@@ -38,6 +36,7 @@ ALLOWED_ENGLISH_OUTPUT = [
     re.compile(r"\b[A-Z]\w*(Warning|Error): "),  # a library warning, or the exception a cell provokes on purpose
     re.compile(r"size mismatch for [\w.]+: copying a param with shape"),  # PyTorch's load_state_dict refusal
     re.compile(r"^Traceback \(most recent call last\)"),
+    re.compile(r"Calling `crop` with a positive value"),  # transformers refusing DynamicCache.crop(199), quoted
 ]
 
 STOPWORDS = set(
@@ -110,19 +109,36 @@ def test_the_lint_sees_a_split():
     assert SPLIT_CJK.search("第一行\n第二行") and not SPLIT_CJK.search("第一行\n\n第二段")
 
 
+def zh_item(node) -> bool:
+    """`something["zh"]`"""
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "zh"
+
+
 def non_ascii_code_tokens(source: str) -> list[int]:
     """Lines (1-based, in the cell) of non-ASCII code tokens: identifiers, and string literals other
-    than the `zh=` arguments of say()/say_table(). Comments are free."""
+    than Chinese texts: `zh=` arguments (of say(), say_table() or a helper in the same style) and
+    the values of "zh" keys (`{"zh": ...}`, `texts["zh"] += ...`, `texts["zh"].append(...)`: texts
+    passed on as say(**texts)). Comments are free."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
     allowed: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("say", "say_table"):
+        if isinstance(node, ast.Call):  # say(zh=...), say_table(zh=...), helpers in the same style
             for keyword in node.keywords:
                 if keyword.arg == "zh":
                     allowed.update(id(inner) for inner in ast.walk(keyword.value))
+            if isinstance(node.func, ast.Attribute) and zh_item(node.func.value):  # texts["zh"].append(...)
+                allowed.update(id(inner) for arg in node.args for inner in ast.walk(arg))
+        elif isinstance(node, ast.Dict):  # {"en": ..., "zh": ...} passed on as say(**texts)
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and key.value == "zh":
+                    allowed.update(id(inner) for inner in ast.walk(value))
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):  # texts["zh"] = ..., texts["zh"] += [...]
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(zh_item(target) for target in targets):
+                allowed.update(id(inner) for inner in ast.walk(node.value))
     bad = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and not node.value.isascii():
@@ -138,7 +154,7 @@ def non_ascii_code_tokens(source: str) -> list[int]:
 @pytest.mark.parametrize("series, name", discover(SRC), ids=lambda v: str(v))
 def test_code_tokens_are_ascii_so_figures_need_no_cjk_font(series, name):
     """Code is shared by both languages; ASCII plot labels render with matplotlib's default font in
-    the Chinese notebook too (no missing-glyph boxes). Comments and the `zh=` texts of say() and
+    the Chinese notebook too (no missing-glyph boxes). Comments and the Chinese texts of say() and
     say_table() are the exceptions: they are never drawn into a figure."""
     notebook = load_notebook(SRC, series, name, CONFIG)
     bad = [f"{c.file.name}:{c.first_line + line - 1}" for c in notebook.code_cells() for line in non_ascii_code_tokens(c.source)]
@@ -149,6 +165,9 @@ def test_the_ascii_lint_allows_only_zh_texts_and_comments():
     assert non_ascii_code_tokens('say(en="passed", zh="通过")  # 注释\nsay_table(rows, en=["a"], zh=[f"{x}甲"])') == []
     assert non_ascii_code_tokens('plt.title("标题")') == [1]
     assert non_ascii_code_tokens('x = 1\nsay(en="通过", zh="通过")') == [2]
+    assert non_ascii_code_tokens('note = {"en": "skipped", "zh": f"跳过 {x}"}\nsay(**note)') == []
+    assert non_ascii_code_tokens('note = {"en": "跳过", "zh": "跳过"}') == [1]
+    assert non_ascii_code_tokens('h["zh"] += [f"第 {i} 层"]\nh["zh"].append("一致")\nh["en"].append("一致")') == [3]
     assert non_ascii_code_tokens("数 = 1") == [1]
 
 

@@ -4,7 +4,7 @@ Comments: a full-line comment `# [en] text` belongs to English, `# [zh] text` to
 consecutive `# [en]` lines is followed directly by its `# [zh]` block at the same indentation
 (languages in config order). Each built notebook keeps its own language's lines, shown as plain
 `# text`, and the untagged comments; the executed code keeps neither language (the tagged lines
-become blank lines, so line numbers in tracebacks still match the section file). Code compares and
+become empty `#` comments, so line numbers in tracebacks still match the section file). Code compares and
 keys with every comment removed (`strip_comments`), so a comment edit never changes the cache key.
 
 Outputs: the prelude's `say`/`say_table` display one output per language, each carrying
@@ -15,6 +15,7 @@ languages are missing.
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
@@ -53,6 +54,38 @@ def _comment_rows(source: str) -> set[int] | None:
     return rows
 
 
+def _trailing_tagged(source: str) -> int | None:
+    """0-based row of the first `# [xx]` comment that follows code on its line (None: there is none)."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT and token.line[: token.start[1]].strip():
+                if TAGGED_COMMENT.match(token.string):
+                    return token.start[0] - 1
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return None
+
+
+def say_calls_missing_languages(source: str, languages: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(0-based row, message) of each say()/say_table() call that does not name every language."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("say", "say_table")):
+            continue
+        names = {k.arg for k in node.keywords}
+        if None in names:  # say(**texts): cannot tell statically
+            continue
+        missing = [lang for lang in languages if lang not in names]
+        if missing:
+            found.append((node.lineno - 1, f"{node.func.id}() without {', '.join(f'{m}=' for m in missing)}: "
+                                           f"give it one text per language ({', '.join(languages)})"))
+    return found
+
+
 def tagged_lines(source: str) -> list[TaggedLine]:
     """The full-line `# [xx]` comments of a code cell (never text inside a string literal)."""
     lines = source.split("\n")
@@ -74,6 +107,9 @@ def check_comment_pairs(source: str, languages: tuple[str, ...]) -> None:
     each; the blocks must go through `languages` in order, one block per language, as many
     rounds as the author likes (en, zh, en, zh is two pairs).
     """
+    trailing = _trailing_tagged(source)
+    if trailing is not None:
+        raise PairingError("a localized comment ('# [xx] ...') must be on its own line, above the code", trailing)
     tagged = tagged_lines(source)
     runs: list[list[TaggedLine]] = []
     for line in tagged:
@@ -117,8 +153,15 @@ def check_comment_pairs(source: str, languages: tuple[str, ...]) -> None:
             )
 
 
+def check_code_cell(source: str, languages: tuple[str, ...]) -> None:
+    """What read_section checks in a code cell: comment twins, and say()/say_table() given every language."""
+    check_comment_pairs(source, languages)
+    for row, message in say_calls_missing_languages(source, languages):
+        raise PairingError(message, row)
+
+
 def localize_code(source: str, lang: str | None) -> str:
-    """The cell as `lang`'s notebook shows it; `lang=None`: the executed code (tagged lines blanked)."""
+    """The cell as `lang`'s notebook shows it; `lang=None`: the executed code (tagged lines emptied to `#`)."""
     tagged = {line.row: line for line in tagged_lines(source)}
     if not tagged:
         return source
@@ -128,7 +171,9 @@ def localize_code(source: str, lang: str | None) -> str:
         if comment is None:
             out.append(line)
         elif lang is None:
-            out.append("")  # keeps the line numbers of the section file
+            # An empty comment keeps the line numbers of the section file (IPython drops a cell's
+            # leading blank lines, so a blank line would not).
+            out.append(f"{comment.indent}#")
         elif comment.lang == lang:
             out.append(f"{comment.indent}# {comment.text}".rstrip())
     return "\n".join(out)

@@ -17,7 +17,7 @@ from jupytext.magics import is_magic
 from jupytext.stringparser import StringParser
 
 from .errors import SourceError
-from .localize import PairingError, check_comment_pairs
+from .localize import PairingError, check_code_cell
 from .placeholders import check_sources as check_placeholders
 
 CONFIG_FILE = "config.toml"
@@ -359,7 +359,7 @@ def read_section(path: Path, languages: tuple[str, ...], id_prefix: str = "") ->
             if lang is not None:
                 raise SourceError("code cells are shared by all languages: remove lang=", path, line)
             try:
-                check_comment_pairs(raw.source, languages)
+                check_code_cell(raw.source, languages)
             except PairingError as err:
                 raise SourceError(str(err), path, _source_line(line, err.row)) from None
         else:

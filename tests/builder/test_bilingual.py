@@ -65,12 +65,25 @@ def test_a_missing_language_file_is_not_filled_from_the_other_language(project: 
 
 
 def test_say_without_every_language_is_an_error_with_file_and_line(project: Project):
-    project.edit("02_compute.py", 'zh=f"总和是 {total}。")', ")")
-    project.edit("02_compute.py", 'say(en=f"The sum is {total}.", ', 'say(en=f"The sum is {total}."')
+    project.edit("02_compute.py", 'say(en=f"The sum is {total}.", zh=f"总和是 {total}。")', 'say(en=f"The sum is {total}.")')
     run = project.build("--execute")
-    assert run.code == 2
+    assert run.code == 2 and "executing" not in run.log  # found before anything runs
+    assert f"{project.notebook / '02_compute.py'}:18: say() without zh=" in run.log
+
+
+def test_an_output_without_its_twin_at_run_time_is_an_error_with_file_and_line(project: Project):
+    project.edit("02_compute.py", 'say(en=f"The sum is {total}.", zh=f"总和是 {total}。")', 'say(**{"en": "only English"})')
+    run = project.build("--execute")
+    assert run.code == 2 and "executing" in run.log
     assert f"{project.notebook / '02_compute.py'}:9: language-tagged outputs without all their twins" in run.log
     assert not project.built("en").exists()
+
+
+def test_a_tagged_trailing_comment_is_an_error(project: Project):
+    project.edit("02_compute.py", "# n (n - 1) / 2", "# [en] Gauss")
+    run = project.build()
+    assert run.code == 2
+    assert f"{project.notebook / '02_compute.py'}:16: a localized comment ('# [xx] ...') must be on its own line" in run.log
 
 
 def test_check_refuses_a_built_output_without_its_twin(project: Project):
@@ -156,3 +169,10 @@ def test_bad_includes_name_the_manifest_line(project: Project, entry, line, word
     assert words in str(caught.value)
     run = project.build("--only", "demo/bye")
     assert run.code == 2 and f"notebook.toml:{line}:" in run.log
+
+
+def test_an_error_below_localized_comments_names_the_line_of_the_section_file(project: Project):
+    project.append("02_compute.py", "\n# %%\n# [en] This must fail.\n# [zh] 这里必须失败。\nassert total < 0, 'negative'\n")
+    run = project.build("--execute")
+    assert run.code == 1
+    assert f"{project.notebook / '02_compute.py'}:35: AssertionError: negative" in run.log

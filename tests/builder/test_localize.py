@@ -14,6 +14,7 @@ from learning_notebooks.errors import SourceError
 from learning_notebooks.localize import (
     PairingError,
     check_comment_pairs,
+    check_code_cell,
     localize_code,
     missing_twins,
     outputs_for,
@@ -45,11 +46,12 @@ def test_each_language_keeps_its_comments_and_the_untagged_ones():
     assert "# [en] not a comment: inside a string" in en and "# [en] not a comment: inside a string" in zh
 
 
-def test_executed_code_blanks_tagged_lines_so_line_numbers_hold():
+def test_executed_code_empties_tagged_lines_so_line_numbers_hold():
     executed = localize_code(CODE, None)
     assert len(executed.split("\n")) == len(CODE.split("\n"))
     assert "Add the numbers" not in executed and "把数字" not in executed
     assert executed.split("\n")[4] == "total = 1 + 2  # [B, T]"
+    assert executed.split("\n")[:2] == ["#", "#"]  # not blank: IPython drops leading blank lines
 
 
 def test_code_tokens_are_identical_across_languages():
@@ -133,3 +135,10 @@ def test_prelude_sets_lang_and_prints_outside_a_kernel():
     assert prelude_source("en").startswith("# The notebook's language") and "[zh]" not in prelude_source("en")
     assert prelude_source("zh").isascii() is False and "# [" not in prelude_source("zh")
     assert 'LANG = "en"' in prelude_source("en") and "LANG = None" in prelude_source(None)
+
+
+def test_say_must_name_every_language():
+    check_code_cell('say(en="a", zh="甲")\nsay_table([["1"]], en=["n"], zh=["数"])\nsay(**texts)', LANGS)
+    with pytest.raises(PairingError) as caught:
+        check_code_cell('x = 1\nif x:\n    say_table([["1"]], en=["n"])', LANGS)
+    assert caught.value.row == 2 and "say_table() without zh=" in str(caught.value)

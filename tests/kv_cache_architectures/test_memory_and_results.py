@@ -46,5 +46,5 @@ def test_results_record_every_criterion_and_control(out_dir):
 
 def test_figures_written(out_dir):
     results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-    assert results["figures"] == ["masks.png", "quantized_cache_error.png", "memory.png"]
+    assert results["figures"] == ["masks.png", "sliding_window.png", "quantized_cache_error.png", "memory.png"]
     assert all((out_dir / name).stat().st_size > 1000 for name in results["figures"])

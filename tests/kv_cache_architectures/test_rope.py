@@ -62,6 +62,13 @@ def test_llama_cross_check(nb):
 
 
 @transformers_needed
+def test_each_of_huggingfaces_fp32_steps_matters(nb):
+    steps = nb["LLAMA_FP32_STEPS"]
+    assert list(steps) == ["none", "angles", "angles + norm", "angles + norm + softmax"]
+    assert steps["angles + norm + softmax"] < 1e-10 < min(steps["none"], steps["angles"], steps["angles + norm"])
+
+
+@transformers_needed
 @pytest.mark.parametrize("kv_heads", [1, 4])
 def test_llama_cross_check_for_mqa_and_mha(nb, kv_heads):
     config = nb["replace"](nb["LLAMA_CFG"], kv_heads=kv_heads)

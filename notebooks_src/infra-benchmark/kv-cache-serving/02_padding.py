@@ -31,7 +31,7 @@
 # %% [markdown] lang="zh"
 # ## 4. 长度不同的 batch：左填充
 #
-# 三个提示分别有 3、7、12 个 token，要放进同一个 batch。张量必须是矩形的，所以较短的提示要用**填充**位补足到 12。每个填充位随便放一个 token ID（放哪个都无所谓，我们会验证这一点），并在形状为 `[B, T]` 的注意力掩码（attention mask，1 表示真实 token）里记为 0。我们在**左边**填充：
+# 三个提示分别有 3、7、12 个 token，要放进同一个 batch。张量必须是规整的矩形，所以较短的提示要用**填充**位补足到 12 个。每个填充位随便放一个 token ID（放哪个都无所谓，我们会验证这一点），并在形状为 `[B, T]` 的注意力掩码（attention mask，1 表示真实 token）里记为 0。我们在**左边**填充：
 #
 # ```
 # row 0   pad pad pad pad pad pad pad pad pad  a0  a1  a2
@@ -43,8 +43,8 @@
 #
 # 填充改变了第一份笔记本视为理所当然的两件事。
 #
-# * **位置**：一行的第一个真实 token 位置是 0，不管它在 batch 中的哪一列。某个槽位的位置等于它之前真实 token 的个数，即沿行计算 `cumsum(mask) - 1`。填充位的位置取 0（取任何固定值都可以，这一点我们也会验证）。
-# * **可见性**：查询可以读取某个键，要同时满足两个条件：键不在查询的“未来”（第 2 节带偏移的因果掩码），**并且**键是真实 token（**填充掩码**）。两种掩码分开构造，以便各自单独检查，再用逻辑与合成形状为 `[B, 1, T_new, T_total]` 的掩码：每行一个，各个头共用。
+# * **位置**：一行中第一个真实 token 的位置是 0，无论它位于 batch 的哪一列。某个槽位的位置等于它之前真实 token 的个数，即沿行计算 `cumsum(mask) - 1`。填充位的位置取 0（取任何固定值都可以，这一点我们也会验证）。
+# * **可见性**：查询能读取一个键，须同时满足两个条件：键不在查询的“未来”（第 2 节带偏移的因果掩码），**并且**键是真实 token（**填充掩码**）。两种掩码分开构造，以便各自单独检查，再用逻辑与合成形状为 `[B, 1, T_new, T_total]` 的掩码：每行一个，各个头共用。
 
 # %%
 PROMPT_LENGTHS = (3, 7, 12)
@@ -122,7 +122,7 @@ assert sum(len(p) < 12 for p in PROMPTS) == 2
 # nothing reads it: its K and V are padding keys, masked for every real query.
 
 # %% [markdown] lang="zh"
-# 下图画出预填充时第 0 行的掩码：它的三个真实查询读取自己及之前的真实键。其余九个填充位上的查询则什么都读不到：按因果规则它们能看到的键全是填充位。对一整行 $-\infty$ 做 softmax 得到 $0/0$，即 NaN。在第一层，NaN 只停留在填充位上；但到了第二层，它成了这些位置的 K 和 V，而真实查询会用注意力权重 0 去乘这个 V：$0 \cdot \mathrm{NaN} = \mathrm{NaN}$。所以 `guard_empty_rows` 让一个键都看不到的查询改为读取所有的键。这样得到的输出没有意义，但是有限，而且没有谁会读它：它的 K 和 V 位于填充位，对所有真实查询都是被遮住的。
+# 下图画出预填充时第 0 行的掩码：它的三个真实查询读取自己及之前的真实键。其余九个填充位上的查询则什么都读不到：按因果规则它们能看到的键全是填充位。对一整行 $-\infty$ 做 softmax 得到 $0/0$，即 NaN。在第一层，NaN 只停留在填充位上；但到了第二层，它成了这些位置的 K 和 V，而真实查询会用注意力权重 0 去乘这个 V：$0 \cdot \mathrm{NaN} = \mathrm{NaN}$。所以 `guard_empty_rows` 让一个键都看不到的查询改为读取所有的键。这样得到的输出没有意义，但都是有限值，而且不会被任何查询读取：它的 K 和 V 是填充键，对每个真实查询都被掩码遮住。
 
 # %%
 def draw_padded_mask(key_mask, row):
@@ -225,7 +225,7 @@ def generate_alone(model, prompt, steps=DECODE_STEPS):
 # weights.
 
 # %% [markdown] lang="zh"
-# **判据**：对每一行，它在真实位置上的 logits（预填充加上全部 20 个解码步，提示有 $n$ 个 token 时共 $n + 20$ 个位置），都必须等于“单独运行该提示、不填充、接上它单独生成的 token 后完整重算”所得的 logits：FP32 容差 $10^{-5}$，FP64 容差 $10^{-10}$（`atol = rtol`，与第一份笔记本相同）。贪心生成的 token 必须完全一致。任何位置出现 NaN 都算失败（`allclose` 认为 NaN 与任何值都不相等）。FP64 运行用的是转换成 FP64 的同一份权重。
+# **判据**：每一行在真实位置上的 logits（预填充加上全部 20 个解码步；提示有 $n$ 个 token 时共 $n + 20$ 个位置）必须等于完整重算的结果。完整重算的输入是该提示单独一条、不加填充，后面接上它单独运行时生成的 token；容差在 FP32 下为 $10^{-5}$，在 FP64 下为 $10^{-10}$（`atol = rtol`，与第一份笔记本相同）。贪心生成的 token 必须完全一致。任何位置出现 NaN 都算失败（`allclose` 认为 NaN 与任何值都不相等）。FP64 运行用的还是同一份权重，只是转换成了 FP64。
 
 # %%
 def in_dtype(model, dtype):
@@ -281,7 +281,7 @@ assert all(len(lg["logits"]) == n + DECODE_STEPS for lg, n in zip(REFERENCE[torc
 # do not notice it.
 
 # %% [markdown] lang="zh"
-# 填充位里放的是什么不应有任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$；计算中其余的数一个都没变。一个 token 都没有的行（batch 中空着的位置）从头到尾都是填充位：保护措施同样让它保持有限值，其他行也察觉不到它的存在。
+# 填充位里放什么，不应产生任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$；计算中其余的数一个都没变。一个 token 都没有的行（batch 中的空位）从头到尾都是填充位：`guard_empty_rows` 同样让它保持有限值，其他行也察觉不到它的存在。
 
 # %%
 with torch.inference_mode():
@@ -324,7 +324,7 @@ assert EMPTY_ROW_OK and int(empty_mask[1].sum()) == 0
 # * **位置用 `arange`**：即第一份笔记本的规则，把填充位也算进位置；
 # * **没有填充掩码**：只用因果掩码，于是真实查询会读到填充键；
 # * **填充掩码加在查询上**：掩码遮住的是填充位上的**查询**，而不是填充位上的**键**（很容易写反：`[B, 1, T_new, 1]` 而不是 `[B, 1, 1, T_total]`），于是真实查询仍会读到填充键；
-# * **不处理读不到键的行**：掩码都正确，但去掉 `guard_empty_rows`。
+# * **不处理读不到键的行**：掩码都正确，只是去掉了 `guard_empty_rows`。
 #
 # 第三个版本说明了两种掩码为什么要分开：在预填充时把它们合成一个方阵，键和查询就很容易弄混。
 
@@ -385,7 +385,7 @@ assert PADDED["fp32"]["finite"] and PADDED["fp64"]["finite"]
 # real positions of the two padded rows are NaN too. The unpadded row stays finite throughout.
 
 # %% [markdown] lang="zh"
-# 最后一个负对照的 NaN 是从哪里来的？在两个块上挂前向钩子，截取预填充时它们的输出：第一个块之后，NaN 恰好出现在所有填充位上，真实位置全都是有限值；第二个块以权重 0 读取了这些位置的 K 和 V，之后两个有填充的行在真实位置上也变成了 NaN。没有填充的那一行始终是有限值。
+# 最后一个负对照的 NaN 是从哪里来的？在两个 Transformer 块上注册前向钩子，截取预填充时它们的输出：经过第 1 个 Transformer 块，NaN 恰好出现在所有填充位上，真实位置全都是有限值；第 2 个 Transformer 块以权重 0 读取了这些位置的 K 和 V，经过它之后，两个有填充的行在真实位置上也变成了 NaN。没有填充的那一行始终是有限值。
 
 # %%
 block_outputs = []
@@ -403,6 +403,6 @@ nan_2 = after_block_2.isnan().all(dim=-1)
 say_table([[str(row), str(int((~key_mask[row]).sum())), str(int(nan_1[row].sum())), str(int(nan_2[row][key_mask[row]].sum()))]
            for row in range(len(PROMPTS))],
           en=["row", "padding slots", "NaN positions after block 1", "NaN real positions after block 2"],
-          zh=["行", "填充位数", "第 1 个块之后的 NaN 位置数", "第 2 个块之后真实位置中的 NaN 数"])
+          zh=["行", "填充位数", "第 1 个 Transformer 块之后的 NaN 位置数", "第 2 个 Transformer 块之后真实位置中的 NaN 数"])
 assert torch.equal(nan_1, ~key_mask) and torch.isfinite(after_block_1[key_mask]).all()
 assert nan_2[0][key_mask[0]].all() and nan_2[1][key_mask[1]].all() and torch.isfinite(after_block_2[2]).all()

@@ -18,9 +18,9 @@
 # %% [markdown] lang="zh"
 # ## 5. 预分配缓存（静态缓存）
 #
-# `torch.cat` 每次调用都会生成新张量：为了追加一个位置，整个缓存都要复制一遍。预分配缓存则一次性为每层的 K 和 V 各保留一块形状为 `[B, H, T_max, Dh]` 的缓冲区，并记录当前长度 $L$。一次调用带来 $n$ 个新 token 时，把它们写入第 $L \dots L + n - 1$ 个槽位，再对有效前缀 `buffer[:, :, :L + n]` 做注意力；这个前缀是视图，不是副本。第一次调用之后不再分配任何内存，所以缓冲区从不移动（它们的 `data_ptr()` 始终不变），每一步的开销也不再包含复制历史数据这一项。
+# `torch.cat` 每次调用都会生成新张量：为了追加一个位置，整个缓存都要复制一遍。预分配缓存则一次性为每层的 K 和 V 各预留一个形状为 `[B, H, T_max, Dh]` 的缓冲区，并记录当前长度 $L$。一次调用带来 $n$ 个新 token 时，把它们写入第 $L \dots L + n - 1$ 个槽位，再在有效前缀 `buffer[:, :, :L + n]` 上计算注意力；这个前缀是视图，不是副本。第一次调用之后不再分配任何内存，所以缓冲区从不移动（它们的 `data_ptr()` 始终不变），每一步的开销也不再包含复制历史数据这一项。
 #
-# 为了比较不同的存储方式，我们需要一个把存储留给外部决定的前向计算。`store_forward` 就是第 3 节的解码器，用相同的运算、按相同的顺序写了出来，只有一处不同：每个注意力层把新的 K 和 V 交给一个**存储对象**（store），由它写入，并返回需要参与注意力的全部 K/V。存储对象还记录各个槽位的填充掩码，所以位置和掩码都沿用第 4 节的规则。我们先检查：使用 `torch.cat` 存储时，`store_forward` **就是**第 3 节的解码器——在填充后的 batch 上，logits 逐比特相同。
+# 为了比较不同的存储方式，我们需要一个可以替换存储方式的前向计算。`store_forward` 把第 3 节的解码器用相同的运算、按相同的顺序重新写了一遍，只有一处不同：每个注意力层把新的 K 和 V 交给一个**存储对象**（store），由它写入，并返回参与注意力计算的全部 K/V。存储对象还记录各个槽位的填充掩码，所以位置和掩码都沿用第 4 节的规则。我们先检查：使用 `torch.cat` 存储时，`store_forward` **就是**第 3 节的解码器——在填充后的 batch 上，logits 逐比特相同。
 
 # %%
 def attend(attn, x, allowed, write):
@@ -117,7 +117,7 @@ assert all(a != b for before, after in zip(cat_run["pointers"], cat_run["pointer
 # with NaN.
 
 # %% [markdown] lang="zh"
-# 静态存储。它的缓冲区一开始填满 **NaN**，而不是 0：未写入的槽位里放的是一个会“污染”所有相关运算的值，只要读到一次未使用的槽位，logits 里就会出现 NaN。写入超过 `T_max` 时会抛出一个直接说明原因的错误，而不是让人费解的形状错误，更不会悄悄覆盖数据。`reset()` 为新的 batch 做准备：长度归零，槽位重新填满 NaN。
+# 下面是静态存储对象 `StaticStore`。它的缓冲区一开始填满 **NaN**，而不是 0：未写入的槽位里是一个会“污染”它参与的一切运算的值，所以只要读到一次未使用的槽位，logits 里就会出现 NaN。写入超过 `T_max` 时会抛出一个直接说明原因的错误，而不是让人费解的形状错误，更不会悄悄覆盖数据。`reset()` 为新的 batch 做准备：长度归零，槽位重新填满 NaN。
 
 # %%
 class StaticStore:
@@ -173,10 +173,10 @@ class StaticStore:
 # %% [markdown] lang="zh"
 # **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max` = 12 + 20 = 32，恰好是这次运行所需的长度：
 #
-# 1. logits 与 `torch.cat` 存储的结果**逐比特相同**。两种存储把相同的值交给相同的运算，区别只在 K 和 V 的内存布局（一个各头在内存中相隔更远的视图，而不是一个紧凑的张量），运算本身与布局无关。所以我们断言完全相等，而不是在某个容差内相等；
+# 1. logits 与 `torch.cat` 存储的结果**逐比特相同**。两种存储把相同的值交给相同的运算，区别只在 K 和 V 的内存布局（一边是各头在内存中相隔更远的视图，一边是紧凑的张量），而运算本身与布局无关。所以我们断言完全相等，而不是在某个容差内相等；
 # 2. 在全部 21 次调用中，缓冲区的 `data_ptr()` 始终不变；
 # 3. 未使用的槽位在写入之前一直是 NaN，但它们从未进入 logits：所有 logits 都是有限值，而运行结束时长度之外的槽位仍然是 NaN；
-# 4. 再多写一个 token 就会超过 `T_max`，抛出 `ValueError`。
+# 4. 写入的 token 比 `T_max` 多一个时，抛出上面所说的 `ValueError`。
 
 # %%
 T_MAX = max(PROMPT_LENGTHS) + DECODE_STEPS
@@ -232,8 +232,8 @@ assert STATIC["fp32"]["tokens_identical"] and cat_run["tokens"] == [ref["tokens"
 # %% [markdown] lang="zh"
 # **负对照**：两种记账错误，都交给同一个 `check_static` 检查：
 #
-# * **在偏移 + 1 处写入**：新的 K/V 写到了下一个槽位，在当前长度处留下一个空洞（而注意力仍然读到新的末尾）；
-# * **复用时不重置**：把用过的存储交给第二个 batch（三个提示倒过来排列），但没有调用 `reset()`；新 batch 接在旧 batch 之后，它的查询会读到旧 batch 的键，位置也接着旧的计数往下数。
+# * **在偏移 + 1 处写入**：新的 K/V 往后多偏了一个槽位，在当前长度处留下一个空洞（而注意力仍然读到新的末尾）；
+# * **复用时不重置**：把用过的存储对象交给第二个 batch（还是这三个提示，顺序反过来），但没有调用 `reset()`；新 batch 接在旧 batch 之后，它的查询会读到旧 batch 的键，位置也接着旧的计数往下数。
 
 # %%
 class OffByOneStore(StaticStore):
@@ -297,7 +297,7 @@ assert STATIC_CONTROLS["reuse_without_reset"]["finite"]
 # p95 and keep the raw samples. Before timing, the two steps must agree bit for bit at every $P$.
 
 # %% [markdown] lang="zh"
-# **计时**：接下来看每一步的耗时。对 $P$ = 16 到 480 个 token 的前缀（batch 1），分别用两种存储计时一个解码步（一个新 token）。每次计时之前，都把存储恢复到长度 $P$（`torch.cat` 存储换回同一组 $P$ 个位置的张量；静态存储把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一步。第三项计时只做 `torch.cat` 单步中的那些复制，别的什么都不做。每一轮轮换这三项的先后顺序；我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上的结果都必须逐比特相同。
+# **计时**：接下来看每一步的耗时。对 $P$ = 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时。每次计时之前，都把存储恢复到长度 $P$（`torch.cat` 存储换回同一组 $P$ 个位置的张量；静态存储把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一步。第三项计时只做 `torch.cat` 单步中的那些复制，别的什么都不做。每一轮都轮换这三项的先后顺序；我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上的结果都必须逐比特相同。
 
 # %%
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
@@ -401,12 +401,12 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # copies took {{run:step.copies_p50_ms:.3f}} ms (median): that is what the static cache saves per step.
 # The rest of the step is the same in both (the arithmetic over the prefix, and the per-call overhead
 # of Python and operator dispatch), so the two medians are expected to differ by about the cost of the
-# copies, a difference that the spread between p50 and p95 can hide on a busy machine. The bytes copied grow with the prefix,
-# the layers, the KV heads and the head dimension; the static step's do not. Timing is reported, never
-# asserted.
+# copies, a difference that the spread between p50 and p95 can hide on a busy machine. The bytes
+# copied grow with the prefix, the layers, the KV heads and the head dimension; the static step's do
+# not grow with the prefix. Timing is reported, never asserted.
 
 # %% [markdown] lang="zh"
-# 在最长的前缀 $P$ = {{run:step.prefix}} 上，本次运行中 `torch.cat` 单步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒。两者的区别只在 K 和 V 的存储方式：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在这个长度上是 {{run:step.cat_kib_written}} KiB 的 K/V；静态缓存每层只写一个槽位，并通过视图读取前缀。单独计时，这些复制耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（中位数）：这就是静态缓存每一步省下的开销。单步中的其余部分两者完全相同（对前缀的计算，以及每次调用的 Python 和算子调度开销），所以两个中位数的差别预计大约就是复制的开销；在繁忙的机器上，p50 与 p95 之间的波动可能把这点差别掩盖。复制的字节数随前缀长度、层数、KV 头数和每头维度增长，静态缓存单步写入的字节数则不随前缀增长。计时只报告，从不断言。
+# 在最长的前缀 $P$ = {{run:step.prefix}} 上，本次运行中 `torch.cat` 单步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒。两者的区别只在 K 和 V 的存储方式：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在这个长度上是 {{run:step.cat_kib_written}} KiB 的 K/V；静态缓存每层只写一个槽位，并通过视图读取前缀。单独计时，这些复制耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（中位数）：这就是静态缓存每一步省下的开销。单步中的其余部分两者完全相同（对前缀的计算，以及每次调用的 Python 和算子调度开销），所以两个中位数的差别预计大约就是复制的开销；在繁忙的机器上，p50 与 p95 之间的波动可能把这点差别掩盖。复制的字节数随前缀长度、层数、K/V 头数和每头维度增长，而静态缓存单步写入的字节数不随前缀增长。计时只报告，从不断言。
 
 # %% tags=["prose-values"]
 {"step": STEP_SUMMARY}

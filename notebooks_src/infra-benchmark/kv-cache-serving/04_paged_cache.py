@@ -20,9 +20,9 @@
 # %% [markdown] lang="zh"
 # ## 6. 分页缓存
 #
-# 静态缓存给每一行都预留 `T_max` 个槽位，不管这一行最终用多少。**分页缓存**借用了虚拟内存的思路：K 和 V 存放在大小固定（`block_size` 个位置）的**物理块**中，这些物理块取自所有序列共用的同一个池。每条序列有一张**块表**，按顺序列出它的物理块；有 $n$ 个位置的序列占用 $\lceil n / \text{block\_size} \rceil$ 个物理块，所以每条序列最多浪费一个未填满的物理块。做注意力时，从序列的各个物理块中**收集**（gather）出它的 K 和 V：这只是索引操作，只复制数值，不做任何计算。
+# 静态缓存给每一行都预留 `T_max` 个槽位，不管这一行最终用多少。**分页缓存**借用了虚拟内存的思路：K 和 V 存放在大小固定（`block_size` 个位置）的**物理块**中，这些物理块取自所有序列共用的同一个池。每条序列有一张**块表**，按顺序列出它的物理块；有 $n$ 个位置的序列占用 $\lceil n / \text{block\_size} \rceil$ 个物理块，所以每条序列最多浪费一个未填满的物理块。计算注意力时，从序列的各个物理块中**收集**（gather）出它的 K 和 V：这只是索引操作，只复制数值，不做任何计算。
 #
-# 我们的池在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。和 vLLM 的物理块一样，每个物理块记录自己已填了几个槽位，序列逐个物理块读取的恰好是这些已填的槽位。物理块还记录有几条序列持有它（引用计数），这样多条序列才能共享物理块；引用计数降到 0 的物理块回到空闲列表。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会花这个时间）。这样，只要读到不是自己写入的槽位，logits 中就会出现 NaN。空闲列表用固定种子的随机数打乱，所以块表是随机的，而不是连续的编号。
+# 我们的池在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。与 vLLM 一样，每个物理块记录自己已填了多少个槽位；序列按物理块逐个读取，读的正是这些已填的槽位。物理块还记录有几条序列持有它（引用计数），这样多条序列才能共享物理块；引用计数降到 0 的物理块回到空闲列表。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会在这上面花时间）。这样，只要读到不是自己写入的槽位，logits 中就会出现 NaN。空闲列表用固定种子的随机数打乱，所以块表里的编号是随机的，而不是连续的。
 
 # %%
 class BlockPool:
@@ -75,7 +75,7 @@ class BlockPool:
 # into a fresh one and writes there. Full shared blocks are never written, so they stay shared.
 
 # %% [markdown] lang="zh"
-# `PagedCache` 负责管理块表。`reserve(seq, n)` 为 $n$ 个新位置找槽位：最后一个物理块还有空位时就往里追加，满了就从池中取一个新的物理块。它返回这些槽位的地址；`write` 把每层新的 K/V 写到那里，`read` 则逐个物理块收集序列已填的槽位。`fork(parent, child)` 让子序列共享父序列的全部物理块（每个物理块的引用计数加一）；`reserve` 实行**写时复制**（copy-on-write）：要往一个其他序列也持有的物理块里写入之前，先把它复制到一个新的物理块，再写到新块里。已经填满的共享物理块永远不会再被写入，所以会一直共享下去。
+# `PagedCache` 负责管理块表。`reserve(seq, n)` 为 $n$ 个新位置分配槽位：最后一个物理块还有空位时就往里追加，满了就从池中取一个新的物理块。它返回这些槽位的地址；`write` 把每层新的 K/V 写到那里，`read` 则逐个物理块收集序列已填的槽位。`fork(parent, child)` 让子序列共享父序列的全部物理块（每个物理块的引用计数加一）；`reserve` 实行**写时复制**（copy-on-write）：要往一个其他序列也持有的物理块里写入之前，先把它复制到一个新的物理块，再写入这个新的物理块。已经填满的共享物理块永远不会再被写入，所以会一直共享下去。
 
 # %%
 class PagedCache:
@@ -149,9 +149,9 @@ class PagedCache:
 # are filled with zeros, not NaN: they are read with weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
 
 # %% [markdown] lang="zh"
-# 它必须与之相等的参照，是接口相同、按序列分开存放的连续缓存：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。
+# 分页缓存必须与一个参照相等：接口相同、每条序列连续存放的缓存（下文称连续缓存）。在这个缓存里，每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。
 #
-# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。batch 的键轴长度等于最长序列的长度加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位：这正是第 4、5 节的左填充布局，所以位置和掩码沿用同样的规则。填充位填的是 0 而不是 NaN：它们会以权重 0 参与计算，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
+# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。batch 的键轴长度等于最长序列的长度加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位：这正是第 4、5 节的左填充布局，所以位置和掩码沿用同样的规则。填充位填的是 0 而不是 NaN：它们会以权重 0 被读取，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 
 # %%
 class ContiguousCache:
@@ -229,7 +229,7 @@ class SeqBatchStore:
 # computation.
 
 # %% [markdown] lang="zh"
-# **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。logits 必须与第 5 节 `torch.cat` 存储的结果**逐比特相同**，与按序列分开存放的连续缓存也必须逐比特相同：收集出来的 K/V 数值相同、布局相同，收集之后的计算完全一样。
+# **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。logits 必须与第 5 节 `torch.cat` 存储的结果**逐比特相同**，与连续缓存的结果也必须逐比特相同：收集出来的 K/V 数值相同、布局相同，收集之后的计算也完全一样。
 
 # %%
 # [en] Small, so that sequences span many blocks.
@@ -286,14 +286,15 @@ for r in PAGED.values():
 # **Second criterion: blocks return and are reused.** Six requests with different prompt and output
 # lengths share a pool of only 24 blocks of 4 positions, at most three running at a time. When a
 # request has generated its tokens it retires and its blocks go back to the pool; a waiting request is
-# admitted when the blocks it may need (prompt plus output, rounded up to whole blocks) are free, and
-# gets blocks that earlier requests used. A new request's prompt is prefilled on its own; then all
-# running requests decode together, one token each per step. `serve` is this loop, with the cache type
-# left open; section 8 builds a scheduler on it. The paged run must equal, bit for bit, the same
-# schedule over the contiguous cache, and every request's tokens must equal what it generates alone.
+# admitted when the blocks it may need are free (prompt plus output minus one, since the last token's
+# K/V is never stored, rounded up to whole blocks), and gets blocks that earlier requests used. A new
+# request's prompt is prefilled on its own; then all running requests decode together, one token each
+# per step. `serve` is this loop, with the cache type left open; section 8 runs it on a longer stream
+# of requests. The paged run must equal, bit for bit, the same schedule over the contiguous cache, and
+# every request's tokens must equal what it generates alone.
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求，在它可能需要的物理块（提示加输出，向上取整到整数个物理块）都空闲时才被接纳，拿到的正是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会在它之上构建调度器。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
+# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求要等到它可能需要的物理块都空闲时才被接纳（提示长度加输出长度再减一，因为最后一个 token 的 K/V 从不存储；再向上取整到整数个物理块），拿到的是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会用它处理一个更长的请求流。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
 
 # %%
 @dataclass
@@ -409,7 +410,7 @@ say(en=(f"Six requests over {REUSE_BLOCKS} blocks: admitted at iterations {REUSE
         f"{REUSE['reused_blocks']} allocations of a block that an earlier request had used; bit-exact vs the "
         f"contiguous cache: {REUSE['bit_exact_vs_contiguous']}; tokens as alone: {REUSE['tokens_as_alone']} "
         f"(largest logit difference from the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}); all blocks back in the pool: {REUSE['all_returned']}."),
-    zh=(f"六个请求共用 {REUSE_BLOCKS} 个物理块：分别在第 {REUSE['admitted']} 轮被接纳；有 {REUSE['reused_blocks']} 次分配拿到的是先前请求用过的物理块；"
+    zh=(f"六个请求共用 {REUSE_BLOCKS} 个物理块：被接纳的轮次依次为 {REUSE['admitted']}；有 {REUSE['reused_blocks']} 次分配拿到的是先前请求用过的物理块；"
         f"与连续缓存逐比特相同：{REUSE['bit_exact_vs_contiguous']}；token 与单独运行时相同：{REUSE['tokens_as_alone']}"
         f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；全部物理块都已归还：{REUSE['all_returned']}。"))
 assert REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"] and REUSE["finite"]
@@ -436,9 +437,9 @@ assert max(REUSE["admitted"]) > 0
 # within the tolerance a full recomputation of their own tokens.
 
 # %% [markdown] lang="zh"
-# 批量解码与单独解码并不逐比特相同：同一行数据处在形状不同的矩阵里，求和的分组方式也不同。所以与单独运行的比较采用 FP32 容差，而两种缓存在同一调度下的比较则要求完全相等。
+# 批量解码与单独解码并不逐比特相同：同一行数据处在形状不同的矩阵里，求和时的分组方式也不同。所以与单独运行的比较采用 FP32 容差，而两种缓存在同一调度下的比较则要求完全相等。
 #
-# **第三条判据：前缀共享**。两个请求以同一段 14 个 token 的提示开头（比如共用的系统提示），之后各自接上不同的 token（分别 5 个和 9 个），再各做 8 步贪心生成。共用的提示只预填充一次；第二条序列从第一条分叉出来，共享它的物理块。物理块大小为 4 时，14 个提示位置占满三个物理块，再加半个。三个满的物理块一直共享到最后。半满的那个物理块在第一条序列写入时被复制；复制之后，第二条序列成了它唯一的持有者，直接在原处写入。两条序列都必须与同样的调用在连续缓存上的结果逐比特相同，并在容差范围内等于对它们各自 token 的完整重算。
+# **第三条判据：前缀共享**。两个请求以同一段 14 个 token 的提示开头（比如共用的系统提示），之后各自接上不同的 token（分别 5 个和 9 个），再各做 8 步贪心生成。共用的提示只预填充一次；第二条序列从第一条分叉出来，共享它的物理块。物理块大小为 4 时，14 个提示位置占满三个物理块，再加半个。三个满的物理块一直共享到最后。半满的那个物理块在第一条序列写入时被复制；复制之后，第二条序列成了它唯一的持有者，直接在原处写入。两条序列的结果都必须与同样的调用在连续缓存上的结果逐比特相同，并在容差范围内等于对各自 token 的完整重算。
 
 # %%
 SHARED_PROMPT_LEN, TAILS, SHARED_STEPS = 14, (5, 9), 8
@@ -529,7 +530,7 @@ assert SHARED["partial_block_copied"] and SHARED["blocks_in_use"] == SHARED["blo
 # %% [markdown] lang="zh"
 # **负对照**：三种记账错误，各自写成只改动一个方法的子类，都交给同样的检查：
 #
-# * **物理块内偏移差一**：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都写到了下一个槽位，而 `read` 读取的是物理块记为已填的那些槽位；
+# * **物理块内偏移差一**：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都往后多偏了一个槽位，而 `read` 读取的仍是物理块记为已填的那些槽位；
 # * **复用的物理块没有清理**：`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位（这个池多给了一些备用物理块：过期的已填计数会让序列占用比调度预留更多的物理块，而物理块耗尽虽然也算失败，提供的信息却更少）；
 # * **原地写入共享的物理块**：不做写时复制；分叉后先继续生成的那条序列，会把 token 追加到与另一条序列共享的物理块里，另一条序列随之读到不属于自己的 token。
 

@@ -24,13 +24,13 @@
 # %% [markdown] lang="zh"
 # ## 7. 内存：预留量与使用量
 #
-# 正确性有了保证，那么分页究竟能省下什么？我们用固定种子的随机数模拟一个包含 1,000 个请求的负载：提示长度和输出长度相互独立，都在 16 到 1,024 个 token 之间服从**对数均匀分布**（短请求多，长请求少）；上下文上限 $T_{\max}$ = 2,048，所以每个请求都放得下。一个请求从预填充开始到最后一个解码步为止都占用 K/V。预填充之后它存储 $p$ 个提示位置，之后每个解码步再多存一个；因此在第 $j$ 步（输出 $o$ 个 token 时 $j = 0 \dots o - 1$），它使用 $p + j$ 个位置；最后生成的那个 token 不会再送回模型。它**预留**多少，则取决于分配方式：
+# 正确性有了保证，那么分页究竟能省下什么？我们用固定种子的随机数模拟一个包含 1000 个请求的负载：提示长度和输出长度相互独立，都在 16 到 1024 个 token 之间服从**对数均匀分布**（短请求多，长请求少）；上下文上限 $T_{\max}$ = 2048，所以每个请求都放得下。一个请求从预填充开始到最后一个解码步为止都占用 K/V。预填充之后它存储 $p$ 个提示位置，之后每个解码步再多存一个；因此在第 $j$ 步（输出 $o$ 个 token 时 $j = 0 \dots o - 1$），它使用 $p + j$ 个位置；最后生成的那个 token 不会再送回模型。它**预留**多少，则取决于分配方式：
 #
 # * `contiguous_max`，**连续分配，按最大长度**：从一开始就预留 $T_{\max}$ 个位置；
-# * `contiguous_final`，**连续分配，按最终长度**：从一开始就预留 $p + o - 1$ 个位置，这要求事先知道输出长度（真实的服务做不到）；
+# * `contiguous_final`，**连续分配，按最终长度**：从一开始就预留 $p + o - 1$ 个位置，这要求事先知道输出长度（真实的推理服务无从知道）；
 # * `paged_8`、`paged_16`、`paged_32`，**分页**：物理块大小 $b$ 取 8、16 或 32，预留 $\lceil (p + j) / b \rceil \cdot b$ 个位置。
 #
-# 我们把每个请求每一步的使用量和预留量分别累加（即按时间平均，因为服务的内存是随时间被占用的），并把 $1 - \text{使用量}/\text{预留量}$ 称为**浪费率**。字节数沿用第一份笔记本的公式，每个 token 为 $2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$（依次为 K 和 V 两份、层数、KV 头数、每头维度、每个元素的字节数），按我们的解码器和 FP32 计算。浪费率是一个比值，与每个 token 的字节数无关，所以对任何模型都一样。
+# 我们把每个请求每一步的使用量和预留量分别累加（相当于按时间平均，因为服务器的内存是在一段时间里被占用的），并把 $1 - \text{使用量}/\text{预留量}$ 称为**浪费率**。字节数沿用第一份笔记本的公式，每个 token 为 $2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$（依次为 K 和 V 两份、层数、K/V 头数、每头维度、每个元素的字节数），按我们的解码器和 FP32 计算。浪费率是一个比值，与每个 token 的字节数无关，所以对任何模型都一样。
 
 # %%
 N_REQUESTS, MIN_LEN, MAX_LEN, T_LIMIT = 1000, 16, 1024, 2048
@@ -73,8 +73,8 @@ def memory_table(prompts, outputs, limit, block_sizes) -> dict:
 MEMORY = memory_table(WORK_PROMPTS, WORK_OUTPUTS, T_LIMIT, MEMORY_BLOCKS)
 say(en=(f"Workload: {N_REQUESTS} requests, prompts {WORK_PROMPTS.min()}-{WORK_PROMPTS.max()} tokens (median {int(np.median(WORK_PROMPTS))}), "
         f"outputs {WORK_OUTPUTS.min()}-{WORK_OUTPUTS.max()} (median {int(np.median(WORK_OUTPUTS))}); {BYTES_PER_TOKEN:,} bytes of K/V per token."),
-    zh=(f"负载：{N_REQUESTS} 个请求，提示长 {WORK_PROMPTS.min()}-{WORK_PROMPTS.max()} 个 token（中位数 {int(np.median(WORK_PROMPTS))}），"
-        f"输出长 {WORK_OUTPUTS.min()}-{WORK_OUTPUTS.max()}（中位数 {int(np.median(WORK_OUTPUTS))}）；每个 token 的 K/V 为 {BYTES_PER_TOKEN:,} 字节。"))
+    zh=(f"负载：{N_REQUESTS} 个请求，提示长 {WORK_PROMPTS.min()} 到 {WORK_PROMPTS.max()} 个 token（中位数 {int(np.median(WORK_PROMPTS))}），"
+        f"输出长 {WORK_OUTPUTS.min()} 到 {WORK_OUTPUTS.max()} 个 token（中位数 {int(np.median(WORK_OUTPUTS))}）；每个 token 的 K/V 为 {BYTES_PER_TOKEN} 字节。"))
 say_table([[f"`{name}`", f"{m['mean_reserved_kib']:,.1f}", f"{m['mean_used_kib']:,.1f}", f"{m['waste_pct']:.1f}%"]
            for name, m in MEMORY.items()],
           en=["allocation", "mean reserved per request step (KiB)", "mean used (KiB)", "waste"],
@@ -104,7 +104,7 @@ assert waste["contiguous_max"] > waste["contiguous_final"] > waste["paged_32"] >
 # %% [markdown] lang="zh"
 # 下图展示同样的数字。在这个负载上，按最大长度预留会浪费 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存；即便事先知道每个请求的最终长度，也要浪费 {{run:memory.contiguous_final:.1f}}%，因为请求在第一步就预留了要到最后一步才填满的位置。分页时，物理块大小为 8、16、32 的浪费率分别为 {{run:memory.paged_8:.1f}}%、{{run:memory.paged_16:.1f}}% 和 {{run:memory.paged_32:.1f}}%：浪费的只是每个请求最后一个物理块中未填满的部分，少于 $b$ 个位置，上面的单元格对每一步都断言了这一点。
 #
-# vLLM 论文（Kwon 等，SOSP 2023）报告：按请求连续分配 K/V 的现有系统会浪费 60%–80% 的 K/V 内存，分页则不到 4%。我们的数字落在同样的范围内（下面的单元格断言了这一点），但实验设置不同。论文测量的是在 GPU 上运行真实请求轨迹的真实推理服务系统，其浪费还包括**外部**碎片（空闲内存被切成太小而无法使用的空隙），以及同时批处理大量请求带来的影响；我们则是在合成分布上逐个请求精确计数，根本没有内存分配器。物理块越小，分页的浪费越小（上面已断言），代价是块表更长、索引操作更多。
+# vLLM 论文（Kwon 等，SOSP 2023）报告：按请求连续分配 K/V 的现有系统会浪费 60% 到 80% 的 K/V 内存，分页则不到 4%。我们的数字落在同样的范围内（下面的单元格断言了这一点），但实验设置不同。论文测量的是真实的推理服务系统，在 GPU 上用真实的请求轨迹运行，其浪费还包括**外部**碎片（空闲内存散落在太小而无法利用的空隙里），以及同时批处理大量请求带来的影响；我们则是在合成分布上逐个请求精确计数，根本没有内存分配器。物理块越小，分页的浪费越小（上面已断言），代价是块表更长、索引操作更多。
 
 # %%
 # [en] As reported by Kwon et al. (2023); our waste falls in the same ranges.

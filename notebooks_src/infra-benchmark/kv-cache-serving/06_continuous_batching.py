@@ -8,8 +8,8 @@
 # it runs a seeded stream of 24 requests (prompts of 4 to 48 tokens, 4 to 40 output tokens, arrivals
 # spread over the first iterations) on a pool of 40 blocks of 8 positions, at most 8 requests at once.
 # Its scheduler is simple and safe: a request is admitted only if the blocks it may need in the worst
-# case (prompt plus output, rounded up to whole blocks) fit beside the reservations of the running
-# ones, so the pool can never run out in the middle of a request.
+# case (prompt plus output minus one, rounded up to whole blocks) fit beside the reservations of the
+# running ones, so the pool can never run out in the middle of a request.
 #
 # **The criterion:** every request's generated tokens equal what it generates alone (batch 1, the
 # first notebook's cache, checked once more against full recomputation), and its logits agree with
@@ -19,7 +19,7 @@
 # %% [markdown] lang="zh"
 # ## 8. 一个小小的连续批处理循环
 #
-# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每一轮都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为所有在场的请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：24 个请求（提示 4 到 48 个 token，输出 4 到 40 个 token，在开头若干轮内陆续到达），池中有 40 个物理块、每块 8 个位置，同时最多运行 8 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示加输出，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
+# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每一轮都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：24 个请求（提示 4 到 48 个 token，输出 4 到 40 个 token，在开头若干轮内陆续到达），池中有 40 个物理块，每个物理块 8 个位置，同时最多运行 8 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
 #
 # **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还检查记账：实际使用的物理块从不超过预留量，运行结束时所有物理块都已回到池中。
 
@@ -63,10 +63,10 @@ say(en=(f"{STREAM_REQUESTS} requests in {CONTINUOUS['iterations']} iterations, {
         f"{CONTINUOUS['tokens_per_decode_step']:.2f} tokens per decode step on average (at most {CONTINUOUS['max_running']} requests at once); "
         f"{CONTINUOUS['waited']} requests waited for blocks. Tokens identical to the alone runs: {CONTINUOUS['tokens_as_alone']}; "
         f"largest logit difference {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}."),
-    zh=(f"{STREAM_REQUESTS} 个请求共用了 {CONTINUOUS['iterations']} 轮，其中 {CONTINUOUS['decode_steps']} 轮有解码步；"
+    zh=(f"{STREAM_REQUESTS} 个请求在 {CONTINUOUS['iterations']} 轮内全部完成，其中 {CONTINUOUS['decode_steps']} 轮有解码步；"
         f"平均每个解码步生成 {CONTINUOUS['tokens_per_decode_step']:.2f} 个 token（同时最多 {CONTINUOUS['max_running']} 个请求）；"
         f"有 {CONTINUOUS['waited']} 个请求等待过物理块。token 与单独运行时完全相同：{CONTINUOUS['tokens_as_alone']}；"
-        f"logits 的最大差异为 {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}。"))
+        f"与单独运行相比，logits 的最大差异为 {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}。"))
 assert CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
 assert CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"]
 assert all(r.finished >= r.admitted >= r.arrival for r in stream_requests)
@@ -117,9 +117,9 @@ plt.show()
 # priorities or fairness, or the cost of Python in the loop.
 
 # %% [markdown] lang="zh"
-# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个。对推理服务来说这才是关键的数字：当瓶颈在于读取权重而不在于计算时，小 batch 的一个解码步只比单条序列的一步贵一点（这是一般性的说明，这个 CPU 上的小例子并没有测量它）。
+# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个。对推理服务来说，这才是关键的数字：当瓶颈在于读取权重而不在于计算时，小 batch 的一个解码步只比单条序列的一步稍贵一点（这是一般性的说明，这个 CPU 上的小例子并没有测量它）。
 #
-# **这个小例子没有模拟的东西**：GPU 算子——vLLM 的分页注意力在注意力算子内部直接从物理块读取 K/V，而我们先把它们收集成一个填充过的张量；抢占——真实的调度器会乐观地接纳请求，物理块不够时再把某个请求换出或重算，而我们按最坏情况预留，永远不会耗尽，代价是浪费物理块（图中两条曲线之间的差距）；预填充分块与混合 batch——真实系统会把长提示切成若干分块，与解码 token 放在同一步里计算，而我们让每个请求单独预填充，占用单独的一次调用。此外，它也没有模拟采样、停止 token、优先级与公平性，以及循环中 Python 的开销。
+# **这个小例子没有模拟的东西**：GPU 算子——vLLM 的分页注意力在注意力算子内部直接从物理块读取 K/V，而我们先把它们收集成一个填充过的张量；抢占——真实的调度器会乐观地接纳请求，物理块不够时再把某个请求换出或重算，而我们按最坏情况预留，永远不会耗尽，代价是浪费物理块（图中两条曲线之间的差距）；分块预填充与混合 batch——真实系统会把长提示切成若干分块，与解码 token 放在同一步里计算，而我们让每个请求在一次单独的调用中完成预填充。此外，它也没有模拟采样、停止 token、优先级与公平性，以及循环中 Python 的开销。
 
 # %% tags=["prose-values"]
 {"continuous": {"tokens_per_decode_step": float(CONTINUOUS["tokens_per_decode_step"])}}

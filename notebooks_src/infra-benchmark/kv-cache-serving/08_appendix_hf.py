@@ -18,12 +18,12 @@
 # %% [markdown] lang="zh"
 # ## 11. 可选：用 Hugging Face 检验填充和静态缓存
 #
-# 第 10 节把我们的解码器放进了 `GPT2LMHeadModel`，并说明两者无论用不用缓存，计算的都是同一个函数。本笔记本中有两种机制在 Hugging Face `transformers` 里也有实现，而且出自别人之手：由 `attention_mask` 驱动的左填充 batch，以及预分配的 `StaticCache`。沿用同一个 FP64 模型 `gpt2_64` 和同样的容差 $10^{-10}$：
+# 第 10 节把我们的解码器放进了 `GPT2LMHeadModel`，并表明无论用不用缓存，两者计算的都是同一个函数。本笔记本中有两种机制在 Hugging Face `transformers` 里也有实现，而且出自别人之手：由 `attention_mask` 驱动的左填充 batch，以及预分配的 `StaticCache`。沿用同一个 FP64 模型 `gpt2_64` 和同样的容差 $10^{-10}$：
 #
 # * **填充**：GPT-2 用 batch 的 `attention_mask` 和位置 `cumsum - 1`，对第 4 节填充后的 batch 做预填充和 20 步贪心生成；它在真实位置上的 logits 和生成的 token 都必须与我们的相同；
 # * **静态缓存**：同样的循环，改用 `T_max` = 32 的 `StaticCache`；logits 和 token 必须与我们的相同，而且它缓冲区里真实槽位上的 K 和 V，也必须与我们静态缓冲区里的相同。
 #
-# 与第 10 节一样，这里需要 `transformers`（按 5.23.0 版编写）；没有安装它，或者所装版本的 `StaticCache` 不同时，下面的单元格只用一句话说明原因，不做别的事。
+# 与第 10 节一样，这里需要 `transformers`（按 5.23.0 版编写）；没有安装它，或者所装版本的 `StaticCache` 接口不同时，下面的单元格只用一句话说明原因，不做别的事。
 
 # %%
 HF_TOL = TOLERANCE[torch.float64]
@@ -73,7 +73,7 @@ else:
 # %% [markdown] lang="zh"
 # 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法相同（它给填充位的位置是 1 而不是 0，这不会有任何影响）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
 #
-# 一个陷阱用来说明这项比较能够失败：同样的循环，但**不传 `position_ids`**。这时 GPT-2 按 `cache_position` 给槽位编号，填充位也算在内：这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来。
+# 再用一个陷阱说明这项比较确实能失败：同样的循环，但**不传 `position_ids`**。这时 GPT-2 按 `cache_position` 给槽位编号，填充位也算在内：这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来。
 
 # %%
 @torch.inference_mode()
@@ -142,7 +142,7 @@ if HF_SKIP is None:
     assert PEER["static_cache"]["max_abs_logit_err"] <= HF_TOL and PEER["static_cache"]["tokens_identical"]
     assert kv_err <= HF_TOL and PEER["static_cache"]["buffer_shape"] == list(static64.k[0].shape)
     # [en] The comparison can fail.
-    # [zh] 这项比较是能够失败的。
+    # [zh] 这项比较确实能失败。
     assert PEER["trap_no_position_ids"]["detected"]
 else:
     PEER = {"skipped": HF_SKIP}

@@ -17,11 +17,11 @@
 # %% [markdown] lang="zh"
 # ## 2. 六个 token 的例子
 #
-# 设 token ID 序列为 `[12, 7, 31, 4, 9, 18]`。第一次调用（**预填充**，prefill）已经处理了前四个 token，因此缓存里存有绝对位置 0–3 的 K/V。下一次调用一次性送入剩下的两个 ID：9 和 18，它们的绝对位置是 4 和 5。
+# 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经处理了前四个 token，因此缓存里存有绝对位置 0–3 的 K/V。下一次调用一次性送入剩下的两个 ID，即 9 和 18，它们的绝对位置是 4 和 5。
 #
-# 在写真正的解码器之前，我们先用一组小的随机投影，把第二次调用中的一层注意力走一遍。尺寸与后文一致：宽度 64，4 个头、每头 16 维，词表大小 97。下表中的每个形状，都是从这个单元格实际算出的张量上读出来的。
+# 在写真正的解码器之前，我们先用一组小的随机投影，把第二次调用中的一层注意力走一遍。尺寸与后文一致：宽度 64，4 个头、每头 16 维，词表大小 97。下表中的每个形状都读自这个单元格实际算出的张量。
 #
-# `toy_layer` 里有一行提前用到了后文的内容，那就是掩码：它让绝对位置为 $p$ 的查询读取位置 $0 \dots p$ 上的键，位置从序列开头数起，而不是从本次调用的开头数起。这就是**带偏移的**因果掩码，第 3 节会推导它，并说明它避免了什么错误。这里只需把它理解为“任何查询都看不到自己的未来”。
+# `toy_layer` 里有一行提前用到了后文的内容，那就是掩码：它让绝对位置为 $p$ 的查询读取位置 $0 \dots p$ 上的键；位置从序列的开头数起，而不是从本次调用的开头数起。这就是**带偏移的**因果掩码，第 3 节会推导它，并说明它避免了什么错误。这里只需把它理解为“任何查询都看不到自己的未来”。
 
 # %%
 IDS = [12, 7, 31, 4, 9, 18]
@@ -31,7 +31,7 @@ B, H, DH, WIDTH, VOCAB = 1, 4, 16, 64, 97
 gen = torch.Generator().manual_seed(SEED)
 # [en] A token embedding table, learned absolute positions (8 are enough here), three projections and
 # [en] a vocabulary projection, all random.
-# [zh] token 嵌入表、可学习的绝对位置（这里 8 个就够了）、三个投影和一个词表投影，全部随机生成。
+# [zh] token 嵌入表、可学习的绝对位置嵌入（这里 8 个位置就够了）、三个投影和一个词表投影，全部随机生成。
 toy = {
     "tok": torch.randn(VOCAB, WIDTH, generator=gen),
     "pos": torch.randn(8, WIDTH, generator=gen),
@@ -56,7 +56,7 @@ def toy_layer(ids, positions, past_k=None, past_v=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(DH)             # [B, H, T, T_total]
     key_pos = torch.arange(k.shape[-2])
     # [en] The offset causal mask (section 3): the query at absolute position p reads keys 0..p.
-    # [zh] 带偏移的因果掩码（见第 3 节）：绝对位置为 p 的查询读取键 0..p。
+    # [zh] 带偏移的因果掩码（见第 3 节）：绝对位置为 p 的查询读取位置 0 到 p 的键。
     allowed = key_pos[None, :] <= positions[:, None]             # [T, T_total]
     weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
     context = (weights @ v).transpose(1, 2).reshape(ids.shape[0], ids.shape[1], WIDTH)
@@ -69,7 +69,7 @@ def toy_layer(ids, positions, past_k=None, past_v=None):
 # row gives the shape of the cached K; the cached V has the same shape.
 
 # %% [markdown] lang="zh"
-# 预填充计算并保留位置 0–3 的 K 和 V。第二次调用只拿到 ID 9 和 18，位置为 4 和 5；它新算出的 K/V 拼接在缓存的 K/V 之后。表中第一行是缓存里 K 的形状，缓存里 V 的形状与之相同。
+# 预填充算出并保留位置 0–3 的 K 和 V。第二次调用只收到 ID 9 和 18，它们位于位置 4 和 5；这次新算出的 K/V 拼接在缓存的 K/V 之后。表中第一行是缓存里 K 的形状，缓存里 V 的形状与之相同。
 
 # %%
 with torch.inference_mode():
@@ -110,7 +110,7 @@ assert tuple(step["logits"].shape) == (B, NEW_LEN, VOCAB)
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以偷看位置 5。
 #
-# 返回的 logits 需要仔细解读。第 0 行属于位置 4，也就是 ID 9 所在的位置；它是模型对 **9 后面下一个 token** 的预测分布，而不是 ID 9 本身出现的概率。因此比较有缓存和无缓存的结果时，必须对齐同一个**已处理的位置**（其 token 已经送入模型的位置），不能错开一个 token。下面的单元格检查的正是这一点：这两行与完整重算六个 token 时的第 4、5 行相同，而且位置 4 对键 5 的注意力权重为零。
+# 返回的 logits 要仔细解读。第 0 行属于位置 4，也就是 ID 9 所在的位置；它是模型对 **9 之后出现什么**的预测分布，而不是 ID 9 本身的概率。因此比较有缓存和无缓存的结果时，必须对齐同一个**已处理的位置**（其 token 已经送入模型的位置），不能错开一个 token。下面的单元格检查的正是这一点：这两行与完整重算六个 token 时的第 4、5 行相同，而且位置 4 对键 5 的注意力权重为零。
 
 # %%
 with torch.inference_mode():

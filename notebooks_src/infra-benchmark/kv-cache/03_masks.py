@@ -15,11 +15,11 @@
 # %% [markdown] lang="zh"
 # ## {{section}}. 由绝对位置推出掩码
 #
-# 设缓存中已有 $P$ 个位置，新来的分块（chunk）有 $C$ 个 token。分块内第 $i$ 个查询（局部下标）的绝对位置是 $P + i$，键则覆盖位置 $0 \dots P + C - 1$。只要键不在查询的“未来”，查询就可以读取它：
+# 设缓存中已有 $P$ 个位置，新来的分块（chunk）有 $C$ 个 token。分块内局部下标为 $i$ 的查询，其绝对位置是 $P + i$；键则覆盖位置 $0 \dots P + C - 1$。只要键不在查询的“未来”，查询就可以读取它：
 #
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
-# 一个很容易犯的错误，是直接在 $[C, P + C]$ 分数矩阵的左上角画一个普通三角形。这等于把第 0 个局部查询当成了位置 0，于是新 token 看不到缓存中的大部分内容。两种掩码的形状都合法，代码照样能跑，变的只是数值。所以这类错误只能靠数值检查来发现，光看形状是查不出来的。
+# 一种很诱人的写法，是直接在 $[C, P + C]$ 分数矩阵的左上角取一个普通三角形。这等于把局部下标为 0 的查询当成了位置 0，于是新 token 看不到缓存中的大部分内容。两种掩码的形状都合法，代码照样能跑，变的只是数值。所以这类错误只能靠数值检查来发现，光看形状是查不出来的。
 
 # %%
 # [en] Offset causal mask, bool [new_len, past_len + new_len]: query i sits at absolute position
@@ -53,7 +53,7 @@ print(causal_mask(4, 2).int())
 # keys 0–1.
 
 # %% [markdown] lang="zh"
-# 下面以缓存 4 个位置、分块 2 个 token 为例，把两种掩码并排画出：带偏移的掩码让两个新查询都能读到全部缓存；左上角三角形却只让查询 4 读到键 0，查询 5 读到键 0–1。
+# 下面以缓存 4 个位置、分块 2 个 token 为例，把两种掩码并排画出来：带偏移的掩码让两个新查询都能读到整个缓存；左上角三角形却只让查询 4 读到键 0，让查询 5 读到键 0–1。
 
 # %%
 def draw_masks(past_len: int, new_len: int):
@@ -99,11 +99,11 @@ plt.show()
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习**：缓存里有 10 个 token，下一个分块有 3 个。新查询的绝对位置是多少？分数张量的最后两维是多少？每个查询能读取几个键？如果用左上角三角形，又能读取几个？
+# **练习**：缓存里有 10 个 token，下一个分块有 3 个 token。新查询的绝对位置是多少？分数张量的最后两维是多少？每个查询能读取几个键？如果用左上角三角形，又能读取几个？
 #
 # <details><summary>查看答案</summary>
 #
-# 三个查询位于位置 10、11、12，分数张量的最后两维是 `[3, 13]`（3 个查询，13 个键）。它们分别能读取 11、12、13 个键；只按局部下标构造的三角形只会让它们读取 1、2、3 个键。下一个单元格用断言验证了以上所有结论。
+# 三个查询位于位置 10、11、12，分数张量的最后两维是 `[3, 13]`（3 个查询，13 个键）。它们分别能读取 11、12、13 个键；只按局部下标构造的三角形则只让它们读取 1、2、3 个键。下一个单元格用断言验证了以上所有结论。
 #
 # </details>
 
@@ -135,9 +135,9 @@ say(en="Exercise checked: positions 10, 11, 12, scores `[3, 13]`, 11, 12 and 13 
 # the kernel, the library or its version changes, check the convention again with a cell like this one.
 
 # %% [markdown] lang="zh"
-# **PyTorch 自带的注意力**：当分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)` 把因果三角形对齐到左上角；对于接在缓存之后的分块，这恰恰是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码一致。下面的单元格用与练习同形状的随机张量，把两者分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本。
+# **PyTorch 自带的注意力**：当分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)` 把因果三角形对齐到左上角；对于接在缓存之后的分块，这恰恰是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码一致。下面的单元格在与练习同形状的随机张量上，把两者分别与我们自己写的注意力比较，并打印运行时的 PyTorch 版本。
 #
-# 还有两点要当心。PyTorch 的文档把 `causal_lower_right` 背后的 `CausalBias` 类标为**原型**（prototype）功能，它的名字和行为在今后的版本中仍可能改变。其他算子的约定也未必相同：FlashAttention 从 2.1 版起，`causal=True` 把掩码对齐到右下角（见其 README 和更新日志；2.1 之前对齐到左上角）。只要换了算子、库或版本，就应该用类似下面这样的单元格重新检查一遍约定。
+# 还有两点要当心。PyTorch 的文档把 `causal_lower_right` 背后的 `CausalBias` 类标为**原型**（prototype）功能，它的名字和行为在今后的版本中仍可能改变。其他算子的选择也未必相同：FlashAttention 从 2.1 版起，`causal=True` 把掩码对齐到右下角（见其 README 和更新日志；2.1 之前对齐到左上角）。只要换了算子、库或版本，就要用类似这样的单元格重新检查一遍约定。
 
 # %%
 from torch.nn.attention.bias import CausalBias, causal_lower_right
@@ -163,7 +163,7 @@ with torch.inference_mode():
     sdpa_is_causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 # [en] The object behind causal_lower_right, and the word its documentation uses for it.
-# [zh] causal_lower_right 返回的对象，以及它的文档对它的定性。
+# [zh] causal_lower_right 返回的对象，以及文档中描述它的那个词。
 assert isinstance(causal_lower_right(3, 13), CausalBias)
 assert "prototype" in CausalBias.__doc__.lower()
 sdpa_checks = {

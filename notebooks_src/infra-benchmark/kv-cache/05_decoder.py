@@ -20,11 +20,11 @@
 # %% [markdown] lang="zh"
 # ## {{section}}. 解码器
 #
-# 下面是完整模型，写法参考 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）Transformer 块（先是注意力残差，再是 MLP 残差），最后一个 LayerNorm，以及不带偏置的词表投影。宽度 64，4 个头、每头 16 维，词表 97，MLP 隐藏层宽度 256，最多 512 个位置。权重由 `SEED` 随机生成，不下载任何东西。
+# 下面是完整的模型，写法仿照 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）的 Transformer 块（先是注意力残差，再是 MLP 残差），最后是一个 LayerNorm 和一个不带偏置的词表投影。宽度 64，4 个头、每头 16 维，词表大小 97，MLP 隐藏层宽度 256，共 512 个位置。权重由 `SEED` 随机生成，不下载任何东西。
 #
-# 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：$Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，$V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，所以第 1 层的 K/V 不能拿来充当第 2 层的。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
+# 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：$Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，$V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，第 1 层的 K/V 不能拿来充当第 2 层的 K/V。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
 #
-# 那么，旧的缓存项为什么能复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。在权重和位置固定、没有 dropout 的前提下，往序列末尾追加 token 不会改变第一层在旧位置上的输出；对后面的层逐层套用同样的论证（归纳法），结论对整个网络都成立。反过来，只要改了某个旧 token、某个权重或位置规则，缓存就过期了。
+# 那么，旧的缓存项为什么可以复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。只要权重和位置固定、没有 dropout，往序列末尾追加 token 就不会改变第一层在旧位置上的输出；对后面的层逐层套用同样的论证（归纳法），结论对整个网络都成立。反过来，只要改动了某个旧 token、某个权重或位置规则，缓存就过期了。
 
 # %% [markdown] lang="en"
 # The configuration and the two default *hooks*. The model asks `positions_fn` for the absolute
@@ -33,7 +33,7 @@
 # needs a copy of the model.
 
 # %% [markdown] lang="zh"
-# 先定义配置和两个默认的**钩子**（hook）。模型通过 `positions_fn` 得到新 token 的绝对位置，通过 `mask_fn` 得到注意力掩码。默认值就是正确的规则。换上一条错误的规则，这同一个模型就成了改坏的版本，所以做负对照时不必复制模型。
+# 先定义配置和两个默认的**钩子**（hook）。模型通过 `positions_fn` 得到新 token 的绝对位置，通过 `mask_fn` 得到注意力所用的掩码。默认的钩子就是正确的规则；换上一条错误的规则，同一个模型就变成了改坏的版本，所以做负对照时从不需要复制一份模型。
 
 # %%
 @dataclass
@@ -67,7 +67,7 @@ Cache = list[tuple[torch.Tensor, torch.Tensor]]
 # layer's new cache entry.
 
 # %% [markdown] lang="zh"
-# 自注意力：`q`、`k`、`v` 三个独立的投影，外加一个输出投影 `proj`。它接收本层缓存的 `(K, V)`（或 `None`），用 `torch.cat` 把新的 K/V 拼接在后面（`torch.cat` 会生成新张量，从不改写旧张量），再把变长后的这一对作为本层新的缓存项返回。
+# 自注意力：`q`、`k`、`v` 三个独立的投影，外加一个输出投影 `proj`。它接收本层缓存的 `(K, V)`（或 `None`），用 `torch.cat` 把新的 K/V 拼接在后面（`torch.cat` 会生成新张量，从不改写旧张量），再把加长后的这一对作为本层新的缓存项返回。
 
 # %%
 class SelfAttention(nn.Module):
@@ -104,7 +104,7 @@ class SelfAttention(nn.Module):
 # The MLP (exact GELU) and the pre-norm block that wires attention and MLP into two residual updates.
 
 # %% [markdown] lang="zh"
-# MLP（使用精确的 GELU），以及前置归一化的 Transformer 块：它把注意力和 MLP 接成两次残差更新。
+# 接下来是 MLP（使用精确的 GELU），以及前置归一化的 Transformer 块：它把注意力和 MLP 连接成两次残差更新。
 
 # %%
 class MLP(nn.Module):
@@ -140,7 +140,7 @@ class Block(nn.Module):
 # restores the original afterwards.
 
 # %% [markdown] lang="zh"
-# 解码器本体。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，向钩子要新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 层，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后恢复原样。
+# 然后是解码器本身。`forward(ids, cache)` 从第一层的 K（`cache[0]`）读出缓存长度，通过钩子取得新 token 的位置和掩码，把第 $\ell$ 个缓存项交给第 $\ell$ 个 Transformer 块，最后返回每个新位置的 logits 以及新的缓存。`hooks(...)` 临时换上某个钩子，用完后再恢复原来的钩子。
 
 # %%
 class CacheDecoder(nn.Module):
@@ -176,7 +176,7 @@ class CacheDecoder(nn.Module):
 
     @contextmanager
     # [en] Temporarily replace the position and/or mask rule (this is how broken variants get in).
-    # [zh] 临时替换位置规则和/或掩码规则（改坏的版本就是这样注入的）。
+    # [zh] 临时替换位置规则、掩码规则或两者（改坏的版本就是这样注入的）。
     def hooks(self, positions_fn=None, mask_fn=None):
         saved = self.positions_fn, self.mask_fn
         self.positions_fn = positions_fn or self.positions_fn
@@ -200,7 +200,7 @@ class CacheDecoder(nn.Module):
 # module, and weights that depend only on `SEED` (a second build gives the same tensors).
 
 # %% [markdown] lang="zh"
-# 用随机种子构建模型，并用两种方法统计参数量：一是把所有张量的元素个数相加，二是按配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个 Transformer 块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个 Transformer 块的输出）；在相同的投影上，注意力与 PyTorch 自带的 `F.scaled_dot_product_attention` 结果一致（有缓存和无缓存两种情形）；使用精确的 GELU（用 `erf` 写出来核对）；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
+# 用随机种子构建模型，并用两种方法统计参数量：一是把所有参数张量的元素个数相加，二是根据配置用公式计算。记词表大小为 $V$、宽度为 $W$、MLP 隐藏层宽度为 $M$、位置数为 $P_{\max}$：嵌入层为 $VW + P_{\max}W$；每个 Transformer 块有两个 LayerNorm（$2 \cdot 2W$）、四个注意力投影（$4(W^2 + W)$）和 MLP（$WM + M + MW + W$）；最后是末端的 LayerNorm（$2W$）和词表投影（$WV$）。词表投影有自己的矩阵，不与 token 嵌入表共享权重。两种方法都必须得到 145,280。这个单元格还会核对前文的描述：各项尺寸；LayerNorm 位于注意力和 MLP 之前（在一个小输入上手工重算一个 Transformer 块的输出）；在相同的投影上，注意力与 PyTorch 自带的 `F.scaled_dot_product_attention` 结果一致（有缓存和无缓存两种情形）；使用精确的 GELU（用 `erf` 写出来核对）；没有任何 dropout 模块；权重只取决于 `SEED`（再构建一次，得到的张量完全相同）。
 
 # %%
 def parameter_formula(c: DecoderConfig) -> int:
@@ -253,7 +253,7 @@ with torch.inference_mode():
     torch.testing.assert_close(new_only, reference[:, 2:])
 
 # [en] The MLP's activation is GELU written out with erf, on a grid and inside the MLP.
-# [zh] MLP 的激活函数就是用 erf 写出的 GELU：在一组网格点上、以及在 MLP 内部分别核对。
+# [zh] MLP 的激活函数就是用 erf 写出的 GELU：在一组网格点上和在 MLP 内部分别核对。
 def gelu_exact(t):
     return 0.5 * t * (1 + torch.erf(t / math.sqrt(2)))
 

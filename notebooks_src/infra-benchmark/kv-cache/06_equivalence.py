@@ -10,7 +10,7 @@
 # %% [markdown] lang="zh"
 # ## 6. 等价性：缓存路径与完整重算
 #
-# 先回到第 2 节六个 token 的例子，这次用第 5 节的解码器：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`。解码器的尺寸与第 2 节的玩具层相同（词表 97，宽度 64，4 个头、每头 16 维）。每层缓存从 4 个位置增长到 6 个，返回的 logits 形状为 `[1, 2, 97]`，并且与一次性完整重算六个 token 时的第 4、5 行一致。正如第 5 节所论证的，第 2 层的 K/V 与第 1 层的不同。
+# 先回到第 2 节六个 token 的例子，这次换用第 5 节的解码器：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`。解码器的尺寸与第 2 节的玩具层相同（词表大小 97，宽度 64，4 个头、每头 16 维）。每层的缓存从 4 个位置增长到 6 个，返回的 logits 形状为 `[1, 2, 97]`，并且与完整重算六个 token 时的第 4、5 行一致。正如第 5 节所论证的，第 2 层的 K/V 与第 1 层的不同。
 
 # %%
 # [en] The decoder has the sizes of the toy layer of section 2.
@@ -59,14 +59,14 @@ say(en=f"Logits `{list(six_logits.shape)}`; largest difference from rows 4 and 5
 # call modified the cache it was given (it clones the input cache before each call and compares after).
 
 # %% [markdown] lang="zh"
-# 下面做系统的检查。只比较 argmax 选出的 token 是很弱的检验：差别很大的两组 logits 也可能选中同一个 token。我们比较的是**每个已处理位置上的全部词表 logits**，以及两层各自的 K 和 V。比较的双方是：
+# 下面进行系统的检查。只比较 argmax 选出的 token 是很弱的检验：差别很大的两组 logits 也可能选中同一个 token。我们比较的是**每个已处理位置上的全部词表 logits**，以及两层各自的 K 和 V。比较的双方是：
 #
 # * 完整路径：对整段序列只调用一次，不用缓存；
 # * 缓存路径：把同一段序列切成若干分块依次送入，每次调用都带上前一次返回的缓存。
 #
-# 缓存路径的第 $t$ 个位置与完整路径的第 $t$ 个位置对齐比较，不错位。输入序列是固定的：由 `SEED` 生成的 24 个 token ID；batch 为 2 时再加一行不同的序列，免得同一 batch 里的两条序列互相掩盖错误。测试网格覆盖：batch 为 1 或 2；分块长度为 1、2 或 5（长度为 5 时最后一个分块只有 4 个 token）；CPU 上的 FP32 或 FP64。共 12 种配置。FP64 运行用的是同一份初始权重，只是转换成了 FP64（`.to(torch.float64)`）。
+# 缓存路径的第 $t$ 个位置与完整路径的第 $t$ 个位置对齐比较，不错位。输入序列是固定的：由 `SEED` 生成的 24 个 token ID；batch 为 2 时再加一行不同的序列，免得同一 batch 里的两条序列互相掩盖错误。测试网格包括：batch 为 1 或 2；分块长度为 1、2 或 5（长度为 5 时最后一个分块只有 4 个 token）；在 CPU 上用 FP32 或 FP64。共 12 种配置。FP64 运行用的是同一份初始权重，只是转换成了 FP64（`.to(torch.float64)`）。
 #
-# 浮点数按不同顺序求和，舍入结果也会不同；而分块调用时参与乘法的矩阵形状也与一次性调用不同。因此我们要求的是在容差范围内相等，而不是逐比特相等：FP32 用 `atol = rtol = 1e-5`，FP64 用 `1e-10`。这个函数还会核对所有形状，并确认每次调用都没有改动传给它的缓存（调用前先克隆一份，调用后再比较）。
+# 浮点数按不同的顺序求和，舍入结果就会不同；而分块调用时参与乘法的矩阵，形状也与完整调用时不同。因此我们要求的是在容差范围内相等，而不是逐比特相同：FP32 用 `atol = rtol = 1e-5`，FP64 用 `1e-10`。这个函数还会核对所有形状，并确认每次调用都没有改动传给它的缓存（每次调用前先克隆一份输入缓存，调用后再与它比较）。
 
 # %%
 STREAM_LEN = 24
@@ -158,7 +158,7 @@ def check_equivalence(model: CacheDecoder, stream: torch.Tensor, batch: int, chu
 # and the FP64 model holds exactly the FP32 weights.
 
 # %% [markdown] lang="zh"
-# 运行 12 种配置，并列出每种配置的最大绝对误差。这个单元格也会检查网格本身：12 种配置一个不少（`QUICK = True` 时同样如此）；分块长度为 5 时，24 个 token 被切成 5、5、5、5、4；FP64 模型的权重与 FP32 模型完全相同。
+# 运行这 12 种配置，并列出每种配置的最大绝对误差。这个单元格也会检查网格本身：12 种配置一个不少（`QUICK = True` 时也是如此）；分块长度为 5 时，24 个 token 被切成 5、5、5、5、4；FP64 模型的权重与 FP32 模型完全相同。
 
 # %%
 def show_results(rows: list[dict]) -> None:
@@ -222,7 +222,7 @@ CACHE_UNCHANGED_OK = all(r["cache_unchanged"] for r in EQUIVALENCE)
 assert CAUSALITY_OK and CACHE_UNCHANGED_OK
 say(en=f"Causality: earlier logits moved by at most {CAUSALITY['earlier_max_abs_diff']:.3e}, the last position "
        f"by {CAUSALITY['last_max_abs_diff']:.3e}. Every incremental call left its input cache unchanged.",
-    zh=f"因果性：之前位置的 logits 最多变化 {CAUSALITY['earlier_max_abs_diff']:.3e}，最后一个位置变化了 "
+    zh=f"因果性：之前位置的 logits 最多变化 {CAUSALITY['earlier_max_abs_diff']:.3e}，最后一个位置的 logits 变化了 "
        f"{CAUSALITY['last_max_abs_diff']:.3e}。每次增量调用都没有改动传给它的缓存。")
 
 # %% [markdown] lang="en"
@@ -244,9 +244,9 @@ say(en=f"Causality: earlier logits moved by at most {CAUSALITY['earlier_max_abs_
 # %% [markdown] lang="zh"
 # ### 贪心生成：用缓存与不用缓存
 #
-# 到目前为止，每次续写用的都是预先确定的序列。真正的解码器要根据刚返回的 logits 选出下一个 token。下面的循环就是各种库里常见的那种写法，只是简化成了贪心解码（每次都选概率最大的 token）：先对提示做一次**预填充**，然后每步生成一个 token；每一步只送入刚选出的 token，以及上一次调用返回的缓存。当 `use_cache=False` 时，同一个循环每一步都把整个序列重新送入，也就是完整重算。
+# 到目前为止，续写的 token 都来自预先确定的序列。真正的解码器要根据刚返回的 logits 选出下一个 token。下面的循环就是各种库里常见的写法，只是简化成了贪心解码（每次都选概率最大的 token）：先对提示做一次**预填充**，然后每步生成一个 token；每一步只送入刚选出的 token，以及上一次调用返回的缓存。当 `use_cache=False` 时，同一个循环每一步都改为把整个序列重新送入，也就是完整重算。
 #
-# 这个 batch 含 2 个提示，每个 8 个 token（取序列两行各自的前 8 个 token），每次运行生成 40 个 token。两次运行必须选出相同的 token，而且每一步据以选择的 logits 必须在上面的 FP32 容差内一致。只看 token 相同，又回到了只比较 argmax 的弱检验，所以我们还要看每次选择有多“险”：每一步最大与第二大 logits 之差都必须远大于两次运行之间的差异，否则 token 相同可能只是运气。
+# batch 中有 2 个提示，每个 8 个 token（取序列两行各自的前 8 个 token），每次运行生成 40 个 token。两次运行必须选出相同的 token，而且每一步用来做选择的 logits 必须在上面的 FP32 容差内一致。只看 token 是否相同，又回到了只比较 argmax 的弱检验，所以我们还要看每次选择有多大把握：每一步 logits 中最大值与次大值之差（选择的余量）都必须远大于两次运行之间的差异，否则 token 相同可能只是运气。
 
 # %%
 GEN_PROMPT_LEN, GEN_TOKENS = 8, 40
@@ -286,7 +286,7 @@ for row in range(GEN_PROMPTS.shape[0]):
 # fails. (The run without a cache has no past, so the hook leaves it correct.)
 
 # %% [markdown] lang="zh"
-# 接下来的检查：形状一致；两行都生成了完全相同的 40 个 token；每一步的 logits 都在容差之内；每次选择的余量都远大于两次运行的差异。再加一个负对照：通过钩子换上左上角三角形掩码后，缓存路径读错了键，比较随即失败。（不用缓存的运行没有历史，钩子不影响它的正确性。）
+# 接下来的检查包括：形状一致；两行都生成了完全相同的 40 个 token；每一步的 logits 都在容差之内；选择的余量远大于两次运行的差异。最后再加一个负对照：通过钩子换上左上角三角形掩码后，用缓存的运行读错了键，比较随即失败。（不用缓存的运行没有缓存的历史可读，所以换上这个钩子后它仍然正确。）
 
 # %%
 GEN_TOL = TOLERANCE[torch.float32]

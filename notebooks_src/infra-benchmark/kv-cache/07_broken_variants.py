@@ -19,14 +19,14 @@
 # %% [markdown] lang="zh"
 # ## 7. 故意改坏的版本（负对照）：检查能否发现真实的错误？
 #
-# 一项从未失败过的检查，说明不了多少问题。我们通过钩子把两个典型错误注入**同一个**模型，再用**同一个** `check_equivalence` 来检查：
+# 一项从未失败过的检查，说明不了多少问题。我们通过钩子把两个典型错误注入**同一个**模型，再交给**同一个** `check_equivalence` 检查：
 #
-# * **位置从零重新开始**（`restart_positions`）：每次调用都从 0 开始给自己的 token 编号（0、1、……），仿佛每个分块都是一条新序列的开头；
+# * **位置从零重新开始**（`restart_positions`）：每次调用都把自己的 token 编号为 0、1、……，仿佛每个分块都是一条新序列的开头；
 # * **掩码缺少偏移**（`local_triangle_mask`）：即第 3 节中的左上角三角形。
 #
-# 第三个错误更隐蔽，它说明了为什么必须测试含多个 token 的分块：**一旦有了缓存就不再加掩码**（`no_mask_with_cache`，只在预填充时使用掩码）。每次只输入一个新 token 时，这样做并无害处：键里只有过去和当前的位置，单个新查询本来就可以读取全部键。但在含多个 token 的分块里，它会让查询读到同一分块中位于自己“未来”的位置。
+# 第三个错误更隐蔽，它说明了为什么必须测试含多个 token 的分块：**一旦有了缓存就不再加掩码**（`no_mask_with_cache`：只在预填充时使用掩码）。每次只输入一个新 token 时，这样做并无害处，因为键里只有过去和当前的位置，单个新查询本来就可以读取全部键。但在含多个 token 的分块里，它会让查询读到同一分块中位于自己“未来”的位置。
 #
-# 每个版本都在两种输入上运行：六个 token 的例子（先预填充 4 个，再输入 2 个，同第 2 节），以及第 6 节的序列按分块长度 1、2、5 切分（batch 1，FP32）。
+# 每个版本都在两种输入上运行：六个 token 的例子（与第 2 节一样，先预填充 4 个，再输入 2 个），以及第 6 节的序列按分块长度 1、2、5 切分的情形（batch 为 1，FP32）。
 
 # %%
 # [en] WRONG on purpose: every call starts counting at 0.
@@ -70,7 +70,7 @@ say_table([[f"`{variant}`", f"`{r['scenario']}`", f"{r['max_abs_logit_err']:.3e}
 # noise) and is caught only once a chunk holds several tokens. The assertions below pin this down.
 
 # %% [markdown] lang="zh"
-# 正确的模型通过了所有场景。位置从零重新开始、掩码缺少偏移这两个错误在所有场景中都能查出来，包括每次只输入一个 token 的情形：只有一个新 token 时，左上角三角形只让它看到键 0。预填充之后丢掉掩码的版本在逐 token 运行时能够通过（误差只是舍入噪声），直到一个分块里有多个 token 时才会暴露。下面的断言把这些结论固定下来。
+# 正确的模型通过了所有场景。位置从零重新开始、掩码缺少偏移这两个错误在所有场景中都被查了出来，包括每次只输入一个 token 的情形：只有一个新 token 时，左上角三角形只让它看到键 0。预填充之后丢掉掩码的版本在逐 token 运行时能够通过（误差只是舍入噪声），直到一个分块里有多个 token 时才会暴露。下面的断言把这些结论固定下来。
 
 # %%
 def outcome(variant: str, scenario: str) -> dict:
@@ -85,7 +85,7 @@ for variant in ("restart_positions", "local_triangle_mask"):
 assert all(local_triangle_mask(past, 1).tolist() == [[True] + [False] * past]
            for past in range(1, STREAM_LEN))
 # [en] One-token steps hide the missing mask; multi-token chunks expose it.
-# [zh] 每次一个 token 时，缺失的掩码被掩盖；多 token 的分块会让它暴露出来。
+# [zh] 每次只输入一个 token 时，缺失的掩码看不出来；含多个 token 的分块会让它暴露出来。
 assert outcome("no_mask_with_cache", "stream, chunk 1")["passed"]
 for scenario in ("six tokens 4+2", "stream, chunk 2", "stream, chunk 5"):
     assert not outcome("no_mask_with_cache", scenario)["passed"]

@@ -31,17 +31,17 @@
 # %% [markdown] lang="zh"
 # ## 8. 缓存省掉了什么，又留下了什么
 #
-# 等价性已经成立，现在可以问缓存到底省了什么。我们先只根据配置算出一步的工作量，再与实际执行的矩阵乘法核对；这个计数也回答了学习者常问的三个问题。然后把缓存的大小推广到几个公开发布的模型上。最后才在这台 CPU 上计时，并把测量结果与计数放在一起比较。
+# 等价性已经成立，现在可以问缓存到底省了什么。我们先只根据配置算出一步的工作量，再与实际执行的矩阵乘法核对；这个计数也回答了学习者常问的三个问题。然后把缓存大小的计算推广到公开模型上。最后才在这台 CPU 上计时，并把测量结果与计数放在一起比较。
 #
 # ### 8.1 统计一步的乘加次数
 #
-# 记宽度为 $W$，MLP 隐藏层宽度为 $M$，词表大小为 $V$，层数为 $L$。考虑长度为 $T$ 的一步：此时序列共有 $T$ 个 token，最新的一个位于位置 $T - 1$。若有 $N$ 个位置经过某一层，且它们的查询读取 $T$ 个键，这一层要做：
+# 记宽度为 $W$，MLP 隐藏层宽度为 $M$，词表大小为 $V$，层数为 $L$。考虑长度为 $T$ 时的一步：此时序列共有 $T$ 个 token，最新的一个位于位置 $T - 1$。若有 $N$ 个位置经过某一层，且它们的查询读取 $T$ 个键，这一层要做：
 #
 # * 投影 $Q$、$K$、$V$ 和输出投影：$4NW^2$ 次乘加；
 # * 注意力：$2NTW$ 次，其中分数 $QK^\top$ 占 $NTW$，对 $V$ 的加权求和占 $NTW$（两者都是对 $H$ 个头各做 $N \cdot T \cdot D_h$ 次，而 $H D_h = W$）；
 # * MLP：$2NWM$ 次；
 #
-# 词表投影再加一次 $NWV$。**完整重算**把每个位置都重新算一遍，即 $N = T$：一步的开销为 $L(4TW^2 + 2T^2W + 2TWM) + TWV$，按 $TW^2 + T^2W$ 增长。（稠密的分数矩阵里包括被掩码遮住的那一半：我们的代码照样算出来，再丢掉。）**缓存路径**的一步只算一个位置，即 $N = 1$：$L(4W^2 + 2TW + 2WM) + WV$。除注意力以外的部分都成了常数，量级为 $W^2$；注意力部分仍按 $TW$ 增长。
+# 词表投影不分层，只另加一次 $NWV$。**完整重算**把每个位置都重新算一遍，即 $N = T$：一步的开销为 $L(4TW^2 + 2T^2W + 2TWM) + TWV$，按 $TW^2 + T^2W$ 增长。（稠密的分数矩阵包含被掩码遮住的那一半：我们的代码照样把它算出来，然后丢弃。）**缓存路径**的一步只算一个位置，即 $N = 1$：$L(4W^2 + 2TW + 2WM) + WV$。除注意力以外的部分都成了常数，量级为 $W^2$；注意力部分仍按 $TW$ 增长。
 #
 # 这里只统计矩阵乘法的乘加次数，不计 LayerNorm、softmax、GELU、偏置加法和嵌入查表。为了核对公式，我们再独立地数一遍：`torch.utils.flop_counter.FlopCounterMode` 会按模块记录实际执行的每一次矩阵乘法及其形状（一次乘加算两次浮点运算）。
 
@@ -106,7 +106,7 @@ def with_total(parts: dict) -> dict:
 # the old $T - 1$ rows once more to copy them.
 
 # %% [markdown] lang="zh"
-# 下面的单元格在 $T = 16$、64、128、256 时，对两条路径分别比较公式与实测计数（缓存路径的一步带着 $T - 1$ 个位置的缓存）。顺便再测一个公式能预测的量：缓存路径每一步读取的 K/V 字节数，即 $2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$（$B$ 为 batch 大小，$s$ 为每个元素的字节数）。每个注意力模块上都挂了一个前向钩子，截下这一步真正参与乘法的 K 和 V。每一步都要把**整个**缓存读一遍。我们的 `torch.cat` 还额外多了一次复制：钩子同时确认了每一步的 K 都位于新分配的内存中，也就是说，这一步为了复制，又把旧的 $T - 1$ 行读了一遍。
+# 下面的单元格在 $T = 16$、64、128、256 时，对两条路径分别比较公式与实测计数（缓存路径的一步带着 $T - 1$ 个位置的缓存）。顺便再测一个公式能预测的量：缓存路径每一步读取的 K/V 字节数，即 $2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$（$B$ 为 batch 大小，$s$ 为每个元素的字节数）。每个注意力模块上都挂了一个前向钩子，截下这一步真正参与乘法的 K 和 V。每一步都要把**整个**缓存读一遍，而我们的 `torch.cat` 还额外多了一次复制：钩子同时确认了每一步的 K 都位于新分配的内存中，也就是说，这一步为了复制，又把旧的 $T - 1$ 行读了一遍。
 
 # %%
 COST_LENGTHS = (16, 64, 128, 256)
@@ -154,7 +154,7 @@ for T in COST_LENGTHS:
     COST_ROWS.append({"T": T, "full": full, "cached": cached, "kv_read_bytes": sum(read)})
 
 # [en] The numbers the text quotes, at T = 256; a full step is exactly T cached steps.
-# [zh] 正文引用的 T = 256 时的数字；完整重算的一步恰好等于 T 个缓存步。
+# [zh] 正文引用的 T = 256 时的数字；完整重算一步的乘加次数恰好是缓存路径一步的 T 倍。
 assert COST_ROWS[-1]["full"]["total"] == 43_532_288 and COST_ROWS[-1]["cached"]["total"] == 170_048
 assert all(r["full"]["total"] == r["T"] * r["cached"]["total"] for r in COST_ROWS)
 assert COST_ROWS[-1]["kv_read_bytes"] == 262_144
@@ -185,11 +185,11 @@ say(en="Formula and count agree for every part (projections, attention, MLP, voc
 # and that the last row can be computed from its own query alone, reading the full K and V.
 
 # %% [markdown] lang="zh"
-# 当 $T = 256$ 时，完整重算的一步要做 43,532,288 次乘加，缓存路径的一步只要 170,048 次，正好是前者的 $1/T = 1/256$，与两个公式一致（完整重算一步的开销正好是缓存路径一步的 $T$ 倍）。但缓存路径的一步仍要读取 262,144 字节的 K/V，也就是整个缓存。
+# 当 $T = 256$ 时，完整重算的一步要做 43,532,288 次乘加，缓存路径的一步只要 170,048 次，正好是前者的 $1/T = 1/256$，与两个公式相符（完整重算一步的开销正好是缓存路径一步的 $T$ 倍）。但缓存路径的一步仍要读取 262,144 字节的 K/V，也就是整个缓存。
 #
 # ### 8.2 学习者常问的三个问题
 #
-# **为什么不缓存 Q？** 每个查询只用一次，而且只给它自己的位置用：注意力输出的第 $i$ 行由查询 $i$ 以及位置 $0 \dots i$ 的键和值算出。位置 $i$ 的输出一旦算好，它的查询就再也不会被读取。键和值则不同：之后的每一个查询都要读它们。下面的单元格改动除最后一个以外的所有查询，检查输出的最后一行纹丝不动；并且只用最后一个位置自己的查询、读取完整的 K 和 V，就能算出这一行。
+# **为什么不缓存 Q？** 每个查询只用一次，而且只给它自己的位置用：注意力输出的第 $i$ 行由查询 $i$ 以及位置 $0 \dots i$ 的键和值算出。位置 $i$ 的输出一旦算好，它的查询就再也不会被读取。键和值则不同：之后的每一个查询都要读它们。下面的单元格改动除最后一个以外的所有查询，检查输出的最后一行保持不变，并验证只用最后一个位置自己的查询、读取完整的 K 和 V，就能算出这一行。
 
 # %%
 with torch.inference_mode():
@@ -226,7 +226,7 @@ say(en=f"Changing queries 0-6 moved their own output rows by up to {(out_changed
 # at $T = 256$.
 
 # %% [markdown] lang="zh"
-# **为什么缓存 K/V，而不是每层的隐藏状态？** 也可以只保存每层的输入 $X_\ell$，需要时再从它算出 K 和 V。《动手学深度学习》（d2l）的解码器正是这样做的：它的缓存里存的是每个 Transformer 块的输入，每一步把新输入拼接上去，再为**所有**位置重新投影出键和值。结果相同，工作量却不同：每一步都要为缓存中的 $T - 1$ 个位置重新投影 K 和 V，多出 $2L(T-1)W^2$ 次乘加。换来的是更小的缓存：$L \cdot T \cdot W$ 个数，而不是 $2L \cdot T \cdot H_{kv} D_h$ 个；对我们这样 $H_{kv} D_h = W$ 的模型，正好少一半（而用了分组查询注意力之后，见下文 8.3，K/V 缓存反而可能更小）。下面的单元格用我们的权重实现这种做法，检查它返回相同的 logits，并统计它在 $T = 256$ 时的乘加次数。
+# **为什么缓存 K/V，而不是每层的隐藏状态？** 也可以只保存每层的输入 $X_\ell$，需要时再从它算出 K 和 V。《动手学深度学习》（d2l）的解码器正是这样做的：它的缓存里存的是每个 Transformer 块的输入，每一步把新输入拼接上去，再为**所有**位置重新投影出键和值。结果相同，工作量却不同：每一步都要为缓存中的 $T - 1$ 个位置重新投影 K 和 V，多出 $2L(T-1)W^2$ 次乘加。换来的是更小的缓存：$L \cdot T \cdot W$ 个数，而不是 $2L \cdot T \cdot H_{kv} D_h$ 个；对我们这样 $H_{kv} D_h = W$ 的模型，正好少一半（若使用分组查询注意力，见下文 8.3，K/V 缓存反而可能更小）。下面的单元格用我们的权重实现这种做法，检查它返回相同的 logits，并统计它在 $T = 256$ 时的乘加次数。
 
 # %%
 # [en] The alternative cache: each layer's input X (one tensor per layer, [B, T, width]); K and V of
@@ -302,7 +302,7 @@ assert attention_share[0] < 0.05 and attention_share[-1] > 1 / 3
 assert all(a < b for a, b in zip(attention_share, attention_share[1:]))
 say(en=f"Slope of the cached step: {2 * cfg.layers * cfg.width} multiply-adds per position; attention share "
        f"{attention_share[0]:.1%} at T = {COST_ROWS[0]['T']}, {attention_share[-1]:.1%} at T = {COST_ROWS[-1]['T']}.",
-    zh=f"缓存路径一步的斜率：每个位置 {2 * cfg.layers * cfg.width} 次乘加；注意力占比在 T = {COST_ROWS[0]['T']} 时为 "
+    zh=f"缓存路径一步的斜率：每多一个位置，多 {2 * cfg.layers * cfg.width} 次乘加；注意力占比在 T = {COST_ROWS[0]['T']} 时为 "
        f"{attention_share[0]:.1%}，在 T = {COST_ROWS[-1]['T']} 时为 {attention_share[-1]:.1%}。")
 
 # %% [markdown] lang="en"
@@ -312,7 +312,7 @@ say(en=f"Slope of the cached step: {2 * cfg.layers * cfg.width} multiply-adds pe
 # three published models are typed in below from their configuration files on the Hugging Face Hub
 # (nothing is downloaded; the source of every number is named in the code). GPT-2 and Llama 2 7B give
 # every attention head its own K and V. Llama 3.1 8B uses **grouped-query attention** (GQA): its 32
-# query heads share 8 KV heads, so its cache per token is a quarter of Llama 2 7B's, although the two
+# query heads share 8 K/V heads, so its cache per token is a quarter of Llama 2 7B's, although the two
 # models have the same number of layers and the same width (the companion notebook
 # `infra-benchmark/kv-cache-architectures` builds GQA into our decoder). Before applying the formula to them, the
 # cell checks it on our own decoder, in FP32 and in FP16, against real caches.
@@ -320,7 +320,7 @@ say(en=f"Slope of the cached step: {2 * cfg.layers * cfg.width} multiply-adds pe
 # %% [markdown] lang="zh"
 # ### 8.3 公开模型的缓存有多大
 #
-# 同一个公式按每个 token 计算：$2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节。下面录入了三个公开模型的尺寸，取自它们在 Hugging Face Hub 上的配置文件（不下载任何东西；每个数的出处都写在代码里）。GPT-2 和 Llama 2 7B 的每个注意力头都有自己的 K 和 V。Llama 3.1 8B 使用**分组查询注意力**（grouped-query attention，GQA）：32 个查询头共用 8 个 K/V 头，所以尽管它与 Llama 2 7B 层数相同、宽度相同，每个 token 的缓存却只有后者的四分之一（配套笔记本 `infra-benchmark/kv-cache-architectures` 会把 GQA 加进我们的解码器）。在把公式用到这些模型之前，单元格先在我们自己的解码器上，分别用 FP32 和 FP16 的真实缓存核对它。
+# 还是同一个数据量公式，按每个 token 计算：$2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节。下面录入了三个公开模型的尺寸，取自它们在 Hugging Face Hub 上的配置文件（不下载任何东西；每个数的出处都写在代码里）。GPT-2 和 Llama 2 7B 的每个注意力头都有自己的 K 和 V。Llama 3.1 8B 使用**分组查询注意力**（grouped-query attention，GQA）：32 个查询头共用 8 个 K/V 头，所以尽管它与 Llama 2 7B 层数相同、宽度相同，每个 token 的缓存却只有后者的四分之一（配套笔记本 `infra-benchmark/kv-cache-architectures` 会把 GQA 加进我们的解码器）。在把公式用到这些模型之前，这个单元格先在我们自己的解码器上，分别用 FP32 和 FP16 的真实缓存核对它。
 
 # %%
 @dataclass
@@ -390,7 +390,7 @@ say_table(
       binary_size(row["fp16_bytes_per_token"])]
      + [binary_size(row["fp16_bytes_per_context"][str(n)]) + ("" if n <= row["max_positions"] else " *") for n in CONTEXTS]
      for row in KV_TABLE],
-    en=["model", "layers L", "query heads / KV heads", "head size D_h", "K/V per token (fp16)",
+    en=["model", "layers L", "query heads / K/V heads", "head size D_h", "K/V per token (fp16)",
         "4,096-token context", "32,768-token context"],
     zh=["模型", "层数 L", "查询头 / K/V 头", "每头维度 D_h", "每个 token 的 K/V（FP16）",
         "4,096 个 token 的上下文", "32,768 个 token 的上下文"],
@@ -428,7 +428,7 @@ for row in KV_TABLE[1:]:
 # records the order of every round, and asserts both.
 
 # %% [markdown] lang="zh"
-# 星号表示上下文长度超出了模型的位置嵌入表（GPT-2 有 1,024 个位置，我们的解码器有 512 个，Llama 2 有 4,096 个）：公式给出的仍是这样一份缓存应有的大小。对于一条 32,768 个 token 的序列，Llama 3.1 8B 在 FP16 下要为它保存 4 GiB 的 K/V，这还不算权重；如果不用 GQA，则要 16 GiB。顺带一提（这里并未实测）：在这样的规模下，推理服务系统管理缓存要像管理权重一样精打细算；而每一步都要把整个缓存读一遍，也就是 8.2 中随 $T$ 的增长，会成为解码每一步开销的一大部分。
+# 星号表示上下文长度超出了模型的位置嵌入表（GPT-2 有 1,024 个位置，我们的解码器有 512 个，Llama 2 有 4,096 个）：公式给出的仍是这样一份缓存应有的大小。对于一条 32,768 个 token 的序列，Llama 3.1 8B 在 FP16 下要为它保存 4 GiB 的 K/V，这还不算权重；如果不用 GQA，则要 16 GiB。顺带一提（这里并未实测）：到了这样的规模，推理服务系统管理缓存就要像管理权重一样精打细算；而每一步都要把整个缓存读一遍（也就是 8.2 中随 $T$ 的增长），这会成为解码一步的开销中很大的一部分。
 #
 # ### 8.4 在这台 CPU 上计时
 #
@@ -440,7 +440,7 @@ for row in KV_TABLE[1:]:
 #
 # 两条续写路径在每个 token 之后都返回 logits。分词、采样、排队和网络传输都不在任何窗口之内。我们的完整路径是朴素的写法：把前缀每个位置都投影成词表 logits，再只取最后一个（优化过的完整路径只需投影最后一个位置，这里不测）。缓存路径每一步都用 `torch.cat` 动态拼接，要分配新张量并复制历史数据，这部分开销也算在它的窗口里。
 #
-# 测量规程：单线程、FP32、`eval()`、`inference_mode()`；每条路径预热 3 轮、正式测量 15 轮；每一轮都轮换三条路径的执行顺序（预填充–完整重算–缓存续写、完整重算–缓存续写–预填充、缓存续写–预填充–完整重算……），免得某条路径总是第一个运行；计时用 `time.perf_counter_ns`；报告正式测量轮次的中位数（p50）和第 95 百分位数（p95）。`QUICK = True` 时只测 16 和 64 个 token，预热 1 轮、测量 3 轮。测量循环会统计每条路径实际预热的次数，并记录每一轮的执行顺序，再用断言核对这两项。
+# 测量规程：单线程、FP32、`eval()`、`inference_mode()`；每条路径预热 3 轮、正式测量 15 轮；每一轮都轮换三条路径的执行顺序（预填充→完整重算→缓存续写、完整重算→缓存续写→预填充、缓存续写→预填充→完整重算……），免得某条路径总是第一个运行；计时用 `time.perf_counter_ns`；报告正式测量轮次的中位数（p50）和第 95 百分位数（p95）。`QUICK = True` 时只测 16 和 64 个 token，预热 1 轮、测量 3 轮。测量循环会统计每条路径的预热次数，并记录每一轮的执行顺序，再用断言核对这两项。
 
 # %%
 PROMPTS = [16, 64] if QUICK else [16, 64, 128, 256]
@@ -490,8 +490,8 @@ def cached_continuation(model, cache, continuation):
 # ratio is not a latency prediction: matrix efficiency, memory traffic, dispatch and Python overhead
 # differ between the paths.
 #
-# The logical size of the cache is $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$
-# bytes, the per-token formula of 8.3 times the length $T$ and the batch $B$. With batch 1, final length 272, 2 layers, 4 KV heads,
+# The payload of the cache, its logical size, is $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$
+# bytes, the per-token formula of 8.3 times the length $T$ and the batch $B$. With batch 1, final length 272, 2 layers, 4 K/V heads,
 # head dimension 16 and 4-byte FP32, that is 278,528 bytes (272 KiB). The cell compares it with the
 # sum of `numel() * element_size()` over the real cache. It counts neither the parameters, the
 # attention scores, the temporary tensors of `torch.cat`, allocator overhead nor Python objects, so it
@@ -500,7 +500,7 @@ def cached_continuation(model, cache, continuation):
 # %% [markdown] lang="zh"
 # 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。当 $P = 256$、$G = 16$ 时，两者分别是 4,232 和 16。下面的单元格把公式与两个来源核对：循环实际送入的位置数，以及一个前向预钩子（forward pre-hook）统计到的、真正到达模型的位置数；词表投影上的第二个钩子则确认，完整路径把这些位置全部投影成了 logits。这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、调度和 Python 开销上都不一样。
 #
-# 缓存的逻辑大小为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节，即 8.3 中每个 token 的公式再乘以长度 $T$ 和 batch 大小 $B$。取 batch 1、最终长度 272、2 层、4 个 K/V 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元格会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
+# 缓存的数据量（即它的逻辑大小）为 $M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节，也就是 8.3 中每个 token 的公式再乘以长度 $T$ 和 batch 大小 $B$。取 batch 为 1、最终长度 272、2 层、4 个 K/V 头、每头 16 维、FP32 每元素 4 字节，合计 278,528 字节（272 KiB）。下面的单元格会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
 
 # %%
 def projected_positions(prompt_len: int, generated: int) -> dict:
@@ -539,7 +539,7 @@ say(en=f"P = 256, G = 16: the full path fed {full_fed:,} positions, the cached p
        f"T = 272, fp32: {cache_bytes(ref_final_cache):,} bytes = {cache_bytes(ref_final_cache) // 1024} KiB; "
        f"max |cached - full| over the 16 steps: {(cached_out - full_out).abs().max().item():.3e}.",
     zh=f"P = 256、G = 16：完整路径送入 {full_fed:,} 个位置，缓存路径送入 {cached_fed} 个；batch 1、T = 272、FP32 时 "
-       f"K/V 的逻辑大小为 {cache_bytes(ref_final_cache):,} 字节，即 {cache_bytes(ref_final_cache) // 1024} KiB；"
+       f"K/V 的数据量为 {cache_bytes(ref_final_cache):,} 字节，即 {cache_bytes(ref_final_cache) // 1024} KiB；"
        f"16 步中缓存路径与完整路径的最大绝对差为 {(cached_out - full_out).abs().max().item():.3e}。")
 
 # %% [markdown] lang="en"
@@ -588,7 +588,7 @@ def time_prompt(model, prompt_len: int) -> dict:
     assert all(a != b for a, b in zip(orders, orders[1:]))
     assert {order[0] for order in orders[WARMUPS:]} == set(PATHS)
     # [en] Untimed: the final cache, for its payload.
-    # [zh] 不计时：取最终的缓存，核对它的大小。
+    # [zh] 不计时：取最终的缓存，核对它的数据量。
     _, _, final_cache = cached_continuation(model, prefix_cache, continuation)
     assert cache_bytes(final_cache) == kv_payload_bytes(1, prompt_len + CONTINUATION, cfg, 4)
     return {
@@ -615,8 +615,8 @@ say_table(
      for r in TIMING_ROWS],
     en=["prompt P", "prefill, ms p50 / p95", "full recomputation, 16 steps, ms p50 / p95",
         "cached continuation, 16 steps, ms p50 / p95", "final K/V KiB", "positions fed, full / cached"],
-    zh=["提示长度 P", "预填充，毫秒 p50 / p95", "完整重算 16 步，毫秒 p50 / p95",
-        "缓存续写 16 步，毫秒 p50 / p95", "最终 K/V（KiB）", "送入的位置数：完整重算 / 缓存续写"],
+    zh=["提示长度 P", "预填充（毫秒，p50 / p95）", "完整重算 16 步（毫秒，p50 / p95）",
+        "缓存续写 16 步（毫秒，p50 / p95）", "最终 K/V（KiB）", "送入的位置数（完整重算 / 缓存续写）"],
 )
 
 # %% [markdown] lang="en"
@@ -632,7 +632,7 @@ say_table(
 # whole window of each path at the shortest prompt.
 
 # %% [markdown] lang="zh"
-# 为了比较调用次数不同的路径，图中做了换算：两个续写窗口除以 16 步（每步毫秒数），预填充除以 $P$ 个提示 token（每个提示 token 的毫秒数）。标记点是 p50，竖线表示从 p50 到 p95 的范围。左图画的是这些时间；右图画的是两条续写路径相对最短提示随 $P$ 增长了多少倍：实线是测量值，虚线是按 8.1 的乘加次数在窗口 16 步上取平均后的预测。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。这个单元格还会在最短提示下，用 `FlopCounterMode` 对每条路径完整地数一遍窗口内的乘加次数，与按公式求得的平均值核对。
+# 为了比较调用次数不同的路径，图中做了换算：两个续写窗口的时间除以 16 步（得到每步毫秒数），预填充的时间除以 $P$ 个提示 token（得到每个提示 token 的毫秒数）。标记点是 p50，竖线表示从 p50 到 p95 的范围。左图画的是这些时间；右图画的是两条续写路径的每步开销相对最短提示随 $P$ 增长了多少倍：实线是测量值，虚线是预测值，即 8.1 的乘加次数在窗口 16 步上的平均。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。这个单元格还会在最短提示下，用 `FlopCounterMode` 对每条路径完整地数一遍窗口内的乘加次数，与按公式求得的平均值核对。
 
 # %%
 def window_macs(prompt_len: int, path: str) -> float:
@@ -704,8 +704,8 @@ say_table(
       f"{r['prefill_ms_per_token']['p50']:.4f}"] for r in PER_STEP],
     en=["prompt P", "full: multiply-adds per step", "full: ms per step (p50)", "cached: multiply-adds per step",
         "cached: ms per step (p50)", "prefill: ms per prompt token (p50)"],
-    zh=["提示长度 P", "完整重算：每步乘加次数", "完整重算：每步毫秒（p50）", "缓存续写：每步乘加次数",
-        "缓存续写：每步毫秒（p50）", "预填充：每个提示 token 的毫秒（p50）"],
+    zh=["提示长度 P", "完整重算：每步乘加次数", "完整重算：每步耗时（毫秒，p50）", "缓存续写：每步乘加次数",
+        "缓存续写：每步耗时（毫秒，p50）", "预填充：每个提示 token 的耗时（毫秒，p50）"],
 )
 
 # %% [markdown] lang="en"
@@ -726,7 +726,7 @@ say_table(
 # %% [markdown] lang="zh"
 # 图中的信息可以归结为三组数字；下一个单元格把它们算出来，交给后面的正文引用。
 #
-# * **增长倍数**：从最短到最长的提示，乘加计数预测每条路径每步的工作量会增长若干倍；计时则给出它的时间实际增长了多少倍。
+# * **增长倍数**：从最短提示到最长提示，乘加计数预测每条路径每步的工作量会增长若干倍；计时则给出它的时间实际增长了多少倍。
 # * **调用次数与 token 数**：在 $P = 16$ 时，比较一次处理 16 个 token 的预填充，与分 16 次调用、每次只处理一个 token 的缓存续写。两者都让 16 个位置经过网络，续写的注意力计算量甚至还略多一些。
 # * **缓存路径一步中有多少是计算**：最长提示下的预填充反映了这台 CPU 在一次大调用中每毫秒能完成多少次乘加。按这个速度，缓存路径一步的乘加只需要这一步实际耗时的一小部分。只有一行的矩阵乘法效率不如大矩阵乘法，所以这只是粗略的估计，而不是精确的分解。
 
@@ -766,8 +766,8 @@ TIMING_SUMMARY = {
 # {{run:timing.full_ms_per_step_max:.3f}} ms. For the cached step the count predicts growth by a factor of
 # {{run:timing.model_cached_growth:.2f}}, the attention term of 8.2; the measured time per step changed
 # by a factor of {{run:timing.measured_cached_growth:.2f}} ({{run:timing.cached_ms_per_step_min:.3f}} ms,
-# then {{run:timing.cached_ms_per_step_max:.3f}} ms). The cached step's measured time barely follows
-# the count, because the arithmetic is not what a cached step spends its time on at this size: 16
+# then {{run:timing.cached_ms_per_step_max:.3f}} ms). Whatever the two factors say on a given run
+# (they move from run to run), the arithmetic is not what a cached step spends its time on at this size: 16
 # cached one-token calls took {{run:timing.cached16_ms:.3f}} ms, {{run:timing.cached16_over_prefill16:.1f}}
 # times the {{run:timing.prefill16_ms:.3f}} ms of one 16-token prefill call, although both push 16
 # positions through the network. At the rate the largest prefill sustained, a cached step's
@@ -785,6 +785,6 @@ TIMING_SUMMARY = {
 # or scheduler would perform. Those need measurements on their own hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。缓存路径每步的实测时间几乎没有跟着计数增长，因为在这样小的规模下，缓存路径一步的时间主要不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了。换成真实模型的宽度和上下文长度（见 8.3），计算量和对 K/V 的读取就大到不容忽视；这是一般性的说明，并不是这次 CPU 运行测出来的。
+# **这次运行说明了什么**：从 $P = {{run:timing.p_min}}$ 到 $P = {{run:timing.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:timing.model_full_growth:.1f}} 倍；实测每步时间增长到原来的 {{run:timing.measured_full_growth:.1f}} 倍，从 {{run:timing.full_ms_per_step_min:.3f}} 毫秒增至 {{run:timing.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:timing.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:timing.measured_cached_growth:.2f}}（先是 {{run:timing.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:timing.cached_ms_per_step_max:.3f}} 毫秒）。无论某次运行中这两个倍数相差多少（每次运行都会有所不同），在这样小的规模下，缓存路径一步的时间主要都不是花在计算上：16 次单 token 的缓存调用共用了 {{run:timing.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:timing.prefill16_ms:.3f}} 毫秒）的 {{run:timing.cached16_over_prefill16:.1f}} 倍，尽管两者都让 16 个位置经过了网络。按最长提示下预填充达到的速度，缓存路径一步的乘加大约只需 {{run:timing.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:timing.cached_step_arithmetic_share:.0%}}。其余都是每次调用的固定开销：Python、算子调度、零碎的内存分配，以及 `torch.cat` 中的复制。模型这么小，固定开销就把 $TW$ 项掩盖了。换成真实模型的宽度和上下文长度（见 8.3），计算量和对 K/V 的读取就会大到不容忽视；这是一般性的说明，并不是这次 CPU 运行测出来的。
 #
 # 如何解读这些时间：15 个样本（`QUICK = True` 时只有 3 个）的 p95 只是经验分位数，可以用来发现噪声，但样本远远不够，无法估计一个服务的尾延迟。这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。

@@ -7,12 +7,13 @@
 # cost model (counts, K/V sizes of published models, the count next to the measured time per step),
 # and the timing protocol with the raw samples of every path. The file's fields are documented in the
 # repository (`docs/kv-cache-results-schema.md`). On Colab the cell also offers the files for
-# download. The appendix (section 10) later adds its own block to the same file.
+# download. Section 10 writes nothing; the Hugging Face comparison's own results file belongs to the
+# companion notebook `infra-benchmark/kv-cache-hf-gpt2`.
 
 # %% [markdown] lang="zh"
 # ## 9. 保存结果
 #
-# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加计数、公开模型的 K/V 大小、计数与实测每步时间的对照），以及计时规程和每条路径的原始样本。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会提供这些文件的下载。附录（第 10 节）稍后会往同一个文件里追加它自己的部分。
+# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加次数、公开模型的 K/V 大小、乘加次数与实测每步时间的对照），以及计时规程和每条路径的原始样本。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会把这些文件下载到本地。第 10 节不写任何文件；与 Hugging Face 比较的结果文件属于配套笔记本 `infra-benchmark/kv-cache-hf-gpt2`。
 
 # %%
 RESULTS = {
@@ -72,8 +73,9 @@ say(en=f"Parameters {N_PARAMS:,}; equivalence {sum(r['passed'] for r in EQUIVALE
        f"FP32 {WORST_LOGIT_ERR['fp32']:.3e}, FP64 {WORST_LOGIT_ERR['fp64']:.3e}; greedy generation: same tokens "
        f"with and without the cache; negative controls detected: {controls}.",
     zh=f"参数量 {N_PARAMS:,}；等价性 {sum(r['passed'] for r in EQUIVALENCE)}/12 通过；logits 最大误差 "
-       f"FP32 为 {WORST_LOGIT_ERR['fp32']:.3e}，FP64 为 {WORST_LOGIT_ERR['fp64']:.3e}；贪心生成：用不用缓存，生成的 token 都相同；"
-       f"查出的负对照：{controls}。")
+       f"FP32 为 {WORST_LOGIT_ERR['fp32']:.3e}，FP64 为 {WORST_LOGIT_ERR['fp64']:.3e}；贪心生成：用与不用缓存，生成的 token 都相同；"
+       f"查出的负对照："
+       + "、".join(f"`{k}`（{v['max_abs_logit_err']:.3e}）" for k, v in NEGATIVE_CONTROLS.items()) + "。")
 
 if IN_COLAB:
     from google.colab import files
@@ -90,9 +92,9 @@ if IN_COLAB:
 # `infra-benchmark/kv-cache-serving` takes this up ([open it in Colab]({{colab:infra-benchmark/kv-cache-serving}})).
 
 # %% [markdown] lang="zh"
-# **先预填充，再逐个 token**：从第 6 节的序列出发，先预填充 1、4 或 8 个 token，再逐个处理剩下的 token，把每次调用的结果与“对目前为止已见前缀做完整重算”的结果比较。下面的单元格正是这样做的，并对每一步都做了断言。
+# **先预填充，再逐个 token**：取第 6 节的序列，先预填充 1、4 或 8 个 token，再逐个处理剩下的 token，并把每次调用的结果与对当前已处理前缀的完整重算比较。下面的单元格正是这样做的，并对每一步都做了断言。
 #
-# **下一步：填充（padding）**：同一 batch 中长度不同的序列需要填充掩码，它应当与因果掩码分开构造，这样两者才能各自单独检查。配套笔记本 `infra-benchmark/kv-cache-serving` 会接着讨论这个问题（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-serving}})）。
+# **下一步是填充（padding）**：如果同一 batch 中的序列长度不同，就需要填充掩码；它应当与因果掩码分开构造，这样两者才能各自单独检查。配套笔记本 `infra-benchmark/kv-cache-serving` 会接着讨论这个问题（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-serving}})）。
 
 # %%
 # [en] Prefill prefill_len tokens, then one token per call; compare each call with full recomputation.
