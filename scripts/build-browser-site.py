@@ -24,6 +24,8 @@ import tempfile
 import venv
 from pathlib import Path
 
+from learning_notebooks.layout import BUILD_DIR, built_name  # the builder's layout (run with .venv's Python)
+
 REPO = Path(__file__).resolve().parents[1]
 REQUIREMENTS = REPO / "requirements-site.txt"
 NOTEBOOK = "infra-benchmark/kv-cache-browser"
@@ -68,7 +70,8 @@ def stage_notebooks(built: Path, contents: Path) -> list[str]:
     """Copy the built notebooks into `contents`, with the Pyodide kernelspec. Returns their names."""
     names = []
     for lang in LANGUAGES:
-        source = built / f"{NOTEBOOK}.{lang}.ipynb"
+        series, name = NOTEBOOK.split("/")
+        source = built / series / built_name(name, lang)
         if not source.is_file():
             sys.exit(
                 f"error: {source} is missing. Build it first:\n"
@@ -109,7 +112,7 @@ def build_site(built: Path, out: Path, env: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--built", type=Path, default=REPO / "build",
+    parser.add_argument("--built", type=Path, default=REPO / BUILD_DIR,
                         help="folder holding infra-benchmark/kv-cache-browser.{en,zh}.ipynb (default: build/)")
     parser.add_argument("--out", type=Path, default=REPO / "_site", help="site folder to (re)create (default: _site/)")
     parser.add_argument("--venv", type=Path, default=REPO / ".venv-site",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from learning_notebooks.cli import main
+from learning_notebooks.layout import built_path, outputs_dir
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "project"
 
@@ -28,11 +29,11 @@ class Project:
         return self.root / "notebooks_src" / "demo" / "hello"
 
     def built(self, lang: str) -> Path:
-        return self.root / "build" / "demo" / f"hello.{lang}.ipynb"
+        return built_path(self.root, "demo", "hello", lang)
 
     @property
     def outputs(self) -> Path:
-        return self.root / "outputs" / "demo" / "hello"
+        return outputs_dir(self.root, "demo", "hello")
 
     def build(self, *args: str) -> Run:
         """Run build-learning-notebooks in-process against this project."""

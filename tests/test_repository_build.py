@@ -13,11 +13,12 @@ import pytest
 
 from learning_notebooks.cli import main
 from learning_notebooks.files import digest_tree
+from learning_notebooks.layout import BUILD_DIR, METADATA_KEY, built_path, outputs_dir
 from learning_notebooks.sources import discover
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = [f"{series}/{name}" for series, name in discover(REPO / "notebooks_src")]
-BUILT = sorted((REPO / "build").glob("*/*.ipynb"))
+BUILT = sorted((REPO / BUILD_DIR).glob("*/*.ipynb"))
 MEMORY_ADDRESS = re.compile(r" at 0x[0-9a-f]{6,}")
 
 
@@ -34,27 +35,27 @@ def test_notebook_builds_and_runs_in_quick_mode(target, tmp_path):
     assert code == 0, log
     series, name = target.split("/")
     for lang in ("en", "zh"):
-        notebook = nbformat.read(tmp_path / "build" / series / f"{name}.{lang}.ipynb", as_version=4)
-        assert notebook.metadata["learning_notebooks"]["quick"] is True
+        notebook = nbformat.read(built_path(tmp_path, series, name, lang), as_version=4)
+        assert notebook.metadata[METADATA_KEY]["quick"] is True
         errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
         assert errors == []
-    written = digest_tree(tmp_path / "outputs" / series / name)
-    assert written == notebook.metadata["learning_notebooks"]["output_files"]
+    written = digest_tree(outputs_dir(tmp_path, series, name))
+    assert written == notebook.metadata[METADATA_KEY]["output_files"]
     if target == "infra-benchmark/kv-cache":
-        results = json.loads((tmp_path / "outputs" / series / name / "results.json").read_text())
+        results = json.loads((outputs_dir(tmp_path, series, name) / "results.json").read_text())
         assert results["quick"] is True and results["notebook"] == target
         assert {"environment", "config", "equivalence", "negative_controls", "timing"} <= results.keys()
         assert "peer" not in results                     # moved to infra-benchmark/kv-cache-hf-gpt2
         assert len(results["equivalence"]["configs"]) == 12
         assert all(control["detected"] for control in results["negative_controls"].values())
     if target == "infra-benchmark/kv-cache-hf-gpt2":
-        results = json.loads((tmp_path / "outputs" / series / name / "results.json").read_text())
+        results = json.loads((outputs_dir(tmp_path, series, name) / "results.json").read_text())
         assert results["quick"] is True and results["notebook"] == target
         assert results["peer"]["agrees"] is True and all(t["caught"] for t in results["peer"]["traps"].values())
 
 
 def test_committed_build_is_current():
-    code, log = build("--check")
+    code, log = build("--check", "--strict-env")  # as CI: a differing environment is a failure here
     assert code == 0, log
 
 
@@ -67,7 +68,7 @@ def test_every_notebook_ships_in_every_language():
 def test_built_notebook_is_valid_and_clean(path):
     notebook = nbformat.read(path, as_version=4)
     nbformat.validate(notebook)
-    assert notebook.metadata["learning_notebooks"]["executed"] is True
+    assert notebook.metadata[METADATA_KEY]["executed"] is True
     text = path.read_text(encoding="utf-8")
     assert not MEMORY_ADDRESS.search(text)
     assert str(REPO) not in text

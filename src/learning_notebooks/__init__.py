@@ -4,4 +4,4 @@ Part of the execution-cache key: bump it when a change to the builder changes wh
 an executed notebook contains.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from . import layout
 from . import placeholders
 from .localize import localize_code, outputs_for, strip_comments
 from .sources import LINK_PLACEHOLDER, NotebookSource, ProjectConfig
@@ -40,7 +41,7 @@ COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 def built_name(source: NotebookSource, lang: str) -> str:
     """File name of the built notebook, language included so two downloads never collide."""
-    return f"{source.name}.{lang}.ipynb"
+    return layout.built_name(source.name, lang)
 
 
 def colab_url(config: ProjectConfig, source: NotebookSource, lang: str) -> str:
@@ -48,7 +49,7 @@ def colab_url(config: ProjectConfig, source: NotebookSource, lang: str) -> str:
 
 
 def colab_url_for(config: ProjectConfig, series: str, name: str, lang: str) -> str:
-    path = f"build/{series}/{name}.{lang}.ipynb"
+    path = f"{layout.BUILD_DIR}/{series}/{layout.built_name(name, lang)}"
     return f"https://colab.research.google.com/github/{config.repository}/blob/{config.branch}/{path}"
 
 
@@ -142,7 +143,7 @@ def _new_notebook(cells: list[NotebookNode], build_metadata: dict) -> NotebookNo
     notebook.metadata = {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
-        "learning_notebooks": build_metadata,
+        layout.METADATA_KEY: build_metadata,
     }
     return notebook
 
@@ -154,13 +155,15 @@ def compose(
     overrides: dict[str, object],
     build_metadata: dict,
     values: dict[str, object] | None = None,
+    *,
+    quick: bool = False,
 ) -> NotebookNode:
     """The `lang` notebook, without outputs: header, then each section's prose and shared code.
 
     `values`: what the run exposed for `{{run:...}}` placeholders (None: show their names); the
     values the prose quotes are recorded as `run_values` in the notebook's metadata.
+    `quick`: mark it as a quick-mode build in its header.
     """
-    quick = bool(build_metadata.get("quick"))
     used: dict[str, object] = {}
     cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides, config, values, used)
     metadata = {**build_metadata, "language": lang}
@@ -202,7 +205,7 @@ def comparable_code(notebook: NotebookNode) -> list[tuple[str, str]]:
 
 
 def notebook_language(notebook: NotebookNode) -> str | None:
-    return notebook.metadata.get("learning_notebooks", {}).get("language")
+    return notebook.metadata.get(layout.METADATA_KEY, {}).get("language")
 
 
 def transplant(executed: NotebookNode, target: NotebookNode) -> None:

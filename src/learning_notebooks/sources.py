@@ -6,12 +6,15 @@ the file and line, so the author can jump straight to it.
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import jupytext
+from jupytext.magics import is_magic
+from jupytext.stringparser import StringParser
 
 from .errors import SourceError
 from .localize import PairingError, check_code_cell
@@ -21,6 +24,13 @@ CONFIG_FILE = "config.toml"
 MANIFEST_FILE = "notebook.toml"
 SECTION_PATTERN = re.compile(r"^\d\d_[A-Za-z0-9_]+\.py$")
 CELL_MARKER = re.compile(r"^# %%(?!%)")
+WELL_FORMED_MARKER = re.compile(r"^# %%( .*)?$")
+# Jupytext's percent format, with magics left alone: a commented `# !cmd` stays a comment.
+PERCENT_FORMAT = {"extension": ".py", "format_name": "percent", "comment_magics": False}
+# Characters str.splitlines() (and so Jupytext) treats as line breaks but Python source does not.
+EXTRA_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+# A placeholder repository in config.toml: the Colab badges would point nowhere useful.
+PLACEHOLDER_REPOSITORIES = re.compile(r"^(learning-notebooks/learning-notebooks|example/.*|owner/repo(sitory)?|your-[\w-]+/.*)$", re.I)
 LINK_PLACEHOLDER = re.compile(r"\{\{colab:(?P<target>[\w-]+/[\w-]+)\}\}")  # filled in by compose.fill_links
 ALLOWED_CELL_KEYS = {"lang", "tags"}
 
@@ -50,6 +60,13 @@ class Cell:
     def first_line(self) -> int:
         """Line of the cell's first line of content in the source file."""
         return self.line + 1
+
+    @property
+    def code_line(self) -> int:
+        """Line of the cell's first non-blank line: IPython drops leading blank lines before running
+        a cell, so its traceback's `line 1` is this line."""
+        blank = len(self.source) - len(self.source.lstrip("\n"))
+        return self.first_line + blank if self.source.strip() else self.first_line
 
 
 @dataclass(frozen=True)
@@ -81,16 +98,35 @@ class NotebookSource:
         return [cell for section in self.sections for cell in section.cells if cell.kind == "code"]
 
 
-def _load_toml(path: Path) -> dict:
+def read_text(path: Path) -> str:
+    """The file's text, UTF-8; a missing file or other bytes are a SourceError naming the line."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SourceError("file not found", path) from None
+    except OSError as err:
+        raise SourceError(f"cannot read: {err.strerror or err}", path) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise SourceError(
+            f"not UTF-8 text: byte 0x{data[err.start]:02x} at column {column} (save the file as UTF-8)", path, line
+        ) from None
+
+
+def _load_toml(path: Path) -> dict:
+    text = read_text(path)
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         line = getattr(err, "lineno", None)
         if line is None:
             found = re.search(r"line (\d+)", str(err))
             line = int(found.group(1)) if found else None
+        if line is None and "end of document" in str(err):
+            line = max(1, len(text.split("\n")) - (1 if text.endswith("\n") else 0))
         raise SourceError(f"malformed TOML: {err}", path, line) from None
 
 
@@ -113,6 +149,16 @@ def load_config(src_root: Path) -> ProjectConfig:
         repository=_require(data, "repository", str, path),
         branch=_require(data, "branch", str, path),
     )
+
+
+def placeholder_warning(config: ProjectConfig, src_root: Path) -> str | None:
+    """One line when config.toml still names a placeholder repository (the Colab badges would be dead)."""
+    if PLACEHOLDER_REPOSITORIES.match(config.repository):
+        return (
+            f"warning: {src_root / CONFIG_FILE}: repository = \"{config.repository}\" is a placeholder; "
+            "the Colab badges point at it (set it to the GitHub repository that publishes this project)"
+        )
+    return None
 
 
 def discover(src_root: Path) -> list[tuple[str, str]]:
@@ -224,8 +270,39 @@ def _duplicate_ids(sections: tuple[Section, ...]) -> list[Cell]:
 
 
 def marker_lines(text: str) -> list[int]:
-    """1-based line numbers of the `# %%` cell markers in a percent-format file."""
-    return [n for n, line in enumerate(text.splitlines(), start=1) if CELL_MARKER.match(line)]
+    """1-based line numbers of the `# %%` cell markers in a percent-format file.
+
+    Lines are split on "\\n" only, as Python counts them (a form feed is not a line break).
+    """
+    return [n for n, line in enumerate(text.split("\n"), start=1) if CELL_MARKER.match(line)]
+
+
+def _protect_line_breaks(text: str) -> tuple[str, dict[str, str]]:
+    """Replace the characters Jupytext would split lines at, but Python would not, by unused ones."""
+    free = (chr(c) for c in range(0xE000, 0xF900) if chr(c) not in text)
+    mapping = {char: next(free) for char in EXTRA_LINE_BREAKS if char in text}
+    for char, stand_in in mapping.items():
+        text = text.replace(char, stand_in)
+    return text, {stand_in: char for char, stand_in in mapping.items()}
+
+
+def _restore(text: str, mapping: dict[str, str]) -> str:
+    for stand_in, char in mapping.items():
+        text = text.replace(stand_in, char)
+    return text
+
+
+def _yaml_header_end(lines: list[str]) -> int:
+    """Number of lines taken by a leading Jupytext YAML header (`# ---` ... `# ---`), 0 when none."""
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is None or lines[first].rstrip() != "# ---":
+        return 0
+    for i in range(first + 1, len(lines)):
+        if lines[i].rstrip() == "# ---":
+            return i + 1
+        if not lines[i].startswith("#"):
+            return 0
+    return 0
 
 
 def read_section(path: Path, languages: tuple[str, ...], id_prefix: str = "") -> Section:
@@ -234,17 +311,22 @@ def read_section(path: Path, languages: tuple[str, ...], id_prefix: str = "") ->
     Localized comments (`# [en]` / `# [zh]`) in code cells are checked for their twins too.
     `id_prefix` tells apart the cell ids of a section included from another notebook.
     """
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path).replace("\r\n", "\n")
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        if line.startswith("# %%") and CELL_MARKER.match(line) and not WELL_FORMED_MARKER.match(line):
+            raise SourceError(f"malformed cell marker '{line.strip()}' (write '# %%' then a space, e.g. '# %% [markdown] lang=\"en\"')", path, number)
     markers = marker_lines(text)
     if not markers:
         raise SourceError("no '# %%' cell marker found", path, 1)
-    before = [n for n, line in enumerate(text.splitlines()[: markers[0] - 1], start=1) if line.strip()]
+    header = _yaml_header_end(lines[: markers[0] - 1])  # Jupytext's pairing header: ignored
+    before = [n for n, line in enumerate(lines[: markers[0] - 1], start=1) if line.strip() and n > header]
     if before:
         raise SourceError("content before the first '# %%' cell marker", path, before[0])
 
     # Blank lines before the first marker would become a cell of their own.
-    body = "\n".join(text.splitlines()[markers[0] - 1 :]) + "\n"
-    notebook = jupytext.reads(body, fmt="py:percent")
+    body, mapping = _protect_line_breaks("\n".join(lines[markers[0] - 1 :]).rstrip("\n") + "\n")
+    notebook = jupytext.reads(body, fmt=PERCENT_FORMAT)
     if len(notebook.cells) != len(markers):
         raise SourceError(
             f"jupytext found {len(notebook.cells)} cells but there are {len(markers)} '# %%' markers", path
@@ -284,7 +366,10 @@ def read_section(path: Path, languages: tuple[str, ...], id_prefix: str = "") ->
             raise SourceError(f"unsupported cell type '{raw.cell_type}'", path, line)
         stem = (id_prefix + path.stem)[:56] if id_prefix else path.stem[:48]
         cell_id = f"{stem}-{index:02d}".replace(".", "-")
-        cells.append(Cell(raw.cell_type, raw.source, path, line, lang, tuple(tags), cell_id))
+        cell = Cell(raw.cell_type, _restore(raw.source, mapping), path, line, lang, tuple(tags), cell_id)
+        if cell.kind == "code":
+            check_code(cell)
+        cells.append(cell)
 
     check_pairing(cells, languages)
     return Section(path, tuple(cells))
@@ -293,6 +378,28 @@ def read_section(path: Path, languages: tuple[str, ...], id_prefix: str = "") ->
 def _source_line(marker: int, row: int) -> int:
     """File line of row `row` (0-based) of the cell whose `# %%` marker is on line `marker`."""
     return marker + 1 + row
+
+
+def check_code(cell: Cell) -> None:
+    """A code cell is plain Python: no IPython magic or shell escape (not even commented, which
+    Jupytext would turn back into one), and it compiles. Raises SourceError with the line."""
+    parser = StringParser("python")
+    for offset, text in enumerate(cell.source.split("\n")):
+        if not parser.is_quoted() and is_magic(text, "python", True, True):
+            raise SourceError(
+                f"IPython magic or shell escape in a code cell: '{text.strip()}' "
+                "(code cells are plain Python; Jupytext would run even a commented one)",
+                cell.file,
+                cell.first_line + offset,
+            )
+        parser.read_line(text)
+    try:
+        compile(cell.source, str(cell.file), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except SyntaxError as err:
+        line = cell.first_line + (err.lineno or 1) - 1
+        raise SourceError(f"{type(err).__name__}: {err.msg}", cell.file, line) from None
+    except ValueError as err:  # e.g. a NUL byte
+        raise SourceError(f"cannot compile: {err}", cell.file, cell.first_line) from None
 
 
 def check_pairing(cells: list[Cell], languages: tuple[str, ...]) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from learning_notebooks.layout import built_path
+
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -23,7 +25,8 @@ def compose_notebooks(out: Path) -> dict[str, Path]:
          "--out", str(out)],
         check=True, cwd=REPO, capture_output=True, text=True,
     )
-    paths = {lang: out / "build" / f"{NOTEBOOK}.{lang}.ipynb" for lang in LANGUAGES}
+    series, name = NOTEBOOK.split("/")
+    paths = {lang: built_path(out, series, name, lang) for lang in LANGUAGES}
     for path in paths.values():
         assert path.is_file(), f"the builder did not write {path}"
     return paths

@@ -22,6 +22,7 @@ from browser_helpers import HERE, NOTEBOOK, NUMPY_ONLY_REQUIREMENTS, NUMPY_ONLY_
 from venvs import cached_venv, clean_env, venv_python
 from learning_notebooks.compose import comparable_code
 from notebook_code import code_cells
+from learning_notebooks.cache import imported_modules
 
 ALLOWED_TOP_LEVEL = set(sys.stdlib_module_names) | {"numpy"}
 # Modules that the kernel machinery itself may load lazily while running cells; never the notebook's.
@@ -34,13 +35,9 @@ KERNEL_SIDE = {"IPython", "ipykernel", "jupyter_client", "jupyter_core", "zmq", 
 
 
 def imported_top_level(source: str) -> set[str]:
-    names = set()
+    names = imported_modules([source])  # the builder's own reading of imports (its cache key uses it)
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
             "__import__", "import_module"
         ):
             raise AssertionError(f"dynamic import in the browser notebook: {ast.unparse(node)}")

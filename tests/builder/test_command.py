@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from fixture_project import FIXTURE, Project
 
@@ -23,8 +24,45 @@ def command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_help_describes_every_option(tmp_path):
     run = command("--help", cwd=tmp_path)
     assert run.returncode == 0
-    for option in ("--only", "--lang", "--execute", "--quick", "--check", "--force", "--list", "--timeout", "--out"):
+    for option in ("--only", "--lang", "--execute", "--quick", "--check", "--force", "--list", "--timeout", "--out",
+                   "--jobs", "--strict-env", "--max-output-mb"):
         assert option in run.stdout
+
+
+def test_python_dash_m_runs_the_command(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "learning_notebooks", "--help"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "--execute" in run.stdout
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Process id -> command line of every process below `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found, queue = {}, [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            try:
+                found[child] = (Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            queue.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def test_end_to_end_in_a_temporary_folder(tmp_path):
@@ -60,6 +98,8 @@ def test_ctrl_c_stops_the_kernel_and_keeps_the_previous_build(tmp_path):
         if "cell 6 of 6" in line:
             break
     time.sleep(1.5)  # let the kernel enter the sleeping cell
+    kernels = [pid for pid, cmd in descendants(process.pid).items() if "ipykernel" in cmd]
+    assert kernels, "the run's kernel was not found, so this test could not notice it surviving"
     process.send_signal(signal.SIGINT)
     _, rest = process.communicate(timeout=60)
     assert process.returncode == 130
@@ -67,5 +107,71 @@ def test_ctrl_c_stops_the_kernel_and_keeps_the_previous_build(tmp_path):
     assert {p: p.read_bytes() for p in before} == before
     leftovers = [p for p in project.root.rglob("*") if p.name.startswith(".")]
     assert leftovers == []
-    kernels = subprocess.run(["pgrep", "-f", f"ipykernel_launcher.*{os.getpid()}"], capture_output=True)
-    assert kernels.returncode == 1  # nothing left running that we started
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in kernels) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in kernels if alive(pid)]  # the kernels this run started are gone
+
+
+def test_sigterm_is_handled_like_sigint_and_exits_143(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "project")
+    project = Project(tmp_path / "project")
+    marker = (project.notebook / "02_compute.py").read_text(encoding="utf-8").count("\n") + 2
+    project.append("02_compute.py", "\n# %%\nimport time\ntime.sleep(120)\n")
+    process = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
+                               stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if f"(02_compute.py:{marker})" in line:
+            break
+    time.sleep(1.5)
+    kernels = [pid for pid, cmd in descendants(process.pid).items() if "ipykernel" in cmd]
+    assert kernels
+    process.send_signal(signal.SIGTERM)
+    _, rest = process.communicate(timeout=60)
+    assert process.returncode == 143
+    assert rest.strip().splitlines() == [rest.strip().splitlines()[-1]]
+    assert rest.startswith("interrupted:")
+    assert not (project.root / "build").exists() and not (project.root / "outputs").exists()
+    assert [p for p in project.root.rglob("*") if p.name.startswith(".")] == []
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in kernels) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in kernels if alive(pid)]
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_kernel_start_up_gives_one_line(tmp_path, signum, code):
+    shutil.copytree(FIXTURE, tmp_path / "project")
+    project = Project(tmp_path / "project")
+    process = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
+                               stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if "executing" in line:
+            break
+    process.send_signal(signum)  # the kernel is starting: no cell has run yet
+    _, rest = process.communicate(timeout=60)
+    assert process.returncode == code, rest
+    assert "Traceback" not in rest
+    assert [line for line in rest.splitlines() if not line.startswith("  demo/hello: cell")] == [
+        rest.strip().splitlines()[-1]
+    ]
+    assert rest.strip().splitlines()[-1].startswith("interrupted:")
+    assert not (project.root / "build").exists()
+
+
+def test_two_builds_of_one_tree_never_interleave(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "project")
+    project = Project(tmp_path / "project")
+    marker = (project.notebook / "02_compute.py").read_text(encoding="utf-8").count("\n") + 2
+    project.append("02_compute.py", "\n# %%\nimport time\ntime.sleep(3)\n")
+    first = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
+                             stderr=subprocess.PIPE, text=True)
+    for line in first.stderr:
+        if f"(02_compute.py:{marker})" in line:
+            break
+    second = command("--execute", "--force", cwd=project.root)
+    _, rest = first.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0, rest + second.stderr
+    assert "waiting: another build holds" in second.stderr
+    assert "demo/hello: executed" in second.stderr
+    assert command("--check", cwd=project.root).returncode == 0

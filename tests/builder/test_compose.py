@@ -66,7 +66,7 @@ def test_header_has_title_other_language_colab_and_source(source, config):
     )
     assert "notebooks_src/demo/hello/" in header
     assert "快速模式" not in header
-    assert "快速模式" in compose(source, "zh", config, {}, {"quick": True}).cells[0].source
+    assert "快速模式" in compose(source, "zh", config, {}, {"quick": True}, quick=True).cells[0].source
 
 
 def test_parameters_are_injected_after_the_parameters_cell(source):

@@ -1,0 +1,445 @@
+"""Issue #8: a build is all-or-nothing, outputs are never lost or forged, cells cannot reach outside.
+
+One test (or a few) per defect of the issue, each on a copy of the fixture project.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+
+import nbformat
+import pytest
+
+from fixture_project import Project
+from learning_notebooks import build as build_module
+from learning_notebooks import files
+from learning_notebooks.layout import STAGING_MARK
+
+CELL = "\n# %%\n"  # appended to 02_compute.py: see `line_of`
+
+
+def line_of(project: Project, row: int) -> str:
+    """`.../02_compute.py:N` for row `row` (1-based) of a cell appended with CELL (before appending)."""
+    lines = (project.notebook / "02_compute.py").read_text(encoding="utf-8").count("\n")
+    return f"{project.notebook / '02_compute.py'}:{lines + 2 + row}"
+
+
+def outputs_text(path) -> list[str]:
+    notebook = nbformat.read(path, as_version=4)
+    return ["".join(o.get("text", "")) for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+
+
+def tree(project: Project) -> dict:
+    """Every file under build/ and outputs/, with its bytes."""
+    found = {}
+    for top in ("build", "outputs"):
+        for path in sorted((project.root / top).rglob("*")):
+            found[path] = path.read_bytes() if path.is_file() else "folder"
+    return found
+
+
+def staging_leftovers(project: Project) -> list:
+    return [p for p in project.root.rglob("*") if STAGING_MARK in p.name or p.name.endswith((".tmp", ".lock"))]
+
+
+def code_edit(project: Project) -> None:
+    project.edit("02_compute.py", 'print("total", total)', 'print("sum", total)')
+
+
+def last_line(log: str) -> str:
+    return log.strip().splitlines()[-1]
+
+
+# 1. A failed write leaves a mixed build.
+
+
+def test_a_target_that_cannot_be_replaced_leaves_the_whole_old_build(project: Project):
+    assert project.build("--execute").code == 0
+    zh = project.built("zh")
+    zh.unlink()
+    zh.mkdir()  # as unwritable as it gets for root: a folder where the file goes
+    (zh / "keep").write_text("x")
+    before = tree(project)
+    code_edit(project)
+    run = project.build("--execute")
+    assert run.code == 1
+    assert last_line(run.log) == f"error: {zh}: is a directory, cannot replace it with a file; the previous build is intact"
+    assert tree(project) == before  # outputs/ and the English notebook too
+    assert staging_leftovers(project) == []
+
+
+def test_a_full_disk_while_staging_leaves_the_whole_old_build(project: Project, monkeypatch):
+    assert project.build("--execute").code == 0
+    before = tree(project)
+    code_edit(project)
+    real, calls = files._write, []
+
+    def full_disk(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(files, "_write", full_disk)
+    run = project.build("--execute")
+    assert run.code == 1
+    assert "No space left on device; the previous build is intact" in last_line(run.log)
+    assert run.log.count("\n") == run.log.count("\n", 0, run.log.rindex("error:")) + 1  # one line
+    assert tree(project) == before
+    assert staging_leftovers(project) == []
+
+
+def test_an_error_in_the_middle_of_the_swap_rolls_every_file_back(project: Project, monkeypatch):
+    assert project.build("--execute").code == 0
+    before = tree(project)
+    code_edit(project)
+    real, calls = files._replace, []
+
+    def failing(source, target):
+        calls.append(target)
+        if len(calls) == 4:  # outputs/ and the English notebook are already swapped in
+            raise OSError(errno.EIO, "Input/output error", str(target))
+        real(source, target)
+
+    monkeypatch.setattr(files, "_replace", failing)
+    run = project.build("--execute")
+    assert run.code == 1 and "the previous build is intact" in last_line(run.log)
+    assert tree(project) == before
+    assert staging_leftovers(project) == []
+
+
+# 2. Edited outputs spread and pass --check.
+
+
+def edit_output(path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_outputs_edited_in_one_language_are_named_and_never_spread(project: Project):
+    assert project.build("--execute").code == 0
+    edit_output(project.built("en"), '"total 10\\n"', '"total 11\\n"')
+
+    check = project.build("--check")
+    assert check.code == 1
+    assert f"{project.built('en')}: outputs edited by hand" in check.log
+    assert "hello.zh.ipynb" not in check.log
+
+    run = project.build("--execute")
+    assert run.code == 0 and "outputs edited by hand in hello.en.ipynb: not reused" in run.log
+    for lang in ("en", "zh"):
+        assert "total 10\n" in outputs_text(project.built(lang))
+        assert "total 11\n" not in outputs_text(project.built(lang))
+    assert project.build("--check").code == 0
+
+
+def test_outputs_edited_in_every_language_are_never_reused(project: Project):
+    assert project.build("--execute").code == 0
+    for lang in ("en", "zh"):
+        edit_output(project.built(lang), '"total 10\\n"', '"total 11\\n"')
+    check = project.build("--check")
+    assert check.code == 1
+    for lang in ("en", "zh"):
+        assert f"{project.built(lang)}: outputs edited by hand" in check.log
+
+    prose = project.build()
+    assert "demo/hello: no outputs" in prose.log
+    assert "outputs edited by hand in hello.en.ipynb, hello.zh.ipynb, so it carries no outputs" in prose.log
+    assert outputs_text(project.built("zh")) == []
+
+    run = project.build("--execute")
+    assert "demo/hello: executed" in run.log and "total 10\n" in outputs_text(project.built("zh"))
+
+
+# 3. Environment drift is not a code change.
+
+
+def test_environment_drift_keeps_outputs_names_versions_and_warns_unless_strict(project: Project, monkeypatch):
+    monkeypatch.setattr(build_module, "package_versions", lambda modules: {"torch": "2.13.0"})
+    assert project.build("--execute").code == 0
+    monkeypatch.setattr(build_module, "package_versions", lambda modules: {"torch": "2.13.1"})
+
+    prose = project.build()
+    assert prose.code == 0 and "demo/hello: kept outputs" in prose.log
+    assert "torch 2.13.0 → 2.13.1" in prose.log and "code or parameters changed" not in prose.log
+    assert "total 10\n" in outputs_text(project.built("en"))
+
+    check = project.build("--check")
+    assert check.code == 0 and "environment differs from the recorded run: torch 2.13.0 → 2.13.1" in check.log
+    strict = project.build("--check", "--strict-env")
+    assert strict.code == 1
+    assert "stale: demo/hello: environment differs from the recorded run: torch 2.13.0 → 2.13.1" in strict.log
+
+    rerun = project.build("--execute")
+    assert "demo/hello: executed" in rerun.log and "torch 2.13.0 → 2.13.1" in rerun.log
+    assert project.build("--check", "--strict-env").code == 0
+
+
+def test_check_names_the_reason_of_each_stale_file(project: Project):
+    assert project.build("--execute").code == 0
+    code_edit(project)
+    check = project.build("--check")
+    assert f"{project.built('en')}: stale: code changed since its run" in check.log
+    prose = project.build()
+    assert "code changed, so it carries no outputs" in prose.log
+
+
+# 4. Comment lines in code cells run as shell commands.
+
+
+@pytest.mark.parametrize("line", ["# !touch {marker}", "# %env FOO=bar", "!touch {marker}", "%env FOO=bar",
+                                  "# files = !ls"])
+def test_magics_and_shell_escapes_are_refused_before_anything_runs(project: Project, tmp_path, line):
+    marker = tmp_path / "created"
+    text = line.format(marker=marker)
+    where = line_of(project, 2)
+    project.append("02_compute.py", f"{CELL}x = 1\n{text}\n")
+    run = project.build("--execute")
+    assert run.code == 2
+    assert run.log.startswith(f"error: {where}: IPython magic or shell escape")
+    assert not marker.exists() and not (project.root / "build").exists()
+
+
+def test_syntax_errors_are_found_before_executing(project: Project):
+    where = line_of(project, 2)
+    project.append("02_compute.py", f"{CELL}x = 1\ny = (\n")
+    run = project.build("--execute")
+    assert run.code == 2 and "executing" not in run.log
+    assert f"error: {where}: SyntaxError" in run.log
+
+
+def test_ordinary_comments_stay_comments(project: Project):
+    project.append("02_compute.py", f"{CELL}# 50% of the steps; see the README\nprint('ok')\n")
+    assert project.build("--execute").code == 0
+
+
+# 5. Cells write anywhere.
+
+
+@pytest.mark.parametrize("where", ["notebooks_src/demo/hello/extra.txt", "stray.txt", "build/demo/extra.txt"])
+def test_a_cell_writing_into_the_project_fails_the_build(project: Project, where):
+    assert project.build("--execute").code == 0
+    before = tree(project)
+    target = project.root / where
+    project.append("02_compute.py", f"{CELL}open({str(target)!r}, 'w').write('x')\n")
+    run = project.build("--execute")
+    assert run.code == 1
+    assert f"created {target}" in last_line(run.log) and "nothing was built" in last_line(run.log)
+    target.unlink()
+    assert tree(project) == before
+
+
+def test_symlinks_a_cell_leaves_are_refused_not_followed(project: Project, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for outputs/")
+    project.append("02_compute.py", f"{CELL}import os\nos.symlink({str(secret)!r}, 'link.txt')\n")
+    run = project.build("--execute")
+    assert run.code == 1
+    assert "symlinks or special files, which are not copied: link.txt" in last_line(run.log)
+    assert not project.outputs.exists() and not project.built("en").exists()
+
+
+# 6. Signals (in-process; the kernel start-up case runs the real command in test_command.py).
+
+
+def test_sigterm_while_staging_keeps_the_old_build_and_exits_143(project: Project, monkeypatch):
+    assert project.build("--execute").code == 0
+    before = tree(project)
+    code_edit(project)
+    real, calls = files._write, []
+
+    def interrupted(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        real(path, data)
+
+    monkeypatch.setattr(files, "_write", interrupted)
+    run = project.build("--execute")
+    assert run.code == 143 and last_line(run.log).startswith("interrupted:")
+    assert tree(project) == before
+    assert staging_leftovers(project) == []
+
+
+def test_sigterm_during_the_swap_lets_it_finish_then_exits_143(project: Project, monkeypatch):
+    assert project.build("--execute").code == 0
+    code_edit(project)
+    real, calls = files._replace, []
+
+    def interrupted(source, target):
+        calls.append(target)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        real(source, target)
+
+    monkeypatch.setattr(files, "_replace", interrupted)
+    run = project.build("--execute")
+    assert run.code == 143
+    for lang in ("en", "zh"):  # the whole new build, never half of it
+        assert "sum 10\n" in outputs_text(project.built(lang))
+    assert staging_leftovers(project) == []
+
+
+def test_leftovers_of_a_killed_build_are_reported_by_check_and_removed_by_the_next_build(project: Project):
+    assert project.build("--execute").code == 0
+    half = project.root / "outputs" / "demo" / f".hello{STAGING_MARK}123-abc"
+    half.mkdir()
+    (half / "result.json").write_text("{")
+    check = project.build("--check")
+    assert check.code == 1 and f"{half}: no source produces it" in check.log
+    run = project.build()
+    assert f"removed a leftover of an interrupted build: {half}" in run.log
+    assert not half.exists() and project.build("--check").code == 0
+
+
+# 7. Smaller ones.
+
+
+def test_non_utf8_bytes_in_a_section_name_file_and_line(project: Project):
+    path = project.notebook / "02_compute.py"
+    line = path.read_bytes().split(b"\n").index(b"total = sum(range(STEPS))") + 1
+    path.write_bytes(path.read_bytes().replace(b"total = sum", b"total = \xffsum"))
+    run = project.build("--execute")
+    assert run.code == 2 and run.log.count("\n") == 1
+    assert run.log.startswith(f"error: {path}:{line}: not UTF-8 text: byte 0xff at column 9")
+
+
+def test_non_utf8_bytes_in_config_name_file_and_line(project: Project):
+    path = project.root / "notebooks_src" / "config.toml"
+    path.write_bytes(path.read_bytes() + b"# caf\xe9\n")
+    run = project.build()
+    assert run.code == 2 and run.log.startswith(f"error: {path}:4: not UTF-8 text")
+
+
+def test_a_marker_typo_names_its_line(project: Project):
+    project.edit("02_compute.py", '# %% [markdown] lang="zh"', '# %%[markdown] lang="zh"')
+    run = project.build()
+    assert run.code == 2
+    assert run.log.startswith(f"error: {project.notebook / '02_compute.py'}:5: malformed cell marker")
+
+
+def test_invalid_toml_at_the_end_of_the_file_names_the_last_line(project: Project):
+    project.append("notebook.toml", "extra =")
+    run = project.build()
+    assert run.code == 2 and run.log.startswith(f"error: {project.notebook / 'notebook.toml'}:9: malformed TOML")
+
+
+def test_a_form_feed_in_a_comment_is_no_line_break(project: Project):
+    project.append("02_compute.py", f"{CELL}x = 1  # a comment\x0c    x = 2\nassert x == 1\nprint('x', x)\n")
+    run = project.build("--execute")
+    assert run.code == 0, run.log
+    assert "x 1\n" in outputs_text(project.built("en"))
+
+
+def test_line_numbers_stay_right_after_u2028_and_blank_lines(project: Project):
+    where = line_of(project, 4)
+    project.append("02_compute.py", f"{CELL}\n\ns = 'a\u2028b'\nassert len(s) == 4, 'line check'\n")
+    run = project.build("--execute")
+    assert run.code == 1
+    assert f"{where}: AssertionError: line check" in run.log
+
+
+def test_a_dead_kernel_names_the_statement(project: Project):
+    where = line_of(project, 3)
+    project.append("02_compute.py", f"{CELL}import os, signal\nx = 1\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    run = project.build("--execute")
+    assert run.code == 1
+    assert f"{where}: DeadKernelError" in last_line(run.log)
+
+
+def test_check_sees_stray_files_with_and_without_only(project: Project):
+    assert project.build("--execute").code == 0
+    strays = [
+        project.root / "build" / "demo" / ".hello.en.ipynb.tmp",
+        project.root / "build" / "demo" / "hello.en.ipynb.old",
+        project.root / "outputs" / "demo" / "extra" / "file.txt",
+        project.root / "outputs" / "other" / "file.txt",
+        project.root / "build" / "notes.txt",
+    ]
+    for path in strays:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    run = project.build("--check")
+    assert run.code == 1
+    for path in (strays[0], strays[1], strays[2].parent, strays[3].parent, strays[4]):
+        assert f"stale: {path}: no source produces it" in run.log
+    only = project.build("--check", "--only", "demo/hello")
+    assert only.code == 1
+    for path in (strays[0], strays[1]):
+        assert f"stale: {path}: no source produces it" in only.log
+    assert "notes.txt" not in only.log and "other" not in only.log
+    series = project.build("--check", "--only", "demo")
+    assert f"{strays[2].parent}: no source produces it" in series.log
+
+
+def test_outputs_over_the_limit_fail_the_build_with_the_cell(project: Project):
+    where = line_of(project, 1)
+    project.append("02_compute.py", f"{CELL}print('x' * 3_000_000)\n")
+    run = project.build("--execute")
+    assert run.code == 1
+    assert f"{where}: OutputTooLarge" in last_line(run.log)
+    assert not project.built("en").exists()
+    assert project.build("--execute", "--max-output-mb", "10").code == 0
+
+
+def test_a_lone_surrogate_is_printed_with_a_replacement_character(project: Project):
+    project.append("02_compute.py", f"{CELL}print('a\\ud800b')\n")
+    run = project.build("--execute")
+    assert run.code == 0, run.log
+    assert "a\ufffdb\n" in outputs_text(project.built("en"))
+    text = project.built("en").read_text(encoding="utf-8")
+    assert "Traceback" not in text and ".venv" not in text and "site-packages" not in text
+
+
+# 8. Ecosystem.
+
+
+JUPYTEXT_HEADER = """# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     name: python3
+# ---
+
+"""
+
+
+def test_a_jupytext_yaml_header_is_accepted_and_kept_out(project: Project):
+    assert project.build().code == 0
+    before = tree(project)
+    path = project.notebook / "01_intro.py"
+    path.write_text(JUPYTEXT_HEADER + path.read_text(encoding="utf-8"), encoding="utf-8")
+    assert project.build().code == 0
+    assert tree(project) == before
+
+
+def test_a_placeholder_repository_warns_on_build_and_check(project: Project):
+    for args in ((), ("--check",)):
+        first = project.build(*args).log.splitlines()[0]
+        assert first.startswith("warning: ") and 'repository = "example/fixture" is a placeholder' in first
+    config = project.root / "notebooks_src" / "config.toml"
+    config.write_text(config.read_text().replace("example/fixture", "someone/notebooks"))
+    assert "warning" not in project.build().log
+
+
+# --jobs
+
+
+def test_a_parallel_build_equals_a_serial_one_byte_for_byte(project: Project, tmp_path):
+    shutil.copytree(project.notebook, project.notebook.parent / "hello2")
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    one = project.build("--execute", "--jobs", "1", "--out", str(serial))
+    two = project.build("--execute", "--jobs", "2", "--out", str(parallel))
+    assert one.code == 0 and two.code == 0, two.log
+    files_of = lambda root: {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}  # noqa: E731
+    assert files_of(serial) == files_of(parallel)
+    assert len(files_of(serial)) == 6  # two notebooks, two languages, one result.json each
