@@ -204,3 +204,35 @@ def test_the_english_lint_sees_prose_and_spares_code():
     for code_like in ("[B, H, T, Dh]", "n (n - 1) / 2", "torch 2.13.0+cpu", "总和是 10。", "`say` 显示 the `x`",
                       "{'sums': {'total': 10}}", "<Figure size 800x260 with 2 Axes>", "noqa: E731"):
         assert not english_prose(code_like), code_like
+
+
+# A measured number: one with a decimal point or an exponent (counts and sizes like "12" or "1,024" are
+# often spelled out or laid out differently in Chinese, so they are left to the reader's eye).
+MEASURED = re.compile(r"\d+\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+")
+
+
+def measured_numbers(text: str) -> list[str]:
+    return sorted(MEASURED.findall(text))
+
+
+def test_the_number_lint_sees_a_changed_number():
+    assert measured_numbers("max error 7.153e-07, ratio 1.72") == measured_numbers("最大误差 7.153e-07，之比 1.72")
+    assert measured_numbers("max error 7.153e-07") != measured_numbers("最大误差 7.15e-07")
+
+
+@pytest.mark.parametrize("path", built_chinese_notebooks())
+def test_both_languages_print_the_same_measured_numbers(path):
+    """Every output of the Chinese notebook carries the same measured numbers as its English twin (same
+    cell, same position): both come from one execution, so a difference is a formatting slip in a
+    `zh=` text or a text that quotes another value."""
+    english = nbformat.read(path.with_name(path.name.replace(".zh.", ".en.")), as_version=4)
+    chinese = nbformat.read(path, as_version=4)
+    pairs = zip((c for c in english.cells if c.cell_type == "code"), (c for c in chinese.cells if c.cell_type == "code"))
+    differ = []
+    for en_cell, zh_cell in pairs:
+        en_texts = [t for o in en_cell.get("outputs", []) for t in output_texts(o)]
+        zh_texts = [t for o in zh_cell.get("outputs", []) for t in output_texts(o)]
+        assert len(en_texts) == len(zh_texts), f"cell {en_cell.id}: {len(en_texts)} outputs in English, {len(zh_texts)} in Chinese"
+        differ += [f"cell {en_cell.id}: {measured_numbers(a)} vs {measured_numbers(b)}"
+                   for a, b in zip(en_texts, zh_texts) if measured_numbers(a) != measured_numbers(b)]
+    assert differ == []
