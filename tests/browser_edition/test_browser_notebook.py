@@ -132,27 +132,44 @@ def test_knobs_other_values(history, chunk):
     assert namespace["cached_out"].shape == (chunk, namespace["HEAD_DIM"])
 
 
-@pytest.mark.parametrize("lang, history, chunk, expected", [
-    ("zh", -1, 2, "HISTORY 必须 >= 0，CHUNK 必须 >= 1"),
-    ("en", 4, 0, "HISTORY must be >= 0 and CHUNK >= 1"),
-    (None, 4, 0, "HISTORY must be >= 0 and CHUNK >= 1"),          # the build's own run: English
-    ("zh", 500, 13, "HISTORY + CHUNK 不能超过 512"),
+@pytest.mark.parametrize("lang, history, chunk, expected, absent", [
+    ("zh", -1, 2, "`HISTORY` 至少为 0，`CHUNK` 至少为 1", "must be at least"),
+    ("en", 4, 0, "`HISTORY` must be at least 0 and `CHUNK` at least 1", "至少"),
+    (None, 4, 0, "`HISTORY` must be at least 0 and `CHUNK` at least 1", None),   # the build's run: every language
+    ("zh", 500, 13, "`HISTORY + CHUNK` 不能超过 512", "must not exceed"),
 ])
-def test_try_it_cell_stops_in_the_readers_language(lang, history, chunk, expected):
-    """Out-of-range knobs stop the try-it cell with a message in the notebook's language."""
+def test_try_it_cell_stops_in_the_readers_language(lang, history, chunk, expected, absent, capsys):
+    """Out-of-range knobs stop the try-it cell; say() explains why in the notebook's language."""
     namespace: dict = {"__name__": "__notebook__"}
-    with pytest.raises(ValueError, match=re.escape(expected)):
+    with pytest.raises(ValueError):
         for name, cell in code_cells(NOTEBOOK, lang=lang):
             source = cell.source
             if KNOBS.search(source):
                 source = KNOBS.sub(lambda m: f"HISTORY = {history}{m['h']}\nCHUNK = {chunk}{m['c']}", source)
             exec(compile(source, name, "exec"), namespace)
     assert namespace["LANG"] == lang
+    last_lines = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert any(expected in line for line in last_lines), last_lines
+    if absent:
+        assert not any(absent in line for line in last_lines)
 
 
-def test_try_it_assertion_messages_are_localized():
-    """Every assertion of the try-it cell carries a message in both languages."""
+def test_try_it_assertions_explain_themselves_in_both_languages():
+    """Every assertion of the try-it cell has say(en=..., zh=...) as its message."""
     cell = next(cell for name, cell in code_cells(NOTEBOOK) if KNOBS.search(cell.source))
     asserts = [node for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.Assert)]
-    assert asserts and all(isinstance(node.msg, ast.Call) and node.msg.func.id == "in_reader_language"
-                           and {k.arg for k in node.msg.keywords} == {"en", "zh"} for node in asserts)
+    assert len(asserts) == 6
+    assert all(isinstance(node.msg, ast.Call) and node.msg.func.id == "say"
+               and {k.arg for k in node.msg.keywords} == {"en", "zh"} for node in asserts)
+
+
+def test_a_failing_claim_is_explained(capsys):
+    """Negative control: break the offset mask; the try-it cell stops and says which claim broke."""
+    namespace: dict = {"__name__": "__notebook__"}
+    with pytest.raises(AssertionError):
+        for name, cell in code_cells(NOTEBOOK, lang="zh"):
+            source = cell.source
+            if KNOBS.search(source):
+                source = source.replace("good = allowed_keys(HISTORY, CHUNK)", "good = upper_left_mask(HISTORY, CHUNK)")
+            exec(compile(source, name, "exec"), namespace)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "查询 `i` 应当恰好能读取 `P + i + 1` 个键。"

@@ -168,9 +168,10 @@ def test_skip_without_transformers(tmp_path, monkeypatch):
     shown = []
     recorders = {"say": lambda **t: shown.append(t), "say_table": lambda rows, **h: shown.append(h)}
     namespace = run_companion(replace=recorders, QUICK=True, OUTPUT_DIR=str(tmp_path))
-    note = namespace["SKIP_NOTE"]
     assert namespace["HAVE_TRANSFORMERS"] is False
-    assert note["en"] == "transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped."
+    note = {"en": "transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped.",
+            "zh": "没有安装 transformers，因此跳过与 Hugging Face GPT-2 的比较。"}
+    assert namespace["SKIP_NOTE"] == note["en"]
     assert shown[shown.index(note):] == [note, note]              # section 4, then the closing cell; no table
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert results["peer"] == {"skipped": note["en"]}

@@ -63,3 +63,24 @@ def test_serving_notebook_runs_in_an_empty_folder_without_the_repository(name, r
     results = json.loads((folder / "results.json").read_text())
     assert results["peer"] == {"skipped": "transformers is not installed: the appendix is skipped."}
     assert sorted(p.name for p in folder.iterdir()) == sorted([name, *SERVING_FILES])
+
+
+@pytest.mark.parametrize("name", ["kv-cache-hf-gpt2.en.ipynb", "kv-cache-hf-gpt2.zh.ipynb"])
+def test_companion_skips_in_an_empty_folder_without_transformers(name, reader_python, tmp_path):
+    """The Hugging Face companion says why it skips, records the skip, and raises nothing."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    notebook = shutil.copy(BUILT / name, folder / name)
+    report = tmp_path / "report.json"
+    subprocess.run(
+        [str(reader_python), str(RUNNER), str(notebook), str(report)],
+        cwd=folder, env=clean_env(), check=True, timeout=900,
+    )
+    result = json.loads(report.read_text())
+    assert result["errors"] == []
+    assert "transformers" not in result["after"]["modules"]
+    skip = {"en": "transformers is not installed", "zh": "没有安装 transformers"}[name.split(".")[1]]
+    assert result["markdown"].count(skip) == 2                      # section 4 and the closing cell
+    peer = json.loads((folder / "results.json").read_text())["peer"]
+    assert peer == {"skipped": "transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped."}
+    assert sorted(p.name for p in folder.iterdir()) == sorted([name, "masks.png", "results.json"])

@@ -19,7 +19,7 @@
 # %% [markdown] lang="zh"
 # [第一份笔记本]({{colab:infra-benchmark/kv-cache}})为一个类似 GPT-2 的解码器实现了 KV 缓存：每个注意力头都保留自己的 K 和 V，位置则是加到 token 嵌入上的可学习向量。读者接下来会遇到的模型（Llama、Mistral、Qwen、Gemma）恰恰改动了缓存所依赖的那几处：K/V 头比查询头少；位置信息通过旋转 Q 和 K 来编码；有的模型只让查询读取最近一段窗口内的键；而推理服务系统会用更少的比特存放 K/V，并用融合算子计算注意力。
 #
-# 这份笔记本逐一研究这些改动，并沿用第一份笔记本证明缓存正确的方法：缓存路径必须与完整重算一致（如果是有意放弃精确性，则误差必须落在事先声明的界内）；故意改坏的版本必须无法通过同一项检查；凡是有外部实现可以对照的地方，都用同一份随机权重构建 Hugging Face 模型，在 FP64 下与我们的实现比对。
+# 本笔记本逐一考察这些改动，并像第一份笔记本证明缓存那样证明每一项：缓存路径必须与完整重算一致（一旦有意放弃精确性，则误差必须落在事先声明的界内）；故意改坏的版本必须通不过同一项检查；凡是有外部实现可以对照的地方，用同一份随机权重构建的 Hugging Face 模型都必须在 FP64 下与我们的实现一致。
 #
 # 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节取自第一份笔记本）· 4 分组查询注意力与多查询注意力 · 5 旋转位置编码 · 6 滑动窗口 · 7 量化缓存 · 8 融合注意力 · 9 各变体的内存与开销 · 10 保存结果。
 
@@ -36,7 +36,7 @@
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 首先是参数单元格。`QUICK = True` 只会缩短第 8 节的计时（测量轮数更少）；两种模式下，所有正确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行，默认使用 FP32，只有需要 FP64 的检查例外；模型处于 `eval()` 模式，前向计算一律放在 `torch.inference_mode()` 中。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。与 Hugging Face 模型的交叉核对还需要 `transformers`；没有安装它时，每项交叉核对只用一句话说明跳过，其余内容照常运行。
+# 首先是参数。`QUICK = True` 只会缩短第 8 节的计时（测量轮数更少）；两种模式下，所有正确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32；模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。与 Hugging Face 模型的交叉核对还需要 `transformers`；没有安装它时，每项交叉核对只用一句话说明跳过，其余内容照常运行。
 
 # %% tags=["parameters"]
 # [en] QUICK = True: fewer timing rounds in section 8; every correctness check stays complete.
@@ -96,7 +96,7 @@ for key, value in ENVIRONMENT.items():
 import warnings
 
 # [en] transformers imports tqdm, whose notice about missing Jupyter widgets is noise here (no progress bars).
-# [zh] transformers 会导入 tqdm，而 tqdm 关于缺少 Jupyter 小部件的提示在这里毫无用处（我们不用进度条）。
+# [zh] transformers 会导入 tqdm；tqdm 提示缺少 Jupyter 小部件，这在这里只是干扰（我们不用进度条）。
 warnings.filterwarnings("ignore", message="IProgress not found")
 PINNED_TRANSFORMERS = "5.23.0"
 try:
@@ -115,4 +115,4 @@ if HAVE_HF and transformers.__version__ != PINNED_TRANSFORMERS:
     say(en=f"Note: the cross-checks were written against transformers {PINNED_TRANSFORMERS}; this is "
            f"{transformers.__version__}. If one of them fails, this version computes something differently.",
         zh=f"注意：交叉核对是按 transformers {PINNED_TRANSFORMERS} 编写的，当前版本是 "
-           f"{transformers.__version__}。如果其中某项失败，说明这个版本的某处计算方式不同。")
+           f"{transformers.__version__}。如果某项核对失败，说明这个版本有某处计算方式不同。")

@@ -21,9 +21,9 @@
 # %% [markdown] lang="zh"
 # ## 4. 分组查询注意力与多查询注意力
 #
-# 在第 3 节的解码器里，$H = 4$ 个头各自投影出自己的 K 和 V，所以每层缓存中有 $H$ 个 K/V 头。分组查询注意力（GQA）保留全部 $H$ 个查询头，但只有 $H_{kv}$ 个 K/V 头，每个 K/V 头由 $g = H / H_{kv}$ 个相邻的查询头共享：查询头 $h$ 读取第 $\lfloor h / g \rfloor$ 个 K/V 头。多查询注意力（MQA）是 $H_{kv} = 1$ 的极端情形，而 $H_{kv} = H$ 就是普通的多头注意力（MHA）。K 和 V 的投影输出缩小到 $H_{kv} D_h$ 维，缓存也随之缩小：每层保存 `[B, H_kv, T, D_h]`，是 MHA 的 $1/g$。只有在计算注意力的那一刻，才沿头所在的维度用 `repeat_interleave` 把 K/V 头扩展成 $H$ 个（$H = 4$、$H_{kv} = 2$ 时依次为 0、0、1、1）。
+# 在第 3 节的解码器里，$H = 4$ 个头各自投影出自己的 K 和 V，所以每层缓存中有 $H$ 个 K/V 头。分组查询注意力（GQA）保留全部 $H$ 个查询头，但只有 $H_{kv}$ 个 K/V 头，每个 K/V 头由 $g = H / H_{kv}$ 个相邻的查询头共享：查询头 $h$ 读取第 $\lfloor h / g \rfloor$ 个 K/V 头。多查询注意力（MQA）是 $H_{kv} = 1$ 的极端情形，而 $H_{kv} = H$ 就是普通的多头注意力（MHA）。K 和 V 的投影输出缩小到 $H_{kv} D_h$ 维，缓存也随之缩小：每层保存 `[B, H_kv, T, D_h]`，是 MHA 的 $1/g$。只有到了计算注意力的那一刻，才沿头所在的维度用 `repeat_interleave` 把 K/V 头扩展成 $H$ 个（$H = 4$、$H_{kv} = 2$ 时，扩展后依次是头 0、0、1、1）。
 #
-# 我们不改动第一份笔记本的解码器，而是在它旁边构建一个通用版本，每种设计改动对应一个小选项。它复用第 3 节的 `DecoderConfig`（作为基类）、GELU `MLP` 和 `absolute_positions`，参数名也保持不变，因此第 3 节模型的权重可以原样加载进来。先看配置。本节只用到 `kv_heads`；`norm`、`mlp_kind` 和 `bias` 描述 Llama 系列的 RMSNorm、带门控的 SiLU MLP 和不带偏置的投影，它们与缓存无关，但与 Hugging Face 模型交叉核对时需要。
+# 我们不去改动第一份笔记本的解码器，而是在它旁边另建一个通用版本，每种设计改动对应一个小选项。它复用第 3 节的 `DecoderConfig`（作为基类）、GELU `MLP` 和 `absolute_positions`，参数名也保持不变，因此第 3 节模型的权重可以原样加载进来。先看配置。本节只用到 `kv_heads`；`norm`、`mlp_kind` 和 `bias` 描述 Llama 系列的 RMSNorm、带门控的 SiLU MLP 和不带偏置的投影，它们对缓存毫无影响，但与 Hugging Face 模型交叉核对时要用到。
 
 # %%
 @dataclass
@@ -56,7 +56,7 @@ class ArchConfig(DecoderConfig):
 # so query head 1 reads K/V head 1 instead of 0.
 
 # %% [markdown] lang="zh"
-# 把 K/V 头扩展到查询头的数量。`repeat_kv` 是正确的规则，与 Hugging Face 的 Llama 一致（`modeling_llama.py` 中的 `repeat_kv`，其文档说明它等价于 `repeat_interleave`）。`tile_kv` 是一个现实中很可能犯的错误，留作负对照：`repeat` 会把头平铺成 0、1、0、1，于是查询头 1 读到的是 K/V 头 1，而不是头 0。
+# 把 K/V 头扩展到查询头的数量。`repeat_kv` 是正确的规则，与 Hugging Face 的 Llama 相同（`modeling_llama.py` 中的 `repeat_kv`，其文档说明它等价于 `repeat_interleave`）。`tile_kv` 是现实中很容易犯的错误，留作负对照：`repeat` 会把头平铺成 0、1、0、1，于是查询头 1 读到的是 K/V 头 1，而不是头 0。
 
 # %%
 def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -90,7 +90,7 @@ print("repeat_kv:", heads_of(repeat_kv), " tile_kv:", heads_of(tile_kv))
 # explicit matmul, softmax, matmul of section 3.
 
 # %% [markdown] lang="zh"
-# 一层的缓存现在是一个只有一个方法的小对象：`update(k, v, positions)`。它存入新的 K/V，返回新查询可以读取的全部 K/V，以及每个返回的键的绝对位置。`FullKV` 就是第一份笔记本的缓存（保留所有位置，用 `torch.cat` 增长）；第 6、7 节会加入会淘汰或压缩内容的缓存。由于每个键都带着自己的位置，掩码直接由位置算出：$\mathrm{allowed}_{i,j} = [\,p^k_j \le p^q_i\,]$。对 `FullKV` 来说，它与第 2 节的 `causal_mask(P, C)` 完全相同（下面用断言验证）。`softmax_attention` 就是第 3 节中显式的“矩阵乘、softmax、矩阵乘”。
+# 一层的缓存现在是一个小对象，只有一个方法 `update(k, v, positions)`：存入新的 K/V，返回新查询可以读取的全部 K/V，以及每个返回的键的绝对位置。`FullKV` 就是第一份笔记本的缓存（保留所有位置，用 `torch.cat` 增长）；第 6、7 节还会加入淘汰或压缩内容的缓存。由于每个键都带着自己的位置，掩码直接由位置算出：$\mathrm{allowed}_{i,j} = [\,p^k_j \le p^q_i\,]$。对 `FullKV` 而言，它恰好就是第 2 节的 `causal_mask(P, C)`（下面用断言验证）。`softmax_attention` 就是第 3 节中显式的“矩阵乘、softmax、矩阵乘”。
 
 # %%
 class FullKV:
@@ -141,7 +141,7 @@ assert all(torch.equal(position_causal_mask(past + torch.arange(new), torch.aran
 # the new tokens, the rotation, the mask rule, the head expansion and the attention function.
 
 # %% [markdown] lang="zh"
-# 注意力层。它投影出 $H$ 个查询头和 $H_{kv}$ 个 K/V 头；让第 5 节的旋转位置编码旋转 Q 和 K（位置仍是可学习嵌入时，这一步什么也不做）；把新的 K/V 交给本层缓存；由位置构造掩码；扩展 K/V 头，然后计算注意力。凡是后面的章节或负对照要替换的部分，都装在一个 `Step` 里，由解码器在每次调用时构造一次：新 token 的位置、旋转方式、掩码规则、头的扩展方式和注意力函数。
+# 注意力层。它投影出 $H$ 个查询头和 $H_{kv}$ 个 K/V 头；让第 5 节的旋转位置编码旋转 Q 和 K（位置仍是可学习嵌入时，这一步什么也不做）；把新的 K/V 交给本层缓存；由位置构造掩码；扩展 K/V 头，然后计算注意力。后面的章节或负对照要替换的部分，都装在一个 `Step` 里，由解码器每次调用时构造一次：新 token 的位置、旋转方式、掩码规则、头的扩展方式和注意力函数。
 
 # %%
 @dataclass
@@ -186,7 +186,7 @@ class GQAttention(nn.Module):
 # exactly as section 3 does; with a rotary encoding it has no position table at all.
 
 # %% [markdown] lang="zh"
-# Llama 系列的两个选项：RMSNorm（按均方根缩放，不减均值，也没有偏置），以及带门控的 MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$。然后是块（与第 3 节相同的前置归一化接法）和解码器。位置是可学习嵌入时，解码器像第 3 节那样把 `wpe` 加到 token 嵌入上；使用旋转位置编码时，则根本没有位置嵌入表。
+# Llama 系列的两个选项：RMSNorm（按均方根缩放，不减均值，也没有偏置），以及带门控的 MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$。然后是 Transformer 块（与第 3 节一样采用前置归一化的接法）和解码器。位置是可学习嵌入时，解码器像第 3 节那样把 `wpe` 加到 token 嵌入上；使用旋转位置编码时，则根本没有位置嵌入表。
 
 # %%
 class RMSNorm(nn.Module):
@@ -245,7 +245,7 @@ class ArchDecoder(nn.Module):
         batch, new_len = ids.shape                                             # ids: [B, T_new]
         if cache is None:
             # [en] One layer cache per block.
-            # [zh] 每个块一个单层缓存。
+            # [zh] 每个 Transformer 块一个单层缓存。
             cache = [self.new_cache() for _ in self.blocks]
         positions = self.positions_fn(cache[0].seen, new_len)                  # [T_new]
         step = Step(positions, self.rotary, self.mask_fn, self.expand, self.attend)
@@ -279,7 +279,7 @@ def build_arch(config: ArchConfig, seed: int = SEED, **parts) -> ArchDecoder:
 # execute the same operations in the same order, so we ask for bitwise equality, not a tolerance.
 
 # %% [markdown] lang="zh"
-# **判据 1：$H_{kv} = H$ 时，通用解码器就是第 3 节的解码器。** 我们把第 3 节 `model` 的权重以 `strict=True`（参数名必须一一对应）加载进 `ArchDecoder(ArchConfig(kv_heads=4))`，比较一次完整调用和分块缓存运行的 logits。两个模型按相同顺序执行相同的运算，所以我们要求逐比特相等，而不只是在容差内相等。
+# **判据 1：$H_{kv} = H$ 时，通用解码器就是第 3 节的解码器。** 我们把第 3 节 `model` 的权重以 `strict=True`（参数名必须一一对应）加载进 `ArchDecoder(ArchConfig(kv_heads=4))`，比较一次完整调用和一次分块缓存运行的 logits。两个模型按相同的顺序执行相同的运算，所以我们要求结果逐比特相同，而不是在容差内一致。
 
 # %%
 STREAM_LEN = 24
@@ -307,7 +307,7 @@ assert all(MHA_SAME.values()), MHA_SAME
 say(en="With `kv_heads = heads`, the generalized decoder loads section 3's weights and reproduces its logits "
        "and K/V bit for bit: full call, chunked cached run (chunks of 5) and both layers' caches.",
     zh="当 `kv_heads = heads` 时，通用解码器加载第 3 节的权重后，逐比特复现了它的 logits 和 K/V："
-       "包括完整调用、分块缓存运行（块长 5）以及两层的缓存。")
+       "包括完整调用、分块缓存运行（分块长度 5）以及两层的缓存。")
 
 # %% [markdown] lang="en"
 # **Criterion 2: with $H_{kv} = 2$ (GQA) and $H_{kv} = 1$ (MQA), the cached path equals full
@@ -318,7 +318,7 @@ say(en="With `kv_heads = heads`, the generalized decoder loads section 3's weigh
 # a `build` function so that the FP64 run rebuilds the same model and converts the same weights.
 
 # %% [markdown] lang="zh"
-# **判据 2：$H_{kv} = 2$（GQA）和 $H_{kv} = 1$（MQA）时，缓存路径与完整重算一致。** 检查方法与第一份笔记本相同：比较每个位置上的全部 logits 以及每一层的 K 和 V（当缓存开始淘汰内容时，比较它保留的每个位置）；batch 为 1 或 2，块长为 1、2 或 5，FP32 和 FP64；FP32 用 `atol = rtol = 1e-5`，FP64 用 `1e-10`。每个模型 12 种配置。缓存中的 K/V 形状必须是 `[B, H_kv, T, D_h]`。`check_cached` 在这里只写一次，后面各节都复用它；它接收一个 `build` 函数，这样 FP64 运行会重建同一个模型，并转换同一份权重。
+# **判据 2：$H_{kv} = 2$（GQA）和 $H_{kv} = 1$（MQA）时，缓存路径与完整重算一致。** 检查方法与第一份笔记本相同：比较每个位置上的全部 logits 以及每一层的 K 和 V（当缓存开始淘汰内容时，比较它保留的每个位置）；batch 为 1 或 2，分块长度为 1、2 或 5 个 token，FP32 和 FP64；FP32 用 `atol = rtol = 1e-5`，FP64 用 `1e-10`。每个模型 12 种配置。缓存中的 K/V 形状必须是 `[B, H_kv, T, D_h]`。`check_cached` 在这里写好，后面各节都复用它；它接收一个 `build` 函数，这样 FP64 运行会重建同一个模型，并转换同一份权重。
 
 # %%
 def chunk_lengths(total: int, chunk) -> list[int]:
@@ -383,7 +383,7 @@ def grid_table(rows: list[dict]) -> None:
     say_table([[str(r["batch"]), str(r["chunk"]), r["dtype"], f"{r['max_abs_logit_err']:.2e}",
                 f"{r['max_abs_kv_err']:.2e}" if "max_abs_kv_err" in r else "-", f"`{r['passed']}`"] for r in rows],
               en=["batch", "chunk", "dtype", "max abs logit error", "max abs K/V error", "passed"],
-              zh=["batch", "块长", "精度", "logits 最大绝对误差", "K/V 最大绝对误差", "通过"])
+              zh=["batch", "分块长度", "精度", "logits 最大绝对误差", "K/V 最大绝对误差", "通过"])
 
 
 # %% [markdown] lang="en"
@@ -391,7 +391,7 @@ def grid_table(rows: list[dict]) -> None:
 # the shape `[B, H_kv, T, D_h]`.
 
 # %% [markdown] lang="zh"
-# 下面是两个模型各自的网格以及断言：24 种配置全部通过，缓存中的 K/V 形状为 `[B, H_kv, T, D_h]`。
+# 下面为两个模型各跑一个网格，并用断言确认：24 种配置全部通过，缓存中的 K/V 形状都是 `[B, H_kv, T, D_h]`。
 
 # %%
 GQA_CONFIGS = {"gqa2": ArchConfig(kv_heads=2), "mqa": ArchConfig(kv_heads=1)}
@@ -411,7 +411,7 @@ assert all(r["passed"] and r["kv_shape_ok"] for rows in GQA_GRIDS.values() for r
 # parameters.
 
 # %% [markdown] lang="zh"
-# **判据 3：带 $H_{kv}$ 的数据量公式与实测字节数相等。** 把第一份笔记本公式中的头数换成 K/V 头数，公式依然成立：$M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$。下面的单元格取 batch 2、$T = 24$、FP32，把公式与 MHA、GQA、MQA 三个模型真实缓存上 `numel() * element_size()` 的总和比较。参数量也随之减少：每层的 K、V 投影少了 $2 (H - H_{kv}) D_h (W + 1)$ 个参数。
+# **判据 3：带 $H_{kv}$ 的数据量公式与实测字节数相等。** 把第一份笔记本公式中的头数换成 K/V 头数，公式依然成立：$M_{KV} = 2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$。下面的单元格取 batch 2、$T = 24$、FP32，把公式算出的字节数与 MHA、GQA、MQA 三个模型真实缓存上 `numel() * element_size()` 的总和相比较。参数量也随之减少：每层的 K、V 投影少了 $2 (H - H_{kv}) D_h (W + 1)$ 个参数。
 
 # %%
 def kv_bytes(batch: int, length: int, layers: int, kv_heads: int, head_dim: int, bytes_per_element: float) -> float:
@@ -445,7 +445,7 @@ say_table([[str(h), f"{v['formula_bytes']:,}", f"{v['measured_bytes']:,}", f"{v[
 # it: the Hugging Face cross-check of section 5 does.
 
 # %% [markdown] lang="zh"
-# **负对照：平铺代替交错。** 在 GQA 模型中把 `repeat_kv` 换成 `tile_kv`，再跑同样的 12 种配置，结果全部通过。这不是检查本身的缺陷，而是它能看到的范围有限：平铺后的模型是另一个**自洽**的函数。它的完整路径和缓存路径都把查询头 1 与 K/V 头 1 配对，所以两者彼此一致。“缓存对照完整重算”只能发现两条路径之间的分歧，无法判断头的配对方式是否与权重的设计相符。输出确实变了：在本次运行中，平铺版本与交错版本的 logits 相差最多 {{run:gqa.tile_logit_diff:.2f}}。而当 $H_{kv} = 1$ 或 $H_{kv} = H$ 时，平铺与交错的结果完全相同，所以只在 MQA 或 MHA 上测试，这个错误就会溜过去。只有了解正确布局的外部裁判才能发现它：第 5 节与 Hugging Face 的交叉核对会抓住它。
+# **负对照：平铺代替交错。** 在 GQA 模型中把 `repeat_kv` 换成 `tile_kv`，再跑同样的 12 种配置，结果全部通过。这并不是检查有缺陷，而是它能看到的东西本来有限：平铺后的模型是一个**不同但自洽**的函数。它的完整路径和缓存路径都把查询头 1 与 K/V 头 1 配对，所以两者彼此一致。“缓存对照完整重算”只能发现两条路径之间的分歧，无法判断头的配对方式是否与权重的设计相符。输出确实变了：在本次运行中，平铺版本与交错版本的 logits 相差最多 {{run:gqa.tile_logit_diff:.2f}}。而当 $H_{kv} = 1$ 或 $H_{kv} = H$ 时，平铺与交错的结果完全相同，所以只在 MQA 或 MHA 上测试，这个错误就会溜过去。只有知道正确布局的外部裁判才能发现它，第 5 节与 Hugging Face 的交叉核对正是这样的裁判。
 
 # %%
 tiled_grid = run_grid(lambda: build_arch(GQA_CONFIGS["gqa2"], expand=tile_kv))

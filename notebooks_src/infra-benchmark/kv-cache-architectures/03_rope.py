@@ -21,13 +21,13 @@
 # %% [markdown] lang="zh"
 # ## 5. 旋转位置编码（RoPE）
 #
-# 第 3 节的解码器为每个绝对位置学习一个向量，加到 token 嵌入上。RoPE（Su 等，2021）什么也不加。它把每个查询头和键头的坐标两两配对，把第 $i$ 对旋转 $p\,\theta_i$ 角，其中 $p$ 是 token 的绝对位置，$\theta_i = \Theta^{-2i/D_h}$，$\Theta = 10000$。旋转可以复合，而且是正交变换，所以对位置 $m$ 上的查询和位置 $n$ 上的键有
+# 第 3 节的解码器为每个绝对位置学习一个向量，加到 token 嵌入上。RoPE（Su 等，2021）什么也不加。它把查询和键在每个头内的坐标两两配对，把第 $i$ 对旋转 $p\,\theta_i$ 角，其中 $p$ 是 token 的绝对位置，$\theta_i = \Theta^{-2i/D_h}$，$\Theta = 10000$。旋转可以复合，而且是正交变换，所以对位置 $m$ 上的查询和位置 $n$ 上的键有
 #
 # $$\langle R_m q, R_n k \rangle = \langle q, R_m^{\top} R_n k \rangle = \langle q, R_{n-m}\, k \rangle ,$$
 #
-# 也就是说，注意力分数只通过两者之差依赖于位置。这对缓存意味着两件事。第一，每个键只在它自己的绝对位置上旋转一次，缓存的是**旋转之后**的键；它的位置永远不变，所以缓存的值始终有效。第二，新块仍然必须按真实的绝对位置 $P, P+1, \dots$ 旋转，就像可学习的位置嵌入表必须用这些位置去查一样。
+# 也就是说，注意力分数只通过两者之差依赖于位置。这对缓存意味着两件事。第一，每个键只在它自己的绝对位置上旋转一次，缓存的是**旋转之后**的键；它的位置永远不变，所以缓存的值始终有效。第二，新的分块仍然必须按真实的绝对位置 $P, P+1, \dots$ 旋转，正如可学习的位置嵌入表也必须用这些位置去查。
 #
-# 我们把第 $i$ 个坐标与第 $i + D_h/2$ 个坐标配对（即 Hugging Face Llama 的 `rotate_half` 布局，这样交叉核对时不需要重排权重）。全部 512 个位置的余弦和正弦只在 FP64 下计算一次，之后按位置查表。
+# 我们把第 $i$ 个坐标与第 $i + D_h/2$ 个坐标配对（即 Hugging Face Llama 的 `rotate_half` 布局，这样交叉核对时不需要重排权重）。全部 512 个位置的余弦和正弦用 FP64 一次算好，之后按位置查表。
 
 # %%
 def rotate_half(x):
@@ -58,7 +58,7 @@ class Rotary(nn.Module):
 # way) gives scores that change with the shift.
 
 # %% [markdown] lang="zh"
-# **用数值验证：分数只依赖相对位置。** 在 FP64 下取一个随机查询向量和一个随机键向量，分别旋转到位置 $m$ 和 $n$，再把两者同时平移 $s$，比较前后的分数；$m, n < 64$ 全部取遍，平移最多 400。旋转还必须保持向量长度不变（它是正交变换）。作为对照，用第 3 节的办法加上可学习的位置向量，分数就会随平移而改变。
+# **用数值验证：分数只依赖相对位置。** 在 FP64 下取一个随机查询向量和一个随机键向量，分别旋转到位置 $m$ 和 $n$，再把两者同时平移 $s$，比较平移前后的分数；$m, n < 64$ 全部取遍，平移量最大为 400。旋转还必须保持向量长度不变（它是正交变换）。作为对照，用第 3 节的办法加上可学习的位置向量，分数就会随平移而改变。
 
 # %%
 with torch.inference_mode():
@@ -94,7 +94,7 @@ say(en=f"RoPE: shifting both positions by {SHIFTS} changes no score by more than
        f"(to {RELATIVE['norm_max_abs_diff']:.1e}). Learned positions: the same shifts change the scores by at least "
        f"{RELATIVE['learned_min_max_abs_diff']:.2f}.",
     zh=f"RoPE：把两个位置同时平移 {SHIFTS}，任何分数的变化都不超过 {RELATIVE['rope_max_abs_diff']:.1e}（FP64）；"
-       f"64 × 64 分数矩阵上每条 m - n 为常数的对角线都是常数；向量长度保持不变（误差 {RELATIVE['norm_max_abs_diff']:.1e}）。"
+       f"64 × 64 分数矩阵中，每条对角线（m - n 为定值）上的分数都相同；向量长度保持不变（误差 {RELATIVE['norm_max_abs_diff']:.1e}）。"
        f"可学习的位置向量：同样的平移至少让分数改变 {RELATIVE['learned_min_max_abs_diff']:.2f}。")
 
 # %% [markdown] lang="en"
@@ -126,7 +126,7 @@ assert all(r["passed"] and r["kv_shape_ok"] for r in ROPE_GRID)
 # first position of each call, and runs the usual check with chunks of 1, 2 and 5.
 
 # %% [markdown] lang="zh"
-# **负对照：新块从位置 0 开始旋转。** 一个常见的疏忽是：每次调用都按位置 $0, 1, \dots$ 旋转新 token，仿佛这一块是一条新序列，而掩码仍然使用真实位置。于是，缓存中的键带着正确的旋转，新的键却带着错误的旋转，分数所看到的相对距离就错了。下面的单元格包装了旋转，让它从每次调用的第一个位置开始计数，然后按块长 1、2、5 运行同样的检查。
+# **负对照：新分块从位置 0 开始旋转。** 一个常见的疏忽是：每次调用都按位置 $0, 1, \dots$ 旋转新 token，仿佛这个分块是一条全新的序列，而掩码仍然使用真实位置。于是，缓存中的键带着正确的旋转，新的键却带着错误的旋转，分数所看到的相对距离就错了。下面的单元格包装了旋转，让它从每次调用的第一个位置开始计数，然后以分块长度 1、2、5 运行常规的检查。
 
 # %%
 class ChunkLocalRotary(nn.Module):
@@ -148,7 +148,7 @@ def build_rope_chunk_local(**parts):
 
 ROPE_FROM_ZERO = [check_cached(build_rope_chunk_local, STREAM, 1, chunk) for chunk in (1, 2, 5)]
 say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.3f}", f"`{r['passed']}`"] for r in ROPE_FROM_ZERO],
-          en=["chunk", "max abs logit error", "passed"], zh=["块长", "logits 最大绝对误差", "通过"])
+          en=["chunk", "max abs logit error", "passed"], zh=["分块长度", "logits 最大绝对误差", "通过"])
 assert not any(r["passed"] for r in ROPE_FROM_ZERO)
 
 # %% [markdown] lang="en"
@@ -163,7 +163,7 @@ assert not any(r["passed"] for r in ROPE_FROM_ZERO)
 # model's maximum context: a shift that pushes them past the range seen in training is another problem.)
 
 # %% [markdown] lang="zh"
-# **一个教训，而不是错误：所有位置统一平移。** 现在让每次调用中的**每个**位置都比应有的位置大 $s = 100$。对可学习的位置嵌入，模型读到的是表中的其他行，logits 随之改变。对 RoPE，每个查询和键都多转了同样的角度 $s\theta_i$，这在每个分数里都会相互抵消：logits 在舍入误差范围内保持不变。所以 RoPE 根本看不到绝对偏移，只看得到距离。“缓存对照完整重算”的检查对两个模型都能通过，因为平移同样作用于两条路径：如果每次调用的编号都偏移同样的量，比较两条路径的检查是看不出来的。对 RoPE，这种偏移甚至不会改变模型；对可学习的位置嵌入，它会改变模型，但只有与外部参照比较才能发现。（位置对模型的最大上下文长度仍然重要：如果平移把位置推到训练时见过的范围之外，那是另一个问题。）
+# **一个教训，而不是错误：所有位置统一平移。** 现在让每次调用中的**每个**位置都比应有的位置大 $s = 100$。对可学习的位置嵌入，模型读到的是表中的其他行，logits 随之改变。对 RoPE，每个查询和键都多转了同样的角度 $s\theta_i$，这在每个分数里都会相互抵消：logits 在舍入误差范围内保持不变。所以 RoPE 根本看不到绝对偏移，只看得到距离。“缓存对照完整重算”的检查对两个模型都能通过，因为平移同样作用于两条路径：每次调用的编号都偏移同样的量，比较两条路径的检查就看不出来。对 RoPE，这种偏移甚至不会改变模型；对可学习的位置嵌入，它会改变模型，但只有与外部参照比较才能发现。（位置对模型的最大上下文长度仍然重要：如果平移把位置推到训练时见过的范围之外，那是另一个问题。）
 
 # %%
 def shifted_positions(past_len: int, new_len: int) -> torch.Tensor:
@@ -218,7 +218,7 @@ say(en=f"Shift by 100 (FP64): RoPE logits move by {SHIFT_LESSON['rope_max_abs_lo
 #
 # 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，用我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。权重映射是一一对应的，不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）：`wte` → `model.embed_tokens`，`blocks[i].ln_1`/`ln_2` → `input_layernorm`/`post_attention_layernorm`，`attn.q/k/v/proj` → `self_attn.q_proj/k_proj/v_proj/o_proj`，`mlp.gate/up/down` → `mlp.gate_proj/up_proj/down_proj`，`ln_f` → `model.norm`，`lm_head` → `lm_head`。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，没有偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`，`attn_implementation="eager"`。
 #
-# 比较之前先有一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，这位裁判与我们纯 FP64 的模型相比，会有 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）。下一个单元格准备好所需的工具：配置、权重映射、Hugging Face 通过 `DynamicCache` 走的缓存路径，以及一个比较函数。
+# 在比较之前，先说一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，与我们纯 FP64 的模型相比，裁判的结果会相差 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）。下一个单元格准备所需的工具：配置、权重映射、Hugging Face 通过 `DynamicCache` 走的缓存路径，以及一个比较函数。
 
 # %%
 def softmax_attention_fp32(q, k, v, allowed):
@@ -273,7 +273,7 @@ def hf_llama(ours: ArchDecoder):
 @torch.inference_mode()
 def hf_chunked(hf, ids, chunk):
     # [en] Hugging Face's cached path: one DynamicCache, filled chunk by chunk.
-    # [zh] Hugging Face 的缓存路径：一个 DynamicCache，逐块填充。
+    # [zh] Hugging Face 的缓存路径：一个 DynamicCache，按分块逐次填充。
     cache, pieces, start = DynamicCache(config=hf.config), [], 0
     for length in chunk_lengths(ids.shape[1], chunk):
         out = hf(input_ids=ids[:, start:start + length], past_key_values=cache, use_cache=True)
@@ -304,7 +304,7 @@ def cross_table(cross: dict, labels: dict) -> None:
         return f"{max(values):.1e}" if values else "-"
     say_table([[labels[name], f"{e['full']:.1e}", worst(e, "cached_chunk"), worst(e, "kv_chunk")] for name, e in cross.items()],
               en=["our model (FP64)", "full call: logits", "cached, chunks of 1, 2, 5: logits", "cached K/V"],
-              zh=["我们的模型（FP64）", "完整调用：logits", "缓存路径（块长 1、2、5）：logits", "缓存的 K/V"])
+              zh=["我们的模型（FP64）", "完整调用：logits", "缓存路径（分块长度 1、2、5）：logits", "缓存的 K/V"])
 
 
 # %% [markdown] lang="en"
@@ -333,7 +333,7 @@ if HAVE_HF:
 # must reject.
 
 # %% [markdown] lang="zh"
-# 然后是比较本身：完整路径和缓存路径（块长 1、2、5），logits 以及每一层缓存的 K/V。最后一行是第 4 节的负对照：同一个副本改用平铺的 K/V 头，裁判必须判它不符。
+# 然后是正式的比较：完整调用和缓存路径（分块长度 1、2、5），比较 logits 以及每一层缓存的 K/V。最后一行是第 4 节的负对照：同一个副本改用平铺的 K/V 头，裁判必须把它判为不一致。
 
 # %%
 LLAMA_CROSS = None
@@ -349,7 +349,7 @@ if HAVE_HF:
                               "tiled_kv_control": "`hf_precision=True, expand=tile_kv`"})
     assert max(LLAMA_CROSS["hf_precision"].values()) < 1e-10
     # [en] The referee's FP32 steps are visible against pure FP64, but only as rounding.
-    # [zh] 与纯 FP64 相比，裁判的 FP32 步骤清晰可见，但只是舍入误差。
+    # [zh] 与纯 FP64 的模型相比，能看出裁判的 FP32 步骤，但差异只在舍入误差的量级。
     assert 1e-10 < LLAMA_CROSS["pure_fp64"]["full"] < 1e-5
     # [en] Section 4's tiling control is caught.
     # [zh] 第 4 节平铺 K/V 头的负对照被抓住了。

@@ -15,7 +15,8 @@
 # `DynamicSlidingWindowLayer` keeps the same $W - 1$ positions.)
 #
 # A call with a chunk of $C$ tokens reads the ring's contents plus the new chunk, and only then writes the
-# newest positions into the ring, so a chunk longer than one slot still sees what its first queries need.
+# newest positions into the ring, so no write overwrites a key that a query of the same chunk still reads,
+# however long the chunk.
 # After a wrap the slots are no longer in position order. For correctness that does not matter: every key
 # carries its position (section 4's `update` returns them), the band mask is computed from positions, and
 # attention does not care in which order the allowed keys arrive. For rounding it does: sums taken in
@@ -25,13 +26,13 @@
 # %% [markdown] lang="zh"
 # ## 6. 滑动窗口注意力
 #
-# 采用 $W$ 个位置的滑动窗口（Mistral 7B 取 $W = 4096$）时，每个查询只读取自己和前面 $W - 1$ 个位置。沿用第 2 节的记号，块内第 $i$ 个查询位于绝对位置 $P + i$，它能读取键 $j$ 的条件是
+# 采用 $W$ 个位置的滑动窗口（Mistral 7B 取 $W = 4096$）时，每个查询只读取自己和前面 $W - 1$ 个位置。沿用第 2 节的记号，分块内第 $i$ 个查询位于绝对位置 $P + i$，它能读取键 $j$ 的条件是
 #
 # $$P + i - W < j \le P + i,$$
 #
-# 也就是对角线下方的一条带状区域，而不是整个下三角。这条带改变了缓存需要保留的内容。一次调用处理完位置 $p$ 之后，下一个查询位于 $p + 1$ 或更靠后的位置，永远读不到位置 $p - W + 1$ 及更早的位置。因此，无论序列多长，缓存只需保留最后 $W - 1$ 个位置。我们把它们存进一个环形缓冲区：一块固定大小、有 $W - 1$ 个槽位的缓冲区，位置 $p$ 存放在第 $p \bmod (W - 1)$ 个槽位，覆盖掉位置 $p - W + 1$。（Hugging Face 的 `DynamicSlidingWindowLayer` 保留的也是这 $W - 1$ 个位置。）
+# 也就是对角线下方的一条带状区域，而不是整个下三角。这条带改变了缓存需要保留的内容。一次调用处理完位置 $p$ 之后，下一个查询位于 $p + 1$ 或更靠后的位置，永远读不到位置 $p - W + 1$ 及更早的位置。因此，无论序列多长，缓存只需保留最后 $W - 1$ 个位置。我们把它们存进一个环形缓冲区：一个固定大小、有 $W - 1$ 个槽位的缓冲区，位置 $p$ 存放在第 $p \bmod (W - 1)$ 个槽位，覆盖掉位置 $p - W + 1$。（Hugging Face 的 `DynamicSlidingWindowLayer` 保留的也是这 $W - 1$ 个位置。）
 #
-# 一次调用处理 $C$ 个 token 的块时，先读取环形缓冲区里的内容加上新块，然后才把最新的位置写进缓冲区；这样即使块长超过槽位数，块内靠前的查询也能读到它们需要的键。缓冲区绕回之后，槽位就不再按位置排序。就正确性而言这没有关系：每个键都带着自己的位置（第 4 节的 `update` 会返回它们），带状掩码由位置算出，而注意力并不在乎允许读取的键以什么顺序排列。但对舍入误差来说，顺序是有影响的：换一种顺序求和，舍入结果就会不同。所以 `update` 按位置从旧到新读取已填充的槽位，这样它的求和顺序就与按位置顺序保存缓存的实现（例如 6.1 节中 Hugging Face 的实现）相同。
+# 一次调用处理含 $C$ 个 token 的分块时，先读取环形缓冲区里的内容和新分块，然后才把最新的位置写进缓冲区；这样，无论分块多长，写入都不会覆盖同一分块中某个查询还要读取的键。缓冲区绕回之后，槽位就不再按位置排序。就正确性而言这没有关系：每个键都带着自己的位置（第 4 节的 `update` 会返回它们），带状掩码由位置算出，而注意力并不在乎允许读取的键以什么顺序排列。但对舍入误差来说，顺序是有影响的：换一种顺序求和，舍入的结果就不同。所以 `update` 按位置从旧到新读取已填充的槽位，这样它的求和顺序就与按位置顺序保存缓存的实现（例如 6.1 节中 Hugging Face 的实现）相同。
 
 # %%
 def window_mask(window: int):
@@ -51,7 +52,7 @@ class RingKV:
 
     def update(self, k, v, positions):
         # [en] Allocate once, [B, H_kv, slots, Dh]; read the filled slots oldest first, plus the new chunk.
-        # [zh] 只分配一次，形状 [B, H_kv, slots, Dh]；按位置从旧到新读取已填充的槽位，再接上新块。
+        # [zh] 只分配一次，形状 [B, H_kv, slots, Dh]；按位置从旧到新读取已填充的槽位，再接上新分块。
         if self.k is None:
             self.k = k.new_zeros(k.shape[0], k.shape[1], self.slots, k.shape[3])
             self.v = torch.zeros_like(self.k)
@@ -101,7 +102,7 @@ print(band.int())
 # Each row is the same band, cut down to the keys the call has.
 
 # %% [markdown] lang="zh"
-# 下图画出 $W = 8$ 时的两种视角。左图是完整路径在 24 个 token 的序列上看到的带状区域。右图是缓存路径的一次调用：处理完 12 个位置之后，环形缓冲区里保存的是位置 5 到 11（依次位于槽位 5、6、0、1、2、3、4），一个 5 个 token 的块（位置 12 到 16）读取这 7 个键和它自己的 5 个键。每一行仍是同一条带，只是截取到这次调用拥有的键。
+# 下图画出 $W = 8$ 时的两种视角。左图是完整路径在 24 个 token 的序列上看到的带状区域。右图是缓存路径的一次调用：处理完 12 个位置之后，环形缓冲区里保存的是位置 5 到 11（依次位于槽位 5、6、0、1、2、3、4），一个含 5 个 token 的分块（位置 12 到 16）读取这 7 个键和它自己的 5 个键。每一行仍是同一条带，只是截取到这次调用手头拥有的键。
 
 # %%
 with torch.inference_mode():
@@ -139,7 +140,7 @@ plt.show()
 # of section 5. Finally, every query must read exactly $\min(W, p + 1)$ keys.
 
 # %% [markdown] lang="zh"
-# **判据。** 取 $W = 8$ 和 24 个 token 的序列：带淘汰的缓存路径必须与使用带状掩码的完整重算一致，覆盖 12 种配置，而且环形缓冲区保留的每个位置上的 K/V 都必须与完整路径相同；块长为 5 时，块会跨越窗口边界，环形缓冲区会在块的中间绕回。每次调用之后，每一层的环形缓冲区最多只能保存 $W - 1$ 个位置（处理过 $W - 1$ 个位置之后它就是满的）。当 $W \ge T$ 时，没有任何内容被淘汰，带状区域覆盖了整个下三角，所以加窗模型必须与第 5 节不加窗的模型一致。最后，每个查询读取的键必须恰好是 $\min(W, p + 1)$ 个。
+# **判据。** 取 $W = 8$ 和 24 个 token 的序列：在 12 种配置上，带淘汰的缓存路径都必须与使用带状掩码的完整重算一致，而且环形缓冲区保留的每个位置上的 K/V 都必须与完整路径相同；分块长度为 5 时，分块会跨越窗口边界，环形缓冲区会在分块中途绕回。每次调用之后，每一层的环形缓冲区最多只能保存 $W - 1$ 个位置（处理过 $W - 1$ 个位置之后必须是满的）。当 $W \ge T$ 时，没有任何内容被淘汰，带状区域覆盖了整个下三角，所以滑动窗口模型必须与第 5 节不带窗口的模型一致。最后，每个查询读取的键必须恰好是 $\min(W, p + 1)$ 个。
 
 # %%
 ring_sizes = []
@@ -162,8 +163,8 @@ say(en=f"W = {WINDOW}: 12/12 configurations pass against full recomputation with
        f"after {len(ring_sizes)} calls; with W = T = {STREAM_LEN} the windowed model equals the unwindowed one "
        f"(largest error {max(r['max_abs_logit_err'] for r in WINDOW_EQUALS_UNWINDOWED):.1e}).",
     zh=f"W = {WINDOW}：与使用带状掩码的完整重算相比，12 种配置全部通过（logits 最大误差 "
-       f"{max(r['max_abs_logit_err'] for r in WINDOW_GRID):.1e}）；在 {len(ring_sizes)} 次调用之后，环形缓冲区保存的位置从未超过 "
-       f"{RING_MAX_STORED} 个；当 W = T = {STREAM_LEN} 时，加窗模型与不加窗的模型一致（最大误差 "
+       f"{max(r['max_abs_logit_err'] for r in WINDOW_GRID):.1e}）；全部 {len(ring_sizes)} 次调用中，每次调用之后环形缓冲区保存的位置都不超过 "
+       f"{RING_MAX_STORED} 个；当 W = T = {STREAM_LEN} 时，滑动窗口模型与不带窗口的模型一致（最大误差 "
        f"{max(r['max_abs_logit_err'] for r in WINDOW_EQUALS_UNWINDOWED):.1e}）。")
 
 # %% [markdown] lang="en"
@@ -175,7 +176,7 @@ say(en=f"W = {WINDOW}: 12/12 configurations pass against full recomputation with
 # asserted above and by the Mistral cross-check below.)
 
 # %% [markdown] lang="zh"
-# **负对照 1：窗口差一。** 把带状条件中的 `>` 写成 `>=`，让每个查询读取 $W + 1$ 个键，并在两条路径上都使用这个掩码。此时完整路径不过是一个窗口为 $W + 1$ 的模型；缓存路径却跟不上，因为更宽的窗口要读取的那个最旧的键，已经被环形缓冲区覆盖掉了。无论块长是多少，检查都能发现它。（反方向的疏忽，即窗口只有 $W - 1$ 个键，却能通过这项检查，因为环形缓冲区保存的内容比这样的窗口所需的更多。它会被上面断言的键数检查和下面与 Mistral 的交叉核对抓住。）
+# **负对照 1：窗口大小差一。** 把带状条件中的 `>` 写成 `>=`，让每个查询读取 $W + 1$ 个键，并在两条路径上都使用这个掩码。此时完整路径不过是一个窗口为 $W + 1$ 的模型；缓存路径却跟不上，因为更宽的窗口要读取的那个最旧的键，已经被环形缓冲区覆盖掉了。无论分块长度是多少，检查都能发现它。（反方向的疏忽，即窗口只含 $W - 1$ 个键，倒能通过这项检查，因为环形缓冲区保存的键比这样的窗口所需的还多。这种错误要靠上面断言的键数和下面与 Mistral 的交叉核对来抓。）
 
 # %%
 def window_mask_off_by_one(window: int):
@@ -190,7 +191,7 @@ OFF_BY_ONE = [check_cached(lambda: build_window(mask=window_mask_off_by_one(WIND
                            reference=lambda: build_window(ring=False, mask=window_mask_off_by_one(WINDOW)))
               for chunk in (1, 2, 5)]
 say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.3f}", f"`{r['passed']}`"] for r in OFF_BY_ONE],
-          en=["chunk", "max abs logit error", "passed"], zh=["块长", "logits 最大绝对误差", "通过"])
+          en=["chunk", "max abs logit error", "passed"], zh=["分块长度", "logits 最大绝对误差", "通过"])
 assert not any(r["passed"] for r in OFF_BY_ONE)
 assert window_mask_off_by_one(WINDOW)(torch.arange(STREAM_LEN), torch.arange(STREAM_LEN)).sum(-1).max() == WINDOW + 1
 
@@ -206,7 +207,7 @@ assert window_mask_off_by_one(WINDOW)(torch.arange(STREAM_LEN), torch.arange(STR
 # the band mask reproduces the windowed model, a crop of 14 does not.
 
 # %% [markdown] lang="zh"
-# **负对照 2：裁剪上下文，而不是使用掩码。** 一个诱人的捷径：要得到位置 $t$ 的 logits，只把最后 $W$ 个 token 当作一条新序列送入模型，位置从 0 重新开始。这种做法错在两处。第一，位置重新开始了，不过 RoPE 恰好看不到这一点（第 5 节的教训：我们会断言，保留真实位置的裁剪给出相同的 logits）。第二，窗口是**逐层**生效的：第 2 层的位置 $t$ 读取第 1 层直到 $t - W + 1$ 的输出，而这些输出又各自向前读取了 $W - 1$ 个位置，所以两层加起来能回溯 $2(W - 1)$ 个位置，而不是 $W - 1$ 个。裁剪到 $W$ 个 token 就把这部分切掉了。下面的单元格在每个 $t \ge W$ 的位置上，把裁剪的结果与带缓存的加窗模型比较，然后验证感受野：用带状掩码裁剪出 $L(W - 1) + 1 = 15$ 个 token，可以复现加窗模型；裁剪成 14 个则不行。
+# **负对照 2：裁剪上下文，而不是使用掩码。** 一个诱人的捷径：要得到位置 $t$ 的 logits，只把最后 $W$ 个 token 当作一条新序列送入模型，位置从 0 重新开始。这种做法错在两处。第一，位置重新开始了，不过 RoPE 恰好看不到这一点（第 5 节的教训：我们会断言，保留真实位置的裁剪给出相同的 logits）。第二，窗口是**逐层**生效的：第 2 层在位置 $t$ 上读取第 1 层往前直到 $t - W + 1$ 的输出，而这些输出又各自向前读取了 $W - 1$ 个位置，所以两层加起来能回溯 $2(W - 1)$ 个位置，而不是 $W - 1$ 个。裁剪到 $W$ 个 token 就把这部分切掉了。下面的单元格在每个 $t \ge W$ 的位置上，把裁剪的结果与带缓存的滑动窗口模型比较，然后验证感受野：裁剪到 $L(W - 1) + 1 = 15$ 个 token 并使用带状掩码，能够复现滑动窗口模型；只保留 14 个则不行。
 
 # %%
 @torch.inference_mode()
@@ -249,7 +250,7 @@ assert CROP["restart_vs_true_positions"] < 1e-10 and CROP["crop_receptive_field"
 # %% [markdown] lang="zh"
 # ### 6.1 与 Hugging Face Mistral 交叉核对（可选）
 #
-# `MistralForCausalLM` 就是 Llama 的结构加上 `sliding_window`。在锁定的 transformers 版本中，它可以在 CPU 上以 eager 注意力运行，自己构造带状掩码 `kv_idx > q_idx - sliding_window`，而它的 `DynamicCache` 会为每一层创建一个保留最后 $W - 1$ 个位置的 `DynamicSlidingWindowLayer`。权重映射与 Llama 完全相同，我们的模型副本同样在 FP32 下完成 Hugging Face 的那三步。除了 logits，我们还比较缓存：Hugging Face 按位置顺序保存这 $W - 1$ 个位置，我们则按环形顺序保存，所以先把我们的缓存按位置排序。第二行重复负对照 1 中差一的窗口，裁判必须判它不符。
+# `MistralForCausalLM` 就是 Llama 的结构加上 `sliding_window`。在锁定的 transformers 版本中，它可以在 CPU 上以 eager 注意力运行，自己构造带状掩码 `kv_idx > q_idx - sliding_window`，而它的 `DynamicCache` 会为每一层创建一个保留最后 $W - 1$ 个位置的 `DynamicSlidingWindowLayer`。权重映射与 Llama 完全相同，我们的模型副本同样在 FP32 下完成 Hugging Face 的那三步。除了 logits，我们还比较缓存：Hugging Face 按位置顺序保存这 $W - 1$ 个位置，我们则按环形顺序保存，所以先把我们的缓存按位置排序。第二行重现负对照 1 中大小差一的窗口，裁判必须把它判为不一致。
 
 # %%
 def hf_mistral(ours: ArchDecoder):

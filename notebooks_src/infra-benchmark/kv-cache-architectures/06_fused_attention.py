@@ -22,11 +22,11 @@
 # %% [markdown] lang="zh"
 # ## 8. 融合注意力
 #
-# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，并且可以选用融合算子，根本不把分数矩阵写入内存。对缓存来说，唯一的问题是掩码：接在缓存之后的块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（就是我们带偏移的掩码）。这里让它们在解码器内部运行。下面三个 `attend` 函数可以插进第 5 节的模型：
+# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合算子。对缓存来说，唯一的问题是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行。下面三个 `attend` 函数可以插进第 5 节的模型：
 #
 # * `sdpa_bool_mask`：把我们的布尔掩码（`True` 表示可以读取）交给 SDPA，因此任何掩码规则都适用，包括第 6 节的带状掩码；
 # * `sdpa_lower_right`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
-# * `sdpa_causal_if_several`（负对照）：不传掩码，只要这次调用的查询多于一个，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取全部缓存的键）；但在非空缓存之后，它会让多 token 的块看不到大部分缓存。
+# * `sdpa_causal_if_several`（负对照）：不传掩码，只要这次调用的查询多于一个，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取全部缓存的键）；但在非空缓存之后，它会让多 token 的分块看不到大部分缓存。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right
@@ -42,7 +42,7 @@ def sdpa_lower_right(q, k, v, allowed):
 
 def sdpa_causal_if_several(q, k, v, allowed):
     # [en] WRONG on purpose after a cache: upper-left causal triangle for any call with several queries.
-    # [zh] 在有缓存之后是错的：只要有多个查询，就使用左上角对齐的因果三角形。
+    # [zh] 故意写错（已有缓存时）：只要有多个查询，就使用左上角对齐的因果三角形。
     return F.scaled_dot_product_attention(q, k, v, is_causal=q.shape[-2] > 1)
 
 # %% [markdown] lang="en"
@@ -68,13 +68,13 @@ assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows)
 # survives in code that is only ever tested with prefill plus one-token decoding.
 
 # %% [markdown] lang="zh"
-# **负对照：在非空缓存之后使用 `is_causal=True`。** 块长为 2 和 5 时必须失败，而逐 token 运行必须通过：预填充之后的每次调用都只有一个查询、不加掩码，这是正确的。预填充调用本身（第一块）的分数矩阵是方阵，也是正确的。正因如此，如果代码只在“预填充 + 逐 token 解码”的情形下测试过，这个错误就会一直藏在那里。
+# **负对照：在非空缓存之后使用 `is_causal=True`。** 分块长度为 2 和 5 时必须失败，而逐 token 运行必须通过：预填充之后的每次调用都只有一个查询、不加掩码，这是正确的。预填充调用本身（第一个分块）的分数矩阵是方阵，也是正确的。正因如此，如果代码只在“预填充 + 逐 token 解码”的情形下测试过，这个错误就会一直藏在那里。
 
 # %%
 IS_CAUSAL_CONTROL = [check_cached(lambda: build_rope(attend=sdpa_causal_if_several), STREAM, 1, chunk, reference=build_rope)
                      for chunk in (1, 2, 5)]
 say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.2e}", f"`{r['passed']}`"] for r in IS_CAUSAL_CONTROL],
-          en=["chunk", "max abs logit error", "passed"], zh=["块长", "logits 最大绝对误差", "通过"])
+          en=["chunk", "max abs logit error", "passed"], zh=["分块长度", "logits 最大绝对误差", "通过"])
 assert IS_CAUSAL_CONTROL[0]["passed"] and not IS_CAUSAL_CONTROL[1]["passed"] and not IS_CAUSAL_CONTROL[2]["passed"]
 
 # %% [markdown] lang="en"
@@ -88,7 +88,7 @@ assert IS_CAUSAL_CONTROL[0]["passed"] and not IS_CAUSAL_CONTROL[1]["passed"] and
 # memory, is not something this measurement can show.
 
 # %% [markdown] lang="zh"
-# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `sdpa_lower_right`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。每一轮交替两条路径的执行顺序；每个解码步都从同一个前缀缓存的副本出发（复制不计入计时窗口）。我们报告中位数，并保留原始样本。这些数字不做任何断言：在 CPU 上、对这么小的模型，融合算子节省的访存很少，调用开销与计算本身处在同一量级。融合注意力在 GPU 上之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
+# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `sdpa_lower_right`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。两条路径的先后顺序逐轮交替；每个解码步都从同一个前缀缓存的副本出发（复制不计入计时窗口）。我们报告中位数，并保留原始样本。对这些数字不做任何断言：在 CPU 上、对这么小的模型，融合算子节省的访存很少，调用开销与计算本身处在同一量级。融合注意力在 GPU 上之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
 
 # %%
 TIMING_PROMPT = 256
@@ -98,7 +98,7 @@ TIMING_IDS = torch.randint(0, cfg.vocab, (1, TIMING_PROMPT + 1), generator=torch
 
 def copy_cache(cache):
     # [en] FullKV.update rebinds its tensors (torch.cat), so a shallow copy per layer leaves the original intact.
-    # [zh] FullKV.update 会重新绑定张量（torch.cat），所以逐层浅复制就不会改动原缓存。
+    # [zh] FullKV.update 会重新绑定张量（torch.cat），所以逐层浅拷贝不会改动原缓存。
     copies = []
     for layer in cache:
         twin = FullKV()

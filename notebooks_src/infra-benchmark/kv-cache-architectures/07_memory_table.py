@@ -6,7 +6,7 @@
 # configuration with confidence. The constants below are typed from the published configuration files
 # named in the comments: Llama 3 8B has 32 layers, 32 query heads, 8 K/V heads and $D_h = 128$; Mistral
 # 7B v0.1 has the same shape and a sliding window of 4096 positions. K/V are FP16 (2 bytes) unless
-# quantized. For each variant the table gives the bytes per token, the cache of one 32k-token context
+# quantized. For each variant the table gives the bytes per token and the cache of one 32k-token context
 # (32,768 positions, batch 1). A decode step at that length reads the whole cache once, so the last
 # column is also the K/V traffic of every generated token: this is why decoding is bound by memory
 # traffic, and why a smaller cache is also a faster one.
@@ -16,9 +16,9 @@
 # out as in section 7, with FP16 scales and KIVI's published settings $G = 32$, $R = 128$.
 
 # %% [markdown] lang="zh"
-# ## 9. 7–8B 规模下各变体的内存与开销
+# ## 9. 7B 到 8B 规模下各变体的内存与开销
 #
-# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7–8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出每个 token 的字节数、一个 32k token 上下文（32,768 个位置，batch 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是解码受限于访存的原因，也说明缓存越小，解码也越快。
+# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出每个 token 的字节数，以及一个 32k token 上下文（32,768 个位置，batch 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是解码受访存限制的原因，也是缓存越小、解码越快的原因。
 #
 # 各变体如下：MHA（32 个头各自保存 K/V）、GQA-8（即 Llama 3 8B 本身）、MQA、带 4k 滑动窗口的 GQA-8（与第 6 节一样，只保留 $W - 1$ 个位置），以及采用 int8 和 int4 缓存的 GQA-8（存储布局同第 7 节，缩放因子为 FP16，取 KIVI 论文公布的设置 $G = 32$、$R = 128$）。
 
@@ -59,7 +59,7 @@ GiB, KiB = 2 ** 30, 2 ** 10
 say_table([[r["variant"], str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['bytes_per_token'] / KiB:.1f}",
             f"{r['cache_bytes_32k'] / GiB:.2f}"] for r in MEMORY_TABLE],
           en=["variant", "K/V heads", "positions kept", "KiB per token", "GiB per 32k context"],
-          zh=["变体", "K/V 头数", "保留的位置数", "每 token KiB", "每个 32k 上下文 GiB"])
+          zh=["变体", "K/V 头数", "保留的位置数", "每 token（KiB）", "32k 上下文的缓存（GiB）"])
 
 # %% [markdown] lang="en"
 # The rows, asserted: MHA needs 512 KiB per token and 16 GiB for one 32k context, more than the 8B
@@ -69,7 +69,7 @@ say_table([[r["variant"], str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['
 # full-precision window.
 
 # %% [markdown] lang="zh"
-# 用断言核对各行：MHA 每个 token 需要 512 KiB，一个 32k 上下文需要 16 GiB，比这个 8B 模型自身的 FP16 权重（约 15 GiB，下面用同一份配置算出）还多；GQA-8 把两者都除以 4，MQA 除以 32；4k 窗口把缓存限制在 4095 个位置，无论上下文多长，都不到 0.5 GiB；int8 和 int4 把 GQA-8 的缓存分别减到一半和四分之一，另加百分之几用于缩放因子和全精度窗口。
+# 用断言核对各行：MHA 每个 token 需要 512 KiB，一个 32k 上下文需要 16 GiB，比这个 8B 模型自身的 FP16 权重（约 15 GiB，下面用同一份配置算出）还多；GQA-8 把两者都缩小到 1/4，MQA 缩小到 1/32；4k 窗口把缓存限制在 4095 个位置，无论上下文多长，都不到 0.5 GiB；int8 和 int4 把 GQA-8 的缓存分别减到一半和四分之一，另加百分之几用于缩放因子和全精度窗口。
 
 # %%
 def llama_parameters(c: ArchConfig) -> int:

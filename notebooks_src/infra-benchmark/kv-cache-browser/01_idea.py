@@ -36,13 +36,6 @@ import sys
 import numpy as np
 
 
-# [en] A message in the reader's language, for errors the code raises. LANG comes from the notebook's
-# [en] first cell; it is None while the notebook is built, and then the message is English.
-# [zh] 按读者的语言给出代码抛出的错误信息。LANG 由笔记本的第一个单元格定义；构建笔记本时它为 None，
-# [zh] 这时使用英文。
-def in_reader_language(en, zh):
-    return zh if LANG == "zh" else en
-
 
 rng = np.random.default_rng(SEED)
 # [en] Pyodide, the Python inside JupyterLite, reports the platform "emscripten".

@@ -23,13 +23,16 @@
 HISTORY = 4
 CHUNK = 2
 
+# [en] Out-of-range knobs stop the cell; say() explains why, in the notebook's language.
+# [zh] 参数超出范围时，单元格会停下来，并用 say() 以笔记本的语言说明原因。
 if HISTORY < 0 or CHUNK < 1:
-    raise ValueError(in_reader_language(en=f"HISTORY must be >= 0 and CHUNK >= 1 (got {HISTORY} and {CHUNK})",
-                                        zh=f"HISTORY 必须 >= 0，CHUNK 必须 >= 1（现在是 {HISTORY} 和 {CHUNK}）"))
+    say(en=f"`HISTORY` must be at least 0 and `CHUNK` at least 1 (they are {HISTORY} and {CHUNK}).",
+        zh=f"`HISTORY` 至少为 0，`CHUNK` 至少为 1（现在分别是 {HISTORY} 和 {CHUNK}）。")
+    raise ValueError(f"HISTORY = {HISTORY}, CHUNK = {CHUNK}")
 if HISTORY + CHUNK > MAX_POS:
-    raise ValueError(in_reader_language(
-        en=f"the toy has position embeddings for {MAX_POS} positions: HISTORY + CHUNK must be <= {MAX_POS}",
-        zh=f"玩具模型只有 {MAX_POS} 个位置的位置嵌入：HISTORY + CHUNK 不能超过 {MAX_POS}"))
+    say(en=f"The toy has position embeddings for {MAX_POS} positions: `HISTORY + CHUNK` must not exceed {MAX_POS}.",
+        zh=f"玩具模型只有 {MAX_POS} 个位置的位置嵌入：`HISTORY + CHUNK` 不能超过 {MAX_POS}。")
+    raise ValueError(f"HISTORY + CHUNK = {HISTORY + CHUNK} > {MAX_POS}")
 
 good = allowed_keys(HISTORY, CHUNK)
 wrong = upper_left_mask(HISTORY, CHUNK)
@@ -53,15 +56,18 @@ say_table([[f"`{short(q_pos)}`", f"`{short(good.sum(axis=1))}`", f"`{short(wrong
               "keys readable per query, upper-left triangle"],
           zh=["查询的绝对位置", "每个查询可读取的键数（带偏移的掩码）", "每个查询可读取的键数（左上角三角形）"])
 
-assert good.shape == wrong.shape == (CHUNK, HISTORY + CHUNK), in_reader_language(
-    en="the grid should have C rows and P + C columns", zh="网格应当有 C 行、P + C 列")
-assert good.sum(axis=1).tolist() == list(range(HISTORY + 1, HISTORY + CHUNK + 1)), in_reader_language(
-    en="query i should read exactly P + i + 1 keys", zh="查询 i 应当恰好能读取 P + i + 1 个键")
-assert wrong.sum(axis=1).tolist() == list(range(1, CHUNK + 1)), in_reader_language(
-    en="the upper-left triangle should let query i read i + 1 keys", zh="左上角三角形应当只让查询 i 读取 i + 1 个键")
-assert good[-1].all(), in_reader_language(
-    en="the last query should read every key", zh="最后一个查询应当能读取全部键")
-assert not (good & (k_pos[None, :] > q_pos[:, None])).any(), in_reader_language(
-    en="no query may read a key after its own position", zh="任何查询都不能读取自己位置之后的键")
-assert np.array_equal(good, wrong) == (HISTORY == 0), in_reader_language(
-    en="the two masks should agree only when the cache is empty", zh="只有缓存为空时，两种掩码才应当一致")
+# [en] An assertion evaluates its message only when it fails: say() then explains, in the notebook's
+# [en] language, which claim broke.
+# [zh] 断言只在失败时才计算它的消息：这时 say() 用笔记本的语言说明是哪条结论不成立。
+assert good.shape == wrong.shape == (CHUNK, HISTORY + CHUNK), say(
+    en="The grid should have `C` rows and `P + C` columns.", zh="网格应当有 `C` 行、`P + C` 列。")
+assert good.sum(axis=1).tolist() == list(range(HISTORY + 1, HISTORY + CHUNK + 1)), say(
+    en="Query `i` should read exactly `P + i + 1` keys.", zh="查询 `i` 应当恰好能读取 `P + i + 1` 个键。")
+assert wrong.sum(axis=1).tolist() == list(range(1, CHUNK + 1)), say(
+    en="The upper-left triangle should let query `i` read `i + 1` keys.",
+    zh="左上角三角形应当只让查询 `i` 读取 `i + 1` 个键。")
+assert good[-1].all(), say(en="The last query should read every key.", zh="最后一个查询应当能读取全部键。")
+assert not (good & (k_pos[None, :] > q_pos[:, None])).any(), say(
+    en="No query may read a key after its own position.", zh="任何查询都不能读取自己位置之后的键。")
+assert np.array_equal(good, wrong) == (HISTORY == 0), say(
+    en="The two masks should agree only when the cache is empty.", zh="只有缓存为空时，两种掩码才应当一致。")

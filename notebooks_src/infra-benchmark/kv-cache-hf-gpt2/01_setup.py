@@ -3,8 +3,9 @@
 # small two-layer decoder with a KV cache and checks it against itself. Its last section copies the
 # decoder's weights into Hugging Face's `GPT2LMHeadModel` and finds that both models compute the same
 # logits and cache the same K and V. This notebook takes that comparison apart. It builds the same
-# decoder from the same section files (sections 2 and 3), repeats the short comparison unchanged
-# (section 4), and then asks what the comparison is worth and what it shows about the library:
+# decoder from the same section files (sections 2 and 3), repeats the short comparison word for word
+# (section 4; the companion notebook its introduction mentions is this one), and then asks what the
+# comparison is worth and what it shows about the library:
 #
 # - section 5: the configuration and the weight layout, field by field;
 # - section 6: three realistic mapping mistakes, the traps, that the comparison must catch;
@@ -17,7 +18,7 @@
 # sentence, and the later sections do nothing except record the skip in `results.json`.
 
 # %% [markdown] lang="zh"
-# 笔记本《从零实现 KV 缓存》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并拿它和自己比对。它的最后一节把解码器的权重复制进 Hugging Face 的 `GPT2LMHeadModel`，发现两个模型算出的 logits 相同，缓存下来的 K 和 V 也相同。本笔记本把这个比较拆开细看：先用同样的节文件构建同一个解码器（第 2、3 节），原样重复那个简短的比较（第 4 节），再追问这个比较到底有多可靠，以及它揭示了这个库的哪些行为：
+# 笔记本《从零实现 KV 缓存》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并拿它和自己比对。它的最后一节把解码器的权重复制进 Hugging Face 的 `GPT2LMHeadModel`，发现两个模型算出的 logits 相同，缓存下来的 K 和 V 也相同。本笔记本把这个比较拆开细看：先用同样的节文件构建同一个解码器（第 2、3 节），一字不改地重复那个简短的比较（第 4 节；其开头提到的配套笔记本就是本笔记本），再追问这个比较到底有多可靠，以及它揭示了这个库的哪些行为：
 #
 # - 第 5 节：逐项核对配置和权重布局；
 # - 第 6 节：比较必须抓住的三个现实中容易犯的映射错误，即三个陷阱；

@@ -28,18 +28,17 @@
 # [en] One table row per mapping: the errors of section 4's comparison and its verdict at 1e-10.
 # [zh] 每种映射占表格一行：第 4 节比较得到的各项误差，以及在 1e-10 下的判定。
 def error_table(named_errors):
-    headers = {"en": ["mapping", "full logits", "cached logits"], "zh": ["映射", "完整 logits", "缓存 logits"]}
-    for i in range(cfg.layers):
-        headers["en"] += [f"layer {i} K", f"layer {i} V"]
-        headers["zh"] += [f"第 {i} 层 K", f"第 {i} 层 V"]
-    headers["en"].append(f"agrees at {PEER_TOL:.0e}")
-    headers["zh"].append(f"在 {PEER_TOL:.0e} 内一致")
     rows = []
     for name, errors in named_errors.items():
         values = [errors["full_logits"], errors["cached_logits"]]
         values += [e for pair in zip(errors["k"], errors["v"]) for e in pair]
         rows.append([f"`{name}`"] + [f"{e:.1e}" for e in values] + [f"`{agrees(errors)}`"])
-    say_table(rows, **headers)
+    layers = [(i, t) for i in range(cfg.layers) for t in "KV"]
+    say_table(rows,
+              en=["mapping", "full logits", "cached logits"] + [f"layer {i} {t}" for i, t in layers]
+              + [f"agrees at {PEER_TOL:.0e}"],
+              zh=["映射", "完整 logits", "缓存 logits"] + [f"第 {i} 层 {t}" for i, t in layers]
+              + [f"在 {PEER_TOL:.0e} 内一致"])
 
 
 if HAVE_TRANSFORMERS:

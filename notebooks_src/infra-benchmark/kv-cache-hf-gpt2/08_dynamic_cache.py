@@ -39,8 +39,8 @@ if HAVE_TRANSFORMERS:
     assert torch.equal(keys_before, keys_before_copy) and keys_before.shape[2] == 8
     assert hf_cache.get_seq_length() == hf_cache.layers[0].keys.shape[2] == 10
     assert our_cache[0][0].shape[2] == 8 and our_next[0][0].shape[2] == 10
-    print("DynamicCache, layer 0 keys:", list(keys_before.shape), "->", list(hf_cache.layers[0].keys.shape))
-    print("our cache,    layer 0 keys:", list(our_cache[0][0].shape), "->", list(our_next[0][0].shape))
+    print("hf_cache.layers[0].keys:", list(keys_before.shape), "->", list(hf_cache.layers[0].keys.shape))
+    print("our_cache[0][0]:        ", list(our_cache[0][0].shape), "->", list(our_next[0][0].shape))
     say(en="The old tensor is unchanged; the `DynamicCache` object returned by the model is the one passed in, "
            "now holding the longer tensor.",
         zh="旧张量没有变；模型返回的 `DynamicCache` 对象就是传进去的那个，只是现在装着更长的张量。")

@@ -38,8 +38,8 @@ if HAVE_TRANSFORMERS and transformers.__version__ == PINNED_TRANSFORMERS:
     except ValueError as error:
         crop_refusal = str(error).strip().splitlines()[0]
     assert probe_cache.get_seq_length() == length_before > CROP_PREFIX - 1
-    say(en=f"transformers {transformers.__version__} refuses `crop({CROP_PREFIX - 1})`: {crop_refusal}",
-        zh=f"transformers {transformers.__version__} 拒绝执行 `crop({CROP_PREFIX - 1})`：{crop_refusal}")
+    say(en=f"transformers {transformers.__version__} refuses `crop({CROP_PREFIX - 1})`: ValueError: {crop_refusal}",
+        zh=f"transformers {transformers.__version__} 拒绝执行 `crop({CROP_PREFIX - 1})`：ValueError: {crop_refusal}")
 
 # %%
 RESULTS = {
@@ -88,12 +88,12 @@ if HAVE_TRANSFORMERS:
         },
     }
 else:
-    RESULTS["peer"] = {"skipped": SKIP_NOTE["en"]}
+    RESULTS["peer"] = {"skipped": SKIP_NOTE}
 
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 assert json.loads(RESULTS_JSON.read_text(encoding="utf-8"))["peer"] == json.loads(json.dumps(RESULTS["peer"]))
-print(f"wrote {RESULTS_JSON.name}: {', '.join(RESULTS)}")
+print(f"{RESULTS_JSON.name}: {list(RESULTS)}")
 
 if HAVE_TRANSFORMERS:
     worst_kv = max(peer_errors["k"] + peer_errors["v"])
@@ -114,4 +114,4 @@ if HAVE_TRANSFORMERS:
            f"之后再处理 {CONTINUATION} 个：`GPT2LMHeadModel` 的 p50 为 {race_timing['gpt2']['p50']:.2f} 毫秒，"
            f"我们的为 {race_timing['ours']['p50']:.2f} 毫秒（一台机器上的一次运行）。")
 else:
-    say(**SKIP_NOTE)
+    say_skip_note()

@@ -7,12 +7,13 @@
 # cost model (counts, K/V sizes of published models, the count next to the measured time per step),
 # and the timing protocol with the raw samples of every path. The file's fields are documented in the
 # repository (`docs/kv-cache-results-schema.md`). On Colab the cell also offers the files for
-# download. The appendix (section 10) later adds its own block to the same file.
+# download. Section 10 writes nothing; the Hugging Face comparison's own results file belongs to the
+# companion notebook `infra-benchmark/kv-cache-hf-gpt2`.
 
 # %% [markdown] lang="zh"
 # ## 9. 保存结果
 #
-# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加次数、公开模型的 K/V 大小、乘加次数与实测每步时间的对照），以及计时规程和每条路径的原始样本。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会把这些文件下载到本地。附录（第 10 节）稍后会往同一个文件里追加它自己的部分。
+# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加次数、公开模型的 K/V 大小、乘加次数与实测每步时间的对照），以及计时规程和每条路径的原始样本。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会把这些文件下载到本地。第 10 节不写任何文件；与 Hugging Face 比较的结果文件属于配套笔记本 `infra-benchmark/kv-cache-hf-gpt2`。
 
 # %%
 RESULTS = {

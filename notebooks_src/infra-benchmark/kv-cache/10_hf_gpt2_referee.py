@@ -62,18 +62,25 @@ try:
     from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
     from transformers.pytorch_utils import Conv1D
 
-    problem = cache_api_problem()
-    checked = ", ".join(CHECKED_TRANSFORMERS) + " and " + PINNED_TRANSFORMERS
-    SKIP_NOTE = None if problem is None else {
-        "en": f"transformers {transformers.__version__} lacks the cache API used here ({problem}); it was "
-              f"checked with {checked}, so the comparison with Hugging Face GPT-2 is skipped.",
-        "zh": f"transformers {transformers.__version__} 缺少这里用到的缓存接口（{problem}）；"
-              f"它在 {checked} 上检查过，因此跳过与 Hugging Face GPT-2 的比较。",
-    }
+    API_PROBLEM = cache_api_problem()
+    CHECKED = ", ".join(CHECKED_TRANSFORMERS) + " and " + PINNED_TRANSFORMERS
+    SKIP_NOTE = None if API_PROBLEM is None else (
+        f"transformers {transformers.__version__} lacks the cache API used here ({API_PROBLEM}); it was "
+        f"checked with {CHECKED}, so the comparison with Hugging Face GPT-2 is skipped.")
 except ImportError:
-    SKIP_NOTE = {"en": "transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped.",
-                 "zh": "没有安装 transformers，因此跳过与 Hugging Face GPT-2 的比较。"}
+    API_PROBLEM = None
+    SKIP_NOTE = "transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped."
 HAVE_TRANSFORMERS = SKIP_NOTE is None
+
+
+# [en] The skip note in the reader's language (SKIP_NOTE, in English, goes into result files).
+# [zh] 用读者的语言说明跳过的原因（英文的 SKIP_NOTE 写入结果文件）。
+def say_skip_note():
+    if API_PROBLEM is None:
+        say(en=SKIP_NOTE, zh="没有安装 transformers，因此跳过与 Hugging Face GPT-2 的比较。")
+    else:
+        say(en=SKIP_NOTE, zh=f"transformers {transformers.__version__} 缺少这里用到的缓存接口（{API_PROBLEM}）；"
+                             f"它在 {CHECKED} 上检查过，因此跳过与 Hugging Face GPT-2 的比较。")
 
 
 def max_abs(a, b):
@@ -81,13 +88,13 @@ def max_abs(a, b):
 
 
 if not HAVE_TRANSFORMERS:
-    say(**SKIP_NOTE)
+    say_skip_note()
 elif transformers.__version__ in (PINNED_TRANSFORMERS, *CHECKED_TRANSFORMERS):
     print(f"transformers {transformers.__version__}")
 else:
     say(en=f"transformers {transformers.__version__}: not one of the versions this comparison was checked with "
-           f"({checked}); if an assertion below fails, this version computes something differently.",
-        zh=f"transformers {transformers.__version__}：不在检查过的版本之列（{checked}）；"
+           f"({CHECKED}); if an assertion below fails, this version computes something differently.",
+        zh=f"transformers {transformers.__version__}：不在检查过的版本之列（{CHECKED}）；"
            f"如果下面某条断言失败，说明这个版本的某处计算方式不同。")
 
 # %% [markdown] lang="en"
@@ -234,13 +241,11 @@ if HAVE_TRANSFORMERS:
     peer_ids = torch.randint(0, cfg.vocab, (2, cfg.max_positions), generator=torch.Generator().manual_seed(SEED + 10))
     assert sum(PEER_CHUNKS) == cfg.max_positions and 1 in PEER_CHUNKS
     peer_errors = compare_with_gpt2(ours64, gpt2_64, peer_ids, PEER_CHUNKS)
-    headers = {"en": ["full logits", "cached logits"], "zh": ["完整 logits", "缓存 logits"]}
-    for i in range(cfg.layers):
-        headers["en"] += [f"layer {i} K", f"layer {i} V"]
-        headers["zh"] += [f"第 {i} 层 K", f"第 {i} 层 V"]
     values = [peer_errors["full_logits"], peer_errors["cached_logits"]]
     values += [e for pair in zip(peer_errors["k"], peer_errors["v"]) for e in pair]
-    say_table([[f"{e:.1e}" for e in values]], **headers)
+    say_table([[f"{e:.1e}" for e in values]],
+              en=["full logits", "cached logits"] + [f"layer {i} {t}" for i in range(cfg.layers) for t in "KV"],
+              zh=["完整 logits", "缓存 logits"] + [f"第 {i} 层 {t}" for i in range(cfg.layers) for t in "KV"])
     assert agrees(peer_errors) and worst_error(peer_errors) < 1e-12
     tied_errors = compare_with_gpt2(ours64, build_gpt2(ours64, tie_word_embeddings=True), peer_ids, PEER_CHUNKS)
     assert not agrees(tied_errors)
