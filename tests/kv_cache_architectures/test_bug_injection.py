@@ -83,6 +83,21 @@ MUTATIONS = {
         "positions = self.positions_fn(cache[0].seen, new_len)",
         "positions = self.positions_fn(cache[0].stored(), new_len)",
         False),
+    "attention: heads merged without the transpose": (
+        "02_gqa.py",
+        "context.transpose(1, 2).reshape(batch, new_len, self.heads * self.head_dim)",
+        "context.reshape(batch, new_len, self.heads * self.head_dim)",
+        False),
+    "rmsnorm: eps dropped": (
+        "02_gqa.py",
+        "torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)",
+        "torch.rsqrt(h.pow(2).mean(-1, keepdim=True))",
+        True),
+    "swiglu: gate and up swapped": (
+        "02_gqa.py",
+        "F.silu(self.gate(x)) * self.up(x)",
+        "F.silu(self.up(x)) * self.gate(x)",
+        True),
     "full cache: reordered concatenation of K": (
         "02_gqa.py",
         "self.k = k if self.k is None else torch.cat((self.k, k), dim=-2)",
@@ -173,6 +188,11 @@ MUTATIONS = {
         "        keys, values = torch.cat((old_k, k), dim=-2), torch.cat((old_v, v), dim=-2)\n"
         "        key_pos = torch.cat((old_pos, positions))\n",
         False),
+    "ring: a long chunk writes its oldest positions": (
+        "04_sliding_window.py",
+        "newest = positions[-self.slots:]",
+        "newest = positions[:self.slots]",
+        False),
     "ring: keys paired with reordered positions": (
         "04_sliding_window.py",
         "key_pos = torch.cat((old_pos, positions))",
@@ -253,6 +273,11 @@ MUTATIONS = {
 # keys tiled in the real path, the rotate_half sign flip, the frequencies without the factor 2, and the
 # step (max - min) / 2^b. The first three were caught only by the Hugging Face cross-check.
 NOT_YET_CAUGHT: set[str] = set()
+
+# Swapping SwiGLU's gate and up projections gives a model of the same family: with random weights nothing
+# inside the notebook can tell, only a referee with Llama's weight convention (the Llama cross-check of
+# section 5, with transformers). Kept as a strict xfail without transformers: the limit, on record.
+SEEN_ONLY_BY_THE_REFEREE = {"swiglu: gate and up swapped"}
 
 # A mutation may stop the notebook with another error than an AssertionError when the failure is
 # immediate and names the notebook's line: writing position 7 into slot 7 of a 7-slot ring fails torch's
@@ -385,6 +410,8 @@ def cases():
             marks = [pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers not installed")] if hf else []
             if name in NOT_YET_CAUGHT and not hf:
                 marks.append(pytest.mark.xfail(strict=True, reason="survives: the notebook cannot see it yet"))
+            if name in SEEN_ONLY_BY_THE_REFEREE and not hf:
+                marks.append(pytest.mark.xfail(strict=True, reason="only the Hugging Face referee can see it"))
             yield pytest.param(name, hf, id=f"{name} [{'with' if hf else 'without'} transformers]", marks=marks)
 
 

@@ -204,6 +204,16 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+# [en] PyTorch ships the same normalization, torch.nn.RMSNorm, and ours must agree with it. The input is small,
+# [en] so that eps matters: a norm with another eps must not agree.
+# [zh] PyTorch 自带同样的归一化 torch.nn.RMSNorm，我们的实现必须与它一致。输入取得很小，
+# [zh] 这样 eps 才起作用：换一个 eps 的归一化就不能与之一致。
+small = 1e-3 * torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
+with torch.inference_mode():
+    assert torch.allclose(RMSNorm(64).double()(small), nn.RMSNorm(64, eps=1e-5).double()(small), atol=1e-12, rtol=0)
+    assert not torch.allclose(RMSNorm(64).double()(small), nn.RMSNorm(64, eps=1e-6).double()(small), atol=1e-3, rtol=0)
+
+
 class SwiGLU(nn.Module):
     def __init__(self, config: ArchConfig):
         super().__init__()
