@@ -15,9 +15,9 @@
 # %% [markdown] lang="zh"
 # ## 2. 一个六 token 的例子
 #
-# 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用（预填充，prefill）已经把前四个 token 送进模型，缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
+# 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经让前四个 token 经过了模型，所以缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #
-# 下面的单元格搭建了一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器一致（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP：token 嵌入加位置嵌入，经过带残差连接的多头注意力，再投影成词表上的 logits。单元格先做预填充，再处理这两个新 token，并打印 NumPy 实际给出的各数组形状（B：batch 大小，H：头数，Dh：每头宽度）。
+# 下面的单元格搭建一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器相同（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP：token 嵌入加上位置嵌入，经过带残差连接的多头注意力，再投影成词表上的 logits。单元格先做预填充，再做送入两个 token 的那次调用，并打印 NumPy 报告的各数组形状（B：batch 大小，H：头数，Dh：每头宽度）。
 
 # %%
 VOCAB, WIDTH, HEADS, HEAD_DIM, MAX_POS = 97, 64, 4, 16, 512
@@ -134,7 +134,7 @@ say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以提前看到位置 5。
 #
-# 返回的第一行 logits 是模型对 ID 9 之后那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次性处理全部六个 token 的完整前向比较时，缓存结果的第 `i` 行应当对应完整结果的第 `4 + i` 行。下面的检查逐个比较词表中每个词的 logits 以及缓存的 K 和 V，并确认错开一行（完整结果的第 3、4 行）时对不上。
+# 返回的第一行 logits 是模型对 ID 9 **之后**那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次处理全部六个 token 的完整调用相比较时，缓存结果的第 `i` 行应当对应完整结果的第 `4 + i` 行。下面的检查逐一比较词表上的全部 logits 以及缓存的 K 和 V，并确认错开一行（完整结果的第 3、4 行）时对不上。
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)
@@ -148,4 +148,4 @@ say_table([[f"{aligned_error:.2e}", f"{shifted_error:.2e}"]],
           en=["max |cached - full|, same positions", "max |cached - full|, shifted by one row"],
           zh=["最大 |cached - full|，位置对齐", "最大 |cached - full|，错开一行"])
 say(en="Cached logits and K/V match the full pass, position by position.",
-    zh="缓存路径的 logits 和 K/V 与完整前向逐位置一致。")
+    zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致。")

@@ -14,9 +14,9 @@
 # %% [markdown] lang="zh"
 # ## 3. 位置要从缓存长度接着数
 #
-# 和完整解码器一样，玩具层会把可学习的位置嵌入加到 token 嵌入上。所以带缓存的调用必须从缓存长度 `P` 开始为新 token 编号，而不是从零开始：新 token 的绝对位置是 `P, P + 1, …`。如果位置重新从零数起，ID 9 和 18 就会被当成序列开头的 token 来嵌入。所有数组的形状依旧合法，程序也不会报错，只是算出来的数不对。
+# 和完整解码器一样，玩具层会把可学习的位置嵌入加到 token 嵌入上。所以带缓存的调用必须从缓存长度 `P` 开始为新 token 编号，而不是从零开始：新 token 的绝对位置是 `P, P + 1, …`。如果位置重新从零数起，ID 9 和 18 就会被当成序列开头的 token 来嵌入。所有数组的形状依然合法，程序也不会崩溃，只是算出来的数不对。
 #
-# 下面的单元格生成两种位置列表：先检查正确的位置能否精确复现完整前向在位置 4 和 5 上的层输入，再把位置从零重新计数、重跑一次带缓存的调用，看看 logits 偏离了多少。
+# 下面的单元格生成这两种位置列表，检查正确的位置能否精确复现完整调用在位置 4 和 5 上的层输入；然后让位置从零重新计数，再跑一次带缓存的调用，看看 logits 偏离了多少。
 
 # %%
 # [en] Absolute positions of a chunk of `new_len` tokens that follows `past_len` cached ones.
@@ -32,7 +32,7 @@ restarted_pos = np.arange(2)
 assert right_pos.tolist() == [4, 5] and restarted_pos.tolist() == [0, 1]
 
 # [en] The correct positions give the full pass's inputs at positions 4 and 5, bit for bit.
-# [zh] 正确的位置逐位复现完整前向在位置 4 和 5 上的输入。
+# [zh] 正确的位置给出完整调用在位置 4 和 5 上的输入，逐比特相同。
 _, _, full_parts = toy_forward(token_ids)
 assert np.array_equal(step["x"], full_parts["x"][:, PAST:])
 
@@ -53,4 +53,4 @@ say(en=f"Correct positions `{right_pos.tolist()}`, restarted positions `{restart
 # position. RoPE is not implemented here.
 
 # %% [markdown] lang="zh"
-# 旋转位置编码（RoPE）不是往输入上加一个向量，而是通过旋转 Q 和 K 来编码位置。它同样要求位置约定一致：新 token 的旋转角度必须按它的绝对位置计算。本笔记本没有实现 RoPE。
+# 旋转位置编码（RoPE）不是往输入上加一个向量，而是通过旋转 Q 和 K 来编码位置。它同样不能弄错位置：新 token 的旋转必须按它的绝对位置计算。本笔记本没有实现 RoPE。

@@ -23,7 +23,7 @@
 #
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
-# 这正是第 2 节里的 `allowed_keys`。一个很诱人的捷径是直接在 `C × (P + C)` 的分数矩阵上取普通的下三角（`np.tril`）。它拿键的下标 `j` 和局部下标 `i` 比较，相当于把第一个新查询当成了位置 0。因为这个三角形贴着矩阵左上角、而不是右边缘对齐，下文称之为“左上角三角形”。
+# 这正是第 2 节里的 `allowed_keys`。一个很诱人的捷径是直接在 `C × (P + C)` 的分数网格上取普通的下三角（`np.tril`），它拿 `j` 和**局部**下标 `i` 比较，相当于把第一个新查询当成了位置 0。这个三角形贴着网格的左上角、而不是右边缘对齐，所以下文称之为“左上角三角形”。
 #
 # 在下面的网格里，每一行是一个新查询（行首标注其绝对位置），每一列是一个键位置（首行标出位置除以 10 的余数）；`#` 表示可以读取该键，`.` 表示被掩码屏蔽。每个网格上方写着它所用的规则。
 
@@ -56,7 +56,7 @@ def show_side_by_side(past_len, new_len):
 
 say(en="`P = 4` cached positions, `C = 2` new tokens (the six-token example). Left the offset mask, "
        "right the upper-left triangle:",
-    zh="缓存 `P = 4` 个位置，新分块 `C = 2` 个 token（六 token 的例子）。左边是带偏移的掩码，右边是左上角三角形：")
+    zh="缓存中有 `P = 4` 个位置，新分块有 `C = 2` 个 token（即六 token 的例子）。左边是带偏移的掩码，右边是左上角三角形：")
 show_side_by_side(4, 2)
 # [en] Query 4 reads keys 0-4 and query 5 keys 0-5; the wrong triangle gives them key 0 and keys 0-1;
 # [en] position 4 never reads position 5.
@@ -66,7 +66,7 @@ assert upper_left_mask(4, 2).sum(axis=1).tolist() == [1, 2]
 assert not allowed_keys(4, 2)[0, 5]
 
 say(en="`P = 5` cached positions, `C = 1` new token (ordinary one-token decoding):",
-    zh="缓存 `P = 5` 个位置，新分块 `C = 1` 个 token（普通的逐 token 解码）：")
+    zh="缓存中有 `P = 5` 个位置，新分块只有 `C = 1` 个 token（普通的逐 token 解码）：")
 show_side_by_side(5, 1)
 # [en] A single new query reads every key; the wrong triangle leaves it only key 0.
 # [zh] 单个新查询能读取全部键；错误的三角形只留给它键 0。
@@ -84,7 +84,7 @@ assert upper_left_mask(5, 1).sum() == 1
 # Does the wrong triangle change the result? Run the six-token call with it:
 
 # %% [markdown] lang="zh"
-# 只有一个新 token 时，正确的掩码不屏蔽任何键，因为键里只有过去的位置和这个 token 自己。新分块里有多个 token 时，掩码仍然要挡住同一分块中排在后面的 token。库函数里也有同样的陷阱：PyTorch 的 `scaled_dot_product_attention` 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 采用左上对齐（完整的 PyTorch 笔记本在第 3 节里针对它所用的版本验证了这一点）。把带缓存的新分块交给它之前，先确认你所用版本的掩码约定。
+# 只有一个新 token 时，正确的掩码不屏蔽任何键，因为键里只有过去的位置和这个 token 自己。新分块里有多个 token 时，掩码仍然要挡住同一分块中排在后面的 token。库函数里也有同样的陷阱：PyTorch 的 `scaled_dot_product_attention` 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 按左上角对齐（完整的 PyTorch 笔记本在第 3 节里针对它所用的版本验证了这一点）。所以，把带缓存的新分块交给它之前，先确认你所用版本的掩码约定。
 #
 # 左上角三角形会不会改变结果？用它重跑一遍六 token 例子中的那次调用：
 

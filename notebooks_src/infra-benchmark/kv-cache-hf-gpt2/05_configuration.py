@@ -26,17 +26,17 @@
 # %% [markdown] lang="zh"
 # ## 5. 逐项核对配置和权重
 #
-# 第 4 节只列出了我们改动的配置项。这里说明每一项为什么重要，以及哪些项是有意保留默认值的：
+# 第 4 节只列出了我们改动过的配置项。这里逐一说明每一项为什么要紧，以及哪些项是有意保留默认值的：
 #
-# - `n_inner` 是 MLP 的宽度，我们显式给出，而不是沿用“4 × 宽度”的默认规则（配置中写作 `None`）。这条规则在这里恰好也得到 256；换成另一种 MLP 宽度的解码器，就会不声不响地得到错误的宽度。
+# - `n_inner` 是 MLP 的宽度。我们显式给出它，而不是交给“4 × 宽度”的默认规则（配置中写作 `None`）。这条规则在这里恰好也得到 256；但如果解码器的 MLP 宽度不是这个值，就会悄无声息地得到错误的宽度。
 # - `activation_function="gelu"` 是精确 GELU，即用误差函数计算的 x·Φ(x)，与我们的 `nn.GELU()` 相同。默认值 `"gelu_new"` 是原版 GPT-2 使用的 tanh 近似。
 # - 三个 dropout 概率都设为 0。`layer_norm_epsilon` 保留默认值 1e-5，它也是 PyTorch 中 LayerNorm 的默认值。
-# - `tie_word_embeddings=False`：我们的输出投影有自己独立的矩阵，而默认设置会让它与 token 嵌入表共享权重。
-# - 我们的词表只有 97 个 token，没有特殊 token，所以 `bos_token_id` 和 `eos_token_id` 设为 `None`，而不是默认的 50256——这个 ID 在这里根本不存在。
-# - `scale_attn_weights=True`（默认值）表示注意力分数除以 √head_dim，和我们一样；按层号做的额外缩放（`scale_attn_by_inverse_layer_idx`）和调整计算顺序并提升到 FP32（`reorder_and_upcast_attn`）都和默认一样保持关闭。
-# - `attn_implementation="eager"` 选用 `modeling_gpt2.py` 里的 `eager_attention_forward`，即最直接的“矩阵乘 → softmax → 矩阵乘”，这样我们对照的每一步运算都明明白白。
+# - `tie_word_embeddings=False`：我们的输出投影有自己独立的矩阵；默认设置则让它与 token 嵌入表共享权重。
+# - 我们的词表只有 97 个 token，没有特殊 token，所以 `bos_token_id` 和 `eos_token_id` 设为 `None`，而不是默认的 50256：这个 ID 在这里根本不存在。
+# - `scale_attn_weights=True`（默认值）让注意力分数除以 √head_dim，和我们的做法一样；按层号追加的缩放（`scale_attn_by_inverse_layer_idx`）以及调整计算顺序并提升到 FP32 的做法（`reorder_and_upcast_attn`）都保持默认的关闭状态。
+# - `attn_implementation="eager"` 选用 `modeling_gpt2.py` 里的 `eager_attention_forward`，即最直接的“矩阵乘 → softmax → 矩阵乘”，这样我们拿来对照的运算每一步都清清楚楚。
 #
-# 下面的单元格把每一项与默认值并排列出，并核对以上说法。
+# 下面的单元格把每一项和它的默认值并排列出，并核对以上说法。
 
 # %%
 CONFIG_FIELDS = ["vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",
@@ -90,18 +90,18 @@ if HAVE_TRANSFORMERS:
 # shows that strict loading refuses a state dict with a weight left out.
 
 # %% [markdown] lang="zh"
-# 再细看权重。`nn.Linear(in, out)` 把权重存成 `[out, in]`，计算 `x @ W.T + b`。GPT-2 的各个投影层是 `Conv1D` 模块（这个名字沿用自 OpenAI 最初的 GPT 代码，其实就是普通的线性层），权重存成 `[in, out]`，计算 `x @ W + b`。GPT-2 宽度为 3 × 64 的 `c_attn` 一次并排算出 Q、K、V，再按这个顺序切开；之后两个模型都把 64 个特征切成 4 个头、每头 16 个连续特征，所以不需要按头重新排列。
+# 再细看权重。`nn.Linear(in, out)` 把权重存成 `[out, in]`，计算 `x @ W.T + b`。GPT-2 的各个投影层是 `Conv1D` 模块（这个名字沿用自 OpenAI 最初的 GPT 代码，实际上就是普通的线性层），权重存成 `[in, out]`，计算 `x @ W + b`。GPT-2 中宽度为 3 × 64 的 `c_attn` 一次并排算出 Q、K、V，再按这个顺序切开；随后两个模型都把 64 个特征切成 4 个头，每个头 16 个连续特征，所以不需要逐头重新排列。
 #
 # | 我们的模块 | GPT-2（`GPT2LMHeadModel`） | 做法 |
 # |---|---|---|
 # | `wte`、`wpe` | `transformer.wte`、`transformer.wpe` | 直接复制（两边都是 `nn.Embedding`） |
 # | `blocks[i].ln_1`、`ln_2`、`ln_f` | `transformer.h[i].ln_1`、`ln_2`、`transformer.ln_f` | 直接复制（两边都是 `nn.LayerNorm`） |
-# | `attn.q`、`attn.k`、`attn.v` | `attn.c_attn` | 权重先拼接再转置，偏置直接拼接 |
+# | `attn.q`、`attn.k`、`attn.v` | `attn.c_attn` | 权重先堆叠再转置；偏置直接拼接 |
 # | `attn.proj` | `attn.c_proj` | 转置 |
 # | `mlp.fc`、`mlp.proj` | `mlp.c_fc`、`mlp.c_proj` | 转置 |
 # | `lm_head` | `lm_head` | 直接复制：GPT-2 的输出头是 `nn.Linear`，不是 `Conv1D` |
 #
-# 下面的单元格用一个随机输入在第 0 层上核对这种布局：`Conv1D` 实际算的是什么，以及 GPT-2 的 Q、K、V 和输出投影是否与我们的一致。它还核对注意力的缩放系数和两边的参数量，并演示严格模式会拒绝加载缺了一个权重的 state dict。
+# 下面的单元格用一个随机输入在第 0 层上核对这种布局：`Conv1D` 实际算的是什么，GPT-2 的 Q、K、V 和输出投影是否与我们的一致。它还核对注意力的缩放系数和两边的参数量，并演示：state dict 里缺了一个权重时，严格模式会拒绝加载。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -143,4 +143,4 @@ if HAVE_TRANSFORMERS:
         refusal = str(error).strip().splitlines()[-1].strip()
     say(en=f"Both models have {n_ours:,} parameters. Strict loading with `lm_head.weight` left out is refused: "
            f"`{refusal}`",
-        zh=f"两个模型都有 {n_ours:,} 个参数。缺了 `lm_head.weight` 时，严格模式拒绝加载：`{refusal}`")
+        zh=f"两个模型都有 {n_ours:,} 个参数。去掉 `lm_head.weight` 后，严格模式拒绝加载：`{refusal}`")

@@ -16,13 +16,13 @@
 #    approximation instead of the exact GELU. Everything else is right.
 
 # %% [markdown] lang="zh"
-# ## 6. 三个陷阱，同一个比较函数都能抓住
+# ## 6. 三个陷阱，同一个比较全都能抓住
 #
-# 一个比较只有在映射出错时确实会失败，才有价值。下面每个陷阱都在 `GPT2LMHeadModel` 里埋下一处现实中很容易犯的错误，然后调用第 4 节中未作任何改动的 `compare_with_gpt2`，并断言它报告两边不一致。
+# 只有映射出错时确实会失败，这个比较才有价值。下面每个陷阱都构建一个带有一处错误的 `GPT2LMHeadModel`，这种错误在现实中很容易犯；然后原样调用第 4 节的 `compare_with_gpt2`，并断言它报告两边不一致。
 #
-# 1. **共享嵌入权重**：如果沿用默认的 `tie_word_embeddings=True`，`lm_head.weight` 和 `transformer.wte.weight` 就是同一个张量。把我们两个不同的矩阵加载进去并不会报错：后复制的那个（输出投影）会悄无声息地覆盖前一个。
-# 2. **方阵漏了转置**：如果 MLP 输入层那个 `[256, 64]` 的矩阵忘了 `.T`，加载时就会因为形状不符而被拒绝。注意力的输出投影却是 `[64, 64]`，不转置也能顺利加载，但结果是错的。我们只在第 0 层犯这个错误。
-# 3. **用错了 GELU**：`activation_function="gelu_new"`（也就是配置的默认值）用 tanh 近似代替了精确 GELU，其余都正确。
+# 1. **共享嵌入权重**：如果沿用默认的 `tie_word_embeddings=True`，`lm_head.weight` 和 `transformer.wte.weight` 就是同一个张量。把我们两个不同的矩阵加载进去并不会报错：后复制的那个（输出投影）会悄无声息地覆盖先复制的那个。
+# 2. **方阵漏了转置**：如果 MLP 输入层那个 `[256, 64]` 的矩阵漏了 `.T`，加载时就会因为形状不符而被拒绝。注意力的输出投影却是 `[64, 64]` 的方阵，漏了转置照样能顺利加载，只是结果错了。我们只在第 0 层犯这个错误。
+# 3. **用错了 GELU**：`activation_function="gelu_new"`（也就是配置的默认值）用 tanh 近似代替精确 GELU，其余一切都正确。
 
 # %%
 # [en] One table row per mapping: the errors of section 4's comparison and its verdict at 1e-10.
@@ -85,7 +85,7 @@ if HAVE_TRANSFORMERS:
 # layer 0's cache is exact and layer 1's is not. The cell checks this reading of the table.
 
 # %% [markdown] lang="zh"
-# 逐层的 K、V 误差能把这几个陷阱区分开。嵌入表错了，每一层的输入都会变，所以所有层的 K 和 V 都对不上。第 0 层未转置的输出投影作用在第 0 层算出 K/V 之后，所以第 0 层的缓存仍然只差舍入误差，错误要到第 1 层的缓存才显现。GELU 陷阱出在 MLP 里，而 MLP 同样在注意力之后：第 0 层的缓存依然精确，第 1 层则不然。下面的单元格验证这种读表方式。
+# 从逐层的 K、V 误差可以分辨出是哪个陷阱。嵌入表错了，每一层的输入都会变，所以所有层的 K 和 V 都对不上。第 0 层未转置的输出投影在第 0 层算出 K 和 V 之后才起作用，所以第 0 层的缓存仍然只差舍入误差，错误要到第 1 层的缓存才显现出来。GELU 陷阱出在 MLP 里，而 MLP 同样位于注意力之后：第 0 层的缓存依然精确，第 1 层则不然。下面的单元格验证对这张表的这种解读。
 
 # %%
 if HAVE_TRANSFORMERS:

@@ -24,12 +24,12 @@
 # %% [markdown] lang="zh"
 # ## 7. 容差为什么取 1e-10：FP32 与 FP64 下的 GELU 陷阱
 #
-# GELU 陷阱是最不显眼的一个，容差之所以要定得这么紧，正是因为它。tanh 近似曲线与精确曲线之间的差距不超过万分之几；差距在 |x| = 2 到 3 之间最大，向零靠近时迅速缩小，而 MLP 的大部分输入恰好落在零附近。因此，这个错误造成的偏差取决于 MLP 输入有多大。下面的单元格先打印两条曲线的最大差距，以及在 MLP 实际收到的输入处差距的中位数；然后分别在 FP32（用主笔记本等价性检查的 FP32 容差 1e-5 判断）和 FP64（用 1e-10 判断）下运行正确映射和 GELU 陷阱，并且每种情况都用两组权重各跑一遍：
+# GELU 陷阱是最不显眼的一个，容差之所以定得这么紧，正是因为它。tanh 近似曲线与精确曲线之间的差距不超过万分之几；差距在 |x| = 2 到 3 之间最大，越靠近零缩小得越快，而 MLP 的输入大多落在零附近。因此，这个错误造成多大的偏差，取决于 MLP 的输入有多大。下面的单元格先打印两条曲线之间的最大差距，以及在我们的 MLP 实际收到的输入上差距的中位数；然后在 FP32（按主笔记本等价性检查所用的 FP32 容差 1e-5 判断）和 FP64（按 1e-10 判断）下分别运行正确映射和 GELU 陷阱，两组权重各跑一遍：
 #
 # - 第 3 节的解码器，原样不动；
-# - 同一个解码器，但把两个 Transformer 块各自的 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1。这样 MLP 的输入会向零靠拢，而在零附近两条曲线几乎重合。
+# - 同一个解码器，但把两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1。这样 MLP 的输入会向零靠拢，而在零附近两条曲线几乎重合。
 #
-# 在 FP32 下，即使映射完全正确，舍入噪声也远大于 1e-10，所以 FP32 的比较必须留出 1e-5 左右的容差。用原样的解码器时，这个 FP32 容差仍能抓住 GELU 陷阱，但误差只比容差高出不大的倍数。换成 MLP 输入缩小后的那组权重，陷阱在 FP32 下的误差与正确映射的舍入噪声处于同一量级，于是通过了 FP32 容差：在 FP32 下，用错的 GELU 根本看不出来。而在 FP64 下，正确映射的误差停留在舍入误差的水平，两组权重下陷阱都被抓住，其误差远高于 1e-10。三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
+# 在 FP32 下，即使映射完全正确，舍入噪声也远大于 1e-10，所以 FP32 的比较必须留出 1e-5 左右的容差。对原样的解码器，这个 FP32 容差仍能抓住 GELU 陷阱，但误差超出容差的倍数并不大。换成 MLP 输入缩小后的那组权重，陷阱在 FP32 下的误差与正确映射的舍入噪声处于同一量级，于是通过了 FP32 容差：在 FP32 下，用错了 GELU 根本看不出来。而在 FP64 下，正确映射的误差停留在舍入误差的水平，两组权重下的陷阱都被抓住，误差远高于 1e-10。三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
 
 # %%
 FP32_TOL = 1e-5
@@ -48,7 +48,7 @@ if HAVE_TRANSFORMERS:
     curve_gap, peak_at = grid_gap.max().item(), grid[grid_gap.argmax()].abs().item()
 
     # [en] What each block's MLP feeds to its activation, on section 4's token IDs.
-    # [zh] 在第 4 节的 token ID 上，每个 Transformer 块的 MLP 送进激活函数的值。
+    # [zh] 在第 4 节的 token ID 上，每个 Transformer 块的 MLP 送入激活函数的值。
     mlp_inputs = []
     handles = [block.mlp.fc.register_forward_hook(lambda module, args, out: mlp_inputs.append(out.flatten()))
                for block in ours64.blocks]
@@ -93,7 +93,7 @@ if HAVE_TRANSFORMERS:
     say(en=f"Largest logit error, GPT-2 against ours; in brackets whether it agrees within {FP32_TOL:.0e} (FP32) "
            f"or {PEER_TOL:.0e} (FP64). In FP64 the `gelu_new` error of section 6 is {gelu_error / PEER_TOL:.1e} "
            f"times the tolerance; the other two traps are at least {other_traps / gelu_error:,.0f} times larger.",
-        zh=f"表中是 GPT-2 与我们的 logits 最大误差；括号里表示是否在 {FP32_TOL:.0e}（FP32）或 {PEER_TOL:.0e}（FP64）"
+        zh=f"表中是 GPT-2 与我们的解码器之间 logits 的最大误差；括号里注明它是否在 {FP32_TOL:.0e}（FP32）或 {PEER_TOL:.0e}（FP64）"
            f"的容差内一致。在 FP64 下，第 6 节中 `gelu_new` 的误差是容差的 {gelu_error / PEER_TOL:.1e} 倍；"
            f"另外两个陷阱的误差至少是它的 {other_traps / gelu_error:,.0f} 倍。")
 
@@ -108,7 +108,7 @@ if HAVE_TRANSFORMERS:
         assert 100 * PEER_TOL < worst_logit_error(row[("fp32", "correct")]) < FP32_TOL
         assert agrees(row[("fp64", "correct")]) and not agrees(row[("fp64", "gelu_new")])
     # [en] The decoder as it is: FP32 catches the trap too, by a small factor only.
-    # [zh] 原样的解码器：FP32 也能抓住陷阱，但只高出不大的倍数。
+    # [zh] 原样的解码器：FP32 也能抓住陷阱，但误差超出容差的倍数不大。
     fp32_gelu_error = worst_logit_error(normal[("fp32", "gelu_new")])
     assert not agrees(normal[("fp32", "gelu_new")], FP32_TOL) and fp32_gelu_error < 100 * FP32_TOL
     # [en] Scaled MLP inputs: missed in FP32, at the level of the correct mapping's rounding noise.

@@ -21,13 +21,13 @@
 # It says nothing about how either would fare at realistic sizes, and nothing is asserted about it.
 
 # %% [markdown] lang="zh"
-# ## 9. 与库对比计时：同一组权重
+# ## 9. 与库比速度：同一组权重
 #
-# 最后，让两种实现在同一个任务上比速度，任务就是主笔记本在最长提示（prompt）下计时的那个带缓存的解码窗口：在 256 个 token 的提示之后，逐个送入 16 个预先确定的 token，每次调用只送一个，每个 token 之后都返回 logits。两个模型都使用第 3 节的 FP32 权重，都只用一个线程。`WARMUPS` 轮预热、`REPEATS` 轮正式测量（分别为 3 和 15；`QUICK = True` 时为 1 和 3），每一轮轮换两者的先后顺序，用 `time.perf_counter_ns` 计时，报告中位数（p50）。
+# 最后，让两种实现在同一个任务上比速度。这个任务就是主笔记本在最长提示（prompt）下计时的那个带缓存的解码窗口：在 256 个 token 的提示之后，每次调用送入一个预先确定的 token，共 16 个，每个 token 之后都返回 logits。两个模型都使用第 3 节的 FP32 权重，都只用一个线程：先做 `WARMUPS` 轮预热，再做 `REPEATS` 轮正式测量（分别为 3 和 15；`QUICK = True` 时为 1 和 3），每一轮轮换两者的先后顺序，用 `time.perf_counter_ns` 计时，报告中位数（p50）。
 #
-# 每一轮都让两个模型从同一个预填充好的提示出发，这个提示在比赛开始前只预填充一次。我们的解码器直接从前缀列表重新开始即可，因为任何调用都不会改写它。库的 `DynamicCache` 对象则会在每一轮中被加长，所以正如第 8 节所示，每一轮都从前缀缓存的一份深拷贝出发，拷贝在计时窗口之外完成。正式计时之前，这个单元格先确认两者在 FP32 容差 1e-5 内给出相同的 logits。由于每一轮的构成不同（参赛的是两种实现而不是三条路径，token 序列也不同），这里我们自己的 p50 未必与主笔记本中同一任务的缓存路径 p50 相同：请只在这张表内部比较两种实现，不要跨笔记本比较。
+# 每一轮都让两个模型从同一个预填充好的提示出发，这个提示在比赛开始前只预填充一次。我们的解码器直接从前缀列表重新开始即可，因为任何调用都不会改写它。库的 `DynamicCache` 对象则每一轮都会被加长，所以按第 8 节的做法，每一轮都从前缀缓存的一份深拷贝出发，拷贝在计时窗口之外完成。正式计时之前，这个单元格先确认两者在 FP32 容差 1e-5 内给出相同的 logits。由于这里每一轮的构成与主笔记本不同（参赛的是两种实现而不是三条路径，token 序列也不同），我们自己的 p50 未必等于主笔记本中同一任务的缓存路径 p50：请只在这张表内比较两种实现，不要跨笔记本比较。
 #
-# 这里比较的是同一套运算的两个小规模实现，各自带着自己的每次调用开销；它说明不了两者在实际规模下的表现，我们也不对它做任何断言。
+# 这里比较的是同一套运算的两个小规模实现，各有各的每次调用的固定开销。至于两者在实际规模下表现如何，这个比较说明不了什么，我们也不对此做任何断言。
 
 # %%
 PEER_PROMPT, CONTINUATION = 256, 16
@@ -100,5 +100,5 @@ if HAVE_TRANSFORMERS:
               en=["model", "p50 (ms)", "p95 (ms)"], zh=["模型", "p50（毫秒）", "p95（毫秒）"])
     say(en=f"{CONTINUATION} cached steps after a {PEER_PROMPT}-token prompt; FP32, 1 thread, {WARMUPS} warm-up "
            f"and {REPEATS} measured rounds, order rotated. p50 ratio, `GPT2LMHeadModel` / ours: {race_ratio:.2f}.",
-        zh=f"{PEER_PROMPT} 个 token 的提示之后，带缓存地逐个处理 {CONTINUATION} 个 token；FP32，单线程，"
+        zh=f"在 {PEER_PROMPT} 个 token 的提示之后，带缓存逐个处理 {CONTINUATION} 个 token；FP32，单线程，"
            f"{WARMUPS} 轮预热、{REPEATS} 轮测量，轮换顺序。p50 之比（`GPT2LMHeadModel` / 我们的）：{race_ratio:.2f}。")

@@ -24,9 +24,9 @@
 # %% [markdown] lang="zh"
 # ## 10. 版本说明、保存结果与结语
 #
-# 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的。比较、陷阱和 GELU 研究原先是主笔记本的一部分，当时曾在 4.57.1 和 5.0.0 上完整运行过，结果相同；第 8 节对 `DynamicCache` 的剖析和计时比赛只在 5.23.0 上运行过。本笔记本对这个库的要求是：`DynamicCache` 可以用 `config=` 构造，并且把每一层的 K 和 V 存为 `cache.layers[i].keys` 和 `.values`。第 4 节会先用一个单层模型检查这一点，再做别的事。较早的版本（例如 4.51.3）没有这套接口：这时和没有安装这个库一样，第 4 节用一句话说明原因，笔记本不做别的事。对于具备这套接口的其他版本，笔记本照常运行，并提示它没有在该版本上检查过；如果随后某条断言失败，说明该版本的某处计算方式不同。不同版本之间有两处细节不一样。5.x 的注意力层把分数的缩放系数存为 `attn.scaling`，4.x 则在 `eager_attention_forward` 内部算出它（第 5 节检查的是实际存在的那一种）。另外，5.23.0 的 `crop` 只接受负数，表示要去掉的位置数，第 8 节用的正是这种写法；更早的版本在文档中把正数参数解释为要保留的长度。下面的单元格在锁定的版本上核对 5.23.0 会拒绝正数参数。
+# 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的。比较、陷阱和 GELU 研究原先是主笔记本的一部分，当时还在 4.57.1 和 5.0.0 上完整运行过，结果相同；第 8 节对 `DynamicCache` 的逐步演示和计时比赛只在 5.23.0 上运行过。本笔记本对这个库的要求是：`DynamicCache` 可以用 `config=` 构造，并把每一层的 K 和 V 存为 `cache.layers[i].keys` 和 `.values`。第 4 节在做任何别的事之前，先用一个单层模型检查这一点。较早的版本（例如 4.51.3）没有这套接口：这时和没有安装这个库一样，第 4 节用一句话说明原因，笔记本不再做别的事。对于具备这套接口的其他版本，笔记本照常运行，并提示没有在该版本上检查过；如果随后某条断言失败，说明该版本的某处计算方式不同。不同版本之间有两处细节不一样。5.x 的注意力层把分数的缩放系数存为 `attn.scaling`，4.x 则在 `eager_attention_forward` 内部算出它（第 5 节检查的是实际存在的那一种）。另外，5.23.0 的 `crop` 只接受负数，表示要去掉的位置数，第 8 节用的正是这种写法；更早的版本在文档中把正数参数解释为要保留的长度。下面的单元格在锁定的版本上核对它确实拒绝正数参数。
 #
-# 结果写入 `OUTPUT_DIR` 下的 `results.json`：运行环境、解码器的配置，以及 `peer` 部分中本笔记本的误差、陷阱、GELU 研究、缓存复用和计时（如果比较被跳过，则记录跳过的原因）。单元格最后打印结语，列出实测的数字。
+# 结果写入 `OUTPUT_DIR` 下的 `results.json`：运行环境、解码器的配置，以及 `peer` 部分中本笔记本的误差、陷阱、GELU 研究、缓存复用和计时结果（如果比较被跳过，则记录跳过的原因）。单元格最后打印结语，列出实测的数值。
 
 # %%
 if HAVE_TRANSFORMERS and transformers.__version__ == PINNED_TRANSFORMERS:
@@ -107,11 +107,11 @@ if HAVE_TRANSFORMERS:
            f"tokens after {PEER_PROMPT}: `GPT2LMHeadModel` p50 {race_timing['gpt2']['p50']:.2f} ms, ours "
            f"{race_timing['ours']['p50']:.2f} ms (one run on one machine).",
         zh=f"**结语**（transformers {transformers.__version__}，`GPT2LMHeadModel`，eager 注意力，FP64，"
-           f"容差 {PEER_TOL:.0e}）。GPT-2 与我们的解码器之间的最大差值：无论用不用缓存，logits 都在 {worst_full_cached:.1e} 以内，"
-           f"缓存的 K/V 在 {worst_kv:.1e} 以内。三个陷阱全部被抓住，其中误差最小的 `gelu_new` 为 {smallest_trap:.1e}。"
+           f"容差 {PEER_TOL:.0e}）。GPT-2 与我们的解码器之间的最大差值：无论用不用缓存，logits 都不超过 {worst_full_cached:.1e}，"
+           f"缓存的 K/V 不超过 {worst_kv:.1e}。三个陷阱全部被抓住，其中误差最小的 `gelu_new` 为 {smallest_trap:.1e}。"
            f"执行 `crop(-{CROP_TOKENS})` 之后，两份缓存相差不超过 {crop_errors['cropped_kv']:.1e}，"
-           f"续写的 logits 相差不超过 {crop_errors['logits_after_crop']:.1e}。带缓存解码，{PEER_PROMPT} 个 token "
-           f"之后再处理 {CONTINUATION} 个：`GPT2LMHeadModel` 的 p50 为 {race_timing['gpt2']['p50']:.2f} 毫秒，"
+           f"续写的 logits 相差不超过 {crop_errors['logits_after_crop']:.1e}。带缓存解码（{PEER_PROMPT} 个 token "
+           f"之后再处理 {CONTINUATION} 个）：`GPT2LMHeadModel` 的 p50 为 {race_timing['gpt2']['p50']:.2f} 毫秒，"
            f"我们的为 {race_timing['ours']['p50']:.2f} 毫秒（一台机器上的一次运行）。")
 else:
     say_skip_note()

@@ -138,6 +138,42 @@ class PagedCache:
         return k.transpose(0, 1), v.transpose(0, 1)
 
 # %% [markdown] lang="en"
+# The bookkeeping on a small example, before any model runs: a pool of 8 blocks of 4 positions.
+# Sequence `s` reserves 6 positions, then 1 more. It takes two blocks from the free list, fills the
+# first one slot by slot and continues in the second, so its addresses are `block * 4 + slot` for slots
+# 0 to 3 of its first block and 0 to 2 of its second, in the order of its positions; `addresses` lists
+# the same ones. Then `t` forks from `s` and reserves one position: the full first block stays shared
+# (reference count 2), and the partly filled second block is copied before `t` writes into it. When
+# both sequences are freed, every block is back in the free list exactly once, with no filled slot and
+# no holder.
+
+# %% [markdown] lang="zh"
+# 先在一个小例子上看看这些记账，此时还不运行模型：池中有 8 个物理块，每个物理块 4 个位置。序列 `s` 先预留 6 个位置，再预留 1 个。它从空闲列表中取出两个物理块，逐个槽位填满第一个，再接着填第二个，所以它的地址依次是 `block * 4 + slot`：第一个物理块的第 0 到 3 个槽位，然后是第二个物理块的第 0 到 2 个槽位，顺序与位置一致；`addresses` 列出的也正是这些地址。接着 `t` 从 `s` 分叉出来并预留一个位置：已满的第一个物理块仍然共享（引用计数为 2），未填满的第二个物理块则在 `t` 写入之前被复制。两条序列都释放之后，每个物理块都恰好一次回到空闲列表，没有已填的槽位，也没有持有者。
+
+# %%
+demo_pool = BlockPool(cfg, num_blocks=8, block_size=4, seed=SEED + 7)
+demo = PagedCache(demo_pool)
+demo.add("s")
+s_addresses = torch.cat((demo.reserve("s", 6), demo.reserve("s", 1)))
+first, second = demo.tables["s"]
+demo.fork("s", "t")
+t_address = demo.reserve("t", 1)
+print("s:", demo.tables["s"], s_addresses.tolist())
+print("t:", demo.tables["t"], t_address.tolist())
+assert s_addresses.tolist() == [first * 4 + slot for slot in range(4)] + [second * 4 + slot for slot in range(3)]
+assert torch.equal(demo.addresses("s"), s_addresses) and demo.length("s") == 7 and demo.length("t") == 8
+# [en] The full block is shared; the partly filled one was copied, and t wrote into the copy's next slot.
+# [zh] 已满的物理块被共享；未填满的那个被复制，t 写入的是副本的下一个槽位。
+copy_block = demo.tables["t"][1]
+assert demo.tables["t"][0] == first and copy_block != second and demo_pool.refs[first] == 2 and demo_pool.refs[second] == 1
+assert t_address.tolist() == [copy_block * 4 + 3]
+demo.free("s")
+demo.free("t")
+# [en] Every block is back exactly once, empty and unheld.
+# [zh] 每个物理块都恰好一次回到空闲列表，已清空，也没有持有者。
+assert sorted(demo_pool.free) == list(range(8)) and not any(demo_pool.fill) and not any(demo_pool.refs)
+
+# %% [markdown] lang="en"
 # The reference it must equal is a contiguous per-sequence cache with the same interface: each
 # sequence's K and V are one `[H, n, Dh]` tensor per layer, grown by `torch.cat` as in the first
 # notebook.
@@ -291,10 +327,12 @@ for r in PAGED.values():
 # request's prompt is prefilled on its own; then all running requests decode together, one token each
 # per step. `serve` is this loop, with the cache type left open; section 8 runs it on a longer stream
 # of requests. The paged run must equal, bit for bit, the same schedule over the contiguous cache, and
-# every request's tokens must equal what it generates alone.
+# every request's tokens must equal what it generates alone. The bookkeeping is checked too: at each
+# iteration's peak, after its decode step and before finished requests leave, no request holds more
+# blocks than were reserved for it, and at the end every block is back in the pool.
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求要等到它可能需要的物理块都空闲时才被接纳（提示长度加输出长度再减一，因为最后一个 token 的 K/V 从不存储；再向上取整到整数个物理块），拿到的是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会用它处理一个更长的请求流。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。
+# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求要等到它可能需要的物理块都空闲时才被接纳（提示长度加输出长度再减一，因为最后一个 token 的 K/V 从不存储；再向上取整到整数个物理块），拿到的是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会用它处理一个更长的请求流。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。记账也要检查：在每一轮的峰值时刻（解码步之后、完成的请求离开之前），没有哪个请求持有的物理块超过为它预留的数量；运行结束时，所有物理块都已回到池中。
 
 # %%
 @dataclass
@@ -344,13 +382,20 @@ def serve(model, cache, requests, num_blocks, block_size, max_batch):
             for row, r in enumerate(decoding):
                 r.logits.append(logits[row])
                 r.tokens.append(int(logits[row, -1].argmax()))
+        # [en] The iteration's peak, before finished requests leave: blocks in use and reserved, and whether
+        # [en] every request holds at most the blocks reserved for it.
+        # [zh] 本轮的峰值，在完成的请求离开之前记录：使用中和预留的物理块数，以及每个请求持有的物理块
+        # [zh] 是否都不超过为它预留的数量。
+        paged = hasattr(cache, "pool")
+        trace.append({"iteration": iteration, "decoded": len(decoding), "running": len(running),
+                      "waiting": len(waiting), "blocks_used": cache.pool.used() if paged else None,
+                      "blocks_reserved": sum(blocks_needed(r, block_size) for r in running),
+                      "within_reservation": all(len(cache.tables[r.rid]) <= blocks_needed(r, block_size)
+                                                for r in running) if paged else None})
         for r in [r for r in running if len(r.tokens) == r.max_new]:
             cache.free(r.rid)
             r.finished = iteration
             running.remove(r)
-        trace.append({"iteration": iteration, "decoded": len(decoding), "running": len(running),
-                      "waiting": len(waiting), "blocks_used": cache.pool.used() if hasattr(cache, "pool") else None,
-                      "blocks_reserved": sum(blocks_needed(r, block_size) for r in running)})
         iteration += 1
     return trace
 
@@ -400,6 +445,7 @@ def check_reuse_paged(pool_class=BlockPool, spare_blocks=0) -> dict:
         "finite": all(bool(torch.isfinite(request_logits(r)).all()) for r in paged_requests),
         "reused_blocks": len(pool.allocations) - len(set(pool.allocations)),
         "all_returned": pool.used() == 0 and len(pool.free) == pool.num_blocks,
+        "within_reservation": all(t["within_reservation"] for t in trace),
         "iterations": len(trace),
         "admitted": [r.admitted for r in paged_requests],
     }
@@ -409,12 +455,12 @@ REUSE = check_reuse_paged()
 say(en=(f"Six requests over {REUSE_BLOCKS} blocks: admitted at iterations {REUSE['admitted']}, "
         f"{REUSE['reused_blocks']} allocations of a block that an earlier request had used; bit-exact vs the "
         f"contiguous cache: {REUSE['bit_exact_vs_contiguous']}; tokens as alone: {REUSE['tokens_as_alone']} "
-        f"(largest logit difference from the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}); all blocks back in the pool: {REUSE['all_returned']}."),
+        f"(largest logit difference from the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}); every request within its reservation: {REUSE['within_reservation']}; all blocks back in the pool: {REUSE['all_returned']}."),
     zh=(f"六个请求共用 {REUSE_BLOCKS} 个物理块：被接纳的轮次依次为 {REUSE['admitted']}；有 {REUSE['reused_blocks']} 次分配拿到的是先前请求用过的物理块；"
         f"与连续缓存逐比特相同：{REUSE['bit_exact_vs_contiguous']}；token 与单独运行时相同：{REUSE['tokens_as_alone']}"
-        f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；全部物理块都已归还：{REUSE['all_returned']}。"))
+        f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；每个请求都未超出预留：{REUSE['within_reservation']}；全部物理块都已归还：{REUSE['all_returned']}。"))
 assert REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"] and REUSE["finite"]
-assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"]
+assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"] and REUSE["within_reservation"]
 # [en] Some request had to wait for blocks.
 # [zh] 有的请求必须等待物理块。
 # [en] Batched decoding is not bit-identical to decoding alone.

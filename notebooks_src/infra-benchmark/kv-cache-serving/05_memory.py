@@ -55,6 +55,9 @@ def memory_table(prompts, outputs, limit, block_sizes) -> dict:
         # [en] Positions stored at each step.
         # [zh] 每一步存储的位置数。
         lengths = p + np.arange(o)
+        # [en] The last token is never fed back: the longest step stores p + o - 1 positions, the final length.
+        # [zh] 最后一个 token 不会再送回模型：存储最多的那一步存了 p + o - 1 个位置，即最终长度。
+        assert lengths.max() == p + o - 1
         used += int(lengths.sum())
         reserved["contiguous_max"] += limit * o
         reserved["contiguous_final"] += (p + o - 1) * o

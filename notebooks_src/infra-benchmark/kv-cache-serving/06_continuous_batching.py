@@ -13,15 +13,17 @@
 #
 # **The criterion:** every request's generated tokens equal what it generates alone (batch 1, the
 # first notebook's cache, checked once more against full recomputation), and its logits agree with
-# the alone run within the FP32 tolerance. We also check the bookkeeping: the blocks actually in use
-# never exceed the reservations, and every block is back in the pool at the end.
+# the alone run within the FP32 tolerance. We also check the bookkeeping, at each iteration's peak
+# (after its decode step, before finished requests leave): no request holds more blocks than were
+# reserved for it, the blocks actually in use never exceed the reservations, and every block is back in
+# the pool at the end.
 
 # %% [markdown] lang="zh"
 # ## 8. 一个小小的连续批处理循环
 #
 # 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每一轮都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：24 个请求（提示 4 到 48 个 token，输出 4 到 40 个 token，在开头若干轮内陆续到达），池中有 40 个物理块，每个物理块 8 个位置，同时最多运行 8 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
 #
-# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还检查记账：实际使用的物理块从不超过预留量，运行结束时所有物理块都已回到池中。
+# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每一轮的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。
 
 # %%
 STREAM_REQUESTS, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH = 24, 40, 8, 8
@@ -55,7 +57,7 @@ CONTINUOUS = {
     "close_to_alone": all(torch.allclose(request_logits(r), alone(r)["logits"], atol=tol, rtol=tol) for r in stream_requests),
     "alone_equals_full_recomputation": alone_consistent,
     "peak_blocks_used": max(t["blocks_used"] for t in TRACE),
-    "used_within_reserved": all(t["blocks_used"] <= t["blocks_reserved"] <= STREAM_BLOCKS for t in TRACE),
+    "used_within_reserved": all(t["blocks_used"] <= t["blocks_reserved"] <= STREAM_BLOCKS and t["within_reservation"] for t in TRACE),
     "all_returned": stream_pool.used() == 0,
     "waited": sum(r.admitted > r.arrival for r in stream_requests),
 }
@@ -77,11 +79,11 @@ assert CONTINUOUS["decoded_tokens"] + CONTINUOUS["prefill_tokens_generated"] == 
 
 # %% [markdown] lang="en"
 # The figure follows the pool over the run: blocks in use, blocks reserved by the scheduler, and the
-# number of running requests. The gap between the two block curves is the price of the worst-case
-# admission rule: blocks reserved for tokens not generated yet.
+# number of running requests, each at the iteration's peak. The gap between the two block curves is
+# the price of the worst-case admission rule: blocks reserved for tokens not generated yet.
 
 # %% [markdown] lang="zh"
-# 下图跟踪整个运行过程中池的状态：正在使用的物理块、调度器预留的物理块，以及正在运行的请求数。两条物理块曲线之间的差距，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。
+# 下图跟踪整个运行过程中池的状态：正在使用的物理块、调度器预留的物理块，以及正在运行的请求数，都取每一轮的峰值。两条物理块曲线之间的差距，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。
 
 # %%
 iterations = [t["iteration"] for t in TRACE]

@@ -22,9 +22,9 @@
 # %% [markdown] lang="zh"
 # ## {{section}}. 外部裁判：Hugging Face GPT-2
 #
-# 等价性检查是拿我们的解码器和它自己比：缓存路径对照完整重算。比较的双方都出自我们之手，如果两边犯了同一个理解上的错误，这样的比较是发现不了的。本节请来一位并非出自我们之手的裁判。我们的解码器采用的是缩小版的 GPT-2 结构，只改了两处设置：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似），输出投影不共享权重、有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。这两处设置都是 `transformers.GPT2LMHeadModel` 的配置项，因此可以把我们的权重复制进去。只要复制得没错，两个模型计算的就是同一个函数，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，绝对容差取 1e-10：同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；而权重映射上真正的错误会大得多。
+# 等价性检查是拿我们的解码器和它自己比：缓存路径对照完整重算。比较的双方都出自我们之手，如果两边有同一个理解上的错误，这样的比较是发现不了的。本节请来一位外部裁判：一份不是我们编写的实现。我们的解码器就是玩具尺寸的 GPT-2 结构，只改了两处设置：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似）；输出投影不共享权重，有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。这两处设置都是 `transformers.GPT2LMHeadModel` 的配置项，因此可以把我们的权重复制进去。只要复制无误，两个模型计算的就是同一个函数，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，绝对容差取 1e-10：同一套运算的两种正确实现在 FP64 下只差舍入误差，远小于这个容差；而权重映射中真正的错误会大得多。
 #
-# 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分什么也不做。配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）在这个比较的基础上更进一步：比较必须抓住的三个现实中容易犯的映射错误、容差为什么要定得这么紧、transformers 的缓存对象，以及两个模型之间的一场计时比赛。
+# 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分什么也不做。配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）在这个比较的基础上更进一步：比较必须抓住的三个现实中很容易犯的映射错误、容差为什么要定得这么紧、transformers 的缓存对象，以及两个模型之间的一场计时比赛。
 
 # %%
 import copy
@@ -80,7 +80,8 @@ def say_skip_note():
         say(en=SKIP_NOTE, zh="没有安装 transformers，因此跳过与 Hugging Face GPT-2 的比较。")
     else:
         say(en=SKIP_NOTE, zh=f"transformers {transformers.__version__} 缺少这里用到的缓存接口（{API_PROBLEM}）；"
-                             f"它在 {CHECKED} 上检查过，因此跳过与 Hugging Face GPT-2 的比较。")
+                             f"本比较在 {'、'.join(CHECKED_TRANSFORMERS)} 和 {PINNED_TRANSFORMERS} 上检查过，"
+                             f"因此跳过与 Hugging Face GPT-2 的比较。")
 
 
 def max_abs(a, b):
@@ -94,7 +95,8 @@ elif transformers.__version__ in (PINNED_TRANSFORMERS, *CHECKED_TRANSFORMERS):
 else:
     say(en=f"transformers {transformers.__version__}: not one of the versions this comparison was checked with "
            f"({CHECKED}); if an assertion below fails, this version computes something differently.",
-        zh=f"transformers {transformers.__version__}：不在检查过的版本之列（{CHECKED}）；"
+        zh=f"transformers {transformers.__version__} 不在本比较检查过的版本之列"
+           f"（{'、'.join(CHECKED_TRANSFORMERS)} 和 {PINNED_TRANSFORMERS}）；"
            f"如果下面某条断言失败，说明这个版本的某处计算方式不同。")
 
 # %% [markdown] lang="en"
@@ -110,7 +112,7 @@ else:
 # is strict: a missing or unexpected weight name is an error.
 
 # %% [markdown] lang="zh"
-# **映射要点**：`GPT2Config` 的默认值描述的是已发布的 GPT-2 中最小的那个，所以我们根据自己的 `cfg` 构造配置：各项尺寸、不用 dropout、LayerNorm 的 epsilon 取 1e-5、`activation_function="gelu"`（精确 GELU）、`tie_word_embeddings=False`、不设特殊 token 的 ID（GPT-2 默认的 50256 在只有 97 个 token 的词表里并不存在），以及 eager 注意力，也就是最直接的“矩阵乘 → softmax → 矩阵乘”。权重要做两种转换。GPT-2 的投影层是 `Conv1D` 模块，把矩阵存成 `[in, out]`，计算 `x @ W + b`，所以我们每个 `nn.Linear` 的权重（`[out, in]`）都要转置后再放进去。另外，GPT-2 只有一个 `c_attn`，一次并排算出 Q、K、V，所以它的权重是我们的 `q`、`k`、`v` 三个矩阵拼接后再转置，偏置则是三个偏置首尾相接。下表列出与 GPT-2 默认值不同的每一个配置项。加载使用严格模式：参数名缺了或多了都会报错。
+# **映射要点**：`GPT2Config` 的默认值描述的是已发布的 GPT-2 中最小的那个模型，所以我们根据自己的 `cfg` 构造配置：各项尺寸、不用 dropout、LayerNorm 的 epsilon 取 1e-5、`activation_function="gelu"`（精确 GELU）、`tie_word_embeddings=False`、不设特殊 token 的 ID（GPT-2 默认的 50256 在只有 97 个 token 的词表里并不存在），以及 eager 注意力，也就是最直接的“矩阵乘 → softmax → 矩阵乘”。权重要做两种转换。GPT-2 的投影层是 `Conv1D` 模块，把矩阵存成 `[in, out]`，计算 `x @ W + b`，所以我们每个 `nn.Linear` 的权重（`[out, in]`）都要转置后再放进去。另外，GPT-2 只有一个 `c_attn`，一次并排算出 Q、K、V，所以它的权重是我们的 `q`、`k`、`v` 三个矩阵堆叠后再转置，偏置则是三个偏置拼接而成。下表列出与 GPT-2 默认值不同的每一个配置项。加载使用严格模式：缺少权重名或多出权重名都会报错。
 
 # %%
 # [en] A GPT2Config that describes our decoder; `changes` overrides fields (the traps use it).
@@ -200,7 +202,7 @@ if HAVE_TRANSFORMERS:
 # must report a disagreement.
 
 # %% [markdown] lang="zh"
-# **一个函数完成比较**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、若干单 token 的步、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条长度为 512 的序列用到了位置嵌入表的每一行。作为负对照，同样的比较随后再对一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2 运行一次，它必须报告两边不一致。
+# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几次只送一个 token 的调用、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。
 
 # %%
 PEER_CHUNKS = [128, 1, 1, 61, 1, 64, 255, 1]
