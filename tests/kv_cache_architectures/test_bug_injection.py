@@ -2,9 +2,10 @@
 
 Each mutation edits the text of one section file (as a careless edit would): the notebook's model,
 caches, rotation, quantizer or attention, never its negative controls (wrong on purpose) and never the
-tests. The notebook's code then runs in this process, and the run must end in an AssertionError raised
-by a statement of a notebook section file, not by a test. A mutation that survives means the notebook
-cannot see that bug.
+tests. Each replaced text must occur exactly once in its file, inside a code cell. The notebook's code
+then runs in this process, and the run must end in an AssertionError raised by a statement of a notebook
+section file, not by a test (or in the immediate error named in STOPPED_BY). A mutation that survives
+means the notebook cannot see that bug.
 
 Speed: the unmutated notebook (quick mode) runs once per session, section by section. Just before the
 section a mutation edits, the process forks; the child runs the mutated section and everything after it,
@@ -12,9 +13,9 @@ and reports how it ended. The fork starts from exactly the state a full run woul
 cost of the mutated suffix only.
 
 Every mutation runs without `transformers`: the notebook must catch it on its own, since a reader may lack
-the package. The ones marked `hf` are mistakes that keep the cached and the full path in agreement, for
-which the Hugging Face cross-checks of sections 5 and 6 are the outside referee; they also run with
-`transformers` (skipped where it is not installed).
+the package. The ones marked `hf` are mistakes that the Hugging Face cross-checks of sections 5 and 6
+were written to see, most of them keeping the cached and the full path in agreement; they also run with
+`transformers` (skipped where it is not installed), the environment of the build.
 """
 
 from __future__ import annotations
