@@ -78,3 +78,9 @@ def test_parts_are_restored_after_an_error(nb):
         with net.parts(expand=nb["tile_kv"]):
             raise RuntimeError("boom")
     assert net.expand is nb["repeat_kv"]
+
+
+def test_the_real_layer_equals_a_loop_over_query_heads(nb):
+    """Criterion 4: head h reads K/V head h // groups in GQAttention.forward itself; tiling is caught."""
+    loop = nb["HEAD_LOOP"]
+    assert loop["gqa2"] < 1e-10 and loop["mqa"] < 1e-10 and loop["tile_kv_control"] > 1e-2

@@ -68,3 +68,9 @@ def test_a_call_reads_its_own_new_keys_in_full_precision(nb):
         quant_logits, cache = nb["build_quant"](2)(ids)
         exact_logits, _ = nb["build_rope"]()(ids)
     assert cache[0].quantized_positions() == 8 and torch.equal(quant_logits, exact_logits)
+
+
+def test_every_value_comes_back_within_half_a_step(nb):
+    trip = nb["QUANT_ROUND_TRIP"]
+    assert len(trip) == 7 and trip["dropped_scale_control"] > 0.5
+    assert all(0.4 < error <= 0.5 + 1e-9 for name, error in trip.items() if name != "dropped_scale_control")

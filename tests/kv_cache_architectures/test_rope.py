@@ -83,3 +83,9 @@ def test_pinned_transformers_version(nb):
     pinned = [line.split("==")[1].strip() for line in (REPO / "requirements.txt").read_text().splitlines()
               if line.startswith("transformers==")]
     assert pinned == [transformers.__version__] == [nb["PINNED_TRANSFORMERS"]]
+
+
+def test_rotary_is_its_formula_and_the_backwards_control_only_fails_that(nb):
+    formula = nb["ROPE_FORMULA"]
+    assert formula["max_abs_diff"] < 1e-12
+    assert formula["backwards_max_abs_diff"] > 1.0 and formula["backwards_shift_error"] < 1e-12

@@ -204,6 +204,16 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+# [en] PyTorch ships the same normalization, torch.nn.RMSNorm, and ours must agree with it. The input is small,
+# [en] so that eps matters: a norm with another eps must not agree.
+# [zh] PyTorch 自带同样的归一化 torch.nn.RMSNorm，我们的实现必须与它一致。输入取得很小，
+# [zh] 这样 eps 才起作用：换一个 eps 的归一化就不能与之一致。
+small = 1e-3 * torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
+with torch.inference_mode():
+    assert torch.allclose(RMSNorm(64).double()(small), nn.RMSNorm(64, eps=1e-5).double()(small), atol=1e-12, rtol=0)
+    assert not torch.allclose(RMSNorm(64).double()(small), nn.RMSNorm(64, eps=1e-6).double()(small), atol=1e-3, rtol=0)
+
+
 class SwiGLU(nn.Module):
     def __init__(self, config: ArchConfig):
         super().__init__()
@@ -441,11 +451,11 @@ say_table([[str(h), f"{v['formula_bytes']:,}", f"{v['measured_bytes']:,}", f"{v[
 # catch a disagreement between the two paths; it says nothing about whether the pairing of heads is the
 # one the weights were made for. The outputs do change: in this run the tiled model's logits differ from
 # the interleaved model's by up to {{run:gqa.tile_logit_diff:.2f}}. With $H_{kv} = 1$ or $H_{kv} = H$
-# tiling and interleaving coincide, which is why the mistake survives tests on MQA or MHA. Only an outside referee that knows the intended layout can catch
-# it: the Hugging Face cross-check of section 5 does.
+# tiling and interleaving coincide, which is why the mistake survives tests on MQA or MHA. Only a referee that knows the intended layout can catch
+# it: criterion 4 below, which spells the layout out head by head, and the Hugging Face cross-check of section 5.
 
 # %% [markdown] lang="zh"
-# **负对照：平铺代替交错。** 在 GQA 模型中把 `repeat_kv` 换成 `tile_kv`，再跑同样的 12 种配置，结果全部通过。这并不是检查有缺陷，而是它能看到的东西本来有限：平铺后的模型是一个**不同但自洽**的函数。它的完整路径和缓存路径都把查询头 1 与 K/V 头 1 配对，所以两者彼此一致。“缓存对照完整重算”只能发现两条路径之间的分歧，无法判断头的配对方式是否与权重的设计相符。输出确实变了：在本次运行中，平铺版本与交错版本的 logits 相差最多 {{run:gqa.tile_logit_diff:.2f}}。而当 $H_{kv} = 1$ 或 $H_{kv} = H$ 时，平铺与交错的结果完全相同，所以只在 MQA 或 MHA 上测试，这个错误就会溜过去。只有知道正确布局的外部裁判才能发现它，第 5 节与 Hugging Face 的交叉核对正是这样的裁判。
+# **负对照：平铺代替交错。** 在 GQA 模型中把 `repeat_kv` 换成 `tile_kv`，再跑同样的 12 种配置，结果全部通过。这并不是检查有缺陷，而是它能看到的东西本来有限：平铺后的模型是一个**不同但自洽**的函数。它的完整路径和缓存路径都把查询头 1 与 K/V 头 1 配对，所以两者彼此一致。“缓存对照完整重算”只能发现两条路径之间的分歧，无法判断头的配对方式是否与权重的设计相符。输出确实变了：在本次运行中，平铺版本与交错版本的 logits 相差最多 {{run:gqa.tile_logit_diff:.2f}}。而当 $H_{kv} = 1$ 或 $H_{kv} = H$ 时，平铺与交错的结果完全相同，所以只在 MQA 或 MHA 上测试，这个错误就会溜过去。只有知道正确布局的裁判才能发现它：一个是下面逐头写出这一布局的判据 4，另一个是第 5 节与 Hugging Face 的交叉核对。
 
 # %%
 tiled_grid = run_grid(lambda: build_arch(GQA_CONFIGS["gqa2"], expand=tile_kv))
@@ -467,6 +477,66 @@ say(en=f"Tiled K/V heads: all 12 cached-versus-full configurations pass (largest
     zh=f"平铺 K/V 头：12 种“缓存对照完整重算”的配置全部通过（最大误差 "
        f"{TILE_CONTROL['max_abs_logit_err_cached_vs_full']:.2e}），但 logits 与交错版本相差最多 "
        f"{TILE_CONTROL['max_abs_logit_diff_vs_interleaved']:.3f}。只有一个 K/V 头时，两者完全相同。")
+
+# %% [markdown] lang="en"
+# **Criterion 4: query head $h$ reads K/V head $\lfloor h / g \rfloor$, checked head by head.** This referee
+# needs nothing installed. `heads_by_loop` computes one attention layer one query head at a time from the
+# layer's own weights: for head $h$ it projects the queries with the rows of `q` that belong to head $h$
+# and the keys and values with the rows of `k` and `v` that belong to K/V head $\lfloor h / g \rfloor$; it
+# never calls `repeat_kv`. The real layer, `GQAttention.forward` with a `FullKV`, reads the 24-token
+# stream in chunks of 5. In FP64 the two must agree within `1e-10` for GQA and MQA, and the same layer
+# with `tile_kv` must not.
+
+# %% [markdown] lang="zh"
+# **判据 4：查询头 $h$ 读取第 $\lfloor h / g \rfloor$ 个 K/V 头，逐头检查。** 这个裁判不需要安装任何东西。`heads_by_loop` 按查询头逐个计算一层注意力，只用这一层自己的权重：对查询头 $h$，用 `q` 中属于头 $h$ 的那几行投影出查询，用 `k` 和 `v` 中属于第 $\lfloor h / g \rfloor$ 个 K/V 头的那几行投影出键和值；它从不调用 `repeat_kv`。真实的注意力层，即带 `FullKV` 的 `GQAttention.forward`，按块长 5 读入 24 个 token 的序列。在 FP64 下，GQA 和 MQA 的两种算法之差都必须小于 `1e-10`，而改用 `tile_kv` 的同一层则不能通过。
+
+# %%
+def rows_of(linear: nn.Linear, head: int, head_dim: int):
+    # [en] The weight rows (and bias entries) that produce one head's head_dim outputs.
+    # [zh] 产生某一个头的 head_dim 个输出的那几行权重（以及偏置）。
+    rows = slice(head * head_dim, (head + 1) * head_dim)
+    return linear.weight[rows], None if linear.bias is None else linear.bias[rows]
+
+
+@torch.inference_mode()
+def heads_by_loop(attn: GQAttention, x):
+    # [en] One query head at a time; query head h uses K/V head h // groups. x: [B, T, width].
+    # [zh] 每次计算一个查询头；查询头 h 使用第 h // groups 个 K/V 头。x 的形状为 [B, T, width]。
+    groups, allowed, heads = attn.heads // attn.kv_heads, causal_mask(0, x.shape[1]), []
+    for h in range(attn.heads):
+        q = F.linear(x, *rows_of(attn.q, h, attn.head_dim))                                # [B, T, Dh]
+        k = F.linear(x, *rows_of(attn.k, h // groups, attn.head_dim))
+        v = F.linear(x, *rows_of(attn.v, h // groups, attn.head_dim))
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(attn.head_dim)).masked_fill(~allowed, float("-inf"))
+        heads.append(scores.softmax(dim=-1) @ v)
+    return attn.proj(torch.cat(heads, dim=-1))                                              # [B, T, width]
+
+
+@torch.inference_mode()
+def layer_in_chunks(attn: GQAttention, x, expand=repeat_kv, chunk: int = 5):
+    # [en] The real layer on its cached path, as the decoder drives it.
+    # [zh] 真实的注意力层走缓存路径，调用方式与解码器相同。
+    layer_cache, pieces = FullKV(), []
+    for start in range(0, x.shape[1], chunk):
+        positions = absolute_positions(start, min(chunk, x.shape[1] - start))
+        step = Step(positions, None, position_causal_mask, expand, softmax_attention)
+        pieces.append(attn(x[:, start:start + len(positions)], step, layer_cache))
+    return torch.cat(pieces, dim=1)
+
+
+HEAD_INPUT = torch.randn(2, STREAM_LEN, cfg.width, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
+HEAD_LOOP = {}
+for name, config in GQA_CONFIGS.items():
+    attn = build_arch(config).double().blocks[0].attn
+    HEAD_LOOP[name] = (layer_in_chunks(attn, HEAD_INPUT) - heads_by_loop(attn, HEAD_INPUT)).abs().max().item()
+attn = build_arch(GQA_CONFIGS["gqa2"]).double().blocks[0].attn
+HEAD_LOOP["tile_kv_control"] = (layer_in_chunks(attn, HEAD_INPUT, expand=tile_kv) - heads_by_loop(attn, HEAD_INPUT)).abs().max().item()
+assert HEAD_LOOP["gqa2"] < 1e-10 and HEAD_LOOP["mqa"] < 1e-10
+assert HEAD_LOOP["tile_kv_control"] > 1e-2
+say(en=f"Head by head (FP64): the real layer differs from the loop by {HEAD_LOOP['gqa2']:.1e} (GQA) and "
+       f"{HEAD_LOOP['mqa']:.1e} (MQA); with `tile_kv` by {HEAD_LOOP['tile_kv_control']:.3f}: caught.",
+    zh=f"逐头检查（FP64）：真实注意力层与逐头循环的差异为 {HEAD_LOOP['gqa2']:.1e}（GQA）和 "
+       f"{HEAD_LOOP['mqa']:.1e}（MQA）；改用 `tile_kv` 后差异为 {HEAD_LOOP['tile_kv_control']:.3f}：被抓住了。")
 
 # %% tags=["prose-values"]
 {"gqa": {"tile_logit_diff": float(TILE_CONTROL["max_abs_logit_diff_vs_interleaved"])}}

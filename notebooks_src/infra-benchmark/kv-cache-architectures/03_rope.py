@@ -98,6 +98,64 @@ say(en=f"RoPE: shifting both positions by {SHIFTS} changes no score by more than
        f"可学习的位置向量：同样的平移至少让分数改变 {RELATIVE['learned_min_max_abs_diff']:.2f}。")
 
 # %% [markdown] lang="en"
+# **RoPE is its formula, pair by pair.** The shift test above holds for any rotation by angles proportional
+# to the position: also for one that turns every pair the wrong way, or at the wrong frequencies. It cannot
+# tell whether `Rotary` computes the formula of this section, and cached-versus-full cannot either (both
+# paths would share the mistake). So we compare `Rotary` with the formula itself, written out pair by pair
+# with the frequencies computed anew: for every position $p < 512$ and every pair $i < D_h/2$, coordinates
+# $i$ and $i + D_h/2$ must become
+# $(x_i \cos p\theta_i - x_{i+D_h/2} \sin p\theta_i,\; x_i \sin p\theta_i + x_{i+D_h/2} \cos p\theta_i)$, in FP64,
+# within `1e-12`. The negative control turns every pair backwards, by $-p\theta_i$: it passes the shift test
+# and fails this one.
+
+# %% [markdown] lang="zh"
+# **RoPE 就是它的公式，逐对检查。** 上面的平移检验对任何“转角与位置成正比”的旋转都成立：即使每一对都转错了方向，或者频率不对，也照样成立。它无法判断 `Rotary` 算的是否就是本节的公式，“缓存对照完整重算”同样无法判断（两条路径会犯同一个错误）。所以我们直接拿 `Rotary` 与公式本身比较：逐对写出公式，频率也重新计算。对每个位置 $p < 512$ 和每一对 $i < D_h/2$，第 $i$ 和第 $i + D_h/2$ 个坐标必须变为 $(x_i \cos p\theta_i - x_{i+D_h/2} \sin p\theta_i,\; x_i \sin p\theta_i + x_{i+D_h/2} \cos p\theta_i)$，在 FP64 下误差不超过 `1e-12`。负对照让每一对都反向旋转 $-p\theta_i$：它能通过平移检验，却通不过这项检查。
+
+# %%
+def rope_by_formula(x, positions, theta: float = 10000.0):
+    # [en] The rotation written out pair by pair: pair i is (x_i, x_{i + Dh/2}), turned by p * theta**(-2i/Dh).
+    # [zh] 逐对写出的旋转：第 i 对是 (x_i, x_{i + Dh/2})，旋转角为 p * theta**(-2i/Dh)。
+    half, out = x.shape[-1] // 2, torch.empty_like(x)
+    for i in range(half):
+        angle = positions.to(torch.float64) * theta ** (-2 * i / x.shape[-1])              # [T]
+        a, b = x[..., i], x[..., i + half]
+        out[..., i], out[..., i + half] = a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()
+    return out
+
+
+def turned_backwards(x, positions):
+    # [en] WRONG on purpose: every pair turns by -p * theta_i.
+    # [zh] 故意写错：每一对都旋转 -p * theta_i。
+    return x * rotary64.cos[positions] - rotate_half(x) * rotary64.sin[positions]
+
+
+def shift_error(rotate) -> float:
+    # [en] The shift test above for any rotation: largest change of a score when both positions move together.
+    # [zh] 对任意旋转做上面的平移检验：两个位置一起平移时，分数的最大变化。
+    pos = torch.arange(64)
+    scores = lambda s: rotate(q_vec.expand(64, -1)[None, None], s + pos)[0, 0] @ rotate(k_vec.expand(64, -1)[None, None], s + pos)[0, 0].T
+    return max((scores(s) - scores(0)).abs().max().item() for s in SHIFTS)
+
+
+with torch.inference_mode():
+    rope_input = torch.randn(1, 2, cfg.max_positions, cfg.head_dim, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
+    every_position = torch.arange(cfg.max_positions)
+    by_formula = rope_by_formula(rope_input, every_position)
+    ROPE_FORMULA = {
+        "max_abs_diff": (rotary64(rope_input, every_position) - by_formula).abs().max().item(),
+        "backwards_max_abs_diff": (turned_backwards(rope_input, every_position) - by_formula).abs().max().item(),
+        "backwards_shift_error": shift_error(turned_backwards),
+    }
+assert ROPE_FORMULA["max_abs_diff"] < 1e-12
+assert ROPE_FORMULA["backwards_max_abs_diff"] > 1.0 and ROPE_FORMULA["backwards_shift_error"] < 1e-12
+say(en=f"`Rotary` against the formula (FP64, 512 positions): largest difference {ROPE_FORMULA['max_abs_diff']:.1e}. "
+       f"Turned backwards: {ROPE_FORMULA['backwards_max_abs_diff']:.2f} from the formula (caught), although its scores "
+       f"change under the shifts by only {ROPE_FORMULA['backwards_shift_error']:.1e}.",
+    zh=f"`Rotary` 对照公式（FP64，512 个位置）：最大差异 {ROPE_FORMULA['max_abs_diff']:.1e}。"
+       f"反向旋转：与公式相差 {ROPE_FORMULA['backwards_max_abs_diff']:.2f}（被抓住了），尽管在平移下它的分数只变化了 "
+       f"{ROPE_FORMULA['backwards_shift_error']:.1e}。")
+
+# %% [markdown] lang="en"
 # The model of this section is Llama-shaped: GQA with $H_{kv} = 2$, RoPE, RMSNorm, the gated SiLU MLP and
 # no biases. **Criterion: cached path = full recomputation** over the same 12 configurations as section 4.
 

@@ -280,6 +280,36 @@ say(en=f"Dropped scale (8 bits): max abs logit error {DROPPED_SCALE['max_abs_log
 assert DROPPED_SCALE["max_abs_logit_err"] > BOUNDS[8]["max_abs_logit_err"]
 
 # %% [markdown] lang="en"
+# **The quantizer alone: every value comes back within half a step.** The bounds above judge the whole
+# cache through the model, with room to spare. The quantizer itself has a sharper property that can be
+# checked on its own: rounding to the nearest code means that each element is read back within half of its
+# step (its scale), $|x - \hat x| \le \mathrm{scale}/2$, whatever the bit width and the axis of the
+# statistics. The cell checks it in FP64 on a random tensor shaped like one group of cached keys, for 2, 4
+# and 8 bits, per channel and per token; the dropped scale of the control above must break it.
+
+# %% [markdown] lang="zh"
+# **单看量化器：每个值读回时，误差都不超过半个步长。** 上面的界是通过模型来评判整个缓存的，而且留有充足的余量。量化器本身还有一个更精确、可以单独检查的性质：取整到最近的编码，意味着每个元素读回时的误差不超过其步长（即缩放因子）的一半，$|x - \hat x| \le \mathrm{scale}/2$，与比特数无关，也与统计量沿哪个维度计算无关。下面的单元格在 FP64 下，用一个形状与一组缓存键相同的随机张量，对 2、4、8 比特分别按通道和按 token 检查这一点；上面负对照中漏乘缩放因子的反量化必须违反它。
+
+# %%
+def round_trip_steps(x, bits: int, dim: int, dequantize=dequantize) -> float:
+    # [en] Largest |dequantize(quantize(x)) - x|, in units of each element's step (its scale).
+    # [zh] |dequantize(quantize(x)) - x| 的最大值，以每个元素自己的步长（缩放因子）为单位。
+    codes, scale, low = quantize(x, bits, dim)
+    return ((dequantize(codes, scale, low) - x).abs() / scale).max().item()
+
+
+group_like = torch.randn(1, LLAMA_CFG.n_kv, 8, LLAMA_CFG.head_dim, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
+QUANT_ROUND_TRIP = {f"int{bits}_{axis}": round_trip_steps(group_like, bits, dim)
+                    for bits in QUANT_BITS for axis, dim in (("per_channel", -2), ("per_token", -1))}
+QUANT_ROUND_TRIP["dropped_scale_control"] = round_trip_steps(group_like, 8, -1, dequantize_without_scale)
+say_table([[str(b), f"{QUANT_ROUND_TRIP[f'int{b}_per_channel']:.3f}", f"{QUANT_ROUND_TRIP[f'int{b}_per_token']:.3f}"] for b in QUANT_BITS]
+          + [["8, `dequantize_without_scale`", "-", f"{QUANT_ROUND_TRIP['dropped_scale_control']:.1f}"]],
+          en=["bits", "largest error per channel (steps)", "largest error per token (steps)"],
+          zh=["比特数", "按通道的最大误差（步长）", "按 token 的最大误差（步长）"])
+assert all(error <= 0.5 + 1e-9 for name, error in QUANT_ROUND_TRIP.items() if name != "dropped_scale_control")
+assert QUANT_ROUND_TRIP["dropped_scale_control"] > 0.5
+
+# %% [markdown] lang="en"
 # The figure shows the per-step error for each bit width (log scale); the dotted line marks the first
 # step that reads quantized keys. Before it all three errors are zero, which a log axis cannot draw, so
 # the curves start there.

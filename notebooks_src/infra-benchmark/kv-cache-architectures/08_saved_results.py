@@ -45,10 +45,12 @@ RESULTS = {
         "mha_reproduces_decoder": MHA_SAME,
         "grids": {name: grid_rows(rows) for name, rows in GQA_GRIDS.items()},
         "payload": {str(h): v for h, v in GQA_PAYLOAD.items()},
+        "head_loop": HEAD_LOOP,
         "controls": {"tile_kv": TILE_CONTROL},
     },
     "rope": {
         "relative_position": RELATIVE | {"shifts": SHIFTS},
+        "formula": ROPE_FORMULA,
         "grid": grid_rows(ROPE_GRID),
         "controls": {
             "rotated_from_zero": control_rows(ROPE_FROM_ZERO),
@@ -72,6 +74,7 @@ RESULTS = {
         "exact_while_window_covers": {str(b): v for b, v in QUANT_EXACT_WINDOW.items()},
         "runs": {str(b): {k: v for k, v in r.items() if k != "cache"} for b, r in QUANT.items()},
         "memory": QUANT_MEMORY,
+        "round_trip_steps": QUANT_ROUND_TRIP,
         "controls": {"dropped_scale": {k: v for k, v in DROPPED_SCALE.items() if k not in ("cache", "per_step_max_abs_logit_err")}},
     },
     "fused": {
