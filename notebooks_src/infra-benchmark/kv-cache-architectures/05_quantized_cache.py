@@ -59,7 +59,9 @@ gen = torch.Generator().manual_seed(SEED)
 sample_codes = {b: torch.randint(0, 2 ** b, (3, 16), generator=gen).to(torch.uint8) for b in (2, 4, 8)}
 assert all(torch.equal(unpack(pack(c, b), b), c) for b, c in sample_codes.items())
 assert [pack(c, b).shape[-1] for b, c in sample_codes.items()] == [4, 8, 16]
-print("bytes for 16 codes of 2, 4, 8 bits:", [pack(c, b).shape[-1] for b, c in sample_codes.items()])
+packed_bytes = [pack(c, b).shape[-1] for b, c in sample_codes.items()]
+say(en=f"16 codes of 2, 4 and 8 bits pack into {packed_bytes[0]}, {packed_bytes[1]} and {packed_bytes[2]} bytes, and unpack to the same codes.",
+    zh=f"16 个 2、4、8 比特的编码分别打包成 {packed_bytes[0]}、{packed_bytes[1]}、{packed_bytes[2]} 个字节，解包后得到原来的编码。")
 
 # %% [markdown] lang="en"
 # The quantized layer cache has the same `update` method as the others. It appends the new K/V to the
@@ -241,7 +243,7 @@ for bits in QUANT_BITS:
     measured = sum(c.nbytes() for c in QUANT[bits]["cache"])
     assert measured == quant_bytes(T_TOTAL, bits, LLAMA_CFG)
     QUANT_MEMORY[f"int{bits}_bytes"] = measured
-say_table([["FP32 (exact)", f"{QUANT_MEMORY['exact_bytes']:,}", "1.00"]]
+say_table([["FP32", f"{QUANT_MEMORY['exact_bytes']:,}", "1.00"]]
           + [[f"int{b}", f"{QUANT_MEMORY[f'int{b}_bytes']:,}", f"{QUANT_MEMORY[f'int{b}_bytes'] / QUANT_MEMORY['exact_bytes']:.2f}"] for b in QUANT_BITS],
           en=[f"cache after {T_TOTAL} positions", "bytes (formula = measured)", "fraction of FP32"],
           zh=[f"{T_TOTAL} 个位置之后的缓存", "字节数（公式 = 实测）", "占 FP32 的比例"])
