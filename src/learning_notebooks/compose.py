@@ -11,7 +11,7 @@ from nbformat import NotebookNode
 from . import layout
 from . import placeholders
 from .localize import localize_code, outputs_for, strip_comments
-from .sources import LINK_PLACEHOLDER, NotebookSource, ProjectConfig
+from .sources import LINK_PLACEHOLDER, NotebookSource, ProjectConfig, Section
 
 LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
 
@@ -95,8 +95,28 @@ def prelude_cell(lang: str | None) -> NotebookNode:
 
 
 def fill_sections(text: str, ordinal: int) -> str:
-    """`{{section}}` in prose is the section's 1-based position in this notebook's `sections`."""
+    """`{{section}}` in prose is the section's number in this notebook (see `section_numbers`)."""
     return text.replace(SECTION_PLACEHOLDER, str(ordinal))
+
+
+def has_heading(section: Section) -> bool:
+    """Whether the section's prose opens a numbered part of the notebook: a level-2 heading (`## ...`)."""
+    return any(
+        line.startswith("## ") for cell in section.cells if cell.kind == "markdown" for line in cell.source.splitlines()
+    )
+
+
+def section_numbers(sections: tuple[Section, ...]) -> list[int]:
+    """The number `{{section}}` stands for in each section: 1 + the headed sections before it.
+
+    A section without a `##` heading continues the one before it and takes its number, so a shared
+    piece of code (the environment report, say) can be its own file without shifting the numbers.
+    """
+    numbers, count = [], 0
+    for section in sections:
+        count += has_heading(section)
+        numbers.append(max(count, 1))
+    return numbers
 
 
 def parameters_source(overrides: dict[str, object]) -> str:
@@ -118,7 +138,7 @@ def _cells(
     lang=None: the notebook that executes, with no prose and no localized comments.
     """
     cells = [prelude_cell(lang)]
-    for ordinal, section in enumerate(source.sections, start=1):
+    for ordinal, section in zip(section_numbers(source.sections), source.sections):
         for cell in section.cells:
             if cell.kind == "markdown":
                 if cell.lang == lang:

@@ -164,3 +164,18 @@ def test_colab_placeholders_in_prose_become_urls_in_each_language(source, config
     linked = replace(intro, cells=(en, replace(zh, source="见 {{colab:demo/hello}}")))
     notebook = compose(replace(source, sections=(linked,)), "zh", config, {}, {})
     assert notebook.cells[2].source == "见 " + colab_url(config, source, "zh")  # after the header and the prelude
+
+
+def test_a_section_without_a_heading_continues_the_numbering_of_the_one_before():
+    from pathlib import Path
+
+    from learning_notebooks.compose import section_numbers
+    from learning_notebooks.sources import Cell, Section
+
+    def section(*texts):
+        return Section(Path("x.py"), tuple(Cell("markdown", t, Path("x.py"), 1, "en") for t in texts))
+
+    sections = (section("intro", "## 1. Setup"), section("the environment"), section("## {{section}}. Masks"),
+                section("## {{section}}. Decoder"))
+    assert section_numbers(sections) == [1, 1, 2, 3]
+    assert section_numbers((section("no heading yet"), section("## {{section}}. First"))) == [1, 1]
