@@ -37,6 +37,9 @@ _, _, full_parts = toy_forward(token_ids)
 assert np.array_equal(step["x"], full_parts["x"][:, PAST:])
 
 restart_logits, _, restart_parts = toy_forward(token_ids[:, PAST:], cache=prefill_cache, pos_start=0)
+# [en] Legal shapes, nothing crashes ...
+# [zh] 形状合法，程序也不会崩溃……
+assert restart_logits.shape == step_logits.shape and restart_parts["k"].shape == step["k"].shape
 assert not np.allclose(restart_parts["x"], full_parts["x"][:, PAST:])
 restart_error = np.abs(restart_logits - full_logits[:, PAST:]).max()
 # [en] Far outside rounding.

@@ -8,7 +8,7 @@
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
 # That is `allowed_keys` from section 2. The tempting shortcut is an ordinary lower triangle over the
-# `C × (P + C)` score grid, `np.tril`, which compares `j` with the *local* index `i`. It treats the
+# `C × (P + C)` score grid, `np.tri`, which compares `j` with the *local* index `i`. It treats the
 # first new query as if it were position 0. We will call it the upper-left triangle, because it is
 # anchored at the grid's top-left corner instead of its right edge.
 #
@@ -23,7 +23,7 @@
 #
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
-# 这正是第 2 节里的 `allowed_keys`。一个很诱人的捷径是直接在 `C × (P + C)` 的分数网格上取普通的下三角（`np.tril`），它拿 `j` 和**局部**下标 `i` 比较，相当于把第一个新查询当成了位置 0。这个三角形贴着网格的左上角、而不是右边缘对齐，所以下文称之为“左上角三角形”。
+# 这正是第 2 节里的 `allowed_keys`。一个很诱人的捷径是直接在 `C × (P + C)` 的分数网格上取普通的下三角（`np.tri`），它拿 `j` 和**局部**下标 `i` 比较，相当于把第一个新查询当成了位置 0。这个三角形贴着网格的左上角、而不是右边缘对齐，所以下文称之为“左上角三角形”。
 #
 # 在下面的网格里，每一行是一个新查询（行首标注其绝对位置），每一列是一个键位置（首行标出位置除以 10 的余数）；`#` 表示可以读取该键，`.` 表示被掩码屏蔽。每个网格上方写着它所用的规则。
 

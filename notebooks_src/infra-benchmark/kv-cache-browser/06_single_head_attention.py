@@ -67,6 +67,7 @@ say_table([[str(projected_rows["full recomputation"]), str(projected_rows["cache
           zh=["本次投影的行数（完整重算）", "本次投影的行数（缓存路径）",
               "最大 |cached - full|（带偏移的掩码）", "最大 |cached - full|（左上角三角形）"])
 
+assert cached_out.dtype == full_out.dtype == np.float64
 assert q_new.shape == (CHUNK, HEAD_DIM) and k_cat.shape == v_cat.shape == (HISTORY + CHUNK, HEAD_DIM)
 assert cached_out.shape == full_out.shape == (CHUNK, HEAD_DIM)
 assert projected_rows == {"full recomputation": HISTORY + CHUNK, "cached path": CHUNK}

@@ -67,6 +67,7 @@ if HAVE_TRANSFORMERS:
     race_prompt, race_continuation = race_stream[:, :PEER_PROMPT], race_stream[:, PEER_PROMPT:]
     with torch.inference_mode():
         _, ours_prefix = model(race_prompt)
+        ours_prefix_copy = [(k.clone(), v.clone()) for k, v in ours_prefix]
         gpt2_prefix = DynamicCache(config=gpt2_32.config)
         gpt2_32(input_ids=race_prompt, past_key_values=gpt2_prefix, use_cache=True)
 
@@ -91,6 +92,9 @@ if HAVE_TRANSFORMERS:
             if round_index >= WARMUPS:
                 race_samples[path].append(elapsed)
     assert all(len(samples) == REPEATS for samples in race_samples.values())
+    # [en] No call wrote into our prefix cache: every round really started from the same prompt cache.
+    # [zh] 没有任何调用往我们的前缀缓存里写数据：每一轮确实都从同一份提示缓存出发。
+    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(ours_prefix, ours_prefix_copy))
     assert gpt2_prefix.get_seq_length() == ours_prefix[0][0].shape[2] == PEER_PROMPT
     race_timing = {path: percentile_summary(samples) for path, samples in race_samples.items()}
     race_ratio = race_timing["gpt2"]["p50"] / race_timing["ours"]["p50"]

@@ -196,10 +196,12 @@ say(en=f"All 12 configurations passed. Largest logit error over the 6 configurat
 # Two more properties. **Causality:** changing the last token of the stream must leave every earlier
 # logit unchanged (and must change the last one, or the test proves nothing). **Cache
 # lifecycle:** no incremental call may modify the cache tensors it received; `check_equivalence`
-# recorded this for every call of every configuration above.
+# recorded this for every call of every configuration above. Each check gets its negative control: a
+# mask that lets every query read every key must fail the causality test, and a decoder that writes
+# into the cache it received must be flagged by `check_equivalence`.
 
 # %% [markdown] lang="zh"
-# 再检查两条性质。**因果性**：改动序列的最后一个 token，之前所有位置的 logits 都必须保持不变（而最后一个位置的 logits 必须改变，否则这项检验什么也证明不了）。**缓存生命周期**：任何一次增量调用都不得修改传给它的缓存张量；对上面每种配置的每一次调用，`check_equivalence` 都已经记录了这一项。
+# 再检查两条性质。**因果性**：改动序列的最后一个 token，之前所有位置的 logits 都必须保持不变（而最后一个位置的 logits 必须改变，否则这项检验什么也证明不了）。**缓存生命周期**：任何一次增量调用都不得修改传给它的缓存张量；对上面每种配置的每一次调用，`check_equivalence` 都已经记录了这一项。两项检查各配一个负对照：让每个查询都能读取所有键的掩码必须通不过因果性检验；往传入的缓存里写数据的解码器必须被 `check_equivalence` 标记出来。
 
 # %%
 # [en] Change only the last token: earlier logits must not move, the last ones must.
@@ -220,10 +222,36 @@ CAUSALITY = check_causality(model, STREAM)
 CAUSALITY_OK = CAUSALITY["passed"]
 CACHE_UNCHANGED_OK = all(r["cache_unchanged"] for r in EQUIVALENCE)
 assert CAUSALITY_OK and CACHE_UNCHANGED_OK
+
+
+# [en] WRONG on purpose: every query reads every key, its future included.
+# [zh] 故意写错：每个查询都能读取所有键，包括它未来的键。
+def see_everything(past_len: int, new_len: int) -> torch.Tensor:
+    return torch.ones(new_len, past_len + new_len, dtype=torch.bool)
+
+
+# [en] WRONG on purpose: adds 0.5 to the newest key of layer 0 in the cache it receives.
+# [zh] 故意写错：往收到的缓存里第 0 层最新的键上加 0.5。
+class WritesIntoCache(CacheDecoder):
+    def forward(self, ids, cache=None):
+        if cache is not None:
+            cache[0][0][..., -1, :] += 0.5
+        return super().forward(ids, cache)
+
+
+with model.hooks(mask_fn=see_everything):
+    LEAKY_CAUSALITY = check_causality(model, STREAM)
+writer = WritesIntoCache(cfg).eval()
+writer.load_state_dict(model.state_dict())
+assert not LEAKY_CAUSALITY["passed"] and not check_equivalence(writer, STREAM, 1, 2)["cache_unchanged"]
 say(en=f"Causality: earlier logits moved by at most {CAUSALITY['earlier_max_abs_diff']:.3e}, the last position "
-       f"by {CAUSALITY['last_max_abs_diff']:.3e}. Every incremental call left its input cache unchanged.",
+       f"by {CAUSALITY['last_max_abs_diff']:.3e}. Every incremental call left its input cache unchanged. "
+       f"Negative controls: with `see_everything` earlier logits moved by {LEAKY_CAUSALITY['earlier_max_abs_diff']:.3e}; "
+       f"`WritesIntoCache` was flagged.",
     zh=f"因果性：之前位置的 logits 最多变化 {CAUSALITY['earlier_max_abs_diff']:.3e}，最后一个位置的 logits 变化了 "
-       f"{CAUSALITY['last_max_abs_diff']:.3e}。每次增量调用都没有改动传给它的缓存。")
+       f"{CAUSALITY['last_max_abs_diff']:.3e}。每次增量调用都没有改动传给它的缓存。"
+       f"负对照：换上 `see_everything` 后，之前位置的 logits 变化了 {LEAKY_CAUSALITY['earlier_max_abs_diff']:.3e}；"
+       f"`WritesIntoCache` 被标记了出来。")
 
 # %% [markdown] lang="en"
 # ### Greedy generation, with and without the cache
@@ -314,6 +342,9 @@ with model.hooks(mask_fn=local_triangle_mask):
     broken_tokens, broken_logits = greedy_generate(model, GEN_PROMPTS, GEN_TOKENS, use_cache=True)
 GENERATION_BROKEN = compare_generations(broken_tokens, broken_logits, GEN_FULL, GEN_FULL_LOGITS)
 assert not GENERATION_BROKEN["logits_close"]
+# [en] Without a cache the upper-left triangle is the ordinary causal mask: the uncached run stays correct.
+# [zh] 没有缓存时，左上角三角形就是普通的因果掩码：不用缓存的运行仍然正确。
+assert torch.equal(local_triangle_mask(0, GEN_PROMPT_LEN + GEN_TOKENS), causal_mask(0, GEN_PROMPT_LEN + GEN_TOKENS))
 assert model.mask_fn is causal_mask
 
 say_table(

@@ -1,19 +1,20 @@
 # %% [markdown] lang="en"
 # ## 9. Saved results
 #
-# Everything this run measured and checked goes into `results.json` in `OUTPUT_DIR`, next to
+# The results of this run go into `results.json` in `OUTPUT_DIR`, next to
 # `masks.png` and `timing.png`: environment, model configuration, the 12 equivalence
 # configurations, the causality and cache checks, the greedy generation, the broken variants, the
 # cost model (counts, K/V sizes of published models, the count next to the measured time per step),
 # and the timing protocol with the raw samples of every path. The file's fields are documented in the
 # repository (`docs/kv-cache-results-schema.md`). On Colab the cell also offers the files for
-# download. Section 10 writes nothing; the Hugging Face comparison's own results file belongs to the
+# download. The closing check after it (prefill, then one token at a time) only asserts and shows its
+# table; it adds nothing to the file. Section 10 writes nothing; the Hugging Face comparison's own results file belongs to the
 # companion notebook `infra-benchmark/kv-cache-hf-gpt2`.
 
 # %% [markdown] lang="zh"
 # ## 9. 保存结果
 #
-# 本次运行测量和检查的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加次数、公开模型的 K/V 大小、乘加次数与实测每步时间的对照），以及计时规程和每条路径的原始样本。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会把这些文件下载到本地。第 10 节不写任何文件；与 Hugging Face 比较的结果文件属于配套笔记本 `infra-benchmark/kv-cache-hf-gpt2`。
+# 本次运行的结果写入 `OUTPUT_DIR` 下的 `results.json`，与 `masks.png`、`timing.png` 放在一起，包括：运行环境、模型配置、12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加次数、公开模型的 K/V 大小、乘加次数与实测每步时间的对照），以及计时规程和每条路径的原始样本。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会把这些文件下载到本地。它后面的收尾检查（先预填充，再逐个 token）只做断言并显示表格，不往文件里写任何内容。第 10 节不写任何文件；与 Hugging Face 比较的结果文件属于配套笔记本 `infra-benchmark/kv-cache-hf-gpt2`。
 
 # %%
 RESULTS = {
@@ -85,14 +86,15 @@ if IN_COLAB:
 # %% [markdown] lang="en"
 # **Prefill, then one token at a time.** Start from a prefill of 1, 4 or 8 tokens of the stream of
 # section 6 and consume the rest one token at a time, comparing every call with a full recomputation
-# of the prefix it has seen so far. The cell below does exactly that and asserts each step.
+# of the prefix it has seen so far. The cell below does exactly that and asserts each step; as a
+# negative control, positions that restart at zero (section 7) must fail the same check.
 #
 # **Next: padding.** A batch whose sequences have different lengths needs a padding mask, kept
 # separate from the causal mask so that each can be checked on its own. The companion notebook
 # `infra-benchmark/kv-cache-serving` takes this up ([open it in Colab]({{colab:infra-benchmark/kv-cache-serving}})).
 
 # %% [markdown] lang="zh"
-# **先预填充，再逐个 token**：取第 6 节的序列，先预填充 1、4 或 8 个 token，再逐个处理剩下的 token，并把每次调用的结果与对当前已处理前缀的完整重算比较。下面的单元格正是这样做的，并对每一步都做了断言。
+# **先预填充，再逐个 token**：取第 6 节的序列，先预填充 1、4 或 8 个 token，再逐个处理剩下的 token，并把每次调用的结果与对当前已处理前缀的完整重算比较。下面的单元格正是这样做的，并对每一步都做了断言；作为负对照，从零重新计数的位置（第 7 节）必须通不过同样的检查。
 #
 # **下一步是填充（padding）**：如果同一 batch 中的序列长度不同，就需要填充掩码；它应当与因果掩码分开构造，这样两者才能各自单独检查。配套笔记本 `infra-benchmark/kv-cache-serving` 会接着讨论这个问题（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-serving}})）。
 
@@ -117,3 +119,13 @@ STEPWISE = {prefill_len: prefill_then_step(model, STREAM[:1], prefill_len) for p
 say_table([[str(n), f"{err:.3e}"] for n, err in STEPWISE.items()],
           en=["prefill tokens, then one per call", "max abs difference from full recomputation"],
           zh=["先预填充的 token 数（之后每次一个）", "与完整重算的最大绝对差"])
+
+# [en] Negative control: with positions restarting at zero the same check must fail.
+# [zh] 负对照：位置从零重新计数时，同样的检查必须失败。
+with model.hooks(positions_fn=restart_positions):
+    try:
+        prefill_then_step(model, STREAM[:1], 4)
+        stepwise_caught = False
+    except AssertionError:
+        stepwise_caught = True
+assert stepwise_caught

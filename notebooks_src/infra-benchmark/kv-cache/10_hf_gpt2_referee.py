@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # ## {{section}}. An outside referee: Hugging Face GPT-2
 #
-# The equivalence checks compare our decoder with itself: the cached path against full recomputation.
+# Checking the cached path against full recomputation compares our decoder with itself.
 # Both sides of that comparison were written here, so a misunderstanding shared by both would go
 # unnoticed. This section asks a referee that nobody here wrote. Our decoder has GPT-2's architecture
 # at toy size with two settings changed: exact GELU in the MLP (GPT-2 uses a tanh approximation) and
@@ -22,7 +22,7 @@
 # %% [markdown] lang="zh"
 # ## {{section}}. 外部裁判：Hugging Face GPT-2
 #
-# 等价性检查是拿我们的解码器和它自己比：缓存路径对照完整重算。比较的双方都出自我们之手，如果两边有同一个理解上的错误，这样的比较是发现不了的。本节请来一位外部裁判：一份不是我们编写的实现。我们的解码器就是玩具尺寸的 GPT-2 结构，只改了两处设置：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似）；输出投影不共享权重，有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。这两处设置都是 `transformers.GPT2LMHeadModel` 的配置项，因此可以把我们的权重复制进去。只要复制无误，两个模型计算的就是同一个函数，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，绝对容差取 1e-10：同一套运算的两种正确实现在 FP64 下只差舍入误差，远小于这个容差；而权重映射中真正的错误会大得多。
+# 拿缓存路径对照完整重算，是拿我们的解码器和它自己比。比较的双方都出自我们之手，如果两边有同一个理解上的错误，这样的比较是发现不了的。本节请来一位外部裁判：一份不是我们编写的实现。我们的解码器就是玩具尺寸的 GPT-2 结构，只改了两处设置：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似）；输出投影不共享权重，有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。这两处设置都是 `transformers.GPT2LMHeadModel` 的配置项，因此可以把我们的权重复制进去。只要复制无误，两个模型计算的就是同一个函数，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，绝对容差取 1e-10：同一套运算的两种正确实现在 FP64 下只差舍入误差，远小于这个容差；而权重映射中真正的错误会大得多。
 #
 # 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分什么也不做。配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）在这个比较的基础上更进一步：比较必须抓住的三个现实中很容易犯的映射错误、容差为什么要定得这么紧、transformers 的缓存对象，以及两个模型之间的一场计时比赛。
 
