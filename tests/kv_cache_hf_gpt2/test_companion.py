@@ -27,8 +27,8 @@ def short_ids():
 
 def test_manifest_includes_the_decoder_and_the_mapping_of_the_main_notebook():
     sections = tomllib.loads((FOLDER / "notebook.toml").read_text(encoding="utf-8"))["sections"]
-    assert sections[:4] == ["01_setup.py", "../kv-cache/03_masks.py", "../kv-cache/05_decoder.py",
-                            "../kv-cache/10_hf_gpt2_referee.py"]
+    assert sections[:5] == ["01_setup.py", "../kv-cache/01_setup_environment.py", "../kv-cache/03_masks.py",
+                            "../kv-cache/05_decoder.py", "../kv-cache/10_hf_gpt2_referee.py"]
     assert all(path.exists() for path in section_paths())
     own = "\n".join(path.read_text(encoding="utf-8") for path in FOLDER.glob("[0-9][0-9]_*.py"))
     for name in MAPPING + ("CacheDecoder", "causal_mask"):

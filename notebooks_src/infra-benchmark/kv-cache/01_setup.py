@@ -79,34 +79,3 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-# %%
-# [en] The CPU model from /proc/cpuinfo on Linux, else whatever the platform module reports.
-# [zh] Linux 上从 /proc/cpuinfo 读取 CPU 型号，否则用 platform 模块给出的信息。
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-torch.set_num_threads(1)
-torch.set_default_dtype(torch.float32)
-IN_COLAB = "google.colab" in sys.modules
-OUT = Path(OUTPUT_DIR)
-OUT.mkdir(parents=True, exist_ok=True)
-
-ENVIRONMENT = {
-    "python": platform.python_version(),
-    "torch": torch.__version__,
-    "numpy": np.__version__,
-    "platform": platform.platform(),
-    "cpu": cpu_name(),
-    "threads": torch.get_num_threads(),
-}
-assert ENVIRONMENT["threads"] == 1
-assert torch.get_default_dtype() == torch.float32
-assert torch.get_default_device().type == "cpu"
-say_table([[key, f"`{value}`"] for key, value in ENVIRONMENT.items()], en=["field", "value"], zh=["项目", "值"])
