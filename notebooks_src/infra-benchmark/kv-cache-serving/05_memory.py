@@ -84,6 +84,9 @@ say_table([[f"`{name}`", f"{m['mean_reserved_kib']:,.1f}", f"{m['mean_used_kib']
           zh=["分配方式", "每个请求每步的平均预留量（KiB）", "平均使用量（KiB）", "浪费率"])
 assert BYTES_PER_TOKEN == 1024 and WORK_PROMPTS.min() >= MIN_LEN and WORK_OUTPUTS.max() <= MAX_LEN
 assert np.all(WORK_PROMPTS + WORK_OUTPUTS - 1 <= T_LIMIT)
+# [en] The workload the text describes: 1,000 requests, lengths in [16, 1024], T_max = 2,048, blocks of 8, 16 and 32.
+# [zh] 正文所说的负载：1,000 个请求，长度在 [16, 1024] 之间，T_max = 2,048，物理块大小为 8、16、32。
+assert (N_REQUESTS, MIN_LEN, MAX_LEN, T_LIMIT, MEMORY_BLOCKS) == (1000, 16, 1024, 2048, (8, 16, 32))
 waste = {name: m["waste_pct"] for name, m in MEMORY.items()}
 assert waste["contiguous_max"] > waste["contiguous_final"] > waste["paged_32"] > waste["paged_16"] > waste["paged_8"] > 0
 
