@@ -265,8 +265,8 @@ say(en=f"Shift by 100 (FP64): RoPE logits move by {SHIFT_LESSON['rope_max_abs_lo
 # One finding comes before the comparison. Hugging Face's Llama, even after `.double()`, computes three
 # steps in FP32: the rotary angles with their cosines and sines, the RMSNorm, and the attention softmax
 # (read in `modeling_llama.py`: `.float()` in `LlamaRotaryEmbedding.forward`, `.to(torch.float32)` in
-# `LlamaRMSNorm.forward`, `dtype=torch.float32` in `eager_attention_forward`; Meta's reference code does
-# the same). Against our pure FP64 model the referee therefore differs by FP32 rounding, far above
+# `LlamaRMSNorm.forward`, `dtype=torch.float32` in `eager_attention_forward`; the next two cells show the
+# effect of each). Against our pure FP64 model the referee therefore differs by FP32 rounding, far above
 # `1e-10`. To compare at `1e-10` we build a copy of our model that performs the same three steps in FP32
 # (`hf_precision=True`). The next cell holds the tools: the configuration, the weight mapping, Hugging
 # Face's cached path through a `DynamicCache`, and one comparison function.
@@ -276,7 +276,7 @@ say(en=f"Shift by 100 (FP64): RoPE logits move by {SHIFT_LESSON['rope_max_abs_lo
 #
 # 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，用我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。权重映射是一一对应的，不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）：`wte` → `model.embed_tokens`，`blocks[i].ln_1`/`ln_2` → `input_layernorm`/`post_attention_layernorm`，`attn.q/k/v/proj` → `self_attn.q_proj/k_proj/v_proj/o_proj`，`mlp.gate/up/down` → `mlp.gate_proj/up_proj/down_proj`，`ln_f` → `model.norm`，`lm_head` → `lm_head`。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，没有偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`，`attn_implementation="eager"`。
 #
-# 在比较之前，先说一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；Meta 的参考实现也是这样做的）。因此，与我们纯 FP64 的模型相比，裁判的结果会相差 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）。下一个单元格准备所需的工具：配置、权重映射、Hugging Face 通过 `DynamicCache` 走的缓存路径，以及一个比较函数。
+# 在比较之前，先说一个发现。Hugging Face 的 Llama 即使调用了 `.double()`，仍有三步在 FP32 下计算：旋转角及其余弦和正弦、RMSNorm，以及注意力的 softmax（见 `modeling_llama.py`：`LlamaRotaryEmbedding.forward` 中的 `.float()`、`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`、`eager_attention_forward` 中的 `dtype=torch.float32`；后面两个单元格展示了每一步的影响）。因此，与我们纯 FP64 的模型相比，裁判的结果会相差 FP32 量级的舍入误差，远大于 `1e-10`。为了在 `1e-10` 的容差下比较，我们构建一个模型副本，让它也在 FP32 下完成这三步（`hf_precision=True`）。下一个单元格准备所需的工具：配置、权重映射、Hugging Face 通过 `DynamicCache` 走的缓存路径，以及一个比较函数。
 
 # %%
 def softmax_attention_fp32(q, k, v, allowed):
@@ -398,8 +398,8 @@ LLAMA_CROSS = None
 if HAVE_HF:
     LLAMA_CROSS = {
         "hf_precision": cross_check(lambda: build_llama_like(hf_precision=True), hf_llama),
-        "pure_fp64": cross_check(build_llama_like, hf_llama, chunks=(5,)),
-        "tiled_kv_control": cross_check(lambda: build_llama_like(hf_precision=True, expand=tile_kv), hf_llama, chunks=(5,)),
+        "pure_fp64": cross_check(build_llama_like, hf_llama),
+        "tiled_kv_control": cross_check(lambda: build_llama_like(hf_precision=True, expand=tile_kv), hf_llama),
     }
     say(en="Largest absolute difference from Hugging Face `LlamaForCausalLM`:",
         zh="与 Hugging Face `LlamaForCausalLM` 的最大绝对差：")

@@ -172,11 +172,11 @@ say(en=f"W = {WINDOW}: 12/12 configurations pass against full recomputation with
 # $W + 1$ keys, and use this mask on both paths. The full path is then simply a model with a window of
 # $W + 1$; the cached path cannot follow, because its ring has already overwritten the oldest key the wider
 # band asks for. The check catches it for every chunk length. (The opposite slip, a band of $W - 1$ keys,
-# would pass this check, since the ring holds more than such a band needs. It is caught by the key count
-# asserted above and by the Mistral cross-check below.)
+# passes this check, since the ring holds more than such a band needs; the key count asserted above
+# catches it. The cell checks both.)
 
 # %% [markdown] lang="zh"
-# **负对照 1：窗口大小差一。** 把带状条件中的 `>` 写成 `>=`，让每个查询读取 $W + 1$ 个键，并在两条路径上都使用这个掩码。此时完整路径不过是一个窗口为 $W + 1$ 的模型；缓存路径却跟不上，因为更宽的窗口要读取的那个最旧的键，已经被环形缓冲区覆盖掉了。无论分块长度是多少，检查都能发现它。（反方向的疏忽，即窗口只含 $W - 1$ 个键，倒能通过这项检查，因为环形缓冲区保存的键比这样的窗口所需的还多。这种错误要靠上面断言的键数和下面与 Mistral 的交叉核对来抓。）
+# **负对照 1：窗口大小差一。** 把带状条件中的 `>` 写成 `>=`，让每个查询读取 $W + 1$ 个键，并在两条路径上都使用这个掩码。此时完整路径不过是一个窗口为 $W + 1$ 的模型；缓存路径却跟不上，因为更宽的窗口要读取的那个最旧的键，已经被环形缓冲区覆盖掉了。无论分块长度是多少，检查都能发现它。（反方向的疏忽，即窗口只含 $W - 1$ 个键，倒能通过这项检查，因为环形缓冲区保存的键比这样的窗口所需的还多；上面断言的键数能抓住它。下面的单元格对这两点都做了检查。）
 
 # %%
 def window_mask_off_by_one(window: int):
@@ -194,6 +194,12 @@ say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.3f}", f"`{r['passed']}`"
           en=["chunk", "max abs logit error", "passed"], zh=["分块长度", "logits 最大绝对误差", "通过"])
 assert not any(r["passed"] for r in OFF_BY_ONE)
 assert window_mask_off_by_one(WINDOW)(torch.arange(STREAM_LEN), torch.arange(STREAM_LEN)).sum(-1).max() == WINDOW + 1
+# [en] The opposite slip, a band of W - 1 keys: cached-versus-full passes, the key count does not.
+# [zh] 反方向的疏忽，窗口只含 W - 1 个键：“缓存对照完整重算”能通过，键数检查则通不过。
+NARROW_WINDOW = check_cached(lambda: build_window(mask=window_mask(WINDOW - 1)), STREAM, 1, 5,
+                             reference=lambda: build_window(ring=False, mask=window_mask(WINDOW - 1)))
+narrow_keys_read = window_mask(WINDOW - 1)(torch.arange(STREAM_LEN), torch.arange(STREAM_LEN)).sum(dim=-1)
+assert NARROW_WINDOW["passed"] and narrow_keys_read.tolist() != [min(WINDOW, p + 1) for p in range(STREAM_LEN)]
 
 # %% [markdown] lang="en"
 # **Negative control 2: cropping the context instead of masking.** A tempting shortcut: to produce the

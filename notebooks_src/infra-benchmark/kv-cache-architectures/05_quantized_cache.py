@@ -125,9 +125,9 @@ class QuantKV:
 #    next call is the first to read quantized keys;
 # 2. beyond it, the error is bounded. The largest logit error over the 64 steps must stay below 0.002 with
 #    8 bits, 0.05 with 4 bits and 0.3 with 2 bits, and at least 64, 62 and 56 of the 64 greedy tokens must
-#    agree. We fixed these bounds after a first run, at about five times the error it measured (this run:
-#    {{run:quant.int8_err:.1e}}, {{run:quant.int4_err:.1e}} and {{run:quant.int2_err:.1e}}), so that they
-#    hold for this seed with room to spare and still catch a real mistake;
+#    agree. We fixed these bounds after a first run, well above the errors it measured, so that they
+#    hold for this seed and still catch a real mistake. This run's errors, to compare with the bounds:
+#    {{run:quant.int8_err:.1e}}, {{run:quant.int4_err:.1e}} and {{run:quant.int2_err:.1e}};
 # 3. the error falls from 2 to 4 to 8 bits;
 # 4. the memory: the bytes computed from the layout equal the bytes measured on the caches.
 
@@ -137,7 +137,7 @@ class QuantKV:
 # 既然不再声称精确，**判据**如下：
 #
 # 1. 只要注意力没有读到任何被量化的位置，量化缓存就是精确的：处理前 $R + G = 24$ 个位置的那些调用，给出的 logits 与精确缓存的结果逐比特相同；紧接着的下一次调用才第一次读到量化后的键；
-# 2. 在此之后，误差有界。64 步中 logits 的最大误差必须在 8 比特时低于 0.002，4 比特时低于 0.05，2 比特时低于 0.3；64 个贪心 token 中一致的个数必须分别至少为 64、62、56。这些界是在第一次运行之后定下的，约为当时实测误差的五倍（本次运行分别为 {{run:quant.int8_err:.1e}}、{{run:quant.int4_err:.1e}} 和 {{run:quant.int2_err:.1e}}），既给这个随机种子留出了充足的余量，又仍然能抓住真正的错误；
+# 2. 在此之后，误差有界。64 步中 logits 的最大误差必须在 8 比特时低于 0.002，4 比特时低于 0.05，2 比特时低于 0.3；64 个贪心 token 中一致的个数必须分别至少为 64、62、56。这些界是在第一次运行之后定下的，明显高于当时实测的误差，既让这个随机种子下的结果能满足，又仍然能抓住真正的错误。本次运行的误差如下，可与这些界对照：{{run:quant.int8_err:.1e}}、{{run:quant.int4_err:.1e}} 和 {{run:quant.int2_err:.1e}}；
 # 3. 误差随比特数从 2 到 4 再到 8 逐步下降；
 # 4. 内存：按存储布局计算出的字节数等于在缓存上实测的字节数。
 
@@ -243,6 +243,14 @@ for bits in QUANT_BITS:
     measured = sum(c.nbytes() for c in QUANT[bits]["cache"])
     assert measured == quant_bytes(T_TOTAL, bits, LLAMA_CFG)
     QUANT_MEMORY[f"int{bits}_bytes"] = measured
+# [en] Why the savings are modest (the text below): int2 and int4 keep over 40% of the FP32 bytes; the full-precision
+# [en] window holds over a quarter of the 79 positions; with D_h = 16 a token's FP32 scale and minimum (8 bytes) weigh
+# [en] as much as 16 four-bit codes.
+# [zh] 节省不多的原因（见下文）：int2 和 int4 仍占 FP32 字节数的 40% 以上；全精度窗口占了 79 个位置中的四分之一以上；
+# [zh] D_h = 16 时，一个 token 的 FP32 缩放因子和最小值（8 字节）与 16 个 4 比特编码一样多。
+window_share = (T_TOTAL - QUANT[4]["cache"][0].quantized_positions()) / T_TOTAL
+assert min(QUANT_MEMORY["int2_bytes"], QUANT_MEMORY["int4_bytes"]) > 0.4 * QUANT_MEMORY["exact_bytes"]
+assert T_TOTAL == 79 and window_share > 0.25 and LLAMA_CFG.head_dim == 16 and 2 * 4 == 16 * 4 // 8
 say_table([["FP32", f"{QUANT_MEMORY['exact_bytes']:,}", "1.00"]]
           + [[f"int{b}", f"{QUANT_MEMORY[f'int{b}_bytes']:,}", f"{QUANT_MEMORY[f'int{b}_bytes'] / QUANT_MEMORY['exact_bytes']:.2f}"] for b in QUANT_BITS],
           en=[f"cache after {T_TOTAL} positions", "bytes (formula = measured)", "fraction of FP32"],

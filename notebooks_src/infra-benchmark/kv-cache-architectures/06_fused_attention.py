@@ -82,13 +82,13 @@ assert IS_CAUSAL_CONTROL[0]["passed"] and not IS_CAUSAL_CONTROL[1]["passed"] and
 # the explicit softmax and with `sdpa_lower_right`, on section 5's model: one thread, FP32,
 # `inference_mode()`. Every round runs the two paths in alternating order; a decode step starts from a
 # copy of the same prefix cache (copying is outside the timed window). We report the median and keep the
-# raw samples. Nothing is asserted about these numbers: on a CPU with a model this small, the fused
-# kernel saves little memory traffic and the call overhead is of the same size as the arithmetic. The
+# raw samples. Nothing is asserted about these numbers: on a CPU, with a model this small, which path is
+# faster and by how much depends on the kernel PyTorch picks, the machine and its load. The
 # reason fused attention matters on GPUs, not writing a $[C, P + C]$ score matrix for every head to
 # memory, is not something this measurement can show.
 
 # %% [markdown] lang="zh"
-# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `sdpa_lower_right`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。两条路径的先后顺序逐轮交替；每个解码步都从同一个前缀缓存的副本出发（复制不计入计时窗口）。我们报告中位数，并保留原始样本。对这些数字不做任何断言：在 CPU 上、对这么小的模型，融合算子节省的访存很少，调用开销与计算本身处在同一量级。融合注意力在 GPU 上之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
+# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `sdpa_lower_right`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。两条路径的先后顺序逐轮交替；每个解码步都从同一个前缀缓存的副本出发（复制不计入计时窗口）。我们报告中位数，并保留原始样本。对这些数字不做任何断言：在 CPU 上、对这么小的模型，哪条路径更快、快多少，取决于 PyTorch 选用的算子实现、机器及其负载。融合注意力在 GPU 上之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
 
 # %%
 TIMING_PROMPT = 256

@@ -304,7 +304,7 @@ STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
 STEP_WARMUPS, STEP_REPEATS = (2, 10) if QUICK else (10, 60)
 gen = torch.Generator().manual_seed(SEED + 2)
 STEP_STREAM = torch.randint(0, cfg.vocab, (1, max(STEP_PREFIXES) + 1), generator=gen)
-assert STEP_STREAM.shape[1] <= cfg.max_positions
+assert STEP_STREAM.shape[1] <= cfg.max_positions and (STEP_PREFIXES[0], STEP_PREFIXES[-1]) == (16, 480)
 
 
 def prepared_stores(prefix_len):
@@ -398,15 +398,16 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # differ only in how K and V are stored. A `torch.cat` step allocates two new tensors per layer and
 # copies the whole history into them, {{run:step.cat_kib_written}} KiB of K/V at this length; the
 # static step writes one slot per layer and reads the prefix through a view. Timed on their own, those
-# copies took {{run:step.copies_p50_ms:.3f}} ms (median): that is what the static cache saves per step.
-# The rest of the step is the same in both (the arithmetic over the prefix, and the per-call overhead
-# of Python and operator dispatch), so the two medians are expected to differ by about the cost of the
-# copies, a difference that the spread between p50 and p95 can hide on a busy machine. The bytes
-# copied grow with the prefix, the layers, the KV heads and the head dimension; the static step's do
+# copies took {{run:step.copies_p50_ms:.3f}} ms (median): the work a `torch.cat` step does and a static
+# step does not. The rest of the step is the same in both (the arithmetic over the prefix, and the
+# per-call overhead of Python and operator dispatch). Whether the difference between the two medians
+# matches the cost of the copies depends on the machine and its load: the variation of a whole step
+# from one sample to the next, visible in the gap between p50 and p95, can be larger than the copies
+# themselves. The bytes copied grow with the prefix, the layers, the KV heads and the head dimension; the static step's do
 # not grow with the prefix. Timing is reported, never asserted.
 
 # %% [markdown] lang="zh"
-# 在最长的前缀 $P$ = {{run:step.prefix}} 上，本次运行中 `torch.cat` 单步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒。两者的区别只在 K 和 V 的存储方式：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在这个长度上是 {{run:step.cat_kib_written}} KiB 的 K/V；静态缓存每层只写一个槽位，并通过视图读取前缀。单独计时，这些复制耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（中位数）：这就是静态缓存每一步省下的开销。单步中的其余部分两者完全相同（对前缀的计算，以及每次调用的 Python 和算子调度开销），所以两个中位数的差别预计大约就是复制的开销；在繁忙的机器上，p50 与 p95 之间的波动可能把这点差别掩盖。复制的字节数随前缀长度、层数、K/V 头数和每头维度增长，而静态缓存单步写入的字节数不随前缀增长。计时只报告，从不断言。
+# 在最长的前缀 $P$ = {{run:step.prefix}} 上，本次运行中 `torch.cat` 单步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒。两者的区别只在 K 和 V 的存储方式：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在这个长度上是 {{run:step.cat_kib_written}} KiB 的 K/V；静态缓存每层只写一个槽位，并通过视图读取前缀。单独计时，这些复制耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（中位数）：这正是 `torch.cat` 单步要做、而静态缓存单步不必做的工作。单步中的其余部分两者完全相同（对前缀的计算，以及每次调用的 Python 和算子调度开销）。两个中位数之差是否与复制的开销相符，取决于机器及其负载：整个单步的耗时在样本之间的波动（见表中 p50 与 p95 的差距）可能比这些复制本身还大。复制的字节数随前缀长度、层数、K/V 头数和每头维度增长，而静态缓存单步写入的字节数不随前缀增长。计时只报告，从不断言。
 
 # %% tags=["prose-values"]
 {"step": STEP_SUMMARY}

@@ -75,6 +75,11 @@ assert all(r.finished >= r.admitted >= r.arrival for r in stream_requests)
 # [en] Batching happened, and so did waiting.
 # [zh] 确实发生了批处理，也确实有请求等待。
 assert CONTINUOUS["tokens_per_decode_step"] > 1 and CONTINUOUS["waited"] > 0
+# [en] The stream the text describes: 24 requests, prompts of 4 to 48 tokens, 4 to 40 output tokens, a pool of
+# [en] 40 blocks of 8 positions, at most 8 requests at once.
+# [zh] 正文所说的请求流：24 个请求，提示 4 到 48 个 token，输出 4 到 40 个 token，池中 40 个物理块、每块 8 个位置，同时最多 8 个请求。
+assert (STREAM_REQUESTS, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH) == (24, 40, 8, 8)
+assert all(4 <= p <= 48 and 4 <= o <= 40 for p, o, _ in STREAM_SPECS) and CONTINUOUS["max_running"] <= STREAM_MAX_BATCH
 assert CONTINUOUS["decoded_tokens"] + CONTINUOUS["prefill_tokens_generated"] == sum(r.max_new for r in stream_requests)
 
 # %% [markdown] lang="en"

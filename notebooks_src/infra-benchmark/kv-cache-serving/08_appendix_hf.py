@@ -61,8 +61,8 @@ else:
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
 # far, explicit `position_ids` and `cache_position` (the slots to write), as
-# `GPT2LMHeadModel.generate` does internally (it gives padding slots position 1 instead of 0, which
-# cannot matter). We drive the loop by hand because `generate` hands back its logits in FP32 even for
+# `GPT2LMHeadModel.generate` does internally (positions `cumsum - 1` from the attention mask, padding
+# slots at a fixed position: releases differ on which one, and section 4 showed that it cannot matter). We drive the loop by hand because `generate` hands back its logits in FP32 even for
 # an FP64 model (the cell checks this), too coarse for an FP64 comparison; its greedy tokens are
 # checked as well.
 #
@@ -71,7 +71,7 @@ else:
 # this time with a library. It must be caught.
 
 # %% [markdown] lang="zh"
-# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法相同（它给填充位的位置是 1 而不是 0，这不会有任何影响）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
+# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法相同（位置由注意力掩码按 `cumsum - 1` 算出，填充位取一个固定位置：不同版本取的值不同，而第 4 节已经表明取哪个值都没有影响）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
 #
 # 再用一个陷阱说明这项比较确实能失败：同样的循环，但**不传 `position_ids`**。这时 GPT-2 按 `cache_position` 给槽位编号，填充位也算在内：这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来。
 
