@@ -339,7 +339,7 @@ class Runner:
             self.namespace, self.next_cell = {"__name__": "__notebook__"}, 0
         while self.next_cell < first:
             label, cell = self.cells[self.next_cell]
-            with without_transformers() if not self.hf and label == "01_setup.py" else nullcontext():
+            with without_transformers() if not self.hf and label == "01_setup_transformers.py" else nullcontext():
                 exec(compile(cell.source, label, "exec", dont_inherit=True), self.namespace)
             self.next_cell += 1
         assert self.namespace["HAVE_HF"] is self.hf

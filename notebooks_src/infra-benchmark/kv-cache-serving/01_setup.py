@@ -74,19 +74,3 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-torch.set_num_threads(1)
-torch.set_default_dtype(torch.float32)
-IN_COLAB = "google.colab" in sys.modules
-OUT = Path(OUTPUT_DIR)
-OUT.mkdir(parents=True, exist_ok=True)
-ENVIRONMENT = {
-    "python": platform.python_version(),
-    "torch": torch.__version__,
-    "numpy": np.__version__,
-    "platform": platform.platform(),
-    "threads": torch.get_num_threads(),
-}
-assert ENVIRONMENT["threads"] == 1 and torch.get_default_dtype() == torch.float32
-for key, value in ENVIRONMENT.items():
-    print(f"{key:>9}: {value}")
