@@ -48,7 +48,9 @@ class RingKV:
     def __init__(self, slots: int):
         self.slots, self.seen = slots, 0
         self.k = self.v = None
-        self.positions = torch.full((slots,), -1)                      # -1 = empty slot
+        # [en] Position of each slot; -1 marks an empty slot.
+        # [zh] 每个槽位存放的位置；-1 表示空槽位。
+        self.positions = torch.full((slots,), -1)
 
     def update(self, k, v, positions):
         # [en] Allocate once, [B, H_kv, slots, Dh]; read the filled slots oldest first, plus the new chunk.

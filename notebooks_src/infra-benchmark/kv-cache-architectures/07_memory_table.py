@@ -73,7 +73,8 @@ say_table([[r["variant"], str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['
 
 # %%
 def llama_parameters(c: ArchConfig) -> int:
-    # embeddings + per layer (q, k, v, o, gate, up, down, two RMSNorms) + final RMSNorm + untied lm_head
+    # [en] Embeddings + per layer (q, k, v, o, gate, up, down, two RMSNorms) + final RMSNorm + untied lm_head.
+    # [zh] 嵌入 + 每层（q、k、v、o、gate、up、down 以及两个 RMSNorm）+ 最后的 RMSNorm + 不共享权重的 lm_head。
     attention = c.width * c.heads * c.head_dim * 2 + c.width * c.n_kv * c.head_dim * 2
     return c.vocab * c.width + c.layers * (attention + 3 * c.width * c.mlp + 2 * c.width) + c.width + c.width * c.vocab
 

@@ -146,6 +146,6 @@ assert np.allclose(step_cache[0], full_cache[0], rtol=1e-10, atol=1e-10)
 assert np.allclose(step_cache[1], full_cache[1], rtol=1e-10, atol=1e-10)
 say_table([[f"{aligned_error:.2e}", f"{shifted_error:.2e}"]],
           en=["max |cached - full|, same positions", "max |cached - full|, shifted by one row"],
-          zh=["最大 |cached - full|，位置对齐", "最大 |cached - full|，错开一行"])
+          zh=["最大 |缓存路径 - 完整路径|，位置对齐", "最大 |缓存路径 - 完整路径|，错开一行"])
 say(en="Cached logits and K/V match the full pass, position by position.",
     zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致。")

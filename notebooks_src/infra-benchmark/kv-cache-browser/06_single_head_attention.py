@@ -65,7 +65,7 @@ say_table([[str(projected_rows["full recomputation"]), str(projected_rows["cache
           en=["rows projected, full recomputation", "rows projected, cached path",
               "max |cached - full|, offset mask", "max |cached - full|, upper-left triangle"],
           zh=["本次投影的行数（完整重算）", "本次投影的行数（缓存路径）",
-              "最大 |cached - full|（带偏移的掩码）", "最大 |cached - full|（左上角三角形）"])
+              "最大 |缓存路径 - 完整路径|（带偏移的掩码）", "最大 |缓存路径 - 完整路径|（左上角三角形）"])
 
 assert cached_out.dtype == full_out.dtype == np.float64
 assert q_new.shape == (CHUNK, HEAD_DIM) and k_cat.shape == v_cat.shape == (HISTORY + CHUNK, HEAD_DIM)

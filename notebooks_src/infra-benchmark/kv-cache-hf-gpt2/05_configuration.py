@@ -101,7 +101,7 @@ if HAVE_TRANSFORMERS:
 # | `mlp.fc`、`mlp.proj` | `mlp.c_fc`、`mlp.c_proj` | 转置 |
 # | `lm_head` | `lm_head` | 直接复制：GPT-2 的输出头是 `nn.Linear`，不是 `Conv1D` |
 #
-# 下面的单元格用一个随机输入在第 0 层上核对这种布局：`Conv1D` 实际算的是什么，GPT-2 的 Q、K、V 和输出投影是否与我们的一致。它还核对注意力的缩放系数和两边的参数量，并演示：state dict 里缺了一个权重时，严格模式会拒绝加载。
+# 下面的单元格用一个随机输入在第 0 层上核对这种布局：`Conv1D` 实际算的是什么，GPT-2 的 Q、K、V 和输出投影是否与我们的一致。它还核对注意力的缩放系数和两边的参数量，并演示：`state_dict` 里缺了一个权重时，严格模式会拒绝加载。
 
 # %%
 if HAVE_TRANSFORMERS:

@@ -82,7 +82,9 @@ def padded_positions(key_mask, new_len, pad_position=0):
 
 
 def padding_mask(key_mask, new_len):
-    return key_mask[:, None, None, :]                                  # [B, 1, 1, T_total]: keys only
+    # [en] Only keys are masked.
+    # [zh] 只屏蔽键。
+    return key_mask[:, None, None, :]                                  # [B, 1, 1, T_total]
 
 
 def padded_causal_mask(key_mask, new_len):
@@ -188,7 +190,9 @@ def generate_padded(model, prompts, steps=DECODE_STEPS, rules=CORRECT_RULES, pad
     rows = [[logits[r, key_mask[r]]] for r in range(len(prompts))]
     tokens = [[] for _ in prompts]
     for step in range(steps + 1):
-        next_ids = logits[:, -1].argmax(dim=-1)                        # [B], greedy
+        # [en] Greedy choice.
+        # [zh] 贪心选择。
+        next_ids = logits[:, -1].argmax(dim=-1)                        # [B]
         for r in range(len(prompts)):
             tokens[r].append(int(next_ids[r]))
         if step == steps:
@@ -263,7 +267,7 @@ def check_padded(model, dtype=torch.float32, rules=CORRECT_RULES, **options) -> 
 
 PADDED = {DTYPE_NAME[d]: check_padded(model, d) for d in TOLERANCE}
 say_table([[name, str(PROMPT_LENGTHS), f"{r['max_abs_logit_err']:.2e}",
-            ", ".join(f"{e:.1e}" for e in r["per_row_err"]), str(r["tokens_identical"]), str(r["passed"])]
+            ", ".join(f"{e:.1e}" for e in r["per_row_err"]), f"`{r['tokens_identical']}`", f"`{r['passed']}`"]
            for name, r in PADDED.items()],
           en=["dtype", "prompt lengths", "max abs logit error", "per row", "tokens identical", "passed"],
           zh=["精度", "提示长度", "最大 logits 绝对误差", "各行", "token 一致", "通过"])
@@ -290,8 +294,8 @@ with torch.inference_mode():
     other_pos = generate_padded(model, PROMPTS, pad_position=7)
 PAD_CONTENT_BIT_EXACT = all(torch.equal(a, b) and torch.equal(a, c)
                             for a, b, c in zip(base["logits"], other_pad["logits"], other_pos["logits"]))
-say(en=f"Another padding ID or padding position: real logits bit-identical: {PAD_CONTENT_BIT_EXACT}.",
-    zh=f"换一个填充 ID 或填充位置：真实位置上的 logits 逐比特相同：{PAD_CONTENT_BIT_EXACT}。")
+say(en=f"Another padding ID or padding position: real logits bit-identical: `{PAD_CONTENT_BIT_EXACT}`.",
+    zh=f"换一个填充 ID 或填充位置：真实位置上的 logits 逐比特相同：`{PAD_CONTENT_BIT_EXACT}`。")
 assert PAD_CONTENT_BIT_EXACT
 # [en] Row 1 holds no token at all.
 # [zh] 第 1 行一个 token 都没有。
@@ -301,8 +305,8 @@ with torch.inference_mode():
 EMPTY_ROW_OK = bool(torch.isfinite(empty_logits).all()) and all(
     torch.allclose(empty_logits[row, empty_mask[row]], base["logits"][row][:n], atol=1e-5, rtol=1e-5)
     for row, n in ((0, PROMPT_LENGTHS[0]), (2, PROMPT_LENGTHS[2])))
-say(en=f"A row with no token: finite everywhere, other rows unchanged: {EMPTY_ROW_OK}.",
-    zh=f"一个 token 都没有的行：处处是有限值，其他行不受影响：{EMPTY_ROW_OK}。")
+say(en=f"A row with no token: finite everywhere, other rows unchanged: `{EMPTY_ROW_OK}`.",
+    zh=f"一个 token 都没有的行：处处是有限值，其他行不受影响：`{EMPTY_ROW_OK}`。")
 assert EMPTY_ROW_OK and int(empty_mask[1].sum()) == 0
 
 # %% [markdown] lang="en"
@@ -365,7 +369,7 @@ PADDING_CONTROLS = {
     "no_empty_row_guard": dict(CORRECT_RULES, mask=no_guard),
 }
 PADDING_CONTROL_RUNS = {name: check_padded(model, torch.float32, rules) for name, rules in PADDING_CONTROLS.items()}
-say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}", str(r["tokens_identical"]), str(r["finite"]), str(not r["passed"])]
+say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}", f"`{r['tokens_identical']}`", f"`{r['finite']}`", f"`{not r['passed']}`"]
            for name, r in PADDING_CONTROL_RUNS.items()],
           en=["broken variant", "max abs logit error", "tokens identical", "finite", "caught"],
           zh=["改坏的版本", "最大 logits 绝对误差", "token 一致", "数值有限", "查出"])
@@ -397,7 +401,7 @@ try:
 finally:
     for handle in handles:
         handle.remove()
-after_block_1, after_block_2 = block_outputs                           # [B, T, width] each
+after_block_1, after_block_2 = block_outputs                           # [B, T, width], [B, T, width]
 nan_1 = after_block_1.isnan().all(dim=-1)                               # [B, T]
 nan_2 = after_block_2.isnan().all(dim=-1)
 say_table([[str(row), str(int((~key_mask[row]).sum())), str(int(nan_1[row].sum())), str(int(nan_2[row][key_mask[row]].sum()))]

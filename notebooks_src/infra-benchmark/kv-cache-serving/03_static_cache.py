@@ -101,8 +101,8 @@ def generate_with_store(model, prompts, store, steps=DECODE_STEPS):
 
 cat_run = generate_with_store(model, PROMPTS, CatStore(cfg, len(PROMPTS)))
 STORE_FORWARD_BIT_EXACT = all(torch.equal(a, b) for a, b in zip(cat_run["logits"], base["logits"]))
-say(en=f"`store_forward` with a `torch.cat` store equals the section 3 decoder bit for bit: {STORE_FORWARD_BIT_EXACT}.",
-    zh=f"`store_forward` 配合 `torch.cat` 存储，与第 3 节的解码器逐比特相同：{STORE_FORWARD_BIT_EXACT}。")
+say(en=f"`store_forward` with a `torch.cat` store equals the section 3 decoder bit for bit: `{STORE_FORWARD_BIT_EXACT}`.",
+    zh=f"`store_forward` 配合 `torch.cat` 存储，与第 3 节的解码器逐比特相同：`{STORE_FORWARD_BIT_EXACT}`。")
 assert STORE_FORWARD_BIT_EXACT and cat_run["tokens"] == base["tokens"]
 # [en] torch.cat makes new tensors on every call.
 # [zh] torch.cat 每次调用都生成新张量。
@@ -208,8 +208,8 @@ try:
     OVERFLOW_ERROR = None
 except ValueError as error:
     OVERFLOW_ERROR = str(error)
-say_table([[name, f"{r['max_abs_logit_err']:.1e}", str(r["bit_exact"]), str(r["pointers_fixed"]), str(r["finite"]),
-            str(r["unused_slots_nan"])] for name, r in STATIC.items()],
+say_table([[name, f"{r['max_abs_logit_err']:.1e}", f"`{r['bit_exact']}`", f"`{r['pointers_fixed']}`", f"`{r['finite']}`",
+            f"`{r['unused_slots_nan']}`"] for name, r in STATIC.items()],
           en=["dtype", "max abs logit error vs `torch.cat`", "bit-exact", "`data_ptr()` fixed", "logits finite", "unused slots still NaN"],
           zh=["精度", "与 `torch.cat` 相比的最大 logits 绝对误差", "逐比特相同", "`data_ptr()` 不变", "logits 有限", "未用槽位仍为 NaN"])
 say(en=f"One token past `T_max`: `ValueError: {OVERFLOW_ERROR}`", zh=f"再多写一个 token 就超出 `T_max`：`ValueError: {OVERFLOW_ERROR}`")
@@ -269,8 +269,8 @@ STATIC_CONTROLS = {
     "reuse_without_reset": (lambda r: {"max_abs_logit_err": r["max_abs_logit_err"], "finite": r["finite"],
                                        "detected": not r["bit_exact"]})(check_reuse(reset=False)),
 }
-say_table([["`StaticStore.reset()`", f"{REUSE_WITH_RESET['max_abs_logit_err']:.1e}", str(REUSE_WITH_RESET["finite"]), "-"]]
-          + [[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", str(c["finite"]), str(c["detected"])] for name, c in STATIC_CONTROLS.items()],
+say_table([["`StaticStore.reset()`", f"{REUSE_WITH_RESET['max_abs_logit_err']:.1e}", f"`{REUSE_WITH_RESET['finite']}`", "-"]]
+          + [[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", f"`{c['finite']}`", f"`{c['detected']}`"] for name, c in STATIC_CONTROLS.items()],
           en=["variant", "max abs logit error vs `torch.cat`", "finite", "caught"],
           zh=["版本", "与 `torch.cat` 相比的最大 logits 绝对误差", "数值有限", "查出"])
 assert REUSE_WITH_RESET["bit_exact"] and REUSE_WITH_RESET["tokens_identical"]

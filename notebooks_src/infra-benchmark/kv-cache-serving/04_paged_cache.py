@@ -306,7 +306,7 @@ def check_paged(dtype=torch.float32) -> dict:
 PAGED = {DTYPE_NAME[d]: check_paged(d) for d in TOLERANCE}
 say_table([[str(seq), str(PAGED["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(PAGED["fp32"]["tables"])],
           en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
-say_table([[name, f"{r['max_abs_logit_err']:.1e}", str(r["bit_exact_vs_cat"]), str(r["bit_exact_vs_contiguous"]), str(r["tokens_identical"])]
+say_table([[name, f"{r['max_abs_logit_err']:.1e}", f"`{r['bit_exact_vs_cat']}`", f"`{r['bit_exact_vs_contiguous']}`", f"`{r['tokens_identical']}`"]
            for name, r in PAGED.items()],
           en=["dtype", "max abs logit error vs `torch.cat`", "bit-exact vs `torch.cat`", "bit-exact vs contiguous", "tokens identical"],
           zh=["精度", "与 `torch.cat` 相比的最大 logits 绝对误差", "与 `torch.cat` 逐比特相同", "与连续缓存逐比特相同", "token 一致"])
@@ -454,11 +454,11 @@ def check_reuse_paged(pool_class=BlockPool, spare_blocks=0) -> dict:
 REUSE = check_reuse_paged()
 say(en=(f"Six requests over {REUSE_BLOCKS} blocks: admitted at iterations {REUSE['admitted']}, "
         f"{REUSE['reused_blocks']} allocations of a block that an earlier request had used; bit-exact vs the "
-        f"contiguous cache: {REUSE['bit_exact_vs_contiguous']}; tokens as alone: {REUSE['tokens_as_alone']} "
-        f"(largest logit difference from the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}); every request within its reservation: {REUSE['within_reservation']}; all blocks back in the pool: {REUSE['all_returned']}."),
+        f"contiguous cache: `{REUSE['bit_exact_vs_contiguous']}`; tokens as alone: `{REUSE['tokens_as_alone']}` "
+        f"(largest logit difference from the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}); every request within its reservation: `{REUSE['within_reservation']}`; all blocks back in the pool: `{REUSE['all_returned']}`."),
     zh=(f"六个请求共用 {REUSE_BLOCKS} 个物理块：被接纳的轮次依次为 {REUSE['admitted']}；有 {REUSE['reused_blocks']} 次分配拿到的是先前请求用过的物理块；"
-        f"与连续缓存逐比特相同：{REUSE['bit_exact_vs_contiguous']}；token 与单独运行时相同：{REUSE['tokens_as_alone']}"
-        f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；每个请求都未超出预留：{REUSE['within_reservation']}；全部物理块都已归还：{REUSE['all_returned']}。"))
+        f"与连续缓存逐比特相同：`{REUSE['bit_exact_vs_contiguous']}`；token 与单独运行时相同：`{REUSE['tokens_as_alone']}`"
+        f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；每个请求都未超出预留：`{REUSE['within_reservation']}`；全部物理块都已归还：`{REUSE['all_returned']}`。"))
 assert REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"] and REUSE["finite"]
 assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"] and REUSE["within_reservation"]
 # [en] Batched decoding is not bit-identical to decoding alone.
@@ -553,11 +553,11 @@ def check_shared(cache_class=PagedCache) -> dict:
 SHARED = check_shared()
 say_table([[f"`{seq}`", str(table)] for seq, table in SHARED["tables"].items()], en=["sequence", "block table"], zh=["序列", "块表"])
 say(en=(f"Shared blocks {SHARED['shared_blocks']} (the full prompt blocks); the half-filled prompt block was copied on the first sequence's write: "
-        f"{SHARED['partial_block_copied']}; {SHARED['blocks_in_use']} blocks in use instead of {SHARED['blocks_without_sharing']}. "
-        f"Bit-exact vs the contiguous cache: {SHARED['bit_exact_vs_contiguous']}; largest logit difference from full recomputation "
+        f"`{SHARED['partial_block_copied']}`; {SHARED['blocks_in_use']} blocks in use instead of {SHARED['blocks_without_sharing']}. "
+        f"Bit-exact vs the contiguous cache: `{SHARED['bit_exact_vs_contiguous']}`; largest logit difference from full recomputation "
         f"{SHARED['max_abs_logit_err_vs_full']:.1e}."),
-    zh=(f"共享的物理块为 {SHARED['shared_blocks']}（即提示中已填满的几个物理块）；提示中半满的那个物理块在第一条序列写入时被复制：{SHARED['partial_block_copied']}；"
-        f"使用中的物理块为 {SHARED['blocks_in_use']} 个，不共享则需要 {SHARED['blocks_without_sharing']} 个。与连续缓存逐比特相同：{SHARED['bit_exact_vs_contiguous']}；"
+    zh=(f"共享的物理块为 {SHARED['shared_blocks']}（即提示中已填满的几个物理块）；提示中半满的那个物理块在第一条序列写入时被复制：`{SHARED['partial_block_copied']}`；"
+        f"使用中的物理块为 {SHARED['blocks_in_use']} 个，不共享则需要 {SHARED['blocks_without_sharing']} 个。与连续缓存逐比特相同：`{SHARED['bit_exact_vs_contiguous']}`；"
         f"与完整重算相比，logits 的最大差异为 {SHARED['max_abs_logit_err_vs_full']:.1e}。"))
 assert SHARED["bit_exact_vs_contiguous"] and SHARED["close_to_full"] and SHARED["tokens_as_full"] and SHARED["finite"]
 assert SHARED["shared_blocks"] == SHARED["full_prompt_blocks"] and len(SHARED["shared_blocks"]) == SHARED_PROMPT_LEN // BLOCK_SIZE
@@ -629,7 +629,7 @@ PAGED_CONTROLS = {
     "reused_block_not_cleared": paged_verdict(not_cleared_run, "bit_exact_vs_contiguous"),
     "shared_block_written_in_place": paged_verdict(check_shared(cache_class=NoCopyOnWrite), "bit_exact_vs_contiguous"),
 }
-say_table([[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", str(c["finite"]), str(c["detected"])] for name, c in PAGED_CONTROLS.items()],
+say_table([[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", f"`{c['finite']}`", f"`{c['detected']}`"] for name, c in PAGED_CONTROLS.items()],
           en=["broken variant", "max abs logit error", "finite", "caught"],
           zh=["改坏的版本", "最大 logits 绝对误差", "数值有限", "查出"])
 assert all(c["detected"] for c in PAGED_CONTROLS.values())

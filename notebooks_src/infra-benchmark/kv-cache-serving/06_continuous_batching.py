@@ -63,11 +63,11 @@ CONTINUOUS = {
 }
 say(en=(f"{STREAM_REQUESTS} requests in {CONTINUOUS['iterations']} iterations, {CONTINUOUS['decode_steps']} of them with a decode step; "
         f"{CONTINUOUS['tokens_per_decode_step']:.2f} tokens per decode step on average (at most {CONTINUOUS['max_running']} requests at once); "
-        f"{CONTINUOUS['waited']} requests waited for blocks. Tokens identical to the alone runs: {CONTINUOUS['tokens_as_alone']}; "
+        f"{CONTINUOUS['waited']} requests waited for blocks. Tokens identical to the alone runs: `{CONTINUOUS['tokens_as_alone']}`; "
         f"largest logit difference {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}."),
     zh=(f"{STREAM_REQUESTS} 个请求在 {CONTINUOUS['iterations']} 轮内全部完成，其中 {CONTINUOUS['decode_steps']} 轮有解码步；"
         f"平均每个解码步生成 {CONTINUOUS['tokens_per_decode_step']:.2f} 个 token（同时最多 {CONTINUOUS['max_running']} 个请求）；"
-        f"有 {CONTINUOUS['waited']} 个请求等待过物理块。token 与单独运行时完全相同：{CONTINUOUS['tokens_as_alone']}；"
+        f"有 {CONTINUOUS['waited']} 个请求等待过物理块。token 与单独运行时完全相同：`{CONTINUOUS['tokens_as_alone']}`；"
         f"与单独运行相比，logits 的最大差异为 {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}。"))
 assert CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
 assert CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"]

@@ -131,9 +131,9 @@ if HF_SKIP is None:
                                  "detected": not all(torch.allclose(a, b, atol=HF_TOL, rtol=HF_TOL)
                                                      for a, b in zip(hf_no_positions["logits"], ours_run["logits"]))},
     }
-    say_table([["`attention_mask`, `DynamicCache`", f"{PEER['padding']['max_abs_logit_err']:.1e}", "-", str(PEER["padding"]["tokens_identical"])],
-               ["`StaticCache`", f"{PEER['static_cache']['max_abs_logit_err']:.1e}", f"{kv_err:.1e}", str(PEER["static_cache"]["tokens_identical"])],
-               ["`generate()`", "-", "-", str(PEER["padding"]["generate_tokens_identical"])],
+    say_table([["`attention_mask`, `DynamicCache`", f"{PEER['padding']['max_abs_logit_err']:.1e}", "-", f"`{PEER['padding']['tokens_identical']}`"],
+               ["`StaticCache`", f"{PEER['static_cache']['max_abs_logit_err']:.1e}", f"{kv_err:.1e}", f"`{PEER['static_cache']['tokens_identical']}`"],
+               ["`generate()`", "-", "-", f"`{PEER['padding']['generate_tokens_identical']}`"],
                ["`position_ids=None`", f"{PEER['trap_no_position_ids']['max_abs_logit_err']:.1e}", "-", "-"]],
               en=["GPT-2 (FP64)", "max abs logit error vs ours", "max abs K/V error, real slots", "tokens identical"],
               zh=["GPT-2（FP64）", "与我们相比的最大 logits 绝对误差", "真实槽位上 K/V 的最大绝对误差", "token 一致"])

@@ -16,7 +16,9 @@
 # %%
 HEAD_DIM = 16
 gen = torch.Generator().manual_seed(SEED)
-head_x = torch.randn(1, 10, HEAD_DIM, generator=gen)                 # [B, T, D], one head
+# [en] Inputs of one head.
+# [zh] 单个注意力头的输入。
+head_x = torch.randn(1, 10, HEAD_DIM, generator=gen)                 # [B, T, D]
 w_q, w_k, w_v = (torch.randn(HEAD_DIM, HEAD_DIM, generator=gen) / HEAD_DIM**0.5 for _ in range(3))
 
 with torch.inference_mode():

@@ -58,10 +58,13 @@ def run_variant(model: CacheDecoder, hooks: dict) -> list[dict]:
 
 
 CONTROL_RUNS = {"correct": run_variant(model, {})} | {name: run_variant(model, hooks) for name, hooks in VARIANTS.items()}
-say_table([[f"`{variant}`", f"`{r['scenario']}`", f"{r['max_abs_logit_err']:.3e}", f"`{r['passed']}`"]
+# [en] The table names each scenario by its input and chunk lengths (the same cells in both languages).
+# [zh] 表中用输入和分块长度标出每个场景（两种语言的单元格相同）。
+SCENARIO_CELLS = {"six tokens 4+2": "`SIX_TOKENS`, 4 + 2"} | {f"stream, chunk {c}": f"`STREAM`, {c}" for c in (1, 2, 5)}
+say_table([[f"`{variant}`", SCENARIO_CELLS[r["scenario"]], f"{r['max_abs_logit_err']:.3e}", f"`{r['passed']}`"]
            for variant, runs in CONTROL_RUNS.items() for r in runs],
-          en=["variant", "scenario", "max abs logit error", "passed"],
-          zh=["版本", "场景", "logits 最大绝对误差", "通过"])
+          en=["variant", "input, chunk length", "max abs logit error", "passed"],
+          zh=["版本", "输入，分块长度", "logits 最大绝对误差", "通过"])
 
 # %% [markdown] lang="en"
 # The correct model passes every scenario. Resetting the positions and dropping the offset are caught

@@ -130,7 +130,9 @@ COST_ROWS = []
 for T in COST_LENGTHS:
     ids = COST_STREAM[:, :T]
     with torch.inference_mode():
-        _, past = model(ids[:, :-1])                           # past: T - 1 positions
+        # [en] The cache holds T - 1 positions.
+        # [zh] 缓存中有 T - 1 个位置。
+        _, past = model(ids[:, :-1])
     read, fresh_storage = [], []
 
     # [en] The K and V this attention module multiplied, and whether K is a new tensor.
@@ -197,7 +199,9 @@ with torch.inference_mode():
     q, k, v = (torch.randn(1, cfg.heads, 8, cfg.head_dim, generator=gen) for _ in range(3))   # [1, H, 8, Dh]
     out = masked_attention(q, k, v, causal_mask(0, 8))
     q_changed = q.clone()
-    q_changed[:, :, :7] += 1.0                                 # queries 0..6
+    # [en] Change queries 0..6.
+    # [zh] 改动第 0..6 个查询。
+    q_changed[:, :, :7] += 1.0
     out_changed = masked_attention(q_changed, k, v, causal_mask(0, 8))
     last_alone = masked_attention(q[:, :, 7:], k, v, causal_mask(7, 1))   # [1, H, 1, Dh]
 
@@ -641,6 +645,8 @@ say_table(
 # whole window of each path at the shortest prompt.
 
 # %% [markdown] lang="zh"
+# ### 8.5 把乘加次数与实测时间放在一起
+#
 # 为了比较调用次数不同的路径，图中做了换算：两个续写窗口的时间除以 16 步（得到每步毫秒数），预填充的时间除以 $P$ 个提示 token（得到每个提示 token 的毫秒数）。标记点是 p50，竖线表示从 p50 到 p95 的范围。左图画的是这些时间；右图画的是两条续写路径的每步开销相对最短提示随 $P$ 增长了多少倍：实线是测量值，虚线是预测值，即 8.1 的乘加次数在窗口 16 步上的平均。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。这个单元格还会在最短提示下，用 `FlopCounterMode` 对每条路径完整地数一遍窗口内的乘加次数，与按公式求得的平均值核对。
 
 # %%

@@ -34,7 +34,9 @@ import warnings
 # [zh] transformers 会导入 tqdm，它关于缺少 Jupyter 小部件的提示在这里只是干扰。
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-PEER_TOL = 1e-10                                # |GPT-2 - ours|, FP64
+# [en] Tolerance on |GPT-2 - ours| in FP64.
+# [zh] FP64 下 |GPT-2 - 我们的实现| 的容差。
+PEER_TOL = 1e-10
 PINNED_TRANSFORMERS = "5.23.0"
 CHECKED_TRANSFORMERS = ("4.57.1", "5.0.0")
 
