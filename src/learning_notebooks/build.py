@@ -457,11 +457,6 @@ def strays(options: BuildOptions, config: ProjectConfig, sources: list[NotebookS
     return sorted(found)
 
 
-def orphans(options: BuildOptions, config: ProjectConfig, sources: list[NotebookSource]) -> list[Path]:
-    """Kept for callers of the former name: see `strays`."""
-    return strays(options, config, sources)
-
-
 # -- the whole build -------------------------------------------------------------------------------
 
 
