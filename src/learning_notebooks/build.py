@@ -34,6 +34,7 @@ from .cache import (
     outputs_digest,
     package_versions,
     python_version,
+    recorded_parameters,
 )
 from .compose import RUN_VALUES_KEY, code_sources, compose, compose_for_execution, transplant
 from .errors import SourceError
@@ -167,7 +168,7 @@ class Plan:
 
 def stale_reason(meta: dict, key: str, overrides: dict) -> str:
     """Why a recorded run (metadata `meta`) does not belong to the current sources."""
-    parameters = {name: repr(value) for name, value in sorted(overrides.items())}
+    parameters = recorded_parameters(overrides)
     if meta.get("parameters", parameters) != parameters:
         return "parameters changed"
     if meta.get("builder", __version__) != __version__:
@@ -304,7 +305,7 @@ def run_record(p: Plan, options: BuildOptions, executed: NotebookNode | None, ou
         "source": f"notebooks_src/{p.source.series}/{p.source.name}/",
         "quick": options.quick,
         "execution_key": p.key,
-        "parameters": {name: repr(value) for name, value in sorted(p.overrides.items())},
+        "parameters": recorded_parameters(p.overrides),
         "builder": __version__,
         "environment": env if executed is not None else {},
         "executed": executed is not None,
