@@ -465,12 +465,13 @@ def finish(p: Plan, run: Executed | None, config: ProjectConfig, options: BuildO
     """Steps 3 and 4 for one notebook, given its run (None: reuse the recorded ones, or no outputs)."""
     started = time.perf_counter()
     notes: list[str] = []
+    edited = f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused"
     if run is not None:
         files = digest_tree(Path(run.folder.name))
         runs = {lang: (run.notebook, files, p.environment) for lang in p.languages}
         status = Status.EXECUTED
         if p.edited:
-            notes.append(f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused")
+            notes.append(edited)
         if p.drift and not options.force:
             notes.append(f"ran again because the environment differs: {', '.join(p.drift)}")
     else:
@@ -485,7 +486,7 @@ def finish(p: Plan, run: Executed | None, config: ProjectConfig, options: BuildO
                 notes.append(f"{p.stale}, so it carries no outputs; run: build-learning-notebooks --execute "
                              f"--only {p.source.target}")
             elif p.edited:
-                notes.append(f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused")
+                notes.append(edited)
             if p.drift:
                 notes.append(f"environment differs from the recorded run ({', '.join(p.drift)}); outputs kept; "
                              f"--execute runs it again")
