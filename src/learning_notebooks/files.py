@@ -32,7 +32,9 @@ class UnsafeOutput(BuildError):
 
 
 class WriteFailed(BuildError):
-    """Staging or swapping the new build failed; the previous build is intact."""
+    """Staging or swapping the new build failed; the previous build is intact unless `intact` is False."""
+
+    intact = True
 
 
 def notebook_bytes(notebook: NotebookNode) -> bytes:
@@ -175,12 +177,21 @@ class Transaction:
                     if staged is not None:
                         _replace(staged, target)
             except OSError as err:
+                stuck = []  # old files the rollback could not put back (kept under their backup name)
                 for target, backup in reversed(done):
-                    if target.exists() or target.is_symlink():
-                        _remove(target)
-                    if backup is not None:
-                        _replace(backup, target)
-                raise WriteFailed(f"{err.filename or 'build'}: cannot replace: {err.strerror or err}") from None
+                    try:
+                        if target.exists() or target.is_symlink():
+                            _remove(target)
+                        if backup is not None:
+                            _replace(backup, target)
+                    except OSError:
+                        stuck.append(backup if backup is not None else target)
+                message = f"{err.filename or 'build'}: cannot replace: {err.strerror or err}"
+                if stuck:
+                    message += f"; the rollback failed too: {', '.join(map(str, stuck))} could not be put back"
+                failed = WriteFailed(message)
+                failed.intact = not stuck
+                raise failed from None
             finally:
                 self.discard()
             for _, backup in done:

@@ -120,6 +120,24 @@ def test_an_error_in_the_middle_of_the_swap_rolls_every_file_back(project: Proje
     assert staging_leftovers(project) == []
 
 
+def test_a_rollback_that_fails_too_does_not_claim_the_old_build_is_intact(project: Project, monkeypatch):
+    assert project.build("--execute").code == 0
+    old_en = project.built("en").read_bytes()
+    code_edit(project)
+
+    def failing(source, target):
+        raise OSError(errno.EIO, "Input/output error", str(target))
+
+    on_call(monkeypatch, "_replace", 4, failing)  # the swap of the English notebook fails ...
+    on_call(monkeypatch, "_replace", 5, failing)  # ... and so does putting its old file back
+    run = project.build("--execute")
+    assert run.code == 1
+    assert "intact" not in last_line(run.log) and "the rollback failed too" in last_line(run.log)
+    [kept] = staging_leftovers(project)  # the old English notebook, under its backup name
+    assert str(kept) in last_line(run.log) and kept.read_bytes() == old_en
+    assert not project.built("en").exists()
+
+
 # 2. Edited outputs spread and pass --check.
 
 
