@@ -34,6 +34,7 @@ from .cache import (
     outputs_digest,
     package_versions,
     python_version,
+    recorded_parameters,
 )
 from .compose import RUN_VALUES_KEY, code_sources, compose, compose_for_execution, transplant
 from .errors import SourceError
@@ -167,7 +168,7 @@ class Plan:
 
 def stale_reason(meta: dict, key: str, overrides: dict) -> str:
     """Why a recorded run (metadata `meta`) does not belong to the current sources."""
-    parameters = {name: repr(value) for name, value in sorted(overrides.items())}
+    parameters = recorded_parameters(overrides)
     if meta.get("parameters", parameters) != parameters:
         return "parameters changed"
     if meta.get("builder", __version__) != __version__:
@@ -304,7 +305,7 @@ def run_record(p: Plan, options: BuildOptions, executed: NotebookNode | None, ou
         "source": f"notebooks_src/{p.source.series}/{p.source.name}/",
         "quick": options.quick,
         "execution_key": p.key,
-        "parameters": {name: repr(value) for name, value in sorted(p.overrides.items())},
+        "parameters": recorded_parameters(p.overrides),
         "builder": __version__,
         "environment": env if executed is not None else {},
         "executed": executed is not None,
@@ -457,11 +458,6 @@ def strays(options: BuildOptions, config: ProjectConfig, sources: list[NotebookS
     return sorted(found)
 
 
-def orphans(options: BuildOptions, config: ProjectConfig, sources: list[NotebookSource]) -> list[Path]:
-    """Kept for callers of the former name: see `strays`."""
-    return strays(options, config, sources)
-
-
 # -- the whole build -------------------------------------------------------------------------------
 
 
@@ -469,12 +465,13 @@ def finish(p: Plan, run: Executed | None, config: ProjectConfig, options: BuildO
     """Steps 3 and 4 for one notebook, given its run (None: reuse the recorded ones, or no outputs)."""
     started = time.perf_counter()
     notes: list[str] = []
+    edited = f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused"
     if run is not None:
         files = digest_tree(Path(run.folder.name))
         runs = {lang: (run.notebook, files, p.environment) for lang in p.languages}
         status = Status.EXECUTED
         if p.edited:
-            notes.append(f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused")
+            notes.append(edited)
         if p.drift and not options.force:
             notes.append(f"ran again because the environment differs: {', '.join(p.drift)}")
     else:
@@ -489,7 +486,7 @@ def finish(p: Plan, run: Executed | None, config: ProjectConfig, options: BuildO
                 notes.append(f"{p.stale}, so it carries no outputs; run: build-learning-notebooks --execute "
                              f"--only {p.source.target}")
             elif p.edited:
-                notes.append(f"outputs edited by hand in {', '.join(x.name for x in p.edited)}: not reused")
+                notes.append(edited)
             if p.drift:
                 notes.append(f"environment differs from the recorded run ({', '.join(p.drift)}); outputs kept; "
                              f"--execute runs it again")

@@ -22,32 +22,9 @@ from collections.abc import Iterable, Mapping
 from importlib import metadata
 
 
-def execution_key(
-    code: Iterable[str],
-    parameters: Mapping[str, object],
-    builder_version: str,
-    packages: Mapping[str, str],
-    python: str,
-) -> str:
-    """Hash of everything that affects a notebook's outputs, environment included (one combined key).
-
-    The builder records `author_key` and `environment` separately, so that environment drift is not
-    mistaken for a code change; this combined form is kept for callers that want a single value.
-
-    code: the code cells in execution order (prose is deliberately absent, so a prose edit
-    keeps the outputs); parameters: overrides injected after the parameters cell;
-    builder_version: learning_notebooks.__version__; packages: distribution -> version for
-    every package the code imports; python: "major.minor" of the kernel's Python.
-    """
-    payload = {
-        "code": list(code),
-        "parameters": {name: repr(value) for name, value in sorted(parameters.items())},
-        "builder": builder_version,
-        "packages": dict(sorted(packages.items())),
-        "python": python,
-    }
-    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")
-    return "sha256:" + hashlib.sha256(blob).hexdigest()
+def recorded_parameters(parameters: Mapping[str, object]) -> dict[str, str]:
+    """The parameter overrides as the run record holds them: name -> repr(value), sorted by name."""
+    return {name: repr(value) for name, value in sorted(parameters.items())}
 
 
 def author_key(code: Iterable[str], parameters: Mapping[str, object], builder_version: str) -> str:
@@ -55,7 +32,7 @@ def author_key(code: Iterable[str], parameters: Mapping[str, object], builder_ve
     prose edit keeps the outputs), the parameter overrides, and the builder version."""
     payload = {
         "code": list(code),
-        "parameters": {name: repr(value) for name, value in sorted(parameters.items())},
+        "parameters": recorded_parameters(parameters),
         "builder": builder_version,
     }
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")

@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _run(args, options, log)
         except BuildError as err:
-            tail = "; the previous build is intact" if err.exit_code == 1 and not options.check else ""
+            intact = err.exit_code == 1 and not options.check and getattr(err, "intact", True)
+            tail = "; the previous build is intact" if intact else ""
             log.write(f"error: {err}{tail}\n")
             return err.exit_code
         except OSError as err:  # one the builder did not foresee: still one line, still nothing half-written

@@ -128,7 +128,7 @@ def kill_kernel(client: NotebookClient) -> None:
 
 
 def origins(source: NotebookSource, executable: NotebookNode) -> list[Cell | None]:
-    """The source cell of each cell of the execution notebook (None for injected parameters)."""
+    """The source cell of each cell of the execution notebook (None for the prelude and injected parameters)."""
     by_id = {cell.id: cell for cell in source.code_cells()}
     return [by_id.get(cell.id) for cell in executable.cells]
 
@@ -194,7 +194,7 @@ def run(
         state["index"] = cell_index
         if progress:
             origin = cells[cell_index]
-            where = f"{origin.file.name}:{origin.line}" if origin else builder_cell_label(cell)
+            where = f"{origin.file.name}:{origin.line}" if origin else builder_cell_label(cell_index)
             progress.cell(cell_index + 1, where)
 
     def on_notebook_start(notebook: NotebookNode) -> None:
@@ -276,13 +276,14 @@ def _execute(client: NotebookClient) -> None:
         raise
 
 
-def builder_cell_label(cell: NotebookNode | None) -> str:
-    """What to call a cell the builder added (no source cell): the prelude or the injected parameters."""
-    return "prelude" if cell is not None and cell.get("id") == "prelude" else "injected parameters"
+def builder_cell_label(index: int) -> str:
+    """What to call the cell at `index` when the builder added it (no source cell): the prelude
+    (always the first cell of the execution notebook) or the injected parameters."""
+    return "prelude" if index == 0 else "injected parameters"
 
 
 def _failed(source: NotebookSource, cells: list[Cell | None], index: int, ename: str, evalue: str) -> CellFailed:
     origin = cells[index]
     if origin is None:
-        return CellFailed(source.target, "prelude" if index == 0 else "injected parameters", source.folder, 0, ename, evalue)
+        return CellFailed(source.target, builder_cell_label(index), source.folder, 0, ename, evalue)
     return CellFailed(source.target, origin.file.stem, origin.file, origin.code_line, ename, evalue)

@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import stat as stat_module
-import tempfile
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -33,48 +32,14 @@ class UnsafeOutput(BuildError):
 
 
 class WriteFailed(BuildError):
-    """Staging or swapping the new build failed; the previous build is intact."""
+    """Staging or swapping the new build failed; the previous build is intact unless `intact` is False."""
+
+    intact = True
 
 
 def notebook_bytes(notebook: NotebookNode) -> bytes:
     """Stable serialization: nbformat's sorted keys and one-space indent, UTF-8, final newline."""
     return (nbformat.writes(notebook, version=4) + "\n").encode("utf-8")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates it private; a built file is for everyone
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def replace_dir(target: Path, staged: Path) -> None:
-    """Put the contents of `staged` at `target`, keeping the old `target` until the new one is in place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not any(staged.iterdir()):  # the notebook wrote nothing: no folder for it
-        shutil.rmtree(target, ignore_errors=True)
-        return
-    incoming = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
-    old = target.parent / f".{target.name}.old-{os.getpid()}"
-    try:
-        shutil.copytree(staged, incoming, dirs_exist_ok=True)
-        incoming.chmod(0o755)  # mkdtemp and copytree keep the temporary folder private; outputs are for everyone
-        if target.exists():
-            os.replace(target, old)
-        os.replace(incoming, target)
-    except BaseException:
-        if old.exists() and not target.exists():
-            os.replace(old, target)
-        shutil.rmtree(incoming, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def tree_files(folder: Path) -> list[Path]:
@@ -212,12 +177,21 @@ class Transaction:
                     if staged is not None:
                         _replace(staged, target)
             except OSError as err:
+                stuck = []  # old files the rollback could not put back (kept under their backup name)
                 for target, backup in reversed(done):
-                    if target.exists() or target.is_symlink():
-                        _remove(target)
-                    if backup is not None:
-                        _replace(backup, target)
-                raise WriteFailed(f"{err.filename or 'build'}: cannot replace: {err.strerror or err}") from None
+                    try:
+                        if target.exists() or target.is_symlink():
+                            _remove(target)
+                        if backup is not None:
+                            _replace(backup, target)
+                    except OSError:
+                        stuck.append(backup if backup is not None else target)
+                message = f"{err.filename or 'build'}: cannot replace: {err.strerror or err}"
+                if stuck:
+                    message += f"; the rollback failed too: {', '.join(map(str, stuck))} could not be put back"
+                failed = WriteFailed(message)
+                failed.intact = not stuck
+                raise failed from None
             finally:
                 self.discard()
             for _, backup in done:

@@ -65,6 +65,28 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def start_until(project: Project, text: str) -> subprocess.Popen:
+    """Start `--execute` in `project`; return once a line of its stderr contains `text`."""
+    process = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
+                               stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if text in line:
+            break
+    return process
+
+
+def kernels_of(process: subprocess.Popen) -> list[int]:
+    return [pid for pid, cmd in descendants(process.pid).items() if "ipykernel" in cmd]
+
+
+def still_alive(pids: list[int], seconds: float = 10) -> list[int]:
+    """The processes of `pids` still running after waiting up to `seconds` for them to end."""
+    deadline = time.monotonic() + seconds
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [pid for pid in pids if alive(pid)]
+
+
 def test_end_to_end_in_a_temporary_folder(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "project")
     project = Project(tmp_path / "project")
@@ -91,14 +113,9 @@ def test_ctrl_c_stops_the_kernel_and_keeps_the_previous_build(tmp_path):
     before = {p: p.read_bytes() for p in (project.built("en"), project.built("zh"), project.outputs / "result.json")}
     project.append("02_compute.py", "\n# %%\nimport time\nprint('sleeping', flush=True)\ntime.sleep(120)\n")
 
-    process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--execute"], cwd=project.root, stderr=subprocess.PIPE, text=True
-    )
-    for line in process.stderr:
-        if "cell 6 of 6" in line:
-            break
+    process = start_until(project, "cell 6 of 6")
     time.sleep(1.5)  # let the kernel enter the sleeping cell
-    kernels = [pid for pid, cmd in descendants(process.pid).items() if "ipykernel" in cmd]
+    kernels = kernels_of(process)
     assert kernels, "the run's kernel was not found, so this test could not notice it surviving"
     process.send_signal(signal.SIGINT)
     _, rest = process.communicate(timeout=60)
@@ -107,10 +124,7 @@ def test_ctrl_c_stops_the_kernel_and_keeps_the_previous_build(tmp_path):
     assert {p: p.read_bytes() for p in before} == before
     leftovers = [p for p in project.root.rglob("*") if p.name.startswith(".")]
     assert leftovers == []
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in kernels) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in kernels if alive(pid)]  # the kernels this run started are gone
+    assert still_alive(kernels) == []  # the kernels this run started are gone
 
 
 def test_sigterm_is_handled_like_sigint_and_exits_143(tmp_path):
@@ -118,13 +132,9 @@ def test_sigterm_is_handled_like_sigint_and_exits_143(tmp_path):
     project = Project(tmp_path / "project")
     marker = (project.notebook / "02_compute.py").read_text(encoding="utf-8").count("\n") + 2
     project.append("02_compute.py", "\n# %%\nimport time\ntime.sleep(120)\n")
-    process = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
-                               stderr=subprocess.PIPE, text=True)
-    for line in process.stderr:
-        if f"(02_compute.py:{marker})" in line:
-            break
-    time.sleep(1.5)
-    kernels = [pid for pid, cmd in descendants(process.pid).items() if "ipykernel" in cmd]
+    process = start_until(project, f"(02_compute.py:{marker})")
+    time.sleep(1.5)  # let the kernel enter the sleeping cell
+    kernels = kernels_of(process)
     assert kernels
     process.send_signal(signal.SIGTERM)
     _, rest = process.communicate(timeout=60)
@@ -133,21 +143,14 @@ def test_sigterm_is_handled_like_sigint_and_exits_143(tmp_path):
     assert rest.startswith("interrupted:")
     assert not (project.root / "build").exists() and not (project.root / "outputs").exists()
     assert [p for p in project.root.rglob("*") if p.name.startswith(".")] == []
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in kernels) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in kernels if alive(pid)]
+    assert still_alive(kernels) == []
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_kernel_start_up_gives_one_line(tmp_path, signum, code):
     shutil.copytree(FIXTURE, tmp_path / "project")
     project = Project(tmp_path / "project")
-    process = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
-                               stderr=subprocess.PIPE, text=True)
-    for line in process.stderr:
-        if "executing" in line:
-            break
+    process = start_until(project, "executing")
     process.send_signal(signum)  # the kernel is starting: no cell has run yet
     _, rest = process.communicate(timeout=60)
     assert process.returncode == code, rest
@@ -164,11 +167,7 @@ def test_two_builds_of_one_tree_never_interleave(tmp_path):
     project = Project(tmp_path / "project")
     marker = (project.notebook / "02_compute.py").read_text(encoding="utf-8").count("\n") + 2
     project.append("02_compute.py", "\n# %%\nimport time\ntime.sleep(3)\n")
-    first = subprocess.Popen([sys.executable, str(SCRIPT), "--execute"], cwd=project.root,
-                             stderr=subprocess.PIPE, text=True)
-    for line in first.stderr:
-        if f"(02_compute.py:{marker})" in line:
-            break
+    first = start_until(project, f"(02_compute.py:{marker})")
     second = command("--execute", "--force", cwd=project.root)
     _, rest = first.communicate(timeout=120)
     assert first.returncode == 0 and second.returncode == 0, rest + second.stderr

@@ -8,7 +8,7 @@ from dataclasses import replace
 import nbformat
 import pytest
 
-from learning_notebooks.cache import execution_key, imported_modules, package_versions
+from learning_notebooks.cache import author_key, environment, environment_changes, imported_modules, package_versions
 from learning_notebooks.compose import (
     code_sources,
     comparable_code,
@@ -116,30 +116,38 @@ def test_transplant_refuses_different_code(source, config):
         transplant(shorter, compose(source, "en", config, {}, {}))
 
 
-KEY_ARGS = dict(code=["x = 1"], parameters={}, builder_version="1", packages={"numpy": "2"}, python="3.11")
+KEY_ARGS = dict(code=["x = 1"], parameters={}, builder_version="1")
 
 
 def key(**changes):
-    return execution_key(**{**KEY_ARGS, **changes})
+    return author_key(**{**KEY_ARGS, **changes})
 
 
-def test_cache_key_is_pure_and_sensitive_to_each_input():
+def test_author_key_is_pure_and_sensitive_to_each_input():
     assert key() == key()
     assert key().startswith("sha256:")
     variants = [
         key(code=["x = 2"]),
         key(code=["x = 1", ""]),
         key(parameters={"QUICK": True}),
+        key(parameters={"QUICK": "True"}),  # repr keeps the type
         key(builder_version="2"),
-        key(packages={"numpy": "3"}),
-        key(packages={"numpy": "2", "torch": "2.13.0"}),
-        key(python="3.12"),
     ]
     assert len({key(), *variants}) == len(variants) + 1
 
 
-def test_cache_key_ignores_dict_order():
-    assert key(packages={"a": "1", "b": "2"}) == key(packages={"b": "2", "a": "1"})
+def test_author_key_ignores_parameter_order():
+    assert key(parameters={"a": 1, "b": 2}) == key(parameters={"b": 2, "a": 1})
+
+
+def test_environment_changes_name_each_version_that_differs():
+    recorded = environment({"numpy": "2", "torch": "2.13.0"}, "3.11")
+    assert environment_changes(recorded, environment({"torch": "2.13.0", "numpy": "2"}, "3.11")) == []
+    assert environment_changes(recorded, environment({"numpy": "2", "torch": "2.13.1", "scipy": "1"}, "3.12")) == [
+        "python 3.11 → 3.12",
+        "scipy not recorded → 1",
+        "torch 2.13.0 → 2.13.1",
+    ]
 
 
 def test_imported_modules_and_versions():

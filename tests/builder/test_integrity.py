@@ -53,6 +53,23 @@ def last_line(log: str) -> str:
     return log.strip().splitlines()[-1]
 
 
+def on_call(monkeypatch, name: str, n: int, action) -> None:
+    """Run `action(*args)` before the `n`-th call of `files.<name>` (then the real call, unless it raised)."""
+    real, calls = getattr(files, name), []
+
+    def patched(*args):
+        calls.append(args)
+        if len(calls) == n:
+            action(*args)
+        real(*args)
+
+    monkeypatch.setattr(files, name, patched)
+
+
+def sigterm(*_) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 # 1. A failed write leaves a mixed build.
 
 
@@ -75,15 +92,11 @@ def test_a_full_disk_while_staging_leaves_the_whole_old_build(project: Project, 
     assert project.build("--execute").code == 0
     before = tree(project)
     code_edit(project)
-    real, calls = files._write, []
 
     def full_disk(path, data):
-        calls.append(path)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real(path, data)
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(files, "_write", full_disk)
+    on_call(monkeypatch, "_write", 2, full_disk)
     run = project.build("--execute")
     assert run.code == 1
     assert "No space left on device; the previous build is intact" in last_line(run.log)
@@ -96,19 +109,33 @@ def test_an_error_in_the_middle_of_the_swap_rolls_every_file_back(project: Proje
     assert project.build("--execute").code == 0
     before = tree(project)
     code_edit(project)
-    real, calls = files._replace, []
 
     def failing(source, target):
-        calls.append(target)
-        if len(calls) == 4:  # outputs/ and the English notebook are already swapped in
-            raise OSError(errno.EIO, "Input/output error", str(target))
-        real(source, target)
+        raise OSError(errno.EIO, "Input/output error", str(target))
 
-    monkeypatch.setattr(files, "_replace", failing)
+    on_call(monkeypatch, "_replace", 4, failing)  # outputs/ and the English notebook are already swapped in
     run = project.build("--execute")
     assert run.code == 1 and "the previous build is intact" in last_line(run.log)
     assert tree(project) == before
     assert staging_leftovers(project) == []
+
+
+def test_a_rollback_that_fails_too_does_not_claim_the_old_build_is_intact(project: Project, monkeypatch):
+    assert project.build("--execute").code == 0
+    old_en = project.built("en").read_bytes()
+    code_edit(project)
+
+    def failing(source, target):
+        raise OSError(errno.EIO, "Input/output error", str(target))
+
+    on_call(monkeypatch, "_replace", 4, failing)  # the swap of the English notebook fails ...
+    on_call(monkeypatch, "_replace", 5, failing)  # ... and so does putting its old file back
+    run = project.build("--execute")
+    assert run.code == 1
+    assert "intact" not in last_line(run.log) and "the rollback failed too" in last_line(run.log)
+    [kept] = staging_leftovers(project)  # the old English notebook, under its backup name
+    assert str(kept) in last_line(run.log) and kept.read_bytes() == old_en
+    assert not project.built("en").exists()
 
 
 # 2. Edited outputs spread and pass --check.
@@ -250,15 +277,7 @@ def test_sigterm_while_staging_keeps_the_old_build_and_exits_143(project: Projec
     assert project.build("--execute").code == 0
     before = tree(project)
     code_edit(project)
-    real, calls = files._write, []
-
-    def interrupted(path, data):
-        calls.append(path)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-        real(path, data)
-
-    monkeypatch.setattr(files, "_write", interrupted)
+    on_call(monkeypatch, "_write", 2, sigterm)
     run = project.build("--execute")
     assert run.code == 143 and last_line(run.log).startswith("interrupted:")
     assert tree(project) == before
@@ -268,15 +287,7 @@ def test_sigterm_while_staging_keeps_the_old_build_and_exits_143(project: Projec
 def test_sigterm_during_the_swap_lets_it_finish_then_exits_143(project: Project, monkeypatch):
     assert project.build("--execute").code == 0
     code_edit(project)
-    real, calls = files._replace, []
-
-    def interrupted(source, target):
-        calls.append(target)
-        if len(calls) == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-        real(source, target)
-
-    monkeypatch.setattr(files, "_replace", interrupted)
+    on_call(monkeypatch, "_replace", 1, sigterm)
     run = project.build("--execute")
     assert run.code == 143
     for lang in ("en", "zh"):  # the whole new build, never half of it
