@@ -1,19 +1,19 @@
 """Each classic cache bug, injected into a copy of the sources, stops sections 1-7 with an AssertionError.
 
 The mutations edit the section files' text (as a careless edit would), not the live objects: this checks
-the notebook's own assertions, not the tests'.
+the notebook's own assertions, not the tests'. The mutated cells are composed by the builder
+(`notebook_code.run_notebook_code` with `edits`) and exec'ed in this process, in quick mode.
 """
 
 from __future__ import annotations
 
-import jupytext
 import pytest
 
-from learning_notebooks.compose import prelude_source
-from notebook_code import SOURCES
+from notebook_code import manifest_sections, run_notebook_code
 
-FOLDER = SOURCES / "infra-benchmark" / "kv-cache"
-SECTIONS = sorted(FOLDER.glob("0[1-7]_*.py"))
+NOTEBOOK = "infra-benchmark/kv-cache"
+# Manifest entries up to and including 07_broken_variants.py (01_setup_environment.py continues section 1).
+SECTIONS = manifest_sections(NOTEBOOK).index("07_broken_variants.py") + 1
 MUTATIONS = {
     "wrong position": ("05_decoder.py", "    return past_len + torch.arange(new_len)", "    return torch.arange(new_len)"),
     "missing offset": ("03_masks.py", "    query_pos = past_len + torch.arange(new_len)", "    query_pos = torch.arange(new_len)"),
@@ -28,26 +28,16 @@ MUTATIONS = {
 }
 
 
-def run_sections(texts: dict, out_dir) -> None:
-    ns: dict = {"__name__": "__mutated__"}
-    exec(compile(prelude_source("en"), "prelude.py", "exec", dont_inherit=True), ns)
-    for path in SECTIONS:
-        for cell in jupytext.reads(texts[path.name], fmt="py:percent").cells:
-            if cell.cell_type == "code":
-                exec(compile(cell.source, path.name, "exec", dont_inherit=True), ns)
-                if "parameters" in cell.metadata.get("tags", []):
-                    ns.update(QUICK=True, OUTPUT_DIR=str(out_dir))
+def run_sections(out_dir, edits=None) -> dict:
+    return run_notebook_code(NOTEBOOK, sections=SECTIONS, edits=edits, QUICK=True, OUTPUT_DIR=str(out_dir))
 
 
 @pytest.mark.parametrize("name", MUTATIONS)
 def test_injected_bug_stops_the_notebook(name, tmp_path, capsys):
     file, old, new = MUTATIONS[name]
-    texts = {path.name: path.read_text(encoding="utf-8") for path in SECTIONS}
-    assert texts[file].count(old) == 1, "the mutation no longer applies: update it"
-    texts[file] = texts[file].replace(old, new)
     with pytest.raises(AssertionError):
-        run_sections(texts, tmp_path)
+        run_sections(tmp_path, {file: [(old, new)]})
 
 
 def test_the_unmutated_sections_run(tmp_path, capsys):
-    run_sections({path.name: path.read_text(encoding="utf-8") for path in SECTIONS}, tmp_path)
+    run_sections(tmp_path)

@@ -8,10 +8,10 @@ import jupytext
 import pytest
 import torch
 
-from learning_notebooks.compose import prelude_source
-from notebook_code import SOURCES
+from notebook_code import PRELUDE_NAME, SOURCES, exec_sections
 
-FOLDER = SOURCES / "infra-benchmark" / "kv-cache"
+NOTEBOOK = "infra-benchmark/kv-cache"
+FOLDER = SOURCES / NOTEBOOK
 SHARED = ("03_masks.py", "05_decoder.py")
 SETUP = """
 import json, math, time
@@ -35,12 +35,7 @@ def shared_namespace(tmp_path_factory) -> dict:
     ns: dict = {"__name__": "__shared__"}
     exec(compile(SETUP, "setup", "exec", dont_inherit=True), ns)
     ns["OUT"] = tmp_path_factory.mktemp("shared")
-    exec(compile(prelude_source("en"), "prelude.py", "exec", dont_inherit=True), ns)
-    for name in SHARED:
-        for cell in jupytext.read(FOLDER / name).cells:
-            if cell.cell_type == "code":
-                exec(compile(cell.source, name, "exec", dont_inherit=True), ns)
-    return ns
+    return exec_sections(ns, NOTEBOOK, PRELUDE_NAME, *SHARED)   # the prelude, then 03 and 05, as the builder composes them
 
 
 def test_shared_sections_run_alone_and_define_the_contract(shared_namespace):

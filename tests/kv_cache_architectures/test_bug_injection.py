@@ -33,9 +33,9 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from notebook_code import INJECTED_NAME, PRELUDE_NAME, SOURCES, code_cells
+from notebook_code import INJECTED_NAME, PRELUDE_NAME, SOURCES, code_cells, manifest_sections
 
-from .arch_code import NOTEBOOK, manifest_sections
+from .conftest import NOTEBOOK
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the runner forks")
 
@@ -287,7 +287,7 @@ STOPPED_BY = {"ring: slot p % (slots + 1)": "IndexError"}
 
 
 def section_texts() -> dict[str, str]:
-    return {Path(entry).name: (FOLDER / entry).read_text(encoding="utf-8") for entry in manifest_sections()}
+    return {Path(entry).name: (FOLDER / entry).read_text(encoding="utf-8") for entry in manifest_sections(NOTEBOOK)}
 
 
 def file_cells(text: str) -> list[str]:
@@ -396,14 +396,14 @@ def runners(tmp_path_factory):
 def test_the_unmutated_notebook_runs_to_the_end_in_the_child(runners):
     """The control: the runner and the fork change nothing; from the earliest fork point, the child
     runs every later section to the end (without transformers)."""
-    order = [Path(entry).name for entry in manifest_sections()]
+    order = [Path(entry).name for entry in manifest_sections(NOTEBOOK)]
     first = min((file for file, _, _, _ in MUTATIONS.values()), key=order.index)
     cells = file_cells(section_texts()[first])
     assert runners(False).run_mutated(first, cells) == {"outcome": "ran to the end"}
 
 
 def cases():
-    order = [Path(entry).name for entry in manifest_sections()]
+    order = [Path(entry).name for entry in manifest_sections(NOTEBOOK)]
     for hf in (False, True):
         for name, (file, _, _, needs_hf) in sorted(MUTATIONS.items(), key=lambda item: order.index(item[1][0])):
             if hf and not needs_hf:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from notebook_code import code_cells
+from notebook_code import code_cells, exec_sections
 
 NOTEBOOK = "infra-benchmark/kv-cache"
 REFEREE = "10_hf_gpt2_referee.py"
@@ -16,6 +16,4 @@ def referee_cells() -> list:
 
 def run_referee(namespace: dict) -> dict:
     """Exec section 10's code cells, in order, into `namespace` (which must hold the prelude and sections 1-9)."""
-    for cell in referee_cells():
-        exec(compile(cell.source, REFEREE, "exec", dont_inherit=True), namespace)
-    return namespace
+    return exec_sections(namespace, NOTEBOOK, REFEREE)

@@ -10,14 +10,13 @@ import json
 import re
 import shutil
 import sys
-import tomllib
 from pathlib import Path
 
 import jupytext
 import pytest
 import torch
 
-from notebook_code import SOURCES
+from notebook_code import SOURCES, manifest_sections
 
 from .appendix import NOTEBOOK, REFEREE, referee_cells, run_referee
 
@@ -148,19 +147,18 @@ def test_skips_without_the_cache_api(old_cache, base, monkeypatch):
     assert "4.57.1" in note and "5.23.0" in note and "4.57.1" in said[0]["zh"]
 
 
-def notebook_cells(manifest_dir: Path) -> dict[str, int]:
+def notebook_cells(notebook: str) -> dict[str, int]:
     """Cells per section file in one language's built notebook: code cells plus one per prose group."""
-    sections = tomllib.loads((manifest_dir / "notebook.toml").read_text(encoding="utf-8"))["sections"]
     counts = {}
-    for name in sections:
-        cells = jupytext.read(manifest_dir / name).cells
+    for name in manifest_sections(notebook):
+        cells = jupytext.read(SOURCES / notebook / name).cells
         counts[name] = sum(1 for c in cells if c.cell_type == "code" or 'lang="en"' in str(c.metadata)
                            or c.metadata.get("lang") == "en")
     return counts
 
 
 def test_section_10_is_about_a_tenth_of_the_notebook():
-    counts = notebook_cells(MAIN)
+    counts = notebook_cells(NOTEBOOK)
     assert counts[REFEREE] == 6
     assert counts[REFEREE] / sum(counts.values()) <= 0.11, counts
 

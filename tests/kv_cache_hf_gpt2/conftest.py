@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from .companion import run_companion
+from notebook_code import run_notebook_code
+
+from .companion import NOTEBOOK
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +19,7 @@ def out_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def nb(out_dir) -> dict:
     """Namespace after every section of the companion (QUICK=True), writing into out_dir."""
-    return run_companion(QUICK=True, OUTPUT_DIR=str(out_dir))
+    return run_notebook_code(NOTEBOOK, QUICK=True, OUTPUT_DIR=str(out_dir))
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from .notebook import run
+from notebook_code import run_notebook_code
+
+from .notebook import NOTEBOOK
 
 
 @pytest.fixture(scope="session")
 def serving_quick(tmp_path_factory) -> tuple[dict, Path]:
     folder = tmp_path_factory.mktemp("kv_cache_serving_quick")
-    return run(QUICK=True, OUTPUT_DIR=str(folder)), folder
+    return run_notebook_code(NOTEBOOK, QUICK=True, OUTPUT_DIR=str(folder)), folder
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from notebook_code import code_cells
+from notebook_code import exec_sections
 
 from .notebook import NOTEBOOK
 
@@ -36,9 +36,7 @@ def test_without_transformers_the_appendix_says_so_and_skips(nb, tmp_path, monke
     shutil.copytree(nb["OUT"], tmp_path, dirs_exist_ok=True)
     namespace = dict(nb, RESULTS_JSON=tmp_path / "results.json")
     monkeypatch.setitem(sys.modules, "transformers", None)          # import transformers -> ImportError
-    for name, cell in code_cells(NOTEBOOK):
-        if name in (REFEREE, APPENDIX):
-            exec(compile(cell.source, name, "exec", dont_inherit=True), namespace)
+    exec_sections(namespace, NOTEBOOK, REFEREE, APPENDIX)
     assert namespace["PEER"] == {"skipped": "transformers is not installed: the appendix is skipped."}
     assert "transformers is not installed" in capsys.readouterr().out
     assert json.loads((tmp_path / "results.json").read_text())["peer"] == namespace["PEER"]

@@ -10,19 +10,14 @@ section file, so a mutation that no longer applies fails loudly instead of testi
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
-
 import pytest
 
-from learning_notebooks.compose import compose_for_execution
-from learning_notebooks.sources import load_config, load_notebook
-from notebook_code import SOURCES
+from notebook_code import code_cells, manifest_sections, run_notebook_code
 
-NOTEBOOK = ("infra-benchmark", "kv-cache-serving")
-FOLDER = SOURCES.joinpath(*NOTEBOOK)
+from .notebook import NOTEBOOK
+
 # Manifest entries up to and including the continuous-batching section.
-LAST_SECTION = "06_continuous_batching"
+SECTIONS = manifest_sections(NOTEBOOK).index("06_continuous_batching.py") + 1
 # Errors the notebook raises on purpose, by their message: a clear stop, like a failed assertion.
 EXPECTED_ERRORS = {
     ValueError: "static cache full",
@@ -108,50 +103,28 @@ MUTATIONS = {
 }
 
 
-def mutated_cells(mutation, out_dir):
-    """The code cells the builder would execute, through LAST_SECTION, with `mutation` applied."""
-    source = load_notebook(SOURCES, *NOTEBOOK, load_config(SOURCES))
-    names = [section.file.stem for section in source.sections]
-    sections = list(source.sections[:names.index(LAST_SECTION) + 1])
-    if mutation is not None:
-        file, edits = mutation
-        text = (FOLDER / file).read_text(encoding="utf-8")
-        index = next(i for i, s in enumerate(sections) if s.file == FOLDER / file)
-        cells = list(sections[index].cells)
-        for old, new in edits:
-            assert text.count(old) == 1, f"{file}: the target occurs {text.count(old)} times, not once: update the mutation"
-            hits = [i for i, cell in enumerate(cells) if cell.kind == "code" and old in cell.source]
-            assert len(hits) == 1, f"{file}: the target is not in a code cell: update the mutation"
-            cells[hits[0]] = replace(cells[hits[0]], source=cells[hits[0]].source.replace(old, new))
-        sections[index] = replace(sections[index], cells=tuple(cells))
-    overrides = {"QUICK": True, "OUTPUT_DIR": str(out_dir)}
-    return compose_for_execution(replace(source, sections=tuple(sections)), overrides, lang="en").cells
-
-
-def execute(cells) -> dict:
-    """Exec `cells` in one namespace; each cell is compiled under its id, so a traceback names it."""
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    namespace: dict = {"__name__": "__mutated__"}
+def execute(mutation, out_dir) -> dict:
+    """Exec the cells the builder would execute, through the continuous-batching section, with
+    `mutation` ((section file, [(old, new), ...]) or None) applied; each cell is compiled under its file
+    name, so a traceback names it."""
+    edits = None if mutation is None else {mutation[0]: mutation[1]}
     try:
-        for cell in cells:
-            exec(compile(cell.source, cell.id, "exec", dont_inherit=True), namespace)
+        return run_notebook_code(NOTEBOOK, sections=SECTIONS, edits=edits, QUICK=True, OUTPUT_DIR=str(out_dir))
     finally:
-        if "plt" in namespace:
-            namespace["plt"].close("all")
-    return namespace
+        import matplotlib.pyplot as plt
+        plt.close("all")
 
 
 @pytest.mark.parametrize("name", MUTATIONS)
 def test_injected_bug_stops_the_notebook(name, tmp_path, capsys):
-    cells = mutated_cells(MUTATIONS[name], tmp_path)
     with pytest.raises((AssertionError, *EXPECTED_ERRORS)) as caught:
-        execute(cells)
+        execute(MUTATIONS[name], tmp_path)
     # Raised by the notebook's code, not by torch or by this test.
-    assert caught.traceback[-1].frame.code.raw.co_filename in {cell.id for cell in cells}
+    assert caught.traceback[-1].frame.code.raw.co_filename in {name for name, _ in code_cells(NOTEBOOK, SECTIONS)}
     if caught.type is not AssertionError:
         assert EXPECTED_ERRORS[caught.type] in str(caught.value)
 
 
 def test_the_unmutated_sections_run(tmp_path, capsys):
-    namespace = execute(mutated_cells(None, tmp_path))
+    namespace = execute(None, tmp_path)
     assert namespace["CONTINUOUS"]["tokens_as_alone"]
