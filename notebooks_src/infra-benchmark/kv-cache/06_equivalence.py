@@ -72,8 +72,6 @@ say(en=f"Logits `{list(six_logits.shape)}`; largest difference from rows 4 and 5
 STREAM_LEN = 24
 gen = torch.Generator().manual_seed(SEED)
 STREAM = torch.randint(0, cfg.vocab, (2, STREAM_LEN), generator=gen)   # [2, 24]
-TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
-DTYPE_NAME = {torch.float32: "fp32", torch.float64: "fp64"}
 # [en] Row 0 serves batch 1; batch 2 uses both rows, which differ.
 # [zh] batch 为 1 时只用第 0 行；batch 为 2 时两行都用，且两行不同。
 assert not torch.equal(STREAM[0], STREAM[1])

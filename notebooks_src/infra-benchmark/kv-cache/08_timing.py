@@ -354,10 +354,6 @@ CONTEXTS = (4096, 32768)
 FP16_BYTES = 2
 
 
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: int) -> int:
-    return 2 * layers * kv_heads * head_dim * bytes_per_element
-
-
 def binary_size(n_bytes: int) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n_bytes >= size:
