@@ -11,9 +11,9 @@ import torch
 def test_mha_setting_reproduces_the_first_notebooks_decoder(nb):
     """Within the FP32 tolerance everywhere; bit for bit where it holds by construction (layer 0's cache)."""
     same = nb["MHA_SAME"]
-    assert list(same) == ["full call", "cached, chunks of 5", "layer 0 K", "layer 0 V", "layer 1 K", "layer 1 V"]
+    assert list(same) == ["full_logits", "cached_logits", "layer0_k", "layer0_v", "layer1_k", "layer1_v"]
     assert all(r["close"] and r["max_abs_err"] <= 1e-5 for r in same.values())
-    assert same["layer 0 K"]["bit_exact"] and same["layer 0 V"]["bit_exact"]
+    assert same["layer0_k"]["bit_exact"] and same["layer0_v"]["bit_exact"]
 
 
 def test_the_layout_demo_covers_every_length(nb):

@@ -318,9 +318,9 @@ with torch.inference_mode():
         reference_pieces.append(logits)
         logits, ours_cache = mha(STREAM[:, start:start + 5], ours_cache)
         ours_pieces.append(logits)
-MHA_PAIRS = {"full call": (reference_full, ours_full), "cached, chunks of 5": (torch.cat(reference_pieces, 1), torch.cat(ours_pieces, 1))}
-MHA_PAIRS |= {f"layer {i} {name}": pair for i, ((k, v), c) in enumerate(zip(reference_cache, ours_cache))
-              for name, pair in (("K", (k, c.k)), ("V", (v, c.v)))}
+MHA_PAIRS = {"full_logits": (reference_full, ours_full), "cached_logits": (torch.cat(reference_pieces, 1), torch.cat(ours_pieces, 1))}
+MHA_PAIRS |= {f"layer{i}_{name}": pair for i, ((k, v), c) in enumerate(zip(reference_cache, ours_cache))
+              for name, pair in (("k", (k, c.k)), ("v", (v, c.v)))}
 MHA_SAME = {name: {"max_abs_err": max_abs_err(a, b), "close": close(a, b), "bit_exact": torch.equal(a, b)}
             for name, (a, b) in MHA_PAIRS.items()}
 say_table([[f"`{name}`", f"{r['max_abs_err']:.1e}", f"`{r['close']}`", f"`{r['bit_exact']}`"] for name, r in MHA_SAME.items()],
@@ -329,7 +329,7 @@ say_table([[f"`{name}`", f"{r['max_abs_err']:.1e}", f"`{r['close']}`", f"`{r['bi
 assert all(r["close"] for r in MHA_SAME.values()), MHA_SAME
 # [en] Layer 0's cache: the same projection of the same inputs, concatenated the same way: bit for bit on any machine.
 # [zh] 第 0 层的缓存：同样的输入、同样的投影、同样的拼接方式：在任何机器上都逐比特相同。
-assert MHA_SAME["layer 0 K"]["bit_exact"] and MHA_SAME["layer 0 V"]["bit_exact"]
+assert MHA_SAME["layer0_k"]["bit_exact"] and MHA_SAME["layer0_v"]["bit_exact"]
 
 # %%
 def layout_difference(length: int) -> float:
