@@ -194,6 +194,11 @@ MUTATIONS = {
         "newest = positions[-self.slots:]",
         "newest = positions[:self.slots]",
         False),
+    "ring: a long chunk stores its oldest keys under its newest positions": (
+        "04_sliding_window.py",
+        "self.k[:, :, slot] = k[:, :, -len(newest):]",
+        "self.k[:, :, slot] = k[:, :, :len(newest)]",
+        False),
     "ring: keys paired with reordered positions": (
         "04_sliding_window.py",
         "key_pos = torch.cat((old_pos, positions))",

@@ -63,6 +63,9 @@ MUTATIONS = {
     "static: mask written at offset 0": (STATIC, [("self.key_mask[:, self.length:end] = new_mask",
                                                    "self.key_mask[:, :self.new_len] = new_mask")]),
     "static: reset keeps the length": (STATIC, [("    def reset(self):\n        self.length = 0\n", "    def reset(self):\n")]),
+    # The capacity, on both sides of T_max: the exact fit must fit, one token more must be refused by the store.
+    "static: capacity check one slot short": (STATIC, [("        if end > self.max_len:\n", "        if end >= self.max_len:\n")]),
+    "static: capacity check one slot long": (STATIC, [("        if end > self.max_len:\n", "        if end > self.max_len + 1:\n")]),
     # Section 6: the block pool, the block tables, copy-on-write, the batch store.
     "paged: block offset off by one": (PAGED, [("addresses.append(block * pool.block_size + pool.fill[block])",
                                                 "addresses.append(block * pool.block_size + pool.fill[block] + 1)")]),
@@ -89,6 +92,9 @@ MUTATIONS = {
     "paged: cached keys placed at the left of the row": (PAGED, [("keys[row, :, self.total - seq_k.shape[1]:] = seq_k",
                                                                   "keys[row, :, :seq_k.shape[1]] = seq_k")]),
     "paged: batch key mask off by one": (PAGED, [("columns[None, :] >= (self.total", "columns[None, :] > (self.total")]),
+    "paged: a chunk of several positions written scrambled": (PAGED, [(
+        "self.pool.k[layer].view(-1, *k.shape[::2])[addresses] = k.transpose(0, 1)",
+        "self.pool.k[layer].view(-1, *k.shape[::2])[addresses] = k.reshape(k.shape[1], k.shape[0], k.shape[2])")]),
     # Section 7: the memory accounting.
     "memory: paged slots one block too many": (MEMORY, [("slots = np.ceil(lengths / b).astype(int) * b", "slots = (lengths // b + 1) * b")]),
     "memory: the last token counted as stored": (MEMORY, [("lengths = p + np.arange(o)", "lengths = p + np.arange(1, o + 1)")]),
@@ -100,6 +106,13 @@ MUTATIONS = {
     "scheduler: retired request's blocks not freed": (PAGED, [("            cache.free(r.rid)\n", "")]),
     "scheduler: reservation one position short": (PAGED, [("len(request.prompt) + request.max_new - 1) / block_size",
                                                            "len(request.prompt) + request.max_new - 2) / block_size")]),
+    # The scheduler's promises, which no logit can see: the cap, first come first served, no needless wait.
+    "scheduler: one request over the cap": (PAGED, [("and len(running) < max_batch", "and len(running) <= max_batch")]),
+    "scheduler: shortest prompt first": (PAGED, [("waiting = sorted(requests, key=lambda r: (r.arrival, r.rid))",
+                                                  "waiting = sorted(requests, key=lambda r: (r.arrival, len(r.prompt)))")]),
+    "scheduler: admitted one iteration after arrival": (PAGED, [("waiting[0].arrival <= iteration", "waiting[0].arrival < iteration")]),
+    "scheduler: pool check one block short": (PAGED, [("reserved + blocks_needed(waiting[0], block_size) <= num_blocks",
+                                                       "reserved + blocks_needed(waiting[0], block_size) < num_blocks")]),
 }
 
 
