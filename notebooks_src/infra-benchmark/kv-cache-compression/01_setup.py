@@ -1,8 +1,8 @@
 # %% [markdown] lang="en"
 # The [architectures notebook]({{colab:infra-benchmark/kv-cache-architectures}}) shrank the KV cache in
-# three ways: fewer K/V heads (GQA, MQA), a sliding window, and fewer bits per number. The models released
-# since 2024 go further, and this notebook builds the four ideas they use most, each small enough to read in
-# one sitting:
+# three ways: fewer K/V heads (GQA, MQA), a sliding window, and fewer bits per number. Recent models and
+# inference systems go further. This notebook builds four of their ideas, each small enough to read in one
+# sitting:
 #
 # * **Multi-head latent attention (MLA)**, from DeepSeek-V2 and DeepSeek-V3: every layer caches one short
 #   *latent* vector per token plus a small key that carries the position, instead of a key and a value per
@@ -15,7 +15,7 @@
 # * **Caches that keep only some tokens**: StreamingLLM's *attention sinks* (the first tokens plus a window)
 #   and two eviction policies, H2O (heavy hitters) and SnapKV (an observation window).
 #
-# The first three are **exact**: the model is a different model, but its cached path must compute exactly
+# The first three change the model but keep the cache **exact**: each model's cached path must compute exactly
 # what its own full recomputation computes, and we prove it as the earlier notebooks did (every logit and
 # every cached tensor, batch 1 and 2, chunks of 1, 2 and 5 tokens, FP32 and FP64), with a negative control
 # for every check and, where transformers has the architecture, a Hugging Face model as referee. The last
@@ -32,14 +32,14 @@
 # instead).
 
 # %% [markdown] lang="zh"
-# [架构笔记本]({{colab:infra-benchmark/kv-cache-architectures}})用三种办法缩小了 KV 缓存：减少 K/V 头（GQA、MQA）、使用滑动窗口，以及用更少的比特存放每个数。2024 年以来发布的模型走得更远。本笔记本实现其中最常用的四种思路，每一种都小到可以一口气读完：
+# [架构笔记本]({{colab:infra-benchmark/kv-cache-architectures}})用三种办法缩小了 KV 缓存：减少 K/V 头（GQA、MQA）、使用滑动窗口，以及用更少的比特存放每个数。近来的模型和推理系统走得更远。本笔记本实现其中的四种思路，每一种都小到可以一口气读完：
 #
 # * **多头潜在注意力（MLA）**，出自 DeepSeek-V2 和 DeepSeek-V3：每一层为每个 token 只缓存一个较短的**潜向量**，外加一个携带位置信息的小键，而不是每个头各存一个键和一个值。把潜向量还原成键和值的上投影可以被**吸收**进查询和输出，因此解码时根本不必构造完整的键和值。
 # * **局部层与全局层**，如 Gemma 3：大多数层只读取最近一段窗口内的 token，只保留一个小小的环形缓冲区；少数几层读取全部 token，也保留全部 token。
 # * **共享同一份缓存的层**（跨层注意力）：某一层读取它下面那一层写入的键和值，自己什么也不缓存。
 # * **只保留部分 token 的缓存**：StreamingLLM 的**注意力汇聚点**（attention sink，即最前面的几个 token 加上一段窗口），以及两种淘汰策略：H2O（保留重要 token，即 heavy hitter）和 SnapKV（观察窗口）。
 #
-# 前三种是**精确的**：模型虽然换了，但它的缓存路径必须与它自己的完整重算给出完全相同的结果。我们像前几份笔记本那样证明这一点：比较每个 logit 和每个缓存的张量，batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64；每项检查都配一个负对照；只要 transformers 实现了相应的架构，就再请一个 Hugging Face 模型当裁判。最后一类是**近似的**：淘汰 token 会改变结果，所以我们像架构笔记本评判量化缓存那样，以稠密注意力为基准，测量结果改变了多少。
+# 前三种改变了模型，但缓存仍是**精确的**：每个模型的缓存路径都必须与它自己的完整重算给出完全相同的结果。我们像前几份笔记本那样证明这一点：比较每个 logit 和每个缓存的张量，batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64；每项检查都配一个负对照；只要 transformers 实现了相应的架构，就再请一个 Hugging Face 模型当裁判。最后一类是**近似的**：淘汰 token 会改变结果，所以我们像架构笔记本评判量化缓存那样，以稠密注意力为基准，测量结果改变了多少。
 #
 # 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节取自第一份笔记本）· 4 每层一个缓存对象的 Llama 结构解码器 · 5 多头潜在注意力 · 6 局部层、全局层与共享层 · 7 注意力汇聚点 · 8 淘汰策略 · 9 保存结果 · 10 要点与练习。
 #

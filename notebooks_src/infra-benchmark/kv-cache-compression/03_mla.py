@@ -8,8 +8,8 @@
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^C_{t,i} = W^{UK}_i\, c_t, \qquad v_{t,i} = W^{UV}_i\, c_t ,$$
 #
 # where the *up*-projections $W^{UK}_i$ and $W^{UV}_i$ of head $i$ rebuild that head's key and value from the
-# latent. Position cannot travel through the latent (the next section shows why), so MLA adds a small
-# **decoupled RoPE key** of $d_R$ dimensions, shared by all heads, $k^R_t = \mathrm{RoPE}(W^{KR} h_t)$, and each
+# latent. RoPE cannot rotate the keys rebuilt from the latent without losing the saving described next (negative
+# control 1 below shows why), so MLA adds a small **decoupled RoPE key** of $d_R$ dimensions, shared by all heads, $k^R_t = \mathrm{RoPE}(W^{KR} h_t)$, and each
 # query head gets a matching rotated part $q^R_{t,i}$ beside its ordinary part $q^C_{t,i}$. The score of head $i$
 # is the sum of the two dot products, $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$, scaled by
 # $1/\sqrt{d_C + d_R}$. Per token and layer the cache holds $r + d_R$ numbers, whatever the number of heads:
@@ -36,7 +36,7 @@
 #
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^C_{t,i} = W^{UK}_i\, c_t, \qquad v_{t,i} = W^{UV}_i\, c_t ,$$
 #
-# 其中第 $i$ 个头的**上投影** $W^{UK}_i$ 和 $W^{UV}_i$ 从潜向量重建出这个头的键和值。位置信息无法经由潜向量传递（下一小节说明原因），所以 MLA 额外增加一个 $d_R$ 维的**解耦 RoPE 键**，由所有头共享：$k^R_t = \mathrm{RoPE}(W^{KR} h_t)$；每个查询头在普通部分 $q^C_{t,i}$ 之外，也多出一个与之配套、经过旋转的部分 $q^R_{t,i}$。第 $i$ 个头的分数是两个点积之和 $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$，再乘以 $1/\sqrt{d_C + d_R}$。每个 token 在每一层只缓存 $r + d_R$ 个数，与头数无关：DeepSeek-V3 有 128 个头，$r = 512$，$d_R = 64$。
+# 其中第 $i$ 个头的**上投影** $W^{UK}_i$ 和 $W^{UV}_i$ 从潜向量重建出这个头的键和值。如果用 RoPE 去旋转从潜向量重建出的键，下文所说的节省就会落空（下面的负对照 1 说明原因），所以 MLA 额外增加一个 $d_R$ 维的**解耦 RoPE 键**，由所有头共享：$k^R_t = \mathrm{RoPE}(W^{KR} h_t)$；每个查询头在普通部分 $q^C_{t,i}$ 之外，也多出一个与之配套、经过旋转的部分 $q^R_{t,i}$。第 $i$ 个头的分数是两个点积之和 $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$，再乘以 $1/\sqrt{d_C + d_R}$。每个 token 在每一层只缓存 $r + d_R$ 个数，与头数无关：DeepSeek-V3 有 128 个头，$r = 512$，$d_R = 64$。
 #
 # 只有当解码时不必重建全部键，这份节省才是真的。事实上确实不必，因为矩阵乘积可以重新结合。对分数而言，$q^C_{t,i} \cdot (W^{UK}_i c_s) = ((W^{UK}_i)^\top q^C_{t,i}) \cdot c_s$：把 $W^{UK}_i$ 一次性并入查询，再用结果与缓存的潜向量做点积。对输出而言，$\sum_s w_s W^{UV}_i c_s = W^{UV}_i \sum_s w_s c_s$：先在潜向量上做注意力，再乘一次 $W^{UV}_i$。这就是**吸收**。它只改变算术运算的先后次序，所以吸收形式必须与朴素形式在舍入误差范围内一致。
 #

@@ -53,7 +53,16 @@ def with_hf_precision(net: Decoder) -> Decoder:
             module.cos, module.sin = angles.cos().to(module.cos.dtype), angles.sin().to(module.sin.dtype)
     return net
 
+# %% [markdown] lang="en"
+# The referee itself: `copy_weights` loads our weights under Hugging Face's names, `hf_deepseek` builds the tiny
+# `DeepseekV3ForCausalLM`, `hf_chunked` is Hugging Face's cached path (a `DynamicCache` built from the model's
+# configuration, filled chunk by chunk), and `referee_errors` compares a full call, then chunks of 1, 2 and 5: the
+# logits and every layer's cached tensors.
 
+# %% [markdown] lang="zh"
+# 接下来是裁判本身：`copy_weights` 按 Hugging Face 的参数名加载我们的权重，`hf_deepseek` 构造那个很小的 `DeepseekV3ForCausalLM`，`hf_chunked` 是 Hugging Face 的缓存路径（按模型配置构造一个 `DynamicCache`，逐个分块填充），`referee_errors` 先比较完整调用，再比较分块长度 1、2、5 的情形：logits 以及每一层缓存的张量。
+
+# %%
 def copy_weights(ours: Decoder, hf, names: dict) -> None:
     # [en] Load our weights into the Hugging Face model; `names` maps our module names to theirs inside a layer.
     # [zh] 把我们的权重加载进 Hugging Face 模型；`names` 给出一层之内我们的模块名到对方模块名的映射。

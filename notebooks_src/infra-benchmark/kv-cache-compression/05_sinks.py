@@ -34,7 +34,7 @@ SINKS = 4
 
 def sink_window_mask(sinks: int, window: int):
     def mask(query_pos, key_pos):
-        # bool [T_new, T_keys]: j < S or p - W < j, and j <= p
+        # bool [T_new, T_keys]: (j < S | j > p - W) & j <= p
         return causal(query_pos, key_pos) & ((key_pos[None, :] < sinks) | (key_pos[None, :] > query_pos[:, None] - window))
     return mask
 
@@ -49,14 +49,11 @@ example = sink_window_mask(SINKS, WINDOW)(torch.tensor([20]), torch.arange(21)) 
 print(torch.stack((torch.arange(21)[example[0]], cache_positions(example)[0][example[0]])))
 
 # %% [markdown] lang="en"
-# **The cache and the layer.** `SinkRingKV` keeps the first $S$ positions in a `FullKV` and the rest in a ring of
-# $W - 1$ slots; like `RingKV`, it returns its contents plus the new chunk before writing, oldest first.
-# `StreamingAttention` caches K *without* rotating it; at every read it rotates each query at its cache position
-# and, for every (query, key) pair, the key at the position that query gives it (a `[B, H, T_new, T_keys, D]`
-# tensor), then attends under the sink-and-window mask.
+# **The cache.** `SinkRingKV` keeps the first $S$ positions in a `FullKV` and the rest in a ring of $W - 1$ slots;
+# like `RingKV`, it returns its contents plus the new chunk before writing, oldest first.
 
 # %% [markdown] lang="zh"
-# **缓存与注意力层。** `SinkRingKV` 把前 $S$ 个位置存在一个 `FullKV` 里，其余的存进一个有 $W - 1$ 个槽位的环形缓冲区；和 `RingKV` 一样，它先返回已有内容加上新分块（按位置从旧到新），然后才写入。`StreamingAttention` 缓存的是**未经旋转**的 K；每次读取时，它按缓存位置旋转每个查询，并为每一对（查询，键）按该查询给这个键的位置旋转键（得到一个 `[B, H, T_new, T_keys, D]` 的张量），然后在“汇聚点加窗口”的掩码下计算注意力。
+# **缓存。** `SinkRingKV` 把前 $S$ 个位置存在一个 `FullKV` 里，其余的存进一个有 $W - 1$ 个槽位的环形缓冲区；和 `RingKV` 一样，它先返回已有内容加上新分块（按位置从旧到新），然后才写入。
 
 # %%
 class SinkRingKV:
@@ -87,7 +84,15 @@ class SinkRingKV:
         return (torch.cat((self.first.k, ring_k), dim=-2), torch.cat((self.first.v, ring_v), dim=-2),
                 torch.cat((self.first.positions, ring_pos)))
 
+# %% [markdown] lang="en"
+# `StreamingAttention` caches K *without* rotating it. At every read it rotates each query at its own cache position
+# and, for every (query, key) pair, the key at the position that query gives it, a `[B, H, T_new, T_keys, D]` tensor;
+# then it attends under the sink-and-window mask.
 
+# %% [markdown] lang="zh"
+# `StreamingAttention` 缓存的是**未经旋转**的 K。每次读取时，它按每个查询自己的缓存位置旋转查询，并为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量；然后在“汇聚点加窗口”的掩码下计算注意力。
+
+# %%
 class StreamingAttention(Attention):
     def __init__(self, c: ModelConfig, sinks: int, window: int):
         super().__init__(c)

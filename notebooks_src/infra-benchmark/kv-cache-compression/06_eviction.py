@@ -131,7 +131,8 @@ POLICIES = {"h2o": h2o, "snapkv": snapkv, "random": random_eviction}
 #    with a mean largest-logit error below 0.25 (this run: {{run:eviction.h2o_half_agreement:.0%}} and
 #    {{run:eviction.h2o_half_error:.3f}} for H2O, {{run:eviction.snapkv_half_agreement:.0%}} and
 #    {{run:eviction.snapkv_half_error:.3f}} for SnapKV);
-# 3. the control: with favourites, at every budget below the prompt, random eviction's mean error is larger than both.
+# 3. the control: with favourites, at every budget below the prompt, random eviction's mean error is at least 10% larger
+#    than each policy's.
 
 # %% [markdown] lang="zh"
 # **有所偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：给某个头的每个查询都加上同一个固定向量，就像查询投影带一个很大的偏置那样。于是，指向这个方向的键会吸引每一个查询的注意力。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（大约是查询其余坐标典型大小的七倍），图中把两种情形都画出来。
@@ -140,7 +141,7 @@ POLICIES = {"h2o": h2o, "snapkv": snapkv, "random": random_eviction}
 #
 # 1. 预算等于整个提示时，没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力；
 # 2. 有偏好、预算为提示的一半时，H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}} 和 {{run:eviction.h2o_half_error:.3f}}，SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}} 和 {{run:eviction.snapkv_half_error:.3f}}）；
-# 3. 负对照：有偏好时，在小于提示长度的每个预算下，随机淘汰的平均误差都比这两者大。
+# 3. 负对照：有偏好时，在小于提示长度的每个预算下，随机淘汰的平均误差都比这两种策略各自的平均误差至少大 10%。
 
 # %%
 evict_cfg = ModelConfig(kv_heads=4)
@@ -188,7 +189,7 @@ for case, runs in EVICTION.items():
 # 在本次运行上用断言核对这些误差界。
 
 # %%
-EVICTION_BOUNDS = {"half_budget_min_greedy_agreement": 0.75, "half_budget_max_mean_error": 0.25}
+EVICTION_BOUNDS = {"half_budget_min_greedy_agreement": 0.75, "half_budget_max_mean_error": 0.25, "random_min_error_ratio": 1.1}
 fav, half = EVICTION["favourites"], PROMPT_LEN // 2
 assert all(run["exact"] for case in EVICTION.values() for run in case.values() if run["budget"] == PROMPT_LEN)
 assert all(fav[f"{name}/{half}"]["greedy_agreement"] >= EVICTION_BOUNDS["half_budget_min_greedy_agreement"]
@@ -197,11 +198,12 @@ assert all(fav[f"{name}/{half}"]["greedy_agreement"] >= EVICTION_BOUNDS["half_bu
 margins = [fav[f"random/{b}"]["mean_max_abs_logit_err"] / max(fav[f"h2o/{b}"]["mean_max_abs_logit_err"], fav[f"snapkv/{b}"]["mean_max_abs_logit_err"])
            for b in BUDGETS if b < PROMPT_LEN]
 CONTROLS["random_eviction"] = {"section": 8, "check": "eviction_sweep",
-                               "smallest_error_ratio": min(margins), "caught": min(margins) > 1}
-say(en=f"Random eviction (with favourites): its mean error is {min(margins):.2f} times the worse of H2O and SnapKV "
-       f"at its closest budget, larger at every budget: the control does worse.",
-    zh=f"随机淘汰（有偏好时）：在两者最接近的那个预算下，它的平均误差也是 H2O 与 SnapKV 中较差者的 {min(margins):.2f} 倍，"
-       f"在每个预算下都更大：负对照确实更差。")
+                               "smallest_error_ratio": min(margins),
+                               "caught": min(margins) >= EVICTION_BOUNDS["random_min_error_ratio"]}
+say(en=f"Random eviction (with favourites): even at the budget where it comes closest, its mean error is {min(margins):.2f} "
+       f"times the worse of H2O and SnapKV: the control does worse.",
+    zh=f"随机淘汰（有偏好时）：即使在它与两种策略最接近的那个预算下，它的平均误差也是 H2O 与 SnapKV 中较差者的 {min(margins):.2f} 倍："
+       f"负对照确实更差。")
 assert CONTROLS["random_eviction"]["caught"]
 
 # %% [markdown] lang="en"
