@@ -58,7 +58,7 @@
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 首先是参数。`QUICK = True` 只会缩短第 8 节的淘汰扫描（预算更少、提示更少、步数更少）；两种模式下，所有精确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32；模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。Hugging Face 裁判还需要 `transformers`；没有安装它时，每个裁判只用一句话说明跳过，其余内容照常运行。
+# 首先是参数。`QUICK = True` 只会缩短第 8 节的淘汰扫描（预算更少、提示（prompt）更少、步数更少）；两种模式下，所有精确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32；模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。Hugging Face 裁判还需要 `transformers`；没有安装它时，每个裁判只用一句话说明跳过，其余内容照常运行。
 
 # %% tags=["parameters"]
 # [en] QUICK = True: a shorter eviction sweep in section 8; every exactness check stays complete.

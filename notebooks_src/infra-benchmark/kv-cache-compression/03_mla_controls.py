@@ -20,8 +20,8 @@
 
 # %%
 class RopeOnCompressedPart(MLAttention):
-    # [en] MLA without the decoupled key's reason to exist: RoPE also rotates q_C and the keys rebuilt from the latent.
-    # [zh] 让解耦键失去存在理由的 MLA：RoPE 还旋转 q_C 以及从潜向量重建出的键。
+    # [en] MLA as if it had no decoupled key: RoPE also rotates q_C and the keys rebuilt from the latent.
+    # [zh] 仿佛没有解耦键的 MLA：RoPE 同时旋转 q_C 和从潜向量重建出的键。
     def __init__(self, c: MLAConfig):
         super().__init__(c)
         self.rotary_c = Rotary(c.nope_dim, c.max_positions, c.rope_theta)
