@@ -120,8 +120,7 @@ POLICIES = {"h2o": h2o, "snapkv": snapkv, "random": random_eviction}
 # reports attention that is sparse and concentrated on a few tokens). We give our toy one simple cause of
 # favourites: a fixed vector added to every query of a head, as a large bias on the query projection would. Keys
 # that point along it then attract attention from every query. The sweep runs twice, with that bias set to 0 (plain
-# random weights) and to 4 (about seven times the typical size of a query's other coordinates), so that the figure
-# shows both cases.
+# random weights) and to 4 (large against the rest of a query), so that the figure shows both cases.
 #
 # The bounds, stated before the run and fixed after a first run, well above what it measured, as the architectures
 # notebook did for its quantized caches:
@@ -135,7 +134,7 @@ POLICIES = {"h2o": h2o, "snapkv": snapkv, "random": random_eviction}
 #    than each policy's.
 
 # %% [markdown] lang="zh"
-# **有所偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：给某个头的每个查询都加上同一个固定向量，就像查询投影带一个很大的偏置那样。于是，指向这个方向的键会吸引每一个查询的注意力。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（大约是查询其余坐标典型大小的七倍），图中把两种情形都画出来。
+# **有所偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：给某个头的每个查询都加上同一个固定向量，就像查询投影带一个很大的偏置那样。于是，指向这个方向的键会吸引每一个查询的注意力。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（与查询的其余部分相比很大），图中把两种情形都画出来。
 #
 # 误差界在运行之前声明；与架构笔记本处理量化缓存的做法一样，它们是在第一次运行之后定下的，明显高于当时测得的数值：
 #
