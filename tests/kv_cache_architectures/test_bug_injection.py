@@ -216,8 +216,7 @@ BUGS = {
 
 # Swapping SwiGLU's gate and up projections gives a model of the same family: with random weights nothing
 # inside the notebook can tell, only a referee with Llama's weight convention (the Llama cross-check of
-# section 5, with transformers). Kept as a strict xfail without transformers (`only_referee`): the limit,
-# on record.
+# section 5, with transformers): `only_referee`, it runs with transformers only.
 # Writing position 7 into slot 7 of a 7-slot ring fails torch's bounds check inside `RingKV.update`
 # (`stops_with="IndexError"`), before the slot layout asserted after the demo update can be read.
 
