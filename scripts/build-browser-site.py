@@ -77,7 +77,7 @@ def ensure_site_venv(env: Path = SITE_VENV, requirements: Path = REQUIREMENTS) -
     if stamp.is_file() and stamp.read_text().strip() == wanted and site_python(env).exists():
         return site_python(env)
     print(f"Creating {env} from {requirements.name} (first use, or the file changed) ...", flush=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{env.name}.building-", dir=env.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f"{env.name}.building-", dir=env.parent))
     try:
         venv.EnvBuilder(with_pip=True).create(staging)
         subprocess.run(

@@ -275,17 +275,19 @@ def notebook_links(notebook: Notebook, lang: str, outputs: Path, ui: dict, brows
 
 
 def index_page(book: dict, lang: str, notebooks: list[Notebook]) -> str:
-    """The book's front page in one language: its introduction and each series' table of contents."""
+    """The book's front page in one language: its introduction, and each series with its notebooks
+    (a numbered list here; a hidden table of contents gives the sidebar's navigation)."""
     lines = [f"# {book['title'][lang]}", "", book["intro"][lang].strip(), ""]
     for series in dict.fromkeys(notebook.series for notebook in notebooks):
         info = book.get("series", {}).get(series, {})
         title = info.get("title", {}).get(lang, series)
+        members = [notebook for notebook in notebooks if notebook.series == series]
         lines += [f"## {title}", ""]
         if info.get("intro", {}).get(lang):
             lines += [info["intro"][lang].strip(), ""]
-        lines += ["```{toctree}", f":caption: {title}", ":maxdepth: 1", ""]
-        lines += [notebook.page for notebook in notebooks if notebook.series == series]
-        lines += ["```", ""]
+        lines += [f"1. [{title_of(n.cells[lang], n.name)}]({n.page}.ipynb)" for n in members] + [""]
+        lines += ["```{toctree}", f":caption: {title}", ":hidden:", ""]
+        lines += [notebook.page for notebook in members] + ["```", ""]
     return "\n".join(lines)
 
 
@@ -380,7 +382,8 @@ def build(built: Path, outputs: Path, out: Path, env: Path) -> dict:
                 raise SiteError(f"{BOOK}: [{section}] has no text for the language '{lang}'")
     notebooks = in_book_order(discover(built, languages), book)
     python = browser_site.ensure_site_venv(env)
-    browser = {notebook_id for notebook_id in browser_site.NOTEBOOKS}
+    # The browser edition, when its notebooks are among those built (a partial build/ may lack them).
+    browser = {notebook.page for notebook in notebooks} & set(browser_site.NOTEBOOKS)
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
@@ -396,7 +399,8 @@ def build(built: Path, outputs: Path, out: Path, env: Path) -> dict:
             command = sphinx_command(python, src, html_out, book["languages"][lang]["sphinx"])
             log = open(scratch / f"sphinx-{lang}.log", "w+", encoding="utf-8")
             jobs.append((lang, html_out, log, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)))
-        browser_site.build_site(built, site / LITE_DIR, env)
+        if browser:
+            browser_site.build_site(built, site / LITE_DIR, env)
         failed = []
         for lang, html_out, log, process in jobs:
             if process.wait() != 0:

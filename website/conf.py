@@ -27,7 +27,7 @@ html_theme = "sphinx_book_theme"
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["site.css"]
-html_js_files = []
+html_js_files = [("site-translations.js", {"priority": 900})]  # after Sphinx's translations.js
 html_copy_source = False          # the site offers the executed notebooks themselves (notebooks/)
 html_show_sourcelink = False
 html_last_updated_fmt = None
@@ -37,6 +37,7 @@ html_theme_options = {
     "use_download_button": False,  # replaced by the site's own buttons (site-buttons.html)
     "use_fullscreen_button": True,
     "article_header_end": ["site-buttons.html", "article-header-buttons.html"],
+    "footer_content_items": ["extra-footer.html"],  # the licenses (from book.toml); no author line
 }
 
 # MathJax is served by the site itself (_site/_mathjax/, copied from the pinned jupyter-server-mathjax

@@ -5,7 +5,8 @@
 // reached (offline, a blocked CDN), the kernel would stay "starting" without a word. This script,
 // added to every app page of the site, asks the CDN for that file once and, if no answer comes
 // within a few seconds, shows a notice in the notebook's language (from ?path=NAME.LANG.ipynb,
-// else the browser's). A copy cached by the browser counts as reachable.
+// else the browser's). A copy cached by the browser counts as reachable. The outcome is also left
+// on the page, <html data-pyodide-check="reachable|unreachable">, for tests.
 (function () {
   "use strict";
 
@@ -95,7 +96,10 @@
 
   async function check() {
     const url = await pyodideUrl();
-    if (url && !(await reachable(url))) showNotice(new URL(url).host);
+    if (!url) return;
+    const ok = await reachable(url);
+    if (!ok) showNotice(new URL(url).host);
+    document.documentElement.dataset.pyodideCheck = ok ? "reachable" : "unreachable";
   }
 
   if (document.readyState === "loading") {
