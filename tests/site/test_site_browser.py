@@ -314,6 +314,25 @@ def test_browser_edition_says_it_is_offline(served, context, site, book, lang, s
     assert not log.failed, log.failed
 
 
+def test_browser_edition_says_so_when_the_cdn_hangs(served, chromium, book):
+    """A network that swallows the request (no answer, no error): the notice comes after the check's
+    time limit (8 s) instead of never."""
+    notebook = next(n for n in book.notebooks if n.page in build_site.browser_site.NOTEBOOKS)
+    context = chromium.new_context()
+    hanging = []
+    context.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname == "127.0.0.1"
+                  else hanging.append(route))  # never answered
+    page = context.new_page()
+    started = time.monotonic()
+    page.goto(f"{served.base}/lite/notebooks/index.html?path={notebook.name}.zh.ipynb")
+    notice = page.wait_for_selector("#pyodide-offline", timeout=60_000)
+    seconds = time.monotonic() - started
+    assert notice.inner_text().startswith(OFFLINE_TITLE["zh"])
+    print(f"\nbrowser edition, CDN hanging: notice after {seconds:.1f} s")
+    assert hanging, "no request was held"
+    context.close()
+
+
 def test_browser_edition_is_quiet_when_pyodide_answers(served, chromium, book):
     """Negative control: with the CDN answering (a stand-in response), no notice appears."""
     notebook = next(n for n in book.notebooks if n.page in build_site.browser_site.NOTEBOOKS)
