@@ -188,7 +188,9 @@ def build_site(built: Path, out: Path, env: Path = SITE_VENV) -> list[str]:
                    "--output-dir", str(staged), "--no-sourcemaps", "--no-unused-shared-packages"]
         for app in APPS:
             command += ["--apps", app]
-        subprocess.run(command, cwd=work, check=True, stdout=subprocess.DEVNULL)
+        result = subprocess.run(command, cwd=work, capture_output=True, text=True)
+        if result.returncode != 0:  # its output is noise when it succeeds (optional-package warnings)
+            sys.exit(f"error: jupyter lite build failed:\n{result.stdout}{result.stderr}")
         listing = json.loads((staged / "api" / "contents" / "all.json").read_text(encoding="utf-8"))
         listed = sorted(item["name"] for item in listing["content"])
         missing = [name for name in names if name not in listed]

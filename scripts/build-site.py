@@ -206,19 +206,17 @@ def for_site(notebook: dict, *, series: str, lang: str, pages: set[str], note: s
     - the prelude cell (tag `prelude`: LANG and the say()/say_table() helpers) is hidden: its input,
       or the whole cell when it has no output;
     - links to other built notebooks lead to their pages on the site;
-    - `note` (Markdown), if given, becomes a note right after the header.
+    - `note` (Markdown), if given, becomes a note under the title.
     """
     notebook = json.loads(json.dumps(notebook))
     rewrite = link_rewriter(series, lang, pages)
     cells = []
     for cell in notebook.get("cells", []):
         if cell.get("id") == HEADER_ID:
-            title = next((line for line in source_text(cell).splitlines() if line.startswith("# ")), None)
-            if title:
-                cells.append({**cell, "source": title})
-            if note:
-                cells.append({"cell_type": "markdown", "id": "site-note", "metadata": {},
-                              "source": "```{note}\n" + note.strip() + "\n```"})
+            title = next((line for line in source_text(cell).splitlines() if line.startswith("# ")), "")
+            if note:  # in the header cell, so that cells keep their numbers (Sphinx's messages use them)
+                title += "\n\n```{note}\n" + note.strip() + "\n```"
+            cells.append({**cell, "source": title.strip()})
             continue
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
         if PRELUDE_TAG in tags:
@@ -372,6 +370,14 @@ def sphinx_command(python: Path, src: Path, out: Path, sphinx_language: str) -> 
             "-D", f"language={sphinx_language}", "-d", str(out.parent / "doctrees"), str(src), str(out)]
 
 
+def built_paths(text: str, src: Path, built: Path, lang: str) -> str:
+    """Sphinx's messages name the staged copies (gone when the build fails) and MyST-NB's line numbers
+    (cell * 10000 + line): name the built file and its cell (counted from 1, as the copy keeps them)."""
+    return re.sub(re.escape(str(src)) + r"/([^/\s:]+)/([^/\s:]+)\.ipynb(?::(\d+))?",
+                  lambda m: str(built / m[1] / built_name(m[2], lang))
+                  + (f", cell {int(m[3]) // 10000}" if m[3] and int(m[3]) >= 10000 else ""), text)
+
+
 def build(built: Path, outputs: Path, out: Path, env: Path) -> dict:
     """Build the whole site into `out` (replaced when complete). Returns a summary."""
     started = time.monotonic()
@@ -405,7 +411,7 @@ def build(built: Path, outputs: Path, out: Path, env: Path) -> dict:
         for lang, html_out, log, process in jobs:
             if process.wait() != 0:
                 log.seek(0)
-                failed.append(f"sphinx-build ({lang}) failed:\n{log.read().strip()}")
+                failed.append(f"sphinx-build ({lang}) failed:\n{built_paths(log.read().strip(), scratch / f'src-{lang}', built, lang)}")
             log.close()
         if failed:
             raise SiteError("\n".join(failed))

@@ -56,10 +56,16 @@ def test_header_keeps_its_title_only_and_the_prelude_is_hidden():
     assert source["cells"][0]["source"].startswith("# A title\n\n[![")           # the input is not changed
 
 
-def test_a_note_goes_right_after_the_header():
+def test_a_note_goes_under_the_title():
     copy = build_site.for_site(notebook(header("o/n"), markdown("Prose.")), series="s", lang="en", pages=set(),
                                note="Needs **internet**.")
-    assert copy["cells"][1]["source"] == "```{note}\nNeeds **internet**.\n```"
+    assert [cell["source"] for cell in copy["cells"]] == ["# A title\n\n```{note}\nNeeds **internet**.\n```", "Prose."]
+
+
+def test_sphinx_messages_name_the_built_file_and_cell(tmp_path):
+    message = f"{tmp_path}/src-zh/s/a.ipynb:20004: WARNING: Non-consecutive header level increase"
+    assert build_site.built_paths(message, tmp_path / "src-zh", Path("/repo/build"), "zh") == \
+        "/repo/build/s/a.zh.ipynb, cell 2: WARNING: Non-consecutive header level increase"
 
 
 @pytest.mark.parametrize("text, expected", [
