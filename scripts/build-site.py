@@ -82,7 +82,7 @@ class Notebook:
     series: str
     name: str
     paths: dict[str, Path]                       # language -> build/<series>/<name>.<lang>.ipynb
-    cells: dict[str, dict] = field(default_factory=dict, repr=False)  # language -> notebook JSON
+    contents: dict[str, dict] = field(default_factory=dict, repr=False)  # language -> the notebook's JSON
 
     @property
     def page(self) -> str:
@@ -121,7 +121,7 @@ def discover(built: Path, languages: list[str]) -> list[Notebook]:
     for notebook in notebooks:
         for lang, path in notebook.paths.items():
             try:
-                notebook.cells[lang] = json.loads(path.read_text(encoding="utf-8"))
+                notebook.contents[lang] = json.loads(path.read_text(encoding="utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 raise SiteError(f"{path}: not a notebook ({error})") from None
     return notebooks
@@ -266,7 +266,7 @@ def notebook_links(notebook: Notebook, lang: str, outputs: Path, ui: dict, brows
         downloads += [{"path": f"{OUTPUTS_DIR}/{notebook.series}/{notebook.name}/{path.name}", "label": path.name}
                       for path in sorted(run_files.iterdir()) if path.is_file()]
     return {
-        "colab": colab_url(notebook.cells[lang], file_name),
+        "colab": colab_url(notebook.contents[lang], file_name),
         "browser": f"{LITE_DIR}/notebooks/index.html?path={file_name}" if notebook.page in browser else None,
         "downloads": downloads,
     }
@@ -283,7 +283,7 @@ def index_page(book: dict, lang: str, notebooks: list[Notebook]) -> str:
         lines += [f"## {title}", ""]
         if info.get("intro", {}).get(lang):
             lines += [info["intro"][lang].strip(), ""]
-        lines += [f"1. [{title_of(n.cells[lang], n.name)}]({n.page}.ipynb)" for n in members] + [""]
+        lines += [f"1. [{title_of(n.contents[lang], n.name)}]({n.page}.ipynb)" for n in members] + [""]
         lines += ["```{toctree}", f":caption: {title}", ":hidden:", ""]
         lines += [notebook.page for notebook in members] + ["```", ""]
     return "\n".join(lines)
@@ -299,7 +299,7 @@ def stage_language(src: Path, lang: str, *, book: dict, languages: list[str], no
     page_links = {}
     for notebook in notebooks:
         note = ui["browser_note"] if notebook.page in browser else None
-        copy = for_site(notebook.cells[lang], series=notebook.series, lang=lang, pages=pages, note=note)
+        copy = for_site(notebook.contents[lang], series=notebook.series, lang=lang, pages=pages, note=note)
         target = src / notebook.series / f"{notebook.name}.ipynb"
         target.parent.mkdir(exist_ok=True)
         target.write_text(json.dumps(copy, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -342,7 +342,7 @@ def landing_page(book: dict, languages: list[str], notebooks: list[Notebook], br
                 parts.append(f"<p>{e(info['intro'][lang].strip())}</p>")
             parts.append("<ol>")
             for notebook in (n for n in notebooks if n.series == series):
-                title = title_of(notebook.cells[lang], notebook.name)
+                title = title_of(notebook.contents[lang], notebook.name)
                 item = f'<a href="{lang}/{notebook.page}.html">{e(title)}</a>'
                 if notebook.page in browser:
                     file_name = built_name(notebook.name, lang)
@@ -393,10 +393,10 @@ def build(built: Path, outputs: Path, out: Path, env: Path) -> dict:
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    jobs = []
     try:
         site = scratch / "site"
         site.mkdir()
-        jobs = []
         for lang in languages:
             src = scratch / f"src-{lang}"
             stage_language(src, lang, book=book, languages=languages, notebooks=notebooks, outputs=outputs,
@@ -411,8 +411,8 @@ def build(built: Path, outputs: Path, out: Path, env: Path) -> dict:
         for lang, html_out, log, process in jobs:
             if process.wait() != 0:
                 log.seek(0)
-                failed.append(f"sphinx-build ({lang}) failed:\n{built_paths(log.read().strip(), scratch / f'src-{lang}', built, lang)}")
-            log.close()
+                messages = built_paths(log.read().strip(), scratch / f"src-{lang}", built, lang)
+                failed.append(f"sphinx-build ({lang}) failed:\n{messages}")
         if failed:
             raise SiteError("\n".join(failed))
         for lang, html_out, _, _ in jobs:
@@ -431,10 +431,14 @@ def build(built: Path, outputs: Path, out: Path, env: Path) -> dict:
         (site / "index.html").write_text(landing_page(book, languages, notebooks, browser), encoding="utf-8")
         (site / ".nojekyll").write_text("")  # GitHub Pages: serve _static/, _mathjax/ as they are
         if out.exists():
-            old = scratch / "old"
-            out.rename(old)
+            out.rename(scratch / "old")
         site.rename(out)
     finally:
+        for _, _, log, process in jobs:  # on an error elsewhere (or Ctrl-C), no Sphinx is left running
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+            log.close()
         shutil.rmtree(scratch, ignore_errors=True)
     size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
     return {"notebooks": len(notebooks), "languages": languages, "seconds": time.monotonic() - started,

@@ -160,7 +160,7 @@ def test_every_image_loads(crawl, book):
     for notebook in book.notebooks:
         for lang in book.languages:
             shown = [i for i in crawl[f"{lang}/{notebook.page}.html"]["images"] if "/_images/" in i["src"]]
-            assert len(shown) == png_outputs(notebook.cells[lang]), f"{lang}/{notebook.page}: figures missing"
+            assert len(shown) == png_outputs(notebook.contents[lang]), f"{lang}/{notebook.page}: figures missing"
 
 
 def twin(path: str, other: str) -> str:
@@ -180,7 +180,7 @@ def test_language_switch_leads_to_the_twin_page(crawl, served, book):
             assert crawl[twin(path, other)]["lang"] == book.html_lang(other)
     for notebook in book.notebooks:
         for lang in book.languages:
-            assert crawl[f"{lang}/{notebook.page}.html"]["h1"] == build_site.title_of(notebook.cells[lang], "?")
+            assert crawl[f"{lang}/{notebook.page}.html"]["h1"] == build_site.title_of(notebook.contents[lang], "?")
 
 
 def test_language_button_navigates(served, context, book):
@@ -201,7 +201,7 @@ def test_colab_button_is_the_headers_own_link(crawl, book):
     """The Colab button is the header's link for this file, and absent while that names a placeholder."""
     for notebook in book.notebooks:
         for lang in book.languages:
-            expected = build_site.colab_url(notebook.cells[lang], f"{notebook.name}.{lang}.ipynb")
+            expected = build_site.colab_url(notebook.contents[lang], f"{notebook.name}.{lang}.ipynb")
             assert crawl[f"{lang}/{notebook.page}.html"]["colab"] == ([expected] if expected else [])
     for path, visit in crawl.items():
         for link in visit["links"]:
@@ -302,7 +302,7 @@ def test_browser_edition_says_it_is_offline(served, context, site, book, lang, s
     page.goto(f"{served.base}/lite/notebooks/index.html?path={notebook.name}.{lang}.ipynb")
     notice = page.wait_for_selector("#pyodide-offline", timeout=60_000)
     seconds = time.monotonic() - started
-    title = build_site.title_of(notebook.cells[lang], "?")
+    title = build_site.title_of(notebook.contents[lang], "?")
     page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)  # the notebook is open
     page.screenshot(path=str(shots / f"browser-edition-offline-{lang}.png"))
     text, notice_lang = notice.inner_text(), notice.get_attribute("lang")
