@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Set up the project's environment (.venv), then build the notebooks or run the tests.
+# Set up the project's environment (.venv), then build the notebooks or run the tests; or build the website.
 #
 #   bash scripts/dev.sh build [ARGS...]   build-learning-notebooks --execute ARGS...
 #   bash scripts/dev.sh test  [ARGS...]   python -m pytest ARGS...
+#   bash scripts/dev.sh site  [ARGS...]   scripts/build-site.py ARGS...: _site/ from the built notebooks
 #   bash scripts/dev.sh setup             only set up .venv
 #
 # .venv is (re)installed when requirements.txt or pyproject.toml change (by content, not by date).
+# The site uses its own environment, .venv-site (requirements-site.txt), not .venv.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,13 +44,16 @@ case "$command" in
     ;;
   test)
     setup
-    # Headless Chromium for the browser-edition smoke test (apt-get, needs root or sudo).
+    # Headless Chromium for the website's browser tests (apt-get, needs root or sudo).
     bash scripts/install-browser-test-deps.sh \
-      || echo "warning: could not install chromium; its browser test skips here (and fails under CI=true)" >&2
+      || echo "warning: could not install chromium; the browser tests skip here (and fail under CI=true)" >&2
     exec "$venv/bin/python" -m pytest "$@"
     ;;
+  site)
+    exec "$python" scripts/build-site.py "$@"
+    ;;
   *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
