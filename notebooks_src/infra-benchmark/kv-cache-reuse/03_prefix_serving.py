@@ -1,0 +1,358 @@
+# %% [markdown] lang="en"
+# ## 5. Serving requests with a prefix cache
+#
+# A request carries its prompt, the number of tokens to generate and the iteration it arrives at. The
+# serving loop repeats three steps, as in the serving notebook, but one request at a time (batch 1), so
+# that the only new thing here is the cache:
+#
+# * **admit** waiting requests in arrival order: look the prompt up, hold the hit blocks, take fresh
+#   blocks for the rest of the prompt and the tokens to come, and prefill **only the tokens after the
+#   hit**, over the K/V gathered from the hit blocks; then publish the prompt's full blocks. A request
+#   waits while the pool cannot give it enough blocks (free ones plus evictable ones);
+# * **decode** one token for every running request, over its K/V gathered from its block table;
+# * **retire** finished requests, releasing their blocks in reverse order.
+#
+# The reference is each request served **cold**: alone, with the first notebook's cache, the whole prompt
+# in one call. A request without a hit makes exactly the same calls on the same values (gathering copies
+# values and computes nothing), so its logits must be bit-identical to the cold ones. A request with a hit
+# computes its prompt in two pieces, the cached prefix earlier (in another request's prefill) and the rest
+# now: the sums are grouped differently, so its logits must agree within the FP32 tolerance, and its
+# tokens exactly.
+
+# %% [markdown] lang="zh"
+# ## 5. 用前缀缓存服务请求
+#
+# 每个请求带着它的提示、要生成的 token 数，以及它到达的轮次。服务循环与服务笔记本一样重复三步，只是每次只处理一个请求（batch 为 1），这样唯一的新东西就是缓存：
+#
+# * **接纳**：按到达顺序处理等待中的请求：查找提示，持有命中的物理块，为提示的其余部分和将要生成的 token 取新物理块，并且**只预填充命中部分之后的 token**，计算时读取从命中物理块中收集出来的 K/V；然后登记提示中填满的物理块。如果池给不出足够的物理块（空闲的加上可淘汰的），请求就继续等待；
+# * **解码**：每个运行中的请求生成一个 token，计算时读取从它的块表中收集出来的 K/V；
+# * **退出**：完成的请求按相反顺序释放它的物理块。
+#
+# 参照是**冷启动**地服务每个请求：单独运行，使用第一份笔记本的缓存，整个提示在一次调用中算完。没有命中的请求所做的调用、用到的数值都与冷启动完全相同（收集只复制数值，不做计算），所以它的 logits 必须与冷启动逐比特相同。有命中的请求则分两段计算提示：缓存的前缀早先已经算好（在另一个请求的预填充里），其余部分现在才算；求和的分组方式不同，所以它的 logits 只需在 FP32 容差内一致，生成的 token 则必须完全相同。
+
+# %%
+@dataclass
+class Request:
+    rid: int
+    prompt: list
+    max_new: int
+    arrival: int = 0
+    table: list = field(default_factory=list)
+    hit_tokens: int = 0
+    # [en] Generated tokens, and the logits that chose each of them.
+    # [zh] 生成的 token，以及选出每个 token 的 logits。
+    tokens: list = field(default_factory=list)
+    logits: list = field(default_factory=list)
+
+
+def blocks_needed(request, block_size) -> int:
+    # [en] The last generated token is never fed back, so its K/V is never stored.
+    # [zh] 最后生成的 token 不会再送回模型，所以它的 K/V 从不存储。
+    return math.ceil((len(request.prompt) + request.max_new - 1) / block_size)
+
+
+@torch.inference_mode()
+def admit(model, pool, request, hits, hit_tokens):
+    for block in hits:
+        pool.acquire(block)
+    request.table = hits + [pool.allocate() for _ in range(blocks_needed(request, pool.block_size) - len(hits))]
+    request.hit_tokens = hit_tokens
+    past = pool.gather(request.table, hit_tokens) if hit_tokens else None
+    logits, cache = model(torch.tensor([request.prompt[hit_tokens:]]), past)   # [1, P - hit, vocab]
+    pool.write(request.table, hit_tokens, cache)
+    for block, block_hash in zip(request.table, pool.block_hashes(request.prompt)):
+        pool.publish(block, block_hash)
+    request.logits.append(logits[0, -1])
+    request.tokens.append(int(logits[0, -1].argmax()))
+
+
+@torch.inference_mode()
+def decode_step(model, pool, request):
+    stored = len(request.prompt) + len(request.tokens) - 1
+    logits, cache = model(torch.tensor([[request.tokens[-1]]]), pool.gather(request.table, stored))
+    pool.write(request.table, stored, cache)
+    request.logits.append(logits[0, -1])
+    request.tokens.append(int(logits[0, -1].argmax()))
+
+
+def serve(model, pool, requests) -> int:
+    waiting, running, iteration = sorted(requests, key=lambda r: (r.arrival, r.rid)), [], 0
+    while waiting or running:
+        while waiting and waiting[0].arrival <= iteration:
+            hits, hit_tokens = pool.lookup(waiting[0].prompt)
+            fresh = blocks_needed(waiting[0], pool.block_size) - len(hits)
+            # [en] Hit blocks in the LRU queue are about to be held: they cannot be evicted for this request.
+            # [zh] LRU 队列中命中的物理块马上就要被持有：不能为这个请求淘汰它们。
+            if fresh > pool.available() - sum(block in pool.evictable for block in hits):
+                if not running:
+                    raise RuntimeError(f"pool of {pool.num_blocks} blocks too small for request {waiting[0].rid}")
+                break
+            running.append(waiting.pop(0))
+            admit(model, pool, running[-1], hits, hit_tokens)
+        for request in running:
+            if len(request.tokens) < request.max_new:
+                decode_step(model, pool, request)
+        for request in [r for r in running if len(r.tokens) == r.max_new]:
+            for block in reversed(request.table):
+                pool.release(block)
+            running.remove(request)
+        iteration += 1
+    return iteration
+
+
+# [en] The first notebook's greedy loop: the prompt in one call, then one token per call over the cache.
+# [zh] 第一份笔记本的贪心生成循环：提示一次调用算完，之后每次调用读取缓存、生成一个 token。
+@torch.inference_mode()
+def greedy_generate(model, prompt, n_new):
+    logits, cache = model(torch.tensor([prompt]))
+    rows, tokens = [logits[0, -1]], [int(logits[0, -1].argmax())]
+    for _ in range(n_new - 1):
+        logits, cache = model(torch.tensor([[tokens[-1]]]), cache)
+        rows.append(logits[0, -1])
+        tokens.append(int(logits[0, -1].argmax()))
+    return torch.stack(rows), tokens                                   # [n_new, vocab], n_new ids
+
+
+COLD = {}
+
+
+def serve_cold(request):
+    key = (tuple(request.prompt), request.max_new)
+    if key not in COLD:
+        COLD[key] = greedy_generate(model, request.prompt, request.max_new)
+    return COLD[key]
+
+# %% [markdown] lang="en"
+# **The workload.** A seeded stream of requests: each starts with one of four system prompts of 40, 28, 20
+# and 32 tokens (chosen with probabilities 0.4, 0.3, 0.2, 0.1), followed by a question of 2 to 12 random
+# tokens, and asks for 3 to 10 new tokens; one request arrives per iteration. `run_stream` serves the
+# stream through a pool of a given size and compares every request with its cold run. The same stream
+# is served through pools from barely enough blocks for the largest request up to more than it ever
+# needs, so that small pools must evict blocks that later requests would have found.
+#
+# **The criterion**, for every pool size: every request's logits within the tolerance of its cold run and
+# its tokens identical (the decisions' margins are reported against the errors); requests without a hit
+# bit-identical; every hit a whole number of full blocks and shorter than its prompt, so that a partly
+# filled block is never shared; and all logits finite, although small pools evict: an evicted block is
+# filled with NaN, so a read of one would show.
+
+# %% [markdown] lang="zh"
+# **负载**：一个由随机种子生成的请求流。每个请求以四段系统提示之一开头（长度分别为 40、28、20、32 个 token，被选中的概率分别为 0.4、0.3、0.2、0.1），后面接一个由 2 到 12 个随机 token 组成的问题，并要求生成 3 到 10 个新 token；每轮到达一个请求。`run_stream` 用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。
+#
+# **判据**（对每种池大小）：每个请求的 logits 都在容差内等于它的冷启动结果，生成的 token 完全相同（同时报告决策余量与误差的对比）；没有命中的请求逐比特相同；每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块填满 NaN，一旦被读到就会显现出来。
+
+# %%
+SYSTEM_LENGTHS, SYSTEM_WEIGHTS = (40, 28, 20, 32), (0.4, 0.3, 0.2, 0.1)
+STREAM_REQUESTS = 24 if QUICK else 48
+POOL_SIZES = (18, 32, 96) if QUICK else (18, 24, 32, 48, 64, 96)
+
+
+def make_stream(n, seed):
+    rng = random.Random(seed)
+    systems = [[rng.randrange(cfg.vocab) for _ in range(length)] for length in SYSTEM_LENGTHS]
+    specs = []
+    for rid in range(n):
+        system = rng.choices(systems, weights=SYSTEM_WEIGHTS)[0]
+        question = [rng.randrange(cfg.vocab) for _ in range(rng.randint(2, 12))]
+        specs.append((system + question, rng.randint(3, 10), rid))
+    return specs
+
+
+# [en] The largest error, NaN if any is NaN (Python's max() would skip it depending on the order).
+# [zh] 最大误差；只要有一个是 NaN 就返回 NaN（Python 的 max() 会因顺序不同而漏掉 NaN）。
+def worst(errors) -> float:
+    errors = list(errors)
+    return math.nan if any(math.isnan(e) for e in errors) else max(errors, default=0.0)
+
+
+def compare_with_cold(requests, block_size) -> dict:
+    errors, margins, rows = [], [], []
+    for r in requests:
+        cold_logits, cold_tokens = serve_cold(r)
+        logits = torch.stack(r.logits)
+        top2 = cold_logits.topk(2, dim=-1).values
+        margins.append(float((top2[:, 0] - top2[:, 1]).min()))
+        errors.append(max_abs_err(logits, cold_logits))
+        rows.append((r, logits, cold_logits, cold_tokens))
+    hits = [e for e, (r, *_) in zip(errors, rows) if r.hit_tokens]
+    return {
+        "close": all(close(logits, cold) and r.tokens == tokens for r, logits, cold, tokens in rows),
+        "misses_bit_identical": all(torch.equal(logits, cold) for r, logits, cold, _ in rows if not r.hit_tokens),
+        "whole_blocks": all(r.hit_tokens % block_size == 0 and r.hit_tokens < len(r.prompt) for r in requests),
+        "finite": all(bool(torch.isfinite(logits).all()) for _, logits, _, _ in rows),
+        "wrong_requests": sum(not (close(logits, cold) and r.tokens == tokens) for r, logits, cold, tokens in rows),
+        "max_abs_logit_err": worst(errors),
+        "max_abs_logit_err_hits": worst(hits),
+        "min_margin": min(margins),
+    }
+
+
+def run_stream(specs, num_blocks, pool_class=PrefixCache) -> dict:
+    pool = pool_class(cfg, num_blocks)
+    requests = [Request(rid, prompt, max_new, arrival) for rid, (prompt, max_new, arrival) in enumerate(specs)]
+    iterations = serve(model, pool, requests)
+    prompt_tokens, hit_tokens = sum(len(r.prompt) for r in requests), sum(r.hit_tokens for r in requests)
+    return {"blocks": num_blocks, "iterations": iterations, "evictions": pool.evictions,
+            "requests_with_hit": sum(r.hit_tokens > 0 for r in requests),
+            "prompt_tokens": prompt_tokens, "prefill_tokens_saved": hit_tokens, "hit_rate": hit_tokens / prompt_tokens,
+            **compare_with_cold(requests, pool.block_size)}
+
+
+STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
+SWEEP = [run_stream(STREAM, n) for n in POOL_SIZES]
+say_table([[str(r["blocks"]), f"{r['hit_rate']:.1%}", f"{r['prefill_tokens_saved']:,}", str(r["evictions"]), str(r["iterations"]),
+            f"{r['max_abs_logit_err_hits']:.1e}", f"{r['min_margin']:.1e}", f"`{r['misses_bit_identical']}`",
+            f"`{r['whole_blocks']}`", f"`{r['finite']}`", f"`{r['close']}`"] for r in SWEEP],
+          en=["pool blocks", "hit rate", "prefill tokens saved", "evictions", "iterations", "max logit err (hits)",
+              "min margin", "misses bit-identical", "whole blocks only", "finite", "all as cold"],
+          zh=["池中物理块数", "命中率", "省下的预填充 token", "淘汰次数", "轮数", "最大 logits 误差（命中）",
+              "最小余量", "未命中者逐比特相同", "只共享整块", "数值有限", "全部与冷启动一致"])
+assert all(r["close"] and r["misses_bit_identical"] and r["whole_blocks"] and r["finite"] for r in SWEEP)
+assert all(r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SWEEP) and SWEEP[0]["evictions"] > 0
+
+# %% [markdown] lang="en"
+# **Negative controls.** Three mistakes a prefix cache can make, each a subclass of `PrefixCache` that
+# changes one method, each served through the same loop and judged by the same comparison with the cold
+# runs. They need situations that the random stream above does not produce on its own, so they run on two
+# small scenarios, which the correct pool must pass as well:
+#
+# * **shared documents** (a pool of 64 blocks): request 0 is system prompt 1, a document of 8 tokens and a
+#   question; request 1 is system prompt 2 and a question; request 2 arrives later with system prompt 2,
+#   *the same document* and another question. Then request 3 sends a 14-token text (its last block holds
+#   only 2 tokens) and generates 8 tokens, and request 4 sends the same text plus one token, while request 3
+#   is still running;
+# * **a full pool** (12 blocks): request 0 leaves its system prompt in the cache; request 1 hits it and
+#   generates 8 tokens; request 2, a long prompt, arrives while request 1 runs and needs every other block.
+#
+# The mistakes:
+#
+# * **block hashed without its prefix**: each block's hash covers its own tokens only. In request 2 the
+#   document's blocks then "hit" the blocks that request 0 computed after system prompt 1: same tokens,
+#   other prefix, other K/V;
+# * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too. Request 4
+#   then shares request 3's last block and writes its own next token into the slot where request 3 keeps
+#   its first generated token, which request 3 reads on its next step;
+# * **held block left in the LRU queue**: `acquire` raises the count but forgets to take the block out of
+#   the queue. When request 2 needs blocks, the pool evicts the system-prompt blocks that request 1 still
+#   reads.
+
+# %% [markdown] lang="zh"
+# **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixCache` 一个方法的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
+#
+# * **共用文档**（池中有 64 个物理块）：请求 0 由系统提示 1、一份 8 个 token 的文档和一个问题组成；请求 1 由系统提示 2 和一个问题组成；请求 2 稍后到达，由系统提示 2、**同一份文档**和另一个问题组成。随后，请求 3 发来一段 14 个 token 的文本（它的最后一个物理块只有 2 个 token），并生成 8 个 token；请求 4 在请求 3 还在运行时发来同一段文本再加一个 token；
+# * **池满**（12 个物理块）：请求 0 把它的系统提示留在缓存里；请求 1 命中这段提示，并生成 8 个 token；请求 2 的提示很长，在请求 1 运行期间到达，需要其余所有物理块。
+#
+# 三种错误如下：
+#
+# * **块哈希不含前缀**：每个物理块的哈希只覆盖它自己的 token。于是在请求 2 中，文档所在的物理块“命中”了请求 0 在系统提示 1 之后算出的那些物理块：token 相同，前缀不同，K/V 也就不同；
+# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块，并把自己的下一个 token 写进了请求 3 存放第一个生成 token 的那个槽位，而请求 3 在下一步就会读取它；
+# * **被持有的物理块留在 LRU 队列中**：`acquire` 把引用计数加一，却忘了把物理块移出队列。当请求 2 需要物理块时，池淘汰了请求 1 仍在读取的系统提示物理块。
+
+# %%
+class HashWithoutPrefix(PrefixCache):
+    def block_hashes(self, tokens):
+        # [en] WRONG on purpose: each block hashed by its own tokens alone.
+        # [zh] 故意写错：每个物理块只按它自己的 token 计算哈希。
+        size = self.block_size
+        return [hashlib.sha256(f"{tokens[s:s + size]}".encode()).hexdigest() for s in range(0, len(tokens) - size + 1, size)]
+
+
+class SharesPartialBlock(PrefixCache):
+    def block_hashes(self, tokens):
+        hashes = chained_block_hashes(tokens, self.block_size)
+        tail = tokens[len(hashes) * self.block_size:]
+        # [en] WRONG on purpose: the partly filled last block gets a hash as well.
+        # [zh] 故意写错：未填满的最后一个物理块也得到一个哈希。
+        if tail:
+            hashes.append(hashlib.sha256(f"{hashes[-1] if hashes else ''}|{tail}".encode()).hexdigest())
+        return hashes
+
+
+class EvictsHeldBlocks(PrefixCache):
+    def acquire(self, block):
+        # [en] WRONG on purpose: the held block stays in the LRU queue.
+        # [zh] 故意写错：被持有的物理块仍留在 LRU 队列中。
+        self.refs[block] += 1
+
+
+def scenario_specs(seed):
+    rng = random.Random(seed)
+    tokens = lambda n: [rng.randrange(cfg.vocab) for _ in range(n)]
+    system_1, system_2, document, text, long_prompt = tokens(8), tokens(8), tokens(8), tokens(14), tokens(24)
+    shared_documents = [(system_1 + document + tokens(3), 6, 0), (system_2 + tokens(3), 6, 0),
+                        (system_2 + document + tokens(3), 6, 8), (text, 8, 8), (text + tokens(1), 6, 10)]
+    full_pool = [(system_1 + tokens(2), 3, 0), (system_1 + tokens(2), 8, 4), (long_prompt, 6, 6)]
+    return {"shared documents": (shared_documents, 64), "full pool": (full_pool, 12)}
+
+
+SCENARIOS = scenario_specs(SEED + 2)
+CONTROL_CASES = {"correct": (PrefixCache, list(SCENARIOS)), "hash_without_prefix": (HashWithoutPrefix, ["shared documents"]),
+                 "partial_block_shared": (SharesPartialBlock, ["shared documents"]), "held_block_evicted": (EvictsHeldBlocks, ["full pool"])}
+CONTROL_RUNS = {name: {scenario: run_stream(*SCENARIOS[scenario], pool_class=pool_class) for scenario in scenarios}
+                for name, (pool_class, scenarios) in CONTROL_CASES.items()}
+say_table([[f"`{name}`", scenario, f"{r['requests_with_hit']}/{len(SCENARIOS[scenario][0])}", str(r["wrong_requests"]),
+            f"{r['max_abs_logit_err']:.1e}", f"`{r['finite']}`", f"`{r['close']}`"]
+           for name, runs in CONTROL_RUNS.items() for scenario, r in runs.items()],
+          en=["pool", "scenario", "requests with a hit", "requests not as cold", "max logit err", "finite", "all as cold"],
+          zh=["池", "场景", "有命中的请求", "与冷启动不一致的请求", "最大 logits 误差", "数值有限", "全部与冷启动一致"])
+PREFIX_CONTROLS = {name: {"scenario": scenario, "wrong_requests": r["wrong_requests"], "max_abs_logit_err": r["max_abs_logit_err"],
+                          "finite": r["finite"], "caught": not r["close"]}
+                   for name, runs in CONTROL_RUNS.items() if name != "correct" for scenario, r in runs.items()}
+assert all(r["close"] and r["finite"] for r in CONTROL_RUNS["correct"].values())
+assert all(c["caught"] for c in PREFIX_CONTROLS.values())
+
+# %% [markdown] lang="en"
+# Each control is caught by the comparison with the cold runs: the hash without its prefix and the shared
+# partial block give finite, wrong logits (largest errors {{run:prefix.controls.hash_without_prefix:.2f}} and
+# {{run:prefix.controls.partial_block_shared:.2f}}), and it is the victim that suffers: request 2 for the first,
+# request 3, the owner of the shared block, for the second. The evicted held block gives NaN, the mark of the
+# test instrument. The correct pool passes both scenarios; in the full pool it makes request 2 wait until
+# request 1 has finished ({{run:prefix.full_pool_iterations.correct}} iterations instead of
+# {{run:prefix.full_pool_iterations.held_block_evicted}}).
+#
+# **What the cache saves.** The figure shows the stream of {{run:prefix.requests}} requests served through each pool.
+# With the largest pool, {{run:prefix.hit_rate_largest:.1%}} of all prompt tokens are found in the cache:
+# nearly every request after the first of its kind skips its system prompt. With {{run:prefix.smallest_pool}}
+# blocks, barely more than the largest request needs, the hit rate falls to {{run:prefix.hit_rate_smallest:.1%}}:
+# blocks are evicted before their next use, and requests also wait longer for blocks
+# ({{run:prefix.iterations_smallest}} iterations instead of {{run:prefix.iterations_largest}}).
+#
+# *Figure: left, the hit rate (share of prompt tokens found in the cache, blue, left axis) and the prefill
+# tokens saved (the same curve in tokens, right axis) against the number of blocks in the pool; right, the
+# evictions (orange) and the iterations the stream takes to finish (grey) against the same pool sizes.*
+
+# %% [markdown] lang="zh"
+# 每个负对照都被与冷启动结果的比较查出：不含前缀的块哈希和共享未填满的物理块给出的是有限但错误的 logits（最大误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}} 和 {{run:prefix.controls.partial_block_shared:.2f}}），而且受害的是别的请求：前者是请求 2，后者是被共享物理块的主人请求 3。被淘汰的、仍被持有的物理块则给出 NaN，这正是检测手段留下的痕迹。正确的池通过了两个场景；在池满的场景中，它让请求 2 一直等到请求 1 结束（共 {{run:prefix.full_pool_iterations.correct}} 轮，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 轮）。
+#
+# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到：几乎每一类请求除了第一个，都跳过了自己的系统提示。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 轮，而不是 {{run:prefix.iterations_largest}} 轮）。
+#
+# *图：左图是命中率（在缓存中找到的提示 token 所占比例，蓝色，左侧纵轴）和省下的预填充 token 数（同一条曲线换算成 token 数，右侧纵轴）随池中物理块数的变化；右图是同样几种池大小下的淘汰次数（橙色）和处理完整个请求流所需的轮数（灰色）。*
+
+# %%
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
+blocks = [r["blocks"] for r in SWEEP]
+left.plot(blocks, [100 * r["hit_rate"] for r in SWEEP], "o-", color="tab:blue")
+left.set_xlabel("blocks in the pool")
+left.set_ylabel("hit rate (% of prompt tokens)")
+left.set_ylim(0, 100)
+tokens_axis = left.twinx()
+tokens_axis.set_ylim(0, SWEEP[0]["prompt_tokens"])
+tokens_axis.set_ylabel("prefill tokens saved")
+right.plot(blocks, [r["evictions"] for r in SWEEP], "s-", color="tab:orange", label="evictions")
+right.plot(blocks, [r["iterations"] for r in SWEEP], "^-", color="tab:gray", label="iterations to finish")
+right.set_xlabel("blocks in the pool")
+right.legend()
+fig.suptitle(f"prefix cache: {STREAM_REQUESTS} requests, blocks of {BLOCK_SIZE} tokens", fontsize=10)
+fig.tight_layout()
+HIT_RATE_PNG = OUT / "prefix_hit_rate.png"
+fig.savefig(HIT_RATE_PNG, dpi=120)
+plt.show()
+
+# %% tags=["prose-values"]
+{"prefix": {
+    "requests": STREAM_REQUESTS, "smallest_pool": SWEEP[0]["blocks"],
+    "hit_rate_smallest": SWEEP[0]["hit_rate"], "hit_rate_largest": SWEEP[-1]["hit_rate"],
+    "iterations_smallest": SWEEP[0]["iterations"], "iterations_largest": SWEEP[-1]["iterations"],
+    "controls": {name: float(c["max_abs_logit_err"]) for name, c in PREFIX_CONTROLS.items() if c["finite"]},
+    "full_pool_iterations": {name: CONTROL_RUNS[name]["full pool"]["iterations"] for name in ("correct", "held_block_evicted")},
+}}
