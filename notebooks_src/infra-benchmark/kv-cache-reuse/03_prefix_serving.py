@@ -24,7 +24,7 @@
 #
 # 每个请求带着它的提示、要生成的 token 数，以及它到达的轮次。服务循环与服务笔记本一样重复三步，只是每次只处理一个请求（batch 为 1），这样唯一的新东西就是缓存：
 #
-# * **接纳**：按到达顺序处理等待中的请求：查找提示，持有命中的物理块，为提示的其余部分和将要生成的 token 取新物理块，并且**只预填充命中部分之后的 token**，计算时读取从命中物理块中收集出来的 K/V；然后登记提示中填满的物理块。如果池给不出足够的物理块（空闲的加上可淘汰的），请求就继续等待；
+# * **接纳**：按到达顺序处理等待中的请求：查找提示，持有命中的物理块，为提示的其余部分和将要生成的 token 取新物理块，并且只对**命中部分之后的 token** 做预填充（prefill），计算时读取从命中物理块中收集出来的 K/V；然后登记提示中填满的物理块。如果池给不出足够的物理块（空闲的加上可淘汰的），请求就继续等待；
 # * **解码**：每个运行中的请求生成一个 token，计算时读取从它的块表中收集出来的 K/V；
 # * **退出**：完成的请求按相反顺序释放它的物理块。
 #
@@ -133,13 +133,13 @@ def serve_cold(request):
 # **The criterion**, for every pool size: every request's logits within the tolerance of its cold run and
 # its tokens identical (the decisions' margins are reported against the errors); requests without a hit
 # bit-identical; every hit a whole number of full blocks and shorter than its prompt, so that a partly
-# filled block is never shared; and all logits finite, although small pools evict: an evicted block is
-# filled with NaN, so a read of one would show.
+# filled block is never shared; all logits finite, although small pools evict: an evicted block is filled
+# with NaN, so a read of one would show; and at the end no block is held any more.
 
 # %% [markdown] lang="zh"
 # **负载**：一个由随机种子生成的请求流。每个请求以四段系统提示之一开头（长度分别为 40、28、20、32 个 token，被选中的概率分别为 0.4、0.3、0.2、0.1），后面接一个由 2 到 12 个随机 token 组成的问题，并要求生成 3 到 10 个新 token；每轮到达一个请求。`run_stream` 用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。
 #
-# **判据**（对每种池大小）：每个请求的 logits 都在容差内等于它的冷启动结果，生成的 token 完全相同（同时报告决策余量与误差的对比）；没有命中的请求逐比特相同；每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块填满 NaN，一旦被读到就会显现出来。
+# **判据**（对每种池大小）：每个请求的 logits 都在容差内等于它的冷启动结果，生成的 token 完全相同（同时报告决策余量与误差的对比）；没有命中的请求逐比特相同；每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块填满 NaN，一旦被读到就会显现出来；最后，没有任何物理块仍被持有。
 
 # %%
 SYSTEM_LENGTHS, SYSTEM_WEIGHTS = (40, 28, 20, 32), (0.4, 0.3, 0.2, 0.1)
@@ -192,7 +192,7 @@ def run_stream(specs, num_blocks, pool_class=PrefixCache) -> dict:
     requests = [Request(rid, prompt, max_new, arrival) for rid, (prompt, max_new, arrival) in enumerate(specs)]
     iterations = serve(model, pool, requests)
     prompt_tokens, hit_tokens = sum(len(r.prompt) for r in requests), sum(r.hit_tokens for r in requests)
-    return {"blocks": num_blocks, "iterations": iterations, "evictions": pool.evictions,
+    return {"blocks": num_blocks, "iterations": iterations, "evictions": pool.evictions, "all_released": not any(pool.refs),
             "requests_with_hit": sum(r.hit_tokens > 0 for r in requests),
             "prompt_tokens": prompt_tokens, "prefill_tokens_saved": hit_tokens, "hit_rate": hit_tokens / prompt_tokens,
             **compare_with_cold(requests, pool.block_size)}
@@ -202,12 +202,12 @@ STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
 SWEEP = [run_stream(STREAM, n) for n in POOL_SIZES]
 say_table([[str(r["blocks"]), f"{r['hit_rate']:.1%}", f"{r['prefill_tokens_saved']:,}", str(r["evictions"]), str(r["iterations"]),
             f"{r['max_abs_logit_err_hits']:.1e}", f"{r['min_margin']:.1e}", f"`{r['misses_bit_identical']}`",
-            f"`{r['whole_blocks']}`", f"`{r['finite']}`", f"`{r['close']}`"] for r in SWEEP],
+            f"`{r['whole_blocks']}`", f"`{r['finite']}`", f"`{r['all_released']}`", f"`{r['close']}`"] for r in SWEEP],
           en=["pool blocks", "hit rate", "prefill tokens saved", "evictions", "iterations", "max logit err (hits)",
-              "min margin", "misses bit-identical", "whole blocks only", "finite", "all as cold"],
+              "min margin", "misses bit-identical", "whole blocks only", "finite", "all blocks released", "all as cold"],
           zh=["池中物理块数", "命中率", "省下的预填充 token", "淘汰次数", "轮数", "最大 logits 误差（命中）",
-              "最小余量", "未命中者逐比特相同", "只共享整块", "数值有限", "全部与冷启动一致"])
-assert all(r["close"] and r["misses_bit_identical"] and r["whole_blocks"] and r["finite"] for r in SWEEP)
+              "最小余量", "未命中者逐比特相同", "只共享整块", "数值有限", "物理块全部释放", "全部与冷启动一致"])
+assert all(r["close"] and r["misses_bit_identical"] and r["whole_blocks"] and r["finite"] and r["all_released"] for r in SWEEP)
 assert all(r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SWEEP) and SWEEP[0]["evictions"] > 0
 
 # %% [markdown] lang="en"

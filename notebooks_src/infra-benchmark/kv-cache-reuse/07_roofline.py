@@ -18,8 +18,8 @@
 # * **cache**: $B$ sequences, each with its own cache of {{run:roofline.cache_keys:,}} keys in 8 heads of 128
 #   dimensions (64 MiB of K and V per sequence), attended by one query per head.
 #
-# The roof is drawn with the best rates observed: the faster of the sum and the batch-1 product for the
-# bandwidth, the fastest product for the throughput, so that no measurement lies above it. Our toy decoder
+# The roof is drawn with the best rates observed in this section, so that no measurement lies above it: the
+# fastest read rate (of the sum or of any product) for the bandwidth, the fastest product for the throughput. Our toy decoder
 # is no use here: its 0.6 MB of weights sit in the CPU's caches, and its decode step is bound
 # by the fixed cost of each call, as the first notebook found. The sweeps use sizes at which memory is
 # really read.
@@ -37,7 +37,7 @@
 # * **权重**：$B$ 个 token 向量乘以一个 `[4096, 4096]` 的权重矩阵（64 MiB，每次调用读一遍，就像一层的权重那样）；
 # * **缓存**：$B$ 条序列，每条都有自己的缓存，含 {{run:roofline.cache_keys:,}} 个键，分 8 个头、每头 128 维（每条序列 64 MiB 的 K 和 V），每个头用一个查询去做注意力。
 #
-# 屋顶线按观察到的最佳速率来画：带宽取求和与 batch 为 1 的矩阵乘法中较快的那个，吞吐量取最快的那次矩阵乘法，这样任何测量点都不会高出屋顶线。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里，它的解码步受限于每次调用的固定开销，第一份笔记本已经发现了这一点。这两组扫描用的尺寸则确实要从内存中读取数据。
+# 屋顶线按本节观察到的最佳速率来画，这样任何测量点都不会高出屋顶线：带宽取最快的读取速率（求和或任何一次乘法），吞吐量取最快的那次乘法。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里，它的解码步受限于每次调用的固定开销，第一份笔记本已经发现了这一点。这两组扫描用的尺寸则确实要从内存中读取数据。
 
 # %%
 def best_times(calls: dict, rounds: int) -> dict:
@@ -74,7 +74,7 @@ with torch.inference_mode():
     for batch in WEIGHT_BATCHES:
         flops, bytes_read = 2 * batch * weight.numel(), FP32 * (weight.numel() + 2 * batch * 4096)
         WEIGHT_SWEEP.append({"batch": batch, "intensity": flops / bytes_read, "gflops": flops / seconds[batch] / 1e9,
-                             "ms_per_token": 1e3 * seconds[batch] / batch})
+                             "gbs": bytes_read / seconds[batch] / 1e9, "ms_per_token": 1e3 * seconds[batch] / batch})
     del weight, big, inputs
 
     # [en] One cache per sequence: K and V of [B, 8, CACHE_KEYS, 128] each, one query per head (the values do not matter here).
@@ -87,13 +87,13 @@ with torch.inference_mode():
     for batch in CACHE_BATCHES:
         flops, bytes_read = 2 * batch * CACHE_HEADS * 2 * CACHE_DIM * CACHE_KEYS, FP32 * 2 * batch * CACHE_HEADS * CACHE_KEYS * CACHE_DIM
         CACHE_SWEEP.append({"batch": batch, "intensity": flops / bytes_read, "gflops": flops / seconds[batch] / 1e9,
-                            "ms_per_sequence": 1e3 * seconds[batch] / batch})
+                            "gbs": bytes_read / seconds[batch] / 1e9, "ms_per_sequence": 1e3 * seconds[batch] / batch})
     del caches
 
 # [en] The roof: the best rates observed, so that no measurement lies above it (timings on a busy machine vary).
 # [zh] 屋顶线取观察到的最佳速率，这样任何测量点都不会高出屋顶线（繁忙的机器上计时会有波动）。
-BANDWIDTH = max(STREAM_BANDWIDTH, FP32 * 4096 * 4096 / (WEIGHT_SWEEP[0]["ms_per_token"] / 1e3))
-PEAK = max(MATMUL, max(r["gflops"] for r in WEIGHT_SWEEP) * 1e9)
+BANDWIDTH = max(STREAM_BANDWIDTH, max(r["gbs"] for r in WEIGHT_SWEEP + CACHE_SWEEP) * 1e9)
+PEAK = max(MATMUL, max(r["gflops"] for r in WEIGHT_SWEEP + CACHE_SWEEP) * 1e9)
 RIDGE = PEAK / BANDWIDTH
 
 say(en=f"This machine, one thread, FP32: read bandwidth {STREAM_BANDWIDTH / 1e9:.1f} GB/s (the sum), matmul throughput "
@@ -124,7 +124,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gflops']:.1f}", f"{r
 # **判据**共两条，各有一个负对照：
 #
 # * **batch 为 1 的矩阵乘法受限于内存带宽**：它的算术强度位于实测拐点的左侧。负对照把同样的判断用在最大的 batch 上，结果必须是受限于计算；
-# * **batch 摊薄了权重的开销，却摊不薄缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
+# * **batch 分摊了权重的开销，却分摊不了缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
 #
 # 这里只断言这些粗略的性质，并留有很大的余地；具体数值是本次运行的结果，在与其他任务共用的机器上，每次运行的计时都会有所不同。
 
@@ -158,11 +158,11 @@ assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTR
 # {{run:roofline.weight_gbs_b1:.1f}} GB/s; at batch {{run:roofline.weight_batch_max}} the same weights serve
 # {{run:roofline.weight_batch_max}} tokens at {{run:roofline.gflops_bmax:.0f}} GFLOP/s, and each token costs
 # {{run:roofline.amortization:.1f}} times less. The cache reads stay at 0.5 FLOP/byte whatever the batch, and their
-# time per sequence does not fall. Every published model's decode step at batch 1 (between
-# {{run:cost.min_intensity_b1:.2f}} and {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) sits on the
-# bandwidth slope of this roof, and much further left of a GPU's ridge: an NVIDIA H100 SXM offers
-# {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s in dense BF16 and {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s (its
-# datasheet), a ridge at {{run:roofline.gpu_ridge:.0f}} FLOP/byte. This is why a decode step is as fast as memory
+# time per sequence does not fall. The published models' decode steps at batch 1 (between
+# {{run:cost.min_intensity_b1:.2f}} and {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a
+# hundred times below a data-centre GPU's ridge: an NVIDIA H100 SXM offers {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s
+# in dense BF16 and {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s (its datasheet), a ridge at
+# {{run:roofline.gpu_ridge:.0f}} FLOP/byte. This is why a decode step is as fast as memory
 # lets it be, and why the mechanisms of this series pay off: batching shares the weights' bytes, GQA, MLA
 # and quantization shrink the cache's bytes, and speculative decoding verifies $k + 1$ tokens for about the
 # bytes of one.
@@ -175,7 +175,7 @@ assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTR
 # of this machine (black, dashed) and of an H100 (grey, dotted).*
 
 # %% [markdown] lang="zh"
-# **图示**：本机的拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节（{{run:roofline.peak_gflops:.0f}} GFLOP/s 除以 {{run:roofline.bandwidth_gbs:.1f}} GB/s）。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s；batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的开销降为原来的 {{run:roofline.amortization:.1f}} 分之一。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节，每条序列所花的时间也不下降。每个公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）都落在这条屋顶线的带宽斜坡上，离 GPU 的拐点就更远了：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。这就是为什么解码步的速度只取决于内存能有多快，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花大约一个 token 的字节，验证 $k + 1$ 个 token。
+# **图示**：本机的拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节（{{run:roofline.peak_gflops:.0f}} GFLOP/s 除以 {{run:roofline.bandwidth_gbs:.1f}} GB/s）。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s；batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的开销降为原来的 {{run:roofline.amortization:.1f}} 分之一。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节，每条序列所花的时间也不下降。各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）比数据中心 GPU 的拐点低一百倍以上：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。这就是为什么解码步的速度只取决于内存能有多快，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花大约一个 token 的字节，验证 $k + 1$ 个 token。
 #
 # *图：左图是本机的 Roofline 模型（黑线：用实测带宽和矩阵乘法吞吐量画出的 $\min(\pi, \beta I)$）、各种 batch 大小下的权重乘法（蓝色圆点，旁边标注 batch 大小）、缓存读取（橙色三角形），以及每个公开模型在 batch 为 1 时的解码步（每个模型一种颜色，按其 16 位数值下的算术强度放在屋顶线上）。右图是这些模型在上下文为 4,096 个 token 时，解码步的算术强度随 batch 大小的变化，并画出本机的拐点（黑色虚线）和 H100 的拐点（灰色点线）。*
 
@@ -216,6 +216,6 @@ assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 # %% tags=["prose-values"]
 {"roofline": {"cache_keys": CACHE_KEYS, "weight_batch_max": WEIGHT_SWEEP[-1]["batch"], "ridge": RIDGE,
               "peak_gflops": PEAK / 1e9, "bandwidth_gbs": BANDWIDTH / 1e9, "intensity_b1": WEIGHT_SWEEP[0]["intensity"],
-              "gflops_b1": WEIGHT_SWEEP[0]["gflops"], "weight_gbs_b1": 4096 * 4096 * FP32 / (weight_ms[0] / 1e3) / 1e9,
+              "gflops_b1": WEIGHT_SWEEP[0]["gflops"], "weight_gbs_b1": WEIGHT_SWEEP[0]["gbs"],
               "gflops_bmax": WEIGHT_SWEEP[-1]["gflops"], "amortization": weight_ms[0] / weight_ms[-1],
               "gpu_peak_tflops": GPU_PEAK / 1e12, "gpu_bandwidth_tbs": GPU_BANDWIDTH / 1e12, "gpu_ridge": GPU_RIDGE}}

@@ -45,14 +45,15 @@ RESULTS = {
     "tolerances": {DTYPE_NAME[dtype]: tol for dtype, tol in TOLERANCE.items()},
     "prefix_cache": {
         "criterion": "every request's logits within the fp32 tolerance of its cold run and its tokens identical; "
-                     "requests without a hit bit-identical; hits are whole full blocks shorter than the prompt; all logits finite",
+                     "requests without a hit bit-identical; hits are whole full blocks shorter than the prompt; all logits finite; "
+                     "no block held at the end",
         "block_size": BLOCK_SIZE,
         "stream": {"requests": STREAM_REQUESTS, "system_prompt_lengths": list(SYSTEM_LENGTHS),
                    "system_prompt_weights": list(SYSTEM_WEIGHTS), "question_tokens": [2, 12], "new_tokens": [3, 10],
                    "arrivals": "one per iteration"},
         "sweep": [{key: r[key] for key in ("blocks", "hit_rate", "prefill_tokens_saved", "prompt_tokens", "requests_with_hit",
                                            "evictions", "iterations", "max_abs_logit_err_hits", "min_margin",
-                                           "misses_bit_identical", "whole_blocks", "finite", "close")} for r in SWEEP],
+                                           "misses_bit_identical", "whole_blocks", "finite", "all_released", "close")} for r in SWEEP],
         "scenarios": {scenario: {key: r[key] for key in ("blocks", "requests_with_hit", "iterations", "close", "finite")}
                       for scenario, r in CONTROL_RUNS["correct"].items()},
     },
