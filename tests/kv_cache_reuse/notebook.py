@@ -19,17 +19,18 @@ BASE = ("prelude.py", "01_setup.py", "injected-parameters", "01_setup_environmen
 DEPENDS = {
     "02_prefix_cache.py": (),
     "03_prefix_serving.py": ("02_prefix_cache.py",),
-    "04_speculative.py": ("02_prefix_cache.py", "03_prefix_serving.py"),
-    "05_split_k.py": (),
-    "06_decode_cost.py": (),
-    "07_roofline.py": ("05_split_k.py", "06_decode_cost.py"),
+    "04_prefix_controls.py": ("02_prefix_cache.py", "03_prefix_serving.py"),
+    "05_speculative.py": ("02_prefix_cache.py", "03_prefix_serving.py"),
+    "06_split_k.py": (),
+    "07_decode_cost.py": (),
+    "08_roofline.py": ("06_split_k.py", "07_decode_cost.py"),
     "10_hf_gpt2_referee.py": (),
-    "08_assisted_generation.py": ("02_prefix_cache.py", "03_prefix_serving.py", "04_speculative.py", "10_hf_gpt2_referee.py"),
+    "09_assisted_generation.py": ("02_prefix_cache.py", "03_prefix_serving.py", "05_speculative.py", "10_hf_gpt2_referee.py"),
 }
 
 
 def run_with(section: str, out_dir, edits=None, said=None) -> dict:
-    """Exec the base files, `section`'s dependencies and `section` itself (all of them for "09_saved_results.py"
+    """Exec the base files, `section`'s dependencies and `section` itself (all of them for "10_saved_results.py"
     and later), in notebook order, quick mode, with `edits` ({file: [(old, new)]}) applied; returns the namespace."""
     import os
     os.environ.setdefault("MPLBACKEND", "Agg")

@@ -17,8 +17,9 @@ from notebook_code import code_cells
 from .notebook import NOTEBOOK, run_with
 
 EXPECTED_ERRORS = {RuntimeError: ("prefix cache full", "too small")}
-POOL, SERVE, SPEC, SPLIT, COST, ROOF, HF, SAVE = ("02_prefix_cache.py", "03_prefix_serving.py", "04_speculative.py", "05_split_k.py",
-                                                  "06_decode_cost.py", "07_roofline.py", "08_assisted_generation.py", "09_saved_results.py")
+POOL, SERVE, CONTROLS, SPEC, SPLIT, COST, ROOF, HF, SAVE = (
+    "02_prefix_cache.py", "03_prefix_serving.py", "04_prefix_controls.py", "05_speculative.py", "06_split_k.py", "07_decode_cost.py",
+    "08_roofline.py", "09_assisted_generation.py", "10_saved_results.py")
 # name -> (section file, [(old, new), ...], the section through which the notebook runs)
 MUTATIONS = {
     # Section 4: the block pool and its content index.
@@ -86,7 +87,7 @@ def test_injected_bug_stops_the_notebook(name, tmp_path, capsys):
 
 
 def test_every_section_of_the_notebook_has_a_mutation():
-    assert {file for file, _, _ in MUTATIONS.values()} == {POOL, SERVE, SPEC, SPLIT, COST, ROOF, HF, SAVE}
+    assert {file for file, _, _ in MUTATIONS.values()} | {CONTROLS} == {POOL, SERVE, CONTROLS, SPEC, SPLIT, COST, ROOF, HF, SAVE}
 
 
 @pytest.mark.parametrize("through", [SERVE, SPEC, SPLIT, COST, ROOF, HF])

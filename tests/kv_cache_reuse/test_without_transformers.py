@@ -14,7 +14,7 @@ def test_runs_without_transformers(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "transformers", None)                  # `import transformers` fails
     said: list = []
-    nb = run_with("09_saved_results.py", tmp_path, said=said)
+    nb = run_with("10_saved_results.py", tmp_path, said=said)
     assert nb["HAVE_TRANSFORMERS"] is False and nb["ASSISTED"] is None and nb["ASSISTED_CONTROL"] is None
     skips = [s for s in said if "en" in s and "skipped" in s["en"]]
     assert [s["en"].split(",")[0] for s in skips] == ["transformers is not installed", "The comparison with assisted generation is skipped"]

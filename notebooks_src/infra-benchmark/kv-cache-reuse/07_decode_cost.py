@@ -167,10 +167,11 @@ assert COUNT_CONTROL_CAUGHT
 # the size the model's Hugging Face page reports, to 0.5%; as a control, Llama 3.1 8B counted with 32 K/V
 # heads instead of 8 must not. The table then gives, at a context of {{run:cost.context:,}} tokens and 16-bit
 # weights and cache (2 bytes), what one decode step reads and its arithmetic intensity at batch 1 and 64;
-# for the mixture of experts, a larger batch touches more experts (counted for uniform routing).
+# for the mixture of experts, a larger batch touches more experts (counted for uniform routing). GPT-2 has
+# only 1,024 positions: its row at 4,096 is what the formulas give.
 
 # %% [markdown] lang="zh"
-# **公开模型的配置**：下面的尺寸取自各模型在 Hugging Face Hub 上的 `config.json`（每个数的出处都写在代码里；不下载任何东西）：GPT-2（多头注意力，$g = 1$），Llama 2 7B（同样是多头注意力，规模 7B），Llama 3.1 8B 和 70B（分组查询注意力，$g$ 分别为 4 和 8），以及 DeepSeek-V2-Lite（MLA，同时是混合专家模型：在 27 层中的 26 层里，每个 token 使用 64 个路由专家中的 6 个，外加 2 个共享专家）。为了核对录入是否有误，按每组尺寸数出的参数量必须与该模型 Hugging Face 页面上给出的规模相差不超过 0.5%；作为负对照，把 Llama 3.1 8B 的 K/V 头数从 8 改成 32 再数，结果必须对不上。随后的表格给出上下文为 {{run:cost.context:,}} 个 token、权重和缓存都用 16 位（2 字节）时，一个解码步读取的数据量，以及 batch 为 1 和 64 时的算术强度；对混合专家模型，batch 越大，用到的专家越多（按均匀路由计算）。
+# **公开模型的配置**：下面的尺寸取自各模型在 Hugging Face Hub 上的 `config.json`（每个数的出处都写在代码里；不下载任何东西）：GPT-2（多头注意力，$g = 1$），Llama 2 7B（同样是多头注意力，规模 7B），Llama 3.1 8B 和 70B（分组查询注意力，$g$ 分别为 4 和 8），以及 DeepSeek-V2-Lite（MLA，同时是混合专家模型：在 27 层中的 26 层里，每个 token 使用 64 个路由专家中的 6 个，外加 2 个共享专家）。为了核对录入是否有误，按每组尺寸数出的参数量必须与该模型 Hugging Face 页面上给出的规模相差不超过 0.5%；作为负对照，把 Llama 3.1 8B 的 K/V 头数从 8 改成 32 再数，结果必须对不上。随后的表格给出上下文为 {{run:cost.context:,}} 个 token、权重和缓存都用 16 位（2 字节）时，一个解码步读取的数据量，以及 batch 为 1 和 64 时的算术强度；对混合专家模型，batch 越大，用到的专家越多（按均匀路由计算）。GPT-2 只有 1,024 个位置：它在 4,096 个 token 下的那一行只是公式算出的结果。
 
 # %%
 PUBLISHED = [
