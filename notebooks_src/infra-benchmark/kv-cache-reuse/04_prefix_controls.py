@@ -4,12 +4,12 @@
 # runs. They need situations that the random stream above does not produce on its own, so they run on two
 # small scenarios, which the correct pool must pass as well:
 #
-# * **shared documents** (a pool of 64 blocks): request 0 is system prompt 1, a document of 8 tokens and a
+# * **shared documents** (`shared_documents`, a pool of 64 blocks): request 0 is system prompt 1, a document of 8 tokens and a
 #   question; request 1 is system prompt 2 and a question; request 2 arrives later with system prompt 2,
 #   *the same document* and another question. Then request 3 sends a 14-token text (its last block holds
 #   only 2 tokens) and generates 8 tokens, and request 4 sends the same text plus one token, while request 3
 #   is still running;
-# * **a full pool** (12 blocks): request 0 leaves its system prompt in the cache; request 1 hits it and
+# * **a full pool** (`full_pool`, 12 blocks): request 0 leaves its system prompt in the cache; request 1 hits it and
 #   generates 8 tokens; request 2, a long prompt, arrives while request 1 runs and needs every other block.
 #
 # The mistakes:
@@ -27,8 +27,8 @@
 # %% [markdown] lang="zh"
 # **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixCache` 一个方法的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
 #
-# * **共用文档**（池中有 64 个物理块）：请求 0 由系统提示 1、一份 8 个 token 的文档和一个问题组成；请求 1 由系统提示 2 和一个问题组成；请求 2 稍后到达，由系统提示 2、**同一份文档**和另一个问题组成。随后，请求 3 发来一段 14 个 token 的文本（它的最后一个物理块只有 2 个 token），并生成 8 个 token；请求 4 在请求 3 还在运行时发来同一段文本再加一个 token；
-# * **池满**（12 个物理块）：请求 0 把它的系统提示留在缓存里；请求 1 命中这段提示，并生成 8 个 token；请求 2 的提示很长，在请求 1 运行期间到达，需要其余所有物理块。
+# * **共用文档**（`shared_documents`，池中有 64 个物理块）：请求 0 由系统提示 1、一份 8 个 token 的文档和一个问题组成；请求 1 由系统提示 2 和一个问题组成；请求 2 稍后到达，由系统提示 2、**同一份文档**和另一个问题组成。随后，请求 3 发来一段 14 个 token 的文本（它的最后一个物理块只有 2 个 token），并生成 8 个 token；请求 4 在请求 3 还在运行时发来同一段文本再加一个 token；
+# * **池满**（`full_pool`，12 个物理块）：请求 0 把它的系统提示留在缓存里；请求 1 命中这段提示，并生成 8 个 token；请求 2 的提示很长，在请求 1 运行期间到达，需要其余所有物理块。
 #
 # 三种错误如下：
 #
@@ -70,15 +70,15 @@ def scenario_specs(seed):
     shared_documents = [(system_1 + document + tokens(3), 6, 0), (system_2 + tokens(3), 6, 0),
                         (system_2 + document + tokens(3), 6, 8), (text, 8, 8), (text + tokens(1), 6, 10)]
     full_pool = [(system_1 + tokens(2), 3, 0), (system_1 + tokens(2), 8, 4), (long_prompt, 6, 6)]
-    return {"shared documents": (shared_documents, 64), "full pool": (full_pool, 12)}
+    return {"shared_documents": (shared_documents, 64), "full_pool": (full_pool, 12)}
 
 
 SCENARIOS = scenario_specs(SEED + 2)
-CONTROL_CASES = {"correct": (PrefixCache, list(SCENARIOS)), "hash_without_prefix": (HashWithoutPrefix, ["shared documents"]),
-                 "partial_block_shared": (SharesPartialBlock, ["shared documents"]), "held_block_evicted": (EvictsHeldBlocks, ["full pool"])}
+CONTROL_CASES = {"correct": (PrefixCache, list(SCENARIOS)), "hash_without_prefix": (HashWithoutPrefix, ["shared_documents"]),
+                 "partial_block_shared": (SharesPartialBlock, ["shared_documents"]), "held_block_evicted": (EvictsHeldBlocks, ["full_pool"])}
 CONTROL_RUNS = {name: {scenario: run_stream(*SCENARIOS[scenario], pool_class=pool_class) for scenario in scenarios}
                 for name, (pool_class, scenarios) in CONTROL_CASES.items()}
-say_table([[f"`{name}`", scenario, f"{r['requests_with_hit']}/{len(SCENARIOS[scenario][0])}", str(r["wrong_requests"] or "-"),
+say_table([[f"`{CONTROL_CASES[name][0].__name__}`", f"`{scenario}`", f"{r['requests_with_hit']}/{len(SCENARIOS[scenario][0])}", str(r["wrong_requests"] or "-"),
             f"{r['max_abs_logit_err']:.1e}", f"`{r['finite']}`", f"`{r['close']}`"]
            for name, runs in CONTROL_RUNS.items() for scenario, r in runs.items()],
           en=["pool", "scenario", "requests with a hit", "requests not as cold", "max logit err", "finite", "all as cold"],
@@ -91,16 +91,16 @@ PREFIX_CONTROLS = {name: {"scenario": scenario, "wrong_requests": r["wrong_reque
 assert all(r["close"] and r["finite"] for r in CONTROL_RUNS["correct"].values())
 assert all(c["caught"] for c in PREFIX_CONTROLS.values()) and not PREFIX_CONTROLS["held_block_evicted"]["finite"]
 assert [PREFIX_CONTROLS[name]["wrong_requests"] for name in PREFIX_CONTROLS] == [[2], [3], [1]]
-assert CONTROL_RUNS["correct"]["full pool"]["iterations"] > CONTROL_RUNS["held_block_evicted"]["full pool"]["iterations"]
+assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_block_evicted"]["full_pool"]["iterations"]
 
 # %% [markdown] lang="en"
 # Each control is caught by the comparison with the cold runs: the hash without its prefix and the shared
 # partial block give finite, wrong logits (largest errors {{run:prefix.controls.hash_without_prefix:.2f}} and
 # {{run:prefix.controls.partial_block_shared:.2f}}), and it is the victim that suffers: request 2 for the first,
 # request 3, the owner of the shared block, for the second. The evicted held block gives NaN, the mark of the
-# test instrument. The correct pool passes both scenarios; in the full pool it makes request 2 wait until
-# request 1 has finished ({{run:prefix.full_pool_iterations.correct}} iterations instead of
-# {{run:prefix.full_pool_iterations.held_block_evicted}}).
+# test instrument. The correct pool passes both scenarios; in the full pool it makes request 2 wait for blocks
+# instead, and the scenario takes {{run:prefix.full_pool_iterations.correct}} iterations instead of
+# {{run:prefix.full_pool_iterations.held_block_evicted}}.
 #
 # **What the cache saves.** The figure shows the stream of {{run:prefix.requests}} requests served through each pool.
 # With the largest pool, {{run:prefix.hit_rate_largest:.1%}} of all prompt tokens are found in the cache, and
@@ -115,7 +115,7 @@ assert CONTROL_RUNS["correct"]["full pool"]["iterations"] > CONTROL_RUNS["held_b
 # evictions (orange) and the iterations the stream takes to finish (grey) against the same pool sizes.*
 
 # %% [markdown] lang="zh"
-# 每个负对照都被与冷启动结果的比较查出：不含前缀的块哈希和共享未填满的物理块给出的是有限但错误的 logits（最大误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}} 和 {{run:prefix.controls.partial_block_shared:.2f}}），而且受害的是别的请求：前者是请求 2，后者是被共享物理块的主人请求 3。被淘汰的、仍被持有的物理块则给出 NaN，这正是检测手段留下的痕迹。正确的池通过了两个场景；在池满的场景中，它让请求 2 一直等到请求 1 结束（共 {{run:prefix.full_pool_iterations.correct}} 轮，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 轮）。
+# 每个负对照都被与冷启动结果的比较查出：不含前缀的块哈希和共享未填满的物理块给出的是有限但错误的 logits（最大误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}} 和 {{run:prefix.controls.partial_block_shared:.2f}}），而且受害的是别的请求：前者是请求 2，后者是被共享物理块的主人请求 3。被淘汰的、仍被持有的物理块则给出 NaN，这正是检测手段留下的痕迹。正确的池通过了两个场景；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 轮，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 轮。
 #
 # **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 轮，而不是 {{run:prefix.iterations_largest}} 轮）。
 #
@@ -148,5 +148,5 @@ plt.show()
     "hit_rate_smallest": SWEEP[0]["hit_rate"], "hit_rate_largest": SWEEP[-1]["hit_rate"],
     "iterations_smallest": SWEEP[0]["iterations"], "iterations_largest": SWEEP[-1]["iterations"],
     "controls": {name: float(c["max_abs_logit_err"]) for name, c in PREFIX_CONTROLS.items() if c["finite"]},
-    "full_pool_iterations": {name: CONTROL_RUNS[name]["full pool"]["iterations"] for name in ("correct", "held_block_evicted")},
+    "full_pool_iterations": {name: CONTROL_RUNS[name]["full_pool"]["iterations"] for name in ("correct", "held_block_evicted")},
 }}

@@ -21,7 +21,7 @@
 # %% [markdown] lang="zh"
 # ## 7. split-K 解码
 #
-# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 算子把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。**Flash-Decoding**（Dao 等人，2023）把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$，和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
+# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 算子把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。**Flash-Decoding**（Dao 等人，2023）把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
 #
 # $$\mathrm{out} = \frac{\sum_s w_s\, o_s}{\sum_s w_s}, \qquad w_s = l_s\, e^{m_s - M}, \quad M = \max_s m_s.$$
 #
@@ -29,7 +29,7 @@
 
 # %%
 # [en] One split: its normalized output, its maximum score and its sum (q: [..., 1, Dh]; k, v: [..., n, Dh]).
-# [zh] 一段：归一化后的输出、最大分数及其和（q：[..., 1, Dh]；k、v：[..., n, Dh]）。
+# [zh] 一段：归一化后的输出、最大分数和指数和（q：[..., 1, Dh]；k、v：[..., n, Dh]）。
 def attend_split(q, k, v, allowed):
     scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))   # [..., 1, n]
     m = scores.amax(dim=-1, keepdim=True)                                                              # [..., 1, 1]
@@ -71,12 +71,12 @@ def plain_attention(q, k, v, allowed):
 # %% [markdown] lang="zh"
 # **判据**：两条序列的每个头都只有一个查询，面对一个含 {{run:splitk.keys}} 个键的缓存；第二条序列左侧有 {{run:splitk.padding}} 个被遮住的填充位，所以段数多时，前面几段会完全被遮住。段数 $S$ 从 1（根本不切分）一直到每段一个键，split-K 都必须在容差内等于普通注意力，FP32 和 FP64 都要满足。下一列把同一段代码放进我们的解码器中运行：取第 0 层在一个 {{run:splitk.prompt}} 个 token 的提示之后的真实缓存，以及下一个 token 的查询（每段至少一个键），与解码器自己的 `SelfAttention` 对这个 token 的输出比较。
 #
-# **负对照：合并时不做重新缩放**。`merge_without_rescaling` 只用和 $l_s$ 给每一段加权，漏掉了 $e^{m_s - M}$。只有各段的最大值都相同时（例如只有一段时），它才是对的。
+# **负对照：合并时不做重新缩放**。`merge_without_rescaling` 只用指数和 $l_s$ 给每一段加权，漏掉了 $e^{m_s - M}$。只有各段的最大值都相同时（例如只有一段时），它才是对的。
 
 # %%
 def merge_without_rescaling(outputs, maxima, sums):
     # [en] WRONG on purpose: the sums of splits with different maxima are added as if comparable.
-    # [zh] 故意写错：把最大值不同的各段的和当作可比的直接相加。
+    # [zh] 故意写错：把最大值不同的各段的指数和当作可比的直接相加。
     o, l = torch.stack(outputs), torch.stack(sums)
     return (l * o).sum(dim=0) / l.sum(dim=0)
 

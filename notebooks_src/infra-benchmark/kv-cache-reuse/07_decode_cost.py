@@ -176,7 +176,7 @@ assert COUNT_CONTROL_CAUGHT
 # %%
 PUBLISHED = [
     (ModelShape("GPT-2", "openai-community/gpt2 config.json: vocab_size 50257, n_positions 1024, n_embd 768, n_layer 12, "
-                "n_head 12, n_inner null (4 x n_embd), tied embeddings", 50257, 768, 12, 12, 12, 64, 3072,
+                "n_head 12, n_inner null (4 * n_embd), tie_word_embeddings true", 50257, 768, 12, 12, 12, 64, 3072,
                 gated_mlp=False, biases=True, tied=True, positions=1024), 124e6),
     (ModelShape("Llama 2 7B", "meta-llama/Llama-2-7b-hf config.json: vocab_size 32000, hidden_size 4096, intermediate_size 11008, "
                 "num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 32", 32000, 4096, 32, 32, 32, 128, 11008), 6.74e9),

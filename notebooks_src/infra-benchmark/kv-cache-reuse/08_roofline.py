@@ -158,8 +158,8 @@ assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTR
 # {{run:roofline.weight_gbs_b1:.1f}} GB/s; at batch {{run:roofline.weight_batch_max}} the same weights serve
 # {{run:roofline.weight_batch_max}} tokens at {{run:roofline.gflops_bmax:.0f}} GFLOP/s, and each token costs
 # {{run:roofline.amortization:.1f}} times less. The cache reads stay at 0.5 FLOP/byte whatever the batch, and their
-# time per sequence stays where it was ({{run:roofline.cache_ms_first:.1f}} ms at batch 1,
-# {{run:roofline.cache_ms_last:.1f}} ms at batch {{run:roofline.cache_batch_max}}). The published models' decode steps at batch 1 (between
+# time per sequence does not fall the way the weights' time per token does ({{run:roofline.cache_ms_first:.1f}} ms
+# at batch 1, {{run:roofline.cache_ms_last:.1f}} ms at batch {{run:roofline.cache_batch_max}}). The published models' decode steps at batch 1 (between
 # {{run:cost.min_intensity_b1:.2f}} and {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a
 # hundred times below a data-centre GPU's ridge: an NVIDIA H100 SXM offers {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s
 # in dense BF16 and {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s (its datasheet), a ridge at
@@ -176,7 +176,7 @@ assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTR
 # of this machine (black, dashed) and of an H100 (grey, dotted).*
 
 # %% [markdown] lang="zh"
-# **图示**：本机的拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节（{{run:roofline.peak_gflops:.0f}} GFLOP/s 除以 {{run:roofline.bandwidth_gbs:.1f}} GB/s）。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s；batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的开销降为原来的 {{run:roofline.amortization:.1f}} 分之一。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节，每条序列所花的时间也基本不变（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）比数据中心 GPU 的拐点低一百倍以上：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。这就是为什么解码步的速度只取决于内存能有多快，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花大约一个 token 的字节，验证 $k + 1$ 个 token。
+# **图示**：本机的拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节（{{run:roofline.peak_gflops:.0f}} GFLOP/s 除以 {{run:roofline.bandwidth_gbs:.1f}} GB/s）。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s；batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的开销降到原来的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节，每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）比数据中心 GPU 的拐点低一百倍以上：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。这就是为什么解码步的速度只取决于内存能有多快，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花大约一个 token 的字节，验证 $k + 1$ 个 token。
 #
 # *图：左图是本机的 Roofline 模型（黑线：用实测带宽和矩阵乘法吞吐量画出的 $\min(\pi, \beta I)$）、各种 batch 大小下的权重乘法（蓝色圆点，旁边标注 batch 大小）、缓存读取（橙色三角形），以及每个公开模型在 batch 为 1 时的解码步（每个模型一种颜色，按其 16 位数值下的算术强度放在屋顶线上）。右图是这些模型在上下文为 4,096 个 token 时，解码步的算术强度随 batch 大小的变化，并画出本机的拐点（黑色虚线）和 H100 的拐点（灰色点线）。*
 
