@@ -14,7 +14,7 @@ def test_split_k_equals_plain_attention_on_random_shapes(nb, splits):
     allowed = torch.rand(3, 1, 1, 40, generator=gen) < 0.7
     allowed[..., 0] = True
     ours = nb["split_k_attention"](q, k, v, allowed, splits)
-    assert torch.allclose(ours, nb["plain_attention"](q, k, v, allowed), atol=1e-12, rtol=1e-12)
+    assert torch.allclose(ours, nb["masked_attention"](q, k, v, allowed), atol=1e-12, rtol=1e-12)
 
 
 def test_merging_in_two_steps_or_in_another_order_gives_the_same_output(nb):

@@ -38,13 +38,13 @@
 # %% [markdown] lang="en"
 # ## 1. Setup
 #
-# The parameters come first. `QUICK = True` runs a shorter request stream in section 5, fewer prompts in
-# section 6 and smaller benchmarks in section 9; every check and every negative control runs in both
+# The parameters come first. `QUICK = True` runs a shorter request stream in section 5, fewer prompts and
+# values of $k$ in sections 6 and 11, and smaller benchmarks in section 9; every check and every negative control runs in both
 # modes. Everything runs on the CPU with one thread, in FP32 unless a check asks for FP64, under
 # `torch.inference_mode()`. The notebook installs nothing and reads no file.
 
 # %% [markdown] lang="zh"
-# 首先是参数。`QUICK = True` 会让第 5 节的请求流更短、第 6 节的提示更少、第 9 节的基准测试更小；两种模式下，每项检查和每个负对照都照常运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32，并在 `torch.inference_mode()` 下运行。本笔记本不安装任何包，也不读取任何文件。
+# 首先是参数。`QUICK = True` 会让第 5 节的请求流更短，第 6 节和第 11 节的提示更少、$k$ 的取值更少，第 9 节的基准测试更小；两种模式下，每项检查和每个负对照都照常运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32，并在 `torch.inference_mode()` 下运行。本笔记本不安装任何包，也不读取任何文件。
 
 # %% tags=["parameters"]
 # [en] True: a shorter request stream, fewer prompts, smaller benchmarks; every check stays.

@@ -139,7 +139,7 @@ class Speculator:
 # **判据**：对每个 $k$ 和每个提示（{{run:spec.prompts}} 个长 16 个 token 的提示，每个生成 {{run:spec.new_tokens}} 个新 token），投机解码得到的 token 必须与目标模型普通贪心生成的 token 逐个相同；选出这些 token 的目标模型 logits 必须在 FP32 容差内与普通循环的相同（验证调用一次计算 $k + 1$ 个位置，普通循环一次只算一个，求和的分组方式不同）。表中还统计了调用次数：目标模型的调用次数（普通解码每个 token 调用一次，共 {{run:spec.plain_calls}} 次），每次目标模型调用接受的草稿 token 数，以及每次目标模型调用得到的 token 数。
 
 # %%
-SPEC_KS = (1, 2, 3, 4, 6, 8)
+SPEC_KS = (1, 4, 8) if QUICK else (1, 2, 3, 4, 6, 8)
 
 
 def run_speculative(speculator_class, k) -> dict:

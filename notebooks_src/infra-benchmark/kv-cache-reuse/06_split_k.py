@@ -52,15 +52,12 @@ def split_k_attention(q, k, v, allowed, num_splits, merge=merge_splits):
     return merge(*zip(*parts))
 
 
-def plain_attention(q, k, v, allowed):
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
-    return scores.softmax(dim=-1) @ v
-
 # %% [markdown] lang="en"
 # **The criterion.** One query per head against a cache of {{run:splitk.keys}} keys, for two sequences: the
 # second is left-padded with {{run:splitk.padding}} masked slots, so that with many splits the first ones are
 # entirely masked. For $S$ from 1 (no split at all) to one key per split, split-K must equal plain attention
-# within the tolerance, in FP32 and in FP64. The next column runs the same code inside our decoder: layer 0's
+# within the tolerance, in FP32 and in FP64 (plain attention is `masked_attention` of section 2). The next
+# column runs the same code inside our decoder: layer 0's
 # real cache after a {{run:splitk.prompt}}-token prompt and the query of the next token (at most one key per
 # split), compared with the output of the decoder's own `SelfAttention` for that token.
 #
@@ -69,7 +66,7 @@ def plain_attention(q, k, v, allowed):
 # single split.
 
 # %% [markdown] lang="zh"
-# **判据**：两条序列的每个头都只有一个查询，面对一个含 {{run:splitk.keys}} 个键的缓存；第二条序列左侧有 {{run:splitk.padding}} 个被遮住的填充位，所以段数多时，前面几段会完全被遮住。段数 $S$ 从 1（根本不切分）一直到每段一个键，split-K 都必须在容差内等于普通注意力，FP32 和 FP64 都要满足。下一列把同一段代码放进我们的解码器中运行：取第 0 层在一个 {{run:splitk.prompt}} 个 token 的提示之后的真实缓存，以及下一个 token 的查询（每段至少一个键），与解码器自己的 `SelfAttention` 对这个 token 的输出比较。
+# **判据**：两条序列的每个头都只有一个查询，面对一个含 {{run:splitk.keys}} 个键的缓存；第二条序列左侧有 {{run:splitk.padding}} 个被遮住的填充位，所以段数多时，前面几段会完全被遮住。段数 $S$ 从 1（根本不切分）一直到每段一个键，split-K 都必须在容差内等于普通注意力（第 2 节的 `masked_attention`），FP32 和 FP64 都要满足。下一列把同一段代码放进我们的解码器中运行：取第 0 层在一个 {{run:splitk.prompt}} 个 token 的提示之后的真实缓存，以及下一个 token 的查询（每段至少一个键），与解码器自己的 `SelfAttention` 对这个 token 的输出比较。
 #
 # **负对照：合并时不做重新缩放**。`merge_without_rescaling` 只用指数和 $l_s$ 给每一段加权，漏掉了 $e^{m_s - M}$。只有各段的最大值都相同时（例如只有一段时），它才是对的。
 
@@ -107,7 +104,7 @@ def split_k_row(num_splits, merge=merge_splits) -> dict:
     row = {"splits": num_splits, "fully_masked": sum(not a.any() for a in split_allowed[1].tensor_split(num_splits, dim=-1))}
     for dtype in TOLERANCE:
         q, k, v = (t.to(dtype) for t in (split_q, split_k, split_v))
-        ours, reference = split_k_attention(q, k, v, split_allowed, num_splits, merge), plain_attention(q, k, v, split_allowed)
+        ours, reference = split_k_attention(q, k, v, split_allowed, num_splits, merge), masked_attention(q, k, v, split_allowed)
         row[DTYPE_NAME[dtype]] = {"max_abs_err": max_abs_err(ours, reference), "close": close(ours, reference)}
     # [en] The layer's cache is shorter than SPLIT_KEYS: at most one key per split there.
     # [zh] 这一层的缓存比 SPLIT_KEYS 短：在那里每段最少一个键。
