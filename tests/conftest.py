@@ -1,19 +1,9 @@
 import os
-from pathlib import Path
 
-import pytest
-
-from notebook_code import run_notebook_code
+from notebook_fixtures import notebook_fixtures
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-
-@pytest.fixture(scope="session")
-def kv_cache_quick(tmp_path_factory) -> tuple[dict, Path]:
-    """Sections 1-9 of the KV-cache notebook (10 files: 01_setup_environment.py continues section 1), exec'ed once per session with QUICK=True.
-
-    Returns (namespace, output folder). Tests that write must copy the folder, not write into it.
-    """
-    folder = tmp_path_factory.mktemp("kv_cache_quick")
-    namespace = run_notebook_code("infra-benchmark/kv-cache", sections=10, QUICK=True, OUTPUT_DIR=str(folder))
-    return namespace, folder
+# Sections 1-9 of the KV-cache notebook (every manifest entry through 09_saved_results.py), exec'ed once
+# per session with QUICK=True; shared by tests/kv_cache and tests/kv_cache_referee (section 10).
+kv_cache_quick, _, _ = notebook_fixtures("infra-benchmark/kv-cache", until="09_saved_results.py")

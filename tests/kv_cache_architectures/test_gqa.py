@@ -8,8 +8,18 @@ import pytest
 import torch
 
 
-def test_mha_setting_reproduces_the_first_notebooks_decoder_bit_for_bit(nb):
-    assert nb["MHA_SAME"] == {"full_bitwise_equal": True, "cached_bitwise_equal": True, "kv_bitwise_equal": True}
+def test_mha_setting_reproduces_the_first_notebooks_decoder(nb):
+    """Within the FP32 tolerance everywhere; bit for bit where it holds by construction (layer 0's cache)."""
+    same = nb["MHA_SAME"]
+    assert list(same) == ["full_logits", "cached_logits", "layer0_k", "layer0_v", "layer1_k", "layer1_v"]
+    assert all(r["close"] and r["max_abs_err"] <= 1e-5 for r in same.values())
+    assert same["layer0_k"]["bit_exact"] and same["layer0_v"]["bit_exact"]
+
+
+def test_the_layout_demo_covers_every_length(nb):
+    assert list(nb["LAYOUT_DIFF"]) == list(range(1, 25))
+    assert nb["LAYOUT"]["lengths_differing"] == [t for t, d in nb["LAYOUT_DIFF"].items() if d > 0]
+    assert all(d <= 1e-4 for d in nb["LAYOUT_DIFF"].values())
 
 
 def test_the_decoder_is_reused_not_copied(nb):

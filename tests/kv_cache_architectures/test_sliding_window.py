@@ -24,6 +24,12 @@ def test_cached_with_eviction_equals_full_with_band(nb):
     assert all(r["max_abs_kv_err"] < (1e-5 if r["dtype"] == "fp32" else 1e-10) for r in nb["WINDOW_GRID"])
 
 
+def test_chunks_as_long_as_the_ring_and_longer(nb):
+    runs = nb["RING_CHUNK_RUNS"]
+    assert [(r["chunk"], r["dtype"]) for r in runs] == [(c, d) for c in (7, 10, [16] + [1] * 8) for d in ("fp32", "fp64")]
+    assert all(r["passed"] and r["kv_shape_ok"] and r["batch"] == 2 for r in runs)
+
+
 def test_window_at_least_stream_equals_unwindowed(nb):
     assert all(r["passed"] for r in nb["WINDOW_EQUALS_UNWINDOWED"])
 

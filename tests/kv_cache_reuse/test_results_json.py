@@ -19,23 +19,23 @@ def load(out_dir):
     return json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name))), text
 
 
-def test_top_level_keys_in_the_documented_order(reuse_run):
-    results, _ = load(reuse_run[1])
+def test_top_level_keys_in_the_documented_order(quick_run):
+    results, _ = load(quick_run[1])
     assert list(results) == TOP_LEVEL
     assert results["schema_version"] == 1 and results["notebook"] == "infra-benchmark/kv-cache-reuse" and results["quick"] is True
     assert results["tolerances"] == {"fp32": 1e-5, "fp64": 1e-10}
 
 
-def test_every_control_is_recorded_and_caught(reuse_run):
-    results, _ = load(reuse_run[1])
+def test_every_control_is_recorded_and_caught(quick_run):
+    results, _ = load(quick_run[1])
     assert {name: c["section"] for name, c in results["controls"].items()} == CONTROLS
     assert all(c["caught"] is True for c in results["controls"].values())
     evicted = results["controls"]["held_block_evicted"]
     assert evicted["max_abs_logit_err"] is None and evicted["finite"] is False
 
 
-def test_sections(reuse_run):
-    nb, out_dir = reuse_run
+def test_sections(quick_run):
+    nb, out_dir = quick_run
     results, _ = load(out_dir)
     prefix = results["prefix_cache"]
     assert [r["blocks"] for r in prefix["sweep"]] == list(nb["POOL_SIZES"]) and prefix["block_size"] == 4
@@ -52,8 +52,8 @@ def test_sections(reuse_run):
     assert results["assisted_generation"]["skipped"] is False and len(results["assisted_generation"]["runs"]) == len(nb["SPEC_KS"])
 
 
-def test_strict_json_and_the_figures(reuse_run):
-    results, text = load(reuse_run[1])
+def test_strict_json_and_the_figures(quick_run):
+    results, text = load(quick_run[1])
     assert "NaN" not in text and "Infinity" not in text
 
     def walk(value):
@@ -67,4 +67,4 @@ def test_strict_json_and_the_figures(reuse_run):
                 walk(v)
     walk(results)
     assert results["figures"] == ["masks.png", "prefix_hit_rate.png", "speculative_calls.png", "roofline.png"]
-    assert sorted(p.name for p in reuse_run[1].iterdir()) == sorted(results["figures"] + ["results.json"])
+    assert sorted(p.name for p in quick_run[1].iterdir()) == sorted(results["figures"] + ["results.json"])

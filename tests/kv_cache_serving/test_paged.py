@@ -1,4 +1,5 @@
-"""Section 6: the paged cache is indexing (bit-exact), recycles blocks, shares prefixes; three controls caught."""
+"""Section 6: the paged cache is indexing (bit-exact against a contiguous cache under the same calls), recycles
+blocks, shares prefixes, keeps its scheduler's promises; three controls caught."""
 
 from __future__ import annotations
 
@@ -9,14 +10,25 @@ import torch
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
 def test_paged_equals_contiguous_bit_for_bit(nb, dtype):
     run = nb["PAGED"][dtype]
-    assert run["bit_exact_vs_cat"] and run["bit_exact_vs_contiguous"] and run["tokens_identical"]
+    assert run["bit_exact_vs_contiguous"] and run["kv_bit_exact_vs_contiguous"] and run["tokens_identical"]
+    assert run["close_vs_cat"]
 
 
 @pytest.mark.parametrize("block_size", [1, 3, 16])
 def test_any_block_size_is_exact(nb, block_size):
     pool = nb["BlockPool"](nb["cfg"], 96, block_size, seed=block_size)
-    out = nb["generate_seqs"](nb["model"], nb["PagedCache"](pool), nb["PROMPTS"])
-    assert all(torch.equal(a, b) for a, b in zip(out["logits"], nb["cat_run"]["logits"]))
+    paged, contiguous_cache = nb["PagedCache"](pool), nb["ContiguousCache"](nb["cfg"])
+    out = nb["generate_seqs"](nb["model"], paged, nb["PROMPTS"])
+    contiguous = nb["generate_seqs"](nb["model"], contiguous_cache, nb["PROMPTS"])
+    assert all(torch.equal(a, b) for a, b in zip(out["logits"], contiguous["logits"]))
+    assert nb["same_kv"](paged, contiguous_cache, range(len(nb["PROMPTS"])))
+    assert all(nb["close"](a, b) for a, b in zip(out["logits"], nb["cat_run"]["logits"]))
+
+
+def test_block_boundaries(nb):
+    boundary = nb["BOUNDARY"]
+    assert boundary["bit_exact_vs_contiguous"] and boundary["kv_bit_exact_vs_contiguous"] and boundary["close_to_full"]
+    assert boundary["fills"] == [4] * 6 and boundary["addresses_in_order"]
 
 
 def test_block_tables_are_random(nb):
@@ -28,6 +40,34 @@ def test_finished_sequences_return_blocks_and_new_ones_reuse_them(nb):
     reuse = nb["REUSE"]
     assert reuse["bit_exact_vs_contiguous"] and reuse["tokens_as_alone"] and reuse["close_to_alone"]
     assert reuse["reused_blocks"] > 0 and reuse["all_returned"]
+    assert nb["schedule_kept"](reuse["schedule"]) and reuse["schedule"]["max_running"] == 3
+
+
+def fake_requests(nb, arrivals, admitted):
+    requests = [nb["Request"](rid, torch.zeros(4, dtype=torch.long), 2, arrival) for rid, arrival in enumerate(arrivals)]
+    for request, iteration in zip(requests, admitted):
+        request.admitted = iteration
+    return requests
+
+
+def trace_of(requests, running, reserved=0):
+    return [{"iteration": i, "admitted": [r.rid for r in requests if r.admitted == i], "running": n, "blocks_reserved": reserved}
+            for i, n in enumerate(running)]
+
+
+@pytest.mark.parametrize("case", ["kept", "over the cap", "out of order", "before arrival", "needless wait"])
+def test_check_schedule_sees_each_broken_promise(nb, case):
+    """The checker itself, on hand-made traces: max_batch 2, a pool of 8 blocks, each request needing 2 of them."""
+    arrivals, admitted, running = {
+        "kept": ([0, 0, 0], [0, 0, 1], [2, 1]),
+        "over the cap": ([0, 0, 0], [0, 0, 0], [3]),
+        "out of order": ([0, 0, 0], [0, 1, 0], [2, 1]),
+        "before arrival": ([0, 0, 2], [0, 0, 1], [2, 1]),
+        "needless wait": ([0, 0, 0], [0, 1, 1], [1, 2]),
+    }[case]
+    requests = fake_requests(nb, arrivals, admitted)
+    schedule = nb["check_schedule"](requests, trace_of(requests, running), 8, 4, 2)
+    assert nb["schedule_kept"](schedule) == (case == "kept"), schedule
 
 
 def test_prefix_sharing_and_copy_on_write(nb):

@@ -45,6 +45,10 @@ EXPECTED = {
         "files": ["masks.png", "memory.png", "quantized_cache_error.png", "results.json", "sliding_window.png"],
         "skip": {"en": "cross-checks are skipped", "zh": "交叉核对已跳过"},
     },
+    "kv-cache-compression": {
+        "files": ["cache_growth.png", "eviction_sweep.png", "masks.png", "mla_cost.png", "results.json", "sinks_vs_dense.png"],
+        "skip": {"en": "referee is skipped", "zh": "裁判已跳过"},
+    },
     "kv-cache-reuse": {
         "files": ["masks.png", "prefix_hit_rate.png", "results.json", "roofline.png", "speculative_calls.png"],
         "skip": {"en": "comparison with assisted generation is skipped", "zh": "跳过与辅助生成的比较"},

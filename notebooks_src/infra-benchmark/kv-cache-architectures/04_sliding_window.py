@@ -20,8 +20,8 @@
 # After a wrap the slots are no longer in position order. For correctness that does not matter: every key
 # carries its position (section 4's `update` returns them), the band mask is computed from positions, and
 # attention does not care in which order the allowed keys arrive. For rounding it does: sums taken in
-# another order round differently. So `update` reads the filled slots oldest first, and its sums are then
-# the same as those of a cache that keeps its positions in order (Hugging Face's, in 6.1).
+# another order round differently. So `update` reads the filled slots oldest first, and its sums then add
+# the same terms in the same order as a cache that keeps its positions in order (Hugging Face's, in 6.1).
 
 # %% [markdown] lang="zh"
 # ## 6. 滑动窗口注意力
@@ -32,7 +32,7 @@
 #
 # 也就是对角线下方的一条带状区域，而不是整个下三角。这条带改变了缓存需要保留的内容。一次调用处理完位置 $p$ 之后，下一个查询位于 $p + 1$ 或更靠后的位置，永远读不到位置 $p - W + 1$ 及更早的位置。因此，无论序列多长，缓存只需保留最后 $W - 1$ 个位置。我们把它们存进一个环形缓冲区：一个固定大小、有 $W - 1$ 个槽位的缓冲区，位置 $p$ 存放在第 $p \bmod (W - 1)$ 个槽位，覆盖掉位置 $p - W + 1$。（Hugging Face 的 `DynamicSlidingWindowLayer` 保留的也是这 $W - 1$ 个位置。）
 #
-# 一次调用处理含 $C$ 个 token 的分块时，先读取环形缓冲区里的内容和新分块，然后才把最新的位置写进缓冲区；这样，无论分块多长，写入都不会覆盖同一分块中某个查询还要读取的键。缓冲区绕回之后，槽位就不再按位置排序。就正确性而言这没有关系：每个键都带着自己的位置（第 4 节的 `update` 会返回它们），带状掩码由位置算出，而注意力并不在乎允许读取的键以什么顺序排列。但对舍入误差来说，顺序是有影响的：换一种顺序求和，舍入的结果就不同。所以 `update` 按位置从旧到新读取已填充的槽位，这样它的求和顺序就与按位置顺序保存缓存的实现（例如 6.1 节中 Hugging Face 的实现）相同。
+# 一次调用处理含 $C$ 个 token 的分块时，先读取环形缓冲区里的内容和新分块，然后才把最新的位置写进缓冲区；这样，无论分块多长，写入都不会覆盖同一分块中某个查询还要读取的键。缓冲区绕回之后，槽位就不再按位置排序。就正确性而言这没有关系：每个键都带着自己的位置（第 4 节的 `update` 会返回它们），带状掩码由位置算出，而注意力并不在乎允许读取的键以什么顺序排列。但对舍入误差来说，顺序是有影响的：换一种顺序求和，舍入的结果就不同。所以 `update` 按位置从旧到新读取已填充的槽位，这样它求和时就以相同的顺序累加相同的项，与按位置顺序保存缓存的实现（例如 6.1 节中 Hugging Face 的实现）一样。
 
 # %%
 def window_mask(window: int):
@@ -136,13 +136,17 @@ plt.show()
 # **Criteria.** With $W = 8$ and the 24-token stream, the cached path with eviction must equal full
 # recomputation with the band mask, over the 12 configurations, and the ring must hold the full path's
 # K/V at every position it kept; chunks of 5 straddle the window edge and
-# make the ring wrap in the middle of a chunk. After every call, every layer's ring must hold at most
+# make the ring wrap in the middle of a chunk. Those chunks are all shorter than the ring's $W - 1 = 7$
+# slots, so three more runs (batch 2, FP32 and FP64) bring chunks as long as the ring (7 tokens), longer
+# than it (10 tokens), and a long prefill of 16 tokens followed by one-token decode steps: such a call
+# reads all of its own keys from the chunk and writes only its last 7 positions into the ring. After every
+# call, every layer's ring must hold at most
 # $W - 1$ positions (and be full once $W - 1$ positions have been consumed). With $W \ge T$ nothing is ever
 # evicted and the band covers the whole triangle, so the windowed model must equal the unwindowed model
 # of section 5. Finally, every query must read exactly $\min(W, p + 1)$ keys.
 
 # %% [markdown] lang="zh"
-# **判据。** 取 $W = 8$ 和 24 个 token 的序列：在 12 种配置上，带淘汰的缓存路径都必须与使用带状掩码的完整重算一致，而且环形缓冲区保留的每个位置上的 K/V 都必须与完整路径相同；分块长度为 5 时，分块会跨越窗口边界，环形缓冲区会在分块中途绕回。每次调用之后，每一层的环形缓冲区最多只能保存 $W - 1$ 个位置（处理过 $W - 1$ 个位置之后必须是满的）。当 $W \ge T$ 时，没有任何内容被淘汰，带状区域覆盖了整个下三角，所以滑动窗口模型必须与第 5 节不带窗口的模型一致。最后，每个查询读取的键必须恰好是 $\min(W, p + 1)$ 个。
+# **判据。** 取 $W = 8$ 和 24 个 token 的序列：在 12 种配置上，带淘汰的缓存路径都必须与使用带状掩码的完整重算一致，而且环形缓冲区保留的每个位置上的 K/V 都必须与完整路径相同；分块长度为 5 时，分块会跨越窗口边界，环形缓冲区会在分块中途绕回。这些分块都比环形缓冲区的 $W - 1 = 7$ 个槽位短，所以我们再做三组运行（batch 为 2，FP32 和 FP64）：分块长度等于环形缓冲区（7 个 token），比它长（10 个 token），以及先用 16 个 token 预填充、再逐个 token 解码。这样的调用从新分块本身读取它自己的全部键，只把最后 7 个位置写进环形缓冲区。每次调用之后，每一层的环形缓冲区最多只能保存 $W - 1$ 个位置（处理过 $W - 1$ 个位置之后必须是满的）。当 $W \ge T$ 时，没有任何内容被淘汰，带状区域覆盖了整个下三角，所以滑动窗口模型必须与第 5 节不带窗口的模型一致。最后，每个查询读取的键必须恰好是 $\min(W, p + 1)$ 个。
 
 # %%
 ring_sizes = []
@@ -154,18 +158,28 @@ def record_ring(cache):
 
 WINDOW_GRID = run_grid(build_window, reference=lambda: build_window(ring=False), after_call=record_ring)
 grid_table(WINDOW_GRID)
+# [en] Chunks as long as the ring, longer than it, and a long prefill followed by decoding.
+# [zh] 分块与环形缓冲区一样长、比它长，以及长预填充之后再解码。
+RING_CHUNKS = [WINDOW - 1, 10, [16] + [1] * (STREAM_LEN - 16)]
+RING_CHUNK_RUNS = [check_cached(build_window, STREAM, 2, chunk, dtype, reference=lambda: build_window(ring=False), after_call=record_ring)
+                   for chunk in RING_CHUNKS for dtype in (torch.float32, torch.float64)]
+grid_table(RING_CHUNK_RUNS)
 WINDOW_EQUALS_UNWINDOWED = run_grid(lambda: build_window(window=STREAM_LEN), reference=build_rope)
-assert all(r["passed"] for r in WINDOW_GRID + WINDOW_EQUALS_UNWINDOWED)
+assert all(r["passed"] for r in WINDOW_GRID + RING_CHUNK_RUNS + WINDOW_EQUALS_UNWINDOWED)
+assert max(max(chunk_lengths(STREAM_LEN, r["chunk"])) for r in WINDOW_GRID) < WINDOW - 1
+assert [max(chunk_lengths(STREAM_LEN, c)) for c in RING_CHUNKS] == [WINDOW - 1, 10, 16]
 assert all(stored == [min(seen, WINDOW - 1)] * cfg.layers for seen, stored in ring_sizes)
 RING_MAX_STORED = max(max(stored) for _, stored in ring_sizes)
 keys_read = window_mask(WINDOW)(torch.arange(STREAM_LEN), torch.arange(STREAM_LEN)).sum(dim=-1)
 assert keys_read.tolist() == [min(WINDOW, p + 1) for p in range(STREAM_LEN)]
 say(en=f"W = {WINDOW}: 12/12 configurations pass against full recomputation with the band mask (largest logit error "
-       f"{max(r['max_abs_logit_err'] for r in WINDOW_GRID):.1e}); the ring never held more than {RING_MAX_STORED} positions "
+       f"{max(r['max_abs_logit_err'] for r in WINDOW_GRID):.1e}), and so do the {len(RING_CHUNK_RUNS)} runs with chunks of 7, 10 "
+       f"and a 16-token prefill (largest error {max(r['max_abs_logit_err'] for r in RING_CHUNK_RUNS):.1e}); the ring never held more than {RING_MAX_STORED} positions "
        f"after {len(ring_sizes)} calls; with W = T = {STREAM_LEN} the windowed model equals the unwindowed one "
        f"(largest error {max(r['max_abs_logit_err'] for r in WINDOW_EQUALS_UNWINDOWED):.1e}).",
     zh=f"W = {WINDOW}：与使用带状掩码的完整重算相比，12 种配置全部通过（logits 最大误差 "
-       f"{max(r['max_abs_logit_err'] for r in WINDOW_GRID):.1e}）；全部 {len(ring_sizes)} 次调用中，每次调用之后环形缓冲区保存的位置都不超过 "
+       f"{max(r['max_abs_logit_err'] for r in WINDOW_GRID):.1e}），分块长度为 7、10 以及 16 个 token 预填充的 {len(RING_CHUNK_RUNS)} 组运行也全部通过"
+       f"（最大误差 {max(r['max_abs_logit_err'] for r in RING_CHUNK_RUNS):.1e}）；全部 {len(ring_sizes)} 次调用中，每次调用之后环形缓冲区保存的位置都不超过 "
        f"{RING_MAX_STORED} 个；当 W = T = {STREAM_LEN} 时，滑动窗口模型与不带窗口的模型一致（最大误差 "
        f"{max(r['max_abs_logit_err'] for r in WINDOW_EQUALS_UNWINDOWED):.1e}）。")
 

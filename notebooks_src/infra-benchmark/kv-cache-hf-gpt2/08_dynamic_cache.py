@@ -58,13 +58,15 @@ if HAVE_TRANSFORMERS:
 # on ours), and continue from there with 24 different tokens. It asserts that the cropped caches agree
 # with each other layer by layer, that the continuation after the crop gives the same logits on both
 # sides, and that on GPT-2's side it gives exactly the logits obtained from a deep copy taken right
-# after the prefill. As a negative control, it also continues from a cache that was not cropped: the new tokens
+# after the prefill. That last claim is bit for bit, and holds on any machine: the crop slices the cached
+# tensors and the deep copy copies them, and the next call concatenates either into a fresh tensor of the
+# same layout, so both continuations make the same calls on the same inputs. As a negative control, it also continues from a cache that was not cropped: the new tokens
 # then sit 24 positions too late and read 24 extra keys, and the comparison catches it.
 
 # %% [markdown] lang="zh"
 # 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”一节的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 n 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 P 个位置。
 #
-# 下面的单元格在两个模型上做同一个实验：用第 4 节的序列预填充 200 个位置，续写 24 个 token，再把两边的缓存都截回 200 个位置（GPT-2 一侧用 `crop(-24)`，我们这一侧用切片），然后从那里续写另外 24 个 token。它断言三件事：截短后的两份缓存逐层一致；截短后的续写在两边给出相同的 logits；在 GPT-2 一侧，截短后续写得到的 logits 与从预填充后立即做的深拷贝出发得到的完全相同。作为负对照，它还从一份没有截短的缓存出发续写：这时新 token 的位置整体往后错了 24 个，还会多读 24 个键，比较能抓住这个错误。
+# 下面的单元格在两个模型上做同一个实验：用第 4 节的序列预填充 200 个位置，续写 24 个 token，再把两边的缓存都截回 200 个位置（GPT-2 一侧用 `crop(-24)`，我们这一侧用切片），然后从那里续写另外 24 个 token。它断言三件事：截短后的两份缓存逐层一致；截短后的续写在两边给出相同的 logits；在 GPT-2 一侧，截短后续写得到的 logits 与从预填充后立即做的深拷贝出发得到的完全相同。最后这一条是逐比特相同，而且在任何机器上都成立：截短只是对缓存的张量做切片，深拷贝只是复制它们，下一次调用又都把它们拼接成内存布局相同的新张量，所以两次续写是同样的输入上的同样的调用。作为负对照，它还从一份没有截短的缓存出发续写：这时新 token 的位置整体往后错了 24 个，还会多读 24 个键，比较能抓住这个错误。
 
 # %%
 CROP_PREFIX, CROP_TOKENS = 200, 24

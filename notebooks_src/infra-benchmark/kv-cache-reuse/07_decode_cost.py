@@ -14,9 +14,11 @@
 # same bytes serve more tokens. The cache contributes $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$ with
 # $g = H / H_{kv}$ query heads per K/V head: batching does not change it, because every sequence brings its
 # own cache. Grouped-query attention raises it $g$-fold; so does multi-head latent attention (MLA, used by
-# DeepSeek-V2), which caches one compressed vector of $d_c + d_r$ numbers per layer and token and lets all
-# $H$ heads work on it (with the up-projections folded into the query and the output, as MLA decode kernels
-# do): $H \cdot (2 d_c + d_r)$ multiply-adds per cached vector.
+# DeepSeek-V2), which caches per layer and token one latent vector of $d_c$ numbers and a decoupled RoPE key
+# of $d_r$, and lets all $H$ heads work on them: with the up-projections absorbed (folded into the query and
+# applied after attention, as MLA decode kernels do), $H \cdot (2 d_c + d_r)$ multiply-adds per cached
+# position. The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}) builds MLA and its
+# absorbed form.
 #
 # Before applying these counts to published models, we check them on a real decode step of our decoder.
 # PyTorch's `FlopCounterMode` records the floating-point operations of every matrix multiplication the step
@@ -32,7 +34,7 @@
 #
 # $$I = \frac{2 \cdot (\text{乘加次数})}{\text{读取的字节数}} \ \text{FLOP/字节}.$$
 #
-# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高 $g$ 倍；多头潜在注意力（MLA，DeepSeek-V2 采用）也有同样的效果：它在每层为每个 token 只缓存一个长 $d_c + d_r$ 的压缩向量，让全部 $H$ 个头都在这个向量上计算（像 MLA 的解码算子那样，把上投影并入查询和输出），每个缓存向量对应 $H \cdot (2 d_c + d_r)$ 次乘加。
+# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高 $g$ 倍；多头潜在注意力（MLA，DeepSeek-V2 采用）也有同样的效果：它在每层为每个 token 只缓存一个 $d_c$ 维的潜向量和一个 $d_r$ 维的解耦的 RoPE 键，让全部 $H$ 个头都在它们上面计算：像 MLA 的解码算子那样吸收上投影（并入查询，或在注意力之后再乘），每个缓存位置对应 $H \cdot (2 d_c + d_r)$ 次乘加。[压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})实现了 MLA 及其吸收形式。
 #
 # 把这些计数用到公开模型上之前，先在我们解码器的真实解码步上核对一遍。PyTorch 的 `FlopCounterMode` 会记录这一步中每次矩阵乘法的浮点运算次数；对几种 batch 大小和缓存长度，它都必须恰好等于我们所数乘加次数的两倍，这一步之后缓存的字节数也必须等于公式给出的值。负对照只把缓存中的位置算作键，忘了新 token 也要关注它自己；它必须与统计结果不符。同样几个函数还能数出我们解码器的参数量，结果必须是第 3 节的 145,280。
 

@@ -13,14 +13,16 @@
 # each attention layer hands its new K and V to a *store*, which writes them and returns the keys and
 # values to attend over. The store also keeps the padding mask of its slots, so positions and masks
 # come from section 4's rules. First we check that `store_forward` with a `torch.cat` store **is** the
-# decoder of section 3: same logits, bit for bit, on the padded batch.
+# decoder of section 3: same logits, bit for bit, on the padded batch. Exact equality is a fair demand
+# here, on any machine: the `torch.cat` store hands attention the very tensors the decoder builds itself,
+# so every kernel receives the same inputs in the same memory layout and repeats the same arithmetic.
 
 # %% [markdown] lang="zh"
 # ## 5. 预分配缓存（静态缓存）
 #
 # `torch.cat` 每次调用都会生成新张量：为了追加一个位置，整个缓存都要复制一遍。预分配缓存则一次性为每层的 K 和 V 各预留一个形状为 `[B, H, T_max, Dh]` 的缓冲区，并记录当前长度 $L$。一次调用带来 $n$ 个新 token 时，把它们写入第 $L \dots L + n - 1$ 个槽位，再在有效前缀 `buffer[:, :, :L + n]` 上计算注意力；这个前缀是视图，不是副本。第一次调用之后不再分配任何内存，所以缓冲区从不移动（它们的 `data_ptr()` 始终不变），每一步的开销也不再包含复制历史数据这一项。
 #
-# 为了比较不同的存储方式，我们需要一个可以替换存储方式的前向计算。`store_forward` 把第 3 节的解码器用相同的运算、按相同的顺序重新写了一遍，只有一处不同：每个注意力层把新的 K 和 V 交给一个**存储对象**（store），由它写入，并返回参与注意力计算的全部 K/V。存储对象还记录各个槽位的填充掩码，所以位置和掩码都沿用第 4 节的规则。我们先检查：使用 `torch.cat` 存储时，`store_forward` **就是**第 3 节的解码器——在填充后的 batch 上，logits 逐比特相同。
+# 为了比较不同的存储方式，我们需要一个可以替换存储方式的前向计算。`store_forward` 把第 3 节的解码器用相同的运算、按相同的顺序重新写了一遍，只有一处不同：每个注意力层把新的 K 和 V 交给一个**存储对象**（store），由它写入，并返回参与注意力计算的全部 K/V。存储对象还记录各个槽位的填充掩码，所以位置和掩码都沿用第 4 节的规则。我们先检查：使用 `torch.cat` 存储时，`store_forward` **就是**第 3 节的解码器——在填充后的 batch 上，logits 逐比特相同。在这里要求逐比特相同是合理的，而且在任何机器上都成立：`torch.cat` 存储交给注意力的，正是解码器自己构造的那些张量，每个算子收到的输入相同、内存布局也相同，执行的运算也就完全一样。
 
 # %%
 def attend(attn, x, allowed, write):
@@ -161,22 +163,27 @@ class StaticStore:
 # **The criteria**, on the padded batch of section 4 with prefill and 20 decode steps, in FP32 and FP64,
 # with `T_max` = 12 + 20 = 32, exactly what the run needs:
 #
-# 1. the logits equal those of the `torch.cat` store **bit for bit**. Both stores hand the same
-#    values to the same operations; only the memory layout of K and V differs (a view whose heads lie
-#    farther apart in memory instead of a compact tensor), and nothing in the arithmetic depends on it. So we
-#    assert exact equality, not a tolerance;
+# 1. the logits equal those of the `torch.cat` store within the tolerance of their dtype (`1e-5` in FP32,
+#    `1e-10` in FP64), and the greedy tokens are the same. Both stores hand the same values to the same
+#    operations; only the memory layout of K and V differs. The static store passes a view of its buffer,
+#    whose heads lie `T_max` slots apart in memory; the `torch.cat` store passes a compact tensor (in the
+#    prefill, a transposed view of the projection). A matrix-multiply kernel may choose its blocking and
+#    its order of summation by layout and shape, so on some CPUs the two round differently in the last
+#    bits. Whether they do is a property of the machine, not of the code: we do not assert bit-for-bit
+#    equality, and the table shows whether this run happened to be bit-exact;
 # 2. the buffers' `data_ptr()` never changes across the 21 calls;
-# 3. the unused slots, NaN until written, never reach the logits: every logit is finite, and the
-#    slots past the length are still NaN at the end;
-# 4. one more token than `T_max` raises the `ValueError`.
+# 3. the unused slots, NaN until written, never reach the logits: every logit is finite, and a store with
+#    one slot to spare (`T_max` = 33) still holds NaN in that slot at the end;
+# 4. the capacity is exact: the 32 positions fill the buffer to its last slot, and one token more raises the
+#    `ValueError` before anything is written.
 
 # %% [markdown] lang="zh"
 # **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max` = 12 + 20 = 32，恰好是这次运行所需的长度：
 #
-# 1. logits 与 `torch.cat` 存储的结果**逐比特相同**。两种存储把相同的值交给相同的运算，区别只在 K 和 V 的内存布局（一边是各头在内存中相隔更远的视图，一边是紧凑的张量），而运算本身与布局无关。所以我们断言完全相等，而不是在某个容差内相等；
+# 1. logits 与 `torch.cat` 存储的结果在该精度的容差内一致（FP32 为 `1e-5`，FP64 为 `1e-10`），贪心生成的 token 也相同。两种存储把相同的值交给相同的运算，区别只在 K 和 V 的内存布局：静态存储交出的是缓冲区的视图，各头在内存中相隔 `T_max` 个槽位；`torch.cat` 存储交出的是紧凑的张量（预填充时是投影结果转置后的视图）。矩阵乘法算子可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上，两者的舍入结果在最后几个比特上会有差别。有没有差别取决于机器，而不是代码的性质：我们不断言逐比特相同，表中列出本次运行是否恰好逐比特相同；
 # 2. 在全部 21 次调用中，缓冲区的 `data_ptr()` 始终不变；
-# 3. 未使用的槽位在写入之前一直是 NaN，但它们从未进入 logits：所有 logits 都是有限值，而运行结束时长度之外的槽位仍然是 NaN；
-# 4. 写入的 token 比 `T_max` 多一个时，抛出上面所说的 `ValueError`。
+# 3. 未使用的槽位在写入之前一直是 NaN，但它们从未进入 logits：所有 logits 都是有限值；另用一个多出一个槽位的存储对象（`T_max` = 33），运行结束时这个空余的槽位仍然是 NaN；
+# 4. 容量恰好够用：32 个位置正好填满缓冲区的最后一个槽位；再多一个 token，就在写入任何内容之前抛出上面所说的 `ValueError`。
 
 # %%
 T_MAX = max(PROMPT_LENGTHS) + DECODE_STEPS
@@ -187,37 +194,49 @@ def check_static(dtype=torch.float32, store_class=StaticStore) -> dict:
     reference = generate_with_store(net, PROMPTS, CatStore(cfg, len(PROMPTS)))
     store = store_class(cfg, len(PROMPTS), T_MAX, dtype)
     out = generate_with_store(net, PROMPTS, store)
-    errors = [max_err(a, b) for a, b in zip(out["logits"], reference["logits"])]
+    # [en] The same run with one slot to spare: that slot must still be NaN at the end.
+    # [zh] 同样的运行，但多出一个空余槽位：运行结束时这个槽位必须仍是 NaN。
+    roomy = store_class(cfg, len(PROMPTS), T_MAX + 1, dtype)
+    roomy_out = generate_with_store(net, PROMPTS, roomy)
+    runs = [out["logits"], roomy_out["logits"]]
     return {
         "dtype": DTYPE_NAME[dtype],
-        "max_abs_logit_err": worst(errors),
+        "max_abs_logit_err": worst(max_abs_err(a, b) for logits in runs for a, b in zip(logits, reference["logits"])),
+        "close": all(close(a, b) for logits in runs for a, b in zip(logits, reference["logits"])),
         "bit_exact": all(torch.equal(a, b) for a, b in zip(out["logits"], reference["logits"])),
-        "tokens_identical": out["tokens"] == reference["tokens"],
+        "tokens_identical": out["tokens"] == roomy_out["tokens"] == reference["tokens"],
         "pointers_fixed": all(p == out["pointers"][0] for p in out["pointers"]),
-        "finite": all(bool(torch.isfinite(a).all()) for a in out["logits"]),
-        "unused_slots_nan": all(bool(t[:, :, store.length:].isnan().all()) for t in store.k + store.v),
+        "finite": all(bool(torch.isfinite(a).all()) for logits in runs for a in logits),
+        "length": store.length,
+        "unused_slots_nan": roomy.length == T_MAX and all(bool(t[:, :, T_MAX:].isnan().all()) for t in roomy.k + roomy.v),
         "calls": len(out["pointers"]),
         "store": store,
     }
 
 
 STATIC = {DTYPE_NAME[d]: check_static(d) for d in TOLERANCE}
+# [en] One token past T_max: the store's own check must refuse it (not a shape error from torch), storing nothing.
+# [zh] 超出 T_max 一个 token：必须由存储对象自己的检查拒绝（而不是 torch 的形状错误），并且什么都不写入。
+overflow_store = STATIC["fp32"]["store"]
 try:
-    STATIC["fp32"]["store"].reset()
-    generate_with_store(model, PROMPTS, STATIC["fp32"]["store"], steps=DECODE_STEPS + 1)
+    overflow_store.reset()
+    generate_with_store(model, PROMPTS, overflow_store, steps=DECODE_STEPS + 1)
     OVERFLOW_ERROR = None
-except ValueError as error:
-    OVERFLOW_ERROR = str(error)
-say_table([[name, f"{r['max_abs_logit_err']:.1e}", f"`{r['bit_exact']}`", f"`{r['pointers_fixed']}`", f"`{r['finite']}`",
-            f"`{r['unused_slots_nan']}`"] for name, r in STATIC.items()],
-          en=["dtype", "max abs logit error vs `torch.cat`", "bit-exact", "`data_ptr()` fixed", "logits finite", "unused slots still NaN"],
-          zh=["精度", "与 `torch.cat` 相比的最大 logits 绝对误差", "逐比特相同", "`data_ptr()` 不变", "logits 有限", "未用槽位仍为 NaN"])
-say(en=f"One token past `T_max`: `ValueError: {OVERFLOW_ERROR}`", zh=f"再多写一个 token 就超出 `T_max`：`ValueError: {OVERFLOW_ERROR}`")
+except Exception as error:
+    OVERFLOW_ERROR = f"{type(error).__name__}: {error}"
+say_table([[name, f"{r['max_abs_logit_err']:.1e}", f"`{r['close']}`", f"`{r['bit_exact']}`", f"`{r['pointers_fixed']}`",
+            f"`{r['finite']}`", f"`{r['unused_slots_nan']}`"] for name, r in STATIC.items()],
+          en=["dtype", "max abs logit error vs `torch.cat`", "within tolerance", "bit-exact on this run", "`data_ptr()` fixed",
+              "logits finite", "spare slot still NaN"],
+          zh=["精度", "与 `torch.cat` 相比的最大 logits 绝对误差", "在容差之内", "本次运行逐比特相同", "`data_ptr()` 不变",
+              "logits 有限", "空余槽位仍为 NaN"])
+say(en=f"One token past `T_max`: `{OVERFLOW_ERROR}`", zh=f"再多写一个 token 就超出 `T_max`：`{OVERFLOW_ERROR}`")
 for r in STATIC.values():
-    assert r["bit_exact"] and r["max_abs_logit_err"] == 0.0 and r["tokens_identical"]
+    assert r["close"] and r["tokens_identical"]
     assert r["pointers_fixed"] and r["calls"] == DECODE_STEPS + 1
-    assert r["finite"] and r["unused_slots_nan"]
-assert OVERFLOW_ERROR is not None and "T_max = 32" in OVERFLOW_ERROR
+    assert r["finite"] and r["unused_slots_nan"] and r["length"] == T_MAX
+assert OVERFLOW_ERROR is not None and OVERFLOW_ERROR.startswith("ValueError: static cache full") and "T_max = 32" in OVERFLOW_ERROR
+assert overflow_store.length == T_MAX
 assert STATIC["fp32"]["tokens_identical"] and cat_run["tokens"] == [ref["tokens"] for ref in REFERENCE[torch.float32]]
 
 # %% [markdown] lang="en"
@@ -254,8 +273,9 @@ def check_reuse(reset: bool, dtype=torch.float32) -> dict:
         store.reset()
     out = generate_with_store(model, second, store)
     reference = generate_with_store(model, second, CatStore(cfg, len(second)))
-    errors = [max_err(a, b) for a, b in zip(out["logits"], reference["logits"])]
+    errors = [max_abs_err(a, b) for a, b in zip(out["logits"], reference["logits"])]
     return {"max_abs_logit_err": worst(errors),
+            "close": all(close(a, b) for a, b in zip(out["logits"], reference["logits"])),
             "bit_exact": all(torch.equal(a, b) for a, b in zip(out["logits"], reference["logits"])),
             "tokens_identical": out["tokens"] == reference["tokens"],
             "finite": all(bool(torch.isfinite(a).all()) for a in out["logits"])}
@@ -265,15 +285,15 @@ REUSE_WITH_RESET = check_reuse(reset=True)
 off_by_one = check_static(torch.float32, OffByOneStore)
 STATIC_CONTROLS = {
     "write_at_offset_plus_one": {"max_abs_logit_err": off_by_one["max_abs_logit_err"],
-                                 "finite": off_by_one["finite"], "detected": not off_by_one["bit_exact"]},
+                                 "finite": off_by_one["finite"], "detected": not off_by_one["close"]},
     "reuse_without_reset": (lambda r: {"max_abs_logit_err": r["max_abs_logit_err"], "finite": r["finite"],
-                                       "detected": not r["bit_exact"]})(check_reuse(reset=False)),
+                                       "detected": not r["close"]})(check_reuse(reset=False)),
 }
 say_table([["`StaticStore.reset()`", f"{REUSE_WITH_RESET['max_abs_logit_err']:.1e}", f"`{REUSE_WITH_RESET['finite']}`", "-"]]
           + [[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", f"`{c['finite']}`", f"`{c['detected']}`"] for name, c in STATIC_CONTROLS.items()],
           en=["variant", "max abs logit error vs `torch.cat`", "finite", "caught"],
           zh=["版本", "与 `torch.cat` 相比的最大 logits 绝对误差", "数值有限", "查出"])
-assert REUSE_WITH_RESET["bit_exact"] and REUSE_WITH_RESET["tokens_identical"]
+assert REUSE_WITH_RESET["close"] and REUSE_WITH_RESET["tokens_identical"]
 assert all(c["detected"] for c in STATIC_CONTROLS.values())
 # [en] The NaN fill exposes the hole; reuse without reset is finite, but wrong: the comparison catches it.
 # [zh] NaN 填充暴露了空洞；不重置就复用给出的是有限但错误的数，由比较查出。
@@ -294,10 +314,11 @@ assert STATIC_CONTROLS["reuse_without_reset"]["finite"]
 # (for `torch.cat`: the same $P$-position tensors; for the static store: the length set to $P$, the
 # slot written again), so every sample measures the same step. A third timed call makes only the
 # copies of a `torch.cat` step, nothing else. Rounds rotate the order of the three; we report p50 and
-# p95 and keep the raw samples. Before timing, the two steps must agree bit for bit at every $P$.
+# p95 and keep the raw samples. Before timing, the two steps must give the same logits at every $P$,
+# within the FP32 tolerance.
 
 # %% [markdown] lang="zh"
-# **计时**：接下来看每一步的耗时。对 $P$ = 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时。每次计时之前，都把存储恢复到长度 $P$（`torch.cat` 存储换回同一组 $P$ 个位置的张量；静态存储把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一步。第三项计时只做 `torch.cat` 单步中的那些复制，别的什么都不做。每一轮都轮换这三项的先后顺序；我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上的结果都必须逐比特相同。
+# **计时**：接下来看每一步的耗时。对 $P$ = 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时。每次计时之前，都把存储恢复到长度 $P$（`torch.cat` 存储换回同一组 $P$ 个位置的张量；静态存储把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一步。第三项计时只做 `torch.cat` 单步中的那些复制，别的什么都不做。每一轮都轮换这三项的先后顺序；我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上给出的 logits 都必须在 FP32 容差内一致。
 
 # %%
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
@@ -328,9 +349,9 @@ def time_step(prefix_len) -> dict:
     # [zh] 每层长度为 P 的 (K, V)。
     history = list(cat_store.layers)
     outputs = {"cat": store_forward(model, token, one, cat_store), "static": store_forward(model, token, one, static_store)}
-    # [en] Same step, same bits.
-    # [zh] 同一步，逐比特相同。
-    assert torch.equal(outputs["cat"], outputs["static"])
+    # [en] Same step, same logits (within the tolerance: the stores hand attention different layouts).
+    # [zh] 同一步，同样的 logits（在容差之内：两种存储交给注意力的内存布局不同）。
+    assert close(outputs["cat"], outputs["static"])
     new_kv = torch.zeros(1, cfg.heads, 1, cfg.head_dim)
 
     def copies_only():

@@ -259,13 +259,25 @@ class SeqBatchStore:
 # %% [markdown] lang="en"
 # **First criterion: paging is indexing.** The padded batch of section 4 (prompts of 3, 7 and 12
 # tokens), each prompt its own sequence in the pool, prefill and 20 decode steps, blocks of 4 positions
-# so that every sequence spans several blocks, in FP32 and FP64. The logits must equal those of the
-# `torch.cat` store of section 5 **bit for bit**, and so must those of the contiguous per-sequence cache:
-# the gathered K/V hold the same values in the same layout, and everything after the gather is the same
-# computation.
+# so that every sequence spans several blocks, in FP32 and FP64. Against the contiguous per-sequence cache
+# under the same calls, the logits must be equal **bit for bit**, and so must every layer's K and V read
+# back from the blocks. Exact equality holds here on any machine: a gather only copies values, and
+# `SeqBatchStore` copies the K/V of either cache into the same fresh tensor, so attention receives the same
+# numbers in the same memory layout and repeats the same arithmetic. Against the `torch.cat` store of
+# section 5, the logits must agree within the tolerance of their dtype: that store hands attention its
+# K/V in another layout (in the prefill, a transposed view of the projection), which a matrix-multiply
+# kernel may sum in another order.
+#
+# Then the block boundaries: one sequence of 24 tokens is fed in chunks of 3, 4, 1, 4, 9, 2 and 1 tokens,
+# so that a chunk is shorter than a block, exactly one block long (once across a block boundary, once
+# aligned with it) and longer than two blocks. Its logits must equal, bit for bit, those of the contiguous
+# cache under the same calls and, within the FP32 tolerance, those of one full call; its six blocks must
+# each hold exactly 4 positions, in order.
 
 # %% [markdown] lang="zh"
-# **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。logits 必须与第 5 节 `torch.cat` 存储的结果**逐比特相同**，与连续缓存的结果也必须逐比特相同：收集出来的 K/V 数值相同、布局相同，收集之后的计算也完全一样。
+# **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。与同样调用下的连续缓存相比，logits 必须**逐比特相同**，从物理块中读回的每一层 K 和 V 也必须逐比特相同。这里的逐比特相同在任何机器上都成立：收集只是复制数值，而 `SeqBatchStore` 把两种缓存的 K/V 复制进同一种新建的张量，所以注意力收到的数值相同、内存布局相同，执行的运算也完全一样。与第 5 节的 `torch.cat` 存储相比，logits 则要求在该精度的容差内一致：那个存储对象以另一种内存布局把 K/V 交给注意力（预填充时是投影结果转置后的视图），矩阵乘法算子可能以另一种顺序求和。
+#
+# 然后检查物理块的边界：把一条 24 个 token 的序列按分块长度 3、4、1、4、9、2、1 依次送入，这样有的分块比一个物理块短，有的恰好等于一个物理块（一次跨越物理块边界，一次与边界对齐），还有的比两个物理块还长。它的 logits 必须与同样调用下连续缓存的结果逐比特相同，并在 FP32 容差内等于一次完整调用的结果；它的六个物理块必须各自恰好存放 4 个位置，而且按顺序排列。
 
 # %%
 # [en] Small, so that sequences span many blocks.
@@ -283,19 +295,28 @@ def generate_seqs(model, cache, prompts, steps=DECODE_STEPS, seqs=None):
     return generate_with_store(model, prompts, SeqBatchStore(cache, seqs), steps)
 
 
+def same_kv(cache_a, cache_b, seqs) -> bool:
+    # [en] Every layer's K and V of every sequence, read back from both caches, equal bit for bit.
+    # [zh] 从两个缓存读回的每条序列、每一层的 K 和 V 都逐比特相同。
+    return all(torch.equal(a, b) for layer in range(cfg.layers) for seq in seqs
+               for a, b in zip(cache_a.read(layer, seq), cache_b.read(layer, seq)))
+
+
 def check_paged(dtype=torch.float32) -> dict:
     net = in_dtype(model, dtype)
     pool = BlockPool(cfg, 32, BLOCK_SIZE, dtype)
-    paged = PagedCache(pool)
+    paged, contiguous_cache = PagedCache(pool), ContiguousCache(cfg)
     out = generate_seqs(net, paged, PROMPTS)
-    contiguous = generate_seqs(net, ContiguousCache(cfg), PROMPTS)
+    contiguous = generate_seqs(net, contiguous_cache, PROMPTS)
     cat_ref = generate_with_store(net, PROMPTS, CatStore(cfg, len(PROMPTS)))
     tables = [list(paged.tables[s]) for s in range(len(PROMPTS))]
     return {
         "dtype": DTYPE_NAME[dtype],
-        "max_abs_logit_err": worst(max_err(a, b) for a, b in zip(out["logits"], cat_ref["logits"])),
+        "max_abs_logit_err": worst(max_abs_err(a, b) for a, b in zip(out["logits"], cat_ref["logits"])),
+        "close_vs_cat": all(close(a, b) for a, b in zip(out["logits"], cat_ref["logits"])),
         "bit_exact_vs_cat": all(torch.equal(a, b) for a, b in zip(out["logits"], cat_ref["logits"])),
         "bit_exact_vs_contiguous": all(torch.equal(a, b) for a, b in zip(out["logits"], contiguous["logits"])),
+        "kv_bit_exact_vs_contiguous": same_kv(paged, contiguous_cache, range(len(PROMPTS))),
         "tokens_identical": out["tokens"] == cat_ref["tokens"],
         "finite": all(bool(torch.isfinite(a).all()) for a in out["logits"]),
         "tables": tables,
@@ -306,33 +327,89 @@ def check_paged(dtype=torch.float32) -> dict:
 PAGED = {DTYPE_NAME[d]: check_paged(d) for d in TOLERANCE}
 say_table([[str(seq), str(PAGED["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(PAGED["fp32"]["tables"])],
           en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
-say_table([[name, f"{r['max_abs_logit_err']:.1e}", f"`{r['bit_exact_vs_cat']}`", f"`{r['bit_exact_vs_contiguous']}`", f"`{r['tokens_identical']}`"]
-           for name, r in PAGED.items()],
-          en=["dtype", "max abs logit error vs `torch.cat`", "bit-exact vs `torch.cat`", "bit-exact vs contiguous", "tokens identical"],
-          zh=["精度", "与 `torch.cat` 相比的最大 logits 绝对误差", "与 `torch.cat` 逐比特相同", "与连续缓存逐比特相同", "token 一致"])
+say_table([[name, f"`{r['bit_exact_vs_contiguous'] and r['kv_bit_exact_vs_contiguous']}`", f"{r['max_abs_logit_err']:.1e}",
+            f"`{r['close_vs_cat']}`", f"`{r['bit_exact_vs_cat']}`", f"`{r['tokens_identical']}`"] for name, r in PAGED.items()],
+          en=["dtype", "bit-exact vs contiguous (logits, K/V)", "max abs logit error vs `torch.cat`", "within tolerance of `torch.cat`",
+              "bit-exact vs `torch.cat` on this run", "tokens identical"],
+          zh=["精度", "与连续缓存逐比特相同（logits、K/V）", "与 `torch.cat` 相比的最大 logits 绝对误差", "在 `torch.cat` 结果的容差之内",
+              "本次运行与 `torch.cat` 逐比特相同", "token 一致"])
 for r in PAGED.values():
-    assert r["bit_exact_vs_cat"] and r["bit_exact_vs_contiguous"] and r["tokens_identical"] and r["finite"]
+    assert r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and r["close_vs_cat"]
+    assert r["tokens_identical"] and r["finite"]
     assert r["lengths"] == [n + DECODE_STEPS for n in PROMPT_LENGTHS]
     assert [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]]
     # [en] Block tables are not consecutive.
     # [zh] 块表不是连续编号。
     assert any(t != sorted(t) or t != list(range(t[0], t[0] + len(t))) for t in r["tables"])
 
+# %%
+# [en] Chunks shorter than a block, exactly one block (across a boundary, then aligned), and over two blocks.
+# [zh] 分块比一个物理块短、恰好一个物理块（先跨越边界，再与边界对齐）、超过两个物理块。
+BOUNDARY_CHUNKS = [3, 4, 1, 4, 9, 2, 1]
+BOUNDARY_IDS = torch.randint(0, cfg.vocab, (1, sum(BOUNDARY_CHUNKS)), generator=torch.Generator().manual_seed(SEED + 8))
+
+
+@torch.inference_mode()
+def feed_in_chunks(cache, ids, chunks, seq="s"):
+    # [en] One sequence, one store_forward call per chunk; the logits of every position.
+    # [zh] 一条序列，每个分块调用一次 store_forward；返回每个位置的 logits。
+    cache.add(seq)
+    pieces, start = [], 0
+    for n in chunks:
+        pieces.append(store_forward(model, ids[:, start:start + n], torch.ones(1, n, dtype=torch.bool), SeqBatchStore(cache, [seq]))[0])
+        start += n
+    return torch.cat(pieces)                                           # [T, vocab]
+
+
+boundary_pool = BlockPool(cfg, 8, BLOCK_SIZE)
+boundary_paged, boundary_contiguous = PagedCache(boundary_pool), ContiguousCache(cfg)
+boundary_logits = feed_in_chunks(boundary_paged, BOUNDARY_IDS, BOUNDARY_CHUNKS)
+with torch.inference_mode():
+    boundary_full = model(BOUNDARY_IDS)[0][0]
+BOUNDARY = {
+    "chunks": BOUNDARY_CHUNKS,
+    "bit_exact_vs_contiguous": torch.equal(boundary_logits, feed_in_chunks(boundary_contiguous, BOUNDARY_IDS, BOUNDARY_CHUNKS)),
+    "kv_bit_exact_vs_contiguous": same_kv(boundary_paged, boundary_contiguous, ["s"]),
+    "max_abs_logit_err_vs_full": max_abs_err(boundary_logits, boundary_full),
+    "close_to_full": close(boundary_logits, boundary_full),
+    "fills": [boundary_pool.fill[b] for b in boundary_paged.tables["s"]],
+    "addresses_in_order": boundary_paged.addresses("s").tolist() == [b * BLOCK_SIZE + slot for b in boundary_paged.tables["s"] for slot in range(BLOCK_SIZE)],
+}
+say(en=f"Chunks of {BOUNDARY_CHUNKS} tokens over blocks of {BLOCK_SIZE}: block fill counts {BOUNDARY['fills']}; bit-exact vs the "
+       f"contiguous cache (logits and K/V): `{BOUNDARY['bit_exact_vs_contiguous'] and BOUNDARY['kv_bit_exact_vs_contiguous']}`; "
+       f"largest logit difference from one full call {BOUNDARY['max_abs_logit_err_vs_full']:.1e}.",
+    zh=f"以分块长度 {BOUNDARY_CHUNKS} 写入大小为 {BLOCK_SIZE} 的物理块：各物理块的已填计数为 {BOUNDARY['fills']}；与连续缓存逐比特相同"
+       f"（logits 和 K/V）：`{BOUNDARY['bit_exact_vs_contiguous'] and BOUNDARY['kv_bit_exact_vs_contiguous']}`；与一次完整调用相比，logits 的最大差异为 "
+       f"{BOUNDARY['max_abs_logit_err_vs_full']:.1e}。")
+assert BOUNDARY["bit_exact_vs_contiguous"] and BOUNDARY["kv_bit_exact_vs_contiguous"] and BOUNDARY["close_to_full"]
+assert BOUNDARY["fills"] == [BLOCK_SIZE] * (sum(BOUNDARY_CHUNKS) // BLOCK_SIZE) and BOUNDARY["addresses_in_order"]
+# [en] The chunks the text describes: below, equal to (twice) and above the block size.
+# [zh] 正文所说的分块：小于、等于（两次）和大于物理块大小。
+assert min(BOUNDARY_CHUNKS) < BLOCK_SIZE and BOUNDARY_CHUNKS.count(BLOCK_SIZE) == 2 and max(BOUNDARY_CHUNKS) > 2 * BLOCK_SIZE
+assert [sum(BOUNDARY_CHUNKS[:i]) % BLOCK_SIZE for i, n in enumerate(BOUNDARY_CHUNKS) if n == BLOCK_SIZE] == [3, 0]
+
 # %% [markdown] lang="en"
 # **Second criterion: blocks return and are reused.** Six requests with different prompt and output
 # lengths share a pool of only 24 blocks of 4 positions, at most three running at a time. When a
 # request has generated its tokens it retires and its blocks go back to the pool; a waiting request is
 # admitted when the blocks it may need are free (prompt plus output minus one, since the last token's
-# K/V is never stored, rounded up to whole blocks), and gets blocks that earlier requests used. A new
+# K/V is never stored, rounded up to whole blocks), and gets blocks that earlier requests used. Requests
+# are admitted first come, first served: in order of arrival (ties by request number), and a request
+# never overtakes the one ahead of it, even if it would fit. A new
 # request's prompt is prefilled on its own; then all running requests decode together, one token each
 # per step. `serve` is this loop, with the cache type left open; section 8 runs it on a longer stream
-# of requests. The paged run must equal, bit for bit, the same schedule over the contiguous cache, and
+# of requests. The paged run must equal, bit for bit, the same schedule over the contiguous cache (the
+# same calls on the same inputs, as in the first criterion), and
 # every request's tokens must equal what it generates alone. The bookkeeping is checked too: at each
 # iteration's peak, after its decode step and before finished requests leave, no request holds more
-# blocks than were reserved for it, and at the end every block is back in the pool.
+# blocks than were reserved for it, and at the end every block is back in the pool. And so is the
+# scheduler, which no logit can reveal, since a request's logits are the same whenever it runs: never
+# more than three requests running, admissions in arrival order, none before its arrival, and no
+# request left waiting while it could have been admitted (it waits only while it has not arrived, the
+# batch is full, or its blocks do not fit beside the running requests' reservations).
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求要等到它可能需要的物理块都空闲时才被接纳（提示长度加输出长度再减一，因为最后一个 token 的 K/V 从不存储；再向上取整到整数个物理块），拿到的是先前请求用过的物理块。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会用它处理一个更长的请求流。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同，而且每个请求生成的 token 都必须与它单独运行时完全相同。记账也要检查：在每一轮的峰值时刻（解码步之后、完成的请求离开之前），没有哪个请求持有的物理块超过为它预留的数量；运行结束时，所有物理块都已回到池中。
+# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中；等待中的请求要等到它可能需要的物理块都空闲时才被接纳（提示长度加输出长度再减一，因为最后一个 token 的 K/V 从不存储；再向上取整到整数个物理块），拿到的是先前请求用过的物理块。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。新请求的提示单独预填充；之后所有运行中的请求一起解码，每步每个请求生成一个 token。`serve` 就是这个循环，缓存类型由调用者决定；第 8 节会用它处理一个更长的请求流。分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同（与第一条判据一样，这是同样的输入上的同样的调用），而且每个请求生成的 token 都必须与它单独运行时完全相同。记账也要检查：在每一轮的峰值时刻（解码步之后、完成的请求离开之前），没有哪个请求持有的物理块超过为它预留的数量；运行结束时，所有物理块都已回到池中。调度器同样要检查，而且任何 logits 都反映不出它的对错，因为一个请求无论何时运行，logits 都一样：同时运行的请求从不超过三个；按到达顺序接纳；没有请求在到达之前被接纳；也没有请求在本可以被接纳时还在等待（只有在它尚未到达、batch 已满，或者它的物理块与运行中请求的预留量加起来放不进池中时，它才等待）。
 
 # %%
 @dataclass
@@ -362,7 +439,7 @@ def serve(model, cache, requests, num_blocks, block_size, max_batch):
     waiting = sorted(requests, key=lambda r: (r.arrival, r.rid))
     running, trace, iteration = [], [], 0
     while waiting or running:
-        reserved = sum(blocks_needed(r, block_size) for r in running)
+        reserved, admitted = sum(blocks_needed(r, block_size) for r in running), []
         while (waiting and waiting[0].arrival <= iteration and len(running) < max_batch
                and reserved + blocks_needed(waiting[0], block_size) <= num_blocks):
             request = waiting.pop(0)
@@ -374,6 +451,7 @@ def serve(model, cache, requests, num_blocks, block_size, max_batch):
             request.admitted = iteration
             reserved += blocks_needed(request, block_size)
             running.append(request)
+            admitted.append(request.rid)
         decoding = [r for r in running if len(r.tokens) < r.max_new]
         if decoding:
             ids = torch.tensor([[r.tokens[-1]] for r in decoding])
@@ -387,7 +465,7 @@ def serve(model, cache, requests, num_blocks, block_size, max_batch):
         # [zh] 本轮的峰值，在完成的请求离开之前记录：使用中和预留的物理块数，以及每个请求持有的物理块
         # [zh] 是否都不超过为它预留的数量。
         paged = hasattr(cache, "pool")
-        trace.append({"iteration": iteration, "decoded": len(decoding), "running": len(running),
+        trace.append({"iteration": iteration, "admitted": admitted, "decoded": len(decoding), "running": len(running),
                       "waiting": len(waiting), "blocks_used": cache.pool.used() if paged else None,
                       "blocks_reserved": sum(blocks_needed(r, block_size) for r in running),
                       "within_reservation": all(len(cache.tables[r.rid]) <= blocks_needed(r, block_size)
@@ -428,6 +506,37 @@ REUSE_SPECS = [(9, 6, 0), (14, 12, 0), (5, 3, 0), (11, 8, 0), (7, 10, 0), (13, 5
 REUSE_BLOCKS = 24
 
 
+def check_schedule(requests, trace, num_blocks, block_size, max_batch) -> dict:
+    # [en] The scheduler's promises, read from the trace. At each iteration, after admission, the first
+    # [en] request still waiting must have had a reason to wait: not arrived yet, a full batch, or too few blocks.
+    # [zh] 从逐轮记录中读出调度器的承诺。每一轮接纳结束后，仍在等待的第一个请求必须有等待的理由：
+    # [zh] 尚未到达、batch 已满，或者物理块不够。
+    queue = sorted(requests, key=lambda r: (r.arrival, r.rid))
+    order = [rid for t in trace for rid in t["admitted"]]
+    head_waited_for = {"arrival": 0, "batch": 0, "blocks": 0, "nothing": 0}
+    for t in trace:
+        waiting = [r for r in queue if r.admitted > t["iteration"]]
+        if waiting:
+            head = waiting[0]
+            reason = ("arrival" if head.arrival > t["iteration"] else "batch" if t["running"] >= max_batch
+                      else "blocks" if t["blocks_reserved"] + blocks_needed(head, block_size) > num_blocks else "nothing")
+            head_waited_for[reason] += 1
+    return {
+        "max_running": max(t["running"] for t in trace),
+        "cap_respected": all(t["running"] <= max_batch for t in trace),
+        "admission_order": order,
+        "first_come_first_served": order == [r.rid for r in queue],
+        "none_before_arrival": all(r.arrival <= r.admitted == t["iteration"] for t in trace for r in requests if r.rid in t["admitted"]),
+        "head_waited_for": head_waited_for,
+        "no_needless_wait": head_waited_for["nothing"] == 0,
+    }
+
+
+def schedule_kept(schedule) -> bool:
+    return (schedule["cap_respected"] and schedule["first_come_first_served"] and schedule["none_before_arrival"]
+            and schedule["no_needless_wait"])
+
+
 def check_reuse_paged(pool_class=BlockPool, spare_blocks=0) -> dict:
     paged_requests, contiguous_requests = make_requests(REUSE_SPECS, SEED + 3), make_requests(REUSE_SPECS, SEED + 3)
     pool = pool_class(cfg, REUSE_BLOCKS + spare_blocks, BLOCK_SIZE)
@@ -437,9 +546,9 @@ def check_reuse_paged(pool_class=BlockPool, spare_blocks=0) -> dict:
     return {
         "bit_exact_vs_contiguous": all(torch.equal(request_logits(a), request_logits(b))
                                        for a, b in zip(paged_requests, contiguous_requests)),
-        "max_abs_logit_err_vs_contiguous": worst(max_err(request_logits(a), request_logits(b))
+        "max_abs_logit_err_vs_contiguous": worst(max_abs_err(request_logits(a), request_logits(b))
                                                for a, b in zip(paged_requests, contiguous_requests)),
-        "max_abs_logit_err_vs_alone": worst(max_err(request_logits(r), alone(r)["logits"]) for r in paged_requests),
+        "max_abs_logit_err_vs_alone": worst(max_abs_err(request_logits(r), alone(r)["logits"]) for r in paged_requests),
         "close_to_alone": all(torch.allclose(request_logits(r), alone(r)["logits"], atol=tol, rtol=tol) for r in paged_requests),
         "tokens_as_alone": all(r.tokens == alone(r)["tokens"] for r in paged_requests),
         "finite": all(bool(torch.isfinite(request_logits(r)).all()) for r in paged_requests),
@@ -448,6 +557,7 @@ def check_reuse_paged(pool_class=BlockPool, spare_blocks=0) -> dict:
         "within_reservation": all(t["within_reservation"] for t in trace),
         "iterations": len(trace),
         "admitted": [r.admitted for r in paged_requests],
+        "schedule": check_schedule(paged_requests, trace, REUSE_BLOCKS, BLOCK_SIZE, max_batch=3),
     }
 
 
@@ -461,20 +571,31 @@ say(en=(f"Six requests over {REUSE_BLOCKS} blocks: admitted at iterations {REUSE
         f"（与单独运行相比，logits 的最大差异为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）；每个请求都未超出预留：`{REUSE['within_reservation']}`；全部物理块都已归还：`{REUSE['all_returned']}`。"))
 assert REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"] and REUSE["finite"]
 assert REUSE["reused_blocks"] > 0 and REUSE["all_returned"] and REUSE["within_reservation"]
-# [en] Batched decoding is not bit-identical to decoding alone.
-# [zh] 批量解码与单独解码并不逐比特相同。
-assert REUSE["max_abs_logit_err_vs_alone"] > 0
-# [en] Some request had to wait for blocks.
-# [zh] 有的请求必须等待物理块。
-assert max(REUSE["admitted"]) > 0
+# [en] The scheduler: at most three running (and three reached), first come first served, nobody waiting in vain.
+# [zh] 调度器：同时运行的请求最多三个（而且确实达到了三个），先来先服务，没有请求白白等待。
+say(en=f"Scheduler: admission order {REUSE['schedule']['admission_order']}, at most {REUSE['schedule']['max_running']} running; "
+       f"iterations in which the first waiting request waited for a place in the batch: {REUSE['schedule']['head_waited_for']['batch']}, "
+       f"for blocks: {REUSE['schedule']['head_waited_for']['blocks']}.",
+    zh=f"调度器：接纳顺序为 {REUSE['schedule']['admission_order']}，同时运行的请求最多 {REUSE['schedule']['max_running']} 个；"
+       f"排在最前面的等待请求因 batch 已满而等待的轮数：{REUSE['schedule']['head_waited_for']['batch']}，"
+       f"因物理块不够而等待的轮数：{REUSE['schedule']['head_waited_for']['blocks']}。")
+assert schedule_kept(REUSE["schedule"])
+# [en] The cap was really in force: three requests ran at once, and a request had to wait for a place in the batch.
+# [zh] 上限确实起了作用：曾有三个请求同时运行，也确实有请求要等待 batch 中的空位。
+assert REUSE["schedule"]["max_running"] == 3 and max(REUSE["admitted"]) > 0 and REUSE["schedule"]["head_waited_for"]["batch"] > 0
 # [en] The setting the text describes: six requests, a pool of 24 blocks of 4 positions, at most three at a time.
 # [zh] 正文所说的设置：六个请求，24 个物理块、每块 4 个位置，同时最多运行三个。
 assert (len(REUSE_SPECS), REUSE_BLOCKS, BLOCK_SIZE) == (6, 24, 4)
 
+# %% tags=["prose-values"]
+{"reuse": {"max_abs_logit_err_vs_alone": float(REUSE["max_abs_logit_err_vs_alone"])}}
+
 # %% [markdown] lang="en"
-# Batched decoding is not bit-identical to decoding alone: the same row sits in matrices of other
-# shapes, and its sums are grouped differently. That is why the comparison with the alone runs uses the
-# FP32 tolerance, and the comparison of the two caches under the same schedule asks for exact equality.
+# Batched decoding need not be bit-identical to decoding alone: the same row sits in matrices of other
+# shapes, whose sums a kernel may group differently (in this run the largest difference was
+# {{run:reuse.max_abs_logit_err_vs_alone:.1e}}). That is why the comparison with the alone runs uses the
+# FP32 tolerance, while the comparison of the two caches under the same schedule asks for exact
+# equality: there every call is the same call on the same inputs.
 #
 # **Third criterion: prefix sharing.** Two requests start with the same 14-token prompt (a shared
 # system prompt, say) and then continue with different tokens of their own (5 and 9 of them), before 8
@@ -486,7 +607,7 @@ assert (len(REUSE_SPECS), REUSE_BLOCKS, BLOCK_SIZE) == (6, 24, 4)
 # within the tolerance a full recomputation of their own tokens.
 
 # %% [markdown] lang="zh"
-# 批量解码与单独解码并不逐比特相同：同一行数据处在形状不同的矩阵里，求和时的分组方式也不同。所以与单独运行的比较采用 FP32 容差，而两种缓存在同一调度下的比较则要求完全相等。
+# 批量解码不一定与单独解码逐比特相同：同一行数据处在形状不同的矩阵里，算子求和时可能采用不同的分组方式（本次运行中最大差异为 {{run:reuse.max_abs_logit_err_vs_alone:.1e}}）。所以与单独运行的比较采用 FP32 容差，而两种缓存在同一调度下的比较则要求逐比特相同：那里的每次调用都是同样的输入上的同样的调用。
 #
 # **第三条判据：前缀共享**。两个请求以同一段 14 个 token 的提示开头（比如共用的系统提示），之后各自接上不同的 token（分别 5 个和 9 个），再各做 8 步贪心生成。共用的提示只预填充一次；第二条序列从第一条分叉出来，共享它的物理块。物理块大小为 4 时，14 个提示位置占满三个物理块，再加半个。三个满的物理块一直共享到最后。半满的那个物理块在第一条序列写入时被复制；复制之后，第二条序列成了它唯一的持有者，直接在原处写入。两条序列的结果都必须与同样的调用在连续缓存上的结果逐比特相同，并在容差范围内等于对各自 token 的完整重算。
 
@@ -535,8 +656,8 @@ def check_shared(cache_class=PagedCache) -> dict:
             full[s] = model(sequence[None])[0][0]
     return {
         "bit_exact_vs_contiguous": all(torch.equal(runs[s]["logits"], contiguous[s]["logits"]) for s in "ab"),
-        "max_abs_logit_err_vs_full": worst(max_err(runs[s]["logits"], full[s]) for s in "ab"),
-        "max_abs_logit_err_vs_contiguous": worst(max_err(runs[s]["logits"], contiguous[s]["logits"]) for s in "ab"),
+        "max_abs_logit_err_vs_full": worst(max_abs_err(runs[s]["logits"], full[s]) for s in "ab"),
+        "max_abs_logit_err_vs_contiguous": worst(max_abs_err(runs[s]["logits"], contiguous[s]["logits"]) for s in "ab"),
         "close_to_full": all(torch.allclose(runs[s]["logits"], full[s], atol=tol, rtol=tol) for s in "ab"),
         "tokens_as_full": all(runs[s]["tokens"] == full[s][SHARED_PROMPT_LEN + len(t) - 1:].argmax(-1).tolist()
                               for s, t in zip("ab", SHARED_TAILS)),
@@ -610,22 +731,22 @@ class NoCopyOnWrite(PagedCache):
         pass
 
 
-def paged_verdict(r, exact_key):
-    error_key = "max_abs_logit_err" if exact_key == "bit_exact_vs_cat" else "max_abs_logit_err_vs_contiguous"
-    return {"max_abs_logit_err": r[error_key], "finite": r["finite"], "detected": not r[exact_key]}
+def paged_verdict(r, passed_key):
+    error_key = "max_abs_logit_err" if passed_key == "close_vs_cat" else "max_abs_logit_err_vs_contiguous"
+    return {"max_abs_logit_err": r[error_key], "finite": r["finite"], "detected": not r[passed_key]}
 
 
 def off_by_one_run():
     pool = BlockPool(cfg, 32, BLOCK_SIZE)
     out = generate_seqs(model, OffByOneOffset(pool), PROMPTS)
-    return {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(out["logits"], cat_run["logits"])),
+    return {"max_abs_logit_err": worst(max_abs_err(a, b) for a, b in zip(out["logits"], cat_run["logits"])),
             "finite": all(bool(torch.isfinite(a).all()) for a in out["logits"]),
-            "bit_exact_vs_cat": all(torch.equal(a, b) for a, b in zip(out["logits"], cat_run["logits"]))}
+            "close_vs_cat": all(close(a, b) for a, b in zip(out["logits"], cat_run["logits"]))}
 
 
 not_cleared_run = check_reuse_paged(pool_class=NotClearedPool, spare_blocks=REUSE_BLOCKS)
 PAGED_CONTROLS = {
-    "off_by_one_block_offset": paged_verdict(off_by_one_run(), "bit_exact_vs_cat"),
+    "off_by_one_block_offset": paged_verdict(off_by_one_run(), "close_vs_cat"),
     "reused_block_not_cleared": paged_verdict(not_cleared_run, "bit_exact_vs_contiguous"),
     "shared_block_written_in_place": paged_verdict(check_shared(cache_class=NoCopyOnWrite), "bit_exact_vs_contiguous"),
 }

@@ -16,14 +16,16 @@
 # the alone run within the FP32 tolerance. We also check the bookkeeping, at each iteration's peak
 # (after its decode step, before finished requests leave): no request holds more blocks than were
 # reserved for it, the blocks actually in use never exceed the reservations, and every block is back in
-# the pool at the end.
+# the pool at the end. And, as in section 6, the scheduler: never more than 8 requests running, admissions
+# first come first served, none before its arrival, and the first request in line waits only while it has
+# not arrived, the batch is full, or its blocks do not fit.
 
 # %% [markdown] lang="zh"
 # ## 8. 一个小小的连续批处理循环
 #
 # 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每一轮都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：24 个请求（提示 4 到 48 个 token，输出 4 到 40 个 token，在开头若干轮内陆续到达），池中有 40 个物理块，每个物理块 8 个位置，同时最多运行 8 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
 #
-# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每一轮的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。
+# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每一轮的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。与第 6 节一样，调度器也要检查：同时运行的请求从不超过 8 个；按先来先服务的顺序接纳；没有请求在到达之前被接纳；排在最前面的请求只有在尚未到达、batch 已满，或者它的物理块放不下时才等待。
 
 # %%
 STREAM_REQUESTS, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH = 24, 40, 8, 8
@@ -53,13 +55,14 @@ CONTINUOUS = {
     "tokens_per_decode_step": sum(t["decoded"] for t in TRACE) / len(decode_iterations),
     "max_running": max(t["running"] for t in TRACE),
     "tokens_as_alone": all(r.tokens == alone(r)["tokens"] for r in stream_requests),
-    "max_abs_logit_err_vs_alone": worst(max_err(request_logits(r), alone(r)["logits"]) for r in stream_requests),
+    "max_abs_logit_err_vs_alone": worst(max_abs_err(request_logits(r), alone(r)["logits"]) for r in stream_requests),
     "close_to_alone": all(torch.allclose(request_logits(r), alone(r)["logits"], atol=tol, rtol=tol) for r in stream_requests),
     "alone_equals_full_recomputation": alone_consistent,
     "peak_blocks_used": max(t["blocks_used"] for t in TRACE),
     "used_within_reserved": all(t["blocks_used"] <= t["blocks_reserved"] <= STREAM_BLOCKS and t["within_reservation"] for t in TRACE),
     "all_returned": stream_pool.used() == 0,
     "waited": sum(r.admitted > r.arrival for r in stream_requests),
+    "schedule": check_schedule(stream_requests, TRACE, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH),
 }
 say(en=(f"{STREAM_REQUESTS} requests in {CONTINUOUS['iterations']} iterations, {CONTINUOUS['decode_steps']} of them with a decode step; "
         f"{CONTINUOUS['tokens_per_decode_step']:.2f} tokens per decode step on average (at most {CONTINUOUS['max_running']} requests at once); "
@@ -71,6 +74,10 @@ say(en=(f"{STREAM_REQUESTS} requests in {CONTINUOUS['iterations']} iterations, {
         f"与单独运行相比，logits 的最大差异为 {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}。"))
 assert CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
 assert CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"]
+assert schedule_kept(CONTINUOUS["schedule"]) and CONTINUOUS["schedule"]["max_running"] == CONTINUOUS["max_running"]
+# [en] Here the blocks, not the batch size, made requests wait.
+# [zh] 在这里，让请求等待的是物理块，而不是 batch 的大小。
+assert CONTINUOUS["schedule"]["head_waited_for"]["blocks"] > 0 and CONTINUOUS["schedule"]["head_waited_for"]["batch"] == 0
 assert all(r.finished >= r.admitted >= r.arrival for r in stream_requests)
 # [en] Batching happened, and so did waiting.
 # [zh] 确实发生了批处理，也确实有请求等待。

@@ -112,22 +112,22 @@ if HF_SKIP is None:
     assert generated.logits[0].dtype == torch.float32 and gpt2_64.lm_head.weight.dtype == torch.float64
     generated = generated.sequences
     real = torch.cat((key_mask, torch.ones(len(PROMPTS), DECODE_STEPS, dtype=torch.bool)), dim=1)   # [B, T_MAX]
-    kv_err = max(max_err(hf_layer.keys[real[:, None, :, None].expand_as(hf_layer.keys)],
+    kv_err = max(max_abs_err(hf_layer.keys[real[:, None, :, None].expand_as(hf_layer.keys)],
                          ours_k[real[:, None, :, None].expand_as(ours_k)])
                  for hf_layer, ours_k in zip(hf_static_cache.layers, static64.k))
-    kv_err = max(kv_err, max(max_err(hf_layer.values[real[:, None, :, None].expand_as(hf_layer.values)],
+    kv_err = max(kv_err, max(max_abs_err(hf_layer.values[real[:, None, :, None].expand_as(hf_layer.values)],
                                      ours_v[real[:, None, :, None].expand_as(ours_v)])
                              for hf_layer, ours_v in zip(hf_static_cache.layers, static64.v)))
     PEER = {
         "transformers": transformers.__version__,
-        "padding": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_dynamic["logits"], ours_run["logits"])),
+        "padding": {"max_abs_logit_err": worst(max_abs_err(a, b) for a, b in zip(hf_dynamic["logits"], ours_run["logits"])),
                     "tokens_identical": hf_dynamic["tokens"] == ours_run["tokens"],
                     "generate_tokens_identical": generated[:, ids.shape[1]:].tolist() == ours_run["tokens"]},
-        "static_cache": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_static["logits"], ours_run["logits"])),
+        "static_cache": {"max_abs_logit_err": worst(max_abs_err(a, b) for a, b in zip(hf_static["logits"], ours_run["logits"])),
                          "tokens_identical": hf_static["tokens"] == ours_run["tokens"],
                          "max_abs_kv_err_real_slots": kv_err,
                          "buffer_shape": list(hf_static_cache.layers[0].keys.shape)},
-        "trap_no_position_ids": {"max_abs_logit_err": worst(max_err(a, b) for a, b in zip(hf_no_positions["logits"], ours_run["logits"])),
+        "trap_no_position_ids": {"max_abs_logit_err": worst(max_abs_err(a, b) for a, b in zip(hf_no_positions["logits"], ours_run["logits"])),
                                  "detected": not all(torch.allclose(a, b, atol=HF_TOL, rtol=HF_TOL)
                                                      for a, b in zip(hf_no_positions["logits"], ours_run["logits"]))},
     }

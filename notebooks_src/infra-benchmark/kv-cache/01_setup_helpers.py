@@ -28,5 +28,5 @@ def max_abs_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: int) -> int:
-    # 2 (K and V) * L * H_kv * Dh * s
+    # K, V: 2 * L * H_kv * Dh * s
     return 2 * layers * kv_heads * head_dim * bytes_per_element

@@ -18,7 +18,7 @@ from .appendix import run_referee
 
 @pytest.fixture(scope="session")
 def base_dir(kv_cache_quick, tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("kv_cache_hf")
+    folder = tmp_path_factory.mktemp("kv_cache_referee")
     shutil.copytree(kv_cache_quick[1], folder, dirs_exist_ok=True)
     return folder
 
