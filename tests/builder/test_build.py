@@ -59,14 +59,9 @@ def test_cache_hit_then_miss_after_code_edit_then_hit_after_prose_edit(executed:
     assert "sum 10\n" in executed.outputs_text("zh")
 
 
-def test_layout_and_comments_keep_the_key_string_contents_change_it(executed: Project):
+def test_layout_and_comments_keep_the_key(executed: Project):
     executed.edit("02_compute.py", "total = sum(range(STEPS))", "total   =   sum( range(STEPS) )  # spaced out\n\n")
-    assert "demo/hello: cached" in executed.build("--execute").log
-    executed.append_cell('s = """abc\n"""\nprint(len(s))\n')
-    assert "demo/hello: executed" in executed.build("--execute").log
-    executed.edit("02_compute.py", 's = """abc\n', 's = """abc  \n')  # two spaces inside the string
-    run = executed.build("--execute")
-    assert "demo/hello: executed" in run.log and "6\n" in executed.outputs_text("en")
+    assert "demo/hello: cached" in executed.build("--execute").log  # a string's own spaces: test_faults.py
 
 
 def test_force_executes_despite_a_valid_cache(executed: Project):

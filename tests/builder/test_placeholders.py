@@ -9,7 +9,7 @@ import pytest
 from fixture_project import Project
 from learning_notebooks.errors import SourceError
 from learning_notebooks.files import notebook_bytes
-from learning_notebooks.placeholders import check_prose, fill
+from learning_notebooks.placeholders import check_prose, fill, run_values
 
 
 def test_placeholders_are_filled_in_each_language_and_recorded(executed_tree: Project):
@@ -109,24 +109,30 @@ def test_bad_placeholders_are_reported_before_anything_runs(project: Project, ol
     assert "executing" not in run.log
 
 
+def result_cell(cell_id: str, text: str) -> dict:
+    return {"id": cell_id, "cell_type": "code", "outputs": [
+        {"output_type": "execute_result", "data": {"text/plain": text}, "metadata": {}, "execution_count": 1}]}
+
+
 @pytest.mark.parametrize(
-    "value, words",
+    "texts, words",
     [
-        ('{"sums": {"total": [total], "mean": 1.0}}', "value of 'sums.total' is a list"),
-        ('{"sums": {"total": total, "mean": 1.0}, "sums.total": 1}', "is not an identifier"),
-        ('{"sums": {"total": total, "mean": "n/a"}}', "cannot format 'n/a'"),
-        ("None", "must end with a dict expression"),
+        (["{'sums': {'total': [10], 'mean': 1.0}}"], "value of 'sums.total' is a list"),
+        (["{'sums': {'total': 10}, 'sums.total': 1}"], "is not an identifier"),
+        (["None"], "must end with a dict expression"),
+        (["<object at 0x7f>"], "is not a dict of plain values"),
+        (["{'sums': {'total': 10}}", "{'sums': {'total': 0}}"], "'prose-values' key 'sums.total' is defined twice"),
     ],
 )
-def test_bad_values_name_the_cell(project: Project, value, words):
-    project.edit("02_compute.py", '{"sums": {"total": total, "mean": total / STEPS}}', value)
-    run = project.build("--execute")
-    assert run.code == 2 and words in run.log, run.log
-    assert "02_compute.py:2" in run.log  # the prose-values cell (29) or the placeholder (24)
+def test_bad_values_name_the_cell(texts, words):
+    producers = {f"c{i}": (Path("x.py"), 10 * (i + 1)) for i in range(len(texts))}
+    with pytest.raises(SourceError) as caught:
+        run_values(producers, [result_cell(f"c{i}", text) for i, text in enumerate(texts)])
+    assert words in str(caught.value) and caught.value.line == 10 * len(texts)
 
 
-def test_a_key_defined_by_two_cells_is_an_error(project: Project):
-    project.append("02_compute.py", '\n# %% tags=["prose-values"]\n{"sums": {"total": 0}}\n')
-    run = project.build("--execute")
-    assert run.code == 2 and "'prose-values' key 'sums.total' is defined twice" in run.log
-    assert "02_compute.py:32" in run.log
+def test_a_value_that_does_not_fit_its_format_names_the_placeholder(executed: Project):
+    executed.edit("02_compute.py", "{{run:sums.mean:.2f}}", "{{run:sums.total:.2s}}")
+    run = executed.build()
+    assert run.code == 2 and run.last.startswith(f"error: {executed.notebook / '02_compute.py'}:24: ")
+    assert "cannot format 10" in run.last
