@@ -5,8 +5,8 @@ Two kinds of notebook come from one source:
 - the executed notebook (`compose_for_execution`): the prelude and every code cell, each language's
   texts in it (one run fills every language), tagged comments emptied to `#`;
 - an edition (`compose`): the header, each section's prose in that language and the code as that
-  language's reader sees it (its comments, its say()/say_table() texts), with the run's outputs
-  copied in by `transplant`.
+  language's reader sees it (its comments, its say()/say_table() texts only: `localize.edition_code`),
+  with the run's outputs copied in by `transplant`. A reader who runs it again sees one language.
 """
 
 from __future__ import annotations
@@ -94,9 +94,10 @@ def prelude_source(lang: str | None, *, executed: bool = False) -> str:
 
 
 def prelude_cell(lang: str | None) -> NotebookNode:
-    return nbformat.v4.new_code_cell(
-        prelude_source(lang), id=PRELUDE_ID, metadata={"jupyter": {"source_hidden": True}, "tags": [PRELUDE_ID]}
-    )
+    """Hidden in Jupyter and Colab (`source_hidden`); tagged `remove-input` so that static exports
+    (Jupyter Book / MyST-NB, nbconvert's TagRemovePreprocessor) leave its code out: it has no output."""
+    return nbformat.v4.new_code_cell(prelude_source(lang), id=PRELUDE_ID,
+                                     metadata={"jupyter": {"source_hidden": True}, "tags": [PRELUDE_ID, "remove-input"]})
 
 
 def has_heading(section: Section) -> bool:
@@ -127,9 +128,10 @@ def parameters_source(overrides: dict[str, object]) -> str:
 
 def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object],
            prose: Callable[[object, int], str] | None = None) -> list[NotebookNode]:
-    """Cells in order: the prelude, code cells always (as `lang` shows them), prose cells of `lang`
-    filled by `prose(cell, section number)`. lang=None: the notebook that executes, without prose."""
-    cells = [prelude_cell(lang)]
+    """Cells in order: the prelude right before the first code cell (so the opening prose comes
+    first), code cells always (as `lang` shows them), prose cells of `lang` filled by
+    `prose(cell, section number)`. lang=None: the notebook that executes, without prose."""
+    cells = []
     for ordinal, section in zip(section_numbers(source.sections), source.sections):
         for cell in section.cells:
             if cell.kind == "markdown":
@@ -137,7 +139,11 @@ def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object
                     cells.append(nbformat.v4.new_markdown_cell(prose(cell, ordinal), id=cell.id))
                 continue
             metadata = {"tags": list(cell.tags)} if cell.tags else {}
+            if not any(c.cell_type == "code" for c in cells):
+                cells.append(prelude_cell(lang))
             code = localize_comments(cell.source, lang)
+            if lang is not None:
+                code = edition_code(code, lang)
             cells.append(nbformat.v4.new_code_cell(code, id=cell.id, metadata=metadata))
             if "parameters" in cell.tags and overrides:
                 cells.append(
@@ -145,6 +151,8 @@ def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object
                         parameters_source(overrides), id=INJECTED_ID, metadata={"tags": [INJECTED_ID]}
                     )
                 )
+    if not any(c.cell_type == "code" for c in cells):
+        cells.append(prelude_cell(lang))
     return cells
 
 
@@ -195,7 +203,7 @@ def compose_for_execution(source: NotebookSource, overrides: dict[str, object], 
     code still holds every language's texts.
     """
     cells = _cells(source, None, overrides)
-    cells[0].source = prelude_source(lang, executed=True)
+    cells[0].source = prelude_source(lang, executed=True)  # the first cell: no prose here
     return _new_notebook(cells, {})
 
 

@@ -116,7 +116,7 @@ def test_colab_placeholders_in_prose_become_urls_in_each_language(source, config
     assert zh.lang == "zh"
     linked = replace(intro, cells=(en, replace(zh, source="见 {{colab:demo/hello}}")))
     notebook = compose(replace(source, sections=(linked,)), "zh", config, {}, {})
-    assert notebook.cells[2].source == "见 " + colab_url(config, "demo", "hello", "zh")  # after the header and the prelude
+    assert notebook.cells[1].source == "见 " + colab_url(config, "demo", "hello", "zh")  # right after the header
 
 
 def test_a_section_without_a_heading_continues_the_numbering_of_the_one_before():
