@@ -30,6 +30,7 @@ from .errors import BuildError, Interrupted, SourceError, WriteFailed
 from .execute import Cancel, Progress, run
 from .files import Transaction, digest_tree, notebook_bytes, project_lock, recover, tree_files
 from .layout import BUILD_DIR, JOURNAL_NAME, OUTPUTS_DIR, is_staging
+from .links import Links
 from .localize import missing_twins
 from .options import BuildOptions
 from .plan import Plan, editions, plan, reused_runs
@@ -146,7 +147,7 @@ def check_executed_twins(source: NotebookSource, executed: NotebookNode, languag
 # -- 3 and 4: compose, stage and swap ---------------------------------------------------------------
 
 
-def finish(p: Plan, executed: Executed | None, config: ProjectConfig, options: BuildOptions,
+def finish(p: Plan, executed: Executed | None, config: ProjectConfig, options: BuildOptions, links: Links,
            expected: dict[str, dict[Path, str | None]]) -> NotebookResult:
     """Steps 3 and 4 for one notebook, given its run (None: keep the recorded runs, or no outputs).
     `expected[target]` receives what its files will hold once swapped in (path -> sha256, None: gone)."""
@@ -173,7 +174,8 @@ def finish(p: Plan, executed: Executed | None, config: ProjectConfig, options: B
         if verdict.drift:
             notes.append(f"environment differs from the recorded run ({', '.join(verdict.drift)}); outputs kept; "
                          f"--execute runs it again")
-    built = {lang: notebook_bytes(notebook) for lang, notebook in editions(p, config, runs).items()}
+    composed = editions(p, config, runs, {lang: links for lang in p.languages})
+    built = {lang: notebook_bytes(notebook) for lang, notebook in composed.items()}
     expected[p.target] = {p.paths[lang]: _sha(data) for lang, data in built.items()}
     if executed is not None:
         folder = Path(executed.folder.name)
@@ -227,9 +229,10 @@ def verify(err: BuildError | Interrupted, before: dict[Path, str], out: Path,
     err.intact = changed <= explained
 
 
-def build_all(sources: list[NotebookSource], config: ProjectConfig, options: BuildOptions,
+def build_all(sources: list[NotebookSource], config: ProjectConfig, options: BuildOptions, links: Links,
               report=None) -> list[NotebookResult]:
     """Build every notebook of `sources`, holding the tree's lock; `report(result)` as each finishes.
+    `links`: where the Colab links point (links.resolve).
 
     Every run happens first, with the project tree snapshotted before and compared after; then each
     notebook is composed and swapped in.
@@ -254,7 +257,7 @@ def build_all(sources: list[NotebookSource], config: ProjectConfig, options: Bui
             if snapshot_before is not None:
                 check_untouched(snapshot_before, options.root, options.out)
             for p in plans:
-                result = finish(p, runs.get(p.target), config, options, expected)
+                result = finish(p, runs.get(p.target), config, options, links, expected)
                 results.append(result)
                 if report:
                     report(result)

@@ -16,6 +16,7 @@ from pathlib import Path
 from .build import NotebookResult, Status
 from .files import notebook_bytes, project_lock
 from .layout import BUILD_DIR, METADATA_KEY, OUTPUTS_DIR, built_path, outputs_dir
+from .links import Links, configured, from_config
 from .localize import missing_twins
 from .options import BuildOptions
 from .plan import Plan, editions, plan, record_of, reused_runs
@@ -30,7 +31,9 @@ def check_notebook(p: Plan, config: ProjectConfig, options: BuildOptions) -> Not
     if verdict.drift:
         finding = f"{p.target}: environment differs from the recorded run: {', '.join(verdict.drift)}"
         (result.problems if options.strict_env else result.notes).append(finding)
-    composed = editions(p, config, reused_runs(p))
+    links = {lang: from_config(config) if configured(config) else
+             Links.recorded((record_of(p.previous[lang]) or {}).get("colab")) for lang in p.languages}
+    composed = editions(p, config, reused_runs(p), links)
     for lang, notebook in composed.items():
         path = p.paths[lang]
         if lang in verdict.reusable and path.read_bytes() != notebook_bytes(notebook):

@@ -11,7 +11,7 @@ from . import signals
 from .build import NotebookResult, build_all
 from .check import check_all
 from .errors import BuildError, Interrupted
-from .links import placeholder_warning
+from . import links
 from .options import SOURCES_DIR, BuildOptions, default
 from .plan import load_all
 
@@ -136,11 +136,12 @@ def _run(modes: list[str], options: BuildOptions) -> int:
         for source in sources:
             print(f"{source.target}\t{len(source.sections)} sections\t{source.titles[config.languages[0]]}")
         return 0
-    warning = placeholder_warning(config, options.src_root)
-    if warning:
-        log.write(warning + "\n")
     if "check" not in modes:
-        build_all(sources, config, options, report=lambda result: report(result, log))
+        chosen = links.resolve(config, options.root)
+        warning = links.warning(chosen, options.src_root)
+        if warning:
+            log.write(warning + "\n")
+        build_all(sources, config, options, chosen, report=lambda result: report(result, log))
         return 0
     problems = check_all(sources, config, options, report=lambda result: report(result, log))
     for problem in problems:

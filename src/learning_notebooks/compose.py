@@ -22,7 +22,7 @@ from nbformat import NotebookNode
 from . import layout, placeholders
 from .cache import code_tokens
 from .errors import CodeDrift
-from .links import colab_url
+from .links import Links, from_config
 from .localize import edition_code, localize_comments, outputs_for
 from .sources import NotebookSource, ProjectConfig, Section
 
@@ -50,19 +50,23 @@ RUN_VALUES_KEY = "run_values"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 
-def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick: bool) -> NotebookNode:
+def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick: bool, links: Links) -> NotebookNode:
+    """Title; the Colab badge (when a repository is known); the other languages' files (and their
+    Colab pages); where the sources are."""
     text = HEADER_TEXT[lang]
+    colab = {other: links.colab(source.series, source.name, other) for other in config.languages}
     others = " · ".join(  # the file beside this one (GitHub, Jupyter) and its Colab page
-        f"[{LANGUAGE_NAMES.get(other, other)}]({layout.built_name(source.name, other)}) "
-        f"([Colab]({colab_url(config, source.series, source.name, other)}))"
+        f"[{LANGUAGE_NAMES.get(other, other)}]({layout.built_name(source.name, other)})"
+        + (f" ([Colab]({colab[other]}))" if colab[other] else "")
         for other in config.languages
         if other != lang
     )
+    badge = [f"[![Open In Colab]({COLAB_BADGE})]({colab[lang]})"] if colab[lang] else []
+    also = [f"{text['other']}{others}"] if others else []
     lines = [
         f"# {source.titles[lang]}",
         "",
-        f"[![Open In Colab]({COLAB_BADGE})]({colab_url(config, source.series, source.name, lang)})"
-        + (f" &nbsp; {text['other']}{others}" if others else ""),
+        " &nbsp; ".join(badge + also),
         "",
         "> " + text["generated"].format(source=f"notebooks_src/{source.series}/{source.name}/"),
     ]
@@ -176,21 +180,26 @@ def compose(
     values: dict[str, object] | None = None,
     *,
     quick: bool = False,
+    links: Links | None = None,
 ) -> NotebookNode:
     """The `lang` edition, without outputs: header, then each section's prose and shared code.
 
     `values`: what the run exposed for `{{run:...}}` placeholders (None: show their names); the
     values the prose quotes are recorded as `run_values` in the notebook's metadata.
-    `quick`: mark it as a quick-mode build in its header.
+    `quick`: mark it as a quick-mode build in its header. `links`: where Colab links point (default:
+    config.toml's repository, if it names one); recorded as `colab` in the metadata.
     """
+    links = links or from_config(config)
     used: dict[str, object] = {}
 
     def prose(cell, ordinal: int) -> str:
         return placeholders.fill(cell.source, cell.file, cell.first_line, section=ordinal, values=values, used=used,
-                                 link=lambda target: colab_url(config, *target.split("/"), lang))
+                                 link=lambda target: links.prose_link(*target.split("/"), lang, source.series))
 
-    cells = [header_cell(source, lang, config, quick), *_cells(source, lang, overrides, prose)]
+    cells = [header_cell(source, lang, config, quick, links), *_cells(source, lang, overrides, prose)]
     metadata = {**build_metadata, "language": lang}
+    if links.record:
+        metadata["colab"] = links.record
     if used:
         metadata[RUN_VALUES_KEY] = dict(sorted(used.items()))
     return _new_notebook(cells, metadata)

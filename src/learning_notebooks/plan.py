@@ -4,6 +4,7 @@ editions the build writes (or `--check` compares). Reads only; shared by build.p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from .compose import code_sources, comparable_code, compose, compose_for_executi
 from .errors import OptionError
 from .files import digest_tree
 from .layout import METADATA_KEY, built_path, outputs_dir
+from .links import Links
 from .options import BuildOptions
 from .sources import NotebookSource, ProjectConfig, discover, load_config, load_notebook
 
@@ -142,15 +144,18 @@ def run_record(p: Plan, record: dict | None) -> dict:
     }
 
 
-def editions(p: Plan, config: ProjectConfig, runs: dict[str, tuple[NotebookNode, dict]]) -> dict[str, NotebookNode]:
+def editions(p: Plan, config: ProjectConfig, runs: dict[str, tuple[NotebookNode, dict]],
+             links: Mapping[str, Links]) -> dict[str, NotebookNode]:
     """Each language's edition; `runs`: lang -> (notebook holding the outputs to embed, the record
-    of their run). A language without a run gets no outputs and shows `[run:KEY]` in its prose."""
+    of their run). A language without a run gets no outputs and shows `[run:KEY]` in its prose.
+    `links`: lang -> where its Colab links point."""
     composed = {}
     producers = {c.id: (c.file, c.line) for c in p.source.code_cells() if placeholders.TAG in c.tags}
     for lang in p.languages:
         executed, record = runs.get(lang, (None, None))
         values = placeholders.run_values(producers, executed.cells) if executed is not None else None
-        notebook = compose(p.source, lang, config, p.overrides, run_record(p, record), values, quick=p.quick)
+        notebook = compose(p.source, lang, config, p.overrides, run_record(p, record), values, quick=p.quick,
+                           links=links[lang])
         if executed is not None:
             transplant(executed, notebook)
             notebook.metadata[METADATA_KEY]["outputs_digest"] = cache.outputs_digest(notebook.cells)

@@ -40,8 +40,8 @@ class ProjectConfig:
     """`notebooks_src/config.toml`: languages (the first is the primary) and where Colab finds the files."""
 
     languages: tuple[str, ...]
-    repository: str
-    branch: str
+    repository: str | None = None  # "owner/name" on GitHub (see links.py for what decides the links)
+    branch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,15 +160,14 @@ def _require(data: dict, key: str, kind: type, path: Path):
 
 def load_config(src_root: Path) -> ProjectConfig:
     path = src_root / CONFIG_FILE
-    data, _ = _load_toml(path, CONFIG_KEYS)
+    data, text = _load_toml(path, CONFIG_KEYS)
     languages = _require(data, "languages", list, path)
     if not languages or not all(isinstance(lang, str) and re.fullmatch(r"[a-z]{2}(-[A-Za-z]+)?", lang) for lang in languages):
         raise SourceError("'languages' must list language codes such as \"en\", \"zh\"", path)
-    return ProjectConfig(
-        languages=tuple(languages),
-        repository=_require(data, "repository", str, path),
-        branch=_require(data, "branch", str, path),
-    )
+    for key in ("repository", "branch"):
+        if not isinstance(data.get(key, ""), str):
+            raise SourceError(f"'{key}' must be a str, not {type(data[key]).__name__}", path, _key_line(text, key))
+    return ProjectConfig(tuple(languages), data.get("repository") or None, data.get("branch") or None)
 
 
 def discover(src_root: Path) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ import pytest
 
 from learning_notebooks.compose import code_sources, comparable_code, compose, compose_for_execution, transplant
 from learning_notebooks.errors import CodeDrift
-from learning_notebooks.links import colab_url
+from learning_notebooks.links import Links
 from learning_notebooks.sources import load_config, load_notebook
 
 from fixture_project import FIXTURE
@@ -49,18 +49,28 @@ def test_each_language_gets_its_own_prose_and_all_code(source, config):
     nbformat.validate(zh)
 
 
+FIXTURE_LINKS = Links("example/fixture", "main")
+COLAB_ZH = "https://colab.research.google.com/github/example/fixture/blob/main/build/demo/hello.zh.ipynb"
+
+
 def test_header_has_title_other_language_colab_and_source(source, config):
-    header = compose(source, "zh", config, {}, {}).cells[0].source
+    header = compose(source, "zh", config, {}, {}, links=FIXTURE_LINKS).cells[0].source
     assert header.startswith("# 你好，测试夹具\n")
     assert "其他语言版本：[English](hello.en.ipynb)" in header
-    assert f"([Colab]({colab_url(config, 'demo', 'hello', 'en')}))" in header
-    assert colab_url(config, "demo", "hello", "zh") in header
-    assert colab_url(config, "demo", "hello", "zh") == (
-        "https://colab.research.google.com/github/example/fixture/blob/main/build/demo/hello.zh.ipynb"
-    )
+    assert f"([Colab]({FIXTURE_LINKS.colab('demo', 'hello', 'en')}))" in header
+    assert f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({COLAB_ZH})" in header
     assert "notebooks_src/demo/hello/" in header
     assert "快速模式" not in header
     assert "快速模式" in compose(source, "zh", config, {}, {"quick": True}, quick=True).cells[0].source
+
+
+def test_without_a_repository_the_header_has_no_colab_badge_or_link(source, config):
+    notebook = compose(source, "en", config, {}, {}, links=Links(None))
+    header = notebook.cells[0].source
+    assert header.split("\n")[2] == "Also in [中文](hello.zh.ipynb)"
+    assert "colab" not in header.lower() and "colab" not in notebook.metadata["learning_notebooks"]
+    assert compose(source, "en", config, {}, {}, links=FIXTURE_LINKS).metadata["learning_notebooks"]["colab"] == \
+        "example/fixture@main"
 
 
 def test_parameters_are_injected_after_the_parameters_cell(source):
@@ -110,13 +120,15 @@ def test_transplant_refuses_different_code(source, config):
         transplant(shorter, compose(source, "en", config, {}, {}))
 
 
-def test_colab_placeholders_in_prose_become_urls_in_each_language(source, config):
+def test_colab_placeholders_in_prose_become_urls_in_each_language_or_paths(source, config):
     intro = source.sections[0]
     en, zh = intro.cells[:2]
-    assert zh.lang == "zh"
-    linked = replace(intro, cells=(en, replace(zh, source="见 {{colab:demo/hello}}")))
-    notebook = compose(replace(source, sections=(linked,)), "zh", config, {}, {})
-    assert notebook.cells[1].source == "见 " + colab_url(config, "demo", "hello", "zh")  # right after the header
+    linked = replace(source, sections=(replace(intro, cells=(en, replace(zh, source="见 {{colab:demo/hello}}、"
+                                                                                  "{{colab:other/nb}}"))),))
+    notebook = compose(linked, "zh", config, {}, {}, links=FIXTURE_LINKS)
+    assert notebook.cells[1].source == f"见 {COLAB_ZH}、" + FIXTURE_LINKS.colab("other", "nb", "zh")
+    without = compose(linked, "zh", config, {}, {}, links=Links(None))
+    assert without.cells[1].source == "见 hello.zh.ipynb、../other/nb.zh.ipynb"  # the built files, relative
 
 
 def test_a_section_without_a_heading_continues_the_numbering_of_the_one_before():

@@ -391,15 +391,6 @@ def test_a_jupytext_yaml_header_is_accepted_and_kept_out(executed: Project):
     assert executed.tree() == before
 
 
-def test_a_placeholder_repository_warns_on_build_and_check(project: Project):
-    for args in ((), ("--check",)):
-        first = project.build(*args).log.splitlines()[0]
-        assert first.startswith("warning: ") and 'repository = "example/fixture" is a placeholder' in first
-    config = project.root / "notebooks_src" / "config.toml"
-    config.write_text(config.read_text().replace("example/fixture", "someone/notebooks"))
-    assert "warning" not in project.build().log
-
-
 # --jobs
 
 
