@@ -21,6 +21,7 @@ the cache). Its parts answer different questions:
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import io
 import json
@@ -38,7 +39,8 @@ BUILDER_FORMAT = 3
 # -- the execution key -----------------------------------------------------------------------------
 
 
-def code_tokens(source: str) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=4096)  # pure; the build asks for the same cells in several places
+def code_tokens(source: str) -> tuple[tuple[str, str], ...]:
     """The code as (token type, text) pairs: what it does, not how it is laid out.
 
     Comments and line breaks inside brackets (NL) are left out and indentation counts as a level,
@@ -62,8 +64,8 @@ def code_tokens(source: str) -> list[tuple[str, str]]:
             else:
                 found.append((kind, "" if kind in ("NEWLINE", "INDENT", "DEDENT", "ENDMARKER") else token.string))
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return [("SOURCE", source)]
-    return found
+        return (("SOURCE", source),)
+    return tuple(found)
 
 
 def _text(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> str:

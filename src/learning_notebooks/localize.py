@@ -21,6 +21,7 @@ own language (`outputs_for`); `missing_twins` finds tagged outputs whose other l
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import json
 import re
@@ -150,6 +151,8 @@ def localize_comments(source: str, lang: str | None) -> str:
 
 
 def _say_calls(source: str) -> list[ast.Call]:
+    if not any(name in source for name in SAY_FUNCTIONS):
+        return []
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -185,6 +188,7 @@ def _offset(starts: list[int], lines: list[str], row: int, column: int) -> int:
     return starts[row - 1] + len(lines[row - 1].encode("utf-8")[:column].decode("utf-8"))
 
 
+@functools.lru_cache(maxsize=4096)  # pure; the build asks for the same cells in several places
 def edition_code(source: str, lang: str | None) -> str:
     """The code as `lang`'s edition shows it: every say()/say_table() call keeps its `lang=` text
     only. The line count is unchanged (a removed argument's line breaks stay), and calls that do not

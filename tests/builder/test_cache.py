@@ -53,7 +53,7 @@ def test_code_tokens_keep_string_literals_whole_and_indentation_as_levels():
     assert code_tokens("if x:\n    s = '''a  \n'''") == code_tokens("if x:\n  s = '''a  \n'''  # c")
     assert ("STRING", "'''a  \n'''") in code_tokens("s = '''a  \n'''")
     assert ("STRING", 'f"{x!r:>4} y"') in code_tokens('s = f"{x!r:>4} y"')  # one token in any Python
-    assert code_tokens("x = (") == [("SOURCE", "x = (")]  # does not tokenize: the text itself
+    assert code_tokens("x = (") == (("SOURCE", "x = ("),)  # does not tokenize: the text itself
 
 
 def test_execution_key_ignores_parameter_order():
