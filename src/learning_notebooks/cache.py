@@ -43,9 +43,9 @@ BUILDER_FORMAT = 3
 def code_tokens(source: str) -> tuple[tuple[str, str], ...]:
     """The code as (token type, text) pairs: what it does, not how it is laid out.
 
-    Comments and line breaks inside brackets (NL) are left out and indentation counts as a level,
-    not as its width; each string literal (an f-string too, in any Python version) is one token
-    with its exact text, trailing spaces included. Code that does not tokenize is one token.
+    Comments and blank lines are left out; line ends and indentation count as tokens, not as the
+    characters that make them; each string literal (an f-string too, in any Python version) is one
+    token with its exact text, trailing spaces included. Code that does not tokenize is one token.
     """
     lines = source.splitlines(keepends=True)
     found: list[tuple[str, str]] = []
