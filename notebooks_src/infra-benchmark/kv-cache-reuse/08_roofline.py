@@ -146,8 +146,8 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 #   token of the weight product falls below half, while the time per sequence of the cache reads does not.
 #   The control is the cache's test applied to the weight product, where it must fail.
 #
-# Only these coarse properties are asserted, each with about a factor of two to spare on the machines we
-# tried; the numbers themselves are this run's.
+# Only these coarse properties are asserted, each with about a factor of two to spare in this run (the table
+# below gives the shares); the numbers themselves are this run's.
 
 # %% [markdown] lang="zh"
 # **判据**共两条，各有一个负对照：
@@ -155,7 +155,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # * **实测表明，batch 为 1 的矩阵乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个不由我们的任何公式决定的数：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为**方阵乘法的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
 # * **batch 分摊了权重的开销，却分摊不了缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
 #
-# 这里只断言这些粗略的性质，在我们试过的机器上每条都留有大约两倍的余地；具体数值是本次运行的结果。
+# 这里只断言这些粗略的性质，在本次运行中每条都留有大约两倍的余地（下表给出了各项比例）；具体数值是本次运行的结果。
 
 # %%
 def memory_bound(row) -> bool:
