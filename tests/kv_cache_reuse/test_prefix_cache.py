@@ -53,8 +53,9 @@ def test_reference_counts_and_lru_eviction(nb):
     assert pool.evictions == 1 and a[1] in fresh and a[0] not in fresh
     assert pool.lookup([1, 2, 3, 4, 5]) == ([a[0]], 2)
     assert all(torch.isnan(t[a[1]]).all() for t in pool.k + pool.v)  # cleared when evicted
-    with pytest.raises(RuntimeError, match="prefix cache full"):
+    with pytest.raises(nb["PoolFull"]) as raised:
         pool.allocate()
+    assert raised.value.args == ({"blocks": 4, "held": 4},)
 
 
 def test_write_then_gather_is_pure_data_movement(nb):
@@ -80,8 +81,9 @@ def test_after_a_stream_every_block_is_free_or_evictable_and_the_index_is_consis
 
 def test_serve_refuses_a_pool_too_small_for_a_request(nb):
     request = nb["Request"](0, list(range(30)), 10, 0)
-    with pytest.raises(RuntimeError, match="too small"):
+    with pytest.raises(nb["PoolFull"]) as raised:
         nb["serve"](nb["model"], nb["PrefixCache"](nb["cfg"], num_blocks=5), [request])
+    assert raised.value.args == ({"blocks": 5, "request": 0, "needs": 10},)
 
 
 def test_the_criterion_held_on_every_pool_size(nb):

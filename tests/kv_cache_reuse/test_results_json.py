@@ -22,7 +22,7 @@ def load(out_dir):
 def test_top_level_keys_in_the_documented_order(quick_run):
     results, _ = load(quick_run[1])
     assert list(results) == TOP_LEVEL
-    assert results["schema_version"] == 1 and results["notebook"] == "infra-benchmark/kv-cache-reuse" and results["quick"] is True
+    assert results["schema_version"] == 2 and results["notebook"] == "infra-benchmark/kv-cache-reuse" and results["quick"] is True
     assert results["tolerances"] == {"fp32": 1e-5, "fp64": 1e-10}
 
 
@@ -47,8 +47,15 @@ def test_sections(quick_run):
     assert [p["name"] for p in cost["published"]] == ["GPT-2", "Llama 2 7B", "Llama 3.1 8B", "Llama 3.1 70B", "DeepSeek-V2-Lite"]
     assert all("config.json" in p["source"] and set(p["decode_step"]) == {"1", "64"} for p in cost["published"])
     roof = results["roofline"]
+    assert list(roof) == ["protocol", "stream", "matmul", "roof", "weight_sweep", "cache_sweep", "batch_1", "checks", "gpu_reference"]
     assert roof["roof"]["ridge_flop_per_byte"] == roof["roof"]["flops_per_s"] / roof["roof"]["bandwidth_bytes_per_s"]
-    assert roof["protocol"]["threads"] == 1 and all(roof["checks"].values())
+    assert roof["roof"]["bandwidth_bytes_per_s"] == max(roof["stream"]["bytes_per_s"].values())
+    assert roof["roof"]["flops_per_s"] == roof["matmul"]["flops_per_s"] and roof["stream"]["bytes_per_element"] == {"copy": 8, "triad": 12}
+    assert roof["protocol"] == {"threads": 1, "dtype": "fp32", "rounds": 3, "statistic": "median", "order": "rotating",
+                                "clock": "time.process_time"}
+    assert all(roof["checks"].values()) and roof["batch_1"]["bandwidth_share"] >= 1 / 3 >= roof["batch_1"]["peak_share"]
+    # No sentences in the file: the criteria are described in docs/kv-cache-reuse-results-schema.md.
+    assert all("criterion" not in results[key] for key in ("prefix_cache", "speculative", "split_k", "decode_cost"))
     assert results["assisted_generation"]["skipped"] is False and len(results["assisted_generation"]["runs"]) == len(nb["SPEC_KS"])
 
 

@@ -61,3 +61,21 @@ def test_the_referee_agreed_with_every_k(nb):
     assert all(r["tokens_identical"] and r["logits_close"] and r["target_calls_hf"] == r["target_calls_ours"] for r in assisted)
     assert [r["target_calls_ours"] for r in assisted] == [r["target_calls"] for r in nb["SPEC"]]
     assert nb["ASSISTED_CONTROL"]["caught"]
+
+
+def test_the_traced_loop_is_the_same_loop_and_every_round_follows_the_lengths_of_the_worked_trace(nb):
+    for k in (2, 4, 5):
+        for seed in (7, 8):
+            prompt = torch.randint(0, nb["cfg"].vocab, (11,), generator=torch.Generator().manual_seed(seed)).tolist()
+            traced = nb["TracedSpeculator"](nb["model"], nb["draft"], k)
+            run = traced.generate(prompt, 23)
+            plain = nb["Speculator"](nb["model"], nb["draft"], k).generate(prompt, 23)
+            assert run["tokens"] == plain["tokens"] and run["accepted"] == plain["accepted"]
+            assert [row["accepted"] for row in traced.log] == run["accepted"]
+            for row in traced.log[1:]:
+                t, n, drafts = row["text"], row["accepted"], len(row["drafts"])
+                assert row["target_after_verify"] == t + drafts and row["target_after_rollback"] == t + n
+                if drafts:
+                    assert row["draft_after_propose"] == t + drafts - 1
+                    assert row["draft_after_rollback"] == min(t + n, t + drafts - 1)
+                assert row["new"] == row["drafts"][:n] + row["choices"][n:n + 1]

@@ -11,8 +11,9 @@
 # * **a content index**: given a new prompt, find the blocks that already hold K/V for its prefix. As in
 #   vLLM's automatic prefix caching, only *full* blocks are indexed, and each gets a **block hash** computed
 #   from its own tokens *and the hash of the block before it*. The hashes form a chain, so a block's hash
-#   identifies its whole prefix, not just its own tokens. (SGLang keeps a radix tree over token
-#   sequences instead; the principle is the same.)
+#   identifies its whole prefix, not just its own tokens. (SGLang's RadixAttention keeps a radix tree over
+#   token sequences instead, and by default matches at the granularity of single tokens, a page size of 1,
+#   so it can share a prefix that ends inside what would be a block here; the principle is the same.)
 # * **reference counts**: a block may serve several running requests at once; it can be reused for other
 #   content only when no request holds it.
 # * **eviction**: a finished request's blocks keep their K/V and stay in the index, in case another request
@@ -28,7 +29,7 @@
 #
 # 聊天服务收到的许多请求都以同一段系统提示开头；检索增强的服务会把同样的文档放进许多提示里。在因果掩码下，位置 $i$ 上的 K/V 只取决于 token $0 \dots i$（前提是权重相同、位置规则相同）。因此，两个请求只要前 $n$ 个 token 相同，这 $n$ 个位置上需要的 K/V 就相同，第二个请求完全可以直接拿第一个请求算好的，而不必再算一遍。这就是**前缀缓存**（prefix caching）。推理服务系统为此需要三样东西：
 #
-# * **内容索引**：拿到一个新提示时，找出已经存有它前缀 K/V 的那些物理块。与 vLLM 的自动前缀缓存一样，只有**填满的**物理块才进入索引，每个物理块都有一个**块哈希**，它由这个物理块自己的 token **和前一个物理块的块哈希**一起算出。这些哈希连成一条链，所以一个物理块的块哈希标识的是它的整个前缀，而不只是它自己的几个 token。（SGLang 改用一棵建立在 token 序列上的基数树，原理相同。）
+# * **内容索引**：拿到一个新提示时，找出已经存有它前缀 K/V 的那些物理块。与 vLLM 的自动前缀缓存一样，只有**填满的**物理块才进入索引，每个物理块都有一个**块哈希**，它由这个物理块自己的 token **和前一个物理块的块哈希**一起算出。这些哈希连成一条链，所以一个物理块的块哈希标识的是它的整个前缀，而不只是它自己的几个 token。（SGLang 的 RadixAttention 改用一棵建立在 token 序列上的基数树，默认按单个 token 的粒度匹配，即页大小为 1，所以在这里会落在某个物理块中间的前缀，它也能共享；原理相同。）
 # * **引用计数**：一个物理块可能同时服务好几个运行中的请求；只有没有任何请求持有它时，才能拿它去存别的内容。
 # * **淘汰**：请求结束后，它的物理块保留着 K/V，仍留在索引里，以备别的请求用到。当池中没有空闲物理块时，就在没有任何请求持有的已缓存物理块中，淘汰释放得最早的那个（最近最少使用，LRU）：把它从索引中删掉，拿去重新使用。
 #
@@ -98,6 +99,12 @@ assert hash_demo_rows["c"][1] != hash_demo_rows["a"][1]
 # 还有一个检测手段：没有内容的物理块（从未写入过，或已被淘汰）填满 NaN，一旦读到它，logits 就会变成 NaN。
 
 # %%
+# [en] Raised when the pool cannot give a block: every block is held by a running request.
+# [zh] 池给不出物理块时抛出：所有物理块都被运行中的请求持有。
+class PoolFull(RuntimeError):
+    pass
+
+
 class PrefixCache:
     def __init__(self, config, num_blocks: int, block_size: int = BLOCK_SIZE):
         shape = (num_blocks, block_size, config.heads, config.head_dim)       # [N_blocks, block_size, H, Dh]
@@ -136,7 +143,7 @@ class PrefixCache:
 
     def evict(self):
         if not self.evictable:
-            raise RuntimeError(f"prefix cache full: all {self.num_blocks} blocks held")
+            raise PoolFull({"blocks": self.num_blocks, "held": sum(r > 0 for r in self.refs)})
         block, _ = self.evictable.popitem(last=False)
         del self.index[self.hash_of.pop(block)]
         self.clear(block)

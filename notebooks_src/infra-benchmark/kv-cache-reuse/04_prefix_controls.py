@@ -140,13 +140,3 @@ fig.tight_layout()
 HIT_RATE_PNG = OUT / "prefix_hit_rate.png"
 fig.savefig(HIT_RATE_PNG, dpi=120)
 plt.show()
-
-# %% tags=["prose-values"]
-{"prefix": {
-    "requests": STREAM_REQUESTS, "smallest_pool": SWEEP[0]["blocks"], "hits_largest": SWEEP[-1]["requests_with_hit"],
-    "largest_request_blocks": max(blocks_needed(Request(0, prompt, max_new), BLOCK_SIZE) for prompt, max_new, _ in STREAM),
-    "hit_rate_smallest": SWEEP[0]["hit_rate"], "hit_rate_largest": SWEEP[-1]["hit_rate"],
-    "iterations_smallest": SWEEP[0]["iterations"], "iterations_largest": SWEEP[-1]["iterations"],
-    "controls": {name: float(c["max_abs_logit_err"]) for name, c in PREFIX_CONTROLS.items() if c["finite"]},
-    "full_pool_iterations": {name: CONTROL_RUNS[name]["full_pool"]["iterations"] for name in ("correct", "held_block_evicted")},
-}}

@@ -4,12 +4,21 @@
 # Plain decoding calls the model once per generated token. **Speculative decoding** (Leviathan et al.
 # and Chen et al., 2023) lets a cheap **draft model** propose $k$ tokens, one after another, and then asks
 # the model we actually want, the **target model**, to score all of them in one call over its cache. The
-# target's logits at each of these positions say which token it would have chosen there. In greedy
-# decoding the drafts are accepted from the left as long as they equal the target's choice; at the first
-# disagreement the target's own choice is taken instead, and if all $k$ drafts are accepted, the target's
-# choice after the last one comes on top (the **bonus token**). One target call thus yields between 1 and
-# $k + 1$ tokens, and they are exactly the tokens the target would have generated alone: a draft token is
-# kept only where it equals the target's own argmax.
+# target's distributions at these positions decide which drafts to keep. In the general method,
+# **speculative sampling**, a draft token $x$ that the draft proposed with probability $q(x)$ is accepted
+# with probability $\min(1, p(x) / q(x))$, where $p(x)$ is the target's probability for it. At the first
+# rejection a replacement is drawn from the adjusted distribution $\max(0, p - q)$, renormalized, and the
+# round ends; if all $k$ drafts are accepted, one more token is drawn from the target's distribution after
+# the last one (the **bonus token**). This rule makes every token distributed exactly as if the target had
+# sampled it alone. **Greedy decoding**, which this notebook implements, is the special case in which $p$
+# and $q$ put all their probability on their argmax: a draft is accepted exactly when it equals the
+# target's own choice, and the replacement is the target's choice. One target call thus yields between 1
+# and $k + 1$ tokens, and they are exactly the tokens the target would have generated alone.
+#
+# Serving systems often verify more than one chain of guesses. SpecInfer, Medusa and EAGLE propose a
+# *tree* of candidate continuations and verify all its branches in one target call, with an attention mask
+# that lets each candidate see only its own ancestors; the longest branch the target agrees with is kept.
+# We keep a single chain of $k$ drafts.
 #
 # The cache is where it can go wrong. The verifying call appended K/V for all $k$ drafts to the target's
 # cache, and the draft model's cache holds its own guesses too. After the decision both must be **rolled
@@ -26,7 +35,9 @@
 # %% [markdown] lang="zh"
 # ## 6. 投机解码与缓存回滚
 #
-# 普通解码每生成一个 token 就要调用一次模型。**投机解码**（speculative decoding，Leviathan 等人和 Chen 等人，2023）先让一个开销小的**草稿模型**逐个提出 $k$ 个 token，再让我们真正要用的**目标模型**读取缓存，在一次调用里给这 $k$ 个位置全部打分。目标模型在这些位置上的 logits 表明它自己在那里会选哪个 token。在贪心解码中，草稿 token 从左往右逐个接受，只要它等于目标模型的选择；遇到第一个不一致的位置，就改用目标模型自己的选择；如果 $k$ 个草稿全部被接受，目标模型在最后一个草稿之后的选择也白白得到（**额外 token**）。这样，目标模型每调用一次得到 1 到 $k + 1$ 个 token，而且它们恰好就是目标模型单独生成时会给出的 token：草稿 token 只有在等于目标模型自己的 argmax 时才会保留。
+# 普通解码每生成一个 token 就要调用一次模型。**投机解码**（speculative decoding，Leviathan 等人和 Chen 等人，2023）先让一个开销小的**草稿模型**逐个提出 $k$ 个 token，再让我们真正要用的**目标模型**读取缓存，在一次调用里给这 $k$ 个位置全部打分。目标模型在这些位置上的概率分布决定保留哪些草稿。在一般形式的**投机采样**（speculative sampling）中，草稿模型以概率 $q(x)$ 提出的草稿 token $x$，以概率 $\min(1, p(x) / q(x))$ 被接受，其中 $p(x)$ 是目标模型给它的概率。遇到第一个被拒绝的草稿时，从调整后的分布 $\max(0, p - q)$（归一化之后）中重新采样一个 token 代替它，这一轮随即结束；如果 $k$ 个草稿全部被接受，再从目标模型在最后一个草稿之后的分布中多采样一个 token（**额外 token**）。这条规则保证每个 token 的分布都与目标模型单独采样时完全相同。本笔记本实现的**贪心解码**是它的特例：$p$ 和 $q$ 把全部概率都放在各自的 argmax 上，于是草稿恰好在等于目标模型自己的选择时被接受，代替它的就是目标模型的选择。这样，目标模型每调用一次得到 1 到 $k + 1$ 个 token，而且它们恰好就是目标模型单独生成时会给出的 token。
+#
+# 推理服务系统常常一次验证不止一串猜测。SpecInfer、Medusa 和 EAGLE 提出一棵由候选续写组成的**树**，在一次目标模型调用中验证它的所有分支，所用的注意力掩码让每个候选只能看到自己的祖先；目标模型认可的最长分支被保留下来。我们只保留一串 $k$ 个草稿。
 #
 # 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。为什么一次处理 $k + 1$ 个 token 的调用与只处理一个 token 的调用开销差不多，是第 8、9 节的主题。
 #
@@ -65,10 +76,30 @@ with torch.inference_mode():
         text = torch.tensor([prompt + tokens[:-1]])
         agree += (model(text)[0][0, len(prompt) - 1:].argmax(-1) == draft(text)[0][0, len(prompt) - 1:].argmax(-1)).tolist()
 DRAFT_AGREEMENT = sum(agree) / len(agree)
-say(en=f"The one-layer draft chooses the target's token at {DRAFT_AGREEMENT:.1%} of {len(agree)} positions; "
-       f"its parameters: {sum(p.numel() for p in draft.parameters()):,} of the target's {N_PARAMS:,}.",
-    zh=f"单层草稿模型在 {len(agree)} 个位置中的 {DRAFT_AGREEMENT:.1%} 上选出了与目标模型相同的 token；"
-       f"它的参数量为 {sum(p.numel() for p in draft.parameters()):,}，目标模型为 {N_PARAMS:,}。")
+DRAFT_PARAMS = sum(p.numel() for p in draft.parameters())
+# [en] The draft's parameters outside its one block: embedding tables, final LayerNorm, output projection.
+# [zh] 草稿模型在它唯一的 Transformer 块之外的参数：嵌入表、最终 LayerNorm、输出投影。
+DRAFT_OUTSIDE_BLOCKS = DRAFT_PARAMS - sum(p.numel() for p in draft.blocks.parameters())
+say(en=f"The one-layer draft chooses the target's token at {DRAFT_AGREEMENT:.1%} of {len(agree)} positions. "
+       f"Its parameters: {DRAFT_PARAMS:,} of the target's {N_PARAMS:,} ({DRAFT_PARAMS / N_PARAMS:.0%}), of which "
+       f"{DRAFT_OUTSIDE_BLOCKS:,} lie outside its block.",
+    zh=f"单层草稿模型在 {len(agree)} 个位置中的 {DRAFT_AGREEMENT:.1%} 上选出了与目标模型相同的 token。"
+       f"它的参数量为 {DRAFT_PARAMS:,}，目标模型为 {N_PARAMS:,}（占 {DRAFT_PARAMS / N_PARAMS:.0%}），"
+       f"其中 {DRAFT_OUTSIDE_BLOCKS:,} 个位于它的 Transformer 块之外。")
+
+# %% [markdown] lang="en"
+# Why is this draft {{run:spec.draft_share:.0%}} of its target's size? Our toy decoder has only two blocks, and
+# what lies outside them, the embedding tables (with {{run:spec.positions}} learned positions), the final
+# LayerNorm and the output projection, holds {{run:spec.outside_share:.0%}} of its parameters. The draft keeps
+# all of that and drops only the second block. A real draft is a separate, much smaller model of the same
+# family (it must share the tokenizer): Leviathan et al. drafted for T5-XXL (11B parameters) with T5-small
+# (77M), and a 1B Llama 3.2 can draft for Llama 3.1 70B. Only then is a draft call much cheaper than a target
+# call. This notebook counts calls and tokens, not time: with a draft this close to its target in size,
+# speculative decoding would save no time here. What it shows is that the tokens are the target's own, and
+# how many target calls the draft saves.
+
+# %% [markdown] lang="zh"
+# 这个草稿模型的规模为什么达到目标模型的 {{run:spec.draft_share:.0%}}？我们的玩具解码器只有两个 Transformer 块，块之外的部分，即嵌入表（含 {{run:spec.positions}} 个可学习的位置）、最终 LayerNorm 和输出投影，占了全部参数的 {{run:spec.outside_share:.0%}}。草稿模型把这些全部保留，只去掉了第二个块。实际使用的草稿模型是同一系列中另一个小得多的模型（它必须与目标模型共用分词器）：Leviathan 等人为 T5-XXL（110 亿参数）配的草稿模型是 T5-small（7,700 万参数）；又如 10 亿参数的 Llama 3.2 可以为 Llama 3.1 70B 起草。只有这样，草稿模型的一次调用才会比目标模型便宜得多。本笔记本统计的是调用次数和 token 数，而不是时间：草稿模型与目标模型规模如此接近，投机解码在这里省不下时间。它展示的是：生成的 token 正是目标模型自己的，以及草稿模型省下了多少次目标模型调用。
 
 # %% [markdown] lang="en"
 # `Speculator` is the loop. Each round, `propose` feeds the draft model the confirmed tokens its cache
@@ -128,109 +159,74 @@ class Speculator:
         self.draft_cache = crop(self.draft_cache, min(length, cached_length(self.draft_cache)))
 
 # %% [markdown] lang="en"
-# **The criterion**: for every $k$ and every prompt ({{run:spec.prompts}} prompts of 16 tokens,
-# {{run:spec.new_tokens}} new tokens each), the speculative tokens equal the target's plain greedy tokens,
-# token for token, and the target logits that chose them equal the plain loop's within the FP32 tolerance
-# (the verifying call computes $k + 1$ positions at once, the plain loop one, so the sums are grouped
-# differently). The table also counts the calls: target calls against the {{run:spec.plain_calls}} of plain
-# decoding (one per token), the draft tokens accepted per target call, and the tokens each target call yields.
-
-# %% [markdown] lang="zh"
-# **判据**：对每个 $k$ 和每个提示（{{run:spec.prompts}} 个长 16 个 token 的提示，每个生成 {{run:spec.new_tokens}} 个新 token），投机解码得到的 token 必须与目标模型普通贪心生成的 token 逐个相同；选出这些 token 的目标模型 logits 必须在 FP32 容差内与普通循环的相同（验证调用一次计算 $k + 1$ 个位置，普通循环一次只算一个，求和的分组方式不同）。表中还统计了调用次数：目标模型的调用次数（普通解码每个 token 调用一次，共 {{run:spec.plain_calls}} 次），每次目标模型调用接受的草稿 token 数，以及每次目标模型调用得到的 token 数。
-
-# %%
-SPEC_KS = (1, 4, 8) if QUICK else (1, 2, 3, 4, 6, 8)
-
-
-def run_speculative(speculator_class, k) -> dict:
-    runs = [speculator_class(model, draft, k).generate(prompt, SPEC_NEW) for prompt in SPEC_PROMPTS]
-    target_calls = sum(r["target_calls"] for r in runs)
-    margins = [(top2[:, 0] - top2[:, 1]).min() for top2 in (logits.topk(2, dim=-1).values for logits, _ in PLAIN)]
-    return {"k": k, "target_calls": target_calls, "draft_calls": sum(r["draft_calls"] for r in runs),
-            "plain_calls": SPEC_NEW * len(runs),
-            "accepted_per_call": sum(sum(r["accepted"]) for r in runs) / target_calls,
-            "tokens_per_call": SPEC_NEW * len(runs) / target_calls,
-            "tokens_identical": all(r["tokens"] == tokens for r, (_, tokens) in zip(runs, PLAIN)),
-            "logits_close": all(close(r["logits"], logits) for r, (logits, _) in zip(runs, PLAIN)),
-            "max_abs_logit_err": worst(max_abs_err(r["logits"], logits) for r, (logits, _) in zip(runs, PLAIN)),
-            "min_margin": float(min(margins))}
-
-
-SPEC = [run_speculative(Speculator, k) for k in SPEC_KS]
-say_table([[str(r["k"]), f"{r['target_calls']} / {r['plain_calls']}", str(r["draft_calls"]), f"{r['accepted_per_call']:.2f}",
-            f"{r['tokens_per_call']:.2f}", f"`{r['tokens_identical']}`", f"{r['max_abs_logit_err']:.1e}", f"{r['min_margin']:.1e}"] for r in SPEC],
-          en=["k", "target calls / plain", "draft calls", "drafts accepted per target call", "tokens per target call",
-              "tokens identical", "max logit err", "min margin"],
-          zh=["k", "目标模型调用次数 / 普通解码", "草稿模型调用次数", "每次目标调用接受的草稿数", "每次目标调用得到的 token 数",
-              "token 完全相同", "最大 logits 误差", "最小余量"])
-assert all(r["tokens_identical"] and r["logits_close"] and r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SPEC)
-
-# %% [markdown] lang="en"
-# Every $k$ gives the target's own tokens, with far fewer target calls: {{run:spec.calls_k1}} instead of
-# {{run:spec.plain_calls}} at $k = 1$, {{run:spec.calls_kmax}} at $k = {{run:spec.kmax}}$. The gain flattens, because a
-# long run of drafts is accepted only if every one of them agrees. If each draft agreed independently with
-# probability $\alpha$, a round would yield $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$
-# tokens on average (Leviathan et al.). With $\alpha$ = {{run:spec.agreement:.3f}}, the agreement measured above,
-# the formula gives {{run:spec.formula_k1:.2f}} tokens per call at $k = 1$, where the run got {{run:spec.tokens_k1:.2f}}, and
-# {{run:spec.formula_kmax:.2f}} at $k = {{run:spec.kmax}}$, where the run got only {{run:spec.tokens_kmax:.2f}}: agreement is not
-# independent from one position to the next, and the last rounds are cut short by the budget. The
-# draft calls grow with $k$ instead: the draft's work is wasted on every rejected guess, so the best $k$
-# depends on how much a draft call costs compared with a target call.
+# **One round, step by step**, with $k = 3$. Say the confirmed text holds $T$ tokens. The target's cache holds
+# $T - 1$ of them: all but the newest, which no model has read yet.
 #
-# *Figure: tokens per target call against $k$, measured (dots) and from the formula with the measured
-# agreement (line); draft calls per generated token (squares, right axis).*
-
-# %% [markdown] lang="zh"
-# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。收益逐渐变平，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha$ = {{run:spec.agreement:.3f}}（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}：相邻位置上的一致与否并不独立，而且最后几轮会被预算截短。草稿模型的调用次数则随 $k$ 增长：每个被拒绝的猜测都白白耗费了草稿模型的计算，所以最佳的 $k$ 取决于草稿模型一次调用与目标模型一次调用的开销之比。
+# 1. `propose`: the draft reads the confirmed tokens its cache lacks and guesses $d_1$; it reads $d_1$ and
+#    guesses $d_2$, then reads $d_2$ and guesses $d_3$. It never reads $d_3$, so its cache now holds $T + 2$
+#    positions.
+# 2. `verify`: one target call reads the newest confirmed token and $d_1, d_2, d_3$, so its cache holds
+#    $T + 3$ positions, and returns its own choice $c_1, \dots, c_4$ after each of them. Say $c_1 = d_1$ but
+#    $c_2 \ne d_2$: $d_1$ is accepted, $d_2$ rejected, and the round yields $d_1$ and $c_2$. The text now has
+#    $T + 2$ tokens; the target's $c_3$ and $c_4$ are thrown away, because they were computed after the
+#    rejected $d_2$.
+# 3. `rollback` to $T + 1$ positions, all but the newest token $c_2$: the target drops the K/V of $d_2$ and
+#    $d_3$, the draft that of $d_2$. The next round starts by feeding $c_2$ to both.
 #
-# *图：每次目标模型调用得到的 token 数随 $k$ 的变化，圆点为实测，曲线为用实测一致率代入公式的结果；方块为每生成一个 token 所需的草稿模型调用次数（右侧纵轴）。*
-
-# %%
-fig, ax = plt.subplots(figsize=(6, 3.4))
-ks = [r["k"] for r in SPEC]
-SPEC_FORMULA = [(1 - DRAFT_AGREEMENT ** (k + 1)) / (1 - DRAFT_AGREEMENT) for k in ks]
-ax.plot(ks, [r["tokens_per_call"] for r in SPEC], "o", color="tab:blue", label="measured")
-ax.plot(ks, SPEC_FORMULA, "-", color="tab:blue", alpha=0.5, label="(1 - a^(k+1)) / (1 - a)")
-ax.set_xlabel("draft tokens per round k")
-ax.set_ylabel("tokens per target call")
-ax.legend(loc="upper left")
-draft_axis = ax.twinx()
-draft_axis.plot(ks, [r["draft_calls"] / r["plain_calls"] for r in SPEC], "s", color="tab:orange")
-draft_axis.set_ylabel("draft calls per token", color="tab:orange")
-fig.tight_layout()
-SPEC_PNG = OUT / "speculative_calls.png"
-fig.savefig(SPEC_PNG, dpi=120)
-plt.show()
-assert SPEC_FORMULA[-1] > SPEC[-1]["tokens_per_call"]
-
-# %% tags=["prose-values"]
-{"spec": {"prompts": len(SPEC_PROMPTS), "new_tokens": SPEC_NEW, "plain_calls": SPEC[0]["plain_calls"],
-          "calls_k1": SPEC[0]["target_calls"], "calls_kmax": SPEC[-1]["target_calls"], "kmax": SPEC[-1]["k"],
-          "agreement": DRAFT_AGREEMENT, "formula_k1": SPEC_FORMULA[0], "tokens_k1": SPEC[0]["tokens_per_call"],
-          "formula_kmax": SPEC_FORMULA[-1], "tokens_kmax": SPEC[-1]["tokens_per_call"]}}
-
-# %% [markdown] lang="en"
-# **Negative control: forgetting to crop the target's cache.** `NoTargetRollback` crops only the draft's
-# cache. The rejected drafts' K/V stay in the target's cache, so the next verifying call reads tokens that
-# are not in the text, and every later position is off by their number.
+# When all three drafts are accepted, the round yields $d_1, d_2, d_3$ and the bonus token $c_4$, and the
+# rollback keeps $T + 3$ positions. The target's cache has exactly that; the draft's has only $T + 2$,
+# because it never read $d_3$. This is why `rollback` crops the draft to
+# `min(length, cached_length(self.draft_cache))`: its cache can be *shorter* than the confirmed text, and
+# then nothing is cut (a slice past the end would keep everything anyway; the `min` says so), and the next
+# `propose` feeds it $d_3$ and $c_4$. The table shows both kinds of round from a real run: `TracedSpeculator`
+# is the same loop with a log of the text's length and both caches' lengths after each step.
 
 # %% [markdown] lang="zh"
-# **负对照：忘了截短目标模型的缓存**。`NoTargetRollback` 只截短草稿模型的缓存。被拒绝草稿的 K/V 留在目标模型的缓存里，于是下一次验证调用会读到文本中并不存在的 token，之后每个位置都偏移了这些 token 的个数。
+# **逐步看一轮**，取 $k = 3$。设已确认的文本有 $T$ 个 token。目标模型的缓存存着其中 $T - 1$ 个：除了最新的那个，因为还没有任何模型读过它。
+#
+# 1. `propose`：草稿模型读入它缓存里还没有的已确认 token，猜出 $d_1$；再读入 $d_1$，猜出 $d_2$；再读入 $d_2$，猜出 $d_3$。它从不读入 $d_3$，所以此时它的缓存有 $T + 2$ 个位置。
+# 2. `verify`：目标模型在一次调用中读入最新的已确认 token 和 $d_1, d_2, d_3$，于是它的缓存有 $T + 3$ 个位置；它在每个位置之后给出自己的选择 $c_1, \dots, c_4$。设 $c_1 = d_1$，但 $c_2 \ne d_2$：$d_1$ 被接受，$d_2$ 被拒绝，这一轮得到 $d_1$ 和 $c_2$。文本现在有 $T + 2$ 个 token；目标模型的 $c_3$ 和 $c_4$ 被丢弃，因为它们是在被拒绝的 $d_2$ 之后算出来的。
+# 3. `rollback`：截短到 $T + 1$ 个位置，即除最新的 token $c_2$ 之外的全部：目标模型去掉 $d_2$ 和 $d_3$ 的 K/V，草稿模型去掉 $d_2$ 的 K/V。下一轮先把 $c_2$ 送进两个模型。
+#
+# 如果三个草稿全部被接受，这一轮得到 $d_1, d_2, d_3$ 和额外 token $c_4$，回滚时保留 $T + 3$ 个位置。目标模型的缓存恰好是这么多；草稿模型的缓存却只有 $T + 2$ 个位置，因为它从没读过 $d_3$。这就是 `rollback` 把草稿模型的缓存截短到 `min(length, cached_length(self.draft_cache))` 的原因：它的缓存可能比已确认的文本**更短**，这时什么也不截（切片越过末尾本来也会保留全部内容，`min` 把这一点写明），下一次 `propose` 再把 $d_3$ 和 $c_4$ 送进去。下表给出真实运行中的这两种轮次：`TracedSpeculator` 就是同一个循环，只是在每一步之后记下文本的长度和两个缓存的长度。
 
 # %%
-class NoTargetRollback(Speculator):
+class TracedSpeculator(Speculator):
+    def generate(self, prompt, n_new):
+        self.log = []
+        return super().generate(prompt, n_new)
+
+    def propose(self, tokens, k):
+        drafts = super().propose(tokens, k)
+        self.log.append({"text": len(tokens), "drafts": drafts, "draft_after_propose": cached_length(self.draft_cache)})
+        return drafts
+
+    def verify(self, tokens, drafts):
+        new, scores = super().verify(tokens, drafts)
+        self.log[-1].update(choices=scores.argmax(dim=-1).tolist(), accepted=self.accepted[-1], new=new,
+                            target_after_verify=cached_length(self.target_cache))
+        return new, scores
+
     def rollback(self, length):
-        # [en] WRONG on purpose: the target's cache keeps the rejected drafts.
-        # [zh] 故意写错：目标模型的缓存保留了被拒绝的草稿。
-        self.draft_cache = crop(self.draft_cache, min(length, cached_length(self.draft_cache)))
+        super().rollback(length)
+        self.log[-1].update(target_after_rollback=cached_length(self.target_cache), draft_after_rollback=cached_length(self.draft_cache))
 
 
-no_rollback = run_speculative(NoTargetRollback, 4)
-SPEC_CONTROLS = {"target_cache_not_cropped": {"k": 4, "tokens_identical": no_rollback["tokens_identical"],
-                                              "max_abs_logit_err": no_rollback["max_abs_logit_err"],
-                                              "caught": not (no_rollback["tokens_identical"] and no_rollback["logits_close"])}}
-say(en=f"Without the target's rollback (k = 4): tokens identical `{no_rollback['tokens_identical']}`, largest logit "
-       f"difference {no_rollback['max_abs_logit_err']:.2f}: caught `{SPEC_CONTROLS['target_cache_not_cropped']['caught']}`.",
-    zh=f"不回滚目标模型的缓存时（k = 4）：token 完全相同 `{no_rollback['tokens_identical']}`，logits 的最大差异为 "
-       f"{no_rollback['max_abs_logit_err']:.2f}：查出 `{SPEC_CONTROLS['target_cache_not_cropped']['caught']}`。")
-assert SPEC_CONTROLS["target_cache_not_cropped"]["caught"]
+# [en] The first full round (3 drafts) of each kind: rejection at the second draft, and all three accepted.
+# [zh] 每种轮次各取第一个完整的轮次（3 个草稿）：在第二个草稿处拒绝，以及三个全部接受。
+traced, TRACE = TracedSpeculator(model, draft, 3), {}
+for prompt in SPEC_PROMPTS:
+    traced.generate(prompt, SPEC_NEW)
+    for row in traced.log[1:]:
+        if len(row["drafts"]) == 3 and row["accepted"] in (1, 3):
+            TRACE.setdefault(row["accepted"], row)
+say_table([[f"{n} / 3", str(r["text"]), str(r["drafts"]), str(r["choices"]), str(r["new"]), str(r["draft_after_propose"]),
+            str(r["target_after_verify"]), f"{r['target_after_rollback']} / {r['draft_after_rollback']}"] for n, r in sorted(TRACE.items())],
+          en=["accepted", "text T", "drafts d", "target's choices c (to the first disagreement)", "new tokens",
+              "draft cache after propose", "target cache after verify", "after rollback: target / draft"],
+          zh=["接受数", "文本长度 T", "草稿 d", "目标模型的选择 c（到第一个不一致处）", "新 token",
+              "propose 后草稿模型的缓存", "verify 后目标模型的缓存", "回滚后：目标模型 / 草稿模型"])
+assert sorted(TRACE) == [1, 3] and all(
+    r["draft_after_propose"] == r["text"] + 2 and r["target_after_verify"] == r["text"] + 3
+    and r["target_after_rollback"] == r["text"] + n and r["draft_after_rollback"] == min(r["text"] + n, r["text"] + 2)
+    and r["new"] == r["drafts"][:n] + r["choices"][n:n + 1] for n, r in TRACE.items())

@@ -13,19 +13,18 @@
 # With $s$ bytes per element, the weights contribute $2B / s$ FLOP/byte: batching raises it, because the
 # same bytes serve more tokens. The cache contributes $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$ with
 # $g = H / H_{kv}$ query heads per K/V head: batching does not change it, because every sequence brings its
-# own cache. Grouped-query attention raises it $g$-fold; so does multi-head latent attention (MLA, used by
-# DeepSeek-V2), which caches per layer and token one latent vector of $d_c$ numbers and a decoupled RoPE key
-# of $d_r$, and lets all $H$ heads work on them: with the up-projections absorbed (folded into the query and
-# applied after attention, as MLA decode kernels do), $H \cdot (2 d_c + d_r)$ multiply-adds per cached
-# position. The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}) builds MLA and its
-# absorbed form.
+# own cache. Grouped-query attention raises it $g$-fold. Multi-head latent attention (MLA, used by
+# DeepSeek-V2) raises it further: it caches per layer and token one latent vector of $r$ numbers and a
+# decoupled RoPE key of $d_R$ numbers (the notation of the
+# [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}), which builds MLA and its absorbed form),
+# and lets all $H$ heads work on them. With the up-projections absorbed (folded into the query and applied
+# after attention, as MLA decode kernels do), each cached position costs $H (2r + d_R)$ multiply-adds for the
+# $r + d_R$ numbers read, so the cache part's intensity is $2H(2r + d_R) / ((r + d_R)\, s)$: a factor
+# $H(2r + d_R) / (r + d_R)$ above multi-head attention's $2/s$ ({{run:cost.mla_factor:.1f}} for DeepSeek-V2-Lite).
 #
-# Before applying these counts to published models, we check them on a real decode step of our decoder.
-# PyTorch's `FlopCounterMode` records the floating-point operations of every matrix multiplication the step
-# runs; they must equal twice our count of multiply-adds, exactly, for several batch sizes and cache lengths,
-# and the bytes of the cache after the step must equal the formula's. The negative control counts only the
-# cached positions as keys, forgetting that the new token attends to itself too; it must disagree. The same
-# functions also count our decoder's parameters, which must come to the 145,280 of section 3.
+# The next cell is bookkeeping, to skip on a first read: `ModelShape` holds the fields of a configuration that
+# matter here, and `parameters` counts its parameters matrix by matrix, with biases, tied embeddings, MLA and
+# mixtures of experts. The ideas of this section are in `decode_step_cost`, the cell after it.
 
 # %% [markdown] lang="zh"
 # ## 8. 一个解码步读了什么、算了什么
@@ -34,14 +33,11 @@
 #
 # $$I = \frac{2 \cdot (\text{乘加次数})}{\text{读取的字节数}} \ \text{FLOP/字节}.$$
 #
-# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高 $g$ 倍；多头潜在注意力（MLA，DeepSeek-V2 采用）也有同样的效果：它在每层为每个 token 只缓存一个 $d_c$ 维的潜向量和一个 $d_r$ 维的解耦的 RoPE 键，让全部 $H$ 个头都在它们上面计算：像 MLA 的解码算子那样吸收上投影（并入查询，或在注意力之后再乘），每个缓存位置对应 $H \cdot (2 d_c + d_r)$ 次乘加。[压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})实现了 MLA 及其吸收形式。
+# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高 $g$ 倍。多头潜在注意力（MLA，DeepSeek-V2 采用）提得更高：它在每层为每个 token 只缓存一个 $r$ 维的潜向量和一个 $d_R$ 维的解耦 RoPE 键（记号与[压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})相同，那里实现了 MLA 及其吸收形式），让全部 $H$ 个头都在它们上面计算。像 MLA 的解码算子那样吸收上投影（并入查询，或在注意力之后再乘）之后，每个缓存位置读取 $r + d_R$ 个数，做 $H (2r + d_R)$ 次乘加，所以缓存部分的算术强度为 $2H(2r + d_R) / ((r + d_R)\, s)$：是多头注意力的 $2/s$ 的 $H(2r + d_R) / (r + d_R)$ 倍（DeepSeek-V2-Lite 为 {{run:cost.mla_factor:.1f}} 倍）。
 #
-# 把这些计数用到公开模型上之前，先在我们解码器的真实解码步上核对一遍。PyTorch 的 `FlopCounterMode` 会记录这一步中每次矩阵乘法的浮点运算次数；对几种 batch 大小和缓存长度，它都必须恰好等于我们所数乘加次数的两倍，这一步之后缓存的字节数也必须等于公式给出的值。负对照只把缓存中的位置算作键，忘了新 token 也要关注它自己；它必须与统计结果不符。同样几个函数还能数出我们解码器的参数量，结果必须是第 3 节的 145,280。
+# 下一个单元格只是记账，初读时可以跳过：`ModelShape` 记录配置中与这里有关的字段，`parameters` 逐个矩阵数出参数量，偏置、共享嵌入权重、MLA 和混合专家都考虑在内。本节的要点在它之后的 `decode_step_cost` 里。
 
 # %%
-from torch.utils.flop_counter import FlopCounterMode
-
-
 @dataclass
 class ModelShape:
     name: str
@@ -104,7 +100,16 @@ def parameters(s: ModelShape) -> dict:
             "per_token": common + moe_layers * s.experts_per_token * expert, "common": common,
             "expert": expert, "moe_layers": moe_layers}
 
+# %% [markdown] lang="en"
+# `decode_step_cost` applies the counts above to one decode step: the bytes it reads (the weight matrices a
+# batch uses, the norm vectors, the embedding rows it looks up, and every sequence's cache) and the
+# multiply-adds it does (weights and attention), and from them the intensities of the whole step, of its
+# weight part and of its cache part.
 
+# %% [markdown] lang="zh"
+# `decode_step_cost` 把上面的计数用到一个解码步上：它读取的字节（一个 batch 用到的权重矩阵、归一化层的向量、查到的嵌入行，以及每条序列的缓存）和它做的乘加次数（权重部分和注意力部分），再由此算出整步、权重部分和缓存部分各自的算术强度。
+
+# %%
 # [en] One decode step: B new tokens, each reading `context` keys (its cache plus itself).
 # [zh] 一个解码步：B 个新 token，每个读取 `context` 个键（它的缓存加上它自己）。
 def decode_step_cost(s: ModelShape, batch: int, context: int, bytes_per_element: int) -> dict:
@@ -128,6 +133,19 @@ def decode_step_cost(s: ModelShape, batch: int, context: int, bytes_per_element:
     cost["cache_intensity"] = 2 * cost["attention_macs"] / cost["kv_bytes"]
     return cost
 
+# %% [markdown] lang="en"
+# Before applying these counts to published models, we check them on a real decode step of our decoder.
+# PyTorch's `FlopCounterMode` records the floating-point operations of every matrix multiplication the step
+# runs; they must equal twice our count of multiply-adds, exactly, for several batch sizes and cache lengths,
+# and the bytes of the cache after the step must equal the formula's. The negative control counts only the
+# cached positions as keys, forgetting that the new token attends to itself too; it must disagree. The same
+# functions also count our decoder's parameters, which must come to the {{run:cost.our_parameters:,}} of section 3.
+
+# %% [markdown] lang="zh"
+# 把这些计数用到公开模型上之前，先在我们解码器的真实解码步上核对一遍。PyTorch 的 `FlopCounterMode` 会记录这一步中每次矩阵乘法的浮点运算次数；对几种 batch 大小和缓存长度，它都必须恰好等于我们所数乘加次数的两倍，这一步之后缓存的字节数也必须等于公式给出的值。负对照只把缓存中的位置算作键，忘了新 token 也要关注它自己；它必须与统计结果不符。同样几个函数还能数出我们解码器的参数量，结果必须是第 3 节的 {{run:cost.our_parameters:,}}。
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
 
 OURS = ModelShape("our decoder", "DecoderConfig()", cfg.vocab, cfg.width, cfg.layers, cfg.heads, cfg.heads, cfg.head_dim,
                   cfg.mlp, gated_mlp=False, biases=True, positions=cfg.max_positions)
@@ -242,12 +260,3 @@ say_table([[str(b), f"{c['weight_bytes']:,}", f"{c['kv_bytes']:,}", f"{c['weight
           zh=["batch B", "权重字节数", "K/V 字节数", "权重部分的强度", "缓存部分的强度", "整步的强度"])
 assert all(a["weight_intensity"] < b["weight_intensity"] and a["cache_intensity"] == b["cache_intensity"]
            for a, b in zip(OUR_COSTS, OUR_COSTS[1:]))
-
-# %% tags=["prose-values"]
-{"cost": {"context": COST_CONTEXT,
-          "min_intensity_b1": min(COSTS[s.name][1]["intensity"] for s in SHAPES),
-          "max_intensity_b1": max(COSTS[s.name][1]["intensity"] for s in SHAPES),
-          "llama2_b64": COSTS["Llama 2 7B"][64]["intensity"], "llama70_b64": COSTS["Llama 3.1 70B"][64]["intensity"],
-          "llama2_cache": COSTS["Llama 2 7B"][1]["cache_intensity"], "llama70_cache": COSTS["Llama 3.1 70B"][1]["cache_intensity"],
-          "deepseek_cache": COSTS["DeepSeek-V2-Lite"][1]["cache_intensity"],
-          "deepseek_experts_b64": SHAPES[-1].experts * (1 - (1 - SHAPES[-1].experts_per_token / SHAPES[-1].experts) ** 64)}}

@@ -35,7 +35,7 @@ if ASSISTED_CONTROL is not None:
     CONTROLS["referee_rejects_no_rollback"] = {"section": "assisted_generation", **ASSISTED_CONTROL}
 
 RESULTS = {
-    "schema_version": 1,
+    "schema_version": 2,
     "notebook": "infra-benchmark/kv-cache-reuse",
     "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     "quick": bool(QUICK),
@@ -44,13 +44,10 @@ RESULTS = {
                "layers": cfg.layers, "mlp": cfg.mlp, "max_positions": cfg.max_positions, "seed": SEED},
     "tolerances": {DTYPE_NAME[dtype]: tol for dtype, tol in TOLERANCE.items()},
     "prefix_cache": {
-        "criterion": "every request's logits within the fp32 tolerance of its cold run and its tokens identical; "
-                     "requests without a hit bit-identical; hits are whole full blocks shorter than the prompt; all logits finite; "
-                     "no block held at the end",
         "block_size": BLOCK_SIZE,
         "stream": {"requests": STREAM_REQUESTS, "system_prompt_lengths": list(SYSTEM_LENGTHS),
                    "system_prompt_weights": list(SYSTEM_WEIGHTS), "question_tokens": [2, 12], "new_tokens": [3, 10],
-                   "arrivals": "one per iteration"},
+                   "arrivals_per_iteration": 1},
         "sweep": [{key: r[key] for key in ("blocks", "hit_rate", "prefill_tokens_saved", "prompt_tokens", "requests_with_hit",
                                            "evictions", "iterations", "max_abs_logit_err_hits", "min_margin",
                                            "misses_bit_identical", "whole_blocks", "finite", "all_released", "close")} for r in SWEEP],
@@ -58,7 +55,6 @@ RESULTS = {
                       for scenario, r in CONTROL_RUNS["correct"].items()},
     },
     "speculative": {
-        "criterion": "tokens identical to the target's plain greedy tokens; the logits that chose them within the fp32 tolerance",
         "draft": {"layers": draft.config.layers, "parameters": sum(p.numel() for p in draft.parameters()),
                   "agreement": DRAFT_AGREEMENT},
         "prompts": len(SPEC_PROMPTS), "prompt_tokens": len(SPEC_PROMPTS[0]), "new_tokens": SPEC_NEW,
@@ -67,13 +63,11 @@ RESULTS = {
         "formula_tokens_per_call": SPEC_FORMULA,
     },
     "split_k": {
-        "criterion": "split-K attention within the tolerance of plain attention, fp32 and fp64, and of the decoder's own layer 0",
         "keys": SPLIT_KEYS, "padding": SPLIT_PADDING, "decoder_prompt": SPLIT_PROMPT,
         "rows": [{"splits": r["splits"], "fully_masked": r["fully_masked"], "max_abs_err_fp32": r["fp32"]["max_abs_err"],
                   "max_abs_err_fp64": r["fp64"]["max_abs_err"], "max_abs_err_decoder": r["decoder"]["max_abs_err"]} for r in SPLIT_K],
     },
     "decode_cost": {
-        "criterion": "FlopCounterMode's FLOPs of a real decode step equal twice the counted multiply-adds; cache bytes equal the formula",
         "count_grid": COUNT_GRID,
         "context": COST_CONTEXT, "bytes_per_element": BF16,
         "published": [{"name": s.name, "source": s.source, "parameters": c["counted"], "published_parameters": c["published"],
@@ -82,12 +76,17 @@ RESULTS = {
         "our_decoder": [{"batch": b, **c} for b, c in zip(OUR_BATCHES, OUR_COSTS)],
     },
     "roofline": {
-        "protocol": {"threads": torch.get_num_threads(), "dtype": "fp32", "rounds": ROUNDS, "statistic": "fastest of the rounds",
-                     "order": "rotating", "clock": "time.perf_counter"},
-        "stream_bandwidth_bytes_per_s": STREAM_BANDWIDTH, "matmul_flops_per_s": MATMUL,
+        "protocol": {"threads": torch.get_num_threads(), "dtype": "fp32", "rounds": ROUNDS, "statistic": "median",
+                     "order": "rotating", "clock": "time.process_time"},
+        "stream": {"elements": STREAM_ELEMENTS, "bytes_per_element": STREAM_BYTES,
+                   "bytes_per_s": STREAM_RATES, "spread": {name: spread(SECONDS[name]) for name in STREAM_BYTES}},
+        "matmul": {"size": MATMUL_SIZE, "flops_per_s": PEAK, "spread": spread(SECONDS["matmul"])},
         "roof": {"bandwidth_bytes_per_s": BANDWIDTH, "flops_per_s": PEAK, "ridge_flop_per_byte": RIDGE},
-        "weight_sweep": WEIGHT_SWEEP, "cache_sweep": CACHE_SWEEP, "checks": ROOFLINE_CHECKS,
-        "gpu_reference": {"name": "NVIDIA H100 SXM (datasheet)", "bf16_dense_flops_per_s": GPU_PEAK, "bandwidth_bytes_per_s": GPU_BANDWIDTH},
+        "weight_sweep": WEIGHT_SWEEP, "cache_sweep": CACHE_SWEEP,
+        "batch_1": {"bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK},
+        "checks": ROOFLINE_CHECKS,
+        "gpu_reference": {"name": "NVIDIA H100 SXM", "source": "datasheet", "bf16_dense_flops_per_s": GPU_PEAK,
+                          "bandwidth_bytes_per_s": GPU_BANDWIDTH},
     },
     "assisted_generation": {"skipped": ASSISTED is None, "runs": ASSISTED},
     "controls": CONTROLS,

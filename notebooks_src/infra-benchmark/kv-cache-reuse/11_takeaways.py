@@ -142,9 +142,6 @@ say(en=f"The weight part of Llama 3.1 8B reaches the H100 ridge at batch {ridge_
     zh=f"Llama 3.1 8B 的权重部分在 batch 为 {ridge_batch} 时达到 H100 的拐点；把缓存算进来，batch 越大，整步的算术强度"
        f"越接近 {llama_limit:.1f} FLOP/字节。")
 
-# %% tags=["prose-values"]
-{"exercise": {"llama_limit": llama_limit}}
-
 # %% [markdown] lang="en"
 # ## 14. Takeaways
 #
@@ -161,7 +158,9 @@ say(en=f"The weight part of Llama 3.1 8B reaches the H100 ridge at batch {ridge_
 #   and its sum and the merge rescales by $e^{m_s - M}$; a fully masked split must weigh 0, not NaN.
 # * **A decode step is memory-bound.** At batch 1 every model here does {{run:cost.min_intensity_b1:.1f}} to
 #   {{run:cost.max_intensity_b1:.1f}} FLOP per byte read, while this CPU
-#   needs {{run:roofline.ridge:.1f}} and an H100 {{run:roofline.gpu_ridge:.0f}} to be busy. Batching shares the weights'
+#   needs {{run:roofline.ridge:.1f}} and an H100 {{run:roofline.gpu_ridge:.0f}} to be busy. Measured here, a batch-1 product
+#   streamed its weights at {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth while using
+#   {{run:roofline.b1_peak_share:.0%}} of the arithmetic peak. Batching shares the weights'
 #   bytes but never the cache's; GQA, MLA and quantization shrink the cache's bytes, and speculative decoding
 #   gets several tokens for one read of the weights.
 # * **Every mechanism here is a place for a silent bug**: a hash without its prefix, a shared partial block,
@@ -174,5 +173,46 @@ say(en=f"The weight part of Llama 3.1 8B reaches the H100 ridge at batch {ridge_
 # * **缓存之所以能共享，是因为某个位置上的 K/V 只取决于它的前缀**。前缀缓存用一条块哈希链查找共享的前缀（每个物理块的哈希覆盖它的整个前缀），只共享填满的物理块，记录引用计数，并按 LRU 顺序淘汰没有被引用的物理块。在我们的请求流上，池很大时有 {{run:prefix.hit_rate_largest:.0%}} 的提示 token 来自缓存，池最小时为 {{run:prefix.hit_rate_smallest:.0%}}；logits 在 FP32 容差内与冷启动一致。
 # * **投机解码改变的是目标模型被调用的次数，而不是它说出的内容**。草稿模型与目标模型的一致率为 {{run:spec.agreement:.0%}} 时，$k = 1$ 每次目标模型调用得到 {{run:spec.tokens_k1:.2f}} 个 token，$k = {{run:spec.kmax}}$ 时得到 {{run:spec.tokens_kmax:.2f}} 个；这些 token 都是目标模型自己的。拒绝草稿之后忘了截短目标模型的缓存，会悄无声息地改变生成的文本。
 # * **对长缓存的注意力可以分段计算、再精确合并**，只要每一段都报告自己的最大值和指数和，合并时按 $e^{m_s - M}$ 重新缩放；完全被遮住的一段权重必须为 0，而不是 NaN。
-# * **解码步受限于内存带宽**。batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算，而这台 CPU 要 {{run:roofline.ridge:.1f}} 次、H100 要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节，投机解码则读一遍权重就得到好几个 token。
+# * **解码步受限于内存带宽**。batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算，而这台 CPU 要 {{run:roofline.ridge:.1f}} 次、H100 要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来。在本机实测，batch 为 1 的矩阵乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}，而只用了运算峰值的 {{run:roofline.b1_peak_share:.0%}}。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节，投机解码则读一遍权重就得到好几个 token。
 # * **这里的每种机制都可能藏着悄无声息的错误**：不含前缀的块哈希、共享未填满的物理块、仍在使用就被淘汰的物理块、忘了截短缓存、合并时不做重新缩放。它们给出的数字都似是而非，只有与最直接的计算方式比较才能把它们查出来。
+
+# %% [markdown] lang="en"
+# *The numbers in the text.* Every number this notebook's text quotes from the run comes from the dict below:
+# when the notebook is built, its text is filled in from this cell's output, so the prose and the run cannot
+# disagree.
+
+# %% [markdown] lang="zh"
+# *正文中的数字*：本笔记本正文引用的每个运行结果都来自下面这个字典：构建笔记本时，正文就是用这个单元格的输出填写的，所以正文与运行结果不会不一致。
+
+# %% tags=["prose-values"]
+{"prefix": {
+    "requests": STREAM_REQUESTS, "smallest_pool": SWEEP[0]["blocks"], "hits_largest": SWEEP[-1]["requests_with_hit"],
+    "largest_request_blocks": max(blocks_needed(Request(0, prompt, max_new), BLOCK_SIZE) for prompt, max_new, _ in STREAM),
+    "hit_rate_smallest": SWEEP[0]["hit_rate"], "hit_rate_largest": SWEEP[-1]["hit_rate"],
+    "iterations_smallest": SWEEP[0]["iterations"], "iterations_largest": SWEEP[-1]["iterations"],
+    "controls": {name: float(c["max_abs_logit_err"]) for name, c in PREFIX_CONTROLS.items() if c["finite"]},
+    "full_pool_iterations": {name: CONTROL_RUNS[name]["full_pool"]["iterations"] for name in ("correct", "held_block_evicted")}},
+ "spec": {"prompts": len(SPEC_PROMPTS), "new_tokens": SPEC_NEW, "plain_calls": SPEC[0]["plain_calls"],
+          "calls_k1": SPEC[0]["target_calls"], "calls_kmax": SPEC[-1]["target_calls"], "kmax": SPEC[-1]["k"],
+          "agreement": DRAFT_AGREEMENT, "formula_k1": SPEC_FORMULA[0], "tokens_k1": SPEC[0]["tokens_per_call"],
+          "formula_kmax": SPEC_FORMULA[-1], "tokens_kmax": SPEC[-1]["tokens_per_call"],
+          "draft_share": DRAFT_PARAMS / N_PARAMS, "outside_share": DRAFT_OUTSIDE_BLOCKS / N_PARAMS, "positions": cfg.max_positions},
+ "splitk": {"keys": SPLIT_KEYS, "padding": SPLIT_PADDING, "prompt": SPLIT_PROMPT,
+            "max_err_fp32": max(r["fp32"]["max_abs_err"] for r in SPLIT_K), "max_err_fp64": max(r["fp64"]["max_abs_err"] for r in SPLIT_K),
+            "control_err_s2": SPLIT_K_CONTROL[1]["fp32"]["max_abs_err"]},
+ "cost": {"context": COST_CONTEXT, "our_parameters": parameters(OURS)["total"],
+          "min_intensity_b1": min(COSTS[s.name][1]["intensity"] for s in SHAPES),
+          "max_intensity_b1": max(COSTS[s.name][1]["intensity"] for s in SHAPES),
+          "llama2_b64": COSTS["Llama 2 7B"][64]["intensity"], "llama70_b64": COSTS["Llama 3.1 70B"][64]["intensity"],
+          "llama2_cache": COSTS["Llama 2 7B"][1]["cache_intensity"], "llama70_cache": COSTS["Llama 3.1 70B"][1]["cache_intensity"],
+          "deepseek_cache": COSTS["DeepSeek-V2-Lite"][1]["cache_intensity"],
+          "mla_factor": COSTS["DeepSeek-V2-Lite"][1]["cache_intensity"] / (2 / BF16),
+          "deepseek_experts_b64": SHAPES[-1].experts * (1 - (1 - SHAPES[-1].experts_per_token / SHAPES[-1].experts) ** 64)},
+ "roofline": {"rounds": ROUNDS, "cache_keys": CACHE_KEYS, "matmul_intensity": 2 * MATMUL_SIZE**3 / (3 * FP32 * MATMUL_SIZE**2),
+              "weight_batch_max": WEIGHT_SWEEP[-1]["batch"], "ridge": RIDGE, "peak_gflops": PEAK / 1e9, "bandwidth_gbs": BANDWIDTH / 1e9,
+              "intensity_b1": WEIGHT_SWEEP[0]["intensity"], "intensity_bmax": WEIGHT_SWEEP[-1]["intensity"], "gflops_b1": WEIGHT_SWEEP[0]["gflops"], "weight_gbs_b1": WEIGHT_SWEEP[0]["gbs"],
+              "b1_bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "b1_peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK,
+              "gflops_bmax": WEIGHT_SWEEP[-1]["gflops"], "amortization": weight_ms[0] / weight_ms[-1],
+              "cache_ms_first": cache_ms[0], "cache_ms_last": cache_ms[-1], "cache_batch_max": CACHE_SWEEP[-1]["batch"],
+              "gpu_peak_tflops": GPU_PEAK / 1e12, "gpu_bandwidth_tbs": GPU_BANDWIDTH / 1e12, "gpu_ridge": GPU_RIDGE},
+ "exercise": {"llama_limit": llama_limit}}
