@@ -49,6 +49,10 @@ EXPECTED = {
         "files": ["cache_growth.png", "eviction_sweep.png", "masks.png", "mla_cost.png", "results.json", "sinks_vs_dense.png"],
         "skip": {"en": "referee is skipped", "zh": "裁判已跳过"},
     },
+    "kv-cache-reuse": {
+        "files": ["masks.png", "prefix_hit_rate.png", "results.json", "roofline.png", "speculative_calls.png"],
+        "skip": {"en": "comparison with assisted generation is skipped", "zh": "跳过与辅助生成的比较"},
+    },
 }
 CASES = [f"{name}.{lang}.ipynb" for name in EXPECTED for lang in ("en", "zh")]
 
