@@ -149,9 +149,9 @@ def test_step_profile_counts_the_same_matrix_arithmetic_for_a_chunk(nb):
     assert sum(ours["python"].values()) == ours["python_calls"] and "modules/module.py" in ours["python"]
 
 
-@pytest.mark.parametrize("file, label", [("~", "(built-in)"), ("/usr/lib/python3.11/dataclasses.py", "dataclasses.py"),
+@pytest.mark.parametrize("file, label", [("~", "<built-in>"), ("/usr/lib/python3.11/dataclasses.py", "dataclasses.py"),
                                          ("/x/site-packages/transformers/cache_utils.py", "transformers/cache_utils.py"),
-                                         ("/tmp/ipykernel_123/456.py", "(this notebook)"), ("05_decoder.py", "(this notebook)")])
+                                         ("/tmp/ipykernel_123/456.py", "<cell>"), ("05_decoder.py", "<cell>")])
 def test_source_of(nb, file, label):
     assert nb["source_of"](file) == label
 

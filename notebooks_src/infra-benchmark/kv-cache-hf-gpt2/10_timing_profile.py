@@ -27,16 +27,16 @@ MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
 # [en] Where a Python function lives, for the table: the last two parts of its file's path (the name
-# [en] alone for the standard library), "(built-in)" for functions written in C, "(this notebook)" for
-# [en] the notebook's own cells.
+# [en] alone for the standard library), "<built-in>" for functions written in C, "<cell>" for the
+# [en] notebook's own cells.
 # [zh] Python 函数所在的文件，供表格使用：取文件路径的最后两段（标准库只取文件名）；用 C 写的函数记为
-# [zh] "(built-in)"，本笔记本自己的单元格记为 "(this notebook)"。
+# [zh] "<built-in>"，本笔记本自己的单元格记为 "<cell>"。
 def source_of(file):
     parts = Path(file).parts
     if file == "~":
-        return "(built-in)"
+        return "<built-in>"
     if len(parts) < 2 or parts[-2].startswith("ipykernel_"):
-        return "(this notebook)"
+        return "<cell>"
     return parts[-1] if parts[-2].startswith("python3") else "/".join(parts[-2:])
 
 
@@ -87,8 +87,9 @@ if HAVE_TRANSFORMERS:
     say_table([[f"`{name}`", f"{per_step[key]:.3f}" if key in per_step else "-", str(step_profile[key]["aten_calls"]),
                 f"{step_profile[key]['aten_ms']:.3f}", f"{step_profile[key]['python_calls']:,}",
                 f"{step_profile[key]['matmul_flops']:,}"]
-               for key, name in [("ours", "CacheDecoder"), ("gpt2", "GPT2LMHeadModel"),
-                                 ("ours_no_cache", "CacheDecoder, 257 positions")]],
+               for key, name in [("ours", "model(next_token, ours_prefix)"),
+                                 ("gpt2", "gpt2_32(input_ids=next_token, past_key_values=copy)"),
+                                 ("ours_no_cache", "model(race_stream[:, :257])")]],
               en=["one decode step", "time, race p50 / 16 (ms)", "ATen op calls", "time in ATen ops, profiled (ms)",
                   "Python function calls", "matrix-product FLOPs"],
               zh=["一个解码步", "耗时，比赛 p50 / 16（毫秒）", "ATen 算子调用次数", "ATen 算子内耗时，分析器下（毫秒）",
@@ -101,10 +102,11 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="en"
 # Which operations, and where do the Python calls go? The first table lists the ATen operations that
 # took the most time in either step (calls per step and profiled microseconds per step), the second the
-# Python function calls of one step, grouped by the file that defines the function.
+# Python function calls of one step, grouped by the file that defines the function (`<built-in>`:
+# functions written in C; `<cell>`: this notebook's own code).
 
 # %% [markdown] lang="zh"
-# 具体是哪些算子？Python 调用又花在了哪里？第一张表列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张表把一步中的 Python 函数调用按定义该函数的文件分组统计。
+# 具体是哪些算子？Python 调用又花在了哪里？第一张表列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张表把一步中的 Python 函数调用按定义该函数的文件分组统计（`<built-in>` 表示用 C 写的函数，`<cell>` 表示本笔记本自己的代码）。
 
 # %%
 if HAVE_TRANSFORMERS:
