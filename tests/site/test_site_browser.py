@@ -150,8 +150,10 @@ def test_math_is_typeset(crawl):
     assert sum(visit["math"] for visit in crawl.values()) > 100, "the notebooks' formulas were not found at all"
 
 
-def png_outputs(notebook: dict) -> int:
-    return sum("image/png" in output.get("data", {}) for cell in notebook["cells"] for output in cell.get("outputs", []))
+def figure_outputs(notebook: dict) -> int:
+    """Figures among the outputs: matplotlib's PNGs and the browser edition's SVGs (it has no matplotlib)."""
+    return sum(bool({"image/png", "image/svg+xml"} & set(output.get("data", {})))
+               for cell in notebook["cells"] for output in cell.get("outputs", []))
 
 
 def test_every_image_loads(crawl, book):
@@ -160,7 +162,7 @@ def test_every_image_loads(crawl, book):
     for notebook in book.notebooks:
         for lang in book.languages:
             shown = [i for i in crawl[f"{lang}/{notebook.page}.html"]["images"] if "/_images/" in i["src"]]
-            assert len(shown) == png_outputs(notebook.contents[lang]), f"{lang}/{notebook.page}: figures missing"
+            assert len(shown) == figure_outputs(notebook.contents[lang]), f"{lang}/{notebook.page}: figures missing"
 
 
 def twin(path: str, other: str) -> str:
