@@ -49,5 +49,5 @@ def test_section_blocks(out_dir):
 def test_figures_exist(out_dir):
     results = load(out_dir)
     assert results["figures"] == ["masks.png", "padding_mask.png", "static_vs_cat_step.png", "block_table.png",
-                                  "memory_waste.png", "continuous_batching.png"]
+                                  "memory_use.png", "continuous_batching.png"]
     assert all((out_dir / name).exists() for name in results["figures"])

@@ -4,7 +4,8 @@
 # Three prompts of 3, 7 and 12 tokens go into one batch. A tensor must be rectangular, so the shorter
 # prompts are filled up with **padding** slots to 12. Each padding slot gets some token ID (which one
 # does not matter, and we check that it does not) and is marked 0 in an *attention mask* of shape
-# `[B, T]` (1 = a real token). We pad on the **left** (`·` marks a padding slot):
+# `[B, T]` (1 = a real token). We pad on the **left** (`·` marks a padding slot; the first column is the
+# row number):
 #
 # ```
 # 0    ·   ·   ·   ·   ·   ·   ·   ·   ·  a0  a1  a2

@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # **The criteria**, on the padded batch of section 4 with prefill and 20 decode steps, in FP32 and FP64,
-# with `T_max` = 12 + 20 = 32, exactly what the run needs, and once more in FP32 with one slot to spare
-# (`T_max` = 33):
+# with `T_max = 12 + 20 = 32`, exactly what the run needs, and once more in FP32 with one slot to spare
+# (`T_max = 33`):
 #
 # 1. the logits equal those of the `torch.cat` store within the tolerance of their dtype (`1e-5` in FP32,
 #    `1e-10` in FP64), and the greedy tokens are the same. Both stores hand the same values to the same
@@ -19,7 +19,7 @@
 #    `ValueError` before anything is written.
 
 # %% [markdown] lang="zh"
-# **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max` = 12 + 20 = 32，恰好是这次运行所需的长度；另外在 FP32 下再用一个多出一个槽位的存储对象（`T_max` = 33）运行一遍：
+# **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max = 12 + 20 = 32`，恰好是这次运行所需的长度；另外在 FP32 下再用一个多出一个槽位的存储对象（`T_max = 33`）运行一遍：
 #
 # 1. logits 与 `torch.cat` 存储对象的结果在该精度的容差内一致（FP32 为 `1e-5`，FP64 为 `1e-10`），贪心生成的 token 也相同。两种存储对象把相同的值交给相同的运算，区别只在 K 和 V 的内存布局：静态存储对象交出的是缓冲区的视图，各头在内存中相隔 `T_max` 个槽位；`torch.cat` 存储对象交出的是紧凑的张量（预填充时是投影结果转置后的视图）。矩阵乘法算子可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上，两者的舍入结果在最后几个比特上会有差别。有没有差别取决于机器，而不是代码的性质。因此我们不断言逐比特相同，表中只列出本次运行是否恰好逐比特相同；
 # 2. 在全部 21 次调用中，缓冲区的 `data_ptr()` 始终不变（上面的 `torch.cat` 存储对象就是反例：它的地址每次调用都会改变）；
@@ -75,8 +75,8 @@ try:
     OVERFLOW_ERROR = None
 except ValueError as error:
     OVERFLOW_ERROR = f"{type(error).__name__}: {error}"
-say(en=f"One token past `T_max` = {T_MAX}: `{OVERFLOW_ERROR}`; the store still holds {overflow_store.length} positions.",
-    zh=f"超出 `T_max` = {T_MAX} 一个 token：`{OVERFLOW_ERROR}`；存储对象中仍是 {overflow_store.length} 个位置。")
+say(en=f"One token past `T_max = {T_MAX}`: `{OVERFLOW_ERROR}`; the store still holds {overflow_store.length} positions.",
+    zh=f"超出 `T_max = {T_MAX}` 一个 token：`{OVERFLOW_ERROR}`；存储对象中仍是 {overflow_store.length} 个位置。")
 assert OVERFLOW_ERROR is not None and OVERFLOW_ERROR.startswith("ValueError: length + new_len > T_max") and overflow_store.length == T_MAX
 
 # %% [markdown] lang="en"

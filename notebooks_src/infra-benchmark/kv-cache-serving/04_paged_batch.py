@@ -9,7 +9,7 @@
 # are filled with zeros, not NaN: they are read with weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
 
 # %% [markdown] lang="zh"
-# 分页缓存要与一个参照比较，它必须与这个参照相等。参照是一个接口相同的**连续缓存**：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。
+# 检验分页缓存时，拿来比较的参照是一个接口相同的**连续缓存**：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。分页缓存的结果必须与它相等。
 #
 # `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。batch 的键轴长度等于最长序列的长度加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位：这正是第 4、5 节的左填充布局，所以位置和掩码沿用同样的规则。填充位填的是 0 而不是 NaN：它们会以权重 0 被读取，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 

@@ -119,7 +119,7 @@ assert waste["contiguous_max"] > waste["contiguous_final"] > waste["paged_32"] >
 # %% [markdown] lang="zh"
 # 在这个负载上，按最大长度预留会浪费 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存；即便事先知道每个请求的最终长度，也要浪费 {{run:memory.contiguous_final:.1f}}%，因为请求在第一步就预留了要到最后一步才填满的位置。分页时，物理块大小为 8、16、32 的浪费率分别为 {{run:memory.paged_8:.1f}}%、{{run:memory.paged_16:.1f}}% 和 {{run:memory.paged_32:.1f}}%：浪费的只是每个请求最后一个物理块中未填满的部分，少于 $b$ 个位置，上面的单元格对每一步都断言了这一点。物理块越小，浪费越少，代价是块表更长、索引操作更多。
 #
-# **vLLM 论文中的数字**：Kwon 等（SOSP 2023）测量了推理服务系统预留的 K/V 内存中，真正存放 token 状态的比例：三个版本的 Orca 为 **20.4% 到 38.2%**，vLLM 则为 **96.3%**。本节的三种分配方式分别对应论文中的三根柱子。Orca (Max) 按最大长度预留，相当于我们的 `contiguous_max`；Orca (Oracle) 事先知道每个请求真实的输出长度，并恰好预留这么多，相当于我们的 `contiguous_final`；vLLM 按需分配物理块（默认每块 16 个位置），相当于我们的 `paged_16`。按同样的口径，即预留内存中存有 token 的比例，我们的结果分别为 {{run:memory.used_contiguous_max:.1f}}%、{{run:memory.used_contiguous_final:.1f}}% 和 {{run:memory.used_paged_16:.1f}}%。我们按最大长度预留的结果落在论文的范围内，分页缓存的结果不低于 vLLM 的 96.3%。我们按最终长度预留时，内存的利用率比 Orca (Oracle) 的 38.2% 高得多。差距来自实验设置：论文测量的是真实系统在 GPU 上服务真实请求轨迹的情形，柱子里还计入了**外部**碎片（空闲内存散落在容不下一个请求的空隙里）以及内存分配器的其他开销；我们则是在合成的长度分布上逐个请求精确计数，根本没有内存分配器。下面的单元格断言了这三项比较，图中画出我们的五种分配方式和论文的三根柱子。
+# **vLLM 论文中的数字**：Kwon 等（SOSP 2023）测量了推理服务系统预留的 K/V 内存中，真正存放 token 状态的比例：三个版本的 Orca 为 **20.4% 到 38.2%**，vLLM 则为 **96.3%**。本节的三种分配方式分别对应论文中的三根柱子。Orca (Max) 按最大长度预留，相当于我们的 `contiguous_max`；Orca (Oracle) 事先知道每个请求真实的输出长度，并恰好预留这么多，相当于我们的 `contiguous_final`；vLLM 按需分配物理块（默认每个物理块 16 个位置），相当于我们的 `paged_16`。按同样的口径，即预留内存中存有 token 的比例，我们的结果分别为 {{run:memory.used_contiguous_max:.1f}}%、{{run:memory.used_contiguous_final:.1f}}% 和 {{run:memory.used_paged_16:.1f}}%。我们按最大长度预留的结果落在论文的范围内，分页缓存的结果不低于 vLLM 的 96.3%。我们按最终长度预留时，内存的利用率比 Orca (Oracle) 的 38.2% 高得多。差距来自实验设置：论文测量的是真实系统在 GPU 上服务真实请求轨迹的情形，柱子里还计入了**外部**碎片（空闲内存散落在容不下一个请求的空隙里）以及内存分配器的其他开销；我们则是在合成的长度分布上逐个请求精确计数，根本没有内存分配器。下面的单元格断言了这三项比较，图中画出我们的五种分配方式和论文的三根柱子。
 
 # %%
 # [en] The share of reserved K/V memory holding token states, as reported by Kwon et al. (2023), Figure 2.
@@ -143,7 +143,7 @@ ax.set_xlim(0, 110)
 ax.set_xlabel("reserved K/V memory holding tokens (%)")
 ax.set_title(f"{N_REQUESTS} simulated requests (ours) and the vLLM paper's Figure 2 (hatched)", fontsize=9)
 fig.tight_layout()
-MEMORY_PNG = OUT / "memory_waste.png"
+MEMORY_PNG = OUT / "memory_use.png"
 fig.savefig(MEMORY_PNG, dpi=120)
 plt.show()
 

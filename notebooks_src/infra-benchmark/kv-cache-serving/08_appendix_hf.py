@@ -9,7 +9,7 @@
 # * **padding**: GPT-2 runs the padded batch of section 4 through prefill and 20 greedy steps, with
 #   the batch's `attention_mask` and positions `cumsum - 1`; its logits at real positions and its
 #   tokens must equal ours;
-# * **static cache**: the same loop over a `StaticCache` of `T_max` = 32; logits and tokens must equal
+# * **static cache**: the same loop over a `StaticCache` of `T_max = 32`; logits and tokens must equal
 #   ours, and the K and V in its buffers, at the real slots, must equal those in our static buffers.
 #
 # First, the difference section 5 described: `StaticCache` hands attention its whole buffer at every
@@ -26,7 +26,7 @@
 # 第 10 节把我们的解码器放进了 `GPT2LMHeadModel`，并表明无论用不用缓存，两者计算的都是同一个函数。本笔记本中有两种机制在 Hugging Face `transformers` 里也有实现，而且出自别人之手：由 `attention_mask` 驱动的左填充 batch，以及预分配的 `StaticCache`。沿用同一个 FP64 模型 `gpt2_64` 和同样的容差 $10^{-10}$：
 #
 # * **填充**：GPT-2 用 batch 的 `attention_mask` 和位置 `cumsum - 1`，对第 4 节填充后的 batch 做预填充和 20 步贪心生成；它在真实位置上的 logits 和生成的 token 都必须与我们的相同；
-# * **静态缓存**：同样的循环，改用 `T_max` = 32 的 `StaticCache`；logits 和 token 必须与我们的相同，而且它缓冲区里真实槽位上的 K 和 V，也必须与我们静态缓冲区里的相同。
+# * **静态缓存**：同样的循环，改用 `T_max = 32` 的 `StaticCache`；logits 和 token 必须与我们的相同，而且它缓冲区里真实槽位上的 K 和 V，也必须与我们静态缓冲区里的相同。
 #
 # 先看第 5 节说过的那个区别：`StaticCache` 每一步都把整个缓冲区交给注意力，而不是像我们的存储对象那样只交出有效前缀。一个能容纳 4 个位置的探针先接收 2 个位置，再通过缓存自己的 `update` 接收 1 个：`update` 返回的必须是全部 4 个槽位，包括尚未写入的那一个，再由注意力掩码把它遮住。
 #
