@@ -70,7 +70,15 @@ def store_forward(model, ids, new_mask, store):
         x = x + block.mlp(block.ln_2(x))
     return model.lm_head(model.ln_f(x))
 
+# %% [markdown] lang="en"
+# The first store, `CatStore`, and the greedy loop of section 4 written over a store: `generate_with_store`
+# prefills the left-padded batch, then decodes one token per row per call, and records the addresses of
+# the store's tensors after every call.
 
+# %% [markdown] lang="zh"
+# 第一个存储对象 `CatStore`，以及改用存储对象的第 4 节贪心生成循环：`generate_with_store` 先对左填充的 batch 做预填充，然后每次调用为每一行解码一个 token，并在每次调用之后记录存储对象中各张量的地址。
+
+# %%
 class CatStore:
     # [en] The first notebook's cache behind the store interface: torch.cat, new tensors every call.
     # [zh] 以存储对象的形式包装第一份笔记本的缓存：torch.cat，每次调用都生成新张量。
@@ -115,7 +123,7 @@ def generate_with_store(model, prompts, store, steps=DECODE_STEPS):
             rows[r].append(logits[r])
     return {"logits": [torch.cat(r) for r in rows], "tokens": tokens, "pointers": pointers}
 
-
+# %%
 cat_run = generate_with_store(model, PROMPTS, CatStore(cfg, len(PROMPTS)))
 STORE_FORWARD_BIT_EXACT = compare(cat_run["logits"], base["logits"])["bit_exact"] and cat_run["tokens"] == base["tokens"]
 CAT_MOVES = all(a != b for before, after in zip(cat_run["pointers"], cat_run["pointers"][1:]) for a, b in zip(before, after))

@@ -72,7 +72,7 @@ def time_step(prefix_len) -> dict:
             **{f"{name}_ms": {"p50": float(np.percentile(s, 50)), "p95": float(np.percentile(s, 95)),
                               "samples": [round(x, 6) for x in s]} for name, s in samples.items()}}
 
-
+# %%
 STEP_TIMING = [time_step(p) for p in STEP_PREFIXES]
 say_table([[str(r["prefix"]), f"{r['cat_ms']['p50']:.3f} / {r['cat_ms']['p95']:.3f}",
             f"{r['static_ms']['p50']:.3f} / {r['static_ms']['p95']:.3f}", f"{r['copies_ms']['p50']:.3f} / {r['copies_ms']['p95']:.3f}",

@@ -76,7 +76,14 @@ def decode_step(model, cache, requests):
         r.logits.append(logits[row])
         r.tokens.append(int(logits[row, -1].argmax()))
 
+# %% [markdown] lang="en"
+# The loop itself, and `watch`, which records the pool at each pause. A `for` loop over `serve(...)` runs
+# it; `watch` builds the trace while it runs.
 
+# %% [markdown] lang="zh"
+# 下面是循环本身，以及在每次暂停时记录池状态的 `watch`。用 `for` 循环遍历 `serve(...)` 就能运行它；`watch` 则在运行的同时生成逐轮记录。
+
+# %%
 def serve(model, cache, requests, num_blocks, block_size, max_batch):
     # [en] Admit (prefill alone), decode all running requests together, retire finished ones; repeat.
     # [en] Yields at each iteration's peak: after the decode step, before finished requests leave.
@@ -117,7 +124,15 @@ def watch(paged, events, requests, block_size) -> list:
                      "within_reservation": all(len(paged.tables[rid]) <= needed[rid] for rid in event["running"])}
             for event in events]
 
+# %% [markdown] lang="en"
+# Requests are made from `(prompt tokens, output tokens, arrival)` with seeded random prompts. `alone` is the
+# reference for one request: the first notebook's cache, batch 1, and a full recomputation (kept, so each
+# request is run alone once).
 
+# %% [markdown] lang="zh"
+# 请求由 `(提示 token 数, 输出 token 数, 到达轮次)` 生成，提示是用固定种子随机生成的 token。`alone` 是单个请求的参照：第一份笔记本的缓存，batch 为 1，再加一次完整重算（结果会保存下来，所以每个请求只单独运行一次）。
+
+# %%
 def make_requests(specs, seed):
     gen = torch.Generator().manual_seed(seed)
     return [Request(rid, torch.randint(0, cfg.vocab, (prompt_len,), generator=gen), max_new, arrival)
@@ -174,7 +189,14 @@ def schedule_kept(schedule) -> bool:
     return (schedule["cap_respected"] and schedule["first_come_first_served"] and schedule["none_before_arrival"]
             and schedule["no_needless_wait"])
 
+# %% [markdown] lang="en"
+# The six requests of this criterion, all arriving at once, and `check_reuse`, which serves them over a
+# given pool and over a contiguous cache and gathers every check of the criterion.
 
+# %% [markdown] lang="zh"
+# 下面是本判据的六个请求（全部同时到达），以及 `check_reuse`：它让这些请求分别在给定的池和连续缓存上运行，并汇总本判据的每一项检查。
+
+# %%
 # [en] (prompt tokens, output tokens, arrival)
 # [zh] （提示 token 数，输出 token 数，到达轮次）
 REUSE_SPECS = [(9, 6, 0), (14, 12, 0), (5, 3, 0), (11, 8, 0), (7, 10, 0), (13, 5, 0)]
@@ -207,7 +229,7 @@ def check_reuse(pool) -> dict:
         "schedule": check_schedule(paged_requests, trace, REUSE_BLOCKS, BLOCK_SIZE, max_batch=3),
     }
 
-
+# %%
 REUSE = check_reuse(BlockPool(cfg, REUSE_BLOCKS, BLOCK_SIZE))
 say_table([[str(x) for x in row] for row in REUSE["requests"]],
           en=["request", "prompt tokens", "output tokens", "blocks reserved", "arrives", "admitted", "finished"],
@@ -237,7 +259,7 @@ assert schedule_kept(REUSE["schedule"]) and REUSE["schedule"]["max_running"] == 
 
 # %% [markdown] lang="en"
 # Batched decoding need not be bit-identical to decoding alone: the same row sits in matrices of other
-# shapes, whose sums a kernel may group differently (in this run the largest difference was
+# shapes, whose sums a kernel may group differently (in this run the max abs logit error was
 # {{run:reuse.max_abs_logit_err_vs_alone:.1e}}). That is why the comparison with the alone runs uses the
 # FP32 tolerance, while the comparison of the two caches under the same schedule asks for exact
 # equality: there every call is the same call on the same inputs.

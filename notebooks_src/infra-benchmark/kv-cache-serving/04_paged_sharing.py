@@ -58,7 +58,15 @@ def continue_both(cache, prompt_logits):
             runs[s]["tokens"].append(int(logits[row, -1].argmax()))
     return {s: {"logits": torch.cat(run["logits"]), "tokens": run["tokens"]} for s, run in runs.items()}
 
+# %% [markdown] lang="en"
+# `check_shared` runs the two requests over a given paged cache and over the contiguous cache, recomputes
+# each in full, and reads the sharing from the block tables: the table of `a` right after the fork, and
+# both tables at the end.
 
+# %% [markdown] lang="zh"
+# `check_shared` 让两个请求分别在给定的分页缓存和连续缓存上运行，再对每个请求做完整重算，并从块表中读出共享的情况：分叉之后 `a` 的块表，以及结束时两张块表。
+
+# %%
 def check_shared(paged) -> dict:
     prompt_logits = prefill_and_fork(paged)
     at_fork = list(paged.tables["a"])
@@ -86,7 +94,7 @@ def check_shared(paged) -> dict:
         "tables": tables,
     }
 
-
+# %%
 SHARED = check_shared(PagedCache(BlockPool(cfg, 16, BLOCK_SIZE)))
 say_table([[f"`{seq}`", str(table)] for seq, table in SHARED["tables"].items()], en=["sequence", "block table"], zh=["序列", "块表"])
 say(en=f"Bit-exact vs the contiguous cache: `{SHARED['bit_exact_vs_contiguous']}`; max abs logit error vs full recomputation "

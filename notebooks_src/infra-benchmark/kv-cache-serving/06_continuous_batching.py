@@ -43,6 +43,7 @@ stream_cache = PagedCache(BlockPool(cfg, STREAM_BLOCKS, STREAM_BLOCK_SIZE))
 TRACE = watch(stream_cache, serve(model, stream_cache, stream_requests, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH),
               stream_requests, STREAM_BLOCK_SIZE)
 
+# %%
 with torch.inference_mode():
     # [en] The alone run agrees with its own full recomputation.
     # [zh] 单独运行的结果与它自己的完整重算一致。
