@@ -132,7 +132,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # warm-up) and list, per step, how many times each operator was called and its self time (the time in
 # the operator itself, not in the operators it calls: the median time of one call times the calls per
 # step, so that a call stalled by another process on the machine does not count), for the operators that
-# took longest in the `torch.cat` step, and the total over all operators. The profiler adds a little
+# took longest in the `torch.cat` step, and in the last row (`sum`) the total over all operators. The profiler adds a little
 # bookkeeping to every call, so read the times as shares of a step rather than as exact durations.
 #
 # In this run a `torch.cat` step called {{run:profile.cat_calls:.0f}} operators and a static step
@@ -147,7 +147,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # the critical path.
 
 # %% [markdown] lang="zh"
-# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个单步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（预热之后各 {{run:profile.steps}} 步），按每步列出各算子的调用次数和自身耗时（算子本身花的时间，不含它再调用的算子；取单次调用耗时的中位数乘以每步的调用次数，这样机器上其他进程偶尔拖慢的某次调用就不会计入），表中列的是在 `torch.cat` 单步中耗时最多的几个算子，以及全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在单步中所占的比例，而不是精确的耗时。
+# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个单步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（预热之后各 {{run:profile.steps}} 步），按每步列出各算子的调用次数和自身耗时（算子本身花的时间，不含它再调用的算子；取单次调用耗时的中位数乘以每步的调用次数，这样机器上其他进程偶尔拖慢的某次调用就不会计入），表中列的是在 `torch.cat` 单步中耗时最多的几个算子，最后一行（`sum`）是全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在单步中所占的比例，而不是精确的耗时。
 #
 # 本次运行中，一个 `torch.cat` 单步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存单步调用了 {{run:profile.static_calls:.0f}} 次。`torch.cat` 单步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）耗时 {{run:profile.cat_us:.0f}} 微秒，而这一单步的全部算子合计耗时 {{run:profile.cat_total_us:.0f}} 微秒。两种单步的其余部分完全相同，都是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算，却要花几微秒的调度开销。这样的单步，时间主要花在每次调用的固定开销上，而不是运算上。换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
@@ -191,7 +191,7 @@ top = sorted(PROFILE["cat"], key=lambda op: -PROFILE["cat"][op][1])[:8]
 top += ["aten::cat"] if "aten::cat" not in top else []
 totals = {name: (sum(c for c, _ in ops.values()), sum(t for _, t in ops.values())) for name, ops in PROFILE.items()}
 say_table([[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[i]:{fmt}}" for name in ("cat", "static") for i, fmt in ((0, ".0f"), (1, ".1f")))]
-           for op in top] + [["*all*", f"{totals['cat'][0]:.0f}", f"{totals['cat'][1]:.1f}", f"{totals['static'][0]:.0f}", f"{totals['static'][1]:.1f}"]],
+           for op in top] + [["`sum`", f"{totals['cat'][0]:.0f}", f"{totals['cat'][1]:.1f}", f"{totals['static'][0]:.0f}", f"{totals['static'][1]:.1f}"]],
           en=["operator", "`torch.cat` step: calls", "self time (us)", "static step: calls", "self time (us)"],
           zh=["算子", "`torch.cat` 单步：调用次数", "自身耗时（微秒）", "静态缓存单步：调用次数", "自身耗时（微秒）"])
 

@@ -33,7 +33,7 @@ RESULTS = {
                "layers": cfg.layers, "mlp": cfg.mlp, "max_positions": cfg.max_positions, "seed": SEED},
     "tolerances": {"fp32": TOLERANCE[torch.float32], "fp64": TOLERANCE[torch.float64]},
     "padding": {
-        "criterion": "real-position logits of every row equal the prompt run alone and fully recomputed (atol=rtol=tolerance); greedy tokens identical",
+        "criterion": "close(row_logits, alone_logits) and row_tokens == alone_tokens",
         "prompt_lengths": list(PROMPT_LENGTHS), "decode_steps": DECODE_STEPS,
         "runs": {name: {"max_abs_logit_err": r["max_abs_logit_err"], "tokens_identical": r["tokens_identical"], "passed": r["passed"]}
                  for name, r in PADDED.items()},
@@ -42,8 +42,7 @@ RESULTS = {
         "negative_controls": {name: control_entry({**r, "detected": not r["passed"]}) for name, r in PADDING_CONTROL_RUNS.items()},
     },
     "static": {
-        "criterion": "logits within tolerance of the torch.cat store (atol=rtol=tolerance; the stores hand attention different memory layouts), "
-                     "greedy tokens identical; data_ptr fixed; NaN-filled unused slots never reach the logits; the buffer fills to T_max exactly, one token more raises",
+        "criterion": "close(static, torch_cat) and tokens_identical and pointers_fixed and finite and unused_slots_nan and length == t_max",
         "t_max": T_MAX,
         "runs": {name: {k: r[k] for k in ("t_max", "max_abs_logit_err", "close", "bit_exact", "tokens_identical", "pointers_fixed",
                                           "finite", "length", "unused_slots_nan", "calls")} for name, r in STATIC.items()},
@@ -56,13 +55,12 @@ RESULTS = {
                          "repeats": STEP_REPEATS, "order": "rotating", "clock": "time.perf_counter_ns", "unit": "ms"},
             "rows": STEP_TIMING,
         },
-        "profile": {"prefix": STEP_PREFIXES[-1], "steps": PROFILE_STEPS, "unit": "us per step",
+        "profile": {"prefix": STEP_PREFIXES[-1], "steps": PROFILE_STEPS, "unit": "us/step",
                     "ops": {name: {op: {"calls": calls, "self_us": self_us} for op, (calls, self_us) in ops.items()}
                             for name, ops in PROFILE.items()}},
     },
     "paged": {
-        "criterion": "logits and K/V bit-identical to a contiguous per-sequence cache under the same calls (the same calls on the same inputs); "
-                     "logits within tolerance of the torch.cat store",
+        "criterion": "equal(paged, contiguous) and equal(paged_kv, contiguous_kv) and close(paged, torch_cat)",
         "block_size": BLOCK_SIZE,
         "runs": {name: {k: r[k] for k in ("max_abs_logit_err", "close_vs_cat", "bit_exact_vs_cat", "bit_exact_vs_contiguous",
                                           "kv_bit_exact_vs_contiguous", "tokens_identical", "pool_fixed", "contiguous_fixed", "lengths",
@@ -76,14 +74,14 @@ RESULTS = {
         "negative_controls": {name: control_entry(c) for name, c in PAGED_CONTROLS.items()},
     },
     "memory": {
-        "workload": {"requests": N_REQUESTS, "seed": SEED, "prompt": f"log-uniform integers in [{MIN_LEN}, {MAX_LEN}]",
-                     "output": f"log-uniform integers in [{MIN_LEN}, {MAX_LEN}]", "t_max": T_LIMIT,
-                     "bytes_per_token": BYTES_PER_TOKEN, "accounting": "sum over every decode step of every request"},
+        "workload": {"requests": N_REQUESTS, "seed": SEED, "prompt": f"log_uniform({MIN_LEN}, {MAX_LEN})",
+                     "output": f"log_uniform({MIN_LEN}, {MAX_LEN})", "t_max": T_LIMIT,
+                     "bytes_per_token": BYTES_PER_TOKEN, "used": "sum(p + j for j in range(o))"},
         "table": MEMORY,
         "vllm_paper_used_pct": VLLM_PAPER_USED_PCT,
     },
     "continuous_batching": {
-        "criterion": "every request's tokens equal its alone run; logits within the fp32 tolerance; the scheduler keeps its cap, admits first come first served, never before arrival, never needlessly late",
+        "criterion": "tokens == alone_tokens and close(logits, alone_logits) and used_within_reserved and all_returned and schedule_kept(schedule)",
         "pool": {"blocks": STREAM_BLOCKS, "block_size": STREAM_BLOCK_SIZE, "max_batch": STREAM_MAX_BATCH},
         "requests": [{"prompt_tokens": p, "output_tokens": o, "arrival": a, "admitted": r.admitted, "finished": r.finished}
                      for (p, o, a), r in zip(STREAM_SPECS, stream_requests)],
