@@ -114,14 +114,15 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # {{run:step.cat_kib_written}} KiB of K/V at this length; timed alone, those copies took
 # {{run:step.copies_p50_ms:.3f}} ms, {{run:step.copies_share_pct:.0f}}% of the `torch.cat` step. The
 # static step writes one slot per layer instead. That is the whole difference between the two steps, and
-# it is small next to everything else a step does, so the two medians are close, and the variation of a
-# step from one sample to the next (the gap between p50 and p95) can be larger than the copies themselves.
-# Timing is reported, not asserted. What the rest of a step is made of, a profiler shows.
+# it is small next to everything else a step does. The variation of a step from one sample to the next
+# (the gap between p50 and p95, wide on a busy machine) can be larger than the copies themselves, so
+# either median may come out ahead on a given run: timing is reported, not asserted. What the rest of a
+# step is made of, a profiler shows.
 
 # %% [markdown] lang="zh"
 # 上图画的就是表中的数：横轴是前缀长度，纵轴是对数刻度的时间；每种存储对象的标记是一个解码步耗时的中位数，竖线一直画到第 95 百分位数；三角形是单独计时的 `torch.cat` 单步中的复制。
 #
-# 在最长的前缀 $P = {{run:step.prefix}}$ 上，本次运行中 `torch.cat` 单步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒。`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在这个长度上是 {{run:step.cat_kib_written}} KiB 的 K/V；单独计时，这些复制耗时 {{run:step.copies_p50_ms:.3f}} 毫秒，占 `torch.cat` 单步的 {{run:step.copies_share_pct:.0f}}%。静态缓存单步则每层只写一个槽位。两个单步的区别仅此而已，而它与一个单步要做的其余工作相比很小，所以两个中位数很接近；单步耗时在样本之间的波动（p50 与 p95 之差）甚至可能比这些复制本身还大。计时只报告，不做断言。一个单步的其余部分由什么构成，要靠性能分析器来看。
+# 在最长的前缀 $P = {{run:step.prefix}}$ 上，本次运行中 `torch.cat` 单步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒。`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在这个长度上是 {{run:step.cat_kib_written}} KiB 的 K/V；单独计时，这些复制耗时 {{run:step.copies_p50_ms:.3f}} 毫秒，占 `torch.cat` 单步的 {{run:step.copies_share_pct:.0f}}%。静态缓存单步则每层只写一个槽位。两个单步的区别仅此而已，而它与一个单步要做的其余工作相比很小。单步耗时在样本之间的波动（p50 与 p95 之差，机器繁忙时差距很大）甚至可能比这些复制本身还大，所以在某一次运行中，两个中位数谁大谁小都有可能：计时只报告，不做断言。一个单步的其余部分由什么构成，要靠性能分析器来看。
 
 # %% tags=["prose-values"]
 {"step": STEP_SUMMARY}
