@@ -145,3 +145,29 @@ def test_blocks_needed_counts_the_last_token_out(nb):
     request = nb["Request"](0, torch.zeros(8, dtype=torch.long), 9)
     assert nb["blocks_needed"](request, 8) == math.ceil(16 / 8) == 2
     assert nb["blocks_needed"](nb["Request"](1, torch.zeros(8, dtype=torch.long), 10), 8) == 3
+
+
+def test_the_paged_store_section_stands_alone():
+    """04_paged_store.py is meant to be included by other notebooks: it has no heading (it continues the section
+    before it), names no section number, and needs only torch, SEED and a config with layers, heads, head_dim."""
+    from types import SimpleNamespace
+
+    from learning_notebooks.sources import load_config, load_notebook
+    from notebook_code import SOURCES, exec_sections
+
+    from .notebook import NOTEBOOK
+
+    series, name = NOTEBOOK.split("/")
+    section = next(s for s in load_notebook(SOURCES, series, name, load_config(SOURCES)).sections
+                   if s.file.name == "04_paged_store.py")
+    prose = "\n".join(cell.source for cell in section.cells if cell.lang)
+    assert "## " not in prose and "section" not in prose.lower() and "节" not in prose
+    namespace = exec_sections({"SEED": 3}, NOTEBOOK, "04_paged_store.py")
+    config = SimpleNamespace(layers=1, heads=2, head_dim=3)
+    cache = namespace["PagedCache"](namespace["BlockPool"](config, 4, 2))
+    cache.add("x")
+    addresses = cache.reserve("x", 3)
+    values = torch.arange(2 * 3 * 3, dtype=torch.float32).view(2, 3, 3)          # [H, n, Dh]
+    cache.write(0, "x", addresses, values, -values)
+    keys, vals = cache.read(0, "x")
+    assert torch.equal(keys, values) and torch.equal(vals, -values) and len(cache.tables["x"]) == 2

@@ -1,17 +1,9 @@
 # %% [markdown] lang="en"
 # The paged cache must equal a reference: a **contiguous cache** with the same interface, which keeps each
 # sequence's K and V in one `[H, n, Dh]` tensor per layer, grown by `torch.cat` as in the first notebook.
-#
-# `SeqBatchStore` turns a list of sequences, each with its own length, into a store for `store_forward`.
-# The batch's key axis is as long as the longest sequence plus the new tokens; each sequence's keys are
-# placed at the right end of its row, and the slots to the left are padding: exactly the left-padded
-# layout of sections 4 and 5, so positions and masks come from the same rules. The padding slots
-# are filled with zeros, not NaN: they are read with weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
 
 # %% [markdown] lang="zh"
 # 检验分页缓存时，拿来比较的参照是一个接口相同的**连续缓存**：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。分页缓存的结果必须与它相等。
-#
-# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。batch 的键轴长度等于最长序列的长度加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位：这正是第 4、5 节的左填充布局，所以位置和掩码沿用同样的规则。填充位填的是 0 而不是 NaN：它们会以权重 0 被读取，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 
 # %%
 class ContiguousCache:
@@ -50,7 +42,18 @@ class ContiguousCache:
     def pointers(self):
         return [t.data_ptr() for layers in self.tables.values() for pair in layers if pair is not None for t in pair]
 
+# %% [markdown] lang="en"
+# `SeqBatchStore` turns a list of sequences, each with its own length, into a store for `store_forward`.
+# The batch's key axis is as long as the longest sequence plus the new tokens; each sequence's keys are
+# placed at the right end of its row, and the slots to the left are padding: exactly the left-padded
+# layout of sections 4 and 5, so positions and masks come from the same rules. The padding slots
+# are filled with zeros, not NaN: attention multiplies their values by the weight 0, and
+# $0 \cdot \mathrm{NaN}$ would be NaN.
 
+# %% [markdown] lang="zh"
+# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。batch 的键轴长度等于最长序列的长度加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位：这正是第 4、5 节的左填充布局，所以位置和掩码沿用同样的规则。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
+
+# %%
 class SeqBatchStore:
     def __init__(self, cache, seqs):
         self.cache, self.seqs = cache, list(seqs)
@@ -146,7 +149,7 @@ def check_paged(paged) -> dict:
         "tables": [list(paged.tables[s]) for s in range(len(PROMPTS))],
     }
 
-
+# %%
 PAGED = {DTYPE_NAME[d]: check_paged(PagedCache(BlockPool(cfg, 32, BLOCK_SIZE, d))) for d in TOLERANCE}
 say_table([[str(seq), str(PAGED["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(PAGED["fp32"]["tables"])],
           en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])

@@ -103,7 +103,7 @@ def gpt2_padded_loop(gpt2, prompts, cache, steps=DECODE_STEPS, pass_positions=Tr
             rows[r].append(logits[r])
     return {"logits": [torch.cat(r) for r in rows], "tokens": tokens}
 
-
+# %%
 if HF_SKIP is None:
     ours_run = generate_padded(ours64, PROMPTS)
     static64 = STATIC["fp64"]["store"]
