@@ -129,8 +129,8 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 
 # %% [markdown] lang="en"
 # **What a decode step costs.** `torch.profiler` records every operator a step calls. We profile the same
-# decode step at $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each, after a
-# warm-up) and list, per step, how many times each operator was called and its self time (the time in
+# decode step at $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each, the two stores
+# taking turns every five steps so that both meet the same load of the machine) and list, per step, how many times each operator was called and its self time (the time in
 # the operator itself, not in the operators it calls: the median time of one call times the calls per
 # step, so that a call stalled by another process on the machine does not count), for the operators that
 # took longest in the `torch.cat` step, and in the last row (`sum`) the total over all operators. The profiler adds a little
@@ -148,7 +148,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # the critical path.
 
 # %% [markdown] lang="zh"
-# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个单步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（预热之后各 {{run:profile.steps}} 步），按每步列出各算子的调用次数和自身耗时（算子本身花的时间，不含它再调用的算子；取单次调用耗时的中位数乘以每步的调用次数，这样机器上其他进程偶尔拖慢的某次调用就不会计入），表中列的是在 `torch.cat` 单步中耗时最多的几个算子，最后一行（`sum`）是全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在单步中所占的比例，而不是精确的耗时。
+# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个单步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时（算子本身花的时间，不含它再调用的算子；取单次调用耗时的中位数乘以每步的调用次数，这样机器上其他进程偶尔拖慢的某次调用就不会计入），表中列的是在 `torch.cat` 单步中耗时最多的几个算子，最后一行（`sum`）是全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在单步中所占的比例，而不是精确的耗时。
 #
 # 本次运行中，一个 `torch.cat` 单步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存单步调用了 {{run:profile.static_calls:.0f}} 次。`torch.cat` 单步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）耗时 {{run:profile.cat_us:.0f}} 微秒，而这一单步的全部算子合计耗时 {{run:profile.cat_total_us:.0f}} 微秒。两种单步的其余部分完全相同，都是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算，却要花几微秒的调度开销。这样的单步，时间主要花在每次调用的固定开销上，而不是运算上。换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
@@ -166,25 +166,26 @@ PROFILE_STEPS = 10 if QUICK else 50
 def profile_step(prefix_len) -> dict:
     # [en] Per store and per operator, in one step: the calls, and the self time (µs) as the median time of one
     # [en] call times the calls per step (a median, so that one call stalled by another process does not count).
+    # [en] The stores take turns, five steps at a time, so that both see the same load of the machine.
     # [zh] 每种存储对象、每个算子在一个单步中的调用次数，以及自身耗时（微秒）：单次调用耗时的中位数乘以
     # [zh] 每步的调用次数（取中位数，是为了不让某一次被其他进程拖慢的调用计入结果）。
+    # [zh] 两种存储对象轮流进行，每次五步，这样两者遇到的机器负载相同。
     cat_store, static_store, restore = prepared_stores(prefix_len)
     token, one = STEP_STREAM[:, prefix_len:prefix_len + 1], torch.ones(1, 1, dtype=torch.bool)
-    ops = {}
-    for name, store in (("cat", cat_store), ("static", static_store)):
-        for _ in range(STEP_WARMUPS):
+    stores, calls = {"cat": cat_store, "static": static_store}, {"cat": {}, "static": {}}
+    for turn in range(PROFILE_STEPS // 5):
+        for name, store in stores.items():
             restore()
             store_forward(model, token, one, store)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(PROFILE_STEPS):
-                restore()
-                store_forward(model, token, one, store)
-        calls = {}
-        for event in prof.events():
-            calls.setdefault(event.key, []).append(event.self_cpu_time_total)
-        ops[name] = {op: (len(times) / PROFILE_STEPS, float(np.median(times)) * len(times) / PROFILE_STEPS)
-                     for op, times in calls.items()}
-    return ops
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(5):
+                    restore()
+                    store_forward(model, token, one, store)
+            for event in prof.events():
+                calls[name].setdefault(event.key, []).append(event.self_cpu_time_total)
+    steps = PROFILE_STEPS // 5 * 5
+    return {name: {op: (len(times) / steps, float(np.median(times)) * len(times) / steps) for op, times in ops.items()}
+            for name, ops in calls.items()}
 
 
 PROFILE = profile_step(STEP_PREFIXES[-1])
