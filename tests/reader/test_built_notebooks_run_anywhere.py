@@ -37,8 +37,8 @@ EXPECTED = {
         "skip": {"en": "transformers is not installed", "zh": "没有安装 transformers"},
     },
     "kv-cache-serving": {
-        "files": ["masks.png", "memory_waste.png", "padding_mask.png", "pool_occupancy.png", "results.json",
-                  "static_vs_cat_step.png"],
+        "files": ["block_table.png", "continuous_batching.png", "masks.png", "memory_use.png", "padding_mask.png",
+                  "results.json", "static_vs_cat_step.png"],
         "skip": {"en": "the appendix is skipped", "zh": "跳过本附录"},
     },
     "kv-cache-architectures": {
