@@ -170,7 +170,7 @@ six_token_pairs = {
 say_table([[f"`{cached}`", f"`{full}`", f"{max_abs_err(*pair):.2e}", f"`{close(*pair)}`"]
            for (cached, full), pair in six_token_pairs.items()],
           en=["cached call", "full pass", "max difference", "within 1e-10"],
-          zh=["缓存调用", "完整调用", "最大差值", "在 1e-10 内一致"])
+          zh=["缓存调用", "完整调用", "最大绝对误差", "在 1e-10 内一致"])
 assert [close(*pair) for pair in six_token_pairs.values()] == [True, True, True, False]
 say(en="Cached logits and K/V match the full pass, position by position; shifted by one row, they do not.",
     zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致；错开一行就对不上。")

@@ -153,5 +153,5 @@ assert all(counts == [p + i + 1 if name == "allowed_keys" else i + 1 for i in ra
 wrong_mask_logits, _, _ = toy_forward(token_ids[:, PAST:], cache=prefill_cache, mask_fn=upper_left_mask)
 wrong_mask_error = max_abs_err(wrong_mask_logits, full_logits[:, PAST:])
 say(en=f"Largest logit difference with the upper-left triangle: {wrong_mask_error:.3f}.",
-    zh=f"使用左上角三角形时，logits 的最大差值为 {wrong_mask_error:.3f}。")
+    zh=f"使用左上角三角形时，logits 的最大绝对误差为 {wrong_mask_error:.3f}。")
 assert wrong_mask_logits.shape == step_logits.shape and not close(wrong_mask_logits, full_logits[:, PAST:])

@@ -18,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 7. 要点与练习
 #
-# - **KV 缓存保存每一层的键和值。** 带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大差值为 {{run:browser.cached_vs_full:.1e}}）。
+# - **KV 缓存保存每一层的键和值。** 带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.1e}}）。
 # - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 却偏离了多达 {{run:browser.restart_error:.2f}}。
 # - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 偏离了多达 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
 # - **缓存省下了计算，却不损失精度**：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 float64 容差内一致。
@@ -66,7 +66,7 @@ assert close(chunked, full_logits)
 say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunked logits match the full pass "
        f"(largest difference {max_abs_err(chunked, full_logits):.1e}).",
     zh=f"练习 1 已核对：缓存依次增长到 3、5、6 个位置；分块送入得到的 logits 与完整调用一致"
-       f"（最大差值 {max_abs_err(chunked, full_logits):.1e}）。")
+       f"（最大绝对误差 {max_abs_err(chunked, full_logits):.1e}）。")
 
 # %% [markdown] lang="en"
 # **Exercise 2: a sliding window.** Some models let each query read only the last $W$ keys, itself
@@ -155,7 +155,7 @@ assert max(gen_errors) <= TOLERANCE
 say(en=f"Exercise 3 checked: 12 rows with the cache, 72 without; the last logits of every step agree "
        f"(largest difference {max(gen_errors):.1e}).",
     zh=f"练习 3 已核对：用缓存投影 12 行，不用缓存投影 72 行；每一步最后一行的 logits 都一致"
-       f"（最大差值 {max(gen_errors):.1e}）。")
+       f"（最大绝对误差 {max(gen_errors):.1e}）。")
 
 # %% [markdown] lang="en"
 # ## Where to go next

@@ -110,7 +110,7 @@ if HAVE_TRANSFORMERS:
     say_table([[f"`{gpt2_side}`", f"`{ours_side}`", f"{max_abs_err(*pair):.1e}", f"`{close(*pair)}`"]
                for (gpt2_side, ours_side), pair in layout_pairs.items()],
               en=["GPT-2, layer 0", "ours, layer 0", "max difference", "within 1e-10"],
-              zh=["GPT-2 第 0 层", "我们的第 0 层", "最大差值", "在 1e-10 内一致"])
+              zh=["GPT-2 第 0 层", "我们的第 0 层", "最大绝对误差", "在 1e-10 内一致"])
     # [en] Five projections agree; the untransposed matrix (the last row, the control) does not.
     # [zh] 五个投影都一致；不转置的矩阵（最后一行，负对照）对不上。
     assert [close(*pair) for pair in layout_pairs.values()] == [True] * 5 + [False]

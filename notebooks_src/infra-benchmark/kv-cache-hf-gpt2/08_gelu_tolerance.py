@@ -92,7 +92,7 @@ if HAVE_TRANSFORMERS:
               zh=["权重", "FP32，正确映射", "FP32，`gelu_new`", "FP64，正确映射", "FP64，`gelu_new`"])
     say(en="Largest logit difference, GPT-2 against ours; in brackets whether it agrees within 1e-05 (FP32) "
            "or 1e-10 (FP64).",
-        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大差值；括号里注明它是否在 1e-05（FP32）或 1e-10（FP64）的容差内一致。")
+        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里注明它是否在 1e-05（FP32）或 1e-10（FP64）的容差内一致。")
 
     # [en] The verdicts the text reads from the table: FP32 misses the trap only with the scaled weights ...
     # [zh] 正文从表中读出的判定：只有换成缩小后的权重时，FP32 才漏掉陷阱……

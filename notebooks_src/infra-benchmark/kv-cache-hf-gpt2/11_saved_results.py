@@ -120,7 +120,7 @@ if HAVE_TRANSFORMERS:
            f"FLOPs per step and {step_profile['gpt2']['python_calls']:,} against {step_profile['ours']['python_calls']:,} "
            f"Python function calls (one run on one machine).",
         zh=f"**结语**（transformers {transformers.__version__}，`GPT2LMHeadModel`，eager 注意力，FP64，"
-           f"容差 1e-10）。GPT-2 与我们的解码器之间的最大差值：无论用不用缓存，logits 都不超过 {worst_full_cached:.1e}，"
+           f"容差 1e-10）。GPT-2 与我们的解码器之间的最大绝对误差：无论用不用缓存，logits 都不超过 {worst_full_cached:.1e}，"
            f"缓存的 K/V 不超过 {worst_kv:.1e}。三个陷阱全部查出，其中误差最小的 `gelu_new` 为 {smallest_trap:.1e}。"
            f"执行 `crop(-{CROP_TOKENS})` 之后，两份缓存相差不超过 {crop_errors['cropped_kv']:.1e}，"
            f"续写的 logits 相差不超过 {crop_errors['logits_after_crop']:.1e}。带缓存解码（{PEER_PROMPT} 个 token "

@@ -25,7 +25,7 @@
 # %% [markdown] lang="zh"
 # ## 12. 要点与练习
 #
-# - **外部裁判与我们的解码器一致。** 装入我们的权重后，`GPT2LMHeadModel` 无论用不用缓存都算出相同的 logits，每一层缓存的 K 和 V 也相同：最大差值为 {{run:takeaways.worst_error:.1e}}，处于 FP64 舍入误差的水平。
+# - **外部裁判与我们的解码器一致。** 装入我们的权重后，`GPT2LMHeadModel` 无论用不用缓存都算出相同的 logits，每一层缓存的 K 和 V 也相同：最大绝对误差为 {{run:takeaways.worst_error:.1e}}，处于 FP64 舍入误差的水平。
 # - **错误出在映射上。** `nn.Linear` 存的是 `[out, in]`，GPT-2 的 `Conv1D` 存的是 `[in, out]`，GPT-2 的 `c_attn` 还把 Q、K、V 放在同一个矩阵里。缺了某个权重，或者漏了转置而导致形状不符，加载时就会被拒绝；共享嵌入权重、方阵漏了转置、用错了 GELU，加载时都一声不响，只有比较才能查出来。
 # - **逐层的误差能指出错误所在的位置**：发生在某一层注意力之后的错误，不影响这一层的缓存，要到下一层的缓存才显现出来。
 # - **容差决定了比较能看见什么。** 用错 GELU 只让 logits 偏离了 {{run:takeaways.gelu_error:.1e}}：远高于 FP64 的舍入误差，但一旦 MLP 的输入较小，就落在 FP32 的舍入误差之内。要分辨微小的系统性差异，就在 FP64 下比较。
@@ -115,7 +115,7 @@ if HAVE_TRANSFORMERS:
     say(en=f"Exercise 2 checked: after `crop(-3)` the cache held 22 positions, and the next token's logits match "
            f"one full call (largest difference {max_abs_err(after_rollback, one_call):.1e}).",
         zh=f"练习 2 已核对：执行 `crop(-3)` 之后缓存里有 22 个位置，下一个 token 的 logits 与一次完整调用的结果一致"
-           f"（最大差值 {max_abs_err(after_rollback, one_call):.1e}）。")
+           f"（最大绝对误差 {max_abs_err(after_rollback, one_call):.1e}）。")
 
 # %% [markdown] lang="en"
 # **Exercise 3: how large is the cache?** Section 10's race prefilled a 256-token prompt into a
