@@ -104,28 +104,28 @@ BUGS = {
          "for b in reversed(self.tables[seq]) for s in range(self.pool.fill[b])")),
     "paged: freed block not returned": bug(
         STORE,
-        ("            self.clear(block)\n            self.free.append(block)\n",
-         "            self.clear(block)\n")),
+        ("        self.clear(block)\n        self.free.append(block)\n",
+         "        self.clear(block)\n")),
     "paged: freed block returned twice": bug(
         STORE,
         ("            self.pool.release(block)\n",
          "            self.pool.release(block)\n            self.pool.free.append(block)\n")),
     "paged: block returned while still held": bug(
         STORE,
-        ("            self.clear(block)\n            self.free.append(block)\n",
-         "            self.clear(block)\n        self.free.append(block)\n")),
+        ("        if self.refs[block] == 0:\n            self.reclaim(block)\n",
+         "        if self.refs[block] == 0:\n            self.clear(block)\n        self.free.append(block)\n")),
     "paged: release ignores the reference count": bug(
         STORE,
         ("        self.refs[block] -= 1\n",
          "        self.refs[block] = 0\n")),
-    "paged: fork does not count the new holder": bug(
+    "paged: a new holder not counted": bug(
         STORE,
-        ("            self.pool.refs[block] += 1\n",
-         "            pass\n")),
+        ("    def hold(self, block):\n        self.refs[block] += 1\n",
+         "    def hold(self, block):\n        pass\n")),
     "paged: forked block table reversed": bug(
         STORE,
-        ("self.tables[child] = list(self.tables[parent])\n        for block",
-         "self.tables[child] = list(reversed(self.tables[parent]))\n        for block")),
+        ("self.add(child, self.tables[parent])",
+         "self.add(child, self.tables[parent][::-1])")),
     "paged: copy-on-write skipped": bug(STORE, ("if pool.refs[table[-1]] > 1:", "if pool.refs[table[-1]] > 2:")),
     "paged: copy-on-write keeps writing the old block": bug(
         STORE,
