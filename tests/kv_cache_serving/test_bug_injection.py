@@ -13,7 +13,7 @@ from bug_injection import bug, bug_tests
 from .notebook import NOTEBOOK
 
 PAD, STATIC, MEMORY = "02_padding.py", "03_static_cache.py", "05_memory.py"
-STORE, BATCH, SERVING = "04_paged_store.py", "04_paged_batch.py", "04_paged_serving.py"
+STORE, BATCH, REQUESTS, SERVING = "04_paged_store.py", "04_paged_batch.py", "04_paged_requests.py", "04_paged_serving.py"
 FULL = "ValueError: length + new_len > T_max"          # the static store refusing what does not fit
 EXHAUSTED = "RuntimeError: free == []"                   # the block pool with no free block
 BUGS = {
@@ -190,7 +190,7 @@ BUGS = {
          ""),
         stops_with=EXHAUSTED),
     "scheduler: reservation one position short": bug(
-        SERVING,
+        REQUESTS,
         ("len(request.prompt) + request.max_new - 1) / block_size",
          "len(request.prompt) + request.max_new - 2) / block_size")),
     # The scheduler's promises, which no logit can see: the cap, first come first served, no needless wait.

@@ -168,6 +168,19 @@ def test_the_paged_store_section_stands_alone():
     assert torch.equal(keys, values) and torch.equal(vals, -values) and len(cache.tables["x"]) == 2
 
 
+def test_the_requests_section_stands_alone():
+    """04_paged_requests.py is included by the reuse notebook too: it needs nothing from the notebook."""
+    from notebook_code import exec_sections
+
+    from .notebook import NOTEBOOK, assert_includable
+
+    assert_includable("04_paged_requests.py")
+    namespace = exec_sections({}, NOTEBOOK, "04_paged_requests.py")
+    request = namespace["Request"](7, torch.zeros(5, dtype=torch.long), 4, arrival=2)
+    assert (request.tokens, request.logits, request.admitted, request.finished) == ([], [], -1, -1)
+    assert namespace["blocks_needed"](request, 4) == 2                     # 5 + 4 - 1 = 8 positions
+
+
 def test_add_starts_a_table_with_shared_blocks_and_free_releases_the_last_block_first(nb):
     pool = nb["BlockPool"](nb["cfg"], 6, 2, seed=4)
     cache = nb["PagedCache"](pool)
