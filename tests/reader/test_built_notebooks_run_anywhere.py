@@ -42,7 +42,7 @@ EXPECTED = {
         "skip": {"en": "the appendix is skipped", "zh": "跳过本附录"},
     },
     "kv-cache-architectures": {
-        "files": ["masks.png", "memory.png", "quantized_cache_error.png", "results.json", "sliding_window.png"],
+        "files": ["gqa_heads.png", "masks.png", "memory.png", "quantized_cache_error.png", "results.json", "sliding_window.png"],
         "skip": {"en": "cross-checks are skipped", "zh": "交叉核对已跳过"},
     },
     "kv-cache-compression": {
