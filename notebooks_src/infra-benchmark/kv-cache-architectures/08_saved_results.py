@@ -6,12 +6,14 @@
 # their raw samples and the decode-step profile, the memory table, the cross-checks with Hugging Face (or why
 # they were skipped), and every negative control with what its check measured and whether it was caught. The
 # schema is documented in `docs/kv-cache-architectures-results-schema.md` in the repository. The tables below
-# are built from the same dictionaries that are written.
+# are built from the same dictionaries that are written. With `transformers`, the tiled K/V heads and the window
+# one key too wide are also rejected by the Llama and Mistral referees (`referee_full_logit_err` in their
+# control records).
 
 # %% [markdown] lang="zh"
 # ## 10. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起：每种变体的判据所对应的各行网格结果、量化的误差界与测量结果、注意力计时及其原始样本和解码步的性能分析、内存表、与 Hugging Face 的交叉核对（或跳过的原因），以及每个负对照的检查测得的数值和是否查出。文件格式见仓库中的 `docs/kv-cache-architectures-results-schema.md`。下面的表格就是由写入文件的同一批字典生成的。
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起：每种变体的判据所对应的各行网格结果、量化的误差界与测量结果、注意力计时及其原始样本和解码步的性能分析、内存表、与 Hugging Face 的交叉核对（或跳过的原因），以及每个负对照的检查测得的数值和是否查出。文件格式见仓库中的 `docs/kv-cache-architectures-results-schema.md`。下面的表格就是由写入文件的同一批字典生成的。安装了 `transformers` 时，平铺的 K/V 头和宽了一个键的窗口还会分别被 Llama 和 Mistral 裁判判为不一致（记录在各自负对照的 `referee_full_logit_err` 中）。
 
 # %%
 EXACT_GRIDS = {"gqa2": GQA_GRIDS["gqa2"], "mqa": GQA_GRIDS["mqa"], "rope": ROPE_GRID, "window": WINDOW_GRID,
@@ -54,34 +56,4 @@ RESULTS = {
 }
 FIGURES = [MASKS_PNG.name, GQA_PNG.name, WINDOW_PNG.name, QUANT_PNG.name, MEMORY_PNG.name]
 RESULTS_JSON = save_results("infra-benchmark/kv-cache-architectures", 2, RESULTS, FIGURES)
-
-# %% [markdown] lang="en"
-# The exact variants: for each, the largest difference between its cached path and full recomputation over its
-# configurations, in FP32 and FP64. All sit at the rounding level of their dtype.
-
-# %% [markdown] lang="zh"
-# 各精确变体：每一种在它的各个配置上，缓存路径与完整重算之间的最大绝对差，分 FP32 和 FP64 列出。它们都处在各自精度的舍入误差水平。
-
-# %%
-summary_table({f"`{name}`": rows for name, rows in EXACT_GRIDS.items()})
-
-# %% [markdown] lang="en"
-# The negative controls: each broke one thing on purpose, and each was caught by the check named in its row. The
-# measured column is the number that check judged (for a `check_cached` control, the smallest logit error of
-# its failing runs). With `transformers`, the tiled K/V heads and the window one key too wide are also rejected
-# by the Llama and Mistral referees.
-
-# %% [markdown] lang="zh"
-# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值（对 `check_cached` 类的负对照，是失败运行中最小的 logits 误差）。安装了 `transformers` 时，平铺的 K/V 头和宽了一个键的窗口还会分别被 Llama 和 Mistral 裁判判为不一致。
-
-# %%
-controls_table(CONTROLS)
-assert all(c["caught"] for c in CONTROLS.values())
-if HAVE_HF:
-    say(en=f"Cross-checks with transformers {ENVIRONMENT['transformers']} (FP64): Llama {max(LLAMA_CROSS['hf_precision'].values()):.1e}, "
-           f"Mistral {max(MISTRAL_CROSS['hf_precision'].values()):.1e}.",
-        zh=f"与 transformers {ENVIRONMENT['transformers']} 的交叉核对（FP64）：Llama {max(LLAMA_CROSS['hf_precision'].values()):.1e}，"
-           f"Mistral {max(MISTRAL_CROSS['hf_precision'].values()):.1e}。")
-else:
-    say(en=f"The Hugging Face cross-checks are skipped: `transformers` is not available here ({HF_SKIP}).",
-        zh=f"与 Hugging Face 的交叉核对已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
+REFEREES = {"Llama": LLAMA_CROSS["hf_precision"], "Mistral": MISTRAL_CROSS["hf_precision"]} if HAVE_HF else {}
