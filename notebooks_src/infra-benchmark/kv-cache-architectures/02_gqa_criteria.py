@@ -33,7 +33,7 @@ MHA_SAME = {name: {"max_abs_err": max_abs_err(a, b), "close": close(a, b), "bit_
             for name, (a, b) in MHA_PAIRS.items()}
 say_table([[f"`{name}`", f"{r['max_abs_err']:.1e}", f"`{r['close']}`", f"`{r['bit_exact']}`"] for name, r in MHA_SAME.items()],
           en=["section 3's decoder vs `Decoder`", "max abs difference", "within tolerance", "bit-exact on this run"],
-          zh=["第 3 节的解码器对照 `Decoder`", "最大绝对差", "在容差之内", "本次运行逐比特相同"])
+          zh=["第 3 节的解码器对照 `Decoder`", "最大绝对误差", "在容差之内", "本次运行逐比特相同"])
 assert all(r["close"] for r in MHA_SAME.values())
 assert MHA_SAME["layer0_k"]["bit_exact"] and MHA_SAME["layer0_v"]["bit_exact"]
 
@@ -46,7 +46,7 @@ assert MHA_SAME["layer0_k"]["bit_exact"] and MHA_SAME["layer0_v"]["bit_exact"]
 # statement about the machine, not about the code.
 
 # %% [markdown] lang="zh"
-# 直接在乘积本身上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。断言逐比特相同，断言的就是机器的性质，而不是代码的性质。
+# 直接在乘积本身上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。断言逐比特相同，断言的就是机器的性质，而不是代码的性质。
 
 # %%
 def by_view_and_by_copy(length: int):
@@ -64,7 +64,7 @@ LAYOUT = {"lengths_differing": [t for t, d in LAYOUT_DIFF.items() if d > 0], "ma
 say(en=f"`q @ k.T` by view and by copy, lengths 1 to {STREAM_LEN}: rounded differently at lengths {LAYOUT['lengths_differing']} "
        f"on this machine (largest difference {LAYOUT['max_abs_diff']:.1e}).",
     zh=f"`k` 取视图和取连续副本时的 `q @ k.T`，长度 1 到 {STREAM_LEN}：在这台机器上，长度为 {LAYOUT['lengths_differing']} "
-       f"时两者的舍入结果不同（最大绝对差 {LAYOUT['max_abs_diff']:.1e}）。")
+       f"时两者的舍入结果不同（最大绝对误差 {LAYOUT['max_abs_diff']:.1e}）。")
 assert all(close(*pair) for pair in LAYOUT_PAIRS.values())
 
 # %% [markdown] lang="en"

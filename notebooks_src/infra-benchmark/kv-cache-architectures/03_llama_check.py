@@ -24,7 +24,7 @@ if HAVE_HF:
         tiled_error = max_abs_err(with_hf_precision(tiled(LLAMA_CFG).double())(STREAM)[0], hf(input_ids=STREAM).logits)
     say_table([[f"`{name}`", f"{error:.1e}"] for name, error in LLAMA_FP32_STEPS.items()],
               en=["Hugging Face's FP32 steps reproduced in our FP64 model", "full call: max abs logit difference"],
-              zh=["在我们的 FP64 模型中复现的 Hugging Face FP32 步骤", "完整调用：logits 最大绝对差"])
+              zh=["在我们的 FP64 模型中复现的 Hugging Face FP32 步骤", "完整调用：logits 最大绝对误差"])
     LLAMA_CROSS = {"hf_precision": referee_errors(with_hf_precision(llama64), hf), "pure_fp64": referee_errors(llama64, hf),
                    "tiled_kv_heads": {"full": tiled_error}}
     referee_table(LLAMA_CROSS, {"hf_precision": "`with_hf_precision(build(LLAMA_CFG))`", "pure_fp64": "`build(LLAMA_CFG)`",

@@ -83,7 +83,7 @@ CONTROLS["rope_turned_backwards"] = {"section": 5, "check": "rope_by_formula", "
 say(en=f"`Rotary` against the formula (FP64, 512 positions): largest difference {ROPE_FORMULA['rotary']:.1e}. Turned backwards: "
        f"{ROPE_FORMULA['backwards']:.2f} from the formula (caught), although its scores change under the shifts by only "
        f"{ROPE_FORMULA['backwards_shift_error']:.1e}.",
-    zh=f"`Rotary` 对照公式（FP64，512 个位置）：最大绝对差 {ROPE_FORMULA['rotary']:.1e}。反向旋转：与公式相差 "
+    zh=f"`Rotary` 对照公式（FP64，512 个位置）：最大绝对误差 {ROPE_FORMULA['rotary']:.1e}。反向旋转：与公式相差 "
        f"{ROPE_FORMULA['backwards']:.2f}（已查出），尽管平移时它的分数只变化了 {ROPE_FORMULA['backwards_shift_error']:.1e}。")
 assert ROPE_FORMULA["rotary"] < 1e-12
 assert CONTROLS["rope_turned_backwards"]["shift_test_passed"] and CONTROLS["rope_turned_backwards"]["caught"]

@@ -34,6 +34,6 @@ CONTROLS["crop_to_window"] = {"section": 6, "check": "cached windowed model", "m
                               "caught": CROP["crop_W_restart"] > 1e-2}
 say_table([[f"`{name}`", f"{value:.2e}"] for name, value in CROP.items()],
           en=[f"comparison (FP64, positions {WINDOW} to {STREAM_LEN - 1})", "max abs logit difference"],
-          zh=[f"比较（FP64，位置 {WINDOW} 到 {STREAM_LEN - 1}）", "logits 最大绝对差"])
+          zh=[f"比较（FP64，位置 {WINDOW} 到 {STREAM_LEN - 1}）", "logits 最大绝对误差"])
 assert CONTROLS["crop_to_window"]["caught"] and CROP["crop_receptive_field_minus_1"] > 1e-6
 assert CROP["restart_vs_true_positions"] < 1e-10 and CROP["crop_receptive_field"] < 1e-10

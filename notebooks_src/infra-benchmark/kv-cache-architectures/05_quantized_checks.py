@@ -26,7 +26,7 @@
 # less peak memory.
 
 # %% [markdown] lang="zh"
-# 实验设置：第 5 节的 Llama 结构模型先读入 16 个 token 的提示（prompt），再用精确缓存（`FullKV`）贪心生成 64 个 token。量化模型被送入完全相同的 80 个 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。在 64 步中的每一步，我们都记录 logits 的最大绝对差，以及贪心（argmax）选出的 token 是否相同。
+# 实验设置：第 5 节的 Llama 结构模型先读入 16 个 token 的提示（prompt），再用精确缓存（`FullKV`）贪心生成 64 个 token。量化模型被送入完全相同的 80 个 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。在 64 步中的每一步，我们都记录 logits 的最大绝对误差，以及贪心（argmax）选出的 token 是否相同。
 #
 # 既然不再声称精确，**判据**如下：
 #

@@ -22,7 +22,7 @@
 # The mask is not the only question a real kernel raises. The mask also decides which kernel may run:
 # FlashAttention's GPU kernels take a causal flag but no arbitrary mask, so on a GPU a boolean mask such as the
 # band sends PyTorch's SDPA to another, slower backend. A one-query decode step gives a kernel little to parallelize over, so decode kernels split the
-# cached keys into blocks and combine the partial softmaxes (split-KV, as in Flash-Decoding). A paged cache
+# cached keys into blocks and combine the partial softmaxes (split-K decoding, as in Flash-Decoding). A paged cache
 # stores K/V in blocks that the kernel must read through a block table (vLLM's PagedAttention). And GQA pays
 # off only if the kernel indexes the shared K/V heads instead of copying them. None of this changes the
 # numbers the check compares; all of it decides the speed.
@@ -36,7 +36,7 @@
 # * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
 # * `SDPACausalIfSeveral`（负对照）：不传掩码，只要这次调用有不止一个查询，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取缓存中的每个键）；但在非空缓存之后，它会让多 token 的分块看不到缓存中的大部分内容。
 #
-# 真实的算子要考虑的不只是掩码。掩码还决定了能用哪个算子：FlashAttention 在 GPU 上的算子只接受一个因果标志，不接受任意掩码，所以在 GPU 上，像带状掩码这样的布尔掩码会让 PyTorch 的 SDPA 改用另一个更慢的后端。单个查询的解码步几乎没有可供并行的维度，所以解码用的算子会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-KV，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，算子必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在算子按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
+# 真实的算子要考虑的不只是掩码。掩码还决定了能用哪个算子：FlashAttention 在 GPU 上的算子只接受一个因果标志，不接受任意掩码，所以在 GPU 上，像带状掩码这样的布尔掩码会让 PyTorch 的 SDPA 改用另一个更慢的后端。单个查询的解码步几乎没有可供并行的维度，所以解码用的算子会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，算子必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在算子按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right

@@ -4,7 +4,7 @@
 # All sit at the rounding level of their dtype.
 
 # %% [markdown] lang="zh"
-# 各精确变体：每一种通过了几种配置，以及在这些配置上，缓存路径与完整重算（或参照模型）之间 logits 和缓存张量的最大绝对差，分 FP32 和 FP64 列出。它们都处在各自精度的舍入误差水平。
+# 各精确变体：每一种通过了几种配置，以及在这些配置上，缓存路径与完整重算（或参照模型）之间 logits 和缓存张量的最大绝对误差，分 FP32 和 FP64 列出。它们都处在各自精度的舍入误差水平。
 
 # %%
 summary_table({f"`{name}`": rows for name, rows in EXACT_GRIDS.items()})
@@ -16,7 +16,7 @@ summary_table({f"`{name}`": rows for name, rows in EXACT_GRIDS.items()})
 # caches, full and cached (or why they were skipped).
 
 # %% [markdown] lang="zh"
-# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值（对 `check_cached` 类的负对照，是失败运行中最小的 logits 误差）。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
+# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值（对 `check_cached` 类的负对照，是失败运行中最小的 logits 误差）。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对误差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
 
 # %%
 controls_table(CONTROLS)
@@ -24,7 +24,7 @@ assert all(c["caught"] for c in CONTROLS.values())
 if HAVE_HF:
     say_table([[name, f"{max(errors.values()):.1e}"] for name, errors in REFEREES.items()],
               en=[f"referee, transformers {ENVIRONMENT['transformers']}", "largest difference (FP64)"],
-              zh=[f"裁判，transformers {ENVIRONMENT['transformers']}", "最大绝对差（FP64）"])
+              zh=[f"裁判，transformers {ENVIRONMENT['transformers']}", "最大绝对误差（FP64）"])
 else:
     say(en=f"The Hugging Face referees are skipped: `transformers` is not available here ({HF_SKIP}).",
         zh=f"Hugging Face 裁判已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")

@@ -70,7 +70,7 @@ with torch.inference_mode():
     distance = positions[:, None] - positions[None, :]                                              # [T, T]: t - s
 WHY_ROPE_SPLIT = {int(d): max_abs_err(defined[..., distance == d], absorbed[..., distance == d]) for d in (0, 1, 2, 4, 8, 16)}
 say_table([[str(d), f"{e:.1e}"] for d, e in WHY_ROPE_SPLIT.items()],
-          en=["distance t - s", "max abs score difference (FP64)"], zh=["距离 t - s", "分数最大绝对差（FP64）"])
+          en=["distance t - s", "max abs score difference (FP64)"], zh=["距离 t - s", "分数最大绝对误差（FP64）"])
 assert WHY_ROPE_SPLIT[0] < TOLERANCE[torch.float64] < 1e-2 < min(e for d, e in WHY_ROPE_SPLIT.items() if d > 0)
 
 # %% [markdown] lang="en"
