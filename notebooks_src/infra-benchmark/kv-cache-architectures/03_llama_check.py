@@ -33,7 +33,7 @@ if HAVE_HF:
     say(en="Hugging Face Llama agrees with our GQA + RoPE model within 1e-10 in FP64, full and cached, logits and cached K/V, "
            "once our copy computes the same two steps in FP32; the tiled K/V heads of section 4 are caught.",
         zh="只要我们的副本也在 FP32 下完成那两步，Hugging Face Llama 与我们的 GQA + RoPE 模型在 FP64 下的差异就小于 1e-10："
-           "完整路径和缓存路径、logits 和缓存的 K/V 都是如此；第 4 节平铺 K/V 头的错误在这里被查出。")
+           "完整路径和缓存路径、logits 和缓存的 K/V 都是如此；第 4 节平铺 K/V 头的错误在这里也被判为不一致。")
     assert LLAMA_FP32_STEPS["angles + norms"] < 1e-10 < min(LLAMA_FP32_STEPS["none"], LLAMA_FP32_STEPS["angles"])
     assert max(LLAMA_CROSS["hf_precision"].values()) < 1e-10 and tiled_error > 1e-2
 else:

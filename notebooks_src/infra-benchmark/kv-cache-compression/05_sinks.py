@@ -207,7 +207,7 @@ assert CONTROLS["keys_rotated_once_when_cached"]["caught"]
 # $S + W$: at most {{run:sinks.max_cache_distance}} here, against {{run:sinks.max_text_distance}} with text positions.
 
 # %% [markdown] lang="zh"
-# **离稠密注意力有多远？** 前面的精确性是相对稀疏模式而言的；与同一份权重的稠密模型（普通因果注意力，按文本位置编号）相比，流式缓存只是一种近似。下面的单元格取两条各 96 个 token 的序列，逐个 token 送入，测量每个位置上 logits 的最大差异：一种是汇聚点加窗口，另一种是只有窗口（$S = 0$）。直到位置 $S + W - 1$，查询都能读到之前的每一个键，缓存位置也等于文本位置，所以在这一段两者都必须在 FP32 的容差内等于稠密注意力（只有窗口时，只到 $W - 1$ 为止）。过了这一段就会出现差异，我们报告差异有多大，以及贪心（argmax）选出的 token 仍与稠密模型相同的位置所占的比例。缓存位置还让 RoPE 看到的每个距离都小于 $S + W$：这里最大为 {{run:sinks.max_cache_distance}}，而按文本位置编号则会达到 {{run:sinks.max_text_distance}}。
+# **离稠密注意力有多远？** 前面的精确性是相对稀疏模式而言的；与同一份权重的稠密模型（普通因果注意力，按文本位置编号）相比，流式缓存只是一种近似。下面的单元格取两条各 96 个 token 的序列，逐个 token 送入，测量每个位置上 logits 的最大绝对误差：一种是汇聚点加窗口，另一种是只有窗口（$S = 0$）。直到位置 $S + W - 1$，查询都能读到之前的每一个键，缓存位置也等于文本位置，所以在这一段两者都必须在 FP32 的容差内等于稠密注意力（只有窗口时，只到 $W - 1$ 为止）。过了这一段就会出现差异，我们报告差异有多大，以及贪心（argmax）选出的 token 仍与稠密模型相同的位置所占的比例。缓存位置还让 RoPE 看到的每个距离都小于 $S + W$：这里最大为 {{run:sinks.max_cache_distance}}，而按文本位置编号则会达到 {{run:sinks.max_text_distance}}。
 
 # %%
 DENSE_LEN = 96
@@ -230,7 +230,7 @@ say_table([[f"`{STREAMING_LABELS[name]}`", str(d["exact_positions"]), f"{d['exac
             f"{d['greedy_agreement']:.0%}"] for name, d in DENSE_DISTANCE.items()],
           en=["cache", "positions read in full", "their max logit difference", "max logit difference, all positions",
               "greedy agreement after them"],
-          zh=["缓存", "完整读取的位置数", "这些位置的 logits 最大差", "全部位置的 logits 最大差", "此后贪心 token 一致的比例"])
+          zh=["缓存", "完整读取的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差", "此后贪心 token 一致的比例"])
 assert all(close(logits[:, :exact_until[name]], dense_logits[:, :exact_until[name]]) for name, logits in approx_logits.items())
 assert all(d["max_abs_logit_err"] > 1e-2 for d in DENSE_DISTANCE.values())
 assert SINK_DISTANCES["max_cache_distance"] == SINKS + WINDOW - 1
@@ -270,7 +270,7 @@ plt.show()
 # recomputes its keys.
 
 # %% [markdown] lang="zh"
-# *图：两条 96 个 token 的序列上，每个位置与稠密注意力的 logits 最大差：实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口时，从位置 $W$ 起就离开了这一段）。*
+# *图：两条 96 个 token 的序列上，每个位置与稠密注意力的 logits 最大绝对误差：实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口时，从位置 $W$ 起就离开了这一段）。*
 #
 # 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以保不保留它们，这里差别不大：精确段之后，贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。
 
