@@ -5,6 +5,10 @@ rotation, quantizer or attention, never its negative controls (wrong on purpose)
 Every bug runs without `transformers` (the notebook must catch it on its own, since a reader may lack the
 package); the ones marked `hf` are mistakes that the Hugging Face cross-checks of sections 5 and 6 were
 written to see, and also run with `transformers`. The harness is `tests/bug_injection.py`.
+
+The decoder, its attention functions, layer caches, rotary embedding and ring buffer live in section files
+that the compression notebook includes too (02_attention.py, 02_layer_cache.py, 02_decoder.py, 03_rotary.py,
+04_ring_cache.py); the compression notebook's own bug table injects bugs there as well.
 """
 
 from __future__ import annotations
@@ -13,154 +17,149 @@ from bug_injection import bug, bug_tests
 
 from .conftest import NOTEBOOK
 
+UPDATE = "        keys, values, key_pos = cache.update(k, v, positions)                    # [B, H_kv, T_keys, D]\n"
+ATTEND = "        context = self.attend(q, keys, values, self.mask(positions, key_pos))    # [B, H, T_new, D]\n"
+
 BUGS = {
     # ---- section 4: GQA, the layer cache, attention ------------------------------------------------
     "gqa: repeat_kv tiles (repeat) instead of interleaving": bug(
-        "02_gqa.py",
+        "02_attention.py",
         ("return x.repeat_interleave(groups, dim=1)",
          "return x.repeat(1, groups, 1, 1)"),
         hf=True),
     "gqa: keys tiled (repeat) in the real path": bug(
-        "02_gqa.py",
-        ("context = step.attend(q, step.expand(keys, groups), step.expand(values, groups), allowed)",
-         "context = step.attend(q, keys.repeat(1, groups, 1, 1), step.expand(values, groups), allowed)"),
+        "02_attention.py",
+        ("keys, values = repeat_kv(keys, groups), repeat_kv(values, groups)",
+         "keys, values = keys.repeat(1, groups, 1, 1), repeat_kv(values, groups)"),
         hf=True),
     "gqa: K and V tiled (repeat) in the real path": bug(
-        "02_gqa.py",
-        ("context = step.attend(q, step.expand(keys, groups), step.expand(values, groups), allowed)",
-         "context = step.attend(q, keys.repeat(1, groups, 1, 1), values.repeat(1, groups, 1, 1), allowed)"),
+        "02_attention.py",
+        ("keys, values = repeat_kv(keys, groups), repeat_kv(values, groups)",
+         "keys, values = keys.repeat(1, groups, 1, 1), values.repeat(1, groups, 1, 1)"),
         hf=True),
     "gqa: the cache stores K/V expanded to H heads": bug(
-        "02_gqa.py",
-        ("        keys, values, key_pos = layer_cache.update(k, v, step.positions)      # [B, H_kv, T_keys, Dh]\n"
-         "        allowed = step.mask_fn(step.positions, key_pos)                       # [T_new, T_keys]\n"
-         "        groups = self.heads // self.kv_heads\n"
-         "        context = step.attend(q, step.expand(keys, groups), step.expand(values, groups), allowed)\n",
-         "        groups = self.heads // self.kv_heads\n"
-         "        k, v = step.expand(k, groups), step.expand(v, groups)\n"
-         "        keys, values, key_pos = layer_cache.update(k, v, step.positions)\n"
-         "        allowed = step.mask_fn(step.positions, key_pos)\n"
-         "        context = step.attend(q, keys, values, allowed)\n")),
+        "02_decoder.py",
+        (UPDATE, "        k, v = repeat_kv(k, self.heads // self.kv_heads), repeat_kv(v, self.heads // self.kv_heads)\n" + UPDATE)),
     "positions: new tokens numbered from 0 (missing offset)": bug(
-        "02_gqa.py",
-        ("positions = self.positions_fn(cache[0].seen, new_len)",
-         "positions = self.positions_fn(0, new_len)")),
-    "positions: offset = keys stored, not tokens seen": bug(
-        "02_gqa.py",
-        ("positions = self.positions_fn(cache[0].seen, new_len)",
-         "positions = self.positions_fn(cache[0].stored(), new_len)")),
+        "02_decoder.py",
+        ("positions = absolute_positions(cache[0].seen, ids.shape[1])",
+         "positions = absolute_positions(0, ids.shape[1])")),
+    "positions: offset = the cache's length (a ring's slots), not tokens seen": bug(
+        "02_decoder.py",
+        ("positions = absolute_positions(cache[0].seen, ids.shape[1])",
+         "positions = absolute_positions(len(cache[0].positions), ids.shape[1])")),
     "attention: heads merged without the transpose": bug(
-        "02_gqa.py",
-        ("context.transpose(1, 2).reshape(batch, new_len, self.heads * self.head_dim)",
-         "context.reshape(batch, new_len, self.heads * self.head_dim)")),
-    "rmsnorm: eps dropped": bug(
-        "02_gqa.py",
-        ("torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)",
-         "torch.rsqrt(h.pow(2).mean(-1, keepdim=True))"),
-        hf=True),
+        "02_attention.py",
+        ("return x.transpose(1, 2).reshape(batch, length, heads * dim)",
+         "return x.reshape(batch, length, heads * dim)")),
+    "rmsnorm: eps hard-coded (1e-6), not the configuration's": bug(
+        "02_decoder.py",
+        ("nn.RMSNorm(c.width, eps=c.eps)",
+         "nn.RMSNorm(c.width, eps=1e-6)"),
+        only_referee=True),
     "swiglu: gate and up swapped": bug(
-        "02_gqa.py",
+        "02_decoder.py",
         ("F.silu(self.gate(x)) * self.up(x)",
          "F.silu(self.up(x)) * self.gate(x)"),
-        hf=True, only_referee=True),
+        only_referee=True),
     "full cache: reordered concatenation of K": bug(
-        "02_gqa.py",
+        "02_layer_cache.py",
         ("self.k = k if self.k is None else torch.cat((self.k, k), dim=-2)",
          "self.k = k if self.k is None else torch.cat((k, self.k), dim=-2)")),
     "full cache: in-place write into the cached V": bug(
-        "02_gqa.py",
-        ("        allowed = step.mask_fn(step.positions, key_pos)                       # [T_new, T_keys]\n",
-         "        values[:, :, :1].mul_(1.001)\n"
-         "        allowed = step.mask_fn(step.positions, key_pos)                       # [T_new, T_keys]\n")),
+        "02_decoder.py",
+        (ATTEND, "        values[:, :, :1].mul_(1.001)\n" + ATTEND)),
     "attention: scores divided by Dh, not sqrt(Dh)": bug(
-        "02_gqa.py",
-        ("scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])",
-         "scores = q @ k.transpose(-2, -1) / q.shape[-1]")),
-    "payload formula: K or V, not K and V": bug(
-        "02_gqa.py",
-        ("return 2 * batch * length * layers * kv_heads * head_dim * bytes_per_element",
-         "return batch * length * layers * kv_heads * head_dim * bytes_per_element")),
+        "02_attention.py",
+        ("/ math.sqrt(q.shape[-1])",
+         "/ q.shape[-1]")),
+    "payload: bytes per token times one row's tokens (batch forgotten)": bug(
+        "02_gqa_criteria.py",
+        ("kv_bytes_per_token(config.layers, kv_heads, config.head_dim, 4) * STREAM.numel()",
+         "kv_bytes_per_token(config.layers, kv_heads, config.head_dim, 4) * STREAM.shape[1]")),
     # ---- section 5: RoPE ---------------------------------------------------------------------------
     "rope: new chunk rotated at chunk-local positions": bug(
-        "02_gqa.py",
-        ("return x if self.rotary is None else self.rotary(x, self.positions)",
-         "return x if self.rotary is None else self.rotary(x, self.positions - self.positions[0])")),
+        "02_decoder.py",
+        ("return x if self.rotary is None else self.rotary(x, positions)",
+         "return x if self.rotary is None else self.rotary(x, positions - positions[0])")),
     "rope: V rotated too": bug(
-        "02_gqa.py",
-        ("q, k = step.rotate(q), step.rotate(k)",
-         "q, k, v = step.rotate(q), step.rotate(k), step.rotate(v)"),
+        "02_decoder.py",
+        ("v = split_heads(self.v(x), self.kv_heads)",
+         "v = self.rotate(split_heads(self.v(x), self.kv_heads), positions)"),
+        hf=True),
+    "rope: queries not rotated": bug(
+        "02_decoder.py",
+        ("q = self.rotate(split_heads(self.q(x), self.heads), positions)",
+         "q = split_heads(self.q(x), self.heads)"),
         hf=True),
     "rope: K cached before rotation, rotated at read time by cache index": bug(
-        "02_gqa.py",
-        ("        q, k = step.rotate(q), step.rotate(k)\n"
-         "        keys, values, key_pos = layer_cache.update(k, v, step.positions)      # [B, H_kv, T_keys, Dh]\n",
-         "        q = step.rotate(q)\n"
-         "        keys, values, key_pos = layer_cache.update(k, v, step.positions)      # [B, H_kv, T_keys, Dh]\n"
-         "        if step.rotary is not None:\n"
-         "            keys = step.rotary(keys, torch.arange(keys.shape[-2]))\n"),
+        "02_decoder.py",
+        ("k = self.rotate(split_heads(self.k(x), self.kv_heads), positions)",
+         "k = split_heads(self.k(x), self.kv_heads)"),
+        (UPDATE, UPDATE + "        keys = self.rotate(keys, torch.arange(keys.shape[-2]))\n"),
         hf=True),
     "rope: rotate_half sign flip": bug(
-        "03_rope.py",
+        "03_rotary.py",
         ("return torch.cat((-x[..., half:], x[..., :half]), dim=-1)",
          "return torch.cat((x[..., half:], -x[..., :half]), dim=-1)"),
         hf=True),
     "rope: frequencies theta^(-i/D) (missing factor 2)": bug(
-        "03_rope.py",
-        ("torch.arange(0, head_dim, 2, dtype=angle_dtype) / head_dim",
-         "torch.arange(0, head_dim // 2, dtype=angle_dtype) / head_dim"),
+        "03_rotary.py",
+        ("torch.arange(0, dim, 2, dtype=angle_dtype) / dim",
+         "torch.arange(0, dim // 2, dtype=angle_dtype) / dim"),
         hf=True),
     "rope: angle table interleaved, pairs are halves": bug(
-        "03_rope.py",
+        "03_rotary.py",
         ("angles = torch.cat((angles, angles), dim=-1)",
          "angles = angles.repeat_interleave(2, dim=-1)"),
         hf=True),
     # ---- section 6: sliding window and the ring buffer -------------------------------------------------
     "window: band one key too narrow": bug(
-        "04_sliding_window.py",
+        "04_ring_cache.py",
         ("(key_pos[None, :] > query_pos[:, None] - window)",
          "(key_pos[None, :] > query_pos[:, None] - window + 1)"),
         hf=True),
+    "window: the windowed layer keeps the causal mask": bug(
+        "04_ring_cache.py",
+        ("        return band_mask(query_pos, key_pos, self.window)",
+         "        return causal(query_pos, key_pos)")),
     "ring: one slot too few": bug(
-        "04_sliding_window.py",
-        ("new_cache = (lambda: RingKV(window - 1)) if ring else FullKV",
-         "new_cache = (lambda: RingKV(window - 2)) if ring else FullKV")),
+        "04_ring_cache.py",
+        ("return RingKV(self.window - 1)",
+         "return RingKV(self.window - 2)")),
     "ring: one slot too many": bug(
-        "04_sliding_window.py",
-        ("new_cache = (lambda: RingKV(window - 1)) if ring else FullKV",
-         "new_cache = (lambda: RingKV(window)) if ring else FullKV")),
+        "04_ring_cache.py",
+        ("return RingKV(self.window - 1)",
+         "return RingKV(self.window)")),
     "ring: slot p % (slots + 1)": bug(
-        "04_sliding_window.py",
+        "04_ring_cache.py",
         ("slot = newest % self.slots",
          "slot = newest % (self.slots + 1)"),
         stops_with="IndexError"),
     "ring: writes the chunk before reading": bug(
-        "04_sliding_window.py",
-        ("        old_k, old_v, old_pos = self.contents()\n"
-         "        keys, values = torch.cat((old_k, k), dim=-2), torch.cat((old_v, v), dim=-2)\n"
-         "        key_pos = torch.cat((old_pos, positions))\n",
-         "        newest = positions[-self.slots:]\n"
-         "        self.k[:, :, newest % self.slots] = k[:, :, -len(newest):]\n"
-         "        self.v[:, :, newest % self.slots] = v[:, :, -len(newest):]\n"
-         "        self.positions[newest % self.slots] = newest\n"
-         "        old_k, old_v, old_pos = self.contents()\n"
-         "        keys, values = torch.cat((old_k, k), dim=-2), torch.cat((old_v, v), dim=-2)\n"
-         "        key_pos = torch.cat((old_pos, positions))\n")),
+        "04_ring_cache.py",
+        ("        old_k, old_v, old_pos = self.contents()\n",
+         "        self.write(k, v, positions)\n        old_k, old_v, old_pos = self.contents()\n")),
     "ring: a long chunk writes its oldest positions": bug(
-        "04_sliding_window.py",
+        "04_ring_cache.py",
         ("newest = positions[-self.slots:]",
          "newest = positions[:self.slots]")),
     "ring: a long chunk stores its oldest keys under its newest positions": bug(
-        "04_sliding_window.py",
+        "04_ring_cache.py",
         ("self.k[:, :, slot] = k[:, :, -len(newest):]",
          "self.k[:, :, slot] = k[:, :, :len(newest)]")),
     "ring: keys paired with reordered positions": bug(
-        "04_sliding_window.py",
+        "04_ring_cache.py",
         ("key_pos = torch.cat((old_pos, positions))",
          "key_pos = torch.cat((positions, old_pos))")),
     "ring: slots read in slot order, not oldest first": bug(
-        "04_sliding_window.py",
+        "04_ring_cache.py",
         ("        filled = filled[self.positions[filled].argsort()]\n",
          "")),
+    "ring: empty slots read as keys": bug(
+        "04_ring_cache.py",
+        ("filled = (self.positions >= 0).nonzero().flatten()",
+         "filled = torch.arange(self.slots)")),
     # ---- section 7: quantized caches -------------------------------------------------------------------
     "quant: K scales per token (wrong axis)": bug(
         "05_quantized_cache.py",
@@ -206,18 +205,18 @@ BUGS = {
     # ---- section 8: fused attention --------------------------------------------------------------------
     "sdpa: is_causal=True in the real path": bug(
         "06_fused_attention.py",
-        ("attn_mask=causal_lower_right(q.shape[-2], k.shape[-2])",
+        ("attn_mask=causal_lower_right(q.shape[-2], keys.shape[-2])",
          "is_causal=True")),
     "sdpa: boolean mask passed as float (additive)": bug(
         "06_fused_attention.py",
-        ("return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)",
-         "return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed.to(q.dtype))")),
+        ("attn_mask=allowed, enable_gqa=True",
+         "attn_mask=allowed.to(q.dtype), enable_gqa=True")),
 }
 
-# Swapping SwiGLU's gate and up projections gives a model of the same family: with random weights nothing
-# inside the notebook can tell, only a referee with Llama's weight convention (the Llama cross-check of
-# section 5, with transformers): `only_referee`, it runs with transformers only.
-# Writing position 7 into slot 7 of a 7-slot ring fails torch's bounds check inside `RingKV.update`
-# (`stops_with="IndexError"`), before the slot layout asserted after the demo update can be read.
+# Swapping SwiGLU's gate and up projections, or hard-coding the RMSNorm's eps, gives a model of the same
+# family: with random weights nothing inside the notebook can tell, only a referee with Llama's conventions
+# (the Llama cross-check of section 5, with transformers): `only_referee`, they run with transformers only.
+# Writing position 7 into slot 7 of a 7-slot ring fails torch's bounds check inside `RingKV.write`
+# (`stops_with="IndexError"`), in the first call that wraps the ring (the figure of section 6).
 
 runners, test_unmutated_notebook_runs, test_injected_bug_stops_the_notebook = bug_tests(NOTEBOOK, BUGS)

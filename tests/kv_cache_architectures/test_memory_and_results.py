@@ -1,4 +1,4 @@
-"""Sections 9 and 10: the memory table, results.json against its documented schema, the figures."""
+"""Sections 9 to 11: the memory table's source, results.json against its documented schema, the figures."""
 
 from __future__ import annotations
 
@@ -8,43 +8,47 @@ import re
 from notebook_code import REPO
 
 SCHEMA_DOC = REPO / "docs" / "kv-cache-architectures-results-schema.md"
-TOP_LEVEL = ["schema_version", "notebook", "created_at", "quick", "environment", "config", "gqa", "rope",
-             "sliding_window", "quantized", "fused", "memory_table", "cross_checks", "figures"]
+TOP_LEVEL = ["schema_version", "notebook", "created_at", "quick", "environment", "config", "exact", "gqa", "rope",
+             "sliding_window", "quantized", "fused", "memory_table", "cross_checks", "controls", "figures"]
+CONTROLS = ["tiled_kv_heads", "rope_turned_backwards", "rotated_from_zero", "window_one_key_too_wide",
+            "window_one_key_too_narrow", "crop_to_window", "scale_forgotten", "is_causal_after_cache"]
 
 
-def test_memory_table_rows(nb):
-    rows = {r["variant"]: r for r in nb["MEMORY_TABLE"]}
-    gib = 2 ** 30
-    assert [rows[v]["cache_bytes_32k"] / gib for v in ("MHA", "GQA-8", "MQA")] == [16, 4, 0.5]
-    assert rows["GQA-8, W = 4096"]["positions_kept"] == 4095
-    assert 2 < rows["GQA-8, int8"]["cache_bytes_32k"] / gib < 2.2 and 1 < rows["GQA-8, int4"]["cache_bytes_32k"] / gib < 1.2
+def results(out_dir) -> dict:
+    return json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+
+
+def test_llama_3_8b_parameter_count_is_metas(nb):
     assert nb["llama_parameters"](nb["LLAMA3_8B"]) == 8_030_261_248        # Meta's published 8.03B
 
 
 def test_results_json_top_level_and_schema_doc(out_dir):
-    results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-    assert list(results) == TOP_LEVEL
-    assert results["schema_version"] == 1 and results["quick"] is True
-    assert results["notebook"] == "infra-benchmark/kv-cache-architectures"
-    documented = set(re.findall(r"^\| `([a-z_0-9]+)` \|", SCHEMA_DOC.read_text(encoding="utf-8"), flags=re.M))
-    missing = set(TOP_LEVEL) - documented
-    assert not missing, missing
-    for block in ("gqa", "rope", "sliding_window", "quantized", "fused", "memory_table", "cross_checks"):
-        assert set(results[block]) <= documented, (block, set(results[block]) - documented)
+    r = results(out_dir)
+    assert list(r) == TOP_LEVEL
+    assert r["schema_version"] == 2 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-architectures"
+    documented = set(re.findall(r"^\| `([a-z_0-9]+)`", SCHEMA_DOC.read_text(encoding="utf-8"), flags=re.M))
+    assert set(TOP_LEVEL) <= documented, set(TOP_LEVEL) - documented
+    for block in ("exact", "gqa", "rope", "sliding_window", "quantized", "fused", "memory_table", "cross_checks", "controls"):
+        assert set(r[block]) <= documented, (block, set(r[block]) - documented)
 
 
-def test_results_record_every_criterion_and_control(out_dir):
-    r = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-    assert all(c["passed"] for grid in r["gqa"]["grids"].values() for c in grid)
-    assert r["gqa"]["controls"]["tile_kv"]["cached_vs_full_all_passed"] is True
-    assert not any(c["passed"] for c in r["rope"]["controls"]["rotated_from_zero"])
-    assert not any(c["passed"] for c in r["sliding_window"]["controls"]["off_by_one"])
-    assert r["quantized"]["controls"]["dropped_scale"]["max_abs_logit_err"] > r["quantized"]["bounds"]["8"]["max_abs_logit_err"]
-    assert [c["passed"] for c in r["fused"]["controls"]["is_causal_if_several"]] == [True, False, False]
-    assert all(len(t["samples_ms"]) == r["fused"]["timing"]["protocol"]["repeats"] for t in r["fused"]["timing"]["results"].values())
+def test_every_exact_variant_passed_and_every_control_was_caught(out_dir):
+    r = results(out_dir)
+    for name, block in r["exact"].items():
+        assert block["grid"] and all(row["passed"] for row in block["grid"]), name
+        assert block["largest_logit_err"]["fp32"] < 1e-5 and block["largest_logit_err"]["fp64"] < 1e-10, name
+    assert list(r["controls"]) == CONTROLS
+    assert all(c["caught"] is True and {"section", "check", "measured"} <= set(c) for c in r["controls"].values())
+
+
+def test_timing_keeps_raw_samples(out_dir):
+    fused = results(out_dir)["fused"]
+    assert all(len(t["samples_ms"]) == fused["timing"]["protocol"]["repeats"] for t in fused["timing"]["results"].values())
+    assert set(fused["decode_profile"]["paths"]) == {"explicit", "sdpa"}
 
 
 def test_figures_written(out_dir):
-    results = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
-    assert results["figures"] == ["masks.png", "sliding_window.png", "quantized_cache_error.png", "memory.png"]
-    assert all((out_dir / name).stat().st_size > 1000 for name in results["figures"])
+    r = results(out_dir)
+    assert r["figures"] == ["masks.png", "gqa_heads.png", "sliding_window.png", "quantized_cache_error.png", "memory.png"]
+    assert all((out_dir / name).stat().st_size > 1000 for name in r["figures"])
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(r["figures"] + ["results.json"])

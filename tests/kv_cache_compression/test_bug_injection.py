@@ -2,7 +2,10 @@
 
 Each bug edits the text of one of the notebook's section files, as a careless edit would: the model, its
 caches, the MLA forms, the masks, the streaming rule, the eviction policies and the formulas; never the
-negative controls (wrong on purpose) and never the tests. The harness is `tests/bug_injection.py`.
+negative controls (wrong on purpose) and never the tests. The harness is `tests/bug_injection.py`. The decoder,
+its attention functions, layer caches, rotary embedding and ring buffer are section files of the architectures
+notebook that this notebook includes (02_attention.py, 02_layer_cache.py, 02_decoder.py, 03_rotary.py,
+04_ring_cache.py): a bug there must stop this notebook too.
 
 Every bug runs without `transformers`: the notebook must catch it on its own, since a reader may lack the
 package. The exception, marked `only_referee`: mistakes that make a self-consistent model (the cached path and
@@ -24,15 +27,15 @@ BUGS = {
         ("positions = absolute_positions(cache[0].seen, ids.shape[1])",
          "positions = absolute_positions(0, ids.shape[1])")),
     "full cache: reordered concatenation of K": bug(
-        "02_layer_caches.py",
+        "02_layer_cache.py",
         ("self.k = k if self.k is None else torch.cat((self.k, k), dim=-2)",
          "self.k = k if self.k is None else torch.cat((k, self.k), dim=-2)")),
     "full cache: in-place write into the cached V": bug(
-        "02_layer_caches.py",
+        "02_layer_cache.py",
         ("        self.positions = torch.cat((self.positions, positions), dim=-1)\n",
          "        self.positions = torch.cat((self.positions, positions), dim=-1)\n        self.v[..., :1, :].mul_(1.001)\n")),
     "ring: writes the chunk before reading": bug(
-        "02_layer_caches.py",
+        "04_ring_cache.py",
         ("        old_k, old_v, old_pos = self.contents()\n"
          "        keys, values = torch.cat((old_k, k), dim=-2), torch.cat((old_v, v), dim=-2)\n"
          "        key_pos = torch.cat((old_pos, positions))\n"
@@ -42,23 +45,23 @@ BUGS = {
          "        keys, values = torch.cat((old_k, k), dim=-2), torch.cat((old_v, v), dim=-2)\n"
          "        key_pos = torch.cat((old_pos, positions))\n")),
     "ring: a long chunk writes its oldest positions": bug(
-        "02_layer_caches.py",
+        "04_ring_cache.py",
         ("newest = positions[-self.slots:]",
          "newest = positions[:self.slots]")),
     "ring: slots read in slot order, not oldest first": bug(
-        "02_layer_caches.py",
+        "04_ring_cache.py",
         ("        filled = filled[self.positions[filled].argsort()]\n",
          "")),
     "attention: softmax over the queries": bug(
-        "02_decoder.py",
+        "02_attention.py",
         ("return scores.masked_fill(~allowed, float(\"-inf\")).softmax(dim=-1) @ values",
          "return scores.masked_fill(~allowed, float(\"-inf\")).softmax(dim=-2).nan_to_num() @ values")),
     "attention: K/V heads tiled instead of interleaved": bug(
-        "02_decoder.py",
-        ("keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)",
+        "02_attention.py",
+        ("keys, values = repeat_kv(keys, groups), repeat_kv(values, groups)",
          "keys, values = keys.repeat(1, groups, 1, 1), values.repeat(1, groups, 1, 1)")),
     "rope: rotate_half sign flip": bug(
-        "02_rope.py",
+        "03_rotary.py",
         ("return torch.cat((-x[..., half:], x[..., :half]), dim=-1)",
          "return torch.cat((x[..., half:], -x[..., :half]), dim=-1)"),
         only_referee=True),
@@ -106,21 +109,21 @@ BUGS = {
     "mla compute formula: W_UV forgotten": bug("03_mla_cost.py", ("keys * H * r + H * r * dv,", "keys * H * r,")),
     # ---- section 6: local, global and shared layers ------------------------------------------------------------
     "window: band one key too wide (>=)": bug(
-        "04_local_global.py",
-        ("return causal(query_pos, key_pos) & (key_pos[None, :] > query_pos[:, None] - self.window)",
-         "return causal(query_pos, key_pos) & (key_pos[None, :] >= query_pos[:, None] - self.window)")),
+        "04_ring_cache.py",
+        ("(key_pos[None, :] > query_pos[:, None] - window)",
+         "(key_pos[None, :] >= query_pos[:, None] - window)")),
     "window: ring one slot too few": bug(
-        "04_local_global.py",
-        ("        return RingKV(self.window - 1)\n\n    def mask",
-         "        return RingKV(self.window - 2)\n\n    def mask")),
+        "04_ring_cache.py",
+        ("return RingKV(self.window - 1)",
+         "return RingKV(self.window - 2)")),
     "memory formula: local layers hold W positions": bug(
-        "04_local_global.py",
+        "04_local_global_checks.py",
         ("return [min(tokens, window - 1) if kind == \"local\" else tokens for kind in pattern]",
          "return [min(tokens, window) if kind == \"local\" else tokens for kind in pattern]")),
     "shared: the upper layer ignores the mask": bug(
         "04_shared_layers.py",
-        ("return self.o(merge_heads(attend(q, keys, values, self.mask(positions, key_pos), self.head_dim ** -0.5)))",
-         "return self.o(merge_heads(attend(q, keys, values, torch.ones(len(positions), len(key_pos), dtype=torch.bool), self.head_dim ** -0.5)))")),
+        ("self.attend(q, keys, values, self.mask(positions, key_pos))",
+         "self.attend(q, keys, values, torch.ones(len(positions), len(key_pos), dtype=torch.bool))")),
     "shared: every layer keeps its own cache": bug(
         "04_shared_layers.py",
         ("return Attention(six_cfg) if i % 2 == 0 else SharedKVAttention(six_cfg)",
@@ -166,5 +169,5 @@ runners, test_unmutated_notebook_runs, test_injected_bug_stops_the_notebook = bu
 
 def test_every_section_of_the_notebook_has_a_bug():
     files = {found.file for found in BUGS.values()}
-    assert {"02_decoder.py", "02_layer_caches.py", "02_rope.py", "03_mla.py", "03_mla_cost.py", "04_local_global.py",
-            "04_shared_layers.py", "05_sinks.py", "06_eviction.py"} <= files
+    assert {"02_attention.py", "02_decoder.py", "02_layer_cache.py", "03_rotary.py", "03_mla.py", "03_mla_cost.py",
+            "04_ring_cache.py", "04_local_global_checks.py", "04_shared_layers.py", "05_sinks.py", "06_eviction.py"} <= files

@@ -28,7 +28,7 @@ def documented_keys() -> set[str]:
 def test_top_level_and_every_block_documented(out_dir, nb):
     r = results(out_dir)
     assert list(r) == TOP_LEVEL
-    assert r["schema_version"] == 1 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-compression"
+    assert r["schema_version"] == 2 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-compression"
     documented = documented_keys()
     assert set(TOP_LEVEL) <= documented
     for block in ("mla", "local_global", "shared_pairs", "streaming", "eviction", "referees"):
@@ -52,7 +52,7 @@ def test_every_control_recorded_and_caught(out_dir, nb):
     r = results(out_dir)
     expected = CONTROLS if nb["HAVE_HF"] else [c for c in CONTROLS if c != "pattern_shifted_by_one_layer"]
     assert list(r["controls"]) == expected
-    assert all(c["caught"] is True for c in r["controls"].values())
+    assert all(c["caught"] is True and {"section", "check", "measured"} <= set(c) for c in r["controls"].values())
     assert r["controls"]["rope_on_compressed_part"]["own_cache_exact"] is True
 
 

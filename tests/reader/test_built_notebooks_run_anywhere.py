@@ -42,8 +42,8 @@ EXPECTED = {
         "skip": {"en": "the appendix is skipped", "zh": "跳过本附录"},
     },
     "kv-cache-architectures": {
-        "files": ["masks.png", "memory.png", "quantized_cache_error.png", "results.json", "sliding_window.png"],
-        "skip": {"en": "cross-checks are skipped", "zh": "交叉核对已跳过"},
+        "files": ["gqa_heads.png", "masks.png", "memory.png", "quantized_cache_error.png", "results.json", "sliding_window.png"],
+        "skip": {"en": "referees are skipped", "zh": "裁判已跳过"},
     },
     "kv-cache-compression": {
         "files": ["cache_growth.png", "eviction_sweep.png", "masks.png", "mla_cost.png", "results.json", "sinks_vs_dense.png"],

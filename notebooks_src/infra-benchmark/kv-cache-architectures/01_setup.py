@@ -14,14 +14,15 @@
 #
 # Sections: 1 setup · 2 masks from absolute positions · 3 the decoder (both from the first notebook)
 # · 4 grouped-query and multi-query attention · 5 rotary position embeddings · 6 sliding windows · 7
-# quantized caches · 8 fused attention · 9 memory and cost of the variants · 10 saved results.
+# quantized caches · 8 fused attention · 9 memory and cost of the variants · 10 saved results · 11
+# takeaways and exercises.
 
 # %% [markdown] lang="zh"
 # [第一份笔记本]({{colab:infra-benchmark/kv-cache}})为一个类似 GPT-2 的解码器实现了 KV 缓存：每个注意力头都保留自己的 K 和 V，位置则是加到 token 嵌入上的可学习向量。读者接下来会遇到的模型（Llama、Mistral、Qwen、Gemma）恰恰改动了缓存所依赖的那几处：K/V 头比查询头少；位置信息通过旋转 Q 和 K 来编码；有的模型只让查询读取最近一段窗口内的键；而推理服务系统会用更少的比特存放 K/V，并用融合算子计算注意力。
 #
-# 本笔记本逐一考察这些改动，并像第一份笔记本证明缓存那样证明每一项：缓存路径必须与完整重算一致（一旦有意放弃精确性，则误差必须落在事先声明的界内）；故意改坏的版本必须通不过同一项检查；凡是有外部实现可以对照的地方，用同一份随机权重构建的 Hugging Face 模型都必须在 FP64 下与我们的实现一致。
+# 本笔记本逐一考察这些改动，并沿用第一份笔记本证明缓存的方法来证明每一项。缓存路径必须与完整重算一致；如果有意放弃了精确性，误差就必须落在事先声明的界内。故意改坏的版本必须通不过同一项检查。凡是有外部实现可供对照的地方，用同一份随机权重构建的 Hugging Face 模型都必须在 FP64 下与我们的实现一致。
 #
-# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节取自第一份笔记本）· 4 分组查询注意力与多查询注意力 · 5 旋转位置编码 · 6 滑动窗口 · 7 量化缓存 · 8 融合注意力 · 9 各变体的内存与开销 · 10 保存结果。
+# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节取自第一份笔记本）· 4 分组查询注意力与多查询注意力 · 5 旋转位置编码 · 6 滑动窗口 · 7 量化缓存 · 8 融合注意力 · 9 各变体的内存与开销 · 10 保存结果 · 11 要点与练习。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
@@ -36,7 +37,7 @@
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 首先是参数。`QUICK = True` 只会缩短第 8 节的计时（测量轮数更少）；两种模式下，所有正确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32；模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。与 Hugging Face 模型的交叉核对还需要 `transformers`；没有安装它时，每项交叉核对只用一句话说明跳过，其余内容照常运行。
+# 首先是参数。`QUICK = True` 只缩短第 8 节的计时（测量轮数更少），两种模式下的所有正确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行；除非某项检查要求 FP64，否则一律使用 FP32。模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。与 Hugging Face 模型的交叉核对还需要 `transformers`；没有安装时，每项交叉核对只用一句话说明已跳过，其余内容照常运行。
 
 # %% tags=["parameters"]
 # [en] QUICK = True: fewer timing rounds in section 8; every correctness check stays complete.
@@ -50,15 +51,13 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
+import copy
 import json
 import math
-import platform
-import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np

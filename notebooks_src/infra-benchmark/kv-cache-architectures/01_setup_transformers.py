@@ -1,10 +1,10 @@
 # %% [markdown] lang="en"
-# The Hugging Face cross-checks (sections 5 and 6) are optional. The next cell looks for `transformers`
-# and the classes they use; it was written against version 5.23.0, the version pinned for this
-# repository.
+# The Hugging Face referees (models from `transformers` that check ours weight for weight) are optional.
+# The next cell looks for `transformers`; this code was written against version 5.23.0, the version pinned
+# for this repository. Each referee imports the classes it needs where it runs.
 
 # %% [markdown] lang="zh"
-# 与 Hugging Face 的交叉核对（第 5、6 节）是可选内容。下一个单元格检查 `transformers` 以及要用到的几个类是否存在；这部分代码是按本仓库锁定的 5.23.0 版编写的。
+# Hugging Face 裁判（用 `transformers` 中的模型逐个权重地核对我们的模型）是可选内容。下一个单元格检查能否导入 `transformers`；这部分代码是按本仓库锁定的 5.23.0 版编写的。每个裁判在用到的地方再导入自己需要的类。
 
 # %%
 import warnings
@@ -15,18 +15,15 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 PINNED_TRANSFORMERS = "5.23.0"
 try:
     import transformers
-    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
     HF_SKIP = None
-    ENVIRONMENT["transformers"] = transformers.__version__
-    print(f"transformers {transformers.__version__}")
 except ImportError as error:
     HF_SKIP = f"{type(error).__name__}: {error}"
-    ENVIRONMENT["transformers"] = None
 HAVE_HF = HF_SKIP is None
-
-
+ENVIRONMENT["transformers"] = transformers.__version__ if HAVE_HF else None
+if HAVE_HF:
+    print(f"transformers {transformers.__version__}")
 if HAVE_HF and transformers.__version__ != PINNED_TRANSFORMERS:
-    say(en=f"Note: the cross-checks were written against transformers {PINNED_TRANSFORMERS}; this is "
-           f"{transformers.__version__}. If one of them fails, this version computes something differently.",
-        zh=f"注意：交叉核对是按 transformers {PINNED_TRANSFORMERS} 编写的，当前版本是 "
-           f"{transformers.__version__}。如果某项核对失败，说明这个版本有某处计算方式不同。")
+    say(en=f"Note: the referees were written against transformers {PINNED_TRANSFORMERS}; this is "
+           f"{transformers.__version__}. If one of them disagrees, this version computes something differently.",
+        zh=f"注意：裁判部分是按 transformers {PINNED_TRANSFORMERS} 编写的，当前版本是 "
+           f"{transformers.__version__}。如果某个裁判判为不一致，说明这个版本有某处计算方式不同。")

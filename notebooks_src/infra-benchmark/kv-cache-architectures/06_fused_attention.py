@@ -1,122 +1,115 @@
 # %% [markdown] lang="en"
 # ## 8. Fused attention
 #
-# Our attention so far is explicit: a score matrix, a mask, a softmax and a second matrix product, each
-# a separate tensor. `torch.nn.functional.scaled_dot_product_attention` (SDPA) computes the same thing in
-# one call and may choose a fused kernel that never writes the score matrix to memory. For a cache the
-# only question is the mask, because a chunk after a cache gives a score matrix of shape $[C, P + C]$,
-# which is not square. Section 2 showed SDPA's two conventions on random tensors: `is_causal=True`
-# aligns the triangle to the upper-left corner (wrong after a cache), `causal_lower_right(C, P + C)` to the
-# lower-right corner (our offset mask). Here they run inside the decoder. Three `attend` functions plug
-# into the model of section 5:
+# Our attention so far is explicit: a score matrix, a mask, a softmax and a second matrix product, each a
+# separate tensor. `torch.nn.functional.scaled_dot_product_attention` (SDPA) computes the same thing in one
+# call and may choose a fused kernel that never writes the score matrix to memory. For a cache the first
+# question is the mask: a chunk after a cache gives a score matrix of shape $[C, P + C]$, which is not square.
+# Section 2 showed SDPA's two conventions on random tensors: `is_causal=True` aligns the triangle to the
+# upper-left corner (wrong after a cache), `causal_lower_right(C, P + C)` to the lower-right corner (our offset
+# mask). Here they run inside the decoder, as three subclasses of `Attention` that override `attend`, all
+# reading the $H_{kv}$ K/V heads directly (`enable_gqa=True`, no `repeat_interleave`):
 #
-# * `sdpa_bool_mask`: SDPA with our boolean mask (`True` = may read), so any mask rule works, including
-#   the band of section 6;
-# * `sdpa_lower_right`: SDPA with `causal_lower_right`, valid when the keys are exactly positions
+# * `SDPABoolMask`: SDPA with our boolean mask (`True` = may read), so any mask rule works, the band of
+#   section 6 included;
+# * `SDPALowerRight`: SDPA with `causal_lower_right`, valid when the keys are exactly positions
 #   $0 \dots P + C - 1$ in order (a `FullKV`);
-# * `sdpa_causal_if_several` (the negative control): no mask, and `is_causal=True` whenever the call has
-#   more than one query. This is a pattern one finds in real code: it is right for a prefill (square
-#   scores) and harmless for a one-token decode step (a single query may read every cached key), but
-#   after a non-empty cache it hides most of the cache from a multi-token chunk.
+# * `SDPACausalIfSeveral` (the negative control): no mask, and `is_causal=True` whenever the call has more than
+#   one query. One finds this pattern in real code: it is right for a prefill (square scores) and harmless for
+#   a one-token decode step (a single query may read every cached key), but after a non-empty cache it hides
+#   most of the cache from a multi-token chunk.
+#
+# The mask is not the only question a real kernel raises. The mask also decides which kernel may run:
+# FlashAttention's GPU kernels take a causal flag but no arbitrary mask, so on a GPU a boolean mask such as the
+# band sends PyTorch's SDPA to another, slower backend. A one-query decode step gives a kernel little to parallelize over, so decode kernels split the
+# cached keys into blocks and combine the partial softmaxes (split-K decoding, as in Flash-Decoding). A paged cache
+# stores K/V in blocks that the kernel must read through a block table (vLLM's PagedAttention). And GQA pays
+# off only if the kernel indexes the shared K/V heads instead of copying them. None of this changes the
+# numbers the check compares; all of it decides the speed.
 
 # %% [markdown] lang="zh"
 # ## 8. 融合注意力
 #
-# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合算子。对缓存来说，唯一的问题是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行。下面三个 `attend` 函数可以插进第 5 节的模型：
+# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合算子。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，并且都直接读取 $H_{kv}$ 个 K/V 头（`enable_gqa=True`，不用 `repeat_interleave`）：
 #
-# * `sdpa_bool_mask`：把我们的布尔掩码（`True` 表示可以读取）交给 SDPA，因此任何掩码规则都适用，包括第 6 节的带状掩码；
-# * `sdpa_lower_right`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
-# * `sdpa_causal_if_several`（负对照）：不传掩码，只要这次调用的查询多于一个，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取全部缓存的键）；但在非空缓存之后，它会让多 token 的分块看不到大部分缓存。
+# * `SDPABoolMask`：把我们的布尔掩码（`True` 表示可以读取）交给 SDPA，因此任何掩码规则都适用，包括第 6 节的带状掩码；
+# * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
+# * `SDPACausalIfSeveral`（负对照）：不传掩码，只要这次调用有不止一个查询，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取缓存中的每个键）；但在非空缓存之后，它会让多 token 的分块看不到缓存中的大部分内容。
+#
+# 真实的算子要考虑的不只是掩码。掩码还决定了能用哪个算子：FlashAttention 在 GPU 上的算子只接受一个因果标志，不接受任意掩码，所以在 GPU 上，像带状掩码这样的布尔掩码会让 PyTorch 的 SDPA 改用另一个更慢的后端。单个查询的解码步几乎没有可供并行的维度，所以解码用的算子会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，算子必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在算子按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right
 
 
-def sdpa_bool_mask(q, k, v, allowed):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+class SDPABoolMask(Attention):
+    def attend(self, q, keys, values, allowed):
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, enable_gqa=True)
 
 
-def sdpa_lower_right(q, k, v, allowed):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(q.shape[-2], k.shape[-2]))
+class SDPALowerRight(Attention):
+    def attend(self, q, keys, values, allowed):
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=causal_lower_right(q.shape[-2], keys.shape[-2]),
+                                              enable_gqa=True)
 
 
-def sdpa_causal_if_several(q, k, v, allowed):
-    # [en] WRONG on purpose after a cache: upper-left causal triangle for any call with several queries.
+class SDPACausalIfSeveral(Attention):
+    # [en] WRONG on purpose after a cache: the upper-left causal triangle for any call with several queries.
     # [zh] 故意写错（已有缓存时）：只要有多个查询，就使用左上角对齐的因果三角形。
-    return F.scaled_dot_product_attention(q, k, v, is_causal=q.shape[-2] > 1)
+    def attend(self, q, keys, values, allowed):
+        return F.scaled_dot_product_attention(q, keys, values, is_causal=q.shape[-2] > 1, enable_gqa=True)
+
+
+SDPA_MODELS = {"sdpa_bool_mask": lambda: build(LLAMA_CFG, lambda i: SDPABoolMask(LLAMA_CFG)),
+               "sdpa_lower_right": lambda: build(LLAMA_CFG, lambda i: SDPALowerRight(LLAMA_CFG)),
+               "sdpa_causal_if_several": lambda: build(LLAMA_CFG, lambda i: SDPACausalIfSeveral(LLAMA_CFG))}
 
 # %% [markdown] lang="en"
-# **Criterion: each SDPA path equals the explicit-softmax path** (full recomputation of section 5's
-# model) over the 12 configurations, with the usual tolerances (`1e-5` in FP32, `1e-10` in FP64).
-# The two compute the same sums in a different order, so equality within rounding is all we can ask for.
+# **Criterion: each SDPA path equals the explicit-softmax path** (full recomputation of section 5's model)
+# over the 12 configurations, with the usual tolerances (`1e-5` in FP32, `1e-10` in FP64). The two compute the
+# same sums in a different order, so equality within rounding is all we can ask for. **Negative control:
+# `is_causal=True` after a non-empty cache.** Chunks of 2 and 5 tokens must fail, and the one-token run must
+# pass: every call after the prefill has one query and no mask, which is correct, and the prefill call itself
+# is square. That is exactly why this bug survives in code that is only ever tested with a prefill followed by
+# one-token decoding.
 
 # %% [markdown] lang="zh"
-# **判据：两种 SDPA 路径都与显式 softmax 路径一致**（与第 5 节模型的完整重算比较），覆盖 12 种配置，容差照旧（FP32 为 `1e-5`，FP64 为 `1e-10`）。两者以不同的顺序计算同样的求和，所以只能要求在舍入误差范围内相等。
+# **判据：两种 SDPA 路径都与显式 softmax 路径一致**（以第 5 节模型的完整重算为参照），覆盖 12 种配置，容差照旧（FP32 为 `1e-5`，FP64 为 `1e-10`）。两者以不同的顺序计算同样的求和，所以只能要求在舍入误差范围内相等。**负对照：在非空缓存之后使用 `is_causal=True`。** 分块长度为 2 和 5 时必须失败，逐 token 的运行则必须通过：预填充之后的每次调用都只有一个查询、不加掩码，这是对的；预填充调用本身的分数矩阵又是方阵。正因如此，如果代码只在“预填充加逐 token 解码”的情形下测试过，这个错误就会一直藏在那里。
 
 # %%
-SDPA_GRIDS = {name: run_grid(lambda attend=attend: build_rope(attend=attend), reference=build_rope)
-              for name, attend in (("sdpa_bool_mask", sdpa_bool_mask), ("sdpa_lower_right", sdpa_lower_right))}
-for name, rows in SDPA_GRIDS.items():
-    say(en=f"`{name}` against the explicit softmax:", zh=f"`{name}` 对照显式 softmax：")
-    grid_table(rows)
-assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows)
+SDPA_GRIDS = {name: run_grid(SDPA_MODELS[name], reference=lambda: build(LLAMA_CFG)) for name in ("sdpa_bool_mask", "sdpa_lower_right")}
+sdpa_control = run_control(SDPA_MODELS["sdpa_causal_if_several"], reference=lambda: build(LLAMA_CFG))
+CONTROLS["is_causal_after_cache"] = {"section": 8, **sdpa_control, "measured": min(sdpa_control["errors"][1:]),
+                                     "caught": sdpa_control["passed"] == [True, False, False]}
+summary_table({"`SDPABoolMask`": SDPA_GRIDS["sdpa_bool_mask"], "`SDPALowerRight`": SDPA_GRIDS["sdpa_lower_right"]})
+say_table([[str(chunk), f"{error:.2e}", f"`{passed}`"] for chunk, error, passed in zip(sdpa_control["chunks"], sdpa_control["errors"], sdpa_control["passed"])],
+          en=["`SDPACausalIfSeveral`, chunk", "max abs logit error", "passed"], zh=["`SDPACausalIfSeveral`，分块长度", "logits 最大绝对误差", "通过"])
+assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows) and CONTROLS["is_causal_after_cache"]["caught"]
 
 # %% [markdown] lang="en"
-# **Negative control: `is_causal=True` after a non-empty cache.** Chunks of 2 and 5 tokens must fail, and
-# the one-token run must pass: every call after the prefill has one query and no mask, which is correct.
-# The prefill call itself (the first chunk) is square and correct too. That is exactly why this bug
-# survives in code that is only ever tested with prefill plus one-token decoding.
+# **Timing, both ways.** A prefill of 256 tokens and one decode step after a 256-token cache, each with the
+# explicit softmax and with `SDPALowerRight`, on section 5's model: one thread, FP32, `inference_mode()`. Every
+# round runs the two paths in alternating order; a decode step starts from a copy of the same prefix cache
+# (copying is outside the timed window). We report medians and keep the raw samples in `results.json`.
 
 # %% [markdown] lang="zh"
-# **负对照：在非空缓存之后使用 `is_causal=True`。** 分块长度为 2 和 5 时必须失败，而逐 token 运行必须通过：预填充之后的每次调用都只有一个查询、不加掩码，这是正确的。预填充调用本身（第一个分块）的分数矩阵是方阵，也是正确的。正因如此，如果代码只在“预填充 + 逐 token 解码”的情形下测试过，这个错误就会一直藏在那里。
-
-# %%
-IS_CAUSAL_CONTROL = [check_cached(lambda: build_rope(attend=sdpa_causal_if_several), STREAM, 1, chunk, reference=build_rope)
-                     for chunk in (1, 2, 5)]
-say_table([[str(r["chunk"]), f"{r['max_abs_logit_err']:.2e}", f"`{r['passed']}`"] for r in IS_CAUSAL_CONTROL],
-          en=["chunk", "max abs logit error", "passed"], zh=["分块长度", "logits 最大绝对误差", "通过"])
-assert IS_CAUSAL_CONTROL[0]["passed"] and not IS_CAUSAL_CONTROL[1]["passed"] and not IS_CAUSAL_CONTROL[2]["passed"]
-
-# %% [markdown] lang="en"
-# **Timing, both ways.** A prefill of 256 tokens and one decode step after a 256-token cache, each with
-# the explicit softmax and with `sdpa_lower_right`, on section 5's model: one thread, FP32,
-# `inference_mode()`. Every round runs the two paths in alternating order; a decode step starts from a
-# copy of the same prefix cache (copying is outside the timed window). We report the median and keep the
-# raw samples. Nothing is asserted about these numbers: on a CPU, with a model this small, which path is
-# faster and by how much depends on the kernel PyTorch picks, the machine and its load. The
-# reason fused attention matters on GPUs, not writing a $[C, P + C]$ score matrix for every head to
-# memory, is not something this measurement can show.
-
-# %% [markdown] lang="zh"
-# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `sdpa_lower_right`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。两条路径的先后顺序逐轮交替；每个解码步都从同一个前缀缓存的副本出发（复制不计入计时窗口）。我们报告中位数，并保留原始样本。对这些数字不做任何断言：在 CPU 上、对这么小的模型，哪条路径更快、快多少，取决于 PyTorch 选用的算子实现、机器及其负载。融合注意力在 GPU 上之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
+# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `SDPALowerRight`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。两条路径的先后顺序逐轮交替；每个解码步都从同一个前缀缓存的副本出发（复制不计入计时窗口）。我们报告中位数，原始样本保存在 `results.json` 中。
 
 # %%
 TIMING_PROMPT = 256
 WARMUPS, REPEATS = (1, 5) if QUICK else (3, 30)
 TIMING_IDS = torch.randint(0, cfg.vocab, (1, TIMING_PROMPT + 1), generator=torch.Generator().manual_seed(SEED + 1))
-
-
-def copy_cache(cache):
-    # [en] FullKV.update rebinds its tensors (torch.cat), so a shallow copy per layer leaves the original intact.
-    # [zh] FullKV.update 会重新绑定张量（torch.cat），所以逐层浅拷贝不会改动原缓存。
-    copies = []
-    for layer in cache:
-        twin = FullKV()
-        twin.k, twin.v, twin.positions, twin.seen = layer.k, layer.v, layer.positions, layer.seen
-        copies.append(twin)
-    return copies
+TIMED = {"explicit": build(LLAMA_CFG), "sdpa": SDPA_MODELS["sdpa_lower_right"]()}
 
 
 @torch.inference_mode()
 def time_attention() -> dict:
-    nets = {"explicit": build_rope(), "sdpa": build_rope(attend=sdpa_lower_right)}
     prompt, token = TIMING_IDS[:, :TIMING_PROMPT], TIMING_IDS[:, TIMING_PROMPT:]
-    prefix = {name: net(prompt)[1] for name, net in nets.items()}
-    samples = {f"{name}_{what}": [] for name in nets for what in ("prefill", "decode")}
+    prefix = {name: net(prompt)[1] for name, net in TIMED.items()}
+    samples = {f"{name}_{what}": [] for name in TIMED for what in ("prefill", "decode")}
     for round_index in range(WARMUPS + REPEATS):
-        order = list(nets) if round_index % 2 == 0 else list(nets)[::-1]
-        for name in order:
-            net, cache = nets[name], copy_cache(prefix[name])
+        for name in (list(TIMED) if round_index % 2 == 0 else list(TIMED)[::-1]):
+            net, cache = TIMED[name], copy.deepcopy(prefix[name])
             start = time.perf_counter_ns()
             net(prompt)
             middle = time.perf_counter_ns()
@@ -125,27 +118,78 @@ def time_attention() -> dict:
             if round_index >= WARMUPS:
                 samples[f"{name}_prefill"].append((middle - start) / 1e6)
                 samples[f"{name}_decode"].append((end - middle) / 1e6)
-    assert all(len(s) == REPEATS for s in samples.values())
-    assert all(c.seen == TIMING_PROMPT for c in prefix["explicit"])
     return {name: {"p50_ms": float(np.median(s)), "samples_ms": [round(x, 6) for x in s]} for name, s in samples.items()}
 
 
 FUSED_TIMING = time_attention()
-say_table([[f"`{attend}`", f"{FUSED_TIMING[f'{name}_prefill']['p50_ms']:.3f}", f"{FUSED_TIMING[f'{name}_decode']['p50_ms']:.3f}"]
-           for name, attend in (("explicit", "softmax_attention"), ("sdpa", "sdpa_lower_right"))],
+say_table([[f"`{attention}`", f"{FUSED_TIMING[f'{name}_prefill']['p50_ms']:.2f}", f"{FUSED_TIMING[f'{name}_decode']['p50_ms']:.3f}"]
+           for name, attention in (("explicit", "softmax_attention"), ("sdpa", "SDPALowerRight"))],
           en=["attention", f"prefill of {TIMING_PROMPT} tokens, p50 ms", f"decode step after {TIMING_PROMPT}, p50 ms"],
           zh=["注意力实现", f"预填充 {TIMING_PROMPT} 个 token，p50 毫秒", f"{TIMING_PROMPT} 个 token 之后的解码步，p50 毫秒"])
-say(en=f"{REPEATS} measured rounds after {WARMUPS} warm-up round(s); raw samples are saved in results.json.",
-    zh=f"预热 {WARMUPS} 轮之后正式测量 {REPEATS} 轮；原始样本保存在 results.json 中。")
 
 # %% [markdown] lang="en"
 # In this run the prefill took {{run:fused.explicit_prefill:.2f}} ms with the explicit softmax and
 # {{run:fused.sdpa_prefill:.2f}} ms with SDPA, and the decode step {{run:fused.explicit_decode:.2f}} ms and
-# {{run:fused.sdpa_decode:.2f}} ms (medians). These are single-thread CPU numbers for a 64-wide model; they
-# say nothing about a GPU or a real model's size, and another machine may order them differently.
+# {{run:fused.sdpa_decode:.2f}} ms (medians). These margins are not orders of magnitude, so nothing is asserted
+# about them: another CPU, another PyTorch build or another load on the machine may order them differently.
+#
+# What costs what can be shown, though. The tables below break one decode step down by operator with
+# `torch.profiler`: how often each operator runs per step, and how long it takes by itself (its smallest time
+# over 5 rounds of 10 steps, so that a pause of this process lands on no single operator). In this run the
+# explicit step made {{run:fused.explicit_calls:.0f}} operator calls in {{run:fused.explicit_self_us:.0f}} µs,
+# the SDPA step {{run:fused.sdpa_calls:.0f}} calls in {{run:fused.sdpa_self_us:.0f}} µs, and no single operator
+# took more than {{run:fused.largest_share:.0%}} of a step. A decode step of this tiny model is hundreds of
+# small calls (the projections, the cache's `torch.cat`, the rotary lookups, reshapes), each with a fixed cost,
+# and the attention arithmetic is only a few of them. On a GPU and at real sizes the balance is different:
+# there a fused kernel matters because it never writes a $[C, P + C]$ score matrix per head to memory, which
+# this measurement cannot show.
 
 # %% [markdown] lang="zh"
-# 在本次运行中，预填充用显式 softmax 耗时 {{run:fused.explicit_prefill:.2f}} 毫秒，用 SDPA 耗时 {{run:fused.sdpa_prefill:.2f}} 毫秒；解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒（均为中位数）。这些是宽度仅为 64 的模型在单线程 CPU 上的数字，既不能说明 GPU 上的情况，也不能说明真实规模的模型；换一台机器，两者的快慢顺序也可能不同。
+# 在本次运行中，预填充用显式 softmax 耗时 {{run:fused.explicit_prefill:.2f}} 毫秒，用 SDPA 耗时 {{run:fused.sdpa_prefill:.2f}} 毫秒；解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒（均为中位数）。这些差距都不到数量级，所以不对它们做断言：换一台 CPU、换一个 PyTorch 构建版本，或者机器上的负载不同，快慢顺序都可能改变。
+#
+# 不过，时间花在哪里是可以展示的。下面的表格用 `torch.profiler` 把一个解码步按算子拆开：每个算子每步运行几次，单独占用多少时间（取 5 轮、每轮 10 步中最短的那一轮，这样本进程被暂停的时间不会算到某一个算子头上）。在本次运行中，显式路径的一个解码步调用了 {{run:fused.explicit_calls:.0f}} 次算子，共 {{run:fused.explicit_self_us:.0f}} 微秒；SDPA 路径调用了 {{run:fused.sdpa_calls:.0f}} 次，共 {{run:fused.sdpa_self_us:.0f}} 微秒；没有哪个算子占到一步的 {{run:fused.largest_share:.0%}} 以上。这个小模型的一个解码步由数百次小调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），每次调用都有固定开销，注意力的算术只占其中几次。到了 GPU 上、真实规模的模型中，情况就不同了：融合算子之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
+
+# %%
+import os
+
+from torch.profiler import ProfilerActivity, profile
+
+# [en] Kineto, the profiler's C++ layer, logs a line to stderr at every start and stop; level 6 keeps it quiet.
+# [zh] 性能分析器的 C++ 层 Kineto 每次启动和停止都会向 stderr 输出一行日志；级别 6 让它保持安静。
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+PROFILE_ROUNDS, PROFILE_STEPS = 5, 10
+
+
+@torch.inference_mode()
+def decode_profile(net, top: int = 6) -> dict:
+    # [en] One decode step after the 256-token prompt, PROFILE_STEPS times per round: each operator's calls and
+    # [en] self time per step, the smallest over the rounds.
+    # [zh] 在 256 个 token 的提示之后做解码步，每轮 PROFILE_STEPS 步：每个算子每步的调用次数和自身耗时，耗时取各轮中的最小值。
+    prompt, token = TIMING_IDS[:, :TIMING_PROMPT], TIMING_IDS[:, TIMING_PROMPT:]
+    prefix, rounds = net(prompt)[1], []
+    for _ in range(PROFILE_ROUNDS):
+        caches = [copy.deepcopy(prefix) for _ in range(PROFILE_STEPS)]
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for cache in caches:
+                net(token, cache)
+        rounds.append({e.key: (e.count / PROFILE_STEPS, e.self_cpu_time_total / PROFILE_STEPS) for e in prof.key_averages()})
+    best = {op: (calls, min(r[op][1] for r in rounds if op in r)) for op, (calls, _) in rounds[0].items()}
+    total = sum(us for _, us in best.values())
+    rows = [{"op": op, "calls_per_step": calls, "self_us_per_step": us, "share": us / total}
+            for op, (calls, us) in sorted(best.items(), key=lambda item: -item[1][1])]
+    return {"calls": sum(calls for calls, _ in best.values()), "self_us": total, "top": rows[:top]}
+
+
+DECODE_PROFILE = {name: decode_profile(net) for name, net in TIMED.items()}
+for name, prof in DECODE_PROFILE.items():
+    say(en=f"`{name}`: one decode step after {TIMING_PROMPT} tokens, {prof['calls']:.0f} operator calls, {prof['self_us']:.0f} us",
+        zh=f"`{name}`：{TIMING_PROMPT} 个 token 之后的一个解码步，共调用 {prof['calls']:.0f} 次算子，{prof['self_us']:.0f} 微秒")
+    say_table([[f"`{r['op']}`", f"{r['calls_per_step']:g}", f"{r['self_us_per_step']:.0f}", f"{r['share']:.0%}"] for r in prof["top"]],
+              en=["operator", "calls per step", "self time per step (us)", "share of the step"],
+              zh=["算子", "每步调用次数", "每步自身耗时（微秒）", "占该步的比例"])
 
 # %% tags=["prose-values"]
-{"fused": {f"{name}_{what}": FUSED_TIMING[f"{name}_{what}"]["p50_ms"] for name in ("explicit", "sdpa") for what in ("prefill", "decode")}}
+{"fused": {**{f"{name}_{what}": FUSED_TIMING[f"{name}_{what}"]["p50_ms"] for name in ("explicit", "sdpa") for what in ("prefill", "decode")},
+           **{f"{name}_calls": float(prof["calls"]) for name, prof in DECODE_PROFILE.items()},
+           **{f"{name}_self_us": float(prof["self_us"]) for name, prof in DECODE_PROFILE.items()},
+           "largest_share": max(prof["top"][0]["share"] for prof in DECODE_PROFILE.values())}}

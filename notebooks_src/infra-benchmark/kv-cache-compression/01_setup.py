@@ -76,7 +76,7 @@ import copy
 import json
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 import matplotlib.pyplot as plt

@@ -44,16 +44,16 @@
 
 # %%
 @dataclass
-class MLAConfig(ModelConfig):
-    # [en] MLA has no K/V heads: every head reads the one latent, so kv_heads is not used.
-    # [zh] MLA 没有 K/V 头：所有头都读取同一个潜向量，因此不使用 kv_heads。
+class MLAConfig(ArchConfig):
+    # [en] MLA has no K/V heads: every head reads the one latent (kv_heads stays None, one per query head for Hugging Face).
+    # [zh] MLA 没有 K/V 头：所有头都读取同一个潜向量（kv_heads 保持 None，在 Hugging Face 看来每个查询头各有一个）。
     latent: int = 32          # r    (kv_lora_rank)
     rope_dim: int = 8         # d_R  (qk_rope_head_dim)
     nope_dim: int = 16        # d_C  (qk_nope_head_dim)
     value_dim: int = 16       # d_v  (v_head_dim)
 
 
-mla_cfg = MLAConfig()
+mla_cfg = MLAConfig(**LLAMA_SHAPE)
 
 # %% [markdown] lang="en"
 # **The naive form** caches what ordinary attention caches: per head a key $[k^C_i; k^R]$ of $d_C + d_R$
@@ -74,7 +74,7 @@ class MLAttention(nn.Module):
         self.kv_down = nn.Linear(c.width, c.latent + c.rope_dim, bias=False)          # [W^DKV; W^KR]
         self.kv_norm = nn.RMSNorm(c.latent, eps=c.eps)
         self.kv_up = nn.Linear(c.latent, c.heads * (c.nope_dim + c.value_dim), bias=False)   # [W^UK_i; W^UV_i] per head
-        self.o = nn.Linear(c.heads * c.value_dim, c.width, bias=False)
+        self.proj = nn.Linear(c.heads * c.value_dim, c.width, bias=False)
         self.rotary = Rotary(c.rope_dim, c.max_positions, c.rope_theta)
         self.scale = (c.nope_dim + c.rope_dim) ** -0.5
 
@@ -99,8 +99,8 @@ class MLAttention(nn.Module):
         k_c, v = self.expand(c)
         k = torch.cat((k_c, k_r.expand(-1, self.heads, -1, -1)), dim=-1)             # [B, H, T_new, d_C + d_R]
         keys, values, key_pos = cache.update(k, v, positions)
-        context = attend(torch.cat((q_c, q_r), dim=-1), keys, values, causal(positions, key_pos), self.scale)
-        return self.o(merge_heads(context))
+        context = softmax_attention(torch.cat((q_c, q_r), dim=-1), keys, values, causal(positions, key_pos))
+        return self.proj(merge_heads(context))
 
 # %% [markdown] lang="en"
 # **Caching the latent, two ways.** `LatentMLA` caches the latent and the RoPE key in a `FullKV` (the latent in the
@@ -125,8 +125,8 @@ class LatentMLA(MLAttention):
         # [zh] 每次调用都要把缓存中的全部潜向量重新展开一遍。
         k_c, v = self.expand(latents)                                                 # [B, H, T_keys, d_C], [B, H, T_keys, d_v]
         keys = torch.cat((k_c, rope_keys.expand(-1, self.heads, -1, -1)), dim=-1)
-        context = attend(torch.cat((q_c, q_r), dim=-1), keys, v, causal(positions, key_pos), self.scale)
-        return self.o(merge_heads(context))
+        context = softmax_attention(torch.cat((q_c, q_r), dim=-1), keys, v, causal(positions, key_pos))
+        return self.proj(merge_heads(context))
 
 
 class AbsorbedMLA(MLAttention):
@@ -140,7 +140,7 @@ class AbsorbedMLA(MLAttention):
         scores = (q_latent @ latents.transpose(-2, -1) + q_r @ rope_keys.transpose(-2, -1)) * self.scale
         weights = scores.masked_fill(~causal(positions, key_pos), float("-inf")).softmax(dim=-1)   # [B, H, T_new, T_keys]
         context = (weights @ latents) @ w_uv.transpose(-2, -1)                        # [B, H, T_new, d_v]
-        return self.o(merge_heads(context))
+        return self.proj(merge_heads(context))
 
 
 MLA_FORMS = {"naive": MLAttention, "latent": LatentMLA, "absorbed": AbsorbedMLA}
@@ -174,7 +174,7 @@ def absorbed_vs_naive(batch: int, chunk: int, dtype, naive=MLAttention) -> dict:
     naive_logits, naive_cache = run_chunked(naive_net, STREAM[:batch], chunk)
     absorbed_logits, absorbed_cache = run_chunked(absorbed_net, STREAM[:batch], chunk)
     pairs = []
-    for layer, latent_cache, kv_cache in zip(absorbed_net.layers, absorbed_cache, naive_cache):
+    for layer, latent_cache, kv_cache in zip(absorbed_net.blocks, absorbed_cache, naive_cache):
         k_c, v = layer.attn.expand(latent_cache.k)
         k = torch.cat((k_c, latent_cache.v.expand(-1, mla_cfg.heads, -1, -1)), dim=-1)
         pairs += [(k, kv_cache.k), (v, kv_cache.v)]

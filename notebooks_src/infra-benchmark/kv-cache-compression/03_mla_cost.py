@@ -24,7 +24,7 @@ def expanded_elements(c: MLAConfig) -> int:
 with torch.inference_mode():
     measured = {name: sum(c.nbytes() for c in build(mla_cfg, lambda i: form(mla_cfg))(STREAM)[1])
                 for name, form in MLA_FORMS.items()}
-    measured["gqa"] = sum(c.nbytes() for c in build(llama_cfg, lambda i: Attention(llama_cfg))(STREAM)[1])
+    measured["gqa"] = sum(c.nbytes() for c in build(llama_cfg)(STREAM)[1])
 per_token_layer = 2 * STREAM_LEN * mla_cfg.layers * 4
 MLA_MEMORY = {
     "naive": {"formula_elements": expanded_elements(mla_cfg), "measured_elements": measured["naive"] / per_token_layer},
@@ -113,7 +113,7 @@ def decode_macs(c: MLAConfig, form: str, keys: int) -> int:
 
 @torch.inference_mode()
 def counted_macs(form: str, keys: int) -> int:
-    attn = build(mla_cfg, lambda i: MLA_FORMS[form](mla_cfg)).layers[0].attn
+    attn = build(mla_cfg, lambda i: MLA_FORMS[form](mla_cfg)).blocks[0].attn
     x = torch.randn(1, keys, mla_cfg.width, generator=torch.Generator().manual_seed(SEED))
     cache = attn.new_cache([])
     attn(x[:, :-1], torch.arange(keys - 1), cache)

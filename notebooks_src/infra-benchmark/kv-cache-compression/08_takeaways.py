@@ -88,7 +88,7 @@ say(en="Exercise 1 checked: 5,120 and 576 numbers per token and layer, a ratio o
 # </details>
 
 # %%
-twelve_cfg = ModelConfig(layers=12)
+twelve_cfg = replace(llama_cfg, layers=12)
 twelve_pattern = LOCAL_GLOBAL * 2
 with torch.inference_mode():
     _, twelve_cache = build(twelve_cfg, lambda i: WindowAttention(twelve_cfg, WINDOW) if twelve_pattern[i] == "local"

@@ -1,0 +1,31 @@
+# %% [markdown] lang="en"
+# **Rotary position embeddings in code.** Coordinate $i$ of a head is paired with coordinate $i + D/2$ (the
+# `rotate_half` layout of Hugging Face's Llama, so that no weights need reordering to compare with it), and
+# pair $i$ of a token at position $p$ is turned by the angle $p\,\theta_i$, $\theta_i = \Theta^{-2i/D}$.
+# `Rotary` computes the cosines and sines of every position once, in FP64 unless asked for another dtype,
+# and looks them up by position. `positions` may have any shape that broadcasts against the vectors, so a
+# layer can give every (query, key) pair a position of its own.
+
+# %% [markdown] lang="zh"
+# **旋转位置编码的代码。** 每个头的第 $i$ 维与第 $i + D/2$ 维配成一对（即 Hugging Face Llama 的 `rotate_half` 布局，与它对照时不必重排权重）；位于位置 $p$ 的 token，其第 $i$ 对旋转 $p\,\theta_i$ 角，$\theta_i = \Theta^{-2i/D}$。`Rotary` 把所有位置的余弦和正弦一次算好（除非另行指定精度，否则用 FP64），之后按位置查表。`positions` 可以是任何能与向量广播的形状，这样一个注意力层就能为每一对（查询，键）指定各自的位置。
+
+# %%
+def rotate_half(x):
+    # [en] The two halves of the last dimension: (x1, x2) -> (-x2, x1).
+    # [zh] 最后一维的前后两半：(x1, x2) -> (-x2, x1)。
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Rotary(nn.Module):
+    def __init__(self, dim: int, max_positions: int, theta: float, angle_dtype=torch.float64):
+        super().__init__()
+        self.dim, self.max_positions, self.theta = dim, max_positions, theta
+        inv_freq = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=angle_dtype) / dim)              # [D/2]
+        angles = torch.arange(max_positions, dtype=angle_dtype)[:, None] * inv_freq                # [P_max, D/2]
+        angles = torch.cat((angles, angles), dim=-1)                                               # [P_max, D]
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x, positions):                       # x: [..., D]; positions broadcast against x[..., 0]
+        return x * self.cos[positions].to(x.dtype) + rotate_half(x) * self.sin[positions].to(x.dtype)

@@ -1,0 +1,30 @@
+# %% [markdown] lang="en"
+# The exact variants: for each, how many of its configurations passed, and the largest difference between its
+# cached path and its full recomputation (or its reference) over them, logits and cached tensors, in FP32 and FP64.
+# All sit at the rounding level of their dtype.
+
+# %% [markdown] lang="zh"
+# 各精确变体：每一种通过了几种配置，以及在这些配置上，缓存路径与完整重算（或参照模型）之间 logits 和缓存张量的最大绝对误差，分 FP32 和 FP64 列出。它们都处在各自精度的舍入误差水平。
+
+# %%
+summary_table({f"`{name}`": rows for name, rows in EXACT_GRIDS.items()})
+
+# %% [markdown] lang="en"
+# The negative controls: each broke one thing on purpose, and each was caught by the check named in its row. The
+# measured column is the number that check judged (for a `check_cached` control, the smallest logit error of its
+# failing runs). Last, the Hugging Face referees: for each, the largest FP64 difference from our model, logits and
+# caches, full and cached (or why they were skipped).
+
+# %% [markdown] lang="zh"
+# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值（对 `check_cached` 类的负对照，是失败运行中最小的 logits 误差）。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对误差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
+
+# %%
+controls_table(CONTROLS)
+assert all(c["caught"] for c in CONTROLS.values())
+if HAVE_HF:
+    say_table([[name, f"{max(errors.values()):.1e}"] for name, errors in REFEREES.items()],
+              en=[f"referee, transformers {ENVIRONMENT['transformers']}", "largest difference (FP64)"],
+              zh=[f"裁判，transformers {ENVIRONMENT['transformers']}", "最大绝对误差（FP64）"])
+else:
+    say(en=f"The Hugging Face referees are skipped: `transformers` is not available here ({HF_SKIP}).",
+        zh=f"Hugging Face 裁判已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
