@@ -9,33 +9,59 @@ the Hugging Face referee, can see.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bug_injection import bug, bug_tests
+from serving_shared_bugs import REQUEST_BUGS, REUSE_NEVER_RUNS, STORE_BUGS
 
 from .notebook import NOTEBOOK
 
-POOL, SERVE, SPEC, SPLIT, COST, ROOF, HF, SAVE = (
-    "02_prefix_cache.py", "03_prefix_serving.py", "05_speculative.py", "06_split_k.py", "07_decode_cost.py",
-    "08_roofline.py", "09_assisted_generation.py", "10_saved_results.py")
+HASH, POOL, SERVE, SPEC, SPLIT, COST, ROOF, HF, SAVE = (
+    "02_prefix_cache.py", "02_prefix_pool.py", "03_prefix_serving_loop.py", "05_speculative.py", "06_split_k.py",
+    "07_decode_cost.py", "08_roofline.py", "09_assisted_generation.py", "10_saved_results.py")
+# Included from the serving notebook: its paged store and its requests (their bugs: tests/serving_shared_bugs.py).
+STORE, REQUESTS = "04_paged_store.py", "04_paged_requests.py"
+POOL_FULL, EXHAUSTED = "PoolFull", "RuntimeError: free == []"
+# Where a store bug stops this notebook before any assertion can: the pool refuses a block (this notebook's
+# PoolFull, or the store's own error), or, for the shifted slot, PyTorch's bounds check: the last slot of the
+# pool's last block, shifted by one, lies past the end of the pool (the NaN it would leave is never reached).
+STORE_STOPS_WITH = {
+    "paged: block offset off by one": "IndexError",
+    "paged: freed block not returned": EXHAUSTED,
+    "paged: freed block returned twice": POOL_FULL,
+    "paged: a new holder not counted": POOL_FULL,
+    "paged: reused block's fill count kept": POOL_FULL,
+}
 
 BUGS = {
-    # Section 4: the block pool and its content index.
-    "hash chain without the parent": bug(POOL, ('hashlib.sha256(f"{parent}|{block}".encode())', 'hashlib.sha256(f"{block}".encode())')),
-    "partly filled block hashed": bug(POOL, ("for start in range(0, len(tokens) - block_size + 1, block_size):",
+    # Section 4: the hash chain, the pool's content index, and the serving notebook's store under it.
+    "hash chain without the parent": bug(HASH, ('hashlib.sha256(f"{parent}|{block}".encode())', 'hashlib.sha256(f"{block}".encode())')),
+    "partly filled block hashed": bug(HASH, ("for start in range(0, len(tokens) - block_size + 1, block_size):",
                                              "for start in range(0, len(tokens), block_size):")),
     "evicted block kept in the index": bug(POOL, ("        del self.index[self.hash_of.pop(block)]\n", "        self.hash_of.pop(block)\n")),
     "held block left in the LRU queue": bug(POOL, ("        self.evictable.pop(block, None)\n", "        pass\n")),
-    "block released while still held": bug(POOL, ("        if self.refs[block] == 0:\n", "        if self.refs[block] <= 1:\n")),
-    "write copies the cache from position 0": bug(POOL, ("self.k[layer].flatten(0, 1)[slots] = k[0, :, start:end].transpose(0, 1)",
-                                                         "self.k[layer].flatten(0, 1)[slots] = k[0, :, :end - start].transpose(0, 1)")),
+    "cached block freed, still in the index": bug(POOL, ("        if block in self.hash_of:\n            self.evictable[block] = None\n"
+                                                         "        else:\n            super().reclaim(block)\n",
+                                                         "        super().reclaim(block)\n")),
+    **{name: replace(found, stops_with=STORE_STOPS_WITH.get(name, found.stops_with))
+       for name, found in STORE_BUGS.items() if name not in REUSE_NEVER_RUNS},
     # Section 5: serving with the prefix cache.
-    "prefill starts one token late": bug(SERVE, ("model(torch.tensor([request.prompt[hit_tokens:]]), past)",
-                                                 "model(torch.tensor([request.prompt[hit_tokens + 1:]]), past)")),
-    "decode step writes one position early": bug(SERVE, ("stored = len(request.prompt) + len(request.tokens) - 1",
-                                                         "stored = len(request.prompt) + len(request.tokens) - 2")),
+    "prefill starts one token late": bug(SERVE, ("run_tokens(model, cache, request, request.prompt[hit_tokens:])",
+                                                 "run_tokens(model, cache, request, request.prompt[hit_tokens + 1:])")),
+    "new K/V taken from position 0": bug(SERVE, ("cache.write(layer, request.rid, addresses, k[0, :, held:], v[0, :, held:])",
+                                                 "cache.write(layer, request.rid, addresses, k[0, :, :len(ids)], v[0, :, :len(ids)])")),
+    "decode step feeds the first generated token again": bug(SERVE, ("run_tokens(model, cache, request, torch.tensor(request.tokens[-1:]))",
+                                                                     "run_tokens(model, cache, request, torch.tensor(request.tokens[:1]))")),
     "admission counts held hit blocks as available": bug(
-        SERVE, ("if fresh > pool.available() - sum(block in pool.evictable for block in hits):", "if fresh > pool.available():"),
-        stops_with="PoolFull"),
-    "retired request keeps its first block": bug(SERVE, ("for block in reversed(request.table):", "for block in reversed(request.table[1:]):")),
+        SERVE, ("pool.available() - sum(block in pool.evictable for block in hits) - promised(cache, running)",
+                "pool.available() - promised(cache, running)"),
+        stops_with=POOL_FULL),
+    "admission forgets what running requests may still take": bug(
+        SERVE, ("pool.available() - sum(block in pool.evictable for block in hits) - promised(cache, running)",
+                "pool.available() - sum(block in pool.evictable for block in hits)"),
+        stops_with=POOL_FULL),
+    "retired request's blocks not freed": bug(SERVE, ("            cache.free(request.rid)\n", ""), stops_with=POOL_FULL),
+    **REQUEST_BUGS,
     # Section 6: speculative decoding.
     "bonus token from the previous position": bug(SPEC, ("return drafts[:n] + [choice[n]], scores[:n + 1]",
                                                          "return drafts[:n] + [choice[max(n - 1, 0)]], scores[:n + 1]")),
@@ -84,4 +110,10 @@ runners, test_unmutated_notebook_runs, test_injected_bug_stops_the_notebook = bu
 
 
 def test_every_implementation_section_has_a_bug():
-    assert {found.file for found in BUGS.values()} == {POOL, SERVE, SPEC, SPLIT, COST, ROOF, HF, SAVE}
+    assert {found.file for found in BUGS.values()} == {HASH, POOL, STORE, SERVE, REQUESTS, SPEC, SPLIT, COST, ROOF, HF, SAVE}
+
+
+def test_the_store_bugs_left_out_are_store_bugs():
+    """The store bugs this notebook leaves out (code it never runs: fork, copy-on-write) are named as in the table."""
+    assert REUSE_NEVER_RUNS < set(STORE_BUGS) and set(STORE_STOPS_WITH) <= set(STORE_BUGS) - REUSE_NEVER_RUNS
+

@@ -22,7 +22,7 @@ def load(out_dir):
 def test_top_level_keys_in_the_documented_order(quick_run):
     results, _ = load(quick_run[1])
     assert list(results) == TOP_LEVEL
-    assert results["schema_version"] == 2 and results["notebook"] == "infra-benchmark/kv-cache-reuse" and results["quick"] is True
+    assert results["schema_version"] == 3 and results["notebook"] == "infra-benchmark/kv-cache-reuse" and results["quick"] is True
     assert results["tolerances"] == {"fp32": 1e-5, "fp64": 1e-10}
 
 
@@ -30,8 +30,9 @@ def test_every_control_is_recorded_and_caught(quick_run):
     results, _ = load(quick_run[1])
     assert {name: c["section"] for name, c in results["controls"].items()} == CONTROLS
     assert all(c["caught"] is True for c in results["controls"].values())
-    evicted = results["controls"]["held_block_evicted"]
-    assert evicted["max_abs_logit_err"] is None and evicted["finite"] is False
+    prefix = [results["controls"][name] for name in ("hash_without_prefix", "partial_block_shared", "held_block_evicted")]
+    assert [c["wrong_requests"] for c in prefix] == [[2], [4], [1]]
+    assert all(c["finite"] is True and c["max_abs_logit_err"] > 1e-2 for c in prefix)
 
 
 def test_sections(quick_run):
@@ -39,7 +40,7 @@ def test_sections(quick_run):
     results, _ = load(out_dir)
     prefix = results["prefix_cache"]
     assert [r["blocks"] for r in prefix["sweep"]] == list(nb["POOL_SIZES"]) and prefix["block_size"] == 4
-    assert all(0 <= r["hit_rate"] <= 1 and r["close"] for r in prefix["sweep"])
+    assert all(0 <= r["hit_rate"] <= 1 and r["close"] and r["within_reservation"] and r["all_released"] for r in prefix["sweep"])
     spec = results["speculative"]
     assert [r["k"] for r in spec["runs"]] == list(nb["SPEC_KS"]) and spec["draft"]["layers"] == 1
     assert [r["splits"] for r in results["split_k"]["rows"]] == list(nb["SPLIT_COUNTS"])

@@ -9,11 +9,12 @@ fit, the block pool with no free block). The harness is `tests/bug_injection.py`
 from __future__ import annotations
 
 from bug_injection import bug, bug_tests
+from serving_shared_bugs import REQUEST_BUGS, STORE_BUGS
 
 from .notebook import NOTEBOOK
 
 PAD, STATIC, MEMORY = "02_padding.py", "03_static_cache.py", "05_memory.py"
-STORE, BATCH, SERVING = "04_paged_store.py", "04_paged_batch.py", "04_paged_serving.py"
+BATCH, SERVING = "04_paged_batch.py", "04_paged_serving.py"
 FULL = "ValueError: length + new_len > T_max"          # the static store refusing what does not fit
 EXHAUSTED = "RuntimeError: free == []"                   # the block pool with no free block
 BUGS = {
@@ -93,50 +94,9 @@ BUGS = {
         STATIC,
         ("        if self.length + new_len > self.max_len:\n",
          "        if self.length + new_len > self.max_len + 1:\n")),
-    # Section 6: the block pool, the block tables, copy-on-write (the includable store), the batch store.
-    "paged: block offset off by one": bug(
-        STORE,
-        ("addresses.append(block * pool.block_size + pool.fill[block])",
-         "addresses.append(block * pool.block_size + pool.fill[block] + 1)")),
-    "paged: blocks gathered in reverse order": bug(
-        STORE,
-        ("for b in self.tables[seq] for s in range(self.pool.fill[b])",
-         "for b in reversed(self.tables[seq]) for s in range(self.pool.fill[b])")),
-    "paged: freed block not returned": bug(
-        STORE,
-        ("            self.clear(block)\n            self.free.append(block)\n",
-         "            self.clear(block)\n")),
-    "paged: freed block returned twice": bug(
-        STORE,
-        ("            self.pool.release(block)\n",
-         "            self.pool.release(block)\n            self.pool.free.append(block)\n")),
-    "paged: block returned while still held": bug(
-        STORE,
-        ("            self.clear(block)\n            self.free.append(block)\n",
-         "            self.clear(block)\n        self.free.append(block)\n")),
-    "paged: release ignores the reference count": bug(
-        STORE,
-        ("        self.refs[block] -= 1\n",
-         "        self.refs[block] = 0\n")),
-    "paged: fork does not count the new holder": bug(
-        STORE,
-        ("            self.pool.refs[block] += 1\n",
-         "            pass\n")),
-    "paged: forked block table reversed": bug(
-        STORE,
-        ("self.tables[child] = list(self.tables[parent])\n        for block",
-         "self.tables[child] = list(reversed(self.tables[parent]))\n        for block")),
-    "paged: copy-on-write skipped": bug(STORE, ("if pool.refs[table[-1]] > 1:", "if pool.refs[table[-1]] > 2:")),
-    "paged: copy-on-write keeps writing the old block": bug(
-        STORE,
-        ("        pool.release(old)\n        table[-1] = new\n",
-         "        pool.release(old)\n")),
-    "paged: copy-on-write copies K only": bug(
-        STORE,
-        ("        for t in pool.k + pool.v:\n            t[new] = t[old]\n",
-         "        for t in pool.k:\n            t[new] = t[old]\n")),
-    "paged: copy-on-write forgets the fill count": bug(STORE, ("        pool.fill[new] = pool.fill[old]\n", "")),
-    "paged: reused block's fill count kept": bug(STORE, ("        self.fill[block] = 0\n", "")),
+    # Section 6: the block pool, the block tables, copy-on-write (the includable store: tests/serving_shared_bugs.py,
+    # shared with the reuse notebook's table), the batch store.
+    **STORE_BUGS,
     "paged: new K/V taken from the left of the row": bug(
         BATCH,
         ("k[row, :, -n:], v[row, :, -n:]",
@@ -149,10 +109,6 @@ BUGS = {
         BATCH,
         ("columns[None, :] >= (self.total",
          "columns[None, :] > (self.total")),
-    "paged: a chunk of several positions written scrambled": bug(
-        STORE,
-        ("self.pool.k[layer].view(-1, *k.shape[::2])[addresses] = k.transpose(0, 1)",
-         "self.pool.k[layer].view(-1, *k.shape[::2])[addresses] = k.reshape(k.shape[1], k.shape[0], k.shape[2])")),
     "paged batch: padding slots of the batch filled with NaN": bug(
         BATCH,
         ("values = torch.zeros_like(keys)", "values = torch.full_like(keys, float(\"nan\"))")),
@@ -189,10 +145,7 @@ BUGS = {
         ("            cache.free(r.rid)\n",
          ""),
         stops_with=EXHAUSTED),
-    "scheduler: reservation one position short": bug(
-        SERVING,
-        ("len(request.prompt) + request.max_new - 1) / block_size",
-         "len(request.prompt) + request.max_new - 2) / block_size")),
+    **REQUEST_BUGS,
     # The scheduler's promises, which no logit can see: the cap, first come first served, no needless wait.
     "scheduler: one request over the cap": bug(
         SERVING,

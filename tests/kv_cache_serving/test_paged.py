@@ -152,16 +152,11 @@ def test_the_paged_store_section_stands_alone():
     before it), names no section number, and needs only torch, SEED and a config with layers, heads, head_dim."""
     from types import SimpleNamespace
 
-    from learning_notebooks.sources import load_config, load_notebook
-    from notebook_code import SOURCES, exec_sections
+    from notebook_code import exec_sections
 
-    from .notebook import NOTEBOOK
+    from .notebook import NOTEBOOK, assert_includable
 
-    series, name = NOTEBOOK.split("/")
-    section = next(s for s in load_notebook(SOURCES, series, name, load_config(SOURCES)).sections
-                   if s.file.name == "04_paged_store.py")
-    prose = "\n".join(cell.source for cell in section.cells if cell.lang)
-    assert "## " not in prose and "section" not in prose.lower() and "节" not in prose
+    assert_includable("04_paged_store.py")
     namespace = exec_sections({"SEED": 3}, NOTEBOOK, "04_paged_store.py")
     config = SimpleNamespace(layers=1, heads=2, head_dim=3)
     cache = namespace["PagedCache"](namespace["BlockPool"](config, 4, 2))
@@ -171,3 +166,33 @@ def test_the_paged_store_section_stands_alone():
     cache.write(0, "x", addresses, values, -values)
     keys, vals = cache.read(0, "x")
     assert torch.equal(keys, values) and torch.equal(vals, -values) and len(cache.tables["x"]) == 2
+
+
+def test_the_requests_section_stands_alone():
+    """04_paged_requests.py is included by the reuse notebook too: it needs nothing from the notebook."""
+    from notebook_code import exec_sections
+
+    from .notebook import NOTEBOOK, assert_includable
+
+    assert_includable("04_paged_requests.py")
+    namespace = exec_sections({}, NOTEBOOK, "04_paged_requests.py")
+    request = namespace["Request"](7, torch.zeros(5, dtype=torch.long), 4, arrival=2)
+    assert (request.tokens, request.logits, request.admitted, request.finished) == ([], [], -1, -1)
+    assert namespace["blocks_needed"](request, 4) == 2                     # 5 + 4 - 1 = 8 positions
+
+
+def test_add_starts_a_table_with_shared_blocks_and_free_releases_the_last_block_first(nb):
+    pool = nb["BlockPool"](nb["cfg"], 6, 2, seed=4)
+    cache = nb["PagedCache"](pool)
+    cache.add("a")
+    cache.reserve("a", 5)                                                  # 3 blocks, the last one half full
+    shared = cache.tables["a"][:2]
+    cache.add("b", shared)
+    assert [pool.refs[b] for b in cache.tables["a"]] == [2, 2, 1] and cache.length("b") == 4
+    released = []
+    pool.reclaim = released.append                                         # record instead of freeing
+    cache.free("a")
+    assert released == [pool.allocations[2]]                              # the shared blocks are still held
+    cache.free("b")
+    assert released == [pool.allocations[2], shared[1], shared[0]]
+

@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# **Negative controls.** Three mistakes a prefix cache can make, each a subclass of `PrefixCache` that
+# **Negative controls.** Three mistakes a prefix cache can make, each a subclass of `PrefixPool` that
 # changes one method, each served through the same loop and judged by the same comparison with the cold
 # runs. They need situations that the random stream above does not produce on its own, so they run on two
 # small scenarios, which the correct pool must pass as well:
@@ -10,7 +10,8 @@
 #   only 2 tokens) and generates 8 tokens, and request 4 sends the same text plus one token, while request 3
 #   is still running;
 # * **a full pool** (`full_pool`, 12 blocks): request 0 leaves its system prompt in the cache; request 1 hits it and
-#   generates 8 tokens; request 2, a long prompt, arrives while request 1 runs and needs every other block.
+#   generates 7 tokens; request 2, a prompt of 36 tokens, arrives while request 1 runs and needs more blocks than
+#   are free.
 #
 # The mistakes:
 #
@@ -18,26 +19,28 @@
 #   document's blocks then "hit" the blocks that request 0 computed after system prompt 1: same tokens,
 #   other prefix, other K/V;
 # * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too. Request 4
-#   then shares request 3's last block and writes its own next token into the slot where request 3 keeps
-#   its first generated token, which request 3 reads on its next step;
-# * **held block left in the LRU queue**: `acquire` raises the count but forgets to take the block out of
-#   the queue. When request 2 needs blocks, the pool evicts the system-prompt blocks that request 1 still
-#   reads.
+#   then shares request 3's last block, but by the time it arrives, request 3 has written its first
+#   generated tokens into the free slots of that block: request 4 reads them as if they were part of its
+#   own prompt. (Request 3 itself is safe: a full block is never written again, and the store copies a
+#   shared block that is not full before writing into it.)
+# * **held block left in the LRU queue**: `hold` raises the count but forgets to take the block out of
+#   the queue. When request 2 needs more blocks than are free, the pool evicts a system-prompt block that
+#   request 1 still reads, and request 2 writes its own K/V into it.
 
 # %% [markdown] lang="zh"
-# **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixCache` 一个方法的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
+# **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixPool` 一个方法的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
 #
 # * **共用文档**（`shared_documents`，池中有 64 个物理块）：请求 0 由系统提示 1、一份 8 个 token 的文档和一个问题组成；请求 1 由系统提示 2 和一个问题组成；请求 2 稍后到达，由系统提示 2、**同一份文档**和另一个问题组成。随后，请求 3 发来一段 14 个 token 的文本（它的最后一个物理块只有 2 个 token），并生成 8 个 token；请求 4 在请求 3 还在运行时发来同一段文本再加一个 token；
-# * **池满**（`full_pool`，12 个物理块）：请求 0 把它的系统提示留在缓存里；请求 1 命中这段提示，并生成 8 个 token；请求 2 的提示很长，在请求 1 运行期间到达，需要其余所有物理块。
+# * **池满**（`full_pool`，12 个物理块）：请求 0 把它的系统提示留在缓存里；请求 1 命中这段提示，并生成 7 个 token；请求 2 的提示有 36 个 token，在请求 1 运行期间到达，需要的物理块比空闲的还多。
 #
 # 三种错误如下：
 #
 # * **块哈希不含前缀**：每个物理块的哈希只覆盖它自己的 token。于是在请求 2 中，文档所在的物理块“命中”了请求 0 在系统提示 1 之后算出的那些物理块：token 相同，前缀不同，K/V 也就不同；
-# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块，并把自己的下一个 token 写进了请求 3 存放第一个生成 token 的那个槽位，而请求 3 在下一步就会读取它；
-# * **被持有的物理块留在 LRU 队列中**：`acquire` 把引用计数加一，却忘了把物理块移出队列。当请求 2 需要物理块时，池淘汰了请求 1 仍在读取的系统提示物理块。
+# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读。（请求 3 本身不受影响：填满的物理块不会再被写入，而存储在写入一个未填满的共享物理块之前会先复制它。）
+# * **被持有的物理块留在 LRU 队列中**：`hold` 把引用计数加一，却忘了把物理块移出队列。当请求 2 需要的物理块比空闲的还多时，池淘汰了请求 1 仍在读取的一个系统提示物理块，请求 2 又把自己的 K/V 写了进去。
 
 # %%
-class HashWithoutPrefix(PrefixCache):
+class HashWithoutPrefix(PrefixPool):
     def block_hashes(self, tokens):
         # [en] WRONG on purpose: each block hashed by its own tokens alone.
         # [zh] 故意写错：每个物理块只按它自己的 token 计算哈希。
@@ -45,7 +48,7 @@ class HashWithoutPrefix(PrefixCache):
         return [hashlib.sha256(f"{tokens[s:s + size]}".encode()).hexdigest() for s in range(0, len(tokens) - size + 1, size)]
 
 
-class SharesPartialBlock(PrefixCache):
+class SharesPartialBlock(PrefixPool):
     def block_hashes(self, tokens):
         hashes = chained_block_hashes(tokens, self.block_size)
         tail = tokens[len(hashes) * self.block_size:]
@@ -56,8 +59,8 @@ class SharesPartialBlock(PrefixCache):
         return hashes
 
 
-class EvictsHeldBlocks(PrefixCache):
-    def acquire(self, block):
+class EvictsHeldBlocks(PrefixPool):
+    def hold(self, block):
         # [en] WRONG on purpose: the held block stays in the LRU queue.
         # [zh] 故意写错：被持有的物理块仍留在 LRU 队列中。
         self.refs[block] += 1
@@ -69,12 +72,14 @@ def scenario_specs(seed):
     system_1, system_2, document, text, long_prompt = tokens(8), tokens(8), tokens(8), tokens(14), tokens(24)
     shared_documents = [(system_1 + document + tokens(3), 6, 0), (system_2 + tokens(3), 6, 0),
                         (system_2 + document + tokens(3), 6, 8), (text, 8, 8), (text + tokens(1), 6, 10)]
-    full_pool = [(system_1 + tokens(2), 3, 0), (system_1 + tokens(2), 8, 4), (long_prompt, 6, 6)]
+    # [en] Request 2: 36 tokens, more blocks than are free while request 1 runs.
+    # [zh] 请求 2：36 个 token，在请求 1 运行期间需要的物理块比空闲的还多。
+    full_pool = [(system_1 + tokens(2), 3, 0), (system_1 + tokens(2), 7, 4), (long_prompt + tokens(12), 4, 7)]
     return {"shared_documents": (shared_documents, 64), "full_pool": (full_pool, 12)}
 
 
 SCENARIOS = scenario_specs(SEED + 2)
-CONTROL_CASES = {"correct": (PrefixCache, list(SCENARIOS)), "hash_without_prefix": (HashWithoutPrefix, ["shared_documents"]),
+CONTROL_CASES = {"correct": (PrefixPool, list(SCENARIOS)), "hash_without_prefix": (HashWithoutPrefix, ["shared_documents"]),
                  "partial_block_shared": (SharesPartialBlock, ["shared_documents"]), "held_block_evicted": (EvictsHeldBlocks, ["full_pool"])}
 CONTROL_RUNS = {name: {scenario: run_stream(*SCENARIOS[scenario], pool_class=pool_class) for scenario in scenarios}
                 for name, (pool_class, scenarios) in CONTROL_CASES.items()}
@@ -83,22 +88,23 @@ say_table([[f"`{CONTROL_CASES[name][0].__name__}`", f"`{scenario}`", f"{r['reque
            for name, runs in CONTROL_RUNS.items() for scenario, r in runs.items()],
           en=["pool", "scenario", "requests with a hit", "requests not as cold", "max logit err", "finite", "all as cold"],
           zh=["池", "场景", "有命中的请求", "与冷启动不一致的请求", "最大 logits 误差", "数值有限", "全部与冷启动一致"])
-# [en] Who suffers: request 2 (the hash without prefix), request 3 (owner of the shared block), request 1 (its blocks evicted).
-# [zh] 谁受害：请求 2（不含前缀的块哈希）、请求 3（被共享物理块的主人）、请求 1（它的物理块被淘汰）。
+# [en] Who suffers: request 2 (the hash without prefix), request 4 (reads the shared block's extra slots), request 1 (its block evicted).
+# [zh] 谁受害：请求 2（不含前缀的块哈希）、请求 4（读到了共享物理块里多出的槽位）、请求 1（它的物理块被淘汰）。
 PREFIX_CONTROLS = {name: {"scenario": scenario, "wrong_requests": r["wrong_requests"], "max_abs_logit_err": r["max_abs_logit_err"],
                           "finite": r["finite"], "caught": not r["close"]}
                    for name, runs in CONTROL_RUNS.items() if name != "correct" for scenario, r in runs.items()}
 assert all(r["close"] and r["finite"] for r in CONTROL_RUNS["correct"].values())
-assert all(c["caught"] for c in PREFIX_CONTROLS.values()) and not PREFIX_CONTROLS["held_block_evicted"]["finite"]
-assert [PREFIX_CONTROLS[name]["wrong_requests"] for name in PREFIX_CONTROLS] == [[2], [3], [1]]
+assert all(c["caught"] and c["finite"] for c in PREFIX_CONTROLS.values())
+assert [PREFIX_CONTROLS[name]["wrong_requests"] for name in PREFIX_CONTROLS] == [[2], [4], [1]]
 assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_block_evicted"]["full_pool"]["iterations"]
 
 # %% [markdown] lang="en"
-# Each control is caught by the comparison with the cold runs: the hash without its prefix and the shared
-# partial block give finite, wrong logits (largest errors {{run:prefix.controls.hash_without_prefix:.2f}} and
-# {{run:prefix.controls.partial_block_shared:.2f}}), and it is the victim that suffers: request 2 for the first,
-# request 3, the owner of the shared block, for the second. The evicted held block gives NaN, the mark of the
-# test instrument. The correct pool passes both scenarios; in the full pool it makes request 2 wait for blocks
+# Each control is caught by the comparison with the cold runs, and each gives finite, wrong logits (largest
+# errors {{run:prefix.controls.hash_without_prefix:.2f}}, {{run:prefix.controls.partial_block_shared:.2f}} and
+# {{run:prefix.controls.held_block_evicted:.2f}}): no NaN warns of them, because every slot read holds real
+# K/V, only the wrong ones. The request that suffers is the one that reads the wrong block: request 2 for
+# the hash without its prefix, request 4, the newcomer, for the shared partial block, and request 1, whose
+# held block was evicted and refilled by request 2. The correct pool passes both scenarios; in the full pool it makes request 2 wait for blocks
 # instead, and the scenario takes {{run:prefix.full_pool_iterations.correct}} iterations instead of
 # {{run:prefix.full_pool_iterations.held_block_evicted}}.
 #
@@ -115,7 +121,7 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # evictions (orange) and the iterations the stream takes to finish (grey) against the same pool sizes.*
 
 # %% [markdown] lang="zh"
-# 每个负对照都被与冷启动结果的比较查出：不含前缀的块哈希和共享未填满的物理块给出的是有限但错误的 logits（最大误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}} 和 {{run:prefix.controls.partial_block_shared:.2f}}），而且受害的是别的请求：前者是请求 2，后者是被共享物理块的主人请求 3。被淘汰的、仍被持有的物理块则给出 NaN，这正是检测手段留下的痕迹。正确的池通过了两个场景；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 轮，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 轮。
+# 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1，它的物理块被淘汰后又被请求 2 写入了内容。正确的池通过了两个场景；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 轮，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 轮。
 #
 # **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 轮，而不是 {{run:prefix.iterations_largest}} 轮）。
 #

@@ -17,13 +17,14 @@ def run_speculative(speculator_class, k) -> dict:
     runs = [speculator_class(model, draft, k).generate(prompt, SPEC_NEW) for prompt in SPEC_PROMPTS]
     target_calls = sum(r["target_calls"] for r in runs)
     margins = [(top2[:, 0] - top2[:, 1]).min() for top2 in (logits.topk(2, dim=-1).values for logits, _ in PLAIN)]
+    versus_plain = compare([r["logits"] for r in runs], [logits for logits, _ in PLAIN])
     return {"k": k, "target_calls": target_calls, "draft_calls": sum(r["draft_calls"] for r in runs),
             "plain_calls": SPEC_NEW * len(runs),
             "accepted_per_call": sum(sum(r["accepted"]) for r in runs) / target_calls,
             "tokens_per_call": SPEC_NEW * len(runs) / target_calls,
             "tokens_identical": all(r["tokens"] == tokens for r, (_, tokens) in zip(runs, PLAIN)),
-            "logits_close": all(close(r["logits"], logits) for r, (logits, _) in zip(runs, PLAIN)),
-            "max_abs_logit_err": worst(max_abs_err(r["logits"], logits) for r, (logits, _) in zip(runs, PLAIN)),
+            "logits_close": versus_plain["close"],
+            "max_abs_logit_err": versus_plain["max_abs_logit_err"],
             "min_margin": float(min(margins))}
 
 

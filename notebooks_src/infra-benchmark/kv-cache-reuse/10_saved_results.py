@@ -14,10 +14,6 @@
 # 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：前缀缓存在各种池大小下的扫描结果、每个 $k$ 的投机解码结果、split-K 的误差、解码步的计数、公开模型的配置及其出处、本机 Roofline 模型的测量值、与 Hugging Face 的比较（或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
 
 # %%
-def finite_or_none(value):
-    return float(value) if math.isfinite(value) else None
-
-
 CONTROLS = {
     **{name: {"section": "prefix_cache", "scenario": c["scenario"], "wrong_requests": c["wrong_requests"],
               "max_abs_logit_err": finite_or_none(c["max_abs_logit_err"]), "finite": c["finite"], "caught": c["caught"]}
@@ -35,7 +31,7 @@ if ASSISTED_CONTROL is not None:
     CONTROLS["referee_rejects_no_rollback"] = {"section": "assisted_generation", **ASSISTED_CONTROL}
 
 RESULTS = {
-    "schema_version": 2,
+    "schema_version": 3,
     "notebook": "infra-benchmark/kv-cache-reuse",
     "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     "quick": bool(QUICK),
@@ -50,7 +46,8 @@ RESULTS = {
                    "arrivals_per_iteration": 1},
         "sweep": [{key: r[key] for key in ("blocks", "hit_rate", "prefill_tokens_saved", "prompt_tokens", "requests_with_hit",
                                            "evictions", "iterations", "max_abs_logit_err_hits", "min_margin",
-                                           "misses_bit_identical", "whole_blocks", "finite", "all_released", "close")} for r in SWEEP],
+                                           "misses_bit_identical", "whole_blocks", "finite", "within_reservation", "all_released", "close")}
+                  for r in SWEEP],
         "scenarios": {scenario: {key: r[key] for key in ("blocks", "requests_with_hit", "iterations", "close", "finite")}
                       for scenario, r in CONTROL_RUNS["correct"].items()},
     },

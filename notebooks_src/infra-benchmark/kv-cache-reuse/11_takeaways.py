@@ -35,7 +35,7 @@ earlier = [rng.randrange(cfg.vocab) for _ in range(30)]
 new_prompt = earlier[:22] + [(t + 1) % cfg.vocab for t in earlier[22:27]]
 exercise_hits = {}
 for size in (4, 8):
-    pool = PrefixCache(cfg, num_blocks=16, block_size=size)
+    pool = PrefixPool(cfg, num_blocks=16, block_size=size)
     for block_hash in pool.block_hashes(earlier):
         pool.publish(pool.allocate(), block_hash)
     exercise_hits[size] = pool.lookup(new_prompt)[1]

@@ -228,29 +228,14 @@ def generate_alone(model, prompt, steps=DECODE_STEPS):
 # prompt alone, unpadded, followed by the tokens it generated alone: within $10^{-5}$ in FP32 and
 # $10^{-10}$ in FP64 (`atol = rtol`, as in the first notebook). The greedy tokens must be identical. A
 # NaN anywhere fails the check (`allclose` treats NaN as unequal). The FP64 run converts the same
-# weights.
-#
-# `compare` is the one comparison every later check uses: given two lists of logits, one tensor
-# `[positions, vocab]` per sequence, it reports the largest absolute error (NaN if a NaN appears: a
-# plain `max()` would skip it), whether they agree within the dtype's tolerance, whether they are
-# bit-identical, and whether every logit is finite.
+# weights. `compare`, one of the helpers of section 1, makes the comparison.
 
 # %% [markdown] lang="zh"
-# **判据**：每一行在真实位置上的 logits（预填充加上全部 20 个解码步；提示有 $n$ 个 token 时共 $n + 20$ 个位置）必须等于完整重算的结果。完整重算的输入是该提示单独一条、不加填充，后面接上它单独运行时生成的 token；容差在 FP32 下为 $10^{-5}$，在 FP64 下为 $10^{-10}$（`atol = rtol`，与第一份笔记本相同）。贪心生成的 token 必须完全一致。任何位置出现 NaN 都算失败（`allclose` 认为 NaN 与任何值都不相等）。FP64 运行用的还是同一份权重，只是转换成了 FP64。
-#
-# 后面的每项检查都使用同一个比较函数 `compare`。它接收两组 logits（每条序列一个 `[位置数, 词表大小]` 的张量），给出最大绝对误差（只要出现 NaN 就是 NaN，普通的 `max()` 会把 NaN 跳过）、两者是否在该精度的容差内一致、是否逐比特相同，以及所有 logits 是否都是有限值。
+# **判据**：每一行在真实位置上的 logits（预填充加上全部 20 个解码步；提示有 $n$ 个 token 时共 $n + 20$ 个位置）必须等于完整重算的结果。完整重算的输入是该提示单独一条、不加填充，后面接上它单独运行时生成的 token；容差在 FP32 下为 $10^{-5}$，在 FP64 下为 $10^{-10}$（`atol = rtol`，与第一份笔记本相同）。贪心生成的 token 必须完全一致。任何位置出现 NaN 都算失败（`allclose` 认为 NaN 与任何值都不相等）。FP64 运行用的还是同一份权重，只是转换成了 FP64。比较由第 1 节的小工具 `compare` 完成。
 
 # %%
 def in_dtype(model, dtype):
     return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
-
-
-def compare(got: list, want: list) -> dict:
-    errors = [max_abs_err(a, b) if a.shape == b.shape else math.inf for a, b in zip(got, want, strict=True)]
-    return {"max_abs_logit_err": float(torch.tensor(errors).max()),
-            "close": all(close(a, b) for a, b in zip(got, want)),
-            "bit_exact": all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(got, want)),
-            "finite": all(bool(torch.isfinite(a).all()) for a in got)}
 
 
 REFERENCE = {dtype: [generate_alone(in_dtype(model, dtype), p) for p in PROMPTS] for dtype in TOLERANCE}

@@ -37,26 +37,6 @@
 # * **调度器**：它的对错任何 logits 都反映不出来，因为一个请求无论何时运行，logits 都一样。同时运行的请求从不超过三个；按到达顺序接纳；没有请求在到达之前被接纳；也没有请求在本可以被接纳时还在等待（只有在它尚未到达、batch 已满，或者它的物理块与运行中请求的预留量加起来放不进池中时，它才等待）。
 
 # %%
-@dataclass
-class Request:
-    rid: int
-    prompt: torch.Tensor
-    # [en] Tokens to generate, and the loop iteration the request arrives at.
-    # [zh] 要生成的 token 数，以及请求到达的循环轮次。
-    max_new: int
-    arrival: int = 0
-    tokens: list = field(default_factory=list)
-    logits: list = field(default_factory=list)
-    admitted: int = -1
-    finished: int = -1
-
-
-def blocks_needed(request, block_size) -> int:
-    # [en] The last generated token is never fed back, so its K/V is never stored.
-    # [zh] 最后生成的 token 不会再送回模型，所以它的 K/V 从不存储。
-    return math.ceil((len(request.prompt) + request.max_new - 1) / block_size)
-
-
 def prefill(model, cache, request):
     # [en] A new request's prompt, alone in its own call; the last prompt position gives its first token.
     # [zh] 新请求的提示单独调用一次；提示最后一个位置的 logits 给出它的第一个 token。

@@ -2,14 +2,16 @@
 # **The block pool.** `BlockPool` holds, per layer, one tensor for K and one for V of shape
 # `[num_blocks, block_size, H, Dh]`, addressed as `block * block_size + slot`. Like vLLM's blocks, each
 # physical block records how many of its slots are filled (its fill count) and how many sequences hold
-# it (its reference count), so that sequences can share blocks. A block whose reference count drops to
-# 0 goes back to the free list. Two test instruments: the pool starts filled with NaN, and a released
+# it (its reference count), so that sequences can share blocks. `hold` counts one more holder and
+# `release` one fewer; a block whose reference count drops to 0 goes to `reclaim`, which empties it and
+# puts it back on the free list (a subclass may keep it instead: a prefix cache keeps its K/V for later
+# requests). Two test instruments: the pool starts filled with NaN, and a released
 # block is filled with NaN again (a real engine would not spend the time), so any read of a slot the
 # reader did not write turns the logits into NaN. The free list is shuffled with a seeded generator, so
 # block tables are random, not consecutive. A pool with no free block raises a `RuntimeError`.
 
 # %% [markdown] lang="zh"
-# **物理块池**：`BlockPool` 在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。与 vLLM 一样，每个物理块记录自己已填了多少个槽位（已填计数），以及有几条序列持有它（引用计数），这样多条序列才能共享物理块。引用计数降到 0 的物理块回到空闲列表。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会在这上面花时间）。这样，只要读到不是自己写入的槽位，logits 就会变成 NaN。空闲列表用固定种子的随机数打乱，所以块表里的编号是随机的，而不是连续的。池中没有空闲物理块时，分配会抛出 `RuntimeError`。
+# **物理块池**：`BlockPool` 在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。与 vLLM 一样，每个物理块记录自己已填了多少个槽位（已填计数），以及有几条序列持有它（引用计数），这样多条序列才能共享物理块。`hold` 让持有者加一，`release` 让持有者减一；引用计数降到 0 的物理块交给 `reclaim`，由它清空这个物理块并放回空闲列表（子类可以改为保留它：前缀缓存就把其中的 K/V 留给以后的请求）。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会在这上面花时间）。这样，只要读到不是自己写入的槽位，logits 就会变成 NaN。空闲列表用固定种子的随机数打乱，所以块表里的编号是随机的，而不是连续的。池中没有空闲物理块时，分配会抛出 `RuntimeError`。
 
 # %%
 import random
@@ -41,11 +43,19 @@ class BlockPool:
         self.allocations.append(block)
         return block
 
+    def hold(self, block):
+        self.refs[block] += 1
+
     def release(self, block):
         self.refs[block] -= 1
         if self.refs[block] == 0:
-            self.clear(block)
-            self.free.append(block)
+            self.reclaim(block)
+
+    def reclaim(self, block):
+        # [en] Nobody holds the block any more: emptied, and back to the free list.
+        # [zh] 已没有序列持有这个物理块：清空，放回空闲列表。
+        self.clear(block)
+        self.free.append(block)
 
     def clear(self, block):
         self.fill[block] = 0
@@ -63,17 +73,18 @@ class BlockPool:
 # from the pool when it is full. It returns the slots' addresses; `write` puts each layer's new K/V
 # there, and `read` gathers a sequence's filled slots, block by block, into `[H, length, Dh]`.
 #
-# `fork(parent, child)` lets a child share all of its parent's blocks: each block's reference count goes
-# up by one, and nothing is copied. `reserve` then applies **copy-on-write**: before writing into a block
+# `add(seq)` starts a sequence with an empty table; `add(seq, blocks)` starts it with blocks that other
+# sequences hold, each block's reference count going up by one. `fork(parent, child)` is `add` with the
+# parent's whole table: the child shares all of its parent's blocks, and nothing is copied. `reserve` then applies **copy-on-write**: before writing into a block
 # that another sequence also holds, it copies the block into a fresh one and writes there. Full shared
 # blocks are never written, so they stay shared. This is what parallel sampling and beam search use: the
 # candidates of one request fork from its prompt and share its blocks, and a block is copied only when
-# one candidate writes where another still reads. `free(seq)` releases a sequence's blocks.
+# one candidate writes where another still reads. `free(seq)` releases a sequence's blocks, the last one first.
 
 # %% [markdown] lang="zh"
 # **块表**：`PagedCache` 为每条序列保存一张块表。`reserve(seq, n)` 为 $n$ 个新位置分配槽位：最后一个物理块还有空位时就往里追加，满了就从池中取一个新的物理块。它返回这些槽位的地址；`write` 把每层新的 K/V 写到那里，`read` 则逐个物理块收集序列已填的槽位，得到 `[H, length, Dh]`。
 #
-# `fork(parent, child)` 让子序列共享父序列的全部物理块：每个物理块的引用计数加一，什么都不复制。之后 `reserve` 实行**写时复制**（copy-on-write）：要往一个其他序列也持有的物理块里写入之前，先把它复制到一个新的物理块，再写入这个新的物理块。已经填满的共享物理块永远不会再被写入，所以会一直共享下去。并行采样和束搜索用的正是这一机制：同一个请求的几个候选序列从它的提示分叉出来，共享提示的物理块；只有当某个候选要写入另一个候选仍在读取的物理块时，才复制这个物理块。`free(seq)` 释放一条序列的全部物理块。
+# `add(seq)` 以一张空块表开始一条新序列；`add(seq, blocks)` 则让块表从其他序列持有的物理块开始，每个物理块的引用计数加一。`fork(parent, child)` 就是以父序列的整张块表调用 `add`：子序列共享父序列的全部物理块，什么都不复制。之后 `reserve` 实行**写时复制**（copy-on-write）：要往一个其他序列也持有的物理块里写入之前，先把它复制到一个新的物理块，再写入这个新的物理块。已经填满的共享物理块永远不会再被写入，所以会一直共享下去。并行采样和束搜索用的正是这一机制：同一个请求的几个候选序列从它的提示分叉出来，共享提示的物理块；只有当某个候选要写入另一个候选仍在读取的物理块时，才复制这个物理块。`free(seq)` 从最后一个物理块开始，释放一条序列的全部物理块。
 
 # %%
 class PagedCache:
@@ -82,16 +93,20 @@ class PagedCache:
         # [zh] 序列 -> 块表
         self.pool, self.tables = pool, {}
 
-    def add(self, seq):
-        self.tables[seq] = []
+    def add(self, seq, blocks=()):
+        # [en] A new sequence; its table may start with blocks that other sequences hold, each held once more.
+        # [zh] 新序列；它的块表可以从其他序列持有的物理块开始，每个物理块的持有者加一。
+        self.tables[seq] = list(blocks)
+        for block in blocks:
+            self.pool.hold(block)
 
     def fork(self, parent, child):
-        self.tables[child] = list(self.tables[parent])
-        for block in self.tables[child]:
-            self.pool.refs[block] += 1
+        self.add(child, self.tables[parent])
 
     def free(self, seq):
-        for block in self.tables.pop(seq):
+        # [en] Last block first.
+        # [zh] 从最后一个物理块开始释放。
+        for block in reversed(self.tables.pop(seq)):
             self.pool.release(block)
 
     def length(self, seq) -> int:

@@ -14,10 +14,6 @@
 # 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：每种做法的判据、最大误差，以及每个负对照的误差和是否被查出；第 5 节的单步计时，连同计时设置、原始样本和算子分析结果；第 7 节的内存表；连续批处理的汇总及其逐轮记录。误差为 NaN 时（某个负对照算出了 NaN），写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
 
 # %%
-def finite_or_none(value):
-    return float(value) if math.isfinite(value) else None
-
-
 def control_entry(control: dict) -> dict:
     return {"max_abs_logit_err": finite_or_none(control["max_abs_logit_err"]),
             "finite": bool(control["finite"]), "detected": bool(control["detected"])}
