@@ -232,7 +232,7 @@ assert N_PARAMS == parameter_formula(cfg)
 # GPT-2 uses) must fail the same comparison, otherwise the GELU row could not tell the two apart.
 
 # %% [markdown] lang="zh"
-# 代码做的是否就是上文所说的？我们在小的随机输入上，用另一种方式把每一项描述重算一遍：手工算出一个 Transformer 块的输出，LayerNorm 位于注意力和 MLP 之前（前置归一化）；在相同的投影上，用 PyTorch 自带的 `F.scaled_dot_product_attention` 计算注意力，分别在没有缓存和缓存 2 个位置时进行；用 `erf` 写出精确的 GELU 来计算 MLP。每一行的两边以不同的顺序算同样的数，所以在 FP32 容差内比较。最后一行是负对照：MLP 与 GELU 的 **tanh 近似**（GPT-2 用的就是它）比较，必须通不过同样的比较，否则 GELU 那一行区分不出这两种 GELU。
+# 代码是否真的做到了上文所说的？我们在小的随机输入上，用另一种方式把每一项描述重算一遍：手工算出一个 Transformer 块的输出，LayerNorm 位于注意力和 MLP 之前（前置归一化）；在相同的投影上，用 PyTorch 自带的 `F.scaled_dot_product_attention` 计算注意力，分别在没有缓存和缓存 2 个位置时进行；用 `erf` 写出精确的 GELU 来计算 MLP。每一行的两边以不同的顺序算同样的数，所以在 FP32 容差内比较。最后一行是负对照：换成 GELU 的 **tanh 近似**（GPT-2 用的正是它）来重算，结果必须通不过同样的比较，否则 GELU 那一行就分辨不出这两种 GELU。
 
 # %%
 def gelu_exact(t):

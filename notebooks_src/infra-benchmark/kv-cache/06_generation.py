@@ -95,6 +95,6 @@ say(en=f"The closest decision had a margin of {GENERATION['min_top2_margin']:.3e
        f"second-best logit, {GENERATION['min_top2_margin'] / GENERATION['max_abs_logit_err']:,.0f} times the "
        f"largest difference between the two runs.",
     zh=f"最接近的一次选择，最大与次大 logit 之间的余量为 {GENERATION['min_top2_margin']:.3e}，"
-       f"是两次运行之间最大差异的 {GENERATION['min_top2_margin'] / GENERATION['max_abs_logit_err']:,.0f} 倍。")
+       f"是两次运行之间最大绝对误差的 {GENERATION['min_top2_margin'] / GENERATION['max_abs_logit_err']:,.0f} 倍。")
 assert GENERATION["tokens_equal"] and GENERATION["logits_close"]
 assert GENERATION["min_top2_margin"] > 100 * GENERATION["max_abs_logit_err"] and not GENERATION_BROKEN["logits_close"]

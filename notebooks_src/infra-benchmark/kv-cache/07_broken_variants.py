@@ -17,7 +17,7 @@
 # stream of section 6 with chunks of 1, 2 and 5 (batch 1, FP32).
 
 # %% [markdown] lang="zh"
-# ## 7. 故意改坏的版本（负对照）：检查能否发现真实的错误？
+# ## 7. 故意改坏的版本（负对照）：检查能否查出真实的错误？
 #
 # 一项从未失败过的检查，说明不了多少问题。我们通过钩子把两个典型错误注入**同一个**模型，再交给**同一个** `check_equivalence` 检查：
 #
@@ -49,7 +49,9 @@ VARIANTS = {
     "no_mask_with_cache": {"mask_fn": mask_only_without_cache},
 }
 SIX_TOKENS = torch.tensor([IDS])
-SCENARIOS = [("six tokens 4+2", SIX_TOKENS, [4, 2])] + [(f"stream, chunk {c}", STREAM, c) for c in (1, 2, 5)]
+# [en] (name of the input, the input, chunk lengths): the six tokens as 4 + 2, then the stream in chunks of 1, 2 and 5.
+# [zh] （输入的名字、输入、分块长度）：六个 token 按 4 + 2 切分，然后是序列按分块长度 1、2、5 切分。
+SCENARIOS = [("SIX_TOKENS", SIX_TOKENS, [4, 2])] + [("STREAM", STREAM, c) for c in (1, 2, 5)]
 
 
 def run_variant(model: CacheDecoder, hooks: dict) -> list[dict]:
@@ -58,10 +60,7 @@ def run_variant(model: CacheDecoder, hooks: dict) -> list[dict]:
 
 
 CONTROL_RUNS = {"correct": run_variant(model, {})} | {name: run_variant(model, hooks) for name, hooks in VARIANTS.items()}
-# [en] The table names each scenario by its input and chunk lengths (the same cells in both languages).
-# [zh] 表中用输入和分块长度标出每个场景（两种语言的单元格相同）。
-SCENARIO_CELLS = {"six tokens 4+2": "`SIX_TOKENS`, 4 + 2"} | {f"stream, chunk {c}": f"`STREAM`, {c}" for c in (1, 2, 5)}
-say_table([[f"`{variant}`", SCENARIO_CELLS[r["scenario"]], f"{r['max_abs_logit_err']:.3e}", f"`{r['passed']}`"]
+say_table([[f"`{variant}`", f"`{r['scenario']}`, {r['chunk']}", f"{r['max_abs_logit_err']:.3e}", f"`{r['passed']}`"]
            for variant, runs in CONTROL_RUNS.items() for r in runs],
           en=["variant", "input, chunk length", "max abs logit error", "passed"],
           zh=["版本", "输入，分块长度", "logits 最大绝对误差", "通过"])
@@ -77,9 +76,9 @@ say_table([[f"`{variant}`", SCENARIO_CELLS[r["scenario"]], f"{r['max_abs_logit_e
 # 正确的模型通过了所有场景。位置从零重新开始、掩码缺少偏移这两个错误在所有场景中都被查了出来，包括每次只输入一个 token 的情形：只有一个新 token 时，左上角三角形只让它看到键 0。预填充之后丢掉掩码的版本在逐 token 运行时能够通过（误差只是舍入噪声），直到一个分块里有多个 token 时才会被查出。下面的单元格把这个预测逐个场景写下来，并断言上表与它一致。
 
 # %%
-# [en] The prediction, in the order of SCENARIOS: six tokens 4 + 2, then the stream in chunks of 1, 2, 5.
+# [en] The prediction, in the order of SCENARIOS: SIX_TOKENS as 4 + 2, then STREAM in chunks of 1, 2, 5.
 # [en] True = passes the equivalence check.
-# [zh] 预测结果，顺序与 SCENARIOS 相同：六个 token（4 + 2），然后是序列按分块长度 1、2、5 切分。
+# [zh] 预测结果，顺序与 SCENARIOS 相同：SIX_TOKENS 按 4 + 2 切分，然后是 STREAM 按分块长度 1、2、5 切分。
 # [zh] True 表示通过等价性检查。
 PREDICTED = {
     "correct": [True, True, True, True],

@@ -112,9 +112,9 @@ assert (close(x_logits, kv_logits)
 # systems keep K and V.
 #
 # **Why does a cached step still grow with $T$?** Because the new query has to read every key and value
-# of the history. In the table of 8.1 the cached step grows by exactly $2LW$ = {{run:questions.slope}}
-# multiply-adds per extra position (two products of $W$ per layer: $q k^\top$ and the weighted sum of
-# $V$), and the attention share of the step rises from {{run:questions.share_min:.0%}} at $T = 16$ to
+# of the history. In the table of 8.1 the cached step grows by exactly $2LW$ multiply-adds per
+# extra position, {{run:questions.slope}} here (two products of length $W$ per layer: $q k^\top$ and the
+# weighted sum of $V$), and the attention share of the step rises from {{run:questions.share_min:.0%}} at $T = 16$ to
 # {{run:questions.share_max:.0%}} at $T = 256$; the K/V it reads grows linearly too. The cache removes
 # the recomputation of old positions, not the reading of them. The cell checks the slope between every
 # two lengths of the table.
@@ -122,7 +122,7 @@ assert (close(x_logits, kv_logits)
 # %% [markdown] lang="zh"
 # 在 $T = 256$ 时，缓存隐藏状态每一步的乘加次数是缓存 K/V 的 {{run:questions.hidden_over_kv:.1f}} 倍，换来的只是少一半的字节数。对我们这样的模型来说，这笔交易并不划算；推理服务系统缓存的都是 K 和 V。
 #
-# **为什么缓存路径的一步仍随 $T$ 增长？** 因为新的查询必须读取历史上所有的键和值。在 8.1 的表中，序列每多一个位置，缓存路径的一步正好多 $2LW$ = {{run:questions.slope}} 次乘加（每层两次长度为 $W$ 的乘加：$q k^\top$ 和对 $V$ 的加权求和）；注意力在这一步中的占比从 $T = 16$ 时的 {{run:questions.share_min:.0%}} 升到 $T = 256$ 时的 {{run:questions.share_max:.0%}}；它读取的 K/V 也随之线性增长。缓存省掉的是旧位置的重新计算，而不是对它们的读取。下面的单元格核对表中每两个相邻长度之间的斜率。
+# **为什么缓存路径的一步仍随 $T$ 增长？** 因为新的查询必须读取历史上所有的键和值。在 8.1 的表中，序列每多一个位置，缓存路径的一步正好多 $2LW$ 次乘加，这里是 {{run:questions.slope}} 次（每层两次长度为 $W$ 的乘加：$q k^\top$ 和对 $V$ 的加权求和）；注意力在这一步中的占比从 $T = 16$ 时的 {{run:questions.share_min:.0%}} 升到 $T = 256$ 时的 {{run:questions.share_max:.0%}}；它读取的 K/V 也随之线性增长。缓存省掉的是旧位置的重新计算，而不是对它们的读取。下面的单元格核对表中每两个相邻长度之间的斜率。
 
 # %%
 slopes = [(longer["cached"]["total"] - shorter["cached"]["total"]) / (longer["T"] - shorter["T"])

@@ -103,7 +103,7 @@ else:
 # **The mapping, in brief.** `GPT2Config`'s defaults describe the smallest released GPT-2, so the
 # configuration is built from our `cfg`: the sizes, no dropout, LayerNorm's epsilon 1e-5,
 # `activation_function="gelu"` (exact), `tie_word_embeddings=False`, no special token IDs (GPT-2's
-# 50256 does not exist in a 97-token vocabulary), and eager attention, the plain
+# `50256` does not exist in a 97-token vocabulary), and eager attention, the plain
 # matmul → softmax → matmul. The weights need two conversions. GPT-2's projections are `Conv1D`
 # modules that store their matrix as `[in, out]` and compute `x @ W + b`, so each of our `nn.Linear`
 # weights (`[out, in]`) goes in transposed. And GPT-2 has a single `c_attn` that produces Q, K and V
@@ -112,7 +112,7 @@ else:
 # is strict: a missing or unexpected weight name is an error.
 
 # %% [markdown] lang="zh"
-# **映射要点**：`GPT2Config` 的默认值描述的是已发布的 GPT-2 中最小的那个模型，所以我们根据自己的 `cfg` 构造配置：各项尺寸、不用 dropout、LayerNorm 的 epsilon 取 1e-5、`activation_function="gelu"`（精确 GELU）、`tie_word_embeddings=False`、不设特殊 token 的 ID（GPT-2 默认的 50256 在只有 97 个 token 的词表里并不存在），以及 eager 注意力，也就是最直接的“矩阵乘 → softmax → 矩阵乘”。权重要做两种转换。GPT-2 的投影层是 `Conv1D` 模块，把矩阵存成 `[in, out]`，计算 `x @ W + b`，所以我们每个 `nn.Linear` 的权重（`[out, in]`）都要转置后再放进去。另外，GPT-2 只有一个 `c_attn`，一次并排算出 Q、K、V，所以它的权重是我们的 `q`、`k`、`v` 三个矩阵堆叠后再转置，偏置则是三个偏置拼接而成。下表列出与 GPT-2 默认值不同的每一个配置项。加载使用严格模式：缺少权重名或多出权重名都会报错。
+# **映射要点**：`GPT2Config` 的默认值描述的是已发布的 GPT-2 中最小的那个模型，所以我们根据自己的 `cfg` 构造配置：各项尺寸、不用 dropout、LayerNorm 的 epsilon 取 1e-5、`activation_function="gelu"`（精确 GELU）、`tie_word_embeddings=False`、不设特殊 token 的 ID（GPT-2 默认的 `50256` 在只有 97 个 token 的词表里并不存在），以及 eager 注意力，也就是最直接的“矩阵乘 → softmax → 矩阵乘”。权重要做两种转换。GPT-2 的投影层是 `Conv1D` 模块，把矩阵存成 `[in, out]`，计算 `x @ W + b`，所以我们每个 `nn.Linear` 的权重（`[out, in]`）都要转置后再放进去。另外，GPT-2 只有一个 `c_attn`，一次并排算出 Q、K、V，所以它的权重是我们的 `q`、`k`、`v` 三个矩阵堆叠后再转置，偏置则是三个偏置拼接而成。下表列出与 GPT-2 默认值不同的每一个配置项。加载使用严格模式：缺少权重名或多出权重名都会报错。
 
 # %%
 # [en] A GPT2Config that describes our decoder; `changes` overrides fields (the traps use it).
@@ -202,7 +202,7 @@ def compare_with_gpt2(ours, gpt2, ids, chunks):
     layers = len(ours.blocks)
     errors = {"full_logits": 0.0, "cached_logits": 0.0, "k": [0.0] * layers, "v": [0.0] * layers}
     with torch.inference_mode():
-        errors["full_logits"] = max_abs(gpt2(input_ids=ids).logits, ours(ids)[0])
+        errors["full_logits"] = max_abs_err(gpt2(input_ids=ids).logits, ours(ids)[0])
         cache, ours_cache, start = DynamicCache(config=gpt2.config), None, 0
         for length in chunks:
             chunk = ids[:, start:start + length]
@@ -213,10 +213,10 @@ def compare_with_gpt2(ours, gpt2, ids, chunks):
             # [zh] 库的缓存原地增长，每一层的长度都与我们的缓存相同。
             assert out.past_key_values is cache and [layer.keys.shape for layer in cache.layers] == [
                 k.shape for k, _ in ours_cache]
-            errors["cached_logits"] = max(errors["cached_logits"], max_abs(out.logits, ours_logits))
+            errors["cached_logits"] = max(errors["cached_logits"], max_abs_err(out.logits, ours_logits))
             for i, (k, v) in enumerate(ours_cache):
-                errors["k"][i] = max(errors["k"][i], max_abs(cache.layers[i].keys, k))
-                errors["v"][i] = max(errors["v"][i], max_abs(cache.layers[i].values, v))
+                errors["k"][i] = max(errors["k"][i], max_abs_err(cache.layers[i].keys, k))
+                errors["v"][i] = max(errors["v"][i], max_abs_err(cache.layers[i].values, v))
     return errors
 
 
