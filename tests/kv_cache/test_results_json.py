@@ -85,7 +85,7 @@ def test_timing(results):
 
 def test_profile_and_generation_timing(results):
     profile = results["profile"]
-    assert profile["repeats"] == 10 and list(profile["calls"]) == ["cached step", "prefill, 16 tokens", "full step"]
+    assert profile["repeats"] == 10 and profile["unit"] == "us" and list(profile["calls"]) == ["cached_step", "prefill_16", "full_step"]
     for run in profile["calls"].values():
         assert isinstance(run["top_level"], int) and run["top_level"] > 0
         assert all(set(op) == {"calls", "self_us"} for op in run["ops"].values())

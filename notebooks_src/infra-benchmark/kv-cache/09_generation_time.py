@@ -3,7 +3,8 @@
 #
 # The windows of 9.1 isolate one kind of call each. A generation strings them together: one prefill over
 # the prompt, then one decode step per new token. The cell runs the greedy loop of section 6 twice on one
-# prompt of {{run:gen_time.prompt}} tokens, with the cache and without it, and reads the clock around every call of the model.
+# prompt of {{run:gen_time.prompt}} tokens, with the cache and without it, and reads the clock around
+# every call of the model.
 # It generates {{run:gen_time.tokens}} tokens each time (32 with `QUICK = True`). This is one run, after
 # one short warm-up, not a benchmark: none of the protocol of 9.1 (rounds, rotation, percentiles) is
 # applied, so read the shapes of the curves rather than the last digit.
@@ -15,7 +16,7 @@
 
 # %%
 GEN_TIME_PROMPT = TIMING_STREAM[:, :max(PROMPTS)]                      # [1, 256]
-GEN_TIME_TOKENS = 32 if QUICK else 240
+GEN_TIME_TOKENS = 32 if QUICK else 128
 
 
 # [en] The loop of greedy_generate, with the clock read around every call of the model:
@@ -101,6 +102,7 @@ plt.show()
 # 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:.0f}} 毫秒，是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）。等第一个 token 的时间和 token 之间的间隔，正是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL）；不过这里测的是单线程 CPU 上的一条序列，而不是一个被服务的请求。
 
 # %% tags=["prose-values"]
-{"gen_time": {"prompt": int(GEN_TIME_PROMPT.shape[1]), "tokens": GEN_TIME_TOKENS, "cached_total_ms": GEN_TIME["cached"][-1][1], "full_total_ms": GEN_TIME["full"][-1][1],
+{"gen_time": {"prompt": int(GEN_TIME_PROMPT.shape[1]), "tokens": GEN_TIME_TOKENS,
+              "cached_total_ms": GEN_TIME["cached"][-1][1], "full_total_ms": GEN_TIME["full"][-1][1],
               "ratio": GEN_TIME["full"][-1][1] / GEN_TIME["cached"][-1][1], "cached_first_ms": GEN_TIME["cached"][0][1],
               "decode_ms": float(np.median(decode_ms))}}

@@ -58,13 +58,13 @@ PROFILED_IDS = TIMING_STREAM[:, :max(PROMPTS) + 1]                     # [1, 257
 with torch.inference_mode():
     _, profiled_cache = model(PROFILED_IDS[:, :-1])
 PROFILES = {
-    "cached step": profile_call(lambda: model(PROFILED_IDS[:, -1:], profiled_cache)),
-    "prefill, 16 tokens": profile_call(lambda: model(PROFILED_IDS[:, :16])),
-    "full step": profile_call(lambda: model(PROFILED_IDS)),
+    "cached_step": profile_call(lambda: model(PROFILED_IDS[:, -1:], profiled_cache)),
+    "prefill_16": profile_call(lambda: model(PROFILED_IDS[:, :16])),
+    "full_step": profile_call(lambda: model(PROFILED_IDS)),
 }
 busiest = sorted({name for run in PROFILES.values()
                   for name, _ in sorted(run["ops"].items(), key=lambda item: -item[1][1])[:5]},
-                 key=lambda name: -PROFILES["cached step"]["ops"].get(name, (0, 0))[1])
+                 key=lambda name: -PROFILES["cached_step"]["ops"].get(name, (0, 0))[1])
 
 
 def calls_and_us(run: dict, name: str) -> str:
@@ -75,13 +75,14 @@ def calls_and_us(run: dict, name: str) -> str:
 say_table([[f"`{name}`"] + [calls_and_us(run, name) for run in PROFILES.values()] for name in busiest],
           en=["operator", "cached step: calls / us", "prefill, 16 tokens: calls / us", "full step: calls / us"],
           zh=["算子", "缓存路径一步：调用次数 / 微秒", "16 个 token 的预填充：调用次数 / 微秒", "完整重算一步：调用次数 / 微秒"])
-totals = {label: (run["top_level"], sum(c for c, _ in run["ops"].values()), sum(u for _, u in run["ops"].values()))
-          for label, run in PROFILES.items()}
+totals = [(run["top_level"], sum(c for c, _ in run["ops"].values()), sum(u for _, u in run["ops"].values()))
+          for run in PROFILES.values()]
 say(en="All operators, per call of the model (called by Python / in total, including nested ones; self time): "
-       + "; ".join(f"{label} {top} / {n:g}, {us:.0f} us" for label, (top, n, us) in totals.items()) + ".",
+       + "; ".join(f"{name} {top} / {n:g}, {us:.0f} us"
+                   for name, (top, n, us) in zip(["cached step", "prefill of 16 tokens", "full step"], totals)) + ".",
     zh="模型每被调用一次的全部算子（Python 直接调用的 / 连同嵌套调用在内的总数；自身时间）："
        + "；".join(f"{name} {top} / {n:g}，{us:.0f} 微秒"
-                  for name, (top, n, us) in zip(["缓存路径一步", "16 个 token 的预填充", "完整重算一步"], totals.values())) + "。")
+                  for name, (top, n, us) in zip(["缓存路径一步", "16 个 token 的预填充", "完整重算一步"], totals)) + "。")
 
 # %% [markdown] lang="en"
 # How to read it. The cached step and the 16-token prefill run nearly the same list of operators:
@@ -99,13 +100,13 @@ say(en="All operators, per call of the model (called by Python / in total, inclu
 # 如何解读这张表：缓存路径的一步与 16 个 token 的预填充执行的算子几乎完全相同：Python 代码直接调用的算子，缓存路径一步为 {{run:profile.top_cached}} 个，预填充为 {{run:profile.top_prefill}} 个（差别来自缓存，即它的 `torch.cat` 调用）。缓存路径的一步在算子上花了 {{run:profile.us_cached:.0f}} 微秒，预填充花了 {{run:profile.us_prefill:.0f}} 微秒，而预填充处理的位置数是前者的 16 倍：大多数算子不论输入多大，都要花几微秒。16 个缓存步的算子调用次数是一次预填充的 16 倍，这一点再加上外围的 Python 代码，就是 9.2 中那个差距的来源。完整重算的一步调用算子的次数同样不多，但时间花在大的算子上：共 {{run:profile.us_full:.0f}} 微秒，大部分花在 `{{run:profile.top_full}}` 以及投影和 8.1 中稠密的 $[H, T, T]$ 分数矩阵（包括被遮住的那一半）的其他算子上。下面的单元格断言这个解释所依据的事实：缓存路径的一步执行的算子至少和整个预填充一样多。
 
 # %% tags=["prose-values"]
-full_ops = PROFILES["full step"]["ops"]
+full_ops = PROFILES["full_step"]["ops"]
 {"profile": {"past": int(profiled_cache[0][0].shape[-2]), "full_len": int(PROFILED_IDS.shape[1]),
-             "top_cached": PROFILES["cached step"]["top_level"], "top_prefill": PROFILES["prefill, 16 tokens"]["top_level"],
-             "us_cached": sum(u for _, u in PROFILES["cached step"]["ops"].values()),
-             "us_prefill": sum(u for _, u in PROFILES["prefill, 16 tokens"]["ops"].values()),
+             "top_cached": PROFILES["cached_step"]["top_level"], "top_prefill": PROFILES["prefill_16"]["top_level"],
+             "us_cached": sum(u for _, u in PROFILES["cached_step"]["ops"].values()),
+             "us_prefill": sum(u for _, u in PROFILES["prefill_16"]["ops"].values()),
              "us_full": sum(u for _, u in full_ops.values()),
              "top_full": max(full_ops, key=lambda name: full_ops[name][1])}}
 
 # %%
-assert PROFILES["cached step"]["top_level"] >= PROFILES["prefill, 16 tokens"]["top_level"]
+assert PROFILES["cached_step"]["top_level"] >= PROFILES["prefill_16"]["top_level"]

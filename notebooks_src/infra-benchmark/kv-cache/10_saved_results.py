@@ -65,7 +65,7 @@ RESULTS = {
                      "macs_ratio": window_macs(longest["prompt_tokens"], "full") / window_macs(longest["prompt_tokens"], "cached")},
     },
     "profile": {
-        "repeats": PROFILE_REPEATS, "unit": "us per call of the model",
+        "repeats": PROFILE_REPEATS, "unit": "us",
         "calls": {label: {"top_level": run["top_level"],
                           "ops": {name: {"calls": calls, "self_us": us} for name, (calls, us) in run["ops"].items()}}
                   for label, run in PROFILES.items()},

@@ -105,8 +105,8 @@ say(en="Exercise 2 checked: passes the check: " + ", ".join(f"`{name}` `{ok}`" f
 # <details><summary>Show the answer</summary>
 #
 # One token of Llama 3.1 8B takes $2 \cdot 32 \cdot 8 \cdot 128 \cdot 2 = 131{,}072$ bytes (128 KiB), so
-# $8 \cdot 8{,}192$ tokens take $2^{33}$ bytes, 8 GiB, on top of the weights. Our decoder: $2 \cdot 2 \cdot 4 \cdot 16 \cdot 2 = 512$ bytes per token, times
-# $3 \cdot 100$ tokens, 153,600 bytes. The next cell computes both with `kv_bytes_per_token` and checks the
+# $8 \cdot 8{,}192$ tokens take $2^{33}$ bytes, 8 GiB, on top of the weights. Our decoder:
+# $2 \cdot 2 \cdot 4 \cdot 16 \cdot 2 = 512$ bytes per token, times $3 \cdot 100$ tokens, 153,600 bytes. The next cell computes both with `kv_bytes_per_token` and checks the
 # second against a real FP16 cache.
 #
 # </details>
