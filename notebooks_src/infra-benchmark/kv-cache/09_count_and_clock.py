@@ -144,9 +144,10 @@ TIMING_SUMMARY = {
 # the continuation pays it 16 times where the prefill pays it once; 9.3 counts the operator calls. At
 # the rate the largest prefill sustained, a cached step's multiply-adds would take about
 # {{run:clock.cached_step_arithmetic_ms:.4f}} ms, roughly {{run:clock.cached_step_arithmetic_share:.0%}}
-# of the measured step. Even that understates the inefficiency of a decode step: its products have a
-# single row, matrix-vector products that read every weight and every cached key and value once for a
-# single multiply-add each, where a prefill reuses each weight it loads for all its rows. On real
+# of the measured step. That estimate is a lower bound, because a decode step's products are slower per
+# multiply-add than a prefill's: they have a single row, matrix-vector products that read every weight and
+# every cached key and value for a single multiply-add each, where a prefill reuses each weight it loads
+# for all its rows. On real
 # hardware, with a real model's width and context (8.3), the per-call overhead shrinks next to the work,
 # and the decode step becomes **memory-bandwidth-bound**: its time is set by how fast the weights and the
 # whole K/V cache can be read, not by how many multiply-adds the processor can do. That is a general
@@ -155,4 +156,4 @@ TIMING_SUMMARY = {
 # %% [markdown] lang="zh"
 # **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间的变化倍数是 {{run:clock.measured_full_growth:.1f}}，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:clock.measured_cached_growth:.2f}}（先是 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。
 #
-# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算。在这里，它来自每次调用的固定开销：模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、调度每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次；9.3 会数一数算子调用的次数。按最长提示下预填充达到的速度，缓存路径一步的乘加大约需要 {{run:clock.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:clock.cached_step_arithmetic_share:.0%}}。即便如此，这个估计仍低估了解码一步的低效：它的矩阵乘法只有一行，是矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加；而预填充读进来的每个权重都要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步会变成**受内存带宽限制**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。
+# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算。在这里，它来自每次调用的固定开销：模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、调度每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次；9.3 会数一数算子调用的次数。按最长提示下预填充达到的速度，缓存路径一步的乘加大约需要 {{run:clock.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:clock.cached_step_arithmetic_share:.0%}}。这个估计只是下限，因为解码一步的矩阵乘法，每次乘加都比预填充的慢：它们只有一行，是矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加；而预填充读进来的每个权重都要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步会变成**受内存带宽限制**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。

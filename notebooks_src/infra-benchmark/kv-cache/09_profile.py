@@ -1,11 +1,9 @@
 # %% [markdown] lang="en"
 # ### 9.3 Where the time of a decode step goes
 #
-# Two measurements above do not follow the count. Sixteen cached calls took
+# One measurement above is far from the count: sixteen cached calls took
 # {{run:clock.cached16_over_prefill16:.0f}} times as long as one 16-token prefill, though their
-# multiply-adds differ by {{run:clock.cached16_extra_macs:.1%}}; and the cached step's time changed by a
-# factor of {{run:clock.measured_cached_growth:.2f}} from the shortest prompt to the longest, where its
-# count grows by {{run:clock.model_cached_growth:.2f}}. A profiler shows what each call ran.
+# multiply-adds differ by {{run:clock.cached16_extra_macs:.1%}}. A profiler shows what each call ran.
 # `torch.profiler` records every PyTorch operator (`aten::...`) a call executes, how many times, and the
 # time spent inside it (its *self* time, without the operators it called). We profile three calls, each
 # ten times after one warm-up, and divide by ten:
@@ -21,7 +19,7 @@
 # %% [markdown] lang="zh"
 # ### 9.3 解码一步的时间花在哪里
 #
-# 上面有两处测量结果与计数对不上。16 次缓存调用的耗时是一次 16 个 token 的预填充的 {{run:clock.cached16_over_prefill16:.0f}} 倍，而两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}；从最短提示到最长提示，缓存路径一步的耗时变为原来的 {{run:clock.measured_cached_growth:.2f}} 倍，而它的乘加次数增长到 {{run:clock.model_cached_growth:.2f}} 倍。性能分析器（profiler）能告诉我们每次调用实际执行了什么。`torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、它被调用了多少次，以及花在它内部的时间（*自身*时间，不含它再调用的算子）。我们分析三种调用，每种先预热一次，再连续执行十次，结果除以十：
+# 上面有一处测量结果与计数相去甚远：16 次缓存调用的耗时是一次 16 个 token 的预填充的 {{run:clock.cached16_over_prefill16:.0f}} 倍，而两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。性能分析器（profiler）能告诉我们每次调用实际执行了什么。`torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、它被调用了多少次，以及花在它内部的时间（*自身*时间，不含它再调用的算子）。我们分析三种调用，每种先预热一次，再连续执行十次，结果除以十：
 #
 # * **缓存路径的一步**：一个 token，带着 {{run:profile.past}} 个位置的缓存，即最长提示下的一个解码步；
 # * **16 个 token 的预填充**：一次调用，让 16 个位置经过网络；
