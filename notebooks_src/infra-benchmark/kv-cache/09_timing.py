@@ -65,7 +65,7 @@ def cached_continuation(model, cache, continuation):
     for step in range(continuation.shape[1]):
         logits, cache = model(continuation[:, step:step + 1], cache)   # [B, 1, vocab]
         outputs.append(logits[:, -1])
-    return torch.stack(outputs, dim=1), cache                    # [B, G, vocab], the final cache
+    return torch.stack(outputs, dim=1), cache                    # [B, G, vocab], cache
 
 # %% [markdown] lang="en"
 # Before timing anything, the two continuation paths must agree, and the work they do must match the
