@@ -58,12 +58,6 @@ COLAB_LINK = re.compile(
     r"https://colab\.research\.google\.com/github/(?P<repository>[^/\s)]+/[^/\s)]+)/blob/(?P<branch>[^/\s)]+)/"
     + re.escape(BUILD_DIR) + r"/(?P<series>[^/\s)]+)/(?P<file>[^/\s)#]+\.ipynb)"
 )
-# A repository that is not a real one (the shipped default of notebooks_src/config.toml and the like):
-# no Colab button, and prose links to it become links to the site's page. The same pattern as the
-# builder's warning, src/learning_notebooks/sources.py (tests/site/test_site_build.py keeps them equal).
-PLACEHOLDER_REPOSITORIES = re.compile(
-    r"^(learning-notebooks/learning-notebooks|example/.*|owner/repo(sitory)?|your-[\w-]+/.*)$", re.I
-)
 # A Markdown link whose target is a built notebook beside this one: [text](kv-cache.en.ipynb#anchor).
 LOCAL_NOTEBOOK_LINK = re.compile(r"\]\((?P<file>[\w.-]+\.ipynb)(?P<anchor>#[^)\s]*)?\)")
 HEADER_ID = "header"
@@ -156,12 +150,13 @@ def title_of(notebook: dict, fallback: str) -> str:
 
 
 def colab_url(notebook: dict, file_name: str) -> str | None:
-    """The Colab link of the notebook's header for this very file, unless its repository is a placeholder."""
+    """The Colab link of the notebook's header for this very file, if it has one (the builder writes none
+    while no real repository is configured: README, "Colab links")."""
     header = header_cell(notebook)
     if header is None:
         return None
     for match in COLAB_LINK.finditer(source_text(header)):
-        if match["file"] == file_name and not PLACEHOLDER_REPOSITORIES.match(match["repository"]):
+        if match["file"] == file_name:
             return match.group(0)
     return None
 
@@ -172,9 +167,10 @@ def colab_url(notebook: dict, file_name: str) -> str | None:
 def link_rewriter(page_series: str, page_lang: str, pages: set[str]):
     """Rewrite links to built notebooks of the suite into links to their pages on the site.
 
-    Relative links to a built file (`kv-cache.en.ipynb`, valid beside the file in build/) and Colab
-    links whose repository is a placeholder become the site's page of that notebook (a document
-    link Sphinx checks, or the other language's page). Other links are kept.
+    Relative links to a built file (`kv-cache.en.ipynb`, valid beside the file in build/; the builder
+    writes `{{colab:...}}` prose links so while no repository is configured) become the site's page of
+    that notebook (a document link Sphinx checks, or the other language's page). Other links, Colab
+    links to a real repository among them, are kept.
     """
     def target(series: str, file: str, anchor: str) -> str | None:
         stem, _, lang = file[: -len(".ipynb")].rpartition(".")
@@ -189,13 +185,8 @@ def link_rewriter(page_series: str, page_lang: str, pages: set[str]):
         new = target(page_series, match["file"], match["anchor"] or "")
         return f"]({new})" if new else match.group(0)
 
-    def colab(match: re.Match) -> str:
-        if not PLACEHOLDER_REPOSITORIES.match(match["repository"]):
-            return match.group(0)
-        return target(match["series"], match["file"], "") or match.group(0)
-
     def rewrite(text: str) -> str:
-        return COLAB_LINK.sub(colab, LOCAL_NOTEBOOK_LINK.sub(local, text))
+        return LOCAL_NOTEBOOK_LINK.sub(local, text)
     return rewrite
 
 

@@ -4,7 +4,7 @@ A bug is a careless edit of a section file's text: `bug("05_decoder.py", (old, n
 (which must occur exactly once in that file, inside a code cell) with `new`; more (old, new) pairs may
 follow, for a bug that edits several places of the file. The notebook must then stop
 by its own checks: an AssertionError raised by (or through) a statement of one of its section files (or the error a
-bug names in `stops_with`, e.g. `"ValueError: static cache full"`, an error the notebook raises itself). A bug that runs to
+bug names in `stops_with`, e.g. `"ValueError: length + new_len > T_max"`, an error the notebook raises itself). A bug that runs to
 the end means the notebook cannot see it.
 
 Each notebook's tests hold one table, `BUGS = {name: bug(...)}`, and the fixture and two tests that

@@ -35,6 +35,7 @@ TORCH_NOTEBOOKS = [
     "infra-benchmark/kv-cache-hf-gpt2",
     "infra-benchmark/kv-cache-serving",
     "infra-benchmark/kv-cache-architectures",
+    "infra-benchmark/kv-cache-reuse",
 ]
 
 

@@ -1,17 +1,19 @@
-"""The `build-learning-notebooks` command."""
+"""The `build-learning-notebooks` command: arguments -> BuildOptions -> build or check; every
+failure one line."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import signal
 import sys
 from pathlib import Path
 
-from .build import BuildOptions, NotebookResult, Status, build_all, load_all, strays
-from .errors import BuildError
-from .sources import placeholder_warning
+from . import signals
+from .build import NotebookResult, build_all
+from .check import check_all
+from .errors import BuildError, Interrupted
+from . import links
+from .options import SOURCES_DIR, BuildOptions, default
+from .plan import load_all
 
 DESCRIPTION = """\
 Compile the Jupytext sources under notebooks_src/<series>/<notebook>/ into one notebook per
@@ -33,57 +35,30 @@ exit status: 0 success, 1 a cell failed, a write failed or --check found problem
 """
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM: the build stops its kernels and removes what it staged."""
-
-    def __init__(self, signum: int = signal.SIGINT) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
-
-
-@contextlib.contextmanager
-def signals_as_interrupts():
-    """SIGTERM handled like SIGINT: both raise Interrupted in the main thread (handlers restored after)."""
-    def handler(signum, frame):
-        raise Interrupted(signum)
-
-    try:
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def find_root(start: Path) -> Path | None:
     """The nearest folder, from `start` upwards, that holds notebooks_src/."""
     for folder in [start, *start.parents]:
-        if (folder / "notebooks_src").is_dir():
+        if (folder / SOURCES_DIR).is_dir():
             return folder
     return None
 
 
 def parser() -> argparse.ArgumentParser:
+    """The arguments; their defaults are BuildOptions' (an option left out is not passed on)."""
     p = argparse.ArgumentParser(
         prog="build-learning-notebooks",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        argument_default=argparse.SUPPRESS,
     )
-    p.add_argument("--only", action="append", default=[], metavar="SERIES[/NOTEBOOK]",
+    p.add_argument("--only", action="append", metavar="SERIES[/NOTEBOOK]",
                    help="build only this series or notebook (repeatable)")
-    p.add_argument("--lang", action="append", default=[], metavar="LANG",
-                   help="write only this language (repeatable; default: all configured)")
-    p.add_argument("--execute", action="store_true", help="run notebooks whose code or parameters changed")
-    p.add_argument("--force", action="store_true", help="with --execute: run even when the cache is valid")
+    p.add_argument("--lang", action="append", dest="languages", metavar="LANG",
+                   help="write only this language (repeatable; default: all configured; a notebook that runs "
+                        "again is written in every language)")
+    p.add_argument("--execute", action="store_true", help="run notebooks whose recorded run is not valid")
+    p.add_argument("--force", action="store_true", help="with --execute: run even when the recorded run is valid")
     p.add_argument("--quick", action="store_true",
                    help="apply each manifest's [quick] parameter overrides (fast smoke run; --check refuses it)")
     p.add_argument("--check", action="store_true",
@@ -92,16 +67,17 @@ def parser() -> argparse.ArgumentParser:
                    help="with --check: an environment that differs from the recorded run is a problem, "
                         "not a warning (CI passes it)")
     p.add_argument("--list", action="store_true", help="list the notebooks and exit")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--jobs", type=int, metavar="N",
                    help="execute up to N notebooks at once, each in its own kernel (default: the number "
-                        "of cores, %(default)s)")
-    p.add_argument("--max-output-mb", type=float, default=2.0, metavar="MB",
-                   help="fail when a notebook's outputs exceed this size (default: %(default)s; 0 for none)")
-    p.add_argument("--timeout", type=int, default=600, metavar="SECONDS",
-                   help="per-cell time limit when executing (default: %(default)s; 0 for none)")
-    p.add_argument("--root", type=Path, default=None,
+                        f"of cores, {default('jobs')})")
+    p.add_argument("--max-output-mb", type=float, metavar="MB",
+                   help=f"fail when a notebook's outputs exceed this size (default: {default('max_output_mb')}; "
+                        "0 for none)")
+    p.add_argument("--timeout", type=int, metavar="SECONDS",
+                   help=f"per-cell time limit when executing (default: {default('timeout')}; 0 for none)")
+    p.add_argument("--root", type=Path,
                    help="project folder holding notebooks_src/ (default: found from the current folder upwards)")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=Path,
                    help="write build/ and outputs/ under this folder instead of the project folder")
     return p
 
@@ -113,72 +89,62 @@ def report(result: NotebookResult, log) -> None:
     log.flush()
 
 
+def _tail(err: BuildError | Interrupted) -> str:
+    """What the failure left, as checked (err.intact, err.built): never claimed unchecked."""
+    if not err.intact:
+        return ""
+    if err.built:
+        return f"; {', '.join(err.built)} holds its whole new build, every other notebook its previous one"
+    return "; the previous build is intact"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = vars(parser().parse_args(argv))
     log = sys.stderr
-    root = (args.root or find_root(Path.cwd()) or Path.cwd()).resolve()
-    if not (root / "notebooks_src").is_dir():
-        log.write(f"error: no notebooks_src/ folder in {root} or above; pass --root\n")
-        return 2
-    if args.check and (args.execute or args.quick):
-        log.write("error: --check only compares; do not combine it with --execute or --quick\n")
-        return 2
-    if args.jobs < 1:
-        log.write("error: --jobs must be 1 or more\n")
-        return 2
-    options = BuildOptions(
-        root=root,
-        out=(args.out or root).resolve(),
-        only=args.only,
-        languages=args.lang,
-        execute=args.execute,
-        quick=args.quick,
-        force=args.force,
-        check=args.check,
-        strict_env=args.strict_env,
-        timeout=args.timeout or None,
-        jobs=args.jobs,
-        max_output_bytes=int(args.max_output_mb * 1024 * 1024) or None,
-        log=log,
-    )
-    with signals_as_interrupts():
+    modes = [name for name in ("check", "list") if args.pop(name, False)]
+    root = args.pop("root", None) or find_root(Path.cwd()) or Path.cwd()
+    for name in ("timeout", "max_output_mb"):  # 0 means no limit
+        if args.get(name) == 0:
+            args[name] = None
+    with signals.as_interrupts():
         try:
-            return _run(args, options, log)
+            options = BuildOptions(root=root, log=log, **args)
+            if not options.src_root.is_dir():
+                log.write(f"error: no {SOURCES_DIR}/ folder in {options.root} or above; pass --root\n")
+                return 2
+            if "check" in modes and (options.execute or options.quick or options.force):
+                log.write("error: --check only compares; do not combine it with --execute, --quick or --force\n")
+                return 2
+            return _run(modes, options)
         except BuildError as err:
-            intact = err.exit_code == 1 and not options.check and getattr(err, "intact", True)
-            tail = "; the previous build is intact" if intact else ""
-            log.write(f"error: {err}{tail}\n")
+            log.write(f"error: {err}{_tail(err)}\n")
             return err.exit_code
-        except OSError as err:  # one the builder did not foresee: still one line, still nothing half-written
-            where = f"{err.filename}: " if err.filename else ""
-            log.write(f"error: {where}{err.strerror or err}; the previous build is intact\n")
+        except OSError as err:  # outside a build (reading a tree for --check, say): nothing was written
+            log.write(f"error: {err.filename or 'build'}: {err.strerror or err}\n")
             return 1
         except KeyboardInterrupt as err:
-            log.write("interrupted: kernels stopped, staging removed; every notebook holds its whole previous "
-                      "build (or, if its swap had begun, its whole new one)\n")
-            return getattr(err, "exit_code", 130)
+            checked = f": kernels stopped, staging removed{_tail(err)}" if isinstance(err, Interrupted) and err.intact \
+                else ""
+            log.write(f"interrupted{checked}\n")
+            return err.exit_code if isinstance(err, Interrupted) else 130
 
 
-def _run(args, options: BuildOptions, log) -> int:
+def _run(modes: list[str], options: BuildOptions) -> int:
     config, sources = load_all(options)
-    if args.list:
+    log = options.log
+    if "list" in modes:
         for source in sources:
-            sections = len(source.sections)
-            print(f"{source.target}\t{sections} sections\t{source.titles[config.languages[0]]}")
+            print(f"{source.target}\t{len(source.sections)} sections\t{source.titles[config.languages[0]]}")
         return 0
-    warning = placeholder_warning(config, options.src_root)
-    if warning:
-        log.write(warning + "\n")
-    results = build_all(sources, config, options, report=lambda result: report(result, log))
-    if not options.check:
+    if "check" not in modes:
+        chosen = links.resolve(config, options.root)
+        warning = links.warning(chosen, options.src_root)
+        if warning:
+            log.write(warning + "\n")
+        build_all(sources, config, options, chosen, report=lambda result: report(result, log))
         return 0
-    problems = [problem for result in results for problem in result.problems]
-    problems += [f"{path}: no source produces it" for path in strays(options, config, sources)]
+    problems = check_all(sources, config, options, report=lambda result: report(result, log))
     for problem in problems:
         log.write(f"stale: {problem}\n")
     log.write("check: " + (f"{len(problems)} problem(s)\n" if problems else "build/ is up to date\n"))
     return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

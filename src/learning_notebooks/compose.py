@@ -1,17 +1,30 @@
-"""Compose one language's notebook from the shared sources (pure: no I/O, no execution)."""
+"""Compose one language's notebook from the shared sources (pure: no I/O, no execution).
+
+Two kinds of notebook come from one source:
+
+- the executed notebook (`compose_for_execution`): the prelude and every code cell, each language's
+  texts in it (one run fills every language), tagged comments emptied to `#`;
+- an edition (`compose`): the header, each section's prose in that language and the code as that
+  language's reader sees it (its comments, its say()/say_table() texts only: `localize.edition_code`),
+  with the run's outputs copied in by `transplant`. A reader who runs it again sees one language.
+"""
 
 from __future__ import annotations
 
-import re
+import ast
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
 
-from . import layout
-from . import placeholders
-from .localize import localize_code, outputs_for, strip_comments
-from .sources import LINK_PLACEHOLDER, NotebookSource, ProjectConfig, Section
+from . import layout, placeholders
+from .cache import code_tokens
+from .errors import CodeDrift
+from .links import Links, from_config
+from .localize import edition_code, localize_comments, outputs_for
+from .sources import NotebookSource, ProjectConfig, Section
 
 LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
 
@@ -33,43 +46,27 @@ HEADER_ID = "header"
 INJECTED_ID = "injected-parameters"
 PRELUDE_ID = "prelude"
 PRELUDE_FILE = Path(__file__).with_name("prelude.py")
-PRELUDE_LANG = re.compile(r"^LANG = None$", re.M)
-SECTION_PLACEHOLDER = "{{section}}"
 RUN_VALUES_KEY = "run_values"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 
-def built_name(source: NotebookSource, lang: str) -> str:
-    """File name of the built notebook, language included so two downloads never collide."""
-    return layout.built_name(source.name, lang)
-
-
-def colab_url(config: ProjectConfig, source: NotebookSource, lang: str) -> str:
-    return colab_url_for(config, source.series, source.name, lang)
-
-
-def colab_url_for(config: ProjectConfig, series: str, name: str, lang: str) -> str:
-    path = f"{layout.BUILD_DIR}/{series}/{layout.built_name(name, lang)}"
-    return f"https://colab.research.google.com/github/{config.repository}/blob/{config.branch}/{path}"
-
-
-def fill_links(text: str, config: ProjectConfig, lang: str) -> str:
-    """Replace each `{{colab:SERIES/NOTEBOOK}}` in prose with that notebook's Colab URL in `lang`."""
-    return LINK_PLACEHOLDER.sub(lambda m: colab_url_for(config, *m["target"].split("/"), lang), text)
-
-
-def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick: bool) -> NotebookNode:
+def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick: bool, links: Links) -> NotebookNode:
+    """Title; the Colab badge (when a repository is known); the other languages' files (and their
+    Colab pages); where the sources are."""
     text = HEADER_TEXT[lang]
+    colab = {other: links.colab(source.series, source.name, other) for other in config.languages}
     others = " · ".join(  # the file beside this one (GitHub, Jupyter) and its Colab page
-        f"[{LANGUAGE_NAMES.get(other, other)}]({built_name(source, other)}) ([Colab]({colab_url(config, source, other)}))"
+        f"[{LANGUAGE_NAMES.get(other, other)}]({layout.built_name(source.name, other)})"
+        + (f" ([Colab]({colab[other]}))" if colab[other] else "")
         for other in config.languages
         if other != lang
     )
+    badge = [f"[![Open In Colab]({COLAB_BADGE})]({colab[lang]})"] if colab[lang] else []
+    also = [f"{text['other']}{others}"] if others else []
     lines = [
         f"# {source.titles[lang]}",
         "",
-        f"[![Open In Colab]({COLAB_BADGE})]({colab_url(config, source, lang)})"
-        + (f" &nbsp; {text['other']}{others}" if others else ""),
+        " &nbsp; ".join(badge + also),
         "",
         "> " + text["generated"].format(source=f"notebooks_src/{source.series}/{source.name}/"),
     ]
@@ -78,25 +75,33 @@ def header_cell(source: NotebookSource, lang: str, config: ProjectConfig, quick:
     return nbformat.v4.new_markdown_cell("\n".join(lines), id=HEADER_ID)
 
 
-def prelude_source(lang: str | None) -> str:
-    """The prelude cell: `LANG` and the `say`/`say_table` helpers, comments in `lang`.
+@functools.cache
+def _prelude() -> tuple[tuple[str, ...], int]:
+    """The prelude's lines, read once per process (a run cannot change what is composed after it),
+    and the index of its `LANG = None` line (found by Python's parser)."""
+    text = PRELUDE_FILE.read_text(encoding="utf-8").rstrip("\n")
+    [row] = [node.lineno - 1 for node in ast.parse(text).body
+             if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["LANG"]]
+    return tuple(text.split("\n")), row
 
-    Its code lives once, in `prelude.py` beside this module; `lang=None` is the executed version
-    (every language shown, each output tagged with its language).
+
+def prelude_source(lang: str | None, *, executed: bool = False) -> str:
+    """The prelude cell: `LANG = lang` and the `say`/`say_table` helpers, comments in `lang`
+    (`executed`, or lang=None: tagged comments emptied, as in the executed code).
+
+    Its code lives once, in `prelude.py` beside this module.
     """
-    text = localize_code(PRELUDE_FILE.read_text(encoding="utf-8").rstrip("\n"), lang)
-    return PRELUDE_LANG.sub(f"LANG = {lang!r}".replace("'", '"'), text, count=1)
+    lines, row = _prelude()
+    value = "None" if lang is None else f'"{lang}"'
+    text = "\n".join([*lines[:row], f"LANG = {value}", *lines[row + 1:]])
+    return localize_comments(text, None if executed else lang)
 
 
 def prelude_cell(lang: str | None) -> NotebookNode:
-    return nbformat.v4.new_code_cell(
-        prelude_source(lang), id=PRELUDE_ID, metadata={"jupyter": {"source_hidden": True}, "tags": [PRELUDE_ID]}
-    )
-
-
-def fill_sections(text: str, ordinal: int) -> str:
-    """`{{section}}` in prose is the section's number in this notebook (see `section_numbers`)."""
-    return text.replace(SECTION_PLACEHOLDER, str(ordinal))
+    """Hidden in Jupyter and Colab (`source_hidden`); tagged `remove-input` so that static exports
+    (Jupyter Book / MyST-NB, nbconvert's TagRemovePreprocessor) leave its code out: it has no output."""
+    return nbformat.v4.new_code_cell(prelude_source(lang), id=PRELUDE_ID,
+                                     metadata={"jupyter": {"source_hidden": True}, "tags": [PRELUDE_ID, "remove-input"]})
 
 
 def has_heading(section: Section) -> bool:
@@ -125,35 +130,33 @@ def parameters_source(overrides: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def _cells(
-    source: NotebookSource,
-    lang: str | None,
-    overrides: dict[str, object],
-    config: ProjectConfig | None = None,
-    values: dict[str, object] | None = None,
-    used: dict[str, object] | None = None,
-) -> list[NotebookNode]:
-    """Cells in order: the prelude, code cells always (comments in `lang`), prose cells of `lang` only.
-
-    lang=None: the notebook that executes, with no prose and no localized comments.
-    """
-    cells = [prelude_cell(lang)]
+def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object],
+           prose: Callable[[object, int], str] | None = None) -> list[NotebookNode]:
+    """Cells in order: the prelude right before the first code cell (so the opening prose comes
+    first), code cells always (as `lang` shows them), prose cells of `lang` filled by
+    `prose(cell, section number)`. lang=None: the notebook that executes, without prose."""
+    cells = []
     for ordinal, section in zip(section_numbers(source.sections), source.sections):
         for cell in section.cells:
             if cell.kind == "markdown":
                 if cell.lang == lang:
-                    text = fill_sections(fill_links(cell.source, config, lang), ordinal)
-                    text = placeholders.fill(cell, text, values, used)
-                    cells.append(nbformat.v4.new_markdown_cell(text, id=cell.id))
+                    cells.append(nbformat.v4.new_markdown_cell(prose(cell, ordinal), id=cell.id))
                 continue
             metadata = {"tags": list(cell.tags)} if cell.tags else {}
-            cells.append(nbformat.v4.new_code_cell(localize_code(cell.source, lang), id=cell.id, metadata=metadata))
+            if not any(c.cell_type == "code" for c in cells):
+                cells.append(prelude_cell(lang))
+            code = localize_comments(cell.source, lang)
+            if lang is not None:
+                code = edition_code(code, lang)
+            cells.append(nbformat.v4.new_code_cell(code, id=cell.id, metadata=metadata))
             if "parameters" in cell.tags and overrides:
                 cells.append(
                     nbformat.v4.new_code_cell(
                         parameters_source(overrides), id=INJECTED_ID, metadata={"tags": [INJECTED_ID]}
                     )
                 )
+    if not any(c.cell_type == "code" for c in cells):
+        cells.append(prelude_cell(lang))
     return cells
 
 
@@ -177,33 +180,39 @@ def compose(
     values: dict[str, object] | None = None,
     *,
     quick: bool = False,
+    links: Links | None = None,
 ) -> NotebookNode:
-    """The `lang` notebook, without outputs: header, then each section's prose and shared code.
+    """The `lang` edition, without outputs: header, then each section's prose and shared code.
 
     `values`: what the run exposed for `{{run:...}}` placeholders (None: show their names); the
     values the prose quotes are recorded as `run_values` in the notebook's metadata.
-    `quick`: mark it as a quick-mode build in its header.
+    `quick`: mark it as a quick-mode build in its header. `links`: where Colab links point (default:
+    config.toml's repository, if it names one); recorded as `colab` in the metadata.
     """
+    links = links or from_config(config)
     used: dict[str, object] = {}
-    cells = [header_cell(source, lang, config, quick)] + _cells(source, lang, overrides, config, values, used)
+
+    def prose(cell, ordinal: int) -> str:
+        return placeholders.fill(cell.source, cell.file, cell.first_line, section=ordinal, values=values, used=used,
+                                 link=lambda target: links.prose_link(*target.split("/"), lang, source.series))
+
+    cells = [header_cell(source, lang, config, quick, links), *_cells(source, lang, overrides, prose)]
     metadata = {**build_metadata, "language": lang}
+    if links.record:
+        metadata["colab"] = links.record
     if used:
         metadata[RUN_VALUES_KEY] = dict(sorted(used.items()))
     return _new_notebook(cells, metadata)
 
 
-def compose_for_execution(
-    source: NotebookSource, overrides: dict[str, object], lang: str | None = None
-) -> NotebookNode:
+def compose_for_execution(source: NotebookSource, overrides: dict[str, object], lang: str | None = None) -> NotebookNode:
     """The code cells alone, as they run once for every language (`LANG = None`).
 
-    `lang` sets the prelude's LANG instead (tests that exec the cells in-process use "en").
+    `lang` sets the prelude's LANG instead (tests that exec the cells in-process use "en"); the
+    code still holds every language's texts.
     """
     cells = _cells(source, None, overrides)
-    if lang is not None:
-        cells[0] = nbformat.v4.new_code_cell(
-            PRELUDE_LANG.sub(f'LANG = "{lang}"', prelude_source(None), count=1), id=PRELUDE_ID, metadata=cells[0].metadata
-        )
+    cells[0].source = prelude_source(lang, executed=True)  # the first cell: no prose here
     return _new_notebook(cells, {})
 
 
@@ -211,42 +220,37 @@ def code_sources(notebook: NotebookNode) -> list[str]:
     return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
 
 
-def comparable_code(notebook: NotebookNode) -> list[tuple[str, str]]:
-    """(id, code without comments) of each code cell: equal in every language and in the executed notebook."""
-    found = []
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        code = strip_comments(cell.source)
-        if cell.get("id") == PRELUDE_ID:
-            code = re.sub(r"^LANG = .*$", "LANG = None", code, count=1, flags=re.M)
-        found.append((cell.get("id", ""), code))
-    return found
-
-
 def notebook_language(notebook: NotebookNode) -> str | None:
     return notebook.metadata.get(layout.METADATA_KEY, {}).get("language")
+
+
+def comparable_code(notebook: NotebookNode, lang: str | None = None) -> list[tuple[str, list]]:
+    """(id, code tokens) of each code cell but the builder's prelude, as `lang`'s edition has them
+    (lang=None: without any language's texts): equal for the executed notebook and every edition of
+    one source, comments and layout aside."""
+    return [
+        (cell.get("id", ""), code_tokens(edition_code(cell.source, lang)))
+        for cell in notebook.cells
+        if cell.cell_type == "code" and cell.get("id") != PRELUDE_ID
+    ]
 
 
 def transplant(executed: NotebookNode, target: NotebookNode) -> None:
     """Copy outputs and execution counts of `executed`'s code cells into `target`'s, in order.
 
-    Only the outputs of `target`'s language are copied (and the untagged ones). Refuses when the
-    code cells differ, comments aside: outputs only belong to the code that produced them.
+    Only the outputs of `target`'s language are copied (and the untagged ones). Refuses (CodeDrift)
+    when the code differs, comments and the other languages' texts aside: outputs only belong to the
+    code that produced them.
     """
-    ours, theirs = comparable_code(target), comparable_code(executed)
+    lang = notebook_language(target)
+    ours, theirs = comparable_code(target, lang), comparable_code(executed, lang)
     if ours != theirs:
-        mismatch = next(
-            (i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs))
-        )
-        raise ValueError(
-            f"cannot transplant outputs: code cell {mismatch + 1} differs "
-            f"({len(ours)} code cells here, {len(theirs)} executed)"
-        )
+        mismatch = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        raise CodeDrift(f"cannot embed the run's outputs: code cell {mismatch + 1} differs "
+                        f"({len(ours)} code cells here, {len(theirs)} executed)")
     runs = (c for c in executed.cells if c.cell_type == "code")
     for cell in target.cells:
         if cell.cell_type == "code":
             run = next(runs)
-            lang = notebook_language(target)
             cell.outputs = outputs_for(run.outputs, lang) if lang else run.outputs
             cell.execution_count = run.execution_count

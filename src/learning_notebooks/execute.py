@@ -1,4 +1,10 @@
-"""Run a notebook once in a fresh kernel (nbclient), reporting progress and mapping errors to sources."""
+"""Run a notebook once in a fresh kernel (nbclient), reporting progress and mapping errors to sources.
+
+Every failure becomes a CellFailed naming the section file and line of the statement: an exception
+(from IPython's `Cell In[N], line M` frames), `sys.exit()` (recorded by the kernel, which shows no
+frames for it), a timeout, a kernel that died (from a faulthandler dump), outputs past the limit
+(counted as they arrive; the kernel is stopped at once).
+"""
 
 from __future__ import annotations
 
@@ -16,21 +22,33 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
-from .errors import BuildError, CellFailed
+from .errors import CellFailed, KernelFailed
 from .sources import Cell, NotebookSource
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CELL_FRAME = re.compile(r"Cell In\[(\d+)\], line (\d+)")
 # A cell's frame in a faulthandler dump: IPython compiles cells to /tmp/ipykernel_<pid>/<hash>.py.
 FAULT_FRAME = re.compile(r'File "[^"]*ipykernel_\d+[/\\][^"]*\.py", line (\d+) in <module>')
-DEFAULT_MAX_OUTPUT_BYTES = 2 * 1024 * 1024
+FAULT_FILE, EXIT_FILE = "faulthandler.txt", "exit.txt"  # in a private folder, outside the kernel's
 # Run in the kernel before the first cell (IPython exec_lines: no execution count, names deleted):
-# faulthandler dumps the running statement if the kernel dies, and text with lone surrogates is
-# printed with replacement characters instead of failing in the kernel's message packer.
+# faulthandler dumps the running statement if the kernel dies; the line of a cell's sys.exit() is
+# written down (IPython shows SystemExit without frames); text with lone surrogates is printed with
+# replacement characters instead of failing in the kernel's message packer.
 KERNEL_SETUP = """\
-def _learning_notebooks_setup(fault_path):
-    import faulthandler, re, sys
-    faulthandler.enable(open(fault_path, "w"))
+def _learning_notebooks_setup(private):
+    import faulthandler, os, re, sys
+    faulthandler.enable(open(os.path.join(private, "{fault}"), "w"))
+    def record_exit(result):
+        error = getattr(result, "error_in_exec", None)
+        tb = error.__traceback__ if isinstance(error, SystemExit) else None
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_name == "<module>" and "ipykernel_" in code.co_filename:
+                with open(os.path.join(private, "{exit}"), "w") as handle:
+                    handle.write(str(tb.tb_lineno))
+                break
+            tb = tb.tb_next
+    get_ipython().events.register("post_run_cell", record_exit)
     lone = re.compile("[\\ud800-\\udfff]")
     def clean(value):
         if isinstance(value, str):
@@ -48,7 +66,7 @@ def _learning_notebooks_setup(fault_path):
         except UnicodeEncodeError:
             return pack(clean(message))
     session.pack = replacing_pack
-_learning_notebooks_setup({path!r}); del _learning_notebooks_setup
+_learning_notebooks_setup({private!r}); del _learning_notebooks_setup
 """
 _WRITE_LOCK = threading.Lock()  # parallel runs share the log stream
 
@@ -154,19 +172,27 @@ def fault_statement(dump: str) -> int | None:
     return lines[-1] if lines else None  # most recent call first: the last is the cell's own frame
 
 
-def check_output_size(source: NotebookSource, executed: NotebookNode, limit: int | None) -> None:
-    """Raise CellFailed at the cell whose outputs take the notebook's outputs past `limit` bytes."""
-    if not limit:
-        return
-    cells = origins(source, executed)
-    total = 0
-    for index, cell in enumerate(executed.cells):
-        total += len(json.dumps(cell.get("outputs", []), ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        if total > limit:
-            failed = _failed(source, cells, index, "OutputTooLarge",
-                             f"the outputs reach {total / 2**20:.1f} MB here, over the limit of "
-                             f"{limit / 2**20:.1f} MB per notebook (--max-output-mb); print less")
-            raise failed
+class LimitedClient(NotebookClient):
+    """nbclient's client, stopping the kernel as soon as the outputs received pass `output_limit`
+    bytes (so a print loop cannot fill the builder's memory); `too_large` is then (cell index, bytes)."""
+
+    def __init__(self, *args, output_limit: int | None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.output_limit, self.output_bytes = output_limit, 0
+        self.too_large: tuple[int, int] | None = None
+
+    def output(self, outs, msg, display_id, cell_index):
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is None or not self.output_limit:
+            return out
+        if self.too_large is not None:
+            outs.remove(out)  # the kernel is being stopped: keep nothing more
+            return None
+        self.output_bytes += len(json.dumps(out, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if self.output_bytes > self.output_limit:
+            self.too_large = (cell_index, self.output_bytes)
+            kill_kernel(self)
+        return out
 
 
 def run(
@@ -174,15 +200,16 @@ def run(
     executable: NotebookNode,
     cwd: Path,
     timeout: int | None,
+    output_limit: int | None,
     progress: Progress | None = None,
     cancel: Cancel | None = None,
 ) -> NotebookNode:
     """Execute `executable` top to bottom in a new kernel whose working directory is `cwd`.
 
-    Raises CellFailed (with file and line) when a cell raises or exceeds `timeout` seconds, and
-    Cancelled when `cancel` stops it; the kernel is shut down whatever happens.
-    May run in a thread of its own (then nbclient installs no signal handlers: the caller's `cancel`
-    is how the run is stopped).
+    Raises CellFailed (with file and line) when a cell raises, exceeds `timeout` seconds or takes
+    the outputs past `output_limit` bytes, and Cancelled when `cancel` stops it; the kernel is shut
+    down whatever happens. Runs in a worker thread of the build, where nbclient installs no signal
+    handlers: the caller's `cancel` is how the run is stopped.
     """
     cancel = cancel or Cancel()
     cancel.check()
@@ -201,10 +228,10 @@ def run(
         cancel.check()
 
     private = tempfile.TemporaryDirectory(prefix="learning-notebooks-private-")  # outside the kernel's folder
-    fault_file = Path(private.name) / "faulthandler.txt"
-    setup = KERNEL_SETUP.format(path=str(fault_file))
-    client = NotebookClient(
+    setup = KERNEL_SETUP.format(private=private.name, fault=FAULT_FILE, exit=EXIT_FILE)
+    client = LimitedClient(
         executable,
+        output_limit=output_limit,
         timeout=timeout,
         kernel_name="python3",
         startup_timeout=180,  # a busy 2-core machine can take more than nbclient's default 60 s
@@ -214,42 +241,21 @@ def run(
         on_cell_start=on_cell_start,
         on_notebook_start=on_notebook_start,
         # The kernel's own warnings (e.g. about its local TCP transport) are noise here; errors still show.
-        # faulthandler: if the kernel dies, its dump names the statement it was running.
         extra_arguments=["--IPKernelApp.log_level=ERROR", f"--IPKernelApp.exec_lines={setup}"],
     )
     cancel.register(client)
     try:
-        _execute(client)
+        client.execute()
         cancel.check()
-    except Cancelled:
+        if client.too_large is not None:  # passed the limit in the last message of a cell
+            raise _mapped(RuntimeError(), source, executable, cells, state["index"], client, Path(private.name),
+                          timeout)
+    except (Cancelled, CellFailed):
         raise
-    except Exception:
+    except Exception as err:
         if cancel.event.is_set():
             raise Cancelled() from None
-        try:
-            raise
-        except CellTimeoutError:
-            raise _failed(source, cells, state["index"], "CellTimeoutError", f"cell did not finish within {timeout} s; the kernel was stopped") from None
-        except DeadKernelError as err:
-            failed = _failed(source, cells, state["index"], "DeadKernelError", str(err) or "the kernel died")
-            dump = fault_file.read_text(errors="replace") if fault_file.exists() else ""
-            line, origin = fault_statement(dump), cells[state["index"]]
-            if line is not None and origin is not None:
-                failed.line = origin.code_line + line - 1
-                failed.evalue = "the kernel died running this statement (a crash in native code?)"
-            raise failed from None
-        except CellExecutionError as err:
-            failed = _failed(source, cells, state["index"], err.ename, err.evalue)
-            failed.traceback = ANSI.sub("", err.traceback)
-            frames = traceback_lines(err.traceback, executable, cells)
-            if frames:  # the innermost frame raised; the outermost is the statement the cell ran
-                (outer, outer_line), (inner, inner_line) = frames[0], frames[-1]
-                failed.file, failed.line, failed.section = inner.file, inner_line, inner.file.stem
-                if (inner.file, inner_line) != (outer.file, outer_line):
-                    failed.called_from = f"{outer.file.name}:{outer_line}"
-            raise failed from None
-        except RuntimeError as err:  # the kernel did not start or answer
-            raise BuildError(f"{source.target}: kernel failure: {err}") from None
+        raise _mapped(err, source, executable, cells, state["index"], client, Path(private.name), timeout) from None
     finally:
         cancel.unregister(client)
         kill_kernel(client)  # normally already gone; not so when start-up was cut short
@@ -261,19 +267,38 @@ def run(
     return executable
 
 
-def _execute(client: NotebookClient) -> None:
-    """client.execute(), with nbclient's own signal handling reported as KeyboardInterrupt.
-
-    In the main thread nbclient answers SIGINT/SIGTERM itself: it shuts the kernel down, and the
-    run then fails with a secondary error (DeadKernelError, or an AssertionError from its clean-up).
-    The builder runs kernels from worker threads, where nbclient installs no handlers.
-    """
-    try:
-        client.execute()
-    except Exception:
-        if hasattr(client, "_async_cleanup_kernel_future"):  # set only by nbclient's signal handler
-            raise KeyboardInterrupt from None
-        raise
+def _mapped(err: Exception, source: NotebookSource, executable: NotebookNode, cells: list[Cell | None], index: int,
+            client: LimitedClient, private: Path, timeout: int | None) -> Exception:
+    """The CellFailed (or KernelFailed) that says where `err`, raised by nbclient, comes from."""
+    if client.too_large is not None:
+        index, size = client.too_large
+        return _failed(source, cells, index, "OutputTooLarge",
+                       f"the outputs reach {size / 2**20:.1f} MB here, over the limit of "
+                       f"{client.output_limit / 2**20:.1f} MB per notebook (--max-output-mb); print less")
+    if isinstance(err, CellTimeoutError):
+        return _failed(source, cells, index, "CellTimeoutError", f"cell did not finish within {timeout} s; the kernel was stopped")
+    if isinstance(err, DeadKernelError):
+        failed = _failed(source, cells, index, "DeadKernelError", str(err) or "the kernel died")
+        dump = (private / FAULT_FILE).read_text(errors="replace") if (private / FAULT_FILE).exists() else ""
+        line, origin = fault_statement(dump), cells[index]
+        if line is not None and origin is not None:
+            failed.line = origin.code_line + line - 1
+            failed.evalue = "the kernel died running this statement (a crash in native code?)"
+        return failed
+    if isinstance(err, CellExecutionError):
+        failed = _failed(source, cells, index, err.ename, err.evalue)
+        failed.traceback = ANSI.sub("", err.traceback)
+        frames = traceback_lines(err.traceback, executable, cells)
+        exit_line = (private / EXIT_FILE).read_text() if (private / EXIT_FILE).exists() else ""
+        if frames:  # the innermost frame raised; the outermost is the statement the cell ran
+            (outer, outer_line), (inner, inner_line) = frames[0], frames[-1]
+            failed.file, failed.line, failed.section = inner.file, inner_line, inner.file.stem
+            if (inner.file, inner_line) != (outer.file, outer_line):
+                failed.called_from = f"{outer.file.name}:{outer_line}"
+        elif exit_line.isdigit() and cells[index] is not None:  # sys.exit(): no frames shown
+            failed.line = cells[index].code_line + int(exit_line) - 1
+        return failed
+    return KernelFailed(f"{source.target}: kernel failure: {err}")
 
 
 def builder_cell_label(index: int) -> str:

@@ -1,21 +1,22 @@
 """Writing files so that a reader never sees half of one and a failure keeps the last good copy.
 
-A `Transaction` stages every file of a build beside its target (same folder, so the same file
-system), and only when all are staged swaps them in, with SIGINT and SIGTERM held back, rolling
-back on any error: the tree holds either the whole old build or the whole new one.
+A `Transaction` stages every file of a notebook beside its target (same folder, so the same file
+system). Only when all are staged does it write a journal (the targets, and whether each had an old
+version), then swap them in with SIGINT and SIGTERM held back, rolling back on any error, and remove
+the journal: that removal is the commit point. A build killed outright (SIGKILL, power loss) leaves
+the journal, and the next build (`recover`) rolls the swap back, so every notebook holds one whole
+run: the old one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
+import json
 import os
 import shutil
-import signal
 import stat as stat_module
-import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,18 +24,9 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from .errors import BuildError
-from .layout import LOCK_FILE, STAGING_MARK, is_staging, staging_path
-
-
-class UnsafeOutput(BuildError):
-    """A run left a symlink or a special file in its working folder (never followed or copied)."""
-
-
-class WriteFailed(BuildError):
-    """Staging or swapping the new build failed; the previous build is intact unless `intact` is False."""
-
-    intact = True
+from . import signals
+from .errors import UnsafeOutput, WriteFailed
+from .layout import BUILD_DIR, JOURNAL_NAME, LOCK_FILE, OUTPUTS_DIR, is_staging, staging_path
 
 
 def notebook_bytes(notebook: NotebookNode) -> bytes:
@@ -43,29 +35,35 @@ def notebook_bytes(notebook: NotebookNode) -> bytes:
 
 
 def tree_files(folder: Path) -> list[Path]:
-    """Every regular file below `folder`, sorted; symlinks and special files raise UnsafeOutput.
-
-    Nothing is followed: a symlink a notebook leaves behind could point anywhere on the machine.
-    """
+    """Every regular file below `folder`, sorted. Symlinks, special files and names that are not
+    UTF-8 raise UnsafeOutput: nothing is followed (a symlink could point anywhere on the machine),
+    and every name must be one a notebook's record, git and a reader's file system can hold."""
     if not folder.is_dir() or folder.is_symlink():
         return []
     files, unsafe = [], []
     for parent, dirs, names in os.walk(folder):
         for name in dirs + names:
             path = Path(parent, name)
+            relative = path.relative_to(folder).as_posix()
+            try:
+                relative.encode("utf-8")
+            except UnicodeEncodeError:
+                unsafe.append(f"{relative.encode('utf-8', 'surrogateescape')!r} (a name that is not UTF-8)")
+                continue
             mode = path.lstat().st_mode
             if stat_module.S_ISREG(mode):
                 files.append(path)
             elif not stat_module.S_ISDIR(mode):
-                unsafe.append(path.relative_to(folder).as_posix())
+                unsafe.append(relative)
     if unsafe:
         kinds = ", ".join(unsafe[:5]) + (" ..." if len(unsafe) > 5 else "")
-        raise UnsafeOutput(f"the run left symlinks or special files, which are not copied: {kinds}")
+        raise UnsafeOutput(f"the run left files that are not copied (symlinks, special files or names that "
+                           f"are not UTF-8): {kinds}")
     return sorted(files)
 
 
 def digest_tree(folder: Path) -> dict[str, str]:
-    """sha256 of every file below `folder`, by POSIX relative path, sorted (symlinks refused)."""
+    """sha256 of every file below `folder`, by POSIX relative path, sorted (see tree_files)."""
     return {
         path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in tree_files(folder)
@@ -86,28 +84,6 @@ def _write(path: Path, data: bytes) -> None:
     os.chmod(path, 0o644)
 
 
-@contextlib.contextmanager
-def signals_held():
-    """Hold SIGINT and SIGTERM back while a swap of renames completes; deliver them after.
-
-    Python runs signal handlers in the main thread whichever thread the signal lands on, so the
-    handlers themselves are swapped for one that only records the signal (main thread only).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in held}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if pending:
-            signal.raise_signal(pending[0])
-
-
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -115,13 +91,16 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
 @dataclass
 class Transaction:
-    """Files and folders staged beside their targets, swapped in together by `commit`, or not at all.
+    """Files and folders staged beside their targets below `out`, swapped in together by `commit`,
+    or not at all. Use as a context manager: leaving it without a commit removes everything staged."""
 
-    Use as a context manager: leaving it without a commit removes everything staged.
-    """
-
+    out: Path
     token: str = field(default_factory=lambda: f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
     staged: list[tuple[Path, Path | None]] = field(default_factory=list)  # (target, staged or None: remove)
 
@@ -130,6 +109,10 @@ class Transaction:
 
     def __exit__(self, *exc) -> None:
         self.discard()
+
+    @property
+    def journal(self) -> Path:
+        return self.out / BUILD_DIR / f"{JOURNAL_NAME}{self.token}"
 
     def write(self, target: Path, data: bytes) -> None:
         """Stage `data` as the new content of the file `target`."""
@@ -165,39 +148,42 @@ class Transaction:
 
     def commit(self) -> None:
         """Swap every staged path in; on any error put every old one back and raise WriteFailed."""
+        entries = [(target, _exists(target)) for target, _ in self.staged]
         done: list[tuple[Path, Path | None]] = []  # (target, backup of the old one or None)
-        with signals_held():
+        with signals.held():
             try:
-                for target, staged in self.staged:
+                self._write_journal(entries)
+                for (target, staged), (_, had) in zip(self.staged, entries):
                     backup = staging_path(target, self.token + "-old")
-                    had = target.exists() or target.is_symlink()
                     if had:
                         _replace(target, backup)
                     done.append((target, backup if had else None))
                     if staged is not None:
                         _replace(staged, target)
             except OSError as err:
-                stuck = []  # old files the rollback could not put back (kept under their backup name)
-                for target, backup in reversed(done):
-                    try:
-                        if target.exists() or target.is_symlink():
-                            _remove(target)
-                        if backup is not None:
-                            _replace(backup, target)
-                    except OSError:
-                        stuck.append(backup if backup is not None else target)
+                stuck = _roll_back(done)
                 message = f"{err.filename or 'build'}: cannot replace: {err.strerror or err}"
                 if stuck:
-                    message += f"; the rollback failed too: {', '.join(map(str, stuck))} could not be put back"
-                failed = WriteFailed(message)
-                failed.intact = not stuck
-                raise failed from None
+                    message += (f"; the rollback failed too: {', '.join(map(str, stuck))} could not be put back "
+                                "(the next build tries again)")
+                else:
+                    _remove(self.journal)
+                raise WriteFailed(message) from None
             finally:
+                _remove(staging_path(self.journal, "new"))
                 self.discard()
+            _remove(self.journal)  # the commit point
             for _, backup in done:
                 if backup is not None:
                     _remove(backup)
         self.staged = []
+
+    def _write_journal(self, entries: list[tuple[Path, bool]]) -> None:
+        """The targets about to be swapped, and whether each has an old version (for `recover`)."""
+        record = {"token": self.token, "targets": [[str(t.relative_to(self.out)), had] for t, had in entries]}
+        self.journal.parent.mkdir(parents=True, exist_ok=True)
+        _write(staging_path(self.journal, "new"), json.dumps(record).encode("utf-8"))
+        _replace(staging_path(self.journal, "new"), self.journal)
 
     def discard(self) -> None:
         for _, staged in self.staged:
@@ -205,32 +191,57 @@ class Transaction:
                 _remove(staged)
 
 
-def leftovers(folders: list[Path]) -> list[Path]:
-    """Staging files and folders (of an interrupted or killed build) below `folders`."""
+def _roll_back(done: list[tuple[Path, Path | None]]) -> list[Path]:
+    """Put back the old version of each swapped target (remove the new one where there was none);
+    returns what could not be put back."""
+    stuck = []
+    for target, backup in reversed(done):
+        try:
+            if backup is None or _exists(backup):
+                if _exists(target):
+                    _remove(target)
+                if backup is not None:
+                    _replace(backup, target)
+        except OSError:
+            stuck.append(backup if backup is not None else target)
+    return stuck
+
+
+def leftovers(out: Path) -> list[Path]:
+    """What an interrupted or killed build left: staging files and folders beside the targets the
+    builder stages (build/<series>/, outputs/<series>/) and swap journals (build/). A run's own files
+    inside outputs/<series>/<notebook>/ are never among them, whatever their names."""
     found = []
-    for folder in folders:
-        if folder.is_dir():
-            for parent, dirs, names in os.walk(folder):
-                for name in sorted(dirs + names):
-                    if is_staging(Path(name)):
-                        found.append(Path(parent, name))
-                dirs[:] = [d for d in dirs if not is_staging(Path(d))]
-    return sorted(found)
-
-
-def remove_leftovers(folders: list[Path]) -> list[Path]:
-    """Remove what `leftovers` finds (call it holding the lock: then no build owns them).
-
-    A backup of an old file whose target is missing (a build killed mid-swap) is put back instead.
-    """
-    found = leftovers(folders)
-    for path in found:
-        target = path.parent / path.name[1:].split(STAGING_MARK)[0]
-        if path.name.endswith("-old") and not (target.exists() or target.is_symlink()):
-            os.replace(path, target)
-        else:
-            _remove(path)
+    for top in (out / BUILD_DIR, out / OUTPUTS_DIR):
+        for folder in [top, *(sorted(p for p in top.iterdir() if p.is_dir() and not p.is_symlink())
+                               if top.is_dir() else [])]:
+            if folder.is_dir():
+                found += [p for p in sorted(folder.iterdir()) if is_staging(p) or p.name.startswith(JOURNAL_NAME)]
     return found
+
+
+def recover(out: Path) -> list[str]:
+    """Undo what a killed build left (call it holding the lock): every unfinished swap is rolled
+    back, then the staging leftovers are removed. Returns one line per thing done."""
+    done = []
+    for journal in sorted((out / BUILD_DIR).glob(f"{JOURNAL_NAME}*")):
+        if is_staging(journal):
+            continue  # a journal that was never complete: no swap began
+        try:
+            record = json.loads(journal.read_text(encoding="utf-8"))
+            token, targets = record["token"], [(out / path, had) for path, had in record["targets"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise WriteFailed(f"{journal}: an unreadable swap journal of an interrupted build; "
+                              "remove it and rebuild with --execute --force") from None
+        stuck = _roll_back([(t, staging_path(t, token + "-old") if had else None) for t, had in targets])
+        if stuck:
+            raise WriteFailed(f"{journal}: cannot roll back an interrupted swap ({', '.join(map(str, stuck))})")
+        _remove(journal)
+        done.append(f"rolled back an interrupted swap: {', '.join(str(t) for t, _ in targets)}")
+    for path in leftovers(out):
+        _remove(path)
+        done.append(f"removed a leftover of an interrupted build: {path}")
+    return done
 
 
 @contextlib.contextmanager
@@ -240,26 +251,30 @@ def project_lock(out: Path, wait, shared: bool = False):
     When another build holds it, `wait(path)` is called once (to say so), then this blocks until it is
     free. The file is removed on release, so the tree is left as it was; a holder checks that the
     file it locked is still the one at `path` (else it was released and removed meanwhile: retry).
-    A --check (`shared`) of a tree it cannot write proceeds without the lock.
+    `shared` (--check) creates nothing: it waits for a build that holds the lock, if one does.
     """
     path = out / LOCK_FILE
     waited = False
     while True:
         try:
-            out.mkdir(parents=True, exist_ok=True)
-            handle = open(path, "a+")
-        except OSError:
             if shared:
+                handle = open(path, "r")
+            else:
+                out.mkdir(parents=True, exist_ok=True)
+                handle = open(path, "a+")
+        except OSError:
+            if shared:  # no build holds it (or the tree cannot be read: the check says so)
                 yield
                 return
             raise WriteFailed(f"{path}: cannot create the lock file") from None
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             if not waited:
                 wait(path)
                 waited = True
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            fcntl.flock(handle, mode)
         except BaseException:
             handle.close()
             raise
@@ -271,10 +286,12 @@ def project_lock(out: Path, wait, shared: bool = False):
             break
         handle.close()
     try:
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
+        if not shared:
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+        if not shared:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
         handle.close()  # releases the lock

@@ -12,6 +12,7 @@ BUILD_DIR = "build"
 OUTPUTS_DIR = "outputs"
 LOCK_FILE = ".learning-notebooks.lock"  # beside build/ and outputs/, held while a build runs
 STAGING_MARK = ".staging-"  # in the name of every file or folder staged beside its target
+JOURNAL_NAME = ".swap-journal-"  # build/.swap-journal-<token>: a swap in progress (files.Transaction)
 
 
 def built_name(name: str, lang: str) -> str:

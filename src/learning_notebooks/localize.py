@@ -1,21 +1,27 @@
-"""Localized comments in shared code cells, and language-tagged outputs.
+"""What makes one shared code cell speak each reader's language: tagged comments, the language
+arguments of `say`/`say_table`, and language-tagged outputs.
 
 Comments: a full-line comment `# [en] text` belongs to English, `# [zh] text` to Chinese. A block of
 consecutive `# [en]` lines is followed directly by its `# [zh]` block at the same indentation
-(languages in config order). Each built notebook keeps its own language's lines, shown as plain
-`# text`, and the untagged comments; the executed code keeps neither language (the tagged lines
-become empty `#` comments, so line numbers in tracebacks still match the section file). Code compares and
-keys with every comment removed (`strip_comments`), so a comment edit never changes the cache key.
+(languages in config order). Each edition keeps its own language's lines, shown as plain `# text`,
+and the untagged comments; the executed code keeps neither language (the tagged lines become empty
+`#` comments, so line numbers in tracebacks still match the section file).
+
+Messages: `say(en=..., zh=...)` and `say_table(rows, en=[...], zh=[...])` name one text per
+language, as keyword arguments. The executed code keeps them all (one run fills every language);
+each edition keeps only its own (`edition_code`), found with Python's own parser and removed
+without changing the line count. A call whose languages cannot be told apart (`**texts`, a missing
+language) is refused before anything runs.
 
 Outputs: the prelude's `say`/`say_table` display one output per language, each carrying
-`{"lang": "<code>"}` in its output metadata. A built notebook keeps the untagged outputs and
-those of its own language (`outputs_for`); `missing_twins` finds tagged outputs whose other
-languages are missing.
+`{"lang": "<code>"}` in its output metadata. An edition keeps the untagged outputs and those of its
+own language (`outputs_for`); `missing_twins` finds tagged outputs whose other languages are missing.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import json
 import re
@@ -24,6 +30,18 @@ from dataclasses import dataclass
 
 TAGGED_COMMENT = re.compile(r"^(?P<indent>[ \t]*)# \[(?P<lang>[A-Za-z]{2}(?:-[A-Za-z]+)?)\](?: (?P<text>.*)|$)")
 OUTPUT_LANG_KEY = "lang"
+SAY_FUNCTIONS = {"say": 0, "say_table": 1}  # name -> how many positional arguments it takes (rows)
+
+
+class PairingError(ValueError):
+    """A cell's language markup is wrong; `row` is the 0-based line in the cell."""
+
+    def __init__(self, message: str, row: int) -> None:
+        super().__init__(message)
+        self.row = row
+
+
+# ---- comments ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -34,67 +52,24 @@ class TaggedLine:
     text: str
 
 
-class PairingError(ValueError):
-    """A localized comment block without its twin; `row` is the 0-based line in the cell."""
-
-    def __init__(self, message: str, row: int) -> None:
-        super().__init__(message)
-        self.row = row
-
-
-def _comment_rows(source: str) -> set[int] | None:
-    """0-based rows whose first non-blank token is a comment (None when the cell does not tokenize)."""
-    rows = set()
+def _comments(source: str) -> list[tuple[int, bool, str]] | None:
+    """(0-based row, alone on its line, text) of each comment token (None: the cell does not tokenize)."""
     try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.COMMENT and not token.line[: token.start[1]].strip():
-                rows.add(token.start[0] - 1)
+        return [
+            (token.start[0] - 1, not token.line[: token.start[1]].strip(), token.string)
+            for token in tokenize.generate_tokens(io.StringIO(source).readline)
+            if token.type == tokenize.COMMENT
+        ]
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return None
-    return rows
-
-
-def _trailing_tagged(source: str) -> int | None:
-    """0-based row of the first `# [xx]` comment that follows code on its line (None: there is none)."""
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
-            if token.type == tokenize.COMMENT and token.line[: token.start[1]].strip():
-                if TAGGED_COMMENT.match(token.string):
-                    return token.start[0] - 1
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
-    return None
-
-
-def say_calls_missing_languages(source: str, languages: tuple[str, ...]) -> list[tuple[int, str]]:
-    """(0-based row, message) of each say()/say_table() call that does not name every language."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    found = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("say", "say_table")):
-            continue
-        names = {k.arg for k in node.keywords}
-        if None in names:  # say(**texts): cannot tell statically
-            continue
-        missing = [lang for lang in languages if lang not in names]
-        if missing:
-            found.append((node.lineno - 1, f"{node.func.id}() without {', '.join(f'{m}=' for m in missing)}: "
-                                           f"give it one text per language ({', '.join(languages)})"))
-    return found
 
 
 def tagged_lines(source: str) -> list[TaggedLine]:
     """The full-line `# [xx]` comments of a code cell (never text inside a string literal)."""
     lines = source.split("\n")
-    rows = _comment_rows(source)
     found = []
-    for row, line in enumerate(lines):
-        if rows is not None and row not in rows:
-            continue
-        match = TAGGED_COMMENT.match(line)
+    for row, alone, _ in _comments(source) or []:
+        match = TAGGED_COMMENT.match(lines[row]) if alone else None
         if match:
             found.append(TaggedLine(row, match["indent"], match["lang"], match["text"] or ""))
     return found
@@ -107,12 +82,11 @@ def check_comment_pairs(source: str, languages: tuple[str, ...]) -> None:
     each; the blocks must go through `languages` in order, one block per language, as many
     rounds as the author likes (en, zh, en, zh is two pairs).
     """
-    trailing = _trailing_tagged(source)
-    if trailing is not None:
-        raise PairingError("a localized comment ('# [xx] ...') must be on its own line, above the code", trailing)
-    tagged = tagged_lines(source)
+    for row, alone, text in _comments(source) or []:
+        if not alone and TAGGED_COMMENT.match(text):
+            raise PairingError("a localized comment ('# [xx] ...') must be on its own line, above the code", row)
     runs: list[list[TaggedLine]] = []
-    for line in tagged:
+    for line in tagged_lines(source):
         if runs and runs[-1][-1].row == line.row - 1 and runs[-1][-1].indent == line.indent:
             runs[-1].append(line)
         else:
@@ -153,15 +127,9 @@ def check_comment_pairs(source: str, languages: tuple[str, ...]) -> None:
             )
 
 
-def check_code_cell(source: str, languages: tuple[str, ...]) -> None:
-    """What read_section checks in a code cell: comment twins, and say()/say_table() given every language."""
-    check_comment_pairs(source, languages)
-    for row, message in say_calls_missing_languages(source, languages):
-        raise PairingError(message, row)
-
-
-def localize_code(source: str, lang: str | None) -> str:
-    """The cell as `lang`'s notebook shows it; `lang=None`: the executed code (tagged lines emptied to `#`)."""
+def localize_comments(source: str, lang: str | None) -> str:
+    """The cell's comments as `lang`'s edition shows them; `lang=None`: the executed code (tagged
+    lines emptied to `#`)."""
     tagged = {line.row: line for line in tagged_lines(source)}
     if not tagged:
         return source
@@ -179,41 +147,97 @@ def localize_code(source: str, lang: str | None) -> str:
     return "\n".join(out)
 
 
-def strip_comments(source: str) -> str:
-    """The code with every comment and blank line removed (string literals untouched).
+# ---- say() and say_table() -----------------------------------------------------------------------
 
-    What the execution key hashes and what outputs are matched on: code tokens only.
-    Falls back to the source itself when it does not tokenize.
-    """
+
+def _say_calls(source: str) -> list[ast.Call]:
+    if not any(name in source for name in SAY_FUNCTIONS):
+        return []
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return source
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SAY_FUNCTIONS]
+
+
+def check_say_calls(source: str, languages: tuple[str, ...]) -> None:
+    """Raise PairingError at the first say()/say_table() call whose texts are not one keyword
+    argument per configured language (so that each edition can keep its own)."""
+    for call in sorted(_say_calls(source), key=lambda node: (node.lineno, node.col_offset)):
+        name, row = call.func.id, call.lineno - 1
+        given = [k.arg for k in call.keywords]
+        if None in given or any(isinstance(a, ast.Starred) for a in call.args):
+            raise PairingError(f"{name}() with **texts or *args: give each language's text as a keyword argument "
+                               f"({', '.join(f'{lang}=...' for lang in languages)}), so each edition shows its own", row)
+        if len(call.args) != SAY_FUNCTIONS[name]:
+            takes = "the rows, then" if SAY_FUNCTIONS[name] else "only"
+            raise PairingError(f"{name}() takes {takes} one keyword argument per language", row)
+        unknown = [arg for arg in given if arg not in languages]
+        if unknown:
+            raise PairingError(f"{name}() keyword '{unknown[0]}' is not a configured language "
+                               f"({', '.join(languages)})", row)
+        missing = [lang for lang in languages if lang not in given]
+        if missing:
+            raise PairingError(f"{name}() without {', '.join(f'{m}=' for m in missing)}: "
+                               f"give it one text per language ({', '.join(languages)})", row)
+
+
+def _offset(starts: list[int], lines: list[str], row: int, column: int) -> int:
+    """Character offset in the source of ast's (1-based row, UTF-8 byte column)."""
+    return starts[row - 1] + len(lines[row - 1].encode("utf-8")[:column].decode("utf-8"))
+
+
+@functools.lru_cache(maxsize=4096)  # pure; the build asks for the same cells in several places
+def edition_code(source: str, lang: str | None) -> str:
+    """The code as `lang`'s edition shows it: every say()/say_table() call keeps its `lang=` text
+    only. The line count is unchanged (a removed argument's line breaks stay), and calls that do not
+    name `lang` among their keywords are left alone (check_say_calls refuses them in sources).
+
+    `lang=None`: every language's text removed, the language-neutral code that all editions and
+    the executed code share (to compare them, never to show)."""
     lines = source.split("\n")
-    cuts: dict[int, int] = {}  # 0-based row -> column where its comment starts
-    in_string: set[int] = set()  # rows continuing a multi-line string: kept verbatim
-    fstring_starts = []  # Python 3.12+ tokenizes f-strings in pieces
-    for token in tokens:
-        if token.type == tokenize.COMMENT:
-            cuts[token.start[0] - 1] = token.start[1]
-        elif token.type == tokenize.STRING:
-            in_string.update(range(token.start[0], token.end[0] - 1))  # 0-based rows strictly inside
-        elif token.type == getattr(tokenize, "FSTRING_START", None):
-            fstring_starts.append(token.start[0])
-        elif token.type == getattr(tokenize, "FSTRING_END", None) and fstring_starts:
-            in_string.update(range(fstring_starts.pop(), token.end[0] - 1))
-    kept = []
-    for row, line in enumerate(lines):
-        if row in in_string:
-            kept.append(line)
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def span(node: ast.AST) -> tuple[int, int]:
+        return (_offset(starts, lines, node.lineno, node.col_offset),
+                _offset(starts, lines, node.end_lineno, node.end_col_offset))
+
+    cuts = []
+    for call in _say_calls(source):
+        if lang is not None and lang not in [k.arg for k in call.keywords]:
             continue
-        line = line[: cuts[row]] if row in cuts else line
-        if line.strip():
-            kept.append(line.rstrip())
-    return "\n".join(kept)
+        items = sorted([*call.args, *call.keywords], key=lambda node: (node.lineno, node.col_offset))
+        for index, item in enumerate(items):
+            if not isinstance(item, ast.keyword) or item.arg is None or item.arg == lang:
+                continue
+            start, stop = span(item)
+            if lang is None:  # the argument and its comma, whatever comes after
+                comma = source[stop:].lstrip(" \t\n").startswith(",")
+                cuts.append((start, source.index(",", stop) + 1 if comma else stop))
+            elif index + 1 < len(items):  # up to the next argument: the comma goes with it
+                cuts.append((start, span(items[index + 1])[0]))
+            elif source[stop:].lstrip(" \t\n").startswith(","):  # the last, with a trailing comma
+                cuts.append((start, source.index(",", stop) + 1))
+            else:  # the last: from the end of the argument before it
+                cuts.append((span(items[index - 1])[1], stop))
+    kept, end = [], 0
+    for start, stop in sorted(cuts):
+        if start < end:
+            continue  # inside a cut already made (a call nested in a removed text)
+        removed = source[start:stop]
+        tail = removed.rsplit("\n", 1)[1] if "\n" in removed else ""
+        before = source[end:start]
+        if "\n" in removed or not source[stop:].split("\n", 1)[0].strip():
+            before = before.rstrip(" \t")  # no trailing spaces where the cut ends a line
+        kept += [before, "\n" * removed.count("\n") + (tail if not tail.strip() else "")]
+        end = stop
+    return "".join(kept) + source[end:]
 
 
-# ---- outputs ---------------------------------------------------------------------------------
+# ---- outputs -------------------------------------------------------------------------------------
 
 
 def output_lang(output) -> str | None:

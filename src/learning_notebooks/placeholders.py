@@ -1,147 +1,139 @@
-"""Prose that quotes the run: `{{run:KEY}}` and `{{run:KEY:FORMAT}}` in prose cells.
+"""The three placeholders of prose cells, in one place: what they look like, their checks, their filling.
 
-The values come from the code cells tagged `prose-values`: each ends with an expression that
-evaluates to a dict (nested dicts allowed; values int, float, str or bool). The kernel shows that
-dict as the cell's result, so the executed notebook, and every built notebook, carries it as an
-`execute_result` output; the builder reads the values back from there (`ast.literal_eval` of its
-text/plain form). KEY is a dotted path into the merged dicts, FORMAT a Python format spec.
+- `{{section}}`: the section's number in the notebook being built (`compose.section_numbers`).
+- `{{colab:SERIES/NOTEBOOK}}`: a link to that notebook, in the same language (`links.py` decides
+  the target: its Colab page, or its file when no GitHub repository is known).
+- `{{run:KEY}}`, `{{run:KEY:FORMAT}}`: a value the run measured. The values come from the code
+  cells tagged `prose-values`: each ends with an expression that evaluates to a dict (nested dicts
+  allowed; values int, float, str or bool). The kernel shows that dict as the cell's result, so
+  every built notebook carries it as an `execute_result`; the builder reads the values back from
+  there (`ast.literal_eval` of its text/plain form). KEY is a dotted path into the merged dicts,
+  FORMAT a Python format spec (width and precision at most 100). Without outputs (a build without
+  execution after a code change) each shows its name, `[run:KEY]`, never a stale number.
 
-- values available (executed now, or outputs reused): each placeholder becomes
-  `format(value, FORMAT)`; a missing KEY is an error naming the prose cell's file and line;
-- no outputs (a build without execution after a code change): each placeholder shows its name,
-  `[run:KEY]`, never a stale number;
-- the values a notebook's prose used go into its metadata (`run_values`), so `--check` can tell
-  when the prose, the metadata and the recorded run disagree.
+Errors name the prose cell's file and the placeholder's line. This module knows text, files and
+lines only: the source model (`sources.py`) calls it.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
 
 from .errors import SourceError
 
-if TYPE_CHECKING:
-    from nbformat import NotebookNode
-
-    from .sources import Cell, NotebookSource
-
 TAG = "prose-values"
 KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
-PLACEHOLDER = re.compile(r"\{\{run:(?P<key>" + KEY + r")(?::(?P<format>[^{}]*))?\}\}")
-ANY_RUN = re.compile(r"\{\{run:[^}]*\}\}?")
+LINK = r"\{\{colab:(?P<target>[\w-]+/[\w-]+)\}\}"
+RUN = r"\{\{run:(?P<key>" + KEY + r")(?::(?P<format>[^{}]*))?\}\}"
+ANY = re.compile(r"\{\{(?:section\}\}|colab:[^}]*\}\}?|run:[^}]*\}\}?)")  # well formed or not
+EXACT = re.compile(rf"(?P<section>\{{\{{section\}}\}})|{LINK}|{RUN}")
+FORMAT_SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[a-zA-Z%]?", re.S)
+MAX_FORMAT_NUMBER = 100  # width and precision: beyond this, a typo (and a string of gigabytes)
 PLAIN_TYPES = (bool, int, float, str)
 
 
-def _line_of(cell: Cell, text: str, offset: int) -> int:
-    return cell.first_line + text.count("\n", 0, offset)
+def _line(first_line: int, text: str, offset: int) -> int:
+    return first_line + text.count("\n", 0, offset)
 
 
-def placeholders(cell: Cell):
-    """(match, file line) of each `{{run:...}}` in a prose cell."""
-    for match in PLACEHOLDER.finditer(cell.source):
-        yield match, _line_of(cell, cell.source, match.start())
-
-
-def check_sources(source: NotebookSource) -> None:
-    """Before anything runs: placeholders are well formed and have somewhere to come from."""
-    producers = [c for c in source.code_cells() if TAG in c.tags]
-    for cell in producers:
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue  # the kernel reports it, with its line
-        if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+def check_prose(text: str, file: Path, first_line: int, notebooks: Collection[str], has_values: bool) -> None:
+    """Before anything runs: every placeholder in a prose cell is well formed and has somewhere to
+    come from (`notebooks`: the known SERIES/NOTEBOOK targets; `has_values`: a cell is tagged
+    prose-values)."""
+    for found in ANY.finditer(text):
+        where = (file, _line(first_line, text, found.start()))
+        match = EXACT.fullmatch(found.group())
+        if match is None:
             raise SourceError(
-                f"a cell tagged '{TAG}' must end with an expression whose value is a dict", cell.file, cell.line
-            )
-    for cell in (c for s in source.sections for c in s.cells if c.kind == "markdown"):
-        for match in ANY_RUN.finditer(cell.source):
-            if not PLACEHOLDER.fullmatch(match.group()):
-                raise SourceError(
-                    f"malformed placeholder {match.group()!r}: write {{{{run:KEY}}}} or {{{{run:KEY:FORMAT}}}}, "
-                    "KEY a dotted path such as timing.ms_per_step",
-                    cell.file,
-                    _line_of(cell, cell.source, match.start()),
-                )
-        for match, line in placeholders(cell):
-            if not producers:
-                raise SourceError(
-                    f"{{{{run:{match['key']}}}}} but no code cell is tagged '{TAG}' "
-                    f'(# %% tags=["{TAG}"], ending with a dict of the values)',
-                    cell.file,
-                    line,
-                )
+                f"malformed placeholder {found.group()!r}: write {{{{section}}}}, {{{{colab:SERIES/NOTEBOOK}}}}, "
+                "{{run:KEY}} or {{run:KEY:FORMAT}} (KEY a dotted path such as timing.ms_per_step)", *where)
+        if match["target"] and match["target"] not in notebooks:
+            raise SourceError(f"{{{{colab:{match['target']}}}}} names no notebook", *where)
+        if match["key"] and not has_values:
+            raise SourceError(f"{{{{run:{match['key']}}}}} but no code cell is tagged '{TAG}' "
+                              f'(# %% tags=["{TAG}"], ending with a dict of the values)', *where)
+        spec = FORMAT_SPEC.fullmatch(match["format"] or "")
+        if spec and max(int(spec["width"] or 0), int(spec["precision"] or 0)) > MAX_FORMAT_NUMBER:
+            raise SourceError(f"{found.group()}: width and precision of a format are at most {MAX_FORMAT_NUMBER}",
+                              *where)
 
 
-def _flatten(value: dict, prefix: str, into: dict, cell: Cell) -> None:
+def check_values_cell(code: str, file: Path, line: int) -> None:
+    """A cell tagged prose-values ends with an expression (its value, a dict, is read after the run)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return  # reported with its line by the compile check
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        raise SourceError(f"a cell tagged '{TAG}' must end with an expression whose value is a dict", file, line)
+
+
+def _flatten(value: dict, prefix: str, into: dict, where: tuple[Path, int]) -> None:
     for name, item in value.items():
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise SourceError(f"'{TAG}' key {name!r} is not an identifier", cell.file, cell.line)
+        if not isinstance(name, str) or not name.isidentifier():
+            raise SourceError(f"'{TAG}' key {name!r} is not an identifier", *where)
         key = f"{prefix}{name}"
         if isinstance(item, dict):
-            _flatten(item, key + ".", into, cell)
+            _flatten(item, key + ".", into, where)
         elif isinstance(item, PLAIN_TYPES):
             if key in into:
-                raise SourceError(f"'{TAG}' key '{key}' is defined twice", cell.file, cell.line)
+                raise SourceError(f"'{TAG}' key '{key}' is defined twice", *where)
             into[key] = item
         else:
-            raise SourceError(
-                f"'{TAG}' value of '{key}' is a {type(item).__name__}: use int, float, str or bool "
-                "(float()/int() on NumPy or torch scalars)",
-                cell.file,
-                cell.line,
-            )
+            raise SourceError(f"'{TAG}' value of '{key}' is a {type(item).__name__}: use int, float, str or bool "
+                              "(float()/int() on NumPy or torch scalars)", *where)
 
 
-def run_values(source: NotebookSource, executed: NotebookNode) -> dict[str, object]:
-    """The merged values of the `prose-values` cells, by dotted key, read from `executed`'s outputs."""
-    producers = {c.id: c for c in source.code_cells() if TAG in c.tags}
+def run_values(producers: Mapping[str, tuple[Path, int]], executed_cells: list) -> dict[str, object]:
+    """The merged values of the prose-values cells (`producers`: cell id -> (file, line)), by dotted
+    key, read from the outputs of `executed_cells`."""
     values: dict[str, object] = {}
-    for cell in executed.cells:
-        origin = producers.get(cell.get("id"))
-        if origin is None:
+    for cell in executed_cells:
+        where = producers.get(cell.get("id"))
+        if where is None:
             continue
         results = [o for o in cell.get("outputs", []) if o.get("output_type") == "execute_result"]
         text = results[-1].get("data", {}).get("text/plain") if results else None
         try:
             value = ast.literal_eval(text) if isinstance(text, str) else None
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            raise SourceError(
-                f"the value of this '{TAG}' cell is not a dict of plain values (int, float, str, bool): "
-                f"{text[:120]!r}",
-                origin.file,
-                origin.line,
-            ) from None
+            raise SourceError(f"the value of this '{TAG}' cell is not a dict of plain values (int, float, str, "
+                              f"bool): {text[:120]!r}", *where) from None
         if not isinstance(value, dict):
-            raise SourceError(f"a cell tagged '{TAG}' must end with a dict expression", origin.file, origin.line)
-        _flatten(value, "", values, origin)
+            raise SourceError(f"a cell tagged '{TAG}' must end with a dict expression", *where)
+        _flatten(value, "", values, where)
     return values
 
 
-def fill(cell: Cell, text: str, values: dict[str, object] | None, used: dict[str, object] | None = None) -> str:
-    """`text` (the cell's prose, other placeholders already filled) with each `{{run:...}}` replaced.
+def fill(text: str, file: Path, first_line: int, *, section: int, link: Callable[[str], str],
+         values: Mapping[str, object] | None, used: dict[str, object]) -> str:
+    """`text` (a prose cell starting on `first_line` of `file`) with every placeholder replaced.
 
-    values=None: no run to quote; each placeholder shows `[run:KEY]`. Errors name `cell`'s file
-    and the placeholder's line. `used` collects the values quoted.
+    `link(target)` gives what a `{{colab:...}}` becomes; `values` is None when there is no run to
+    quote (then `[run:KEY]`); the values quoted are added to `used`.
     """
 
     def replace(match: re.Match) -> str:
+        if match["section"]:
+            return str(section)
+        if match["target"]:
+            return link(match["target"])
         key, spec = match["key"], match["format"] or ""
         if values is None:
             return f"[run:{key}]"
-        line = _line_of(cell, cell.source, cell.source.find(match.group()))
+        where = (file, _line(first_line, text, match.start()))
         if key not in values:
             names = sorted(values)
             hint = f" (it has: {', '.join(names[:12])}{', ...' if len(names) > 12 else ''})" if names else ""
-            raise SourceError(f"{{{{run:{key}}}}}: the '{TAG}' cells expose no value '{key}'{hint}", cell.file, line)
+            raise SourceError(f"{{{{run:{key}}}}}: the '{TAG}' cells expose no value '{key}'{hint}", *where)
         try:
             shown = format(values[key], spec)
-        except (ValueError, TypeError) as err:
-            raise SourceError(f"{{{{run:{key}:{spec}}}}}: cannot format {values[key]!r}: {err}", cell.file, line) from None
-        if used is not None:
-            used[key] = values[key]
+        except (ValueError, TypeError, OverflowError, MemoryError) as err:
+            raise SourceError(f"{{{{run:{key}:{spec}}}}}: cannot format {values[key]!r}: {err}", *where) from None
+        used[key] = values[key]
         return shown
 
-    return PLACEHOLDER.sub(replace, text)
+    return EXACT.sub(replace, text)

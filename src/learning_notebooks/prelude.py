@@ -20,8 +20,8 @@ def _show(text, lang):
 
 
 def say(**texts):
-    # [en] One text per language, e.g. say(en="passed", zh="...").
-    # [zh] 每种语言一段文字，例如 say(en="passed", zh="通过")。
+    # [en] Shows the text given for this notebook's language, e.g. say(en="passed").
+    # [zh] 显示为本笔记本语言给出的文字，例如 say(zh="通过")。
     for lang, text in texts.items():
         if LANG is None or lang == LANG:
             _show(text, lang)
@@ -32,8 +32,8 @@ def _row(cells):
 
 
 def say_table(rows, **headers):
-    # [en] A Markdown table; the headers are given per language, the rows are shared.
-    # [zh] Markdown 表格：表头按语言分别给出，各行数据共用。
+    # [en] A Markdown table: the rows, then the headers in this notebook's language, e.g. en=["name"].
+    # [zh] Markdown 表格：先给各行数据，再给本笔记本语言的表头，例如 zh=["名称"]。
     for lang, header in headers.items():
         if LANG is None or lang == LANG:
             lines = [_row(header), _row(["---"] * len(header))] + [_row(row) for row in rows]

@@ -1,8 +1,16 @@
 """Notice a notebook's run touching the project: snapshot the tree before executing, compare after.
 
-A cell runs with the builder's rights, so it could write into notebooks_src/, build/, outputs/ or
-the project folder itself. The builder cannot prevent that without a sandbox, but it can refuse a
-build whose cells did it. Content is compared by hash (never by modification time).
+A cell runs with the builder's rights, so it could write anywhere the builder can. The builder
+cannot prevent that without a sandbox, but it refuses a build whose cells changed the project:
+
+- every file and folder below the project folder (`root`), except what git ignores there (`.venv/`,
+  caches: asked with `git ls-files --others --ignored --exclude-standard --directory`; when git or a
+  repository is missing, nothing is ignored) and the lock file;
+- of the `.git` folder, only `config`, `hooks/` and `info/` (what can run code or change what git
+  ignores); objects, refs, the index and logs change with every git command and are left out;
+- build/ and outputs/ below `out` and the entries directly in it, when `out` is elsewhere.
+
+Content is compared by hash (never by modification time).
 """
 
 from __future__ import annotations
@@ -10,14 +18,13 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import subprocess
 from pathlib import Path
 
-from .errors import BuildError
+from .errors import ProjectTouched
 from .layout import BUILD_DIR, LOCK_FILE, OUTPUTS_DIR
 
-
-class ProjectTouched(BuildError):
-    """A cell created, changed or removed something in the project tree."""
+GIT_KEPT = ("config", "hooks", "info")  # the parts of .git that are compared
 
 
 def _entry(path: Path) -> str:
@@ -31,26 +38,43 @@ def _entry(path: Path) -> str:
     return "special"
 
 
-def _walk(folder: Path, into: dict[str, str]) -> None:
-    if not folder.is_dir() or folder.is_symlink():
+def ignored(root: Path) -> set[Path]:
+    """The files and folders git ignores below `root` (empty when git or the repository is missing)."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"],
+            capture_output=True, timeout=60, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {root / os.fsdecode(name).rstrip("/") for name in listed.split(b"\0") if name}
+
+
+def _walk(folder: Path, into: dict[str, str], skip: set[Path], git_dir: Path | None = None) -> None:
+    if folder in skip or not folder.is_dir() or folder.is_symlink():
         return
     for parent, dirs, names in os.walk(folder):
+        here = Path(parent)
+        if here == git_dir:
+            dirs[:], names = [d for d in dirs if d in GIT_KEPT], [n for n in names if n in GIT_KEPT]
+        dirs[:] = [d for d in dirs if here / d not in skip]
         for name in dirs + names:
-            path = Path(parent, name)
-            into[str(path)] = _entry(path)
+            if here / name not in skip:
+                into[str(here / name)] = _entry(here / name)
 
 
 def snapshot(root: Path, out: Path) -> dict[str, str]:
-    """Path -> kind and content hash, for notebooks_src/, build/ and outputs/ (below `out`), and
-    the entries directly in `root` and `out` (not below them: .venv and .git are left alone)."""
+    """Path -> kind and content hash of everything compared (see the module's docstring)."""
+    skip = ignored(root) | {root / LOCK_FILE, out / LOCK_FILE}
     entries: dict[str, str] = {}
-    for top in dict.fromkeys([root, out]):
-        if top.is_dir():
-            for path in top.iterdir():
-                if path.name != LOCK_FILE:
-                    entries[str(path)] = _entry(path) if not path.is_dir() else "folder"
-    for folder in (root / "notebooks_src", out / BUILD_DIR, out / OUTPUTS_DIR):
-        _walk(folder, entries)
+    _walk(root, entries, skip, git_dir=root / ".git")
+    if not out.is_relative_to(root):
+        if out.is_dir():
+            for path in out.iterdir():
+                if path not in skip:
+                    entries[str(path)] = "folder" if path.is_dir() and not path.is_symlink() else _entry(path)
+        for folder in (out / BUILD_DIR, out / OUTPUTS_DIR):
+            _walk(folder, entries, skip)
     return entries
 
 

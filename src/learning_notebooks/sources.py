@@ -7,6 +7,7 @@ the file and line, so the author can jump straight to it.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -16,12 +17,14 @@ import jupytext
 from jupytext.magics import is_magic
 from jupytext.stringparser import StringParser
 
+from . import placeholders
 from .errors import SourceError
-from .localize import PairingError, check_code_cell
-from .placeholders import check_sources as check_placeholders
+from .localize import PairingError, check_comment_pairs, check_say_calls
 
 CONFIG_FILE = "config.toml"
 MANIFEST_FILE = "notebook.toml"
+CONFIG_KEYS = ("languages", "repository", "branch")
+MANIFEST_KEYS = ("sections", "title", "quick")
 SECTION_PATTERN = re.compile(r"^\d\d_[A-Za-z0-9_]+\.py$")
 CELL_MARKER = re.compile(r"^# %%(?!%)")
 WELL_FORMED_MARKER = re.compile(r"^# %%( .*)?$")
@@ -29,9 +32,6 @@ WELL_FORMED_MARKER = re.compile(r"^# %%( .*)?$")
 PERCENT_FORMAT = {"extension": ".py", "format_name": "percent", "comment_magics": False}
 # Characters str.splitlines() (and so Jupytext) treats as line breaks but Python source does not.
 EXTRA_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-# A placeholder repository in config.toml: the Colab badges would point nowhere useful.
-PLACEHOLDER_REPOSITORIES = re.compile(r"^(learning-notebooks/learning-notebooks|example/.*|owner/repo(sitory)?|your-[\w-]+/.*)$", re.I)
-LINK_PLACEHOLDER = re.compile(r"\{\{colab:(?P<target>[\w-]+/[\w-]+)\}\}")  # filled in by compose.fill_links
 ALLOWED_CELL_KEYS = {"lang", "tags"}
 
 
@@ -40,8 +40,8 @@ class ProjectConfig:
     """`notebooks_src/config.toml`: languages (the first is the primary) and where Colab finds the files."""
 
     languages: tuple[str, ...]
-    repository: str
-    branch: str
+    repository: str | None = None  # "owner/name" on GitHub (see links.py for what decides the links)
+    branch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,13 +99,15 @@ class NotebookSource:
 
 
 def read_text(path: Path) -> str:
-    """The file's text, UTF-8; a missing file or other bytes are a SourceError naming the line."""
+    """The file's text, UTF-8 without a byte-order mark; otherwise a SourceError naming the line."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         raise SourceError("file not found", path) from None
     except OSError as err:
         raise SourceError(f"cannot read: {err.strerror or err}", path) from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise SourceError("starts with a UTF-8 byte-order mark (BOM): save the file as UTF-8 without BOM", path, 1)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -116,18 +118,36 @@ def read_text(path: Path) -> str:
         ) from None
 
 
-def _load_toml(path: Path) -> dict:
+def _load_toml(path: Path, allowed: tuple[str, ...]) -> tuple[dict, str]:
+    """The TOML file as a dict, and its text; a syntax error or a key outside `allowed` names its line."""
     text = read_text(path)
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        line = getattr(err, "lineno", None)
-        if line is None:
-            found = re.search(r"line (\d+)", str(err))
-            line = int(found.group(1)) if found else None
+        found = re.search(r"line (\d+)", str(err))
+        line = int(found.group(1)) if found else None
         if line is None and "end of document" in str(err):
             line = max(1, len(text.split("\n")) - (1 if text.endswith("\n") else 0))
         raise SourceError(f"malformed TOML: {err}", path, line) from None
+    for key in data:
+        if key not in allowed:
+            raise SourceError(f"unknown key '{key}' (allowed: {', '.join(allowed)})", path, _key_line(text, key))
+    return data, text
+
+
+def _key_line(text: str, key: str, table: str | None = None) -> int | None:
+    """Line of `key = ...` (in `[table]` when given) or of the table `[key]`, in TOML text."""
+    name = rf"""(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')"""
+    current = None
+    for number, line in enumerate(text.split("\n"), start=1):
+        header = re.match(r"\s*\[\s*([^\]]+?)\s*\]", line)
+        if header:
+            current = header.group(1).strip("\"'")
+            if table is None and re.fullmatch(name, header.group(1)):
+                return number
+        elif current == table and re.match(rf"\s*{name}\s*=", line):
+            return number
+    return None
 
 
 def _require(data: dict, key: str, kind: type, path: Path):
@@ -140,25 +160,14 @@ def _require(data: dict, key: str, kind: type, path: Path):
 
 def load_config(src_root: Path) -> ProjectConfig:
     path = src_root / CONFIG_FILE
-    data = _load_toml(path)
+    data, text = _load_toml(path, CONFIG_KEYS)
     languages = _require(data, "languages", list, path)
     if not languages or not all(isinstance(lang, str) and re.fullmatch(r"[a-z]{2}(-[A-Za-z]+)?", lang) for lang in languages):
         raise SourceError("'languages' must list language codes such as \"en\", \"zh\"", path)
-    return ProjectConfig(
-        languages=tuple(languages),
-        repository=_require(data, "repository", str, path),
-        branch=_require(data, "branch", str, path),
-    )
-
-
-def placeholder_warning(config: ProjectConfig, src_root: Path) -> str | None:
-    """One line when config.toml still names a placeholder repository (the Colab badges would be dead)."""
-    if PLACEHOLDER_REPOSITORIES.match(config.repository):
-        return (
-            f"warning: {src_root / CONFIG_FILE}: repository = \"{config.repository}\" is a placeholder; "
-            "the Colab badges point at it (set it to the GitHub repository that publishes this project)"
-        )
-    return None
+    for key in ("repository", "branch"):
+        if not isinstance(data.get(key, ""), str):
+            raise SourceError(f"'{key}' must be a str, not {type(data[key]).__name__}", path, _key_line(text, key))
+    return ProjectConfig(tuple(languages), data.get("repository") or None, data.get("branch") or None)
 
 
 def discover(src_root: Path) -> list[tuple[str, str]]:
@@ -166,22 +175,48 @@ def discover(src_root: Path) -> list[tuple[str, str]]:
     return sorted((p.parent.parent.name, p.parent.name) for p in src_root.glob(f"*/*/{MANIFEST_FILE}"))
 
 
+def _inside(path: Path, src_root: Path, what: str, where: tuple[Path, int | None]) -> None:
+    """`path`, symbolic links followed, stays inside notebooks_src/ (else the build would read another tree)."""
+    if not path.resolve().is_relative_to(src_root.resolve()):
+        raise SourceError(f"{what} is outside notebooks_src/ ({path} leads to {path.resolve()})", *where)
+
+
+def _quick(manifest: dict, text: str, path: Path) -> dict[str, object]:
+    """The [quick] overrides: each a Python name (not a keyword) with a value Python can write back."""
+    quick = manifest.get("quick", {})
+    if not isinstance(quick, dict):
+        raise SourceError("[quick] must be a table of parameter overrides", path, _key_line(text, "quick"))
+    for key, value in quick.items():
+        where = (path, _key_line(text, key, "quick"))
+        if not key.isidentifier() or keyword.iskeyword(key):
+            raise SourceError(f"[quick] key '{key}' is not a name a Python variable can have", *where)
+        try:
+            literal = ast.literal_eval(repr(value)) == value
+        except (ValueError, SyntaxError):
+            literal = False
+        if not literal:
+            raise SourceError(f"[quick] value of '{key}' cannot be written as Python code ({value!r}): "
+                              "use a number, string, boolean, list or table", *where)
+    return dict(quick)
+
+
 def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig) -> NotebookSource:
-    """Read and validate the manifest and every section of one notebook."""
+    """Read and validate the manifest and every section of one notebook: every check of the
+    sources happens here, before anything executes."""
     folder = src_root / series / name
     manifest_path = folder / MANIFEST_FILE
-    manifest = _load_toml(manifest_path)
+    _inside(manifest_path, src_root, f"notebook {series}/{name}", (manifest_path, None))
+    manifest, text = _load_toml(manifest_path, MANIFEST_KEYS)
 
     titles = _require(manifest, "title", dict, manifest_path)
     for lang in config.languages:
         if not isinstance(titles.get(lang), str) or not titles[lang].strip():
-            raise SourceError(f"[title] has no '{lang}' title", manifest_path)
-    quick = manifest.get("quick", {})
-    if not isinstance(quick, dict):
-        raise SourceError("[quick] must be a table of parameter overrides", manifest_path)
-    for key in quick:
-        if not key.isidentifier():
-            raise SourceError(f"[quick] key '{key}' is not a Python identifier", manifest_path)
+            raise SourceError(f"[title] has no '{lang}' title", manifest_path, _key_line(text, "title"))
+    for lang in titles:
+        if lang not in config.languages:
+            raise SourceError(f"[title] language '{lang}' is not configured ({', '.join(config.languages)})",
+                              manifest_path, _key_line(text, lang, "title"))
+    quick = _quick(manifest, text, manifest_path)
 
     listed = _require(manifest, "sections", list, manifest_path)
     paths = section_paths(src_root, folder, listed, manifest_path)
@@ -193,18 +228,20 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
     if duplicates:
         first = duplicates[0]
         raise SourceError(f"two sections give cell id '{first.id}': rename one section file", first.file, first.line)
-    for cell in (c for s in sections for c in s.cells if c.kind == "markdown"):
-        for link in LINK_PLACEHOLDER.finditer(cell.source):
-            if not (src_root / link["target"] / MANIFEST_FILE).exists():
-                raise SourceError(f"{{{{colab:{link['target']}}}}} names no notebook", cell.file, cell.line)
-    parameters = [c for s in sections for c in s.cells if "parameters" in c.tags]
+    cells = [c for s in sections for c in s.cells]
+    parameters = [c for c in cells if "parameters" in c.tags]
     if len(parameters) > 1:
         raise SourceError("only one cell may be tagged 'parameters'", parameters[1].file, parameters[1].line)
     if quick and not parameters:
-        raise SourceError("[quick] overrides need a code cell tagged 'parameters'", manifest_path)
-    notebook = NotebookSource(series, name, folder, dict(titles), dict(quick), sections)
-    check_placeholders(notebook)
-    return notebook
+        raise SourceError("[quick] overrides need a code cell tagged 'parameters'", manifest_path,
+                          _key_line(text, "quick"))
+    producers = [c for c in cells if c.kind == "code" and placeholders.TAG in c.tags]
+    for cell in producers:
+        placeholders.check_values_cell(cell.source, cell.file, cell.line)
+    notebooks = {f"{s}/{n}" for s, n in discover(src_root)}
+    for cell in (c for c in cells if c.kind == "markdown"):
+        placeholders.check_prose(cell.source, cell.file, cell.first_line, notebooks, bool(producers))
+    return NotebookSource(series, name, folder, dict(titles), quick, sections)
 
 
 def _manifest_line(manifest_path: Path, entry: object, occurrence: int = 1) -> int | None:
@@ -240,6 +277,7 @@ def section_paths(src_root: Path, folder: Path, listed: list, manifest_path: Pat
             if entry not in present:
                 raise SourceError(f"section '{entry}' is listed but {folder / entry} does not exist", manifest_path, line)
             path = folder / entry
+            _inside(path, src_root, f"section '{entry}'", (manifest_path, line))
         else:
             resolved = (folder / entry).resolve()
             if not resolved.is_relative_to(root):
@@ -358,31 +396,23 @@ def read_section(path: Path, languages: tuple[str, ...], id_prefix: str = "") ->
         elif raw.cell_type == "code":
             if lang is not None:
                 raise SourceError("code cells are shared by all languages: remove lang=", path, line)
-            try:
-                check_code_cell(raw.source, languages)
-            except PairingError as err:
-                raise SourceError(str(err), path, _source_line(line, err.row)) from None
         else:
             raise SourceError(f"unsupported cell type '{raw.cell_type}'", path, line)
         stem = (id_prefix + path.stem)[:56] if id_prefix else path.stem[:48]
         cell_id = f"{stem}-{index:02d}".replace(".", "-")
         cell = Cell(raw.cell_type, _restore(raw.source, mapping), path, line, lang, tuple(tags), cell_id)
         if cell.kind == "code":
-            check_code(cell)
+            check_code(cell, languages)
         cells.append(cell)
 
     check_pairing(cells, languages)
     return Section(path, tuple(cells))
 
 
-def _source_line(marker: int, row: int) -> int:
-    """File line of row `row` (0-based) of the cell whose `# %%` marker is on line `marker`."""
-    return marker + 1 + row
-
-
-def check_code(cell: Cell) -> None:
+def check_code(cell: Cell, languages: tuple[str, ...]) -> None:
     """A code cell is plain Python: no IPython magic or shell escape (not even commented, which
-    Jupytext would turn back into one), and it compiles. Raises SourceError with the line."""
+    Jupytext would turn back into one); it compiles; its tagged comments have their twins and its
+    say()/say_table() calls one text per language. Raises SourceError with the line."""
     parser = StringParser("python")
     for offset, text in enumerate(cell.source.split("\n")):
         if not parser.is_quoted() and is_magic(text, "python", True, True):
@@ -400,6 +430,11 @@ def check_code(cell: Cell) -> None:
         raise SourceError(f"{type(err).__name__}: {err.msg}", cell.file, line) from None
     except ValueError as err:  # e.g. a NUL byte
         raise SourceError(f"cannot compile: {err}", cell.file, cell.first_line) from None
+    try:
+        check_comment_pairs(cell.source, languages)
+        check_say_calls(cell.source, languages)
+    except PairingError as err:
+        raise SourceError(str(err), cell.file, cell.first_line + err.row) from None
 
 
 def check_pairing(cells: list[Cell], languages: tuple[str, ...]) -> None:

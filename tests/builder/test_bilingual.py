@@ -11,57 +11,42 @@ from learning_notebooks.files import notebook_bytes
 from learning_notebooks.sources import load_config, load_notebook
 
 
-def read(path):
-    return nbformat.read(path, as_version=4)
-
-
-def displayed(path) -> list[tuple[str | None, str]]:
-    """(lang tag, text/markdown) of every display output of a built notebook."""
-    return [
-        (o.get("metadata", {}).get("lang"), o.data["text/markdown"])
-        for c in read(path).cells if c.cell_type == "code" for o in c.outputs if "text/markdown" in o.get("data", {})
-    ]
-
-
-def code_text(path) -> str:
-    return "\n".join(c.source for c in read(path).cells if c.cell_type == "code")
-
-
-def test_each_language_shows_its_own_comments_and_outputs(executed_project: Project):
-    p = executed_project
-    assert displayed(p.built("en")) == [("en", "The sum is 10.")]
-    assert displayed(p.built("zh")) == [("zh", "总和是 10。")]
-    assert "# Gauss's formula checks the loop." in code_text(p.built("en")) and "高斯" not in code_text(p.built("en"))
-    assert "# 用高斯公式检验循环的结果。" in code_text(p.built("zh")) and "Gauss" not in code_text(p.built("zh"))
+def test_each_language_shows_its_own_comments_and_outputs(executed_tree: Project):
+    p = executed_tree
+    assert p.displayed("en") == [("en", "The sum is 10.")]
+    assert p.displayed("zh") == [("zh", "总和是 10。")]
+    assert "# Gauss's formula checks the loop." in p.code_text("en") and "高斯" not in p.code_text("en")
+    assert "# 用高斯公式检验循环的结果。" in p.code_text("zh") and "Gauss" not in p.code_text("zh")
     for lang in ("en", "zh"):
-        assert "# [" not in code_text(p.built(lang))
-        assert "# n (n - 1) / 2" in code_text(p.built(lang))  # untagged comments stay
-        assert f'LANG = "{lang}"' in read(p.built(lang)).cells[1].source
+        assert "# [" not in p.code_text(lang)
+        assert "# n (n - 1) / 2" in p.code_text(lang)  # untagged comments stay
+        prelude = [c for c in p.read(lang).cells if c.id == "prelude"][0]
+        assert f'LANG = "{lang}"' in prelude.source
 
 
-def test_comment_edit_keeps_the_key_and_each_language_reuses_its_own_outputs(project: Project):
-    assert project.build("--execute").code == 0
-    key = read(project.built("en")).metadata["learning_notebooks"]["execution_key"]
+def test_comment_edit_keeps_the_key_and_each_language_reuses_its_own_outputs(executed: Project):
+    project = executed
+    key = project.meta("en")["execution_key"]
     project.edit("02_compute.py", "# [zh] 用高斯公式检验循环的结果。", "# [zh] 用高斯求和公式检验循环。")
     project.edit("02_compute.py", "# n (n - 1) / 2", "# Gauss: n (n - 1) / 2")
     run = project.build("--execute")
     assert "demo/hello: cached" in run.log, run.log
-    assert read(project.built("zh")).metadata["learning_notebooks"]["execution_key"] == key
-    assert "# 用高斯求和公式检验循环。" in code_text(project.built("zh"))
-    assert displayed(project.built("en")) == [("en", "The sum is 10.")]  # reused from the en file
-    assert displayed(project.built("zh")) == [("zh", "总和是 10。")]  # reused from the zh file
+    assert project.meta("zh")["execution_key"] == key
+    assert "# 用高斯求和公式检验循环。" in project.code_text("zh")
+    assert project.displayed("en") == [("en", "The sum is 10.")]  # reused from the en file
+    assert project.displayed("zh") == [("zh", "总和是 10。")]  # reused from the zh file
     assert project.build("--check").code == 0
 
 
-def test_a_missing_language_file_is_not_filled_from_the_other_language(project: Project):
-    project.build("--execute")
+def test_a_missing_language_file_is_not_filled_from_the_other_language(executed: Project):
+    project = executed
     project.built("en").unlink()
     run = project.build()
     assert "no outputs" in run.log
-    assert displayed(project.built("en")) == [] and displayed(project.built("zh")) == [("zh", "总和是 10。")]
+    assert project.displayed("en") == [] and project.displayed("zh") == [("zh", "总和是 10。")]
     again = project.build("--execute")
     assert "demo/hello: executed" in again.log
-    assert displayed(project.built("en")) == [("en", "The sum is 10.")]
+    assert project.displayed("en") == [("en", "The sum is 10.")]
 
 
 def test_say_without_every_language_is_an_error_with_file_and_line(project: Project):
@@ -71,8 +56,16 @@ def test_say_without_every_language_is_an_error_with_file_and_line(project: Proj
     assert f"{project.notebook / '02_compute.py'}:18: say() without zh=" in run.log
 
 
-def test_an_output_without_its_twin_at_run_time_is_an_error_with_file_and_line(project: Project):
+def test_say_with_texts_it_cannot_tell_apart_is_an_error_with_file_and_line(project: Project):
     project.edit("02_compute.py", 'say(en=f"The sum is {total}.", zh=f"总和是 {total}。")', 'say(**{"en": "only English"})')
+    run = project.build("--execute")
+    assert run.code == 2 and "executing" not in run.log
+    assert f"{project.notebook / '02_compute.py'}:18: say() with **texts or *args" in run.log
+
+
+def test_an_output_without_its_twin_at_run_time_is_an_error_with_file_and_line(project: Project):
+    project.edit("02_compute.py", 'say(en=f"The sum is {total}.", zh=f"总和是 {total}。")',
+                 'from IPython.display import display\ndisplay({"text/plain": "en"}, raw=True, metadata={"lang": "en"})')
     run = project.build("--execute")
     assert run.code == 2 and "executing" in run.log
     assert f"{project.notebook / '02_compute.py'}:9: language-tagged outputs without all their twins" in run.log
@@ -86,9 +79,9 @@ def test_a_tagged_trailing_comment_is_an_error(project: Project):
     assert f"{project.notebook / '02_compute.py'}:16: a localized comment ('# [xx] ...') must be on its own line" in run.log
 
 
-def test_check_refuses_a_built_output_without_its_twin(project: Project):
-    project.build("--execute")
-    notebook = read(project.built("zh"))
+def test_check_refuses_a_built_output_without_its_twin(executed: Project):
+    project = executed
+    notebook = project.read("zh")
     for cell in notebook.cells:
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if o.get("metadata", {}).get("lang") != "zh"]
@@ -138,11 +131,13 @@ def test_an_included_section_is_copied_numbered_and_keyed(project: Project):
     add_bye(project)
     run = project.build("--only", "demo/bye", "--execute")
     assert run.code == 0, run.log
-    zh = read(bye(project, "zh"))
+    zh = nbformat.read(bye(project, "zh"), as_version=4)
     prose = [c.source for c in zh.cells[1:] if c.cell_type == "markdown"]
     assert prose == ["## 1. 再见", "## 2. 计算\n前 STEPS 个整数之和。", "运行得到的总和是 3，平均每步 1.00。"]
-    assert "total = sum(range(STEPS))" in code_text(bye(project, "zh"))  # the code is copied in
-    assert displayed(bye(project, "en")) == [("en", "The sum is 3.")]
+    assert "total = sum(range(STEPS))" in "\n".join(c.source for c in zh.cells)  # the code is copied in
+    assert ("en", "The sum is 3.") in [(o.metadata.get("lang"), o.data.get("text/markdown"))
+                                      for c in nbformat.read(bye(project, "en"), as_version=4).cells
+                                      if c.cell_type == "code" for o in c.outputs if o.output_type == "display_data"]
     ids = [c.id for c in zh.cells]
     assert "hello-02_compute-02" in ids and len(set(ids)) == len(ids)
     assert "demo/bye: cached" in project.build("--only", "demo/bye", "--execute").log

@@ -1,4 +1,4 @@
-"""Composition per language, parameter injection, transplanting outputs, the cache key (pure parts)."""
+"""Composition per language, parameter injection, transplanting outputs (pure parts)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,9 @@ from dataclasses import replace
 import nbformat
 import pytest
 
-from learning_notebooks.cache import author_key, environment, environment_changes, imported_modules, package_versions
-from learning_notebooks.compose import (
-    code_sources,
-    comparable_code,
-    colab_url,
-    compose,
-    compose_for_execution,
-    transplant,
-)
+from learning_notebooks.compose import code_sources, comparable_code, compose, compose_for_execution, transplant
+from learning_notebooks.errors import CodeDrift
+from learning_notebooks.links import Links
 from learning_notebooks.sources import load_config, load_notebook
 
 from fixture_project import FIXTURE
@@ -48,25 +42,35 @@ def test_each_language_gets_its_own_prose_and_all_code(source, config):
     ]
     assert prose(zh)[0].startswith("## 1. 简介") and prose(zh)[1].startswith("## 2. 计算")  # {{section}} filled
     assert comparable_code(en) == comparable_code(zh) == comparable_code(compose_for_execution(source, {}))
-    assert code_sources(en)[0].startswith("# The notebook's language") and 'LANG = "en"' in code_sources(en)[0]
+    assert 'LANG = "en"' in code_sources(en)[0] and "[zh]" not in code_sources(en)[0]
     assert 'LANG = "zh"' in code_sources(zh)[0]
     assert code_sources(en)[1:] != code_sources(zh)[1:]  # localized comments
     nbformat.validate(en)
     nbformat.validate(zh)
 
 
+FIXTURE_LINKS = Links("example/fixture", "main")
+COLAB_ZH = "https://colab.research.google.com/github/example/fixture/blob/main/build/demo/hello.zh.ipynb"
+
+
 def test_header_has_title_other_language_colab_and_source(source, config):
-    header = compose(source, "zh", config, {}, {}).cells[0].source
+    header = compose(source, "zh", config, {}, {}, links=FIXTURE_LINKS).cells[0].source
     assert header.startswith("# 你好，测试夹具\n")
     assert "其他语言版本：[English](hello.en.ipynb)" in header
-    assert f"([Colab]({colab_url(config, source, 'en')}))" in header
-    assert colab_url(config, source, "zh") in header
-    assert colab_url(config, source, "zh") == (
-        "https://colab.research.google.com/github/example/fixture/blob/main/build/demo/hello.zh.ipynb"
-    )
+    assert f"([Colab]({FIXTURE_LINKS.colab('demo', 'hello', 'en')}))" in header
+    assert f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({COLAB_ZH})" in header
     assert "notebooks_src/demo/hello/" in header
     assert "快速模式" not in header
     assert "快速模式" in compose(source, "zh", config, {}, {"quick": True}, quick=True).cells[0].source
+
+
+def test_without_a_repository_the_header_has_no_colab_badge_or_link(source, config):
+    notebook = compose(source, "en", config, {}, {}, links=Links(None))
+    header = notebook.cells[0].source
+    assert header.split("\n")[2] == "Also in [中文](hello.zh.ipynb)"
+    assert "colab" not in header.lower() and "colab" not in notebook.metadata["learning_notebooks"]
+    assert compose(source, "en", config, {}, {}, links=FIXTURE_LINKS).metadata["learning_notebooks"]["colab"] == \
+        "example/fixture@main"
 
 
 def test_parameters_are_injected_after_the_parameters_cell(source):
@@ -108,70 +112,23 @@ def test_transplant_copies_outputs_into_every_language(source, config):
 def test_transplant_refuses_different_code(source, config):
     executed = executed_copy(compose_for_execution(source, {}))
     executed.cells[2].source += "\nprint('changed')"
-    with pytest.raises(ValueError, match="code cell 3 differs"):
+    with pytest.raises(CodeDrift, match="code cell 2 differs"):  # the prelude aside
         transplant(executed, compose(source, "en", config, {}, {}))
     shorter = executed_copy(compose_for_execution(source, {}))
     del shorter.cells[-1]
-    with pytest.raises(ValueError, match="differs"):
+    with pytest.raises(CodeDrift, match="differs"):
         transplant(shorter, compose(source, "en", config, {}, {}))
 
 
-KEY_ARGS = dict(code=["x = 1"], parameters={}, builder_version="1")
-
-
-def key(**changes):
-    return author_key(**{**KEY_ARGS, **changes})
-
-
-def test_author_key_is_pure_and_sensitive_to_each_input():
-    assert key() == key()
-    assert key().startswith("sha256:")
-    variants = [
-        key(code=["x = 2"]),
-        key(code=["x = 1", ""]),
-        key(parameters={"QUICK": True}),
-        key(parameters={"QUICK": "True"}),  # repr keeps the type
-        key(builder_version="2"),
-    ]
-    assert len({key(), *variants}) == len(variants) + 1
-
-
-def test_author_key_ignores_parameter_order():
-    assert key(parameters={"a": 1, "b": 2}) == key(parameters={"b": 2, "a": 1})
-
-
-def test_environment_changes_name_each_version_that_differs():
-    recorded = environment({"numpy": "2", "torch": "2.13.0"}, "3.11")
-    assert environment_changes(recorded, environment({"torch": "2.13.0", "numpy": "2"}, "3.11")) == []
-    assert environment_changes(recorded, environment({"numpy": "2", "torch": "2.13.1", "scipy": "1"}, "3.12")) == [
-        "python 3.11 → 3.12",
-        "scipy not recorded → 1",
-        "torch 2.13.0 → 2.13.1",
-    ]
-
-
-def test_imported_modules_and_versions():
-    code = ["import numpy as np\nimport os.path", "from nbformat import v4\nfrom . import x", "def f(:"]
-    assert imported_modules(code) == {"numpy", "os", "nbformat"}
-    versions = package_versions({"numpy", "os", "nbformat", "surely_not_installed_pkg"})
-    assert "os" not in versions
-    assert versions["numpy"] == np_version()
-    assert versions["surely_not_installed_pkg"] == "missing"
-
-
-def np_version():
-    import numpy
-
-    return numpy.__version__
-
-
-def test_colab_placeholders_in_prose_become_urls_in_each_language(source, config):
+def test_colab_placeholders_in_prose_become_urls_in_each_language_or_paths(source, config):
     intro = source.sections[0]
     en, zh = intro.cells[:2]
-    assert zh.lang == "zh"
-    linked = replace(intro, cells=(en, replace(zh, source="见 {{colab:demo/hello}}")))
-    notebook = compose(replace(source, sections=(linked,)), "zh", config, {}, {})
-    assert notebook.cells[2].source == "见 " + colab_url(config, source, "zh")  # after the header and the prelude
+    linked = replace(source, sections=(replace(intro, cells=(en, replace(zh, source="见 {{colab:demo/hello}}、"
+                                                                                  "{{colab:other/nb}}"))),))
+    notebook = compose(linked, "zh", config, {}, {}, links=FIXTURE_LINKS)
+    assert notebook.cells[1].source == f"见 {COLAB_ZH}、" + FIXTURE_LINKS.colab("other", "nb", "zh")
+    without = compose(linked, "zh", config, {}, {}, links=Links(None))
+    assert without.cells[1].source == "见 hello.zh.ipynb、../other/nb.zh.ipynb"  # the built files, relative
 
 
 def test_a_section_without_a_heading_continues_the_numbering_of_the_one_before():

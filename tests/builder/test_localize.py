@@ -9,16 +9,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from learning_notebooks.cache import code_tokens
 from learning_notebooks.compose import prelude_source
 from learning_notebooks.errors import SourceError
 from learning_notebooks.localize import (
     PairingError,
     check_comment_pairs,
-    check_code_cell,
-    localize_code,
+    check_say_calls,
+    edition_code,
+    localize_comments,
     missing_twins,
     outputs_for,
-    strip_comments,
 )
 from learning_notebooks.sources import read_section
 
@@ -39,7 +40,7 @@ text = """
 
 
 def test_each_language_keeps_its_comments_and_the_untagged_ones():
-    en, zh = localize_code(CODE, "en"), localize_code(CODE, "zh")
+    en, zh = localize_comments(CODE, "en"), localize_comments(CODE, "zh")
     assert en.splitlines()[:3] == ["# Add the numbers.", "# Then check.", "total = 1 + 2  # [B, T]"]
     assert zh.splitlines()[:3] == ["# 把数字加起来。", "# 然后检查。", "total = 1 + 2  # [B, T]"]
     assert "    # inner" in en and "    # 内层" in zh and "内层" not in en
@@ -47,7 +48,7 @@ def test_each_language_keeps_its_comments_and_the_untagged_ones():
 
 
 def test_executed_code_empties_tagged_lines_so_line_numbers_hold():
-    executed = localize_code(CODE, None)
+    executed = localize_comments(CODE, None)
     assert len(executed.split("\n")) == len(CODE.split("\n"))
     assert "Add the numbers" not in executed and "把数字" not in executed
     assert executed.split("\n")[4] == "total = 1 + 2  # [B, T]"
@@ -55,11 +56,11 @@ def test_executed_code_empties_tagged_lines_so_line_numbers_hold():
 
 
 def test_code_tokens_are_identical_across_languages():
-    variants = {strip_comments(localize_code(CODE, lang)) for lang in ("en", "zh", None)}
+    variants = {str(code_tokens(localize_comments(CODE, lang))) for lang in ("en", "zh", None)}
     assert len(variants) == 1
-    assert strip_comments(CODE) == strip_comments(CODE.replace("Add the numbers.", "Sum them up."))
-    assert "# [en] not a comment" in strip_comments(CODE)  # string literals are code
-    assert strip_comments(CODE) != strip_comments(CODE.replace("1 + 2", "1 + 3"))
+    assert code_tokens(CODE) == code_tokens(CODE.replace("Add the numbers.", "Sum them up."))
+    assert ("STRING", '"""\n# [en] not a comment: inside a string\n"""') in code_tokens(CODE)  # strings are code
+    assert code_tokens(CODE) != code_tokens(CODE.replace("1 + 2", "1 + 3"))
 
 
 @pytest.mark.parametrize(
@@ -132,13 +133,58 @@ def test_prelude_sets_lang_and_prints_outside_a_kernel():
     assert printed == "通过\n| 名称 | 数值 |\n| --- | --- |\n| a\\|b | 1.00 |\n"
     _, everything = run_prelude(None)
     assert "passed" in everything and "通过" in everything
-    assert prelude_source("en").startswith("# The notebook's language") and "[zh]" not in prelude_source("en")
+    assert "[zh]" not in prelude_source("en") and "[en]" not in prelude_source("en")
     assert prelude_source("zh").isascii() is False and "# [" not in prelude_source("zh")
     assert 'LANG = "en"' in prelude_source("en") and "LANG = None" in prelude_source(None)
 
 
-def test_say_must_name_every_language():
-    check_code_cell('say(en="a", zh="甲")\nsay_table([["1"]], en=["n"], zh=["数"])\nsay(**texts)', LANGS)
-    with pytest.raises(PairingError) as caught:
-        check_code_cell('x = 1\nif x:\n    say_table([["1"]], en=["n"])', LANGS)
-    assert caught.value.row == 2 and "say_table() without zh=" in str(caught.value)
+def test_say_must_name_every_language_as_a_keyword():
+    check_say_calls('say(en="a", zh="甲")\nsay_table([["1"]], en=["n"], zh=["数"])', LANGS)
+    for code, row, words in [
+        ('x = 1\nif x:\n    say_table([["1"]], en=["n"])', 2, "say_table() without zh="),
+        ('say(**texts)', 0, "say() with **texts or *args"),
+        ('say(*pair)', 0, "say() with **texts or *args"),
+        ('say("a", zh="甲")', 0, "say() takes only one keyword argument per language"),
+        ('say_table(en=["n"], zh=["数"])', 0, "say_table() takes the rows, then"),
+        ('say(en="a", zh="甲", fr="b")', 0, "keyword 'fr' is not a configured language"),
+    ]:
+        with pytest.raises(PairingError) as caught:
+            check_say_calls(code, LANGS)
+        assert caught.value.row == row and words in str(caught.value), code
+
+
+SAID = '''x = 1
+say(en=f"The sum is {x}.", zh=f"总和是 {x}。")
+say(en=f"a "
+       f"b",
+    zh=f"甲"
+       f"乙")
+say_table(rows, en=["a", "b"],
+          zh=["甲", "乙"])
+say(
+    en="a",
+    zh="乙",
+)
+assert x, say(en="no", zh="不")
+obj.say(en="a", zh="甲")  # not the prelude's say: left alone
+y = 2'''
+
+
+def test_each_edition_keeps_its_own_texts_on_the_same_lines():
+    en, zh = edition_code(SAID, "en"), edition_code(SAID, "zh")
+    assert en.split("\n")[:4] == ["x = 1", 'say(en=f"The sum is {x}.")', 'say(en=f"a "', '       f"b"']
+    assert zh.split("\n")[1:5] == ['say(zh=f"总和是 {x}。")', "say(", "", '    zh=f"甲"']
+    assert 'say_table(rows,\n          zh=["甲", "乙"])' in zh and 'say_table(rows, en=["a", "b"]\n)' in en
+    for lang, code in (("en", en), ("zh", zh)):
+        assert len(code.split("\n")) == len(SAID.split("\n"))  # line numbers hold
+        compile(code, lang, "exec")
+        assert code.split("\n")[-1] == "y = 2" and 'obj.say(en="a", zh="甲")' in code
+    assert not any("\u4e00" <= ch <= "\u9fff" for ch in en.replace('obj.say(en="a", zh="甲")', ""))
+    assert "en=" not in zh.replace('obj.say(en="a", zh="甲")', "")
+
+
+def test_every_edition_and_the_executed_code_share_their_language_neutral_tokens():
+    neutral = {str(code_tokens(edition_code(code, None))) for code in (SAID, edition_code(SAID, "en"),
+                                                                       edition_code(SAID, "zh"))}
+    assert len(neutral) == 1
+    assert code_tokens(edition_code(SAID, None)) != code_tokens(edition_code(SAID.replace("x = 1", "x = 2"), None))

@@ -2,43 +2,66 @@
 
 from __future__ import annotations
 
-import nbformat
+from pathlib import Path
+
 import pytest
 
 from fixture_project import Project
+from learning_notebooks.errors import SourceError
 from learning_notebooks.files import notebook_bytes
+from learning_notebooks.placeholders import check_prose, fill, run_values
 
 
-def read(path):
-    return nbformat.read(path, as_version=4)
-
-
-def prose(path) -> list[str]:
-    return [c.source for c in read(path).cells[1:] if c.cell_type == "markdown"]
-
-
-def meta(path) -> dict:
-    return read(path).metadata["learning_notebooks"]
-
-
-def test_placeholders_are_filled_in_each_language_and_recorded(executed_project: Project):
-    p = executed_project
-    assert prose(p.built("en"))[-1] == "The run found a total of 10, 2.00 per step."
-    assert prose(p.built("zh"))[-1] == "运行得到的总和是 10，平均每步 2.00。"
+def test_placeholders_are_filled_in_each_language_and_recorded(executed_tree: Project):
+    p = executed_tree
+    assert p.prose("en")[-1] == "The run found a total of 10, 2.00 per step."
+    assert p.prose("zh")[-1] == "运行得到的总和是 10，平均每步 2.00。"
     for lang in ("en", "zh"):
-        assert meta(p.built(lang))["run_values"] == {"sums.mean": 2.0, "sums.total": 10}
+        assert p.meta(lang)["run_values"] == {"sums.mean": 2.0, "sums.total": 10}
 
 
-def test_a_prose_edit_quotes_the_cached_run(project: Project):
-    project.build("--execute")
+def test_the_three_placeholders_fill_in_one_pass_and_name_their_line():
+    used: dict = {}
+    text = "## {{section}}. Runs\nsee {{colab:demo/hello}}\n{{run:a.b:.1f}} and {{run:c}}"
+    filled = fill(text, Path("x.py"), 7, section=3, link=lambda target: f"<{target}>",
+                  values={"a.b": 2.25, "c": "ok"}, used=used)
+    assert filled == "## 3. Runs\nsee <demo/hello>\n2.2 and ok" and used == {"a.b": 2.25, "c": "ok"}
+    assert fill(text, Path("x.py"), 7, section=1, link=str, values=None, used={}).endswith("[run:a.b] and [run:c]")
+    with pytest.raises(SourceError) as caught:
+        fill(text, Path("x.py"), 7, section=1, link=str, values={"a.b": 1.0}, used={})
+    assert (caught.value.line, "expose no value 'c'" in str(caught.value)) == (9, True)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{{run:x:>99999999999}}", "width and precision of a format are at most 100"),
+    ("{{run:x:.500f}}", "at most 100"),
+    ("{{colab:demo/nope}}", "names no notebook"),
+    ("{{colab:demo}}", "malformed placeholder"),
+    ("{{run:x}", "malformed placeholder"),
+])
+def test_prose_placeholders_are_checked_before_anything_runs(text, words):
+    with pytest.raises(SourceError) as caught:
+        check_prose(f"a\n{text}", Path("x.py"), 3, {"demo/hello"}, has_values=True)
+    assert caught.value.line == 4 and words in str(caught.value)
+
+
+def test_a_huge_format_width_is_one_line_before_anything_runs(project: Project):
+    project.edit("02_compute.py", "{{run:sums.mean:.2f}}", "{{run:sums.mean:>99999999999}}")
+    run = project.build("--execute")
+    assert run.code == 2 and run.log.count("\n") == 1 and "executing" not in run.log
+    assert run.last.startswith(f"error: {project.notebook / '02_compute.py'}:24: {{{{run:sums.mean:>99999999999}}}}")
+
+
+def test_a_prose_edit_quotes_the_cached_run(executed: Project):
+    project = executed
     project.edit("02_compute.py", "{{run:sums.mean:.2f}} per step", "{{run:sums.mean:.1f}} per step on average")
     run = project.build("--execute")
     assert "demo/hello: cached" in run.log
-    assert prose(project.built("en"))[-1] == "The run found a total of 10, 2.0 per step on average."
+    assert project.prose("en")[-1] == "The run found a total of 10, 2.0 per step on average."
 
 
-def test_a_missing_value_is_an_error_with_file_and_line(project: Project):
-    project.build("--execute")
+def test_a_missing_value_is_an_error_with_file_and_line(executed: Project):
+    project = executed
     project.edit("02_compute.py", "{{run:sums.mean:.2f}} per step", "{{run:sums.median:.2f}} per step")
     for args in ([], ["--execute"], ["--execute", "--force"]):
         run = project.build(*args)
@@ -47,17 +70,17 @@ def test_a_missing_value_is_an_error_with_file_and_line(project: Project):
             "no value 'sums.median'" in run.log
 
 
-def test_a_build_without_outputs_shows_names_not_stale_numbers(project: Project):
-    project.build("--execute")
+def test_a_build_without_outputs_shows_names_not_stale_numbers(executed: Project):
+    project = executed
     project.edit("02_compute.py", "total = sum(range(STEPS))", "total = sum(range(STEPS)) + 1 - 1")
     assert "no outputs" in project.build().log
-    assert prose(project.built("en"))[-1] == "The run found a total of [run:sums.total], [run:sums.mean] per step."
-    assert "run_values" not in meta(project.built("zh"))
+    assert project.prose("en")[-1] == "The run found a total of [run:sums.total], [run:sums.mean] per step."
+    assert "run_values" not in project.meta("zh")
 
 
-def test_check_verifies_the_quoted_values(project: Project):
-    project.build("--execute")
-    notebook = read(project.built("en"))
+def test_check_verifies_the_quoted_values(executed: Project):
+    project = executed
+    notebook = project.read("en")
     notebook.metadata["learning_notebooks"]["run_values"]["sums.total"] = 11
     project.built("en").write_bytes(notebook_bytes(notebook))
     run = project.build("--check")
@@ -86,24 +109,30 @@ def test_bad_placeholders_are_reported_before_anything_runs(project: Project, ol
     assert "executing" not in run.log
 
 
+def result_cell(cell_id: str, text: str) -> dict:
+    return {"id": cell_id, "cell_type": "code", "outputs": [
+        {"output_type": "execute_result", "data": {"text/plain": text}, "metadata": {}, "execution_count": 1}]}
+
+
 @pytest.mark.parametrize(
-    "value, words",
+    "texts, words",
     [
-        ('{"sums": {"total": [total], "mean": 1.0}}', "value of 'sums.total' is a list"),
-        ('{"sums": {"total": total, "mean": 1.0}, "sums.total": 1}', "is not an identifier"),
-        ('{"sums": {"total": total, "mean": "n/a"}}', "cannot format 'n/a'"),
-        ("None", "must end with a dict expression"),
+        (["{'sums': {'total': [10], 'mean': 1.0}}"], "value of 'sums.total' is a list"),
+        (["{'sums': {'total': 10}, 'sums.total': 1}"], "is not an identifier"),
+        (["None"], "must end with a dict expression"),
+        (["<object at 0x7f>"], "is not a dict of plain values"),
+        (["{'sums': {'total': 10}}", "{'sums': {'total': 0}}"], "'prose-values' key 'sums.total' is defined twice"),
     ],
 )
-def test_bad_values_name_the_cell(project: Project, value, words):
-    project.edit("02_compute.py", '{"sums": {"total": total, "mean": total / STEPS}}', value)
-    run = project.build("--execute")
-    assert run.code == 2 and words in run.log, run.log
-    assert "02_compute.py:2" in run.log  # the prose-values cell (29) or the placeholder (24)
+def test_bad_values_name_the_cell(texts, words):
+    producers = {f"c{i}": (Path("x.py"), 10 * (i + 1)) for i in range(len(texts))}
+    with pytest.raises(SourceError) as caught:
+        run_values(producers, [result_cell(f"c{i}", text) for i, text in enumerate(texts)])
+    assert words in str(caught.value) and caught.value.line == 10 * len(texts)
 
 
-def test_a_key_defined_by_two_cells_is_an_error(project: Project):
-    project.append("02_compute.py", '\n# %% tags=["prose-values"]\n{"sums": {"total": 0}}\n')
-    run = project.build("--execute")
-    assert run.code == 2 and "'prose-values' key 'sums.total' is defined twice" in run.log
-    assert "02_compute.py:32" in run.log
+def test_a_value_that_does_not_fit_its_format_names_the_placeholder(executed: Project):
+    executed.edit("02_compute.py", "{{run:sums.mean:.2f}}", "{{run:sums.total:.2s}}")
+    run = executed.build()
+    assert run.code == 2 and run.last.startswith(f"error: {executed.notebook / '02_compute.py'}:24: ")
+    assert "cannot format 10" in run.last

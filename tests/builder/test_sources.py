@@ -130,12 +130,12 @@ def test_manifest_loads(tmp_path):
     "manifest, files, line, words",
     [
         ('sections = ["01_demo.py"\n[title]\n', {"01_demo.py": GOOD}, 2, "malformed TOML"),
-        ('sections = ["01_demo.py"]\n[title]\nen = "T"\n', {"01_demo.py": GOOD}, None, "no 'zh' title"),
+        ('sections = ["01_demo.py"]\n[title]\nen = "T"\n', {"01_demo.py": GOOD}, 2, "no 'zh' title"),
         ('sections = ["01_demo.py", "02_gone.py"]\n[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD}, 1, "does not exist"),
         ('sections = ["01_demo.py"]\n[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD, "02_extra.py": GOOD}, None, "not listed"),
         ('sections = "01_demo.py"\n[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD}, None, "must be a list"),
         ('[title]\nen = "T"\nzh = "T"\n', {"01_demo.py": GOOD}, None, "missing key 'sections'"),
-        ('sections = ["01_demo.py"]\n[title]\nen = "T"\nzh = "T"\n[quick]\n"not valid" = 1\n', {"01_demo.py": GOOD}, None, "not a Python identifier"),
+        ('sections = ["01_demo.py"]\n[title]\nen = "T"\nzh = "T"\n[quick]\n"not valid" = 1\n', {"01_demo.py": GOOD}, 6, "not a name a Python variable"),
     ],
 )
 def test_bad_manifests(tmp_path, manifest, files, line, words):
@@ -161,11 +161,54 @@ def test_two_parameters_cells_are_refused(tmp_path):
     assert (caught.value.file.name, caught.value.line) == ("02_more.py", 7)
 
 
+@pytest.mark.parametrize(
+    "manifest, line, words",
+    [
+        (MANIFEST + "[qiuck]\nN = 2\n", 7, "unknown key 'qiuck' (allowed: sections, title, quick)"),
+        (MANIFEST.replace("N = 2", "import = 1"), 6, "[quick] key 'import' is not a name a Python variable can have"),
+        (MANIFEST.replace("N = 2", "N = 1979-05-27"), 6, "[quick] value of 'N' cannot be written as Python code"),
+        (MANIFEST.replace("N = 2", "N = nan"), 6, "cannot be written as Python code"),
+        (MANIFEST.replace('zh = "标题"', 'zh = "标题"\nfr = "Titre"'), 5, "[title] language 'fr' is not configured"),
+    ],
+)
+def test_manifest_keys_and_values_are_checked_with_their_line(tmp_path, manifest, line, words):
+    with pytest.raises(SourceError) as caught:
+        load(write_project(tmp_path, manifest, {"01_demo.py": GOOD}))
+    assert (caught.value.file.name, caught.value.line) == ("notebook.toml", line)
+    assert words in caught.value.message
+
+
+def test_unknown_config_keys_are_refused(tmp_path):
+    root = write_project(tmp_path, MANIFEST, {"01_demo.py": GOOD})
+    (root / "config.toml").write_text('languages = ["en", "zh"]\nrepository = "o/r"\nbranch = "main"\nbranh = "x"\n')
+    with pytest.raises(SourceError, match="unknown key 'branh'") as caught:
+        load(root)
+    assert caught.value.line == 4
+
+
+def test_a_byte_order_mark_gets_its_own_message(tmp_path):
+    path = section(tmp_path, GOOD)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    with pytest.raises(SourceError) as caught:
+        read_section(path, LANGS)
+    assert caught.value.line == 1 and "UTF-8 byte-order mark (BOM)" in caught.value.message
+
+
+def test_a_section_leading_outside_notebooks_src_is_refused(tmp_path):
+    root = write_project(tmp_path, MANIFEST, {})
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text(GOOD, encoding="utf-8")
+    (root / "s" / "n" / "01_demo.py").symlink_to(outside)
+    with pytest.raises(SourceError, match="section '01_demo.py' is outside notebooks_src/") as caught:
+        load(root)
+    assert (caught.value.file.name, caught.value.line) == ("notebook.toml", 1)
+
+
 def test_colab_placeholder_must_name_a_notebook(tmp_path):
     text = GOOD.replace("# 你好", "# 你好 {{colab:s/missing}}")
     root = write_project(tmp_path, MANIFEST, {"01_demo.py": text})
     with pytest.raises(SourceError, match="names no notebook") as caught:
         load(root)
-    assert (caught.value.file.name, caught.value.line) == ("01_demo.py", 4)
+    assert (caught.value.file.name, caught.value.line) == ("01_demo.py", 5)  # the placeholder's line
     ok = write_project(tmp_path / "ok", MANIFEST, {"01_demo.py": GOOD.replace("# 你好", "# 你好 {{colab:s/n}}")})
     assert "{{colab:s/n}}" in load(ok).sections[0].cells[1].source

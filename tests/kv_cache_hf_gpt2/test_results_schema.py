@@ -16,7 +16,7 @@ PEER_KEYS = ["reference", "transformers", "attn_implementation", "dtype", "toler
              "agrees", "traps", "gelu_new", "cache_reuse", "timing"]
 TIMING_KEYS = ["window", "prompt_tokens", "continuation_tokens", "dtype", "threads", "warmups", "repeats",
                "order_rotation", "gpt2_cache_per_round", "clock", "unit", "ours_ms", "gpt2_ms",
-               "p50_ratio_gpt2_over_ours"]
+               "p50_ratio_gpt2_over_ours", "profile"]
 LOGIT_ERROR_KEYS = {"fp32_correct", "fp32_gelu_new", "fp64_correct", "fp64_gelu_new"}
 
 
@@ -78,18 +78,25 @@ def test_timing_types(results):
     for key in ("prompt_tokens", "continuation_tokens", "threads", "warmups", "repeats"):
         assert is_int(timing[key]), key
     assert (timing["prompt_tokens"], timing["continuation_tokens"], timing["warmups"], timing["repeats"]) == (
-        256, 16, 1, 3)
+        256, 16, 1, 5)
     for side in ("ours_ms", "gpt2_ms"):
-        assert set(timing[side]) == {"p50", "p95", "samples"} and len(timing[side]["samples"]) == 3
+        assert set(timing[side]) == {"p50", "p95", "samples"} and len(timing[side]["samples"]) == 5
         assert isinstance(timing[side]["p50"], float) and all(isinstance(s, float) for s in timing[side]["samples"])
     assert isinstance(timing["p50_ratio_gpt2_over_ours"], float)
+    profile = timing["profile"]
+    assert list(profile) == ["ours", "gpt2", "ours_no_cache"]
+    for entry in profile.values():
+        assert list(entry) == ["aten_op_calls", "aten_self_ms_profiled", "python_function_calls", "matmul_flops"]
+        assert is_int(entry["aten_op_calls"]) and is_int(entry["python_function_calls"]) and is_int(entry["matmul_flops"])
+        assert isinstance(entry["aten_self_ms_profiled"], float)
+    assert profile["ours"]["matmul_flops"] == profile["gpt2"]["matmul_flops"] < profile["ours_no_cache"]["matmul_flops"]
 
 
 def key_paths(value, prefix=""):
     if isinstance(value, dict):
         for key, item in value.items():
             yield f"{prefix}{key}"
-            if key not in ("traps", "logit_error", "environment", "config", "input") and not key.endswith("_ms"):
+            if key not in ("traps", "logit_error", "environment", "config", "input", "profile") and not key.endswith("_ms"):
                 yield from key_paths(item, f"{prefix}{key}.")
 
 

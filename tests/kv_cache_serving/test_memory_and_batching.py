@@ -1,8 +1,6 @@
-"""Sections 7 and 8: the memory accounting by hand, and continuous batching against alone runs."""
+"""Sections 7 and 8: the memory accounting by hand, and the continuous-batching loop on a stream of its own."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -17,31 +15,34 @@ def test_memory_table_by_hand(nb):
     assert table["paged_4"]["waste_pct"] == pytest.approx(100 * (1 - used / 8))
 
 
-def test_workload_is_seeded_and_documented(nb):
-    assert len(nb["WORK_PROMPTS"]) == len(nb["WORK_OUTPUTS"]) == 1000
+@pytest.mark.parametrize("p, o", [(1, 1), (5, 9), (16, 16), (100, 3)])
+def test_the_last_token_is_never_stored(nb, p, o):
+    """Step j stores p + j positions, j = 0 ... o - 1: the longest step stores p + o - 1, the final length, which is
+    what `contiguous_final` reserves at every step, and paging reserves at most one block beyond it."""
+    table = nb["memory_table"](np.array([p]), np.array([o]), 4096, (1, 8))
+    assert table["contiguous_final"]["used_token_steps"] == sum(p + j for j in range(o))
+    assert table["contiguous_final"]["reserved_token_steps"] == (p + o - 1) * o
+    assert table["paged_1"]["waste_pct"] == pytest.approx(0.0)
+    assert table["paged_8"]["reserved_token_steps"] - table["paged_8"]["used_token_steps"] < 8 * o
+
+
+def test_workload_is_seeded_and_log_uniform(nb):
     rng = np.random.default_rng(nb["SEED"])
     assert np.array_equal(nb["log_uniform"](rng, 16, 1024, 1000), nb["WORK_PROMPTS"])
+    draws = nb["log_uniform"](np.random.default_rng(1), 16, 1024, 20_000)
+    assert draws.min() >= 16 and draws.max() <= 1024
+    # log-uniform: as many draws in [16, 128) as in [128, 1024), three octaves each
+    assert abs(np.mean(draws < 128) - 0.5) < 0.02
 
 
-def test_paging_waste_grows_with_block_size(nb):
-    waste = {name: m["waste_pct"] for name, m in nb["MEMORY"].items()}
-    assert waste["paged_8"] < waste["paged_16"] < waste["paged_32"] < waste["contiguous_final"] < waste["contiguous_max"]
-
-
-def test_continuous_batching_equals_alone(nb):
-    summary = nb["CONTINUOUS"]
-    assert summary["tokens_as_alone"] and summary["close_to_alone"] and summary["alone_equals_full_recomputation"]
-    assert summary["used_within_reserved"] and summary["all_returned"]
-
-
-def test_one_request_at_a_time_makes_one_token_per_step(nb):
-    requests = nb["make_requests"](nb["STREAM_SPECS"][:5], nb["SEED"] + 6)
-    pool = nb["BlockPool"](nb["cfg"], nb["STREAM_BLOCKS"], nb["STREAM_BLOCK_SIZE"])
-    trace = nb["serve"](nb["model"], nb["PagedCache"](pool), requests, nb["STREAM_BLOCKS"], nb["STREAM_BLOCK_SIZE"], 1)
-    assert all(t["decoded"] <= 1 for t in trace)
+def test_a_small_stream_keeps_every_promise(nb):
+    specs = [(6, 5, 0), (20, 3, 0), (4, 9, 1), (12, 2, 1), (9, 7, 4), (3, 3, 9)]
+    requests = nb["make_requests"](specs, 77)
+    paged = nb["PagedCache"](nb["BlockPool"](nb["cfg"], 10, 4))
+    trace = nb["watch"](paged, nb["serve"](nb["model"], paged, requests, 10, 4, 3), requests, 4)
+    schedule = nb["check_schedule"](requests, trace, 10, 4, 3)
+    assert nb["schedule_kept"](schedule) and schedule["head_waited_for"]["blocks"] > 0
     assert all(r.tokens == nb["alone"](r)["tokens"] for r in requests)
-
-
-def test_blocks_needed_counts_the_last_token_out(nb):
-    request = nb["Request"](0, __import__("torch").zeros(8, dtype=__import__("torch").long), 9)
-    assert nb["blocks_needed"](request, 8) == math.ceil(16 / 8) == 2
+    assert all(t["within_reservation"] and t["blocks_used"] <= t["blocks_reserved"] <= 10 for t in trace)
+    assert sum(len(t["decoded"]) for t in trace) + len(requests) == sum(r.max_new for r in requests)
+    assert paged.pool.used() == 0

@@ -37,8 +37,8 @@ EXPECTED = {
         "skip": {"en": "transformers is not installed", "zh": "没有安装 transformers"},
     },
     "kv-cache-serving": {
-        "files": ["masks.png", "memory_waste.png", "padding_mask.png", "pool_occupancy.png", "results.json",
-                  "static_vs_cat_step.png"],
+        "files": ["block_table.png", "continuous_batching.png", "masks.png", "memory_use.png", "padding_mask.png",
+                  "results.json", "static_vs_cat_step.png"],
         "skip": {"en": "the appendix is skipped", "zh": "跳过本附录"},
     },
     "kv-cache-architectures": {
@@ -48,6 +48,10 @@ EXPECTED = {
     "kv-cache-compression": {
         "files": ["cache_growth.png", "eviction_sweep.png", "masks.png", "mla_cost.png", "results.json", "sinks_vs_dense.png"],
         "skip": {"en": "referee is skipped", "zh": "裁判已跳过"},
+    },
+    "kv-cache-reuse": {
+        "files": ["masks.png", "prefix_hit_rate.png", "results.json", "roofline.png", "speculative_calls.png"],
+        "skip": {"en": "comparison with assisted generation is skipped", "zh": "跳过与辅助生成的比较"},
     },
 }
 CASES = [f"{name}.{lang}.ipynb" for name in EXPECTED for lang in ("en", "zh")]

@@ -73,8 +73,6 @@ def test_sphinx_messages_name_the_built_file_and_cell(tmp_path):
     ("see [it](b.en.ipynb#part-2)", "see [it](b.ipynb#part-2)"),
     ("see [it](b.zh.ipynb)", "see [it](../../zh/s/b.html)"),                      # the other language's page
     ("see [it](c.en.ipynb)", "see [it](c.en.ipynb)"),                               # not a notebook of the site
-    ("([Colab](https://colab.research.google.com/github/learning-notebooks/learning-notebooks/blob/main/build/t/d.en.ipynb))",
-     "([Colab](../t/d.ipynb))"),                                                    # placeholder: the site's page
     ("([Colab](https://colab.research.google.com/github/octo/notes/blob/main/build/t/d.en.ipynb))",
      "([Colab](https://colab.research.google.com/github/octo/notes/blob/main/build/t/d.en.ipynb))"),  # kept
 ])
@@ -83,22 +81,13 @@ def test_links_to_built_notebooks_lead_to_the_site(text, expected):
     assert rewrite(text) == expected
 
 
-def test_colab_url_is_the_headers_unless_placeholder():
+def test_colab_url_is_the_headers():
     assert build_site.colab_url(notebook(header("octo/notes")), "a.en.ipynb") == \
         "https://colab.research.google.com/github/octo/notes/blob/main/build/s/a.en.ipynb"
     assert build_site.colab_url(notebook(header("octo/notes")), "a.zh.ipynb") == \
         "https://colab.research.google.com/github/octo/notes/blob/main/build/s/a.zh.ipynb"
-    assert build_site.colab_url(notebook(header("learning-notebooks/learning-notebooks")), "a.en.ipynb") is None
     assert build_site.colab_url(notebook(markdown("# A title", id="header")), "a.en.ipynb") is None
     assert build_site.colab_url(notebook(), "a.en.ipynb") is None
-
-
-def test_placeholder_repositories_are_the_builders():
-    """The site and the builder's warning agree on what a placeholder repository is."""
-    from learning_notebooks.sources import PLACEHOLDER_REPOSITORIES
-
-    assert build_site.PLACEHOLDER_REPOSITORIES.pattern == PLACEHOLDER_REPOSITORIES.pattern
-    assert build_site.PLACEHOLDER_REPOSITORIES.flags == PLACEHOLDER_REPOSITORIES.flags
 
 
 def test_titles_come_from_the_built_headers():

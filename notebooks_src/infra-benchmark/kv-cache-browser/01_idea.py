@@ -12,17 +12,37 @@
 # attention layer with random weights. It is small enough to run in a browser tab (JupyterLite),
 # and it runs just as well in Jupyter or Colab. No model is downloaded.
 #
-# Every statement that depends on a number is checked by an `assert` in the code, so if you change
-# something and a claim stops being true, the cell says so.
+# The plan:
+#
+# - section 2 runs a six-token example with and without the cache and compares the two;
+# - section 3 shows why the new tokens must be numbered from the cache length, not from zero;
+# - section 4 draws the mask of a chunk that follows a cache, and the two ways of aligning a causal
+#   triangle on a score grid that is not square;
+# - section 5 lets you change the cache and chunk lengths and look again;
+# - section 6 repeats the comparison for one attention head, counting the work each path does;
+# - section 7 sums up, and ends with exercises.
+#
+# Each claim is checked by one `assert` in the cell that makes it, next to a *negative control*: the
+# same check on a deliberately wrong variant, which must fail. If you change something and a claim
+# stops being true, the cell says so.
 
 # %% [markdown] lang="zh"
 # ## 1. 核心思路
 #
 # 解码器每生成一个新 token，都要用到它之前所有位置的键（K）和值（V）。**KV 缓存**就是把这些算好的 K 和 V 存起来。这样，下一次调用只需对新 token 做投影，新 token 的查询（Q）直接读取缓存里的历史。旧 token 仍然参与注意力计算，只是不必再经过一遍网络。
 #
-# 要让用缓存算出的结果与不用缓存时相同，有三条约定必须对得上：每份缓存属于哪一层；新 token 的绝对位置是多少；每个新查询可以读取哪些键。本笔记本只用 NumPy，在一个权重随机的玩具注意力层上把后两条约定逐一讲清楚。它足够轻量，可以直接在浏览器标签页里运行（JupyterLite），在 Jupyter 或 Colab 中同样能运行，而且不需要下载任何模型。
+# 要让用缓存算出的结果与不用缓存时相同，有三条约定必须对得上：每份缓存属于哪一层；新 token 的绝对位置是多少；每个新查询可以读取哪些键。本笔记本只用 NumPy，在一个权重随机的玩具注意力层上讲清楚后两条。它足够轻量，可以直接在浏览器标签页里运行（JupyterLite），在 Jupyter 或 Colab 中同样能运行，而且不需要下载任何模型。
 #
-# 凡是依赖具体数值的说法，代码里都有对应的 `assert` 检查：如果你改了某处，导致某个结论不再成立，相应的单元格就会报错。
+# 内容安排如下：
+#
+# - 第 2 节用一个六 token 的例子，分别在用缓存和不用缓存时计算，并比较两者；
+# - 第 3 节说明为什么新 token 的位置要从缓存长度接着数，而不是从零开始；
+# - 第 4 节画出接在缓存之后的分块所用的掩码，并比较在非方阵的分数网格上对齐因果三角形的两种方式；
+# - 第 5 节让你改变缓存长度和分块长度，再看一遍；
+# - 第 6 节在单个注意力头上重复这个比较，并统计两条路径各做了多少计算；
+# - 第 7 节总结要点，最后是练习。
+#
+# 每条结论都由提出它的那个单元格里的一条 `assert` 检查，旁边还配有一个**负对照**（negative control）：对一个故意改错的版本做同样的检查，它必须通不过。如果你改了某处，导致某个结论不再成立，相应的单元格就会报错。
 
 # %% tags=["parameters"]
 # [en] Seed for the random toy weights and inputs.
@@ -34,8 +54,6 @@ import math
 import sys
 
 import numpy as np
-
-
 
 rng = np.random.default_rng(SEED)
 # [en] Pyodide, the Python inside JupyterLite, reports the platform "emscripten".

@@ -11,6 +11,11 @@
 # with a residual connection, then a projection to vocabulary logits. It runs prefill, then the
 # two-token call, and prints each array's shape as NumPy reports it (B: batch, H: heads,
 # Dh: head width).
+#
+# The cell also fixes how results are compared. A cached and a full computation add the same numbers
+# in a different order, so in float64 they may differ in the last bits; `close` accepts a difference
+# up to $10^{-10}$, far above such rounding and far below any real mistake, and `max_abs_err` says how
+# large the difference is.
 
 # %% [markdown] lang="zh"
 # ## 2. 一个六 token 的例子
@@ -18,10 +23,11 @@
 # 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经让前四个 token 经过了模型，所以缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #
 # 下面的单元格搭建一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器相同（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP：token 嵌入加上位置嵌入，经过带残差连接的多头注意力，再投影成词表上的 logits。单元格先做预填充，再做送入两个 token 的那次调用，并打印 NumPy 报告的各数组形状（B：batch 大小，H：头数，Dh：每头宽度）。
+#
+# 这个单元格还规定了比较结果的方式。带缓存的计算和完整计算以不同的顺序把同样的数相加，在 float64 下结果可能在最后几个比特上不同。`close` 允许的差值最大为 $10^{-10}$：远大于这种舍入误差，又远小于任何真正的错误；`max_abs_err` 给出两者实际相差多少。
 
 # %%
 VOCAB, WIDTH, HEADS, HEAD_DIM, MAX_POS = 97, 64, 4, 16, 512
-assert HEADS * HEAD_DIM == WIDTH
 
 scale = 1 / math.sqrt(WIDTH)
 toy = {
@@ -33,6 +39,20 @@ toy = {
     "W_o": rng.normal(scale=scale, size=(WIDTH, WIDTH)),
     "W_vocab": rng.normal(scale=scale, size=(WIDTH, VOCAB)),
 }
+# [en] Cached and full computations add the same numbers in a different order, so they may differ in
+# [en] the last bits: float64 results are compared within 1e-10 (absolute and relative), the
+# [en] tolerance the PyTorch notebooks of this series use for FP64.
+# [zh] 缓存计算与完整计算以不同的顺序把同样的数相加，结果可能在最后几个比特上不同：
+# [zh] float64 的结果在 1e-10（绝对与相对）的容差内比较，与本系列 PyTorch 笔记本的 FP64 容差相同。
+TOLERANCE = 1e-10
+
+
+def close(a, b):
+    return a.shape == b.shape and np.allclose(a, b, rtol=TOLERANCE, atol=TOLERANCE)
+
+
+def max_abs_err(a, b):
+    return float(np.abs(a - b).max())
 
 
 # [en] Boolean mask [new_len, past_len + new_len]: query i may read key j when j <= past_len + i.
@@ -59,10 +79,13 @@ def split_heads(x):
 
 # [en] Run the toy layer on `ids` [B, T_new], reading `cache` = (K, V) of earlier positions.
 # [en] Returns (logits [B, T_new, VOCAB], new cache, dict of intermediate arrays).
-# [en] `pos_start` and `mask_fn` exist only so that later sections can break them on purpose.
+# [en] The two conventions of this notebook are parameters: the first position of the new tokens
+# [en] (`pos_start`, by default the cache length) and the mask (`mask_fn`). Sections 3 and 4 pass
+# [en] wrong ones on purpose, as negative controls.
 # [zh] 在 `ids` [B, T_new] 上运行玩具层，并读取 `cache`，即此前各位置的 (K, V)。
 # [zh] 返回 (logits [B, T_new, VOCAB], 新缓存, 中间数组组成的字典)。
-# [zh] `pos_start` 和 `mask_fn` 只是为了让后面几节能故意把它们改错。
+# [zh] 本笔记本讨论的两条约定都是参数：新 token 的起始位置（`pos_start`，默认为缓存长度）和掩码
+# [zh] （`mask_fn`）。第 3、4 节会故意传入错误的约定，作为负对照。
 def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
     batch, new_len = ids.shape
     past_len = 0 if cache is None else cache[0].shape[2]
@@ -71,8 +94,8 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
         # [zh] 新 token 的位置从缓存结束处接着往下数。
         pos_start = past_len
     positions = pos_start + np.arange(new_len)
-    x = toy["tok_emb"][ids] + toy["pos_emb"][positions]
-    q = split_heads(x @ toy["W_q"])
+    x = toy["tok_emb"][ids] + toy["pos_emb"][positions]     # [B, T_new, WIDTH]
+    q = split_heads(x @ toy["W_q"])                         # [B, H, T_new, Dh]
     k_new = split_heads(x @ toy["W_k"])
     v_new = split_heads(x @ toy["W_v"])
     if cache is None:
@@ -80,45 +103,42 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
     else:
         # [en] np.concatenate returns new arrays: the caller's cache is left untouched.
         # [zh] np.concatenate 返回新数组：调用方的缓存保持不变。
-        k = np.concatenate([cache[0], k_new], axis=2)
+        k = np.concatenate([cache[0], k_new], axis=2)       # [B, H, T_total, Dh]
         v = np.concatenate([cache[1], v_new], axis=2)
-    scores = q @ k.swapaxes(-1, -2) / math.sqrt(HEAD_DIM)
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(HEAD_DIM)   # [B, H, T_new, T_total]
     scores = np.where(mask_fn(past_len, new_len), scores, -np.inf)
-    context = softmax(scores) @ v                          # [B, H, T_new, Dh]
+    context = softmax(scores) @ v                           # [B, H, T_new, Dh]
     context = context.transpose(0, 2, 1, 3).reshape(batch, new_len, WIDTH)
     hidden = x + context @ toy["W_o"]
-    logits = hidden @ toy["W_vocab"]
+    logits = hidden @ toy["W_vocab"]                        # [B, T_new, VOCAB]
     parts = {"x": x, "q": q, "k": k, "v": v, "scores": scores}
     return logits, (k, v), parts
 
 
-token_ids = np.array([[12, 7, 31, 4, 9, 18]])          # [B, T] = [1, 6]
+token_ids = np.array([[12, 7, 31, 4, 9, 18]])               # [B, T] = [1, 6]
 PAST = 4
 prefill_logits, prefill_cache, _ = toy_forward(token_ids[:, :PAST])
 cache_before = (prefill_cache[0].copy(), prefill_cache[1].copy())
 step_logits, step_cache, step = toy_forward(token_ids[:, PAST:], cache=prefill_cache)
 
-rows = [
-    ("prefill_cache[0]", prefill_cache[0].shape, "[B, H, 4, Dh]"),
-    ("token_ids[:, PAST:]", token_ids[:, PAST:].shape, "[B, 2]"),
-    ('step["q"]', step["q"].shape, "[B, H, 2, Dh]"),
-    ('step["k"]', step["k"].shape, "[B, H, 6, Dh]"),
-    ('step["scores"]', step["scores"].shape, "[B, H, 2, 6]"),
-    ("step_logits", step_logits.shape, "[B, 2, VOCAB]"),
-]
-say_table([[f"`{name}`", f"`{shape}`", f"`{meaning}`"] for name, shape, meaning in rows],
-          en=["array", "NumPy shape", "in symbols"], zh=["数组", "NumPy 给出的形状", "符号形式"])
-
 B = 1
-assert prefill_cache[0].shape == prefill_cache[1].shape == (B, HEADS, 4, HEAD_DIM)
-assert step["q"].shape == (B, HEADS, 2, HEAD_DIM)
-assert step["k"].shape == step["v"].shape == (B, HEADS, 6, HEAD_DIM)
-assert step["scores"].shape == (B, HEADS, 2, 6)
-assert step_logits.shape == (B, 2, VOCAB)
+shapes = [
+    ("prefill_cache[0]", prefill_cache[0].shape, "[B, H, 4, Dh]", (B, HEADS, 4, HEAD_DIM)),
+    ("token_ids[:, PAST:]", token_ids[:, PAST:].shape, "[B, 2]", (B, 2)),
+    ('step["q"]', step["q"].shape, "[B, H, 2, Dh]", (B, HEADS, 2, HEAD_DIM)),
+    ('step["k"]', step["k"].shape, "[B, H, 6, Dh]", (B, HEADS, 6, HEAD_DIM)),
+    ('step["scores"]', step["scores"].shape, "[B, H, 2, 6]", (B, HEADS, 2, 6)),
+    ("step_logits", step_logits.shape, "[B, 2, VOCAB]", (B, 2, VOCAB)),
+]
+say_table([[f"`{name}`", f"`{shape}`", f"`{symbols}`"] for name, shape, symbols, _ in shapes],
+          en=["array", "NumPy shape", "in symbols"], zh=["数组", "NumPy 给出的形状", "符号形式"])
+assert all(shape == expected for _, shape, _, expected in shapes)
+# [en] The cached call wrote nothing into the prefill cache.
+# [zh] 带缓存的调用没有往预填充得到的缓存里写任何东西。
 assert np.array_equal(prefill_cache[0], cache_before[0]) and np.array_equal(prefill_cache[1], cache_before[1])
 say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the arrays of the two-token call. "
        "The cached call left the prefill cache unchanged.",
-    zh="`prefill_cache[0]` 是缓存的 K（V 的形状相同），`step` 是两个 token 那次调用的中间数组。"
+    zh="`prefill_cache[0]` 是缓存的 K（V 的形状相同），`step` 是送入两个 token 的那次调用的中间数组。"
        "带缓存的调用没有改动预填充得到的缓存。")
 
 # %% [markdown] lang="en"
@@ -127,25 +147,30 @@ say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the
 #
 # The first row of the returned logits is the model's guess for the token that *follows* ID 9; it
 # is not a score for 9 itself. So when we compare the cached call with one full pass over all six
-# tokens, cached row `i` must match full row `4 + i`. The check below compares every vocabulary
-# logit and the cached K and V, and also confirms that a one-row shift (full rows 3 and 4) does not
-# match.
+# tokens, cached row $i$ must match full row $4 + i$. The check compares every vocabulary logit and
+# the cached K and V within the float64 tolerance. Its negative control compares the cached rows with
+# the full rows shifted by one (full rows 3 and 4), which must not match: the comparison can tell one
+# position from the next.
 
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以提前看到位置 5。
 #
-# 返回的第一行 logits 是模型对 ID 9 **之后**那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次处理全部六个 token 的完整调用相比较时，缓存结果的第 `i` 行应当对应完整结果的第 `4 + i` 行。下面的检查逐一比较词表上的全部 logits 以及缓存的 K 和 V，并确认错开一行（完整结果的第 3、4 行）时对不上。
+# 返回的第一行 logits 是模型对 ID 9 **之后**那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次处理全部六个 token 的完整调用相比较时，缓存结果的第 $i$ 行应当对应完整结果的第 $4 + i$ 行。下面的检查在 float64 容差内逐一比较词表上的全部 logits，以及缓存的 K 和 V。它的负对照是把缓存结果与错开一行的完整结果（第 3、4 行）比较，两者必须对不上：这说明这个比较分得清相邻的两个位置。
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)
-aligned_error = np.abs(step_logits - full_logits[:, PAST:]).max()
-shifted_error = np.abs(step_logits - full_logits[:, PAST - 1 : -1]).max()
-assert np.allclose(step_logits, full_logits[:, PAST:], rtol=1e-10, atol=1e-10)
-assert not np.allclose(step_logits, full_logits[:, PAST - 1 : -1], rtol=1e-10, atol=1e-10)
-assert np.allclose(step_cache[0], full_cache[0], rtol=1e-10, atol=1e-10)
-assert np.allclose(step_cache[1], full_cache[1], rtol=1e-10, atol=1e-10)
-say_table([[f"{aligned_error:.2e}", f"{shifted_error:.2e}"]],
-          en=["max |cached - full|, same positions", "max |cached - full|, shifted by one row"],
-          zh=["最大 |缓存路径 - 完整路径|，位置对齐", "最大 |缓存路径 - 完整路径|，错开一行"])
-say(en="Cached logits and K/V match the full pass, position by position.",
-    zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致。")
+# [en] (cached, full) pairs; the last one is the negative control: full rows shifted by one.
+# [zh] （缓存结果, 完整结果）成对比较；最后一对是负对照：完整结果错开一行。
+six_token_pairs = {
+    ("step_logits", "full_logits[:, 4:6]"): (step_logits, full_logits[:, PAST:]),
+    ("step_cache[0]", "full_cache[0]"): (step_cache[0], full_cache[0]),
+    ("step_cache[1]", "full_cache[1]"): (step_cache[1], full_cache[1]),
+    ("step_logits", "full_logits[:, 3:5]"): (step_logits, full_logits[:, PAST - 1:-1]),
+}
+say_table([[f"`{cached}`", f"`{full}`", f"{max_abs_err(*pair):.2e}", f"`{close(*pair)}`"]
+           for (cached, full), pair in six_token_pairs.items()],
+          en=["cached call", "full pass", "max difference", "within 1e-10"],
+          zh=["缓存调用", "完整调用", "最大绝对误差", "在 1e-10 内一致"])
+assert [close(*pair) for pair in six_token_pairs.values()] == [True, True, True, False]
+say(en="Cached logits and K/V match the full pass, position by position; shifted by one row, they do not.",
+    zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致；错开一行就对不上。")

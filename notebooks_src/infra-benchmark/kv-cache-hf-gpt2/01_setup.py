@@ -1,38 +1,62 @@
 # %% [markdown] lang="en"
 # The notebook *KV cache from scratch* ([open in Colab]({{colab:infra-benchmark/kv-cache}})) builds a
-# small two-layer decoder with a KV cache and checks it against itself. Its last section copies the
-# decoder's weights into Hugging Face's `GPT2LMHeadModel` and finds that both models compute the same
-# logits and cache the same K and V. This notebook takes that comparison apart. It builds the same
-# decoder from the same section files (sections 2 and 3), repeats the short comparison word for word
-# (section 4; the companion notebook its introduction mentions is this one), and then asks what the
-# comparison is worth and what it shows about the library:
+# small two-layer decoder with a KV cache and checks the cached path against full recomputation. Both
+# sides of that check were written by the same hands, so a misunderstanding shared by both would go
+# unnoticed. This notebook asks a referee nobody here wrote: Hugging Face's `GPT2LMHeadModel`. We copy
+# our decoder's weights into it and ask whether the two compute the same function and cache the same
+# keys and values. Then we ask what that agreement is worth, and what it teaches about the library.
 #
-# - section 5: the configuration and the weight layout, field by field;
-# - section 6: three realistic mapping mistakes, the traps, that the comparison must catch;
-# - section 7: why the tolerance is 1e-10, since one trap slips through an FP32 comparison;
-# - section 8: the cache object of transformers, `DynamicCache`, and how to reuse it;
-# - section 9: the two models racing on the same cached decoding job;
-# - section 10: version notes and the saved results.
+# You need PyTorch (`nn.Linear`, `state_dict`, `load_state_dict`), not transformers. Each section
+# answers one question:
+#
+# - **2–3. What are we comparing?** The masks and the decoder of *KV cache from scratch*, built from
+#   the same section files. Skim them if you have read that notebook.
+# - **4. Do the two models agree?** Our weights in GPT-2: the logits of a full call, the logits of the
+#   cached path chunk by chunk, and every layer's cached K and V agree within $10^{-10}$ in FP64. This
+#   is the result; the rest of the notebook examines it.
+# - **5. Which configuration describes our decoder?** `GPT2Config`'s defaults describe the released
+#   GPT-2; we say which fields change and why.
+# - **6. How do the weights map?** `nn.Linear` stores its matrix as `[out, in]`, GPT-2's `Conv1D` as
+#   `[in, out]`, and GPT-2 computes Q, K and V with one matrix. A figure shows the mapping.
+# - **7. Would the comparison notice a mistake?** Three realistic mapping mistakes, and where each
+#   first shows up, layer by layer.
+# - **8. Why $10^{-10}$ in FP64, not $10^{-5}$ in FP32?** One of the mistakes hides in FP32 rounding.
+# - **9. How does the library keep its cache?** `DynamicCache` is an object the model updates in
+#   place; how to reuse it, and why it can cut itself back (`crop`).
+# - **10. Which is faster, and why?** The same decoding job on both, timed, then one step taken apart
+#   with the profiler: the same arithmetic, different overhead.
+# - **11–12.** Version notes and saved results; takeaways and exercises.
+#
+# Two terms recur. The *prompt* is the text a generation starts from; the *prefill* is the first call,
+# which runs the whole prompt and fills the cache. Every later call is a *decode step* that feeds one
+# new token.
 #
 # The notebook needs the `transformers` library (Colab ships it). Without it, section 4 says so in one
 # sentence, and the later sections do nothing except record the skip in `results.json`.
 
 # %% [markdown] lang="zh"
-# 笔记本《从零实现 KV 缓存》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并让它和自己比对。它的最后一节把解码器的权重复制进 Hugging Face 的 `GPT2LMHeadModel`，发现两个模型算出的 logits 相同，缓存的 K 和 V 也相同。本笔记本把这个比较拆开来细看：先用相同的源文件构建同一个解码器（第 2、3 节），再原封不动地重复那个简短的比较（第 4 节；该节开头提到的配套笔记本就是本笔记本），然后追问：这个比较究竟有多大的说服力，它又揭示了这个库的哪些行为？
+# 笔记本《从零实现 KV 缓存》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并拿缓存路径与完整重算对照。这个对照的双方都出自同一批人之手，如果两边有同一个理解上的错误，它是发现不了的。本笔记本请来一位不是我们编写的裁判：Hugging Face 的 `GPT2LMHeadModel`。我们把解码器的权重复制进去，看两个模型算的是不是同一个函数、缓存的 K 和 V 是否相同；然后追问这种一致有多大的说服力，以及它揭示了这个库的哪些行为。
 #
-# - 第 5 节：逐项核对配置和权重布局；
-# - 第 6 节：三个现实中很容易犯的映射错误，即比较必须抓住的三个陷阱；
-# - 第 7 节：容差为什么取 1e-10：有一个陷阱能在 FP32 的比较中蒙混过关；
-# - 第 8 节：transformers 的缓存对象 `DynamicCache`，以及如何重复使用它；
-# - 第 9 节：两个模型在同一个带缓存的解码任务上比速度；
-# - 第 10 节：版本说明与保存结果。
+# 阅读本笔记本需要熟悉 PyTorch（`nn.Linear`、`state_dict`、`load_state_dict`），不需要了解 transformers。每一节回答一个问题：
+#
+# - **第 2–3 节：比较的是什么？** 《从零实现 KV 缓存》中的掩码和解码器，由相同的源文件构建。读过那个笔记本的话，可以略读。
+# - **第 4 节：两个模型一致吗？** 把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。这就是本笔记本的结论，后面各节都在检验它。
+# - **第 5 节：什么样的配置描述我们的解码器？** `GPT2Config` 的默认值描述的是已发布的 GPT-2；我们说明改了哪些配置项，以及为什么要改。
+# - **第 6 节：权重怎样对应？** `nn.Linear` 把矩阵存成 `[out, in]`，GPT-2 的 `Conv1D` 存成 `[in, out]`，而且 GPT-2 用一个矩阵同时算出 Q、K、V。一张图展示这种对应关系。
+# - **第 7 节：映射出错时，比较能发现吗？** 三个现实中很容易犯的映射错误，以及每个错误最先在哪一层显现。
+# - **第 8 节：为什么在 FP64 下取 $10^{-10}$，而不是在 FP32 下取 $10^{-5}$？** 其中一个错误会藏在 FP32 的舍入误差里。
+# - **第 9 节：库是怎样保存缓存的？** `DynamicCache` 是一个由模型原地更新的对象；怎样重复使用它，它又为什么能把自己截短（`crop`）。
+# - **第 10 节：谁更快？为什么？** 在两个模型上对同一个解码任务计时，再用性能分析器拆开其中一步来看：运算相同，开销不同。
+# - **第 11–12 节**：版本说明与保存结果；要点与练习。
+#
+# 有两个术语会反复出现。**提示**（prompt）是生成所依据的那段开头文本；**预填充**（prefill）是第一次调用，它把整个提示送进模型，并填满缓存。之后的每次调用都是一个**解码步**，只送入一个新 token。
 #
 # 本笔记本需要 `transformers` 库（Colab 已预装）。如果没有安装，第 4 节会用一句话说明，后面各节只在 `results.json` 里记下跳过的原因，别的什么也不做。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
 #
-# The next cell holds the parameters. `QUICK = True` shortens only the timing race of section 9 (fewer
+# The next cell holds the parameters. `QUICK = True` shortens only the timing race of section 10 (fewer
 # warm-up and measured rounds); every correctness check is the same in both modes. Everything runs on
 # the CPU with one thread; models are put in `eval()` mode and all computation happens under
 # `torch.inference_mode()`. The notebook installs nothing and needs no input file.
@@ -40,11 +64,11 @@
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 下一个单元格存放参数。`QUICK = True` 只缩短第 9 节的计时比赛（预热轮数和测量轮数都减少）；两种模式下的正确性检查完全相同。全部计算都在 CPU 上单线程进行：模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下执行。本笔记本不安装任何包，也不需要任何输入文件。
+# 下一个单元格存放参数。`QUICK = True` 只缩短第 10 节的计时比赛（预热轮数和测量轮数都减少）；两种模式下的正确性检查完全相同。全部计算都在 CPU 上单线程进行：模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下执行。本笔记本不安装任何包，也不需要任何输入文件。
 
 # %% tags=["parameters"]
-# [en] QUICK: shorter timing (section 9); the correctness checks stay complete.
-# [zh] QUICK：缩短计时（第 9 节）；正确性检查保持完整。
+# [en] QUICK: shorter timing (section 10); the correctness checks stay complete.
+# [zh] QUICK：缩短计时（第 10 节）；正确性检查保持完整。
 QUICK = False
 # [en] Seed for the random weights and token streams; folder for results.json and figures.
 # [zh] 随机权重和 token 序列的随机种子；results.json 和图片的输出目录。
@@ -52,6 +76,7 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
+import copy
 import json
 import math
 import os

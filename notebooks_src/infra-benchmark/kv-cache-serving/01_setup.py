@@ -2,7 +2,7 @@
 # The [first notebook]({{colab:infra-benchmark/kv-cache}}) of this series proved one configuration: one
 # sequence, or a batch of sequences of equal length, with a cache that grows by `torch.cat`. A server
 # meets neither. Its requests arrive with prompts of different lengths, finish at different times, and
-# share a fixed amount of memory. This notebook takes the three mechanisms that serving systems use for
+# share a fixed amount of memory. This notebook builds the three mechanisms that serving systems use for
 # that, and checks each one the way the first notebook checked its cache:
 #
 # * **padding**: sequences of different lengths in one batch, with per-row positions and a padding mask;
@@ -19,31 +19,31 @@
 # first notebook) · 4 batches of different lengths · 5 the preallocated cache · 6 the paged cache ·
 # 7 memory · 8 continuous batching · 9 saved results · 10 and 11 (optional, with `transformers`): Hugging
 # Face GPT-2 as an outside referee, first for the decoder (taken from the first notebook), then for
-# padding and the static cache.
+# padding and the static cache · 12 takeaways and exercises.
 
 # %% [markdown] lang="zh"
-# 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})只证明了一种情形：一条序列，或一个各序列等长的 batch，缓存通过 `torch.cat` 逐步增长。推理服务遇到的却两样都不是：请求的提示长短不一，结束时间有先有后，还要共享总量固定的内存。推理服务系统用三种机制应对这些问题；本笔记本把它们逐个实现出来，并像第一份笔记本检查缓存那样一一加以检查：
+# 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})只证明了一种情形：一条序列，或者一个各序列等长的 batch，缓存用 `torch.cat` 逐步增长。推理服务面对的情形与此不同。各个请求的提示（prompt）长短不一，结束得有早有晚，而且要共用一块总量固定的内存。推理服务系统靠三种机制应对这些问题。本笔记本把这三种机制逐一实现出来，并像第一份笔记本检查缓存那样逐一检查：
 #
 # * **填充**：长度不同的序列放进同一个 batch，每行有自己的位置和填充掩码；
 # * **预分配缓存**（也称静态缓存）：每层一个缓冲区，原地写入，从不重新分配；
 # * **分页缓存**：K/V 存放在共享池中大小固定的物理块里，每条序列有一张块表；物理块用完后归还、再被复用，多条序列还能共享同一段提示的物理块。
 #
-# 每种做法都与完整重算比较（或与已被证明等于完整重算的做法比较）；每项检查也都要演示它确实会失败：每种做法都配有故意改坏的版本，同一项检查必须把它们一一查出。之后，我们在一个模拟负载上衡量分页能省下多少内存，并在分页缓存之上运行一个小小的连续批处理循环。
+# 每种做法都要与完整重算比较，或者与已经证明等于完整重算的做法比较。每项检查也都要证明自己确实会失败：每种做法都配有几个故意改坏的版本，同一项检查必须把它们一一查出。之后，我们在一个模拟负载上衡量分页能省下多少内存，并在分页缓存之上运行一个小小的连续批处理循环。
 #
-# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节原样取自第一份笔记本） · 4 长度不同的 batch · 5 预分配缓存 · 6 分页缓存 · 7 内存 · 8 连续批处理 · 9 保存结果 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，先检验解码器（取自第一份笔记本），再检验填充和静态缓存。
+# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节原样取自第一份笔记本） · 4 长度不同的 batch · 5 预分配缓存 · 6 分页缓存 · 7 内存 · 8 连续批处理 · 9 保存结果 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，先检验解码器（取自第一份笔记本），再检验填充和静态缓存 · 12 要点与练习。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
 #
 # The parameters come first. `QUICK = True` shortens only the timing of section 5 (two prefix lengths
-# and fewer rounds); every correctness check and control runs in full in both modes. Everything runs
+# and fewer rounds); every correctness check and negative control runs in full in both modes. Everything runs
 # on the CPU with one thread, in FP32 unless a check asks for FP64, under `torch.inference_mode()`.
 # The notebook installs nothing and reads no file.
 
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 首先是参数单元格。`QUICK = True` 只会缩短第 5 节的计时（只测两个前缀长度，轮数也更少）；所有正确性检查和负对照在两种模式下都完整运行。全部计算在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32，并在 `torch.inference_mode()` 下运行。本笔记本不安装任何包，也不读取任何文件。
+# 首先是参数单元格。`QUICK = True` 只缩短第 5 节的计时（只测两个前缀长度，轮数也更少），所有正确性检查和负对照在两种模式下都完整运行。全部计算都在 CPU 上单线程进行，并在 `torch.inference_mode()` 下运行；除非某项检查要求 FP64，一律使用 FP32。本笔记本不安装任何包，也不读取任何文件。
 
 # %% tags=["parameters"]
 # [en] True: shorter timing in section 5; every correctness check stays complete.

@@ -4,12 +4,13 @@
 # Three prompts of 3, 7 and 12 tokens go into one batch. A tensor must be rectangular, so the shorter
 # prompts are filled up with **padding** slots to 12. Each padding slot gets some token ID (which one
 # does not matter, and we check that it does not) and is marked 0 in an *attention mask* of shape
-# `[B, T]` (1 = a real token). We pad on the **left**:
+# `[B, T]` (1 = a real token). We pad on the **left** (`·` marks a padding slot; the first column is the
+# row number):
 #
 # ```
-# row 0   pad pad pad pad pad pad pad pad pad  a0  a1  a2
-# row 1   pad pad pad pad pad  b0  b1  b2  b3  b4  b5  b6
-# row 2    c0  c1  c2  c3  c4  c5  c6  c7  c8  c9 c10 c11
+# 0    ·   ·   ·   ·   ·   ·   ·   ·   ·  a0  a1  a2
+# 1    ·   ·   ·   ·   ·  b0  b1  b2  b3  b4  b5  b6
+# 2   c0  c1  c2  c3  c4  c5  c6  c7  c8  c9 c10 c11
 # ```
 #
 # **Why on the left?** Generation appends one token per step to every row. With left padding every
@@ -31,12 +32,12 @@
 # %% [markdown] lang="zh"
 # ## 4. 长度不同的 batch：左填充
 #
-# 三个提示分别有 3、7、12 个 token，要放进同一个 batch。张量必须是规整的矩形，所以较短的提示要用**填充**位补足到 12 个。每个填充位随便放一个 token ID（放哪个都无所谓，我们会验证这一点），并在形状为 `[B, T]` 的注意力掩码（attention mask，1 表示真实 token）里记为 0。我们在**左边**填充：
+# 三个提示分别有 3、7、12 个 token，要放进同一个 batch。张量必须是规整的矩形，所以较短的提示要用**填充**位补足到 12 个。每个填充位随便放一个 token ID（放哪个都无所谓，我们会验证这一点），并在形状为 `[B, T]` 的注意力掩码（attention mask，1 表示真实 token）里记为 0。我们在**左边**填充（`·` 表示填充位，最左一列是行号）：
 #
 # ```
-# row 0   pad pad pad pad pad pad pad pad pad  a0  a1  a2
-# row 1   pad pad pad pad pad  b0  b1  b2  b3  b4  b5  b6
-# row 2    c0  c1  c2  c3  c4  c5  c6  c7  c8  c9 c10 c11
+# 0    ·   ·   ·   ·   ·   ·   ·   ·   ·  a0  a1  a2
+# 1    ·   ·   ·   ·   ·  b0  b1  b2  b3  b4  b5  b6
+# 2   c0  c1  c2  c3  c4  c5  c6  c7  c8  c9 c10 c11
 # ```
 #
 # **为什么填在左边？** 生成时每一步都给每一行追加一个 token。采用左填充，每一行最新的真实 token 都在最后一列，所以一个解码步只需给整个 batch 加一列，`logits[:, -1]` 就是每一行下一个 token 的分布。如果填在右边，短行的最后一列是填充位：每一行都得从不同的列读出下一个 token，而新 token 会排在一串填充位之后，落在缓存的中间。
@@ -100,17 +101,14 @@ def guard_empty_rows(allowed):
 
 
 ids, key_mask = left_pad(PROMPTS)
+positions = padded_positions(key_mask, ids.shape[1])
 print(ids)
 print(key_mask.int())
-print(padded_positions(key_mask, ids.shape[1]))
-assert ids.shape == key_mask.shape == (3, 12) and key_mask.sum(-1).tolist() == list(PROMPT_LENGTHS)
-assert padded_positions(key_mask, 12)[0].tolist() == [0] * 9 + [0, 1, 2]
-assert padded_positions(key_mask, 12)[2].tolist() == list(range(12))
-assert padded_positions(torch.cat((key_mask, torch.ones(3, 1, dtype=torch.bool)), 1), 1)[:, 0].tolist() == list(PROMPT_LENGTHS)
-# [en] Left padding: the last column is real in every row; right padding would end two rows in padding.
-# [zh] 左填充：每一行的最后一列都是真实 token；右填充则会让两行以填充位结尾。
-assert torch.equal(ids[:, -1], torch.stack([p[-1] for p in PROMPTS]))
-assert sum(len(p) < 12 for p in PROMPTS) == 2
+print(positions)
+# [en] Every row's real tokens sit at positions 0, 1, ..., n - 1, and its newest token in the last column.
+# [zh] 每一行的真实 token 都位于位置 0, 1, ..., n - 1，最新的 token 都在最后一列。
+real_positions = [positions[row, key_mask[row]].tolist() for row in range(len(PROMPTS))]
+assert real_positions == [list(range(n)) for n in PROMPT_LENGTHS] and bool(key_mask[:, -1].all())
 
 # %% [markdown] lang="en"
 # The mask of row 0 during prefill, drawn below: its three real queries read the real keys up to
@@ -120,9 +118,16 @@ assert sum(len(p) < 12 for p in PROMPTS) == 2
 # multiplies its attention weight 0 by that V: $0 \cdot \mathrm{NaN} = \mathrm{NaN}$. So `guard_empty_rows`
 # lets a query with no visible key read every key instead. Its output is meaningless and finite, and
 # nothing reads it: its K and V are padding keys, masked for every real query.
+#
+# The figure has three panels for row 0 (12 query slots down, 12 key slots across; green = may read):
+# the offset causal mask, the padding mask (the same nine padding key columns hidden in every query row)
+# and their AND, which is what the row's queries use before the guard. The cell then checks the claim
+# that makes the guard necessary: the queries that see no key at all are exactly the padding queries.
 
 # %% [markdown] lang="zh"
-# 下图画出预填充时第 0 行的掩码：它的三个真实查询读取自己及之前的真实键。其余九个填充位上的查询则什么都读不到：按因果规则它们能看到的键全是填充位。对一整行 $-\infty$ 做 softmax 得到 $0/0$，即 NaN。在第一层，NaN 只停留在填充位上；但到了第二层，它成了这些位置的 K 和 V，而真实查询会用注意力权重 0 去乘这个 V：$0 \cdot \mathrm{NaN} = \mathrm{NaN}$。所以 `guard_empty_rows` 让一个键都看不到的查询改为读取所有的键。这样得到的输出没有意义，但都是有限值，而且不会被任何查询读取：它的 K 和 V 是填充键，对每个真实查询都被掩码遮住。
+# 下图画出预填充（prefill）时第 0 行的掩码：它的三个真实查询读取自己及之前的真实键。其余九个填充位上的查询则什么都读不到：按因果规则它们能看到的键全是填充位。对一整行 $-\infty$ 做 softmax 得到 $0/0$，即 NaN。在第一层，NaN 只停留在填充位上；但到了第二层，它成了这些位置的 K 和 V，而真实查询会用注意力权重 0 去乘这个 V：$0 \cdot \mathrm{NaN} = \mathrm{NaN}$。所以 `guard_empty_rows` 让一个键都看不到的查询改为读取所有的键。这样得到的输出没有意义，但都是有限值，而且不会被任何查询读取：它的 K 和 V 是填充键，对每个真实查询都被掩码遮住。
+#
+# 图中是第 0 行的三幅子图（纵轴是 12 个查询槽位，横轴是 12 个键槽位，绿色表示可以读取）：带偏移的因果掩码；填充掩码（每一行查询都遮住同样九列填充键）；两者的逻辑与，也就是加保护之前这一行的查询实际使用的掩码。随后单元格检查一个结论，正是它让保护成为必需：一个键都看不到的查询，恰好就是全部填充位上的查询。
 
 # %%
 def draw_padded_mask(key_mask, row):
@@ -146,11 +151,10 @@ def draw_padded_mask(key_mask, row):
 PADDING_PNG = OUT / "padding_mask.png"
 draw_padded_mask(key_mask, 0).savefig(PADDING_PNG, dpi=110)
 plt.show()
-empty_rows = ~(causal_mask(0, 12)[None, None] & padding_mask(key_mask, 12)).any(-1)      # [B, 1, T]
-# [en] Exactly the padding queries see no key.
-# [zh] 读不到任何键的，恰好是填充位上的查询。
-assert empty_rows.sum(-1).flatten().tolist() == [9, 5, 0]
-assert guard_empty_rows(padded_causal_mask(key_mask, 12)).any(-1).all()
+sees_no_key = ~(causal_mask(0, 12)[None, None] & padding_mask(key_mask, 12)).any(dim=-1)[:, 0]      # [B, T]
+say_table([[str(row), str(int((~key_mask[row]).sum())), str(int(sees_no_key[row].sum()))] for row in range(len(PROMPTS))],
+          en=["row", "padding slots", "queries that see no key"], zh=["行", "填充位数", "一个键都看不到的查询数"])
+assert torch.equal(sees_no_key, ~key_mask)
 
 # %% [markdown] lang="en"
 # The decoder of section 3 needs no change for this. Its hooks receive only `(past_len, new_len)`,
@@ -215,7 +219,7 @@ def generate_alone(model, prompt, steps=DECODE_STEPS):
         logits, cache = model(torch.tensor([[tokens[-1]]]), cache)
     # [en] Full recomputation of the prompt and the generated tokens.
     # [zh] 对提示和生成的 token 做完整重算。
-    full_logits, _ = model(torch.cat((prompt, torch.tensor(tokens[:-1])))[None])
+    full_logits, _ = model(torch.cat((prompt, torch.tensor(tokens[:-1], dtype=torch.long)))[None])
     return {"logits": full_logits[0], "tokens": tokens}
 
 # %% [markdown] lang="en"
@@ -225,20 +229,28 @@ def generate_alone(model, prompt, steps=DECODE_STEPS):
 # $10^{-10}$ in FP64 (`atol = rtol`, as in the first notebook). The greedy tokens must be identical. A
 # NaN anywhere fails the check (`allclose` treats NaN as unequal). The FP64 run converts the same
 # weights.
+#
+# `compare` is the one comparison every later check uses: given two lists of logits, one tensor
+# `[positions, vocab]` per sequence, it reports the largest absolute error (NaN if a NaN appears: a
+# plain `max()` would skip it), whether they agree within the dtype's tolerance, whether they are
+# bit-identical, and whether every logit is finite.
 
 # %% [markdown] lang="zh"
 # **判据**：每一行在真实位置上的 logits（预填充加上全部 20 个解码步；提示有 $n$ 个 token 时共 $n + 20$ 个位置）必须等于完整重算的结果。完整重算的输入是该提示单独一条、不加填充，后面接上它单独运行时生成的 token；容差在 FP32 下为 $10^{-5}$，在 FP64 下为 $10^{-10}$（`atol = rtol`，与第一份笔记本相同）。贪心生成的 token 必须完全一致。任何位置出现 NaN 都算失败（`allclose` 认为 NaN 与任何值都不相等）。FP64 运行用的还是同一份权重，只是转换成了 FP64。
+#
+# 后面的每项检查都使用同一个比较函数 `compare`。它接收两组 logits（每条序列一个 `[位置数, 词表大小]` 的张量），给出最大绝对误差（只要出现 NaN 就是 NaN，普通的 `max()` 会把 NaN 跳过）、两者是否在该精度的容差内一致、是否逐比特相同，以及所有 logits 是否都是有限值。
 
 # %%
 def in_dtype(model, dtype):
     return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
 
 
-def worst(errors) -> float:
-    errors = list(errors)
-    # [en] max() would skip a NaN.
-    # [zh] max() 会跳过 NaN。
-    return float("nan") if any(math.isnan(e) for e in errors) else max(errors)
+def compare(got: list, want: list) -> dict:
+    errors = [max_abs_err(a, b) if a.shape == b.shape else math.inf for a, b in zip(got, want, strict=True)]
+    return {"max_abs_logit_err": float(torch.tensor(errors).max()),
+            "close": all(close(a, b) for a, b in zip(got, want)),
+            "bit_exact": all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(got, want)),
+            "finite": all(bool(torch.isfinite(a).all()) for a in got)}
 
 
 REFERENCE = {dtype: [generate_alone(in_dtype(model, dtype), p) for p in PROMPTS] for dtype in TOLERANCE}
@@ -246,161 +258,18 @@ REFERENCE = {dtype: [generate_alone(in_dtype(model, dtype), p) for p in PROMPTS]
 
 def check_padded(model, dtype=torch.float32, rules=CORRECT_RULES, **options) -> dict:
     out = generate_padded(in_dtype(model, dtype), PROMPTS, rules=rules, **options)
-    refs, tol = REFERENCE[dtype], TOLERANCE[dtype]
-    errors = [max_abs_err(got, ref["logits"]) for got, ref in zip(out["logits"], refs)]
-    close = all(got.shape == ref["logits"].shape and torch.allclose(got, ref["logits"], atol=tol, rtol=tol)
-                for got, ref in zip(out["logits"], refs))
-    same_tokens = all(got == ref["tokens"] for got, ref in zip(out["tokens"], refs))
-    finite = all(bool(torch.isfinite(got).all()) for got in out["logits"])
-    return {"dtype": DTYPE_NAME[dtype], "max_abs_logit_err": worst(errors), "per_row_err": errors,
-            "tokens_identical": same_tokens, "finite": finite, "passed": bool(close and same_tokens and finite),
-            "tokens": out["tokens"]}
+    refs = REFERENCE[dtype]
+    result = compare(out["logits"], [ref["logits"] for ref in refs])
+    result["tokens_identical"] = out["tokens"] == [ref["tokens"] for ref in refs]
+    result["passed"] = result["close"] and result["tokens_identical"]
+    return result | {"dtype": DTYPE_NAME[dtype], "tokens": out["tokens"]}
 
 
 PADDED = {DTYPE_NAME[d]: check_padded(model, d) for d in TOLERANCE}
-say_table([[name, str(PROMPT_LENGTHS), f"{r['max_abs_logit_err']:.2e}",
-            ", ".join(f"{e:.1e}" for e in r["per_row_err"]), f"`{r['tokens_identical']}`", f"`{r['passed']}`"]
+say_table([[name, str(PROMPT_LENGTHS), f"{r['max_abs_logit_err']:.2e}", f"`{r['tokens_identical']}`", f"`{r['passed']}`"]
            for name, r in PADDED.items()],
-          en=["dtype", "prompt lengths", "max abs logit error", "per row", "tokens identical", "passed"],
-          zh=["精度", "提示长度", "最大 logits 绝对误差", "各行", "token 一致", "通过"])
+          en=["dtype", "prompt lengths", "max abs logit error", "tokens identical", "passed"],
+          zh=["精度", "提示长度", "logits 的最大绝对误差", "token 一致", "通过"])
 say_table([[str(row), str(n), " ".join(map(str, tokens))] for row, (n, tokens) in enumerate(zip(PROMPT_LENGTHS, PADDED["fp32"]["tokens"]))],
           en=["row", "prompt tokens", "greedy tokens (fp32)"], zh=["行", "提示 token 数", "贪心生成的 token（FP32）"])
 assert all(r["passed"] for r in PADDED.values())
-assert all(len(lg["logits"]) == n + DECODE_STEPS for lg, n in zip(REFERENCE[torch.float32], PROMPT_LENGTHS))
-
-# %% [markdown] lang="en"
-# What sits in a padding slot cannot matter: another padding token ID, or padding slots at position 7
-# instead of 0, must give **bit-identical** logits at real positions. The padding keys' scores are
-# replaced by $-\infty$ before the softmax, their weights are exactly 0, and $0 \cdot v = 0$ for any
-# finite $v$. Every other number in the computation is unchanged, and so are the shape and memory layout
-# of every call, so each kernel repeats the very same arithmetic: this equality holds on any machine, which
-# is why we may ask for it bit for bit. A row that holds no token at all (an empty
-# slot of the batch) is padding from end to end: the guard keeps it finite as well, and the other rows
-# do not notice it.
-
-# %% [markdown] lang="zh"
-# 填充位里放什么，不应产生任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$。计算中其余的数一个都没变，每次调用的形状和内存布局也都不变，所以每个算子执行的运算与原来完全一样：这个相等关系在任何机器上都成立，所以这里可以要求逐比特相同。一个 token 都没有的行（batch 中的空位）从头到尾都是填充位：`guard_empty_rows` 同样让它保持有限值，其他行也察觉不到它的存在。
-
-# %%
-with torch.inference_mode():
-    base = generate_padded(model, PROMPTS)
-    other_pad = generate_padded(model, PROMPTS, pad_id=cfg.vocab - 1)
-    other_pos = generate_padded(model, PROMPTS, pad_position=7)
-PAD_CONTENT_BIT_EXACT = all(torch.equal(a, b) and torch.equal(a, c)
-                            for a, b, c in zip(base["logits"], other_pad["logits"], other_pos["logits"]))
-say(en=f"Another padding ID or padding position: real logits bit-identical: `{PAD_CONTENT_BIT_EXACT}`.",
-    zh=f"换一个填充 ID 或填充位置：真实位置上的 logits 逐比特相同：`{PAD_CONTENT_BIT_EXACT}`。")
-assert PAD_CONTENT_BIT_EXACT
-# [en] Row 1 holds no token at all.
-# [zh] 第 1 行一个 token 都没有。
-with torch.inference_mode():
-    empty_ids, empty_mask = left_pad([PROMPTS[0], PROMPTS[0][:0], PROMPTS[2]])
-    empty_logits, _ = padded_forward(model, empty_ids, empty_mask)
-EMPTY_ROW_OK = bool(torch.isfinite(empty_logits).all()) and all(
-    torch.allclose(empty_logits[row, empty_mask[row]], base["logits"][row][:n], atol=1e-5, rtol=1e-5)
-    for row, n in ((0, PROMPT_LENGTHS[0]), (2, PROMPT_LENGTHS[2])))
-say(en=f"A row with no token: finite everywhere, other rows unchanged: `{EMPTY_ROW_OK}`.",
-    zh=f"一个 token 都没有的行：处处是有限值，其他行不受影响：`{EMPTY_ROW_OK}`。")
-assert EMPTY_ROW_OK and int(empty_mask[1].sum()) == 0
-
-# %% [markdown] lang="en"
-# **Negative controls.** Four broken twins go through the same `check_padded`:
-#
-# * **positions from `arange`**: the first notebook's rule, which counts padding slots as positions;
-# * **no padding mask**: the causal mask alone, so real queries read padding keys;
-# * **padding mask on the queries**: the mask hides padding *queries* instead of padding *keys*
-#   (an easy transposition: `[B, 1, T_new, 1]` instead of `[B, 1, 1, T_total]`), so real queries
-#   still read padding keys;
-# * **no guard for empty rows**: the correct masks without `guard_empty_rows`.
-#
-# The third one shows why the two masks must be kept apart: combined into one square matrix during
-# prefill, keys and queries are easy to confuse.
-
-# %% [markdown] lang="zh"
-# **负对照**：四个改坏的版本都交给同一个 `check_padded` 检查：
-#
-# * **位置用 `arange`**：即第一份笔记本的规则，把填充位也算进位置；
-# * **没有填充掩码**：只用因果掩码，于是真实查询会读到填充键；
-# * **填充掩码加在查询上**：掩码遮住的是填充位上的**查询**，而不是填充位上的**键**（很容易写反：`[B, 1, T_new, 1]` 而不是 `[B, 1, 1, T_total]`），于是真实查询仍会读到填充键；
-# * **不处理读不到键的行**：掩码都正确，只是去掉了 `guard_empty_rows`。
-#
-# 第三个版本说明了两种掩码为什么要分开：在预填充时把它们合成一个方阵，键和查询就很容易弄混。
-
-# %%
-def arange_positions(key_mask, new_len):
-    past_len = key_mask.shape[1] - new_len
-    # [en] WRONG on purpose: counts padding slots as positions.
-    # [zh] 故意写错：把填充位也算作位置。
-    return (past_len + torch.arange(new_len)).expand(key_mask.shape[0], new_len)
-
-
-def causal_only(key_mask, new_len):
-    past_len = key_mask.shape[1] - new_len
-    # [en] WRONG on purpose: no padding mask.
-    # [zh] 故意写错：没有填充掩码。
-    return causal_mask(past_len, new_len)[None, None].expand(key_mask.shape[0], 1, -1, -1)
-
-
-def padding_on_queries(key_mask, new_len):
-    past_len = key_mask.shape[1] - new_len
-    # [en] WRONG on purpose: hides padding queries, [B, 1, T_new, 1], not padding keys.
-    # [zh] 故意写错：遮住的是填充位上的查询（[B, 1, T_new, 1]），而不是填充位上的键。
-    queries = key_mask[:, None, -new_len:, None]
-    return guard_empty_rows(causal_mask(past_len, new_len)[None, None] & queries)
-
-
-def no_guard(key_mask, new_len):
-    past_len = key_mask.shape[1] - new_len
-    # [en] WRONG on purpose: no guard, so rows that see no key become NaN.
-    # [zh] 故意写错：没有保护，读不到键的行会变成 NaN。
-    return causal_mask(past_len, new_len)[None, None] & padding_mask(key_mask, new_len)
-
-
-PADDING_CONTROLS = {
-    "arange_positions": dict(CORRECT_RULES, positions=arange_positions),
-    "no_padding_mask": dict(CORRECT_RULES, mask=causal_only),
-    "padding_mask_on_queries": dict(CORRECT_RULES, mask=padding_on_queries),
-    "no_empty_row_guard": dict(CORRECT_RULES, mask=no_guard),
-}
-PADDING_CONTROL_RUNS = {name: check_padded(model, torch.float32, rules) for name, rules in PADDING_CONTROLS.items()}
-say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}", f"`{r['tokens_identical']}`", f"`{r['finite']}`", f"`{not r['passed']}`"]
-           for name, r in PADDING_CONTROL_RUNS.items()],
-          en=["broken variant", "max abs logit error", "tokens identical", "finite", "caught"],
-          zh=["改坏的版本", "最大 logits 绝对误差", "token 一致", "数值有限", "查出"])
-assert not any(r["passed"] for r in PADDING_CONTROL_RUNS.values())
-# [en] NaN reached real positions.
-# [zh] NaN 传到了真实位置。
-assert not PADDING_CONTROL_RUNS["no_empty_row_guard"]["finite"]
-assert all(r["finite"] for name, r in PADDING_CONTROL_RUNS.items() if name != "no_empty_row_guard")
-# [en] With the guard: no NaN at any real position.
-# [zh] 有了保护：任何真实位置都没有 NaN。
-assert PADDED["fp32"]["finite"] and PADDED["fp64"]["finite"]
-
-# %% [markdown] lang="en"
-# Where does the NaN of the last control come from? Forward hooks on the two blocks catch their outputs
-# during the prefill: after the first block, NaN sits exactly at the padding positions and every real
-# position is finite; after the second block, which read those positions' K and V with weight 0, the
-# real positions of the two padded rows are NaN too. The unpadded row stays finite throughout.
-
-# %% [markdown] lang="zh"
-# 最后一个负对照的 NaN 是从哪里来的？在两个 Transformer 块上注册前向钩子，截取预填充时它们的输出：经过第 1 个 Transformer 块，NaN 恰好出现在所有填充位上，真实位置全都是有限值；第 2 个 Transformer 块以权重 0 读取了这些位置的 K 和 V，经过它之后，两个有填充的行在真实位置上也变成了 NaN。没有填充的那一行始终是有限值。
-
-# %%
-block_outputs = []
-handles = [block.register_forward_hook(lambda module, args, out: block_outputs.append(out[0])) for block in model.blocks]
-try:
-    ids, key_mask = left_pad(PROMPTS)
-    with torch.inference_mode():
-        padded_forward(model, ids, key_mask, None, PADDING_CONTROLS["no_empty_row_guard"])
-finally:
-    for handle in handles:
-        handle.remove()
-after_block_1, after_block_2 = block_outputs                           # [B, T, width], [B, T, width]
-nan_1 = after_block_1.isnan().all(dim=-1)                               # [B, T]
-nan_2 = after_block_2.isnan().all(dim=-1)
-say_table([[str(row), str(int((~key_mask[row]).sum())), str(int(nan_1[row].sum())), str(int(nan_2[row][key_mask[row]].sum()))]
-           for row in range(len(PROMPTS))],
-          en=["row", "padding slots", "NaN positions after block 1", "NaN real positions after block 2"],
-          zh=["行", "填充位数", "第 1 个 Transformer 块之后的 NaN 位置数", "第 2 个 Transformer 块之后真实位置中的 NaN 数"])
-assert torch.equal(nan_1, ~key_mask) and torch.isfinite(after_block_1[key_mask]).all()
-assert nan_2[0][key_mask[0]].all() and nan_2[1][key_mask[1]].all() and torch.isfinite(after_block_2[2]).all()

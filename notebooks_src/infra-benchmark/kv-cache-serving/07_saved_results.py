@@ -3,7 +3,7 @@
 #
 # Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the
 # figures: per variant the criterion, the largest errors, and each negative control with its error and
-# whether it was caught; the step timings of section 5 with their protocol and raw samples; the memory
+# whether it was caught; the step timings of section 5 with their protocol and raw samples, and its operator profile; the memory
 # table of section 7; the continuous-batching summary and its trace. A NaN error (a control that
 # produced NaN) is written as `null` with `"finite": false`, so the file is strict JSON. On Colab the
 # cell also offers the files for download.
@@ -11,7 +11,7 @@
 # %% [markdown] lang="zh"
 # ## 9. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：每种做法的判据、最大误差，以及每个负对照的误差和是否被查出；第 5 节的单步计时，连同计时设置和原始样本；第 7 节的内存表；连续批处理的汇总及其逐轮记录。误差为 NaN 时（某个负对照算出了 NaN），写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：每种做法的判据、最大误差，以及每个负对照的误差和是否被查出；第 5 节的单步计时，连同计时设置、原始样本和算子分析结果；第 7 节的内存表；连续批处理的汇总及其逐轮记录。误差为 NaN 时（某个负对照算出了 NaN），写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
 
 # %%
 def finite_or_none(value):
@@ -24,7 +24,7 @@ def control_entry(control: dict) -> dict:
 
 
 RESULTS = {
-    "schema_version": 1,
+    "schema_version": 2,
     "notebook": "infra-benchmark/kv-cache-serving",
     "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     "quick": bool(QUICK),
@@ -33,65 +33,66 @@ RESULTS = {
                "layers": cfg.layers, "mlp": cfg.mlp, "max_positions": cfg.max_positions, "seed": SEED},
     "tolerances": {"fp32": TOLERANCE[torch.float32], "fp64": TOLERANCE[torch.float64]},
     "padding": {
-        "criterion": "real-position logits of every row equal the prompt run alone and fully recomputed (atol=rtol=tolerance); greedy tokens identical",
+        "criterion": "close(row_logits, alone_logits) and row_tokens == alone_tokens",
         "prompt_lengths": list(PROMPT_LENGTHS), "decode_steps": DECODE_STEPS,
-        "runs": {name: {"max_abs_logit_err": r["max_abs_logit_err"], "per_row_err": r["per_row_err"],
-                        "tokens_identical": r["tokens_identical"], "passed": r["passed"]} for name, r in PADDED.items()},
+        "runs": {name: {"max_abs_logit_err": r["max_abs_logit_err"], "tokens_identical": r["tokens_identical"], "passed": r["passed"]}
+                 for name, r in PADDED.items()},
         "padding_content_bit_exact": bool(PAD_CONTENT_BIT_EXACT),
+        "empty_row_ok": bool(EMPTY_ROW_OK),
         "negative_controls": {name: control_entry({**r, "detected": not r["passed"]}) for name, r in PADDING_CONTROL_RUNS.items()},
     },
     "static": {
-        "criterion": "logits within tolerance of the torch.cat store (atol=rtol=tolerance; the stores hand attention different memory layouts), "
-                     "greedy tokens identical; data_ptr fixed; NaN-filled unused slots never reach the logits; the buffer fills to T_max exactly, one token more raises",
+        "criterion": "close(static, torch_cat) and tokens_identical and pointers_fixed and finite and unused_slots_nan and length == t_max",
         "t_max": T_MAX,
-        "runs": {name: {k: r[k] for k in ("max_abs_logit_err", "close", "bit_exact", "tokens_identical", "pointers_fixed",
+        "runs": {name: {k: r[k] for k in ("t_max", "max_abs_logit_err", "close", "bit_exact", "tokens_identical", "pointers_fixed",
                                           "finite", "length", "unused_slots_nan", "calls")} for name, r in STATIC.items()},
         "overflow_error": OVERFLOW_ERROR,
         "reuse_with_reset_bit_exact": bool(REUSE_WITH_RESET["bit_exact"]),
         "reuse_with_reset_close": bool(REUSE_WITH_RESET["close"]),
-        "negative_controls": {name: control_entry(c) for name, c in STATIC_CONTROLS.items()},
+        "negative_controls": {name: control_entry({**c, "detected": not c["close"]}) for name, c in STATIC_CONTROLS.items()},
         "step_timing": {
             "protocol": {"threads": torch.get_num_threads(), "dtype": "fp32", "batch": 1, "warmups": STEP_WARMUPS,
                          "repeats": STEP_REPEATS, "order": "rotating", "clock": "time.perf_counter_ns", "unit": "ms"},
             "rows": STEP_TIMING,
         },
+        "profile": {"prefix": STEP_PREFIXES[-1], "steps": PROFILE_STEPS, "unit": "us/step",
+                    "ops": {name: {op: {"calls": calls, "self_us": self_us} for op, (calls, self_us) in ops.items()}
+                            for name, ops in PROFILE.items()}},
     },
     "paged": {
-        "criterion": "logits and K/V bit-identical to a contiguous per-sequence cache under the same calls (the same calls on the same inputs); "
-                     "logits within tolerance of the torch.cat store",
+        "criterion": "equal(paged, contiguous) and equal(paged_kv, contiguous_kv) and close(paged, torch_cat)",
         "block_size": BLOCK_SIZE,
         "runs": {name: {k: r[k] for k in ("max_abs_logit_err", "close_vs_cat", "bit_exact_vs_cat", "bit_exact_vs_contiguous",
-                                          "kv_bit_exact_vs_contiguous", "tokens_identical", "tables")} for name, r in PAGED.items()},
+                                          "kv_bit_exact_vs_contiguous", "tokens_identical", "pool_fixed", "contiguous_fixed", "lengths",
+                                          "tables")} for name, r in PAGED.items()},
         "block_boundaries": BOUNDARY,
-        "reuse": {k: REUSE[k] for k in ("bit_exact_vs_contiguous", "tokens_as_alone", "close_to_alone",
-                                        "max_abs_logit_err_vs_alone", "reused_blocks", "all_returned", "admitted", "schedule")},
+        "reuse": {k: REUSE[k] for k in ("bit_exact_vs_contiguous", "tokens_as_alone", "close_to_alone", "max_abs_logit_err_vs_alone",
+                                        "reused_blocks", "all_returned", "within_reservation", "requests", "schedule")},
         "prefix_sharing": {k: SHARED[k] for k in ("bit_exact_vs_contiguous", "close_to_full", "tokens_as_full",
                                                   "max_abs_logit_err_vs_full", "shared_blocks", "partial_block_copied",
                                                   "blocks_in_use", "blocks_without_sharing")},
         "negative_controls": {name: control_entry(c) for name, c in PAGED_CONTROLS.items()},
     },
     "memory": {
-        "workload": {"requests": N_REQUESTS, "seed": SEED, "prompt": f"log-uniform integers in [{MIN_LEN}, {MAX_LEN}]",
-                     "output": f"log-uniform integers in [{MIN_LEN}, {MAX_LEN}]", "t_max": T_LIMIT,
-                     "bytes_per_token": BYTES_PER_TOKEN, "accounting": "sum over every decode step of every request"},
+        "workload": {"requests": N_REQUESTS, "seed": SEED, "prompt": f"log_uniform({MIN_LEN}, {MAX_LEN})",
+                     "output": f"log_uniform({MIN_LEN}, {MAX_LEN})", "t_max": T_LIMIT,
+                     "bytes_per_token": BYTES_PER_TOKEN, "used": "sum(p + j for j in range(o))"},
         "table": MEMORY,
+        "vllm_paper_used_pct": VLLM_PAPER_USED_PCT,
     },
     "continuous_batching": {
-        "criterion": "every request's tokens equal its alone run; logits within the fp32 tolerance; the scheduler keeps its cap, admits first come first served, never before arrival, never needlessly late",
+        "criterion": "tokens == alone_tokens and close(logits, alone_logits) and used_within_reserved and all_returned and schedule_kept(schedule)",
         "pool": {"blocks": STREAM_BLOCKS, "block_size": STREAM_BLOCK_SIZE, "max_batch": STREAM_MAX_BATCH},
-        "requests": [{"prompt_tokens": p, "output_tokens": o, "arrival": a} for p, o, a in STREAM_SPECS],
+        "requests": [{"prompt_tokens": p, "output_tokens": o, "arrival": a, "admitted": r.admitted, "finished": r.finished}
+                     for (p, o, a), r in zip(STREAM_SPECS, stream_requests)],
         "summary": CONTINUOUS,
         "trace": TRACE,
     },
-    "figures": [MASKS_PNG.name, PADDING_PNG.name, STEP_PNG.name, MEMORY_PNG.name, OCCUPANCY_PNG.name],
+    "figures": [MASKS_PNG.name, PADDING_PNG.name, STEP_PNG.name, BLOCK_TABLE_PNG.name, MEMORY_PNG.name, SERVING_PNG.name],
 }
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-saved = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
-assert saved["padding"]["runs"] == json.loads(json.dumps(RESULTS["padding"]["runs"]))
-assert all(c["detected"] for block in ("padding", "static", "paged") for c in saved[block]["negative_controls"].values())
-assert all((OUT / name).exists() for name in RESULTS["figures"])
-controls = [c for block in ("padding", "static", "paged") for c in saved[block]["negative_controls"].values()]
+controls = [c for block in ("padding", "static", "paged") for c in RESULTS[block]["negative_controls"].values()]
 say(en=f"Wrote `{RESULTS_JSON.name}` and {len(RESULTS['figures'])} figures; {sum(c['detected'] for c in controls)} of {len(controls)} negative controls caught.",
     zh=f"已写入 `{RESULTS_JSON.name}` 和 {len(RESULTS['figures'])} 张图；{len(controls)} 个负对照中查出了 {sum(c['detected'] for c in controls)} 个。")
 

@@ -9,8 +9,13 @@
 # * **padding**: GPT-2 runs the padded batch of section 4 through prefill and 20 greedy steps, with
 #   the batch's `attention_mask` and positions `cumsum - 1`; its logits at real positions and its
 #   tokens must equal ours;
-# * **static cache**: the same loop over a `StaticCache` of `T_max` = 32; logits and tokens must equal
+# * **static cache**: the same loop over a `StaticCache` of `T_max = 32`; logits and tokens must equal
 #   ours, and the K and V in its buffers, at the real slots, must equal those in our static buffers.
+#
+# First, the difference section 5 described: `StaticCache` hands attention its whole buffer at every
+# step, not the valid prefix as our store does. A probe with room for 4 positions receives 2, then one
+# more through the cache's own `update`: what `update` returns must be all 4 slots, the unwritten one
+# included, which the attention mask then hides.
 #
 # Like section 10 this needs `transformers` (written against 5.23.0); without it, or with a version
 # whose `StaticCache` differs, the cells say so in one sentence and do nothing else.
@@ -21,16 +26,15 @@
 # 第 10 节把我们的解码器放进了 `GPT2LMHeadModel`，并表明无论用不用缓存，两者计算的都是同一个函数。本笔记本中有两种机制在 Hugging Face `transformers` 里也有实现，而且出自别人之手：由 `attention_mask` 驱动的左填充 batch，以及预分配的 `StaticCache`。沿用同一个 FP64 模型 `gpt2_64` 和同样的容差 $10^{-10}$：
 #
 # * **填充**：GPT-2 用 batch 的 `attention_mask` 和位置 `cumsum - 1`，对第 4 节填充后的 batch 做预填充和 20 步贪心生成；它在真实位置上的 logits 和生成的 token 都必须与我们的相同；
-# * **静态缓存**：同样的循环，改用 `T_max` = 32 的 `StaticCache`；logits 和 token 必须与我们的相同，而且它缓冲区里真实槽位上的 K 和 V，也必须与我们静态缓冲区里的相同。
+# * **静态缓存**：同样的循环，改用 `T_max = 32` 的 `StaticCache`；logits 和 token 必须与我们的相同，而且它缓冲区里真实槽位上的 K 和 V，也必须与我们静态缓冲区里的相同。
 #
-# 与第 10 节一样，这里需要 `transformers`（按 5.23.0 版编写）；没有安装它，或者所装版本的 `StaticCache` 接口不同时，下面的单元格只用一句话说明原因，不做别的事。
+# 先看第 5 节说过的那个区别：`StaticCache` 每一步都把整个缓冲区交给注意力，而不是像我们的存储对象那样只交出有效前缀。一个能容纳 4 个位置的探针先接收 2 个位置，再通过缓存自己的 `update` 接收 1 个：`update` 返回的必须是全部 4 个槽位，包括尚未写入的那一个，再由注意力掩码把它遮住。
+#
+# 与第 10 节一样，这里需要 `transformers`（按 5.23.0 版编写）。如果没有安装它，或者所装版本的 `StaticCache` 接口不同，下面的单元格只用一句话说明原因，不做别的事。
 
 # %%
-HF_TOL = TOLERANCE[torch.float64]
-# [en] The tolerance of section 10.
-# [zh] 与第 10 节的容差相同。
-assert HF_TOL == PEER_TOL
-HF_SKIP = None if HAVE_TRANSFORMERS else "transformers is not installed: the appendix is skipped."
+HF_TOL = PEER_TOL
+HF_SKIP = None if HAVE_TRANSFORMERS else {"reason": "transformers_missing"}
 if HAVE_TRANSFORMERS:
     try:
         from transformers import StaticCache
@@ -38,25 +42,27 @@ if HAVE_TRANSFORMERS:
         with torch.inference_mode():
             gpt2_64(input_ids=torch.zeros(1, 2, dtype=torch.long), past_key_values=probe, use_cache=True,
                     cache_position=torch.arange(2))
-        assert tuple(probe.layers[0].keys.shape) == (1, cfg.heads, 4, cfg.head_dim)
+            one_position = torch.zeros(1, cfg.heads, 1, cfg.head_dim, dtype=torch.float64)
+            returned_k, _ = probe.update(one_position, one_position, 0)
+        if tuple(probe.layers[0].keys.shape) != (1, cfg.heads, 4, cfg.head_dim):
+            raise ValueError(f"probe.layers[0].keys.shape == {tuple(probe.layers[0].keys.shape)}")
     except Exception as error:
         # [en] Any failure: another StaticCache API than this section uses.
         # [zh] 任何失败都说明：StaticCache 的接口与本节所用的不同。
-        problem = f"{type(error).__name__}: {error}".strip().splitlines()[0]
-        HF_SKIP = f"transformers {transformers.__version__} lacks the StaticCache API this appendix uses ({problem}): the appendix is skipped."
-
-
-def say_skipped():
-    if HF_SKIP.startswith("transformers is not installed"):
-        say(en=HF_SKIP, zh="未安装 transformers：跳过本附录。")
-    else:
-        say(en=HF_SKIP, zh=f"所装的 transformers 缺少本附录所用的 `StaticCache` 接口，跳过本附录：`{HF_SKIP}`")
-
+        HF_SKIP = {"reason": "static_cache_api", "error": f"{type(error).__name__}: {error}".strip().splitlines()[0]}
 
 if HF_SKIP is None:
-    say(en=f"transformers {transformers.__version__}: `StaticCache` ready.", zh=f"transformers {transformers.__version__}：`StaticCache` 可用。")
+    say(en=f"transformers {transformers.__version__}: `StaticCache` ready. After 3 of its 4 positions were written, `update` "
+           f"returned keys of shape `{list(returned_k.shape)}`: the whole buffer.",
+        zh=f"transformers {transformers.__version__}：`StaticCache` 可用。4 个位置中写入 3 个之后，`update` 返回的 K 形状为 "
+           f"`{list(returned_k.shape)}`：整个缓冲区。")
+    assert returned_k.shape[-2] == 4
+elif HF_SKIP["reason"] == "transformers_missing":
+    say(en="transformers is not installed: the appendix is skipped.", zh="未安装 transformers：跳过本附录。")
 else:
-    say_skipped()
+    say(en=f"transformers {transformers.__version__} lacks the `StaticCache` API this appendix uses, so the appendix is skipped "
+           f"(`{HF_SKIP['error']}`).",
+        zh=f"所装的 transformers {transformers.__version__} 缺少本附录所用的 `StaticCache` 接口，跳过本附录（`{HF_SKIP['error']}`）。")
 
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
@@ -97,7 +103,7 @@ def gpt2_padded_loop(gpt2, prompts, cache, steps=DECODE_STEPS, pass_positions=Tr
             rows[r].append(logits[r])
     return {"logits": [torch.cat(r) for r in rows], "tokens": tokens}
 
-
+# %%
 if HF_SKIP is None:
     ours_run = generate_padded(ours64, PROMPTS)
     static64 = STATIC["fp64"]["store"]
@@ -111,49 +117,46 @@ if HF_SKIP is None:
                                      do_sample=False, pad_token_id=PAD_ID, output_logits=True, return_dict_in_generate=True)
     assert generated.logits[0].dtype == torch.float32 and gpt2_64.lm_head.weight.dtype == torch.float64
     generated = generated.sequences
-    real = torch.cat((key_mask, torch.ones(len(PROMPTS), DECODE_STEPS, dtype=torch.bool)), dim=1)   # [B, T_MAX]
-    kv_err = max(max_abs_err(hf_layer.keys[real[:, None, :, None].expand_as(hf_layer.keys)],
-                         ours_k[real[:, None, :, None].expand_as(ours_k)])
-                 for hf_layer, ours_k in zip(hf_static_cache.layers, static64.k))
-    kv_err = max(kv_err, max(max_abs_err(hf_layer.values[real[:, None, :, None].expand_as(hf_layer.values)],
-                                     ours_v[real[:, None, :, None].expand_as(ours_v)])
-                             for hf_layer, ours_v in zip(hf_static_cache.layers, static64.v)))
+    real = torch.cat((key_mask, torch.ones(len(PROMPTS), DECODE_STEPS, dtype=torch.bool)), dim=1)[:, None, :, None]   # [B, 1, T_MAX, 1]
+    buffers = [(hf_layer.keys, k) for hf_layer, k in zip(hf_static_cache.layers, static64.k)]
+    buffers += [(hf_layer.values, v) for hf_layer, v in zip(hf_static_cache.layers, static64.v)]
+    kv_err = float(torch.tensor([max_abs_err(hf[real.expand_as(hf)], ours[real.expand_as(ours)]) for hf, ours in buffers]).max())
+    versus_dynamic = compare(hf_dynamic["logits"], ours_run["logits"])
+    versus_static = compare(hf_static["logits"], ours_run["logits"])
+    versus_trap = compare(hf_no_positions["logits"], ours_run["logits"])
     PEER = {
         "transformers": transformers.__version__,
-        "padding": {"max_abs_logit_err": worst(max_abs_err(a, b) for a, b in zip(hf_dynamic["logits"], ours_run["logits"])),
+        "padding": {"max_abs_logit_err": versus_dynamic["max_abs_logit_err"],
                     "tokens_identical": hf_dynamic["tokens"] == ours_run["tokens"],
                     "generate_tokens_identical": generated[:, ids.shape[1]:].tolist() == ours_run["tokens"]},
-        "static_cache": {"max_abs_logit_err": worst(max_abs_err(a, b) for a, b in zip(hf_static["logits"], ours_run["logits"])),
+        "static_cache": {"max_abs_logit_err": versus_static["max_abs_logit_err"],
                          "tokens_identical": hf_static["tokens"] == ours_run["tokens"],
                          "max_abs_kv_err_real_slots": kv_err,
                          "buffer_shape": list(hf_static_cache.layers[0].keys.shape)},
-        "trap_no_position_ids": {"max_abs_logit_err": worst(max_abs_err(a, b) for a, b in zip(hf_no_positions["logits"], ours_run["logits"])),
-                                 "detected": not all(torch.allclose(a, b, atol=HF_TOL, rtol=HF_TOL)
-                                                     for a, b in zip(hf_no_positions["logits"], ours_run["logits"]))},
+        "trap_no_position_ids": {"max_abs_logit_err": versus_trap["max_abs_logit_err"], "detected": not versus_trap["close"]},
     }
     say_table([["`attention_mask`, `DynamicCache`", f"{PEER['padding']['max_abs_logit_err']:.1e}", "-", f"`{PEER['padding']['tokens_identical']}`"],
                ["`StaticCache`", f"{PEER['static_cache']['max_abs_logit_err']:.1e}", f"{kv_err:.1e}", f"`{PEER['static_cache']['tokens_identical']}`"],
                ["`generate()`", "-", "-", f"`{PEER['padding']['generate_tokens_identical']}`"],
                ["`position_ids=None`", f"{PEER['trap_no_position_ids']['max_abs_logit_err']:.1e}", "-", "-"]],
               en=["GPT-2 (FP64)", "max abs logit error vs ours", "max abs K/V error, real slots", "tokens identical"],
-              zh=["GPT-2（FP64）", "与我们相比的最大 logits 绝对误差", "真实槽位上 K/V 的最大绝对误差", "token 一致"])
-    assert PEER["padding"]["max_abs_logit_err"] <= HF_TOL and PEER["padding"]["tokens_identical"]
-    assert PEER["padding"]["generate_tokens_identical"]
-    assert PEER["static_cache"]["max_abs_logit_err"] <= HF_TOL and PEER["static_cache"]["tokens_identical"]
-    assert kv_err <= HF_TOL and PEER["static_cache"]["buffer_shape"] == list(static64.k[0].shape)
+              zh=["GPT-2（FP64）", "与我们相比 logits 的最大绝对误差", "真实槽位上 K/V 的最大绝对误差", "token 一致"])
+    padding_agrees = PEER["padding"]["max_abs_logit_err"] <= HF_TOL and PEER["padding"]["tokens_identical"]
+    assert padding_agrees and PEER["padding"]["generate_tokens_identical"]
+    static_agrees = PEER["static_cache"]["max_abs_logit_err"] <= HF_TOL and PEER["static_cache"]["tokens_identical"]
+    assert static_agrees and kv_err <= HF_TOL and PEER["static_cache"]["buffer_shape"] == list(static64.k[0].shape)
     # [en] The comparison can fail.
     # [zh] 这项比较确实能失败。
     assert PEER["trap_no_position_ids"]["detected"]
 else:
     PEER = {"skipped": HF_SKIP}
-    say_skipped()
 
 # %% [markdown] lang="en"
-# The appendix adds its block, `peer`, to `results.json` (rewritten atomically: a temporary file, then
-# `os.replace`).
+# The appendix adds its results to `results.json` under the key `peer`, and writes the file back
+# atomically: first to a temporary file, which `os.replace` then puts in place of the old one.
 
 # %% [markdown] lang="zh"
-# 附录把它自己的部分 `peer` 追加到 `results.json` 中（以原子方式写回：先写临时文件，再 `os.replace`）。
+# 附录把自己的结果以 `peer` 为键加入 `results.json`，并以原子方式写回：先写入一个临时文件，再用 `os.replace` 把它替换为正式文件。
 
 # %%
 import os
@@ -163,4 +166,3 @@ saved["peer"] = PEER
 temporary = RESULTS_JSON.with_suffix(".json.tmp")
 temporary.write_text(json.dumps(saved, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
 os.replace(temporary, RESULTS_JSON)
-assert json.loads(RESULTS_JSON.read_text(encoding="utf-8"))["peer"] == json.loads(json.dumps(PEER))

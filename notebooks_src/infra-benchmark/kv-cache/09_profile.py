@@ -19,13 +19,13 @@
 # %% [markdown] lang="zh"
 # ### 9.3 解码一步的时间花在哪里
 #
-# 上面有一处测量结果与计数相去甚远：16 次缓存调用的耗时是一次 16 个 token 的预填充的 {{run:clock.cached16_over_prefill16:.0f}} 倍，而两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。性能分析器（profiler）能告诉我们每次调用实际执行了什么。`torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、它被调用了多少次，以及花在它内部的时间（*自身*时间，不含它再调用的算子）。我们分析三种调用，每种先预热一次，再连续执行十次，结果除以十：
+# 上面有一处测量结果与计数相去甚远：16 次缓存调用的耗时是一次 16 个 token 的预填充的 {{run:clock.cached16_over_prefill16:.0f}} 倍，而两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。性能分析器（profiler）能告诉我们每次调用实际执行了什么。`torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、它被调用了多少次，以及花在它内部的时间（*自身*耗时，不含它再调用的算子）。我们分析三种调用，每种先预热一次，再连续执行十次，结果除以十：
 #
 # * **缓存路径的一步**：一个 token，带着 {{run:profile.past}} 个位置的缓存，即最长提示下的一个解码步；
 # * **16 个 token 的预填充**：一次调用，让 16 个位置经过网络；
 # * **完整重算的一步**：把 {{run:profile.full_len}} 个 token 的整个序列送入模型，即完整重算的一步。
 #
-# 表中列出在任一种调用中耗时最多的算子，以及模型每被调用一次时它们的调用次数和自身时间（微秒）。性能分析器会给每个算子加上它自己的开销，所以这些时间只宜相互比较，不宜与 9.1 的表格比较。
+# 表中列出在任一种调用中耗时最多的算子，以及模型每被调用一次时它们的调用次数和自身耗时（微秒）。性能分析器会给每个算子加上它自己的开销，所以这些时间只宜相互比较，不宜与 9.1 的表格比较。
 
 # %%
 from torch.profiler import ProfilerActivity, profile
@@ -40,7 +40,7 @@ PROFILE_REPEATS = 10
 
 # [en] Per call of `call`: each operator's (calls, self time in microseconds), and the number of operators
 # [en] the Python code called directly (the top level of the profile).
-# [zh] 每调用一次 `call`：每个算子的（调用次数，自身时间，单位微秒），以及 Python 代码直接调用的算子个数
+# [zh] 每调用一次 `call`：每个算子的（调用次数，自身耗时，单位微秒），以及 Python 代码直接调用的算子个数
 # [zh] （性能分析结果的最顶层）。
 @torch.inference_mode()
 def profile_call(call) -> dict:
@@ -78,7 +78,7 @@ totals = [(run["top_level"], sum(c for c, _ in run["ops"].values()), sum(u for _
 say(en="All operators, per call of the model (called by Python / in total, including nested ones; self time): "
        + "; ".join(f"{name} {top} / {n:g}, {us:.0f} us"
                    for name, (top, n, us) in zip(["cached step", "prefill of 16 tokens", "full step"], totals)) + ".",
-    zh="模型每被调用一次的全部算子（Python 直接调用的 / 连同嵌套调用在内的总数；自身时间）："
+    zh="模型每被调用一次的全部算子（Python 直接调用的 / 连同嵌套调用在内的总数；自身耗时）："
        + "；".join(f"{name} {top} / {n:g}，{us:.0f} 微秒"
                   for name, (top, n, us) in zip(["缓存路径一步", "16 个 token 的预填充", "完整重算一步"], totals)) + "。")
 

@@ -1,0 +1,177 @@
+# %% [markdown] lang="en"
+# ## 7. Takeaways and exercises
+#
+# - **A KV cache stores each layer's keys and values.** A cached call projects only its new tokens,
+#   and its logits equal those of a full pass over the whole sequence, up to rounding (largest
+#   difference here {{run:browser.cached_vs_full:.1e}}).
+# - **Positions continue from the cache length.** Restarting them at zero kept every shape legal and
+#   moved the logits by up to {{run:browser.restart_error:.2f}}.
+# - **A chunk that follows a cache needs the lower-right alignment**, $j \le P + i$ (`causal_lower_right`
+#   in PyTorch). The upper-left alignment, which `is_causal=True` and `np.tri` give on a grid that is
+#   not square, moved the logits by up to {{run:browser.upper_left_error:.2f}}. Without a cache both
+#   are the same triangle, so only a test with a cache tells them apart.
+# - **The cache saves work and costs no accuracy**: the call of section 6 projected $C$ rows instead of
+#   $P + C$, and its output agreed with full recomputation within the float64 tolerance.
+# - **Shapes never reveal these mistakes.** A comparison of the numbers, shown able to fail by a negative
+#   control, does.
+
+# %% [markdown] lang="zh"
+# ## 7. 要点与练习
+#
+# - **KV 缓存保存每一层的键和值。** 带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.1e}}）。
+# - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 却偏离了多达 {{run:browser.restart_error:.2f}}。
+# - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 偏离了多达 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
+# - **缓存省下了计算，却不损失精度**：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 float64 容差内一致。
+# - **形状永远暴露不了这些错误。** 只有比较数值，并用负对照证明这个比较确实会失败，才能发现它们。
+
+# %% tags=["prose-values"]
+{"browser": {"cached_vs_full": max_abs_err(step_logits, full_logits[:, PAST:]),
+             "restart_error": position_rows["[0, 1]"][1], "upper_left_error": wrong_mask_error}}
+
+# %% [markdown] lang="en"
+# **Exercise 1: prefill in chunks.** A long prompt is often fed in several calls (*chunked prefill*).
+# Feed the six tokens of section 2 as three calls of 3, 2 and 1 tokens, passing the cache from one
+# call to the next. What shape does the cached K have after each call? Do the six rows of logits
+# equal those of the full pass?
+#
+# <details><summary>Show the answer</summary>
+#
+# `(1, 4, 3, 16)`, then `(1, 4, 5, 16)`, then `(1, 4, 6, 16)`: the cache grows by the length of each
+# chunk. And yes, the logits agree with the full pass within the tolerance: every call numbers its
+# tokens from the cache length and uses the lower-right mask, so cutting the prompt into chunks
+# changes only the order of the additions. The next cell runs the three calls and checks both answers.
+#
+# </details>
+
+# %% [markdown] lang="zh"
+# **练习 1：分块预填充。** 长提示（prompt）常常分几次调用送入模型，这叫**分块预填充**（chunked prefill）。把第 2 节的六个 token 分成三次调用送入，分别含 3、2、1 个 token，每次调用都把上一次得到的缓存传下去。每次调用之后，缓存的 K 是什么形状？拼起来的六行 logits 与完整调用的结果相同吗？
+#
+# <details><summary>查看答案</summary>
+#
+# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是加法的顺序。下一个单元格执行这三次调用，并核对这两个答案。
+#
+# </details>
+
+# %%
+chunk_cache, chunk_logits, chunk_shapes, start = None, [], [], 0
+for length in (3, 2, 1):
+    logits, chunk_cache, _ = toy_forward(token_ids[:, start:start + length], cache=chunk_cache)
+    chunk_logits.append(logits)
+    chunk_shapes.append(chunk_cache[0].shape)
+    start += length
+chunked = np.concatenate(chunk_logits, axis=1)                         # [1, 6, VOCAB]
+print(chunk_shapes)
+assert chunk_shapes == [(1, HEADS, 3, HEAD_DIM), (1, HEADS, 5, HEAD_DIM), (1, HEADS, 6, HEAD_DIM)]
+assert close(chunked, full_logits)
+say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunked logits match the full pass "
+       f"(largest difference {max_abs_err(chunked, full_logits):.1e}).",
+    zh=f"练习 1 已核对：缓存依次增长到 3、5、6 个位置；分块送入得到的 logits 与完整调用一致"
+       f"（最大绝对误差 {max_abs_err(chunked, full_logits):.1e}）。")
+
+# %% [markdown] lang="en"
+# **Exercise 2: a sliding window.** Some models let each query read only the last $W$ keys, itself
+# included (*sliding-window attention*): query $P + i$ reads key $j$ when $P + i - W < j \le P + i$.
+# With a cache of $P = 6$ positions, a chunk of $C = 2$ tokens and $W = 3$, which keys does each new
+# query read? Does the window need the absolute position too?
+#
+# <details><summary>Show the answer</summary>
+#
+# Query 6 reads keys 4, 5 and 6; query 7 reads keys 5, 6 and 7. Both bounds use the absolute position
+# $P + i$: a window written with the local index $i$ would go wrong in the same way as the upper-left
+# triangle. The next cell builds the window mask from `allowed_keys`, lists the keys each query reads,
+# and checks that one attention head with this mask gives the same output with and without the cache.
+#
+# </details>
+
+# %% [markdown] lang="zh"
+# **练习 2：滑动窗口。** 有些模型只让每个查询读取最近的 $W$ 个键（包括它自己），这叫**滑动窗口注意力**：当 $P + i - W < j \le P + i$ 时，查询 $P + i$ 可以读取键 $j$。设缓存中有 $P = 6$ 个位置，分块有 $C = 2$ 个 token，$W = 3$，每个新查询分别读取哪些键？窗口是否也要用绝对位置来算？
+#
+# <details><summary>查看答案</summary>
+#
+# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口的上下两个边界都要用绝对位置 $P + i$：如果用局部下标 $i$ 来写窗口，就会和左上角三角形错得一样。下一个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，并核对：使用这个掩码时，单个注意力头用缓存和不用缓存得到的输出相同。
+#
+# </details>
+
+# %%
+# [en] The offset mask, further limited to the last `window` keys of each query.
+# [zh] 在带偏移的掩码上再加一条限制：每个查询只能读取最近的 `window` 个键。
+def window_keys(past_len, new_len, window):
+    query_pos = past_len + np.arange(new_len)
+    key_pos = np.arange(past_len + new_len)
+    return allowed_keys(past_len, new_len) & (key_pos[None, :] > query_pos[:, None] - window)
+
+
+window_read = {f"q{6 + i}": np.flatnonzero(row).tolist() for i, row in enumerate(window_keys(6, 2, 3))}
+print(window_read)
+window_input = np.random.default_rng(SEED + 3).normal(size=(8, HEAD_DIM))     # [P + C, Dh]
+window_full = single_head_attention(window_input @ Wq1, window_input @ Wk1, window_input @ Wv1,
+                                    window_keys(0, 8, 3))[6:]
+window_cached = single_head_attention(window_input[6:] @ Wq1, window_input @ Wk1, window_input @ Wv1,
+                                      window_keys(6, 2, 3))
+assert window_read == {"q6": [4, 5, 6], "q7": [5, 6, 7]}
+assert close(window_cached, window_full)
+say(en="Exercise 2 checked: query 6 reads keys 4-6, query 7 keys 5-7, and the windowed head gives the same "
+       "output with and without the cache.",
+    zh="练习 2 已核对：查询 6 读取键 4–6，查询 7 读取键 5–7；带窗口的注意力头用缓存和不用缓存得到的输出相同。")
+
+# %% [markdown] lang="en"
+# **Exercise 3: the work of a whole generation.** A prompt of $P = 4$ tokens is prefilled, then
+# $N = 8$ tokens are generated one per call. Count the rows the toy layer projects in total (one row
+# is one token through the K and V projections): with the cache, and if every call recomputes the
+# whole sequence from scratch.
+#
+# <details><summary>Show the answer</summary>
+#
+# With the cache: $4 + 8 \times 1 = 12$ rows. Without it: the prefill's 4 rows, then calls of
+# $5, 6, \dots, 12$ rows, $4 + 68 = 72$ in all. In general $P + N$ against
+# $(N + 1)P + N(N + 1)/2$: the cache turns a cost that grows with the square of the generated length
+# into one that grows linearly. The next cell runs both loops with `toy_forward`, counts the rows, and
+# checks that both loops produce the same logits at every step.
+#
+# </details>
+
+# %% [markdown] lang="zh"
+# **练习 3：一次完整生成的计算量。** 先对 $P = 4$ 个 token 的提示做预填充，再逐个生成 $N = 8$ 个 token，每次调用生成一个。玩具层一共要投影多少行（一行就是一个 token 经过一次 K、V 投影）？分别按用缓存、以及每次调用都从头重算整个序列来数。
+#
+# <details><summary>查看答案</summary>
+#
+# 用缓存：$4 + 8 \times 1 = 12$ 行。不用缓存：预填充 4 行，之后各次调用依次投影 $5, 6, \dots, 12$ 行，共 $4 + 68 = 72$ 行。一般地，用缓存需要 $P + N$ 行，不用缓存需要 $(N + 1)P + N(N + 1)/2$ 行：缓存把随生成长度平方增长的开销变成了线性增长。下一个单元格用 `toy_forward` 把两种循环都跑一遍，统计投影的行数，并核对两种循环在每一步都给出相同的 logits。
+#
+# </details>
+
+# %%
+gen_ids = np.random.default_rng(SEED + 4).integers(0, VOCAB, size=(1, 12))        # [1, P + N]
+gen_cache, cached_rows_total, full_rows_total, gen_errors = None, 0, 0, []
+for end in range(4, 13):
+    new = gen_ids[:, :4] if end == 4 else gen_ids[:, end - 1:end]
+    cached_logits, gen_cache, cached_parts = toy_forward(new, cache=gen_cache)
+    recomputed_logits, _, full_parts_now = toy_forward(gen_ids[:, :end])
+    cached_rows_total += cached_parts["x"].shape[1]
+    full_rows_total += full_parts_now["x"].shape[1]
+    gen_errors.append(max_abs_err(cached_logits[:, -1], recomputed_logits[:, -1]))
+print((cached_rows_total, full_rows_total))
+assert (cached_rows_total, full_rows_total) == (12, 72)
+assert max(gen_errors) <= TOLERANCE
+say(en=f"Exercise 3 checked: 12 rows with the cache, 72 without; the last logits of every step agree "
+       f"(largest difference {max(gen_errors):.1e}).",
+    zh=f"练习 3 已核对：用缓存投影 12 行，不用缓存投影 72 行；每一步最后一行的 logits 都一致"
+       f"（最大绝对误差 {max(gen_errors):.1e}）。")
+
+# %% [markdown] lang="en"
+# ## Where to go next
+#
+# This notebook stops at one attention layer, and at one head for the comparison. The full PyTorch
+# notebook, [`kv-cache.en.ipynb`](kv-cache.en.ipynb) next to this one in the repository's `build/infra-benchmark/`
+# folder ([open it in Colab]({{colab:infra-benchmark/kv-cache}})), builds the complete two-layer
+# decoder with one cache per layer, checks cached against full computation logit by logit across batch
+# sizes, chunk sizes and precisions, breaks positions and masks on purpose, and times prefill, full
+# recomputation and cached continuation on the CPU. A last, short section copies the decoder's weights
+# into Hugging Face's GPT-2 and uses it as an outside referee; the companion notebook *Checking our
+# decoder against Hugging Face GPT-2* ([open it in Colab]({{colab:infra-benchmark/kv-cache-hf-gpt2}}))
+# takes that comparison further. Both need PyTorch (and `transformers` for the comparison), so they run
+# in Jupyter or Colab, not in the browser.
+
+# %% [markdown] lang="zh"
+# ## 下一步
+#
+# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是仓库 `build/infra-benchmark/` 目录下与本笔记本并列的 [`kv-cache.zh.ipynb`](kv-cache.zh.ipynb)（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})）。它实现了完整的两层解码器，每层各有一份缓存；在不同的 batch 大小、分块长度和精度下，逐个 logit 地对比缓存计算与完整计算；故意把位置和掩码改错；并在 CPU 上对预填充、完整重算和缓存续写计时。最后还有简短的一节，把解码器的权重复制进 Hugging Face 的 GPT-2，请它当外部裁判；配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）则把这个比较做得更深入。这两个笔记本都依赖 PyTorch（这个比较还需要 `transformers`），因此要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。

@@ -1,0 +1,115 @@
+# %% [markdown] lang="en"
+# ## 8. Why the tolerance is $10^{-10}$: the GELU trap in FP32 and FP64
+#
+# The GELU trap is the quiet one, and it is the reason for the tight tolerance. On $[-8, 8]$ the tanh
+# curve stays within {{run:gelu.curve_gap:.1e}} of the exact one, and the gap is largest at
+# $|x| = {{run:gelu.peak_at:.2f}}$. Most values our MLPs feed to their activation lie much closer to zero
+# (their median $|x|$ is {{run:gelu.median_input:.2f}}), where the two curves nearly coincide: the median
+# gap at those values is {{run:gelu.median_gap:.1e}}. So the damage depends on how large the MLP inputs
+# are.
+#
+# The cell runs the correct mapping and the GELU trap in FP32, judged with the FP32 tolerance
+# $10^{-5}$, and in FP64, judged with $10^{-10}$, for two sets of weights: the decoder as it is, and the
+# same decoder with the weights and biases of both MLP input layers (`mlp.fc`) multiplied by 0.1, which
+# pulls the MLP inputs towards zero. What to read in the table:
+#
+# - In FP32 even the correct mapping differs by rounding noise, {{run:gelu.fp32_correct:.1e}}, far above
+#   $10^{-10}$: an FP32 comparison has to allow something like $10^{-5}$.
+# - With the decoder as it is, that FP32 tolerance still catches the GELU trap
+#   ({{run:gelu.fp32_trap:.1e}}), but by a factor of only {{run:gelu.fp32_margin:.0f}}.
+# - With the scaled weights, the trap's FP32 error, {{run:gelu.fp32_small_trap:.1e}}, is of the order of the
+#   correct mapping's rounding noise and passes: in FP32 the wrong GELU is invisible.
+# - In FP64 the correct mapping stays at rounding level, and the trap is caught with both sets of
+#   weights.
+#
+# The other two traps of section 7 are at least {{run:gelu.other_over_gelu:,.0f}} times larger than the
+# GELU trap: of the three, this is the only one that an FP32 comparison can let through.
+
+# %% [markdown] lang="zh"
+# ## 8. 容差为什么取 $10^{-10}$：FP32 与 FP64 下的 GELU 陷阱
+#
+# GELU 陷阱是最不显眼的一个，容差之所以定得这么紧，正是因为它。在 $[-8, 8]$ 上，tanh 近似曲线与精确曲线之差不超过 {{run:gelu.curve_gap:.1e}}，差距在 $|x| = {{run:gelu.peak_at:.2f}}$ 处最大。而我们的 MLP 送入激活函数的值，大多离零近得多（$|x|$ 的中位数是 {{run:gelu.median_input:.2f}}）；在零附近两条曲线几乎重合，在这些值上差距的中位数只有 {{run:gelu.median_gap:.1e}}。因此，这个错误造成多大的偏差，取决于 MLP 的输入有多大。
+#
+# 下面的单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢。表中要看的是：
+#
+# - 在 FP32 下，即使映射完全正确，也有 {{run:gelu.fp32_correct:.1e}} 的舍入噪声，远大于 $10^{-10}$：FP32 的比较必须留出 $10^{-5}$ 左右的容差。
+# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但只超出容差 {{run:gelu.fp32_margin:.0f}} 倍。
+# - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
+# - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
+#
+# 第 7 节的另外两个陷阱，误差至少是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
+
+# %%
+WEIGHT_SETS = ("model", "mlp_fc_x0.1")
+GELU_COLUMNS = [("fp32", "correct"), ("fp32", "gelu_new"), ("fp64", "correct"), ("fp64", "gelu_new")]
+
+
+def worst_logit_error(errors):
+    return max(errors["full_logits"], errors["cached_logits"])
+
+
+if HAVE_TRANSFORMERS:
+    tanh_gelu, exact_gelu = transformers.activations.ACT2FN["gelu_new"], nn.GELU()
+    grid = torch.linspace(-8, 8, 16001, dtype=torch.float64)
+    grid_gap = (tanh_gelu(grid) - exact_gelu(grid)).abs()
+    curve_gap, peak_at = grid_gap.max().item(), grid[grid_gap.argmax()].abs().item()
+
+    # [en] What each block's MLP feeds to its activation, on section 4's token IDs.
+    # [zh] 在第 4 节的 token ID 上，每个 Transformer 块的 MLP 送入激活函数的值。
+    mlp_inputs = []
+    handles = [block.mlp.fc.register_forward_hook(lambda module, args, out: mlp_inputs.append(out.flatten()))
+               for block in ours64.blocks]
+    try:
+        with torch.inference_mode():
+            ours64(peer_ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    mlp_inputs = torch.cat(mlp_inputs)
+    median_gap = (tanh_gelu(mlp_inputs) - exact_gelu(mlp_inputs)).abs().median().item()
+
+    # [en] The second weight set: both MLP input layers scaled by 0.1, everything else unchanged.
+    # [zh] 第二组权重：两个 MLP 输入层乘以 0.1，其余不变。
+    small_mlp = copy.deepcopy(model)
+    with torch.no_grad():
+        for block in small_mlp.blocks:
+            block.mlp.fc.weight.mul_(0.1)
+            block.mlp.fc.bias.mul_(0.1)
+    tolerance_of = {"fp32": TOLERANCE[torch.float32], "fp64": TOLERANCE[torch.float64]}
+    gelu_rows = {}
+    for label, fp32_model in zip(WEIGHT_SETS, (model, small_mlp)):
+        candidates = {"fp32": fp32_model, "fp64": copy.deepcopy(fp32_model).to(torch.float64)}
+        changes = {"correct": {}, "gelu_new": {"activation_function": "gelu_new"}}
+        gelu_rows[label] = {(dtype, variant): compare_with_gpt2(candidates[dtype],
+                                                                build_gpt2(candidates[dtype], **changes[variant]),
+                                                                peer_ids, PEER_CHUNKS)
+                            for dtype, variant in GELU_COLUMNS}
+    gelu_verdicts = {label: [agrees(row[c], tolerance_of[c[0]]) for c in GELU_COLUMNS] for label, row in gelu_rows.items()}
+    say_table([[f"`{label}`"] + [f"{worst_logit_error(row[c]):.2e} (`{verdict}`)"
+                                 for c, verdict in zip(GELU_COLUMNS, gelu_verdicts[label])]
+               for label, row in gelu_rows.items()],
+              en=["weights", "FP32, correct", "FP32, `gelu_new`", "FP64, correct", "FP64, `gelu_new`"],
+              zh=["权重", "FP32，正确映射", "FP32，`gelu_new`", "FP64，正确映射", "FP64，`gelu_new`"])
+    say(en="Largest logit difference, GPT-2 against ours; in brackets whether it agrees within 1e-05 (FP32) "
+           "or 1e-10 (FP64).",
+        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里注明它是否在 1e-05（FP32）或 1e-10（FP64）的容差内一致。")
+
+    # [en] The verdicts the text reads from the table: FP32 misses the trap only with the scaled weights ...
+    # [zh] 正文从表中读出的判定：只有换成缩小后的权重时，FP32 才漏掉陷阱……
+    assert gelu_verdicts == {"model": [True, False, True, False], "mlp_fc_x0.1": [True, True, True, False]}
+    # [en] ... FP32 rounding alone exceeds the FP64 tolerance, and the other traps are far above FP32's.
+    # [zh] ……单是 FP32 的舍入噪声就超过了 FP64 的容差，而另外两个陷阱远远高于 FP32 的容差。
+    fp32_noise = min(worst_logit_error(row[("fp32", "correct")]) for row in gelu_rows.values())
+    other_traps = min(worst_logit_error(trap_errors[name]) for name in ["tied_embeddings", "square_without_transpose"])
+    assert fp32_noise > TOLERANCE[torch.float64] and other_traps > 1000 * TOLERANCE[torch.float32]
+
+# %% tags=["prose-values"]
+{"gelu": {
+    "curve_gap": curve_gap, "peak_at": peak_at, "median_gap": median_gap,
+    "median_input": mlp_inputs.abs().median().item(),
+    "fp32_correct": worst_logit_error(gelu_rows["model"][("fp32", "correct")]),
+    "fp32_trap": worst_logit_error(gelu_rows["model"][("fp32", "gelu_new")]),
+    "fp32_margin": worst_logit_error(gelu_rows["model"][("fp32", "gelu_new")]) / TOLERANCE[torch.float32],
+    "fp32_small_trap": worst_logit_error(gelu_rows["mlp_fc_x0.1"][("fp32", "gelu_new")]),
+    "other_over_gelu": other_traps / worst_logit_error(trap_errors["gelu_new"]),
+}} if HAVE_TRANSFORMERS else {}

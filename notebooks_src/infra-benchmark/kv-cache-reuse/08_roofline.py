@@ -1,0 +1,265 @@
+# %% [markdown] lang="en"
+# ## 9. The roofline of this machine
+#
+# A processor can read memory at some bandwidth $\beta$ (bytes per second) and compute at some peak $\pi$
+# (FLOP per second). An operation of intensity $I$ can therefore run at most at $\min(\pi, \beta I)$ FLOP/s:
+# the **roofline**. Below the **ridge point** $I^* = \pi / \beta$ the memory is the bottleneck (the operation is
+# **memory-bound**); above it, the arithmetic is (**compute-bound**). We measure each side of the roof on this
+# machine with a benchmark of its own, one thread, FP32:
+#
+# * **the sloped side, the bandwidth $\beta$**: the copy (`a = b`) and triad (`a = b + 3 c`) kernels of STREAM,
+#   the standard memory benchmark, on arrays of 256 MiB each. That is larger than the last-level cache one
+#   core can use on common CPUs (AMD's EPYC processors give each core complex its own L3 cache: at most
+#   32 MiB, or 96 MiB with 3D V-Cache). As STREAM does, we credit copy with 8 bytes per element and
+#   triad with 12, each array element read or written once, and take the faster of the two as $\beta$;
+# * **the flat side, the peak $\pi$**: a square matrix product `[1024, 1024] @ [1024, 1024]`, whose
+#   {{run:roofline.matmul_intensity:.0f}} FLOP per byte lie far to the right of any ridge.
+#
+# Then two sweeps stand for the two parts of a decode step, each over several batch sizes $B$:
+#
+# * **weights**: $B$ token vectors times one `[4096, 4096]` weight matrix (64 MiB, read once per call, as a
+#   layer's weights are);
+# * **cache**: $B$ sequences, each with its own cache of {{run:roofline.cache_keys:,}} keys in 8 heads of 128
+#   dimensions (64 MiB of K and V per sequence), attended by one query per head.
+#
+# The machine that built this notebook is shared with other work, so single timings vary. Two measures make
+# the numbers robust to that. We time with the CPU time of this process (`time.process_time`), not the wall
+# clock: the operating system pauses our thread now and then to run other programs, and the wall clock would
+# count those pauses (on this machine they come in steps of a few milliseconds, longer than a batch-1
+# product). And every case runs {{run:roofline.rounds}} rounds, each round timing every case once, in turn, so
+# that other programs' use of the memory slows all cases alike; each number below is the median of its
+# rounds, and the tables give the spread (slowest round over fastest). Our toy decoder is no use here: its 0.6 MB of weights sit in the
+# CPU's caches, and its decode step is bound by the fixed cost of each call, as the first notebook found.
+
+# %% [markdown] lang="zh"
+# ## 9. 本机的 Roofline 模型
+#
+# 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的峰值 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边各用一个独立的基准测试在本机上测出，单线程，FP32：
+#
+# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB。这比常见 CPU 上单个核心能用到的末级缓存更大（AMD EPYC 处理器的每个核心复合体（core complex）各有自己的 L3 缓存：最多 32 MiB，采用 3D V-Cache 时为 96 MiB）。与 STREAM 的做法相同，copy 每个元素记 8 字节，triad 记 12 字节，即每个数组元素读或写一次；$\beta$ 取两者中较快的那个；
+# * **水平边，即峰值 $\pi$**：一个方阵乘法 `[1024, 1024] @ [1024, 1024]`，其算术强度为 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在任何拐点的右侧。
+#
+# 接着用两组扫描分别代表解码步的两个部分，每组都扫过几种 batch 大小 $B$：
+#
+# * **权重**：$B$ 个 token 向量乘以一个 `[4096, 4096]` 的权重矩阵（64 MiB，每次调用读一遍，就像一层的权重那样）；
+# * **缓存**：$B$ 条序列，每条都有自己的缓存，含 {{run:roofline.cache_keys:,}} 个键，分 8 个头、每头 128 维（每条序列 64 MiB 的 K 和 V），每个头用一个查询去做注意力。
+#
+# 构建本笔记本的机器同时运行着其他任务，单次计时会有波动。我们用两个办法让结果不受它左右。第一，计时用的是本进程的 CPU 时间（`time.process_time`），而不是挂钟时间：操作系统会不时暂停我们的线程，去运行别的程序，挂钟时间会把这些暂停也算进去（在这台机器上，暂停以几毫秒为单位，比 batch 为 1 的一次乘法还长）。第二，每种情形都测 {{run:roofline.rounds}} 轮，每一轮依次给每种情形计时一次，这样别的程序占用内存时，所有情形受到同样的影响；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里，它的解码步受限于每次调用的固定开销，第一份笔记本已经发现了这一点。
+
+# %%
+def timed_rounds(calls: dict, rounds: int) -> dict:
+    # [en] CPU seconds of each call in each round: one warm-up each, then `rounds` rounds that time every call once, in turn.
+    # [zh] 每个调用在每一轮所用的 CPU 秒数：各预热一次，然后进行 `rounds` 轮，每轮依次给每个调用计时一次。
+    times = {name: [] for name in calls}
+    for fn in calls.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            start = time.process_time()
+            fn()
+            times[name].append(time.process_time() - start)
+    return times
+
+
+def median(seconds: list) -> float:
+    return float(np.median(seconds))
+
+
+def spread(seconds: list) -> float:
+    return max(seconds) / min(seconds)
+
+
+ROUNDS = 3 if QUICK else 7
+WEIGHT_BATCHES = (1, 16, 256) if QUICK else (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CACHE_BATCHES = (1, 4) if QUICK else (1, 2, 4, 8)
+CACHE_HEADS, CACHE_DIM, CACHE_KEYS = 8, 128, 8192
+STREAM_ELEMENTS, MATMUL_SIZE, WIDTH, FP32 = 64 * 2**20, 1024, 4096, 4
+# [en] Bytes STREAM credits per element: copy reads b and writes a; triad reads b and c and writes a.
+# [zh] STREAM 为每个元素记的字节数：copy 读 b、写 a；triad 读 b 和 c、写 a。
+STREAM_BYTES = {"copy": 2 * FP32, "triad": 3 * FP32}
+
+with torch.inference_mode():
+    bench_gen = torch.Generator().manual_seed(SEED + 50)
+    a, b, c = torch.zeros(STREAM_ELEMENTS), torch.rand(STREAM_ELEMENTS, generator=bench_gen), torch.rand(STREAM_ELEMENTS, generator=bench_gen)  # 256 MiB each
+    square_a, square_b = torch.randn(2, MATMUL_SIZE, MATMUL_SIZE, generator=bench_gen)
+    weight = torch.randn(WIDTH, WIDTH, generator=bench_gen)                                                       # 64 MiB
+    inputs = {batch: torch.randn(batch, WIDTH, generator=bench_gen) for batch in WEIGHT_BATCHES}
+    # [en] One cache per sequence: K and V of [B, 8, CACHE_KEYS, 128] each, one query per head (the values do not matter here).
+    # [zh] 每条序列一份缓存：K 和 V 各为 [B, 8, CACHE_KEYS, 128]，每个头一个查询（这里数值是多少无关紧要）。
+    caches = {batch: (torch.full((batch, CACHE_HEADS, 1, CACHE_DIM), 0.1), *torch.full((2, batch, CACHE_HEADS, CACHE_KEYS, CACHE_DIM), 0.1))
+              for batch in CACHE_BATCHES}
+    everything = torch.ones(1, 1, 1, CACHE_KEYS, dtype=torch.bool)
+    calls = {"copy": lambda: a.copy_(b), "triad": lambda: torch.add(b, c, alpha=3.0, out=a),
+             "matmul": lambda: square_a @ square_b,
+             **{("weights", batch): (lambda x=x: F.linear(x, weight)) for batch, x in inputs.items()},
+             **{("cache", batch): (lambda kv=kv: masked_attention(*kv, everything)) for batch, kv in caches.items()}}
+    SECONDS = timed_rounds(calls, ROUNDS)
+    del a, b, c, square_a, square_b, weight, inputs, caches, calls
+
+STREAM_RATES = {name: STREAM_ELEMENTS * STREAM_BYTES[name] / median(SECONDS[name]) for name in STREAM_BYTES}
+BANDWIDTH = max(STREAM_RATES.values())
+PEAK = 2 * MATMUL_SIZE**3 / median(SECONDS["matmul"])
+RIDGE = PEAK / BANDWIDTH
+
+WEIGHT_SWEEP = []
+for batch in WEIGHT_BATCHES:
+    seconds = SECONDS[("weights", batch)]
+    flops, bytes_read = 2 * batch * WIDTH * WIDTH, FP32 * (WIDTH * WIDTH + 2 * batch * WIDTH)
+    WEIGHT_SWEEP.append({"batch": batch, "intensity": flops / bytes_read, "gflops": flops / median(seconds) / 1e9,
+                         "gbs": bytes_read / median(seconds) / 1e9, "ms_per_token": 1e3 * median(seconds) / batch,
+                         "spread": spread(seconds)})
+CACHE_SWEEP = []
+for batch in CACHE_BATCHES:
+    seconds = SECONDS[("cache", batch)]
+    flops, bytes_read = 2 * batch * CACHE_HEADS * 2 * CACHE_DIM * CACHE_KEYS, FP32 * 2 * batch * CACHE_HEADS * CACHE_KEYS * CACHE_DIM
+    CACHE_SWEEP.append({"batch": batch, "intensity": flops / bytes_read, "gflops": flops / median(seconds) / 1e9,
+                        "gbs": bytes_read / median(seconds) / 1e9, "ms_per_sequence": 1e3 * median(seconds) / batch,
+                        "spread": spread(seconds)})
+
+say(en=f"This machine, one thread, FP32: STREAM copy {STREAM_RATES['copy'] / 1e9:.1f} GB/s and triad {STREAM_RATES['triad'] / 1e9:.1f} GB/s "
+       f"(spreads {spread(SECONDS['copy']):.2f} and {spread(SECONDS['triad']):.2f}), so the bandwidth is {BANDWIDTH / 1e9:.1f} GB/s; "
+       f"the square matrix product reaches {PEAK / 1e9:.1f} GFLOP/s (spread {spread(SECONDS['matmul']):.2f}). "
+       f"Ridge point: {RIDGE:.2f} FLOP/byte.",
+    zh=f"本机，单线程，FP32：STREAM copy 为 {STREAM_RATES['copy'] / 1e9:.1f} GB/s，triad 为 {STREAM_RATES['triad'] / 1e9:.1f} GB/s"
+       f"（波动范围分别为 {spread(SECONDS['copy']):.2f} 和 {spread(SECONDS['triad']):.2f}），所以带宽取 {BANDWIDTH / 1e9:.1f} GB/s；"
+       f"方阵乘法达到 {PEAK / 1e9:.1f} GFLOP/s（波动范围 {spread(SECONDS['matmul']):.2f}）。拐点：{RIDGE:.2f} FLOP/字节。")
+say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['ms_per_token']:.3f}", f"{r['spread']:.2f}"]
+           for r in WEIGHT_SWEEP],
+          en=["weights: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "ms per token", "spread"],
+          zh=["权重：batch B", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "每个 token 的毫秒数", "波动范围"])
+say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['ms_per_sequence']:.2f}", f"{r['spread']:.2f}"]
+           for r in CACHE_SWEEP],
+          en=["cache: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "ms per sequence", "spread"],
+          zh=["缓存：batch B", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "每条序列的毫秒数", "波动范围"])
+
+# %% [markdown] lang="en"
+# **The criteria**, two, each with its control:
+#
+# * **the batch-1 product is memory-bound, as measured.** The roofline *classifies* the batch-1 product as
+#   memory-bound and the largest batch as compute-bound: their intensities, {{run:roofline.intensity_b1:.2f}} and
+#   {{run:roofline.intensity_bmax:.0f}} FLOP/byte, lie on either side of the ridge. For batch 1 the measurement must
+#   agree, by two numbers that no formula of ours sets: the product moves its bytes at **at least a third** of
+#   the STREAM bandwidth, and does **at most a third** of the FLOP/s of the square matrix product. Its time is
+#   set by the bytes it reads, not by its arithmetic. The control applies the same measured test to the largest batch,
+#   which must fail it;
+# * **batching amortizes the weights, not the cache**: from the smallest to the largest batch, the time per
+#   token of the weight product falls below half, while the time per sequence of the cache reads does not.
+#   The control is the cache's test applied to the weight product, where it must fail.
+#
+# Only these coarse properties are asserted, each with about a factor of two to spare in this run (the table
+# below gives the shares); the numbers themselves are this run's.
+
+# %% [markdown] lang="zh"
+# **判据**共两条，各有一个负对照：
+#
+# * **实测表明，batch 为 1 的矩阵乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个不由我们的任何公式决定的数：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为**方阵乘法的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
+# * **batch 分摊了权重的开销，却分摊不了缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
+#
+# 这里只断言这些粗略的性质，在本次运行中每条都留有大约两倍的余地（下表给出了各项比例）；具体数值是本次运行的结果。
+
+# %%
+def memory_bound(row) -> bool:
+    return row["gbs"] * 1e9 >= BANDWIDTH / 3 and row["gflops"] * 1e9 <= PEAK / 3
+
+
+def amortized(times) -> bool:
+    return times[-1] < times[0] / 2
+
+
+weight_ms = [r["ms_per_token"] for r in WEIGHT_SWEEP]
+cache_ms = [r["ms_per_sequence"] for r in CACHE_SWEEP]
+first, last = WEIGHT_SWEEP[0], WEIGHT_SWEEP[-1]
+ROOFLINE_CHECKS = {"classified": first["intensity"] < RIDGE < last["intensity"], "batch_1_memory_bound": memory_bound(first),
+                   "weights_amortized": amortized(weight_ms), "cache_not_amortized": not amortized(cache_ms)}
+ROOFLINE_CONTROLS = {"largest_batch_memory_bound": {"batch": last["batch"], "bandwidth_share": last["gbs"] * 1e9 / BANDWIDTH,
+                                                    "peak_share": last["gflops"] * 1e9 / PEAK, "caught": not memory_bound(last)},
+                     "weights_not_amortized": {"caught": amortized(weight_ms)}}
+say_table([[str(r["batch"]), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['gflops'] * 1e9 / PEAK:.0%}", f"`{memory_bound(r)}`"] for r in (first, last)],
+          en=["weights: batch B", "bytes per second, share of STREAM", "FLOP/s, share of the matmul", "memory-bound (>= 1/3 and <= 1/3)"],
+          zh=["权重：batch B", "每秒字节数占 STREAM 的比例", "FLOP/s 占矩阵乘法的比例", "受限于内存带宽（>= 1/3 且 <= 1/3）"])
+assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTROLS.values())
+say(en=f"Both criteria hold, and both controls are caught. Weights: {weight_ms[0]:.3f} -> {weight_ms[-1]:.3f} ms per token; "
+       f"cache: {cache_ms[0]:.2f} -> {cache_ms[-1]:.2f} ms per sequence.",
+    zh=f"两条判据都成立，两个负对照都被查出。权重：每个 token {weight_ms[0]:.3f} -> {weight_ms[-1]:.3f} 毫秒；"
+       f"缓存：每条序列 {cache_ms[0]:.2f} -> {cache_ms[-1]:.2f} 毫秒。")
+
+# %% [markdown] lang="en"
+# **The picture.** The roof of this machine has a sloped side set by STREAM, $\beta$ = {{run:roofline.bandwidth_gbs:.1f}} GB/s,
+# and a flat side set by the square matrix product, $\pi$ = {{run:roofline.peak_gflops:.0f}} GFLOP/s; the ridge lies at
+# {{run:roofline.ridge:.1f}} FLOP/byte. The batch-1 product, at {{run:roofline.intensity_b1:.2f}} FLOP/byte, streamed its
+# weights at {{run:roofline.weight_gbs_b1:.1f}} GB/s, {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth, and did
+# {{run:roofline.gflops_b1:.1f}} GFLOP/s, {{run:roofline.b1_peak_share:.0%}} of the peak. (A kernel that only reads can even
+# pass the STREAM figure: STREAM credits each kernel with the bytes its loop names, but an ordinary store
+# first reads the cache line it overwrites, a transfer STREAM does not count.) At batch
+# {{run:roofline.weight_batch_max}} the same weights serve {{run:roofline.weight_batch_max}} tokens at
+# {{run:roofline.gflops_bmax:.0f}} GFLOP/s, and each token costs {{run:roofline.amortization:.1f}} times less. Between these
+# ends the sweep need not be smooth: how fast a math library reads the matrix depends on the batch size, not
+# only on the bytes (compare the GB/s column at batch 1 and 2), and a round can be slowed by other programs;
+# the spread column shows how much the rounds differed. The cache reads stay at 0.5 FLOP/byte whatever the
+# batch, and their time per sequence does not fall the way the weights' time per token does
+# ({{run:roofline.cache_ms_first:.1f}} ms at batch 1, {{run:roofline.cache_ms_last:.1f}} ms at batch {{run:roofline.cache_batch_max}}).
+#
+# The published models' decode steps at batch 1 (between {{run:cost.min_intensity_b1:.2f}} and
+# {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a hundred times below a data-centre
+# GPU's ridge: an NVIDIA H100 SXM offers {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s in dense BF16 and
+# {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s (its datasheet), a ridge at {{run:roofline.gpu_ridge:.0f}} FLOP/byte. This is
+# why a decode step is as fast as memory lets it be, and why the mechanisms of this series pay off: batching
+# shares the weights' bytes, GQA, MLA and quantization shrink the cache's bytes, and speculative decoding
+# verifies $k + 1$ tokens for about the bytes of one.
+#
+# *Figure: left, the roofline of this machine (black: $\min(\pi, \beta I)$, with $\beta$ from STREAM and $\pi$ from
+# the square matrix product), the weight product at each batch size (blue circles, batch size written beside
+# each), the cache reads (orange triangles) and the decode step of each published model at batch 1 (one
+# colour per model, placed on the roof at its intensity with 16-bit numbers: where the roofline puts it, not
+# a measurement). Right, the decode step's intensity against the batch size for the same models at a context
+# of 4,096 tokens, with the ridge points of this machine (black, dashed) and of an H100 (grey, dotted).*
+
+# %% [markdown] lang="zh"
+# **图示**：本机屋顶线的斜边由 STREAM 决定，$\beta$ = {{run:roofline.bandwidth_gbs:.1f}} GB/s；水平边由方阵乘法决定，$\pi$ = {{run:roofline.peak_gflops:.0f}} GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有峰值的 {{run:roofline.b1_peak_share:.0%}}。（只读不写的内核甚至可以超过 STREAM 的数字：STREAM 只给每个内核记它的循环中写明的字节，而普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计。）batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的开销降到原来的 1/{{run:roofline.amortization:.1f}}。在这两端之间，扫描结果未必平滑：数学库读取矩阵的速度不只取决于字节数，也取决于 batch 大小（比较 batch 为 1 和 2 时的 GB/s 一列），某一轮也可能被其他程序拖慢；波动范围一列显示各轮之间相差多少。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节，每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
+#
+# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）比数据中心 GPU 的拐点低一百倍以上：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。这就是为什么解码步的速度只取决于内存能有多快，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花大约一个 token 的字节，验证 $k + 1$ 个 token。
+#
+# *图：左图是本机的 Roofline 模型（黑线：$\min(\pi, \beta I)$，$\beta$ 取自 STREAM，$\pi$ 取自方阵乘法）、各种 batch 大小下的权重乘法（蓝色圆点，旁边标注 batch 大小）、缓存读取（橙色三角形），以及每个公开模型在 batch 为 1 时的解码步（每个模型一种颜色，按其 16 位数值下的算术强度放在屋顶线上：这是 Roofline 模型给出的位置，不是测量值）。右图是这些模型在上下文为 4,096 个 token 时，解码步的算术强度随 batch 大小的变化，并画出本机的拐点（黑色虚线）和 H100 的拐点（灰色点线）。*
+
+# %%
+# [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
+# [zh] NVIDIA H100 SXM 数据手册：BF16 稀疏算力 1,979 TFLOP/s（稠密 989），HBM3 带宽 3.35 TB/s。
+GPU_PEAK, GPU_BANDWIDTH = 989e12, 3.35e12
+GPU_RIDGE = GPU_PEAK / GPU_BANDWIDTH
+PLOT_BATCHES = [2 ** i for i in range(10)]
+colors = plt.rcParams["axes.prop_cycle"].by_key()["color"][2:]
+
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+xs = np.logspace(-1.3, 3, 200)
+left.loglog(xs, np.minimum(PEAK, BANDWIDTH * xs) / 1e9, color="black",
+            label=f"roof: STREAM {BANDWIDTH / 1e9:.1f} GB/s, matmul {PEAK / 1e9:.0f} GFLOP/s")
+left.plot([r["intensity"] for r in WEIGHT_SWEEP], [r["gflops"] for r in WEIGHT_SWEEP], "o", color="tab:blue", label="weights x B tokens")
+for r in WEIGHT_SWEEP:
+    left.annotate(str(r["batch"]), (r["intensity"], r["gflops"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+left.plot([r["intensity"] for r in CACHE_SWEEP], [r["gflops"] for r in CACHE_SWEEP], "^", color="tab:orange", label="cache reads, B sequences")
+for shape, color in zip(SHAPES, colors):
+    intensity = COSTS[shape.name][1]["intensity"]
+    left.plot([intensity], [min(PEAK, BANDWIDTH * intensity) / 1e9], "D", color=color, markersize=5, label=f"{shape.name}, B = 1")
+left.set_xlabel("arithmetic intensity (FLOP/byte)")
+left.set_ylabel("GFLOP/s (1 thread, fp32)")
+left.legend(fontsize=7, loc="lower right")
+for shape, color in zip(SHAPES, colors):
+    right.loglog(PLOT_BATCHES, [decode_step_cost(shape, b, COST_CONTEXT, BF16)["intensity"] for b in PLOT_BATCHES], "-", color=color, label=shape.name)
+right.axhline(RIDGE, color="black", linestyle="--", label="ridge of this machine")
+right.axhline(GPU_RIDGE, color="gray", linestyle=":", label="ridge of an H100 (bf16)")
+right.set_xlabel("batch size B")
+right.set_ylabel("decode step intensity (FLOP/byte)")
+right.legend(fontsize=7)
+fig.tight_layout()
+ROOFLINE_PNG = OUT / "roofline.png"
+fig.savefig(ROOFLINE_PNG, dpi=120)
+plt.show()
+assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
+
+# %% [markdown] lang="en"
+# *The next section is the first notebook's check of our decoder against Hugging Face GPT-2, repeated
+# unchanged: it is here because section 11 needs its mapping of our weights into `GPT2LMHeadModel`. If you
+# have read it there, skip to section 11.*
+
+# %% [markdown] lang="zh"
+# *下一节是第一份笔记本中用 Hugging Face GPT-2 检验我们解码器的内容，原样重复：它之所以出现在这里，是因为第 11 节要用到其中把我们的权重装进 `GPT2LMHeadModel` 的映射。如果你已在第一份笔记本中读过，可以直接跳到第 11 节。*

@@ -1,0 +1,107 @@
+# %% [markdown] lang="en"
+# ## 12. Saved results
+#
+# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures:
+# the prefix cache's sweep over pool sizes, the speculative runs for every $k$, the split-K errors, the decode
+# step counts and the published configurations with their sources, this machine's roofline measurements,
+# the Hugging Face comparison (or that it was skipped), and every negative control under `controls`, each
+# with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
+# strict JSON. On Colab the cell also offers the files for download.
+
+# %% [markdown] lang="zh"
+# ## 12. 保存结果
+#
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：前缀缓存在各种池大小下的扫描结果、每个 $k$ 的投机解码结果、split-K 的误差、解码步的计数、公开模型的配置及其出处、本机 Roofline 模型的测量值、与 Hugging Face 的比较（或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
+
+# %%
+def finite_or_none(value):
+    return float(value) if math.isfinite(value) else None
+
+
+CONTROLS = {
+    **{name: {"section": "prefix_cache", "scenario": c["scenario"], "wrong_requests": c["wrong_requests"],
+              "max_abs_logit_err": finite_or_none(c["max_abs_logit_err"]), "finite": c["finite"], "caught": c["caught"]}
+       for name, c in PREFIX_CONTROLS.items()},
+    "target_cache_not_cropped": {"section": "speculative", **{key: finite_or_none(v) if isinstance(v, float) else v
+                                                              for key, v in SPEC_CONTROLS["target_cache_not_cropped"].items()}},
+    "merge_without_rescaling": {"section": "split_k", "splits": [n for n in SPLIT_COUNTS if n > 1],
+                                "max_abs_err_fp32": [c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 1],
+                                "caught": all(SPLIT_K_CAUGHT[n] for n in SPLIT_COUNTS if n > 1)},
+    "keys_without_the_new_token": {"section": "decode_cost", "flops": [r["control"] for r in COUNT_GRID], "caught": COUNT_CONTROL_CAUGHT},
+    "llama_3_1_8b_with_32_kv_heads": {"section": "decode_cost", **SIZE_CONTROL},
+    **{name: {"section": "roofline", **c} for name, c in ROOFLINE_CONTROLS.items()},
+}
+if ASSISTED_CONTROL is not None:
+    CONTROLS["referee_rejects_no_rollback"] = {"section": "assisted_generation", **ASSISTED_CONTROL}
+
+RESULTS = {
+    "schema_version": 2,
+    "notebook": "infra-benchmark/kv-cache-reuse",
+    "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    "quick": bool(QUICK),
+    "environment": ENVIRONMENT,
+    "config": {"vocab": cfg.vocab, "width": cfg.width, "heads": cfg.heads, "head_dim": cfg.head_dim,
+               "layers": cfg.layers, "mlp": cfg.mlp, "max_positions": cfg.max_positions, "seed": SEED},
+    "tolerances": {DTYPE_NAME[dtype]: tol for dtype, tol in TOLERANCE.items()},
+    "prefix_cache": {
+        "block_size": BLOCK_SIZE,
+        "stream": {"requests": STREAM_REQUESTS, "system_prompt_lengths": list(SYSTEM_LENGTHS),
+                   "system_prompt_weights": list(SYSTEM_WEIGHTS), "question_tokens": [2, 12], "new_tokens": [3, 10],
+                   "arrivals_per_iteration": 1},
+        "sweep": [{key: r[key] for key in ("blocks", "hit_rate", "prefill_tokens_saved", "prompt_tokens", "requests_with_hit",
+                                           "evictions", "iterations", "max_abs_logit_err_hits", "min_margin",
+                                           "misses_bit_identical", "whole_blocks", "finite", "all_released", "close")} for r in SWEEP],
+        "scenarios": {scenario: {key: r[key] for key in ("blocks", "requests_with_hit", "iterations", "close", "finite")}
+                      for scenario, r in CONTROL_RUNS["correct"].items()},
+    },
+    "speculative": {
+        "draft": {"layers": draft.config.layers, "parameters": sum(p.numel() for p in draft.parameters()),
+                  "agreement": DRAFT_AGREEMENT},
+        "prompts": len(SPEC_PROMPTS), "prompt_tokens": len(SPEC_PROMPTS[0]), "new_tokens": SPEC_NEW,
+        "runs": [{key: r[key] for key in ("k", "target_calls", "plain_calls", "draft_calls", "accepted_per_call", "tokens_per_call",
+                                          "tokens_identical", "logits_close", "max_abs_logit_err", "min_margin")} for r in SPEC],
+        "formula_tokens_per_call": SPEC_FORMULA,
+    },
+    "split_k": {
+        "keys": SPLIT_KEYS, "padding": SPLIT_PADDING, "decoder_prompt": SPLIT_PROMPT,
+        "rows": [{"splits": r["splits"], "fully_masked": r["fully_masked"], "max_abs_err_fp32": r["fp32"]["max_abs_err"],
+                  "max_abs_err_fp64": r["fp64"]["max_abs_err"], "max_abs_err_decoder": r["decoder"]["max_abs_err"]} for r in SPLIT_K],
+    },
+    "decode_cost": {
+        "count_grid": COUNT_GRID,
+        "context": COST_CONTEXT, "bytes_per_element": BF16,
+        "published": [{"name": s.name, "source": s.source, "parameters": c["counted"], "published_parameters": c["published"],
+                       "matrices_per_token": parameters(s)["per_token"],
+                       "decode_step": {str(batch): COSTS[s.name][batch] for batch in (1, 64)}} for s, c in zip(SHAPES, SIZE_CHECK)],
+        "our_decoder": [{"batch": b, **c} for b, c in zip(OUR_BATCHES, OUR_COSTS)],
+    },
+    "roofline": {
+        "protocol": {"threads": torch.get_num_threads(), "dtype": "fp32", "rounds": ROUNDS, "statistic": "median",
+                     "order": "rotating", "clock": "time.process_time"},
+        "stream": {"elements": STREAM_ELEMENTS, "bytes_per_element": STREAM_BYTES,
+                   "bytes_per_s": STREAM_RATES, "spread": {name: spread(SECONDS[name]) for name in STREAM_BYTES}},
+        "matmul": {"size": MATMUL_SIZE, "flops_per_s": PEAK, "spread": spread(SECONDS["matmul"])},
+        "roof": {"bandwidth_bytes_per_s": BANDWIDTH, "flops_per_s": PEAK, "ridge_flop_per_byte": RIDGE},
+        "weight_sweep": WEIGHT_SWEEP, "cache_sweep": CACHE_SWEEP,
+        "batch_1": {"bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK},
+        "checks": ROOFLINE_CHECKS,
+        "gpu_reference": {"name": "NVIDIA H100 SXM", "source": "datasheet", "bf16_dense_flops_per_s": GPU_PEAK,
+                          "bandwidth_bytes_per_s": GPU_BANDWIDTH},
+    },
+    "assisted_generation": {"skipped": ASSISTED is None, "runs": ASSISTED},
+    "controls": CONTROLS,
+    "figures": [MASKS_PNG.name, HIT_RATE_PNG.name, SPEC_PNG.name, ROOFLINE_PNG.name],
+}
+RESULTS_JSON = OUT / "results.json"
+RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+saved = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
+assert all(c["caught"] is True for c in saved["controls"].values()) and all((OUT / name).exists() for name in RESULTS["figures"])
+say(en=f"Wrote `{RESULTS_JSON.name}` and {len(RESULTS['figures'])} figures; {sum(c['caught'] for c in CONTROLS.values())} of "
+       f"{len(CONTROLS)} negative controls caught.",
+    zh=f"已写入 `{RESULTS_JSON.name}` 和 {len(RESULTS['figures'])} 张图；{len(CONTROLS)} 个负对照中查出了 "
+       f"{sum(c['caught'] for c in CONTROLS.values())} 个。")
+
+if IN_COLAB:
+    from google.colab import files
+    for name in [RESULTS_JSON.name] + RESULTS["figures"]:
+        files.download(str(OUT / name))

@@ -1,0 +1,75 @@
+# %% [markdown] lang="en"
+# **Negative controls.** Three bookkeeping mistakes, each in a subclass that changes one method, each
+# run through the check of the criterion it breaks:
+#
+# * **off-by-one block offset** (first criterion): `reserve` hands out the slot one past the block's
+#   fill count, so each position is written one slot too far while `read` reads the slots the block
+#   counts as filled;
+# * **reused block not cleared** (second criterion): `release` returns a block to the free list without
+#   resetting its fill count; its next owner appends behind slots it never wrote, and reads them. Stale
+#   fill counts make sequences take more blocks than the scheduler reserved, so this pool gets as many
+#   spare blocks again: running out of blocks would also stop the run, but would tell us less;
+# * **shared block written in place** (third criterion): no copy-on-write; the first sequence to continue
+#   after the fork appends into the block it shares with the other, which then reads a token that is not
+#   its own.
+
+# %% [markdown] lang="zh"
+# **负对照**：三种记账错误，各自写成只改动一个方法的子类，都交给它所违反的那条判据的检查：
+#
+# * **物理块内偏移差一**（第一条判据）：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都往后多偏了一个槽位，而 `read` 读取的仍是物理块记为已填的那些槽位；
+# * **复用的物理块没有清理**（第二条判据）：`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数会让序列占用比调度器预留更多的物理块，所以这个池额外多给了同样数量的备用物理块：物理块耗尽同样会让运行停下来，但提供的信息更少；
+# * **原地写入共享的物理块**（第三条判据）：不做写时复制；分叉后先继续生成的那条序列，会把 token 追加到与另一条序列共享的物理块里，另一条序列随之读到不属于自己的 token。
+
+# %%
+class OffByOneOffset(PagedCache):
+    def reserve(self, seq, n):
+        addresses = super().reserve(seq, n)
+        # [en] WRONG on purpose: one slot too far.
+        # [zh] 故意写错：多偏了一个槽位。
+        return (addresses + 1) % (self.pool.num_blocks * self.pool.block_size)
+
+
+class NotClearedPool(BlockPool):
+    def clear(self, block):
+        for t in self.k + self.v:
+            # [en] WRONG on purpose: the fill count is kept.
+            # [zh] 故意写错：保留了已填计数。
+            t[block] = float("nan")
+
+
+class NoCopyOnWrite(PagedCache):
+    def copy_on_write(self, seq):
+        # [en] WRONG on purpose: write into the shared block.
+        # [zh] 故意写错：直接写入共享的物理块。
+        pass
+
+
+off_by_one = check_paged(OffByOneOffset(BlockPool(cfg, 32, BLOCK_SIZE)))
+not_cleared = check_reuse(NotClearedPool(cfg, 2 * REUSE_BLOCKS, BLOCK_SIZE))
+in_place = check_shared(NoCopyOnWrite(BlockPool(cfg, 16, BLOCK_SIZE)))
+PAGED_CONTROLS = {
+    "off_by_one_block_offset": {"max_abs_logit_err": off_by_one["max_abs_logit_err"], "finite": off_by_one["finite"],
+                                "detected": not off_by_one["close_vs_cat"]},
+    "reused_block_not_cleared": {"max_abs_logit_err": not_cleared["max_abs_logit_err_vs_contiguous"], "finite": not_cleared["finite"],
+                                 "detected": not (not_cleared["bit_exact_vs_contiguous"] or not_cleared["close_to_alone"]
+                                                  or not_cleared["within_reservation"])},
+    "shared_block_written_in_place": {"max_abs_logit_err": in_place["max_abs_logit_err_vs_full"], "finite": in_place["finite"],
+                                      "detected": not (in_place["bit_exact_vs_contiguous"] or in_place["close_to_full"])},
+}
+say_table([[f"`{name}`", f"{c['max_abs_logit_err']:.3e}", f"`{c['finite']}`", f"`{c['detected']}`"] for name, c in PAGED_CONTROLS.items()],
+          en=["broken variant", "max abs logit error", "finite", "caught"],
+          zh=["改坏的版本", "logits 的最大绝对误差", "数值有限", "查出"])
+# [en] All caught. The NaN pool exposes the unwritten slot and the stale slots of a reused block; writing into a
+# [en] shared block gives finite, wrong numbers, which only the comparison catches.
+# [zh] 全部查出。NaN 池暴露了未写入的槽位，以及复用物理块中过期的槽位；写入共享物理块给出的是有限但错误的数，
+# [zh] 只有比较才能查出。
+assert [(c["detected"], c["finite"]) for c in PAGED_CONTROLS.values()] == [(True, False), (True, False), (True, True)]
+
+# %% [markdown] lang="en"
+# A control is caught when every check of its criterion that could see it fails: the second one fails
+# the bit-exact comparison with the contiguous cache, the comparison with the alone runs, and the
+# reservation check (its requests held more blocks than were reserved for them); the third fails both the
+# bit-exact comparison with the contiguous cache and the comparison with full recomputation.
+
+# %% [markdown] lang="zh"
+# 只有当判据中每一项能看到这个错误的检查都失败时，才算查出了这个负对照：第二个负对照同时通不过与连续缓存的逐比特比较、与单独运行的比较，以及预留检查（它的请求持有的物理块超过了为它们预留的数量）；第三个负对照同时通不过与连续缓存的逐比特比较和与完整重算的比较。
