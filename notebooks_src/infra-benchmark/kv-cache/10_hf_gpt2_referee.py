@@ -39,9 +39,6 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 PEER_TOL = 1e-10
 PINNED_TRANSFORMERS = "5.23.0"
 CHECKED_TRANSFORMERS = ("4.57.1", "5.0.0", PINNED_TRANSFORMERS)
-# [en] max_abs_err of the helpers, under the name the companion notebook uses.
-# [zh] 即辅助工具中的 max_abs_err，沿用配套笔记本使用的名字。
-max_abs = max_abs_err
 
 
 # [en] None if a cached GPT-2 call works the way this section uses it, else the library's error.
@@ -75,22 +72,14 @@ except ImportError as error:
     SKIP_NOTE = f"{type(error).__name__}: {error}"
 HAVE_TRANSFORMERS = SKIP_NOTE is None
 
-
-# [en] Why the comparison is skipped, in the reader's language.
-# [zh] 用读者的语言说明为什么跳过比较。
-def say_skip_note():
-    if API_PROBLEM is None:
-        say(en="transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped.",
-            zh="没有安装 transformers，因此跳过与 Hugging Face GPT-2 的比较。")
-    else:
-        say(en=f"transformers {transformers.__version__} lacks the cache API used here (`{API_PROBLEM}`); it was "
-               f"checked with {', '.join(CHECKED_TRANSFORMERS)}, so the comparison with Hugging Face GPT-2 is skipped.",
-            zh=f"transformers {transformers.__version__} 缺少这里用到的缓存接口（`{API_PROBLEM}`）；"
-               f"本比较在 {'、'.join(CHECKED_TRANSFORMERS)} 上检查过，因此跳过与 Hugging Face GPT-2 的比较。")
-
-
-if not HAVE_TRANSFORMERS:
-    say_skip_note()
+if not HAVE_TRANSFORMERS and API_PROBLEM is None:
+    say(en="transformers is not installed, so the comparison with Hugging Face GPT-2 is skipped.",
+        zh="没有安装 transformers，因此跳过与 Hugging Face GPT-2 的比较。")
+elif not HAVE_TRANSFORMERS:
+    say(en=f"transformers {transformers.__version__} lacks the cache API used here (`{API_PROBLEM}`); it was "
+           f"checked with {', '.join(CHECKED_TRANSFORMERS)}, so the comparison with Hugging Face GPT-2 is skipped.",
+        zh=f"transformers {transformers.__version__} 缺少这里用到的缓存接口（`{API_PROBLEM}`）；"
+           f"本比较在 {'、'.join(CHECKED_TRANSFORMERS)} 上检查过，因此跳过与 Hugging Face GPT-2 的比较。")
 elif transformers.__version__ in CHECKED_TRANSFORMERS:
     print(f"transformers {transformers.__version__}")
 else:
