@@ -1,4 +1,4 @@
-"""Fixtures for the KV-cache notebook: sections 1-9 exec'ed once, in quick mode (tests/conftest.py)."""
+"""Fixtures for the KV-cache notebook: sections 1-10 exec'ed once, in quick mode (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,5 +14,5 @@ def quick_dir(kv_cache_quick) -> Path:
 
 @pytest.fixture(scope="session")
 def nb(kv_cache_quick) -> dict:
-    """Namespace of sections 1-9 run with QUICK=True, writing into a temporary folder."""
+    """Namespace of sections 1-10 run with QUICK=True, writing into a temporary folder."""
     return kv_cache_quick[0]

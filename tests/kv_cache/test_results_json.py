@@ -19,8 +19,9 @@ def results(nb, quick_dir):
 
 def test_top_level_keys_in_order(results):
     assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config",
-                             "equivalence", "generation", "negative_controls", "cost_model", "timing", "figures"]
-    assert results["schema_version"] == 1 and results["notebook"] == "infra-benchmark/kv-cache"
+                             "equivalence", "generation", "negative_controls", "cost_model", "timing", "profile",
+                             "generation_timing", "figures"]
+    assert results["schema_version"] == 2 and results["notebook"] == "infra-benchmark/kv-cache"
     assert results["quick"] is True
     assert datetime.fromisoformat(results["created_at"]).tzinfo is not None
 
@@ -36,6 +37,10 @@ def test_environment_and_config(results):
 
 def test_equivalence(results):
     eq = results["equivalence"]
+    growth = eq["cache_growth"]
+    assert growth["calls"] == [[12, 7, 31, 4], [9, 18], [55], [23]]
+    assert growth["cache_lengths"] == [[4, 4], [6, 6], [7, 7], [8, 8]]
+    assert len(growth["max_abs_logit_err"]) == 4 and all(e <= 1e-5 for e in growth["max_abs_logit_err"])
     configs = eq["configs"]
     assert len(configs) == 12
     assert {(c["batch"], c["chunk"], c["dtype"]) for c in configs} == {
@@ -63,7 +68,7 @@ def test_timing(results):
     assert protocol["threads"] == 1 and protocol["warmups"] == 1 and protocol["repeats"] == 3
     assert protocol["continuation_tokens"] == 16 and protocol["order_rotation"] is True
     rows = results["timing"]["rows"]
-    assert [r["prompt_tokens"] for r in rows] == [16, 64]
+    assert [r["prompt_tokens"] for r in rows] == [16, 256]
     for r in rows:
         for key in TIMED:   # recorded, never compared with a threshold
             assert set(r[key]) == {"p50", "p95", "samples"}
@@ -72,10 +77,26 @@ def test_timing(results):
         p, g = r["prompt_tokens"], protocol["continuation_tokens"]
         assert r["projected_positions"] == {"full": g * p + g * (g + 1) // 2, "cached": g}
         assert r["kv_bytes"] == 2 * 1 * (p + g) * 2 * 4 * 16 * 4
+    headline = results["timing"]["headline"]
+    assert headline["prompt_tokens"] == 256 and headline["positions_fed"] == {"full": 4232, "cached": 16}
+    assert isinstance(headline["speedup_p50"], float) and headline["speedup_p50"] > 1   # the notebook's own claim
+    assert 200 < headline["macs_ratio"] < 300
+
+
+def test_profile_and_generation_timing(results):
+    profile = results["profile"]
+    assert profile["repeats"] == 10 and profile["unit"] == "us" and list(profile["calls"]) == ["cached_step", "prefill_16", "full_step"]
+    for run in profile["calls"].values():
+        assert isinstance(run["top_level"], int) and run["top_level"] > 0
+        assert all(set(op) == {"calls", "self_us"} for op in run["ops"].values())
+    timing = results["generation_timing"]
+    assert (timing["prompt_tokens"], timing["new_tokens"]) == (256, 32)
+    for calls in timing["calls_ms"].values():
+        assert len(calls) == 32 and all(len(call) == 2 and call[0] < call[1] for call in calls)
 
 
 def test_figures_written(results, quick_dir):
-    assert results["figures"] == ["masks.png", "timing.png"]
+    assert results["figures"] == ["masks.png", "cache_growth.png", "timing.png", "generation.png"]
     for name in results["figures"]:
         assert (quick_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -102,7 +123,7 @@ def test_cost_model(results):
             assert list(step[path]) == parts
             assert step[path]["total"] == sum(step[path][p] for p in parts[:-1])
         assert step["full"]["total"] == step["T"] * step["cached"]["total"]
-        assert step["kv_read_bytes"] == 2 * step["T"] * 2 * 4 * 16 * 4
+        assert step["kv_read_bytes"] == 2 * step["T"] * 2 * 4 * 16 * 4 and step["fresh_storage"] is True
     assert cost["steps"][-1]["full"]["total"] == 256 * CACHED_STEP_MACS and cost["steps"][-1]["cached"]["total"] == CACHED_STEP_MACS
     hidden = cost["hidden_state_cache"]
     assert hidden["hidden_state_step_macs"] == hidden["kv_step_macs"] + hidden["extra_macs"]
@@ -112,7 +133,7 @@ def test_cost_model(results):
         assert row["fp16_bytes_per_token"] == per_token
         assert row["fp16_bytes_per_context"] == {"4096": 4096 * per_token, "32768": 32768 * per_token}
         assert row["source"]
-    assert [r["prompt_tokens"] for r in cost["per_step"]] == [16, 64]
+    assert [r["prompt_tokens"] for r in cost["per_step"]] == [16, 256]
     summary = cost["summary"]
-    assert (summary["p_min"], summary["p_max"]) == (16, 64)
+    assert (summary["p_min"], summary["p_max"]) == (16, 256) and 0 < summary["cached16_extra_macs"] < 0.05
     assert all(isinstance(v, (int, float)) for v in summary.values())

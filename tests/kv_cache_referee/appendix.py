@@ -1,4 +1,4 @@
-"""Where section 10 (the lean Hugging Face referee) lives and how to exec its code cells."""
+"""Where section 11 (the lean Hugging Face referee) lives and how to exec its code cells."""
 
 from __future__ import annotations
 
@@ -15,5 +15,5 @@ def referee_cells() -> list:
 
 
 def run_referee(namespace: dict) -> dict:
-    """Exec section 10's code cells, in order, into `namespace` (which must hold the prelude and sections 1-9)."""
+    """Exec the referee's code cells, in order, into `namespace` (which must hold the prelude and sections 1-10)."""
     return exec_sections(namespace, NOTEBOOK, REFEREE)

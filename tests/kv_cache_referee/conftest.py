@@ -1,8 +1,8 @@
-"""Fixtures for section 10 of the KV-cache notebook (the lean Hugging Face GPT-2 referee).
+"""Fixtures for section 11 of the KV-cache notebook (the lean Hugging Face GPT-2 referee).
 
-Sections 1-9 run once per session in quick mode (tests/conftest.py); section 10's code cells are then
+Sections 1-10 run once per session in quick mode (tests/conftest.py); the referee's code cells are then
 exec'ed into a copy of that namespace, with OUTPUT_DIR pointing at a copy of its output folder.
-`base` is the namespace before section 10, so a test can replay it under other conditions
+`base` is the namespace before the referee, so a test can replay it under other conditions
 (transformers hidden, say).
 """
 
@@ -25,11 +25,11 @@ def base_dir(kv_cache_quick, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def base(kv_cache_quick, base_dir) -> dict:
-    """Namespace after sections 1-9 (QUICK=True), with OUTPUT_DIR pointing at base_dir."""
+    """Namespace after sections 1-10 (QUICK=True), with OUTPUT_DIR pointing at base_dir."""
     return dict(kv_cache_quick[0], OUTPUT_DIR=str(base_dir))
 
 
 @pytest.fixture(scope="session")
 def nb(base) -> dict:
-    """Namespace after sections 1-9 and section 10."""
+    """Namespace after sections 1-10 and the referee."""
     return run_referee(dict(base))

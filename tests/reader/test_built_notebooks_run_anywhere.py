@@ -29,7 +29,7 @@ def reader_python() -> Path:
 # Hugging Face part is skipped.
 EXPECTED = {
     "kv-cache": {
-        "files": ["masks.png", "results.json", "timing.png"],
+        "files": ["cache_growth.png", "generation.png", "masks.png", "results.json", "timing.png"],
         "skip": {"en": "transformers is not installed", "zh": "没有安装 transformers"},
     },
     "kv-cache-hf-gpt2": {

@@ -1,0 +1,100 @@
+# %% [markdown] lang="en"
+# ### Greedy generation, with and without the cache
+#
+# So far every continuation was a predetermined stream. A real decoder chooses each next token from the
+# logits it has just returned. The loop below is the one you will meet in libraries, reduced to greedy
+# decoding (always the most likely token): a **prefill** over the prompt, then one token per step, each
+# step feeding only the token just chosen together with the cache the previous call returned. With
+# `use_cache=False` the same loop feeds the whole sequence every step instead, the full recomputation.
+#
+# The batch holds 2 prompts of 8 tokens each (the first 8 tokens of both stream rows), and each run
+# generates 40 tokens. The two runs must choose the same tokens, and the logits that every step chose
+# from must agree within the FP32 tolerance above. Equal tokens alone would be the weak test of
+# matching argmax again, so we also look at how close the decision was: at every step the gap between
+# the best and the second-best logit must be far larger than the difference between the two runs,
+# otherwise equal tokens could be luck.
+
+# %% [markdown] lang="zh"
+# ### 贪心生成：用缓存与不用缓存
+#
+# 到目前为止，续写的 token 都来自预先确定的序列。真正的解码器要根据刚返回的 logits 选出下一个 token。下面的循环就是各种库里常见的写法，只是简化成了贪心解码（每次都选概率最大的 token）：先对提示做一次**预填充**，然后每步生成一个 token；每一步只送入刚选出的 token，以及上一次调用返回的缓存。当 `use_cache=False` 时，同一个循环每一步都改为把整个序列重新送入，也就是完整重算。
+#
+# batch 中有 2 个提示，每个 8 个 token（取序列两行各自的前 8 个 token），每次运行生成 40 个 token。两次运行必须选出相同的 token，而且每一步用来做选择的 logits 必须在上面的 FP32 容差内一致。只看 token 是否相同，又回到了只比较 argmax 的弱检验，所以我们还要看每次选择有多大把握：每一步 logits 中最大值与次大值之差（选择的余量）都必须远大于两次运行之间的差异，否则 token 相同可能只是运气。
+
+# %%
+GEN_PROMPT_LEN, GEN_TOKENS = 8, 40
+GEN_PROMPTS = STREAM[:, :GEN_PROMPT_LEN]                       # [2, 8]
+
+
+@torch.inference_mode()
+def greedy_generate(model: CacheDecoder, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True):
+    # [en] The first call is the prefill: the whole prompt.
+    # [zh] 第一次调用就是预填充：送入整个提示。
+    ids, cache, step_input = prompt, None, prompt
+    chosen_logits = []
+    for _ in range(new_tokens):
+        if use_cache:
+            logits, cache = model(step_input, cache)            # [B, T_new, vocab]
+        else:
+            logits, _ = model(ids)                              # [B, T, vocab]
+        next_logits = logits[:, -1]                             # [B, vocab]
+        next_id = next_logits.argmax(dim=-1, keepdim=True)      # [B, 1]
+        ids = torch.cat((ids, next_id), dim=1)
+        step_input = next_id
+        chosen_logits.append(next_logits)
+    return ids[:, prompt.shape[1]:], torch.stack(chosen_logits, dim=1)   # [B, G], [B, G, vocab]
+
+
+GEN_CACHED, GEN_CACHED_LOGITS = greedy_generate(model, GEN_PROMPTS, GEN_TOKENS, use_cache=True)
+GEN_FULL, GEN_FULL_LOGITS = greedy_generate(model, GEN_PROMPTS, GEN_TOKENS, use_cache=False)
+for row in range(GEN_PROMPTS.shape[0]):
+    print(f"GEN_PROMPTS[{row}] ", GEN_PROMPTS[row].tolist())
+    print(f"GEN_CACHED[{row}]  ", GEN_CACHED[row].tolist())
+    print(f"GEN_FULL[{row}]    ", GEN_FULL[row].tolist())
+
+# %% [markdown] lang="en"
+# The checks: the very same 40 tokens in both rows, logits within tolerance at every step,
+# and a decision margin that dwarfs the difference. A negative control completes the picture: with the
+# upper-left mask swapped in through the hook, the cached run reads the wrong keys and the comparison
+# fails. (The run without a cache has no past, and without a cache the two masks are the same triangle,
+# as section 3 showed: the hook leaves that run correct.)
+
+# %% [markdown] lang="zh"
+# 接下来的检查包括：两行都生成了完全相同的 40 个 token；每一步的 logits 都在容差之内；选择的余量远大于两次运行的差异。最后再加一个负对照：通过钩子换上左上角三角形掩码后，用缓存的运行读错了键，比较随即失败。（不用缓存的运行没有缓存可读；第 3 节已经说明，没有缓存时两种掩码是同一个三角形，所以换上这个钩子后它仍然正确。）
+
+# %%
+GEN_TOL = TOLERANCE[torch.float32]
+
+
+def compare_generations(cached, cached_logits, full, full_logits) -> dict:
+    top2 = full_logits.topk(2, dim=-1).values                   # [B, G, 2]
+    return {
+        "tokens_equal": bool(torch.equal(cached, full)),
+        "max_abs_logit_err": max_abs_err(cached_logits, full_logits),
+        "min_top2_margin": (top2[..., 0] - top2[..., 1]).min().item(),
+        "logits_close": close(cached_logits, full_logits),
+    }
+
+
+GENERATION = compare_generations(GEN_CACHED, GEN_CACHED_LOGITS, GEN_FULL, GEN_FULL_LOGITS)
+# [en] Negative control: the cached run with the upper-left mask.
+# [zh] 负对照：缓存路径换上左上角三角形掩码。
+with model.hooks(mask_fn=local_triangle_mask):
+    broken_tokens, broken_logits = greedy_generate(model, GEN_PROMPTS, GEN_TOKENS, use_cache=True)
+GENERATION_BROKEN = compare_generations(broken_tokens, broken_logits, GEN_FULL, GEN_FULL_LOGITS)
+
+say_table(
+    [["`use_cache=True`", f"`{GENERATION['tokens_equal']}`", f"{GENERATION['max_abs_logit_err']:.3e}",
+      f"`{GENERATION['logits_close']}`"],
+     ["`use_cache=True`, `local_triangle_mask`", f"`{GENERATION_BROKEN['tokens_equal']}`",
+      f"{GENERATION_BROKEN['max_abs_logit_err']:.3e}", f"`{GENERATION_BROKEN['logits_close']}`"]],
+    en=["run, compared with `use_cache=False`", f"same {GEN_TOKENS} tokens", "max abs logit error", "within tolerance"],
+    zh=["运行方式（与 `use_cache=False` 比较）", f"{GEN_TOKENS} 个 token 相同", "logits 最大绝对误差", "在容差之内"],
+)
+say(en=f"The closest decision had a margin of {GENERATION['min_top2_margin']:.3e} between the best and the "
+       f"second-best logit, {GENERATION['min_top2_margin'] / GENERATION['max_abs_logit_err']:,.0f} times the "
+       f"largest difference between the two runs.",
+    zh=f"最接近的一次选择，最大与次大 logit 之间的余量为 {GENERATION['min_top2_margin']:.3e}，"
+       f"是两次运行之间最大绝对误差的 {GENERATION['min_top2_margin'] / GENERATION['max_abs_logit_err']:,.0f} 倍。")
+assert GENERATION["tokens_equal"] and GENERATION["logits_close"]
+assert GENERATION["min_top2_margin"] > 100 * GENERATION["max_abs_logit_err"] and not GENERATION_BROKEN["logits_close"]

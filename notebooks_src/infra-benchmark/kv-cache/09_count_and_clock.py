@@ -1,0 +1,159 @@
+# %% [markdown] lang="en"
+# ### 9.2 The count next to the clock
+#
+# To compare paths with different numbers of calls, the figure divides: the two continuation windows
+# by their 16 steps (milliseconds per step), the prefill by its $P$ tokens (milliseconds per prompt
+# token). In the left panel, each marker is a p50 and the vertical line above it reaches the p95
+# (blue squares: prefill per prompt token; orange circles: full recomputation per step; green triangles:
+# cached continuation per step). The right panel shows how each continuation path's time per step grows
+# with $P$ relative to the shortest prompt: measured (solid, with markers) and predicted by the
+# multiply-add count of 8.1 averaged over the 16 steps of the window (dashed, same colour). In both
+# panels only the vertical axis is logarithmic; the prompt-length axis is linear.
+
+# %% [markdown] lang="zh"
+# ### 9.2 把乘加次数与实测时间放在一起
+#
+# 为了比较调用次数不同的路径，图中做了换算：两个续写窗口的时间除以 16 步（得到每步毫秒数），预填充的时间除以 $P$ 个提示 token（得到每个提示 token 的毫秒数）。左图中每个标记点是 p50，它上方的竖线一直延伸到 p95（蓝色方块：预填充，按每个提示 token 计；橙色圆点：完整重算，按每步计；绿色三角：缓存续写，按每步计）。右图画的是两条续写路径的每步耗时相对最短提示随 $P$ 增长了多少倍：带标记的实线是测量值，同色虚线是预测值，即 8.1 的乘加次数在窗口 16 步上的平均。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。
+
+# %%
+def per_step_ms(row: dict, path: str) -> dict:
+    divisor = row["prompt_tokens"] if path == "prefill" else CONTINUATION
+    return {q: row[f"{path}_ms"][q] / divisor for q in ("p50", "p95")}
+
+
+PER_STEP = [{
+    "prompt_tokens": r["prompt_tokens"],
+    "prefill_ms_per_token": per_step_ms(r, "prefill"),
+    "full_ms_per_step": per_step_ms(r, "full"),
+    "cached_ms_per_step": per_step_ms(r, "cached"),
+    "model_full_macs_per_step": window_macs(r["prompt_tokens"], "full"),
+    "model_cached_macs_per_step": window_macs(r["prompt_tokens"], "cached"),
+} for r in TIMING_ROWS]
+
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+fig, (ax_time, ax_growth) = plt.subplots(1, 2, figsize=(11, 4))
+lengths = [r["prompt_tokens"] for r in PER_STEP]
+COLORS = {"prefill": "tab:blue", "full": "tab:orange", "cached": "tab:green"}
+series = {"prefill": ("prefill_ms_per_token", "prefill, per prompt token", "s"),
+          "full": ("full_ms_per_step", "full recomputation, per step", "o"),
+          "cached": ("cached_ms_per_step", "cached continuation, per step", "^")}
+for path, (key, label, marker) in series.items():
+    p50 = np.array([r[key]["p50"] for r in PER_STEP])
+    p95 = np.array([r[key]["p95"] for r in PER_STEP])
+    ax_time.plot(lengths, p50, marker=marker, color=COLORS[path], label=label)
+    ax_time.vlines(lengths, p50, p95, color=COLORS[path], alpha=0.6)
+ax_time.set_xlabel("prompt length P (tokens)")
+ax_time.set_ylabel("ms (marker p50, line up to p95)")
+ax_time.set_title(f"time per step or per token, {REPEATS} rounds", fontsize=10)
+for path, marker in (("full", "o"), ("cached", "^")):
+    measured = np.array([r[f"{path}_ms_per_step"]["p50"] for r in PER_STEP])
+    modeled = np.array([r[f"model_{path}_macs_per_step"] for r in PER_STEP])
+    ax_growth.plot(lengths, measured / measured[0], marker=marker, color=COLORS[path], label=f"{path}: measured time")
+    ax_growth.plot(lengths, modeled / modeled[0], linestyle="--", color=COLORS[path], label=f"{path}: multiply-adds")
+ax_growth.set_xlabel("prompt length P (tokens)")
+ax_growth.set_ylabel(f"per step, relative to P = {lengths[0]}")
+ax_growth.set_title("measured time vs counted multiply-adds", fontsize=10)
+for ax in (ax_time, ax_growth):
+    ax.set_xticks(lengths)
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+ax_growth.yaxis.set_major_formatter(ScalarFormatter())
+ax_growth.yaxis.set_minor_formatter(NullFormatter())
+fig.suptitle("CPU, 1 thread, fp32", fontsize=10)
+fig.tight_layout()
+TIMING_PNG = OUT / "timing.png"
+fig.savefig(TIMING_PNG, dpi=120)
+plt.show()
+
+say_table(
+    [[str(r["prompt_tokens"]), f"{r['model_full_macs_per_step']:,.0f}", f"{r['full_ms_per_step']['p50']:.3f}",
+      f"{r['model_cached_macs_per_step']:,.0f}", f"{r['cached_ms_per_step']['p50']:.3f}",
+      f"{r['prefill_ms_per_token']['p50']:.4f}"] for r in PER_STEP],
+    en=["prompt P", "full: multiply-adds per step", "full: ms per step (p50)", "cached: multiply-adds per step",
+        "cached: ms per step (p50)", "prefill: ms per prompt token (p50)"],
+    zh=["提示长度 P", "完整重算：每步乘加次数", "完整重算：每步耗时（毫秒，p50）", "缓存续写：每步乘加次数",
+        "缓存续写：每步耗时（毫秒，p50）", "预填充：每个提示 token 的耗时（毫秒，p50）"],
+)
+
+# %% [markdown] lang="en"
+# Three numbers summarize what the figure shows; the next cell computes them and hands them to the
+# text below.
+#
+# * **Growth.** From the shortest to the longest prompt, the count predicts each path's per-step work to
+#   grow by some factor; the clock shows by what factor its time changed.
+# * **Calls versus tokens.** At $P = 16$, compare one prefill call over 16 tokens with the cached
+#   continuation, 16 calls of one token each. Both push 16 positions through the network, and the
+#   continuation even does slightly more multiply-adds ({{run:clock.cached16_extra_macs:.1%}} more: its
+#   queries read more keys).
+# * **How much of a cached step is arithmetic.** The prefill at the longest prompt shows how many
+#   multiply-adds per millisecond this CPU sustains inside one large call. At that rate, the
+#   multiply-adds of one cached step would take some time; the text below puts it next to the time the
+#   step took. Products with a single row run less efficiently than large ones, so this is a rough
+#   estimate, not a decomposition.
+
+# %% [markdown] lang="zh"
+# 图中的信息可以归结为三组数字；下一个单元格把它们算出来，交给后面的正文引用。
+#
+# * **增长倍数**：从最短提示到最长提示，乘加计数预测每条路径每步的工作量会增长若干倍；计时则给出它的时间实际变化了多少倍。
+# * **调用次数与 token 数**：在 $P = 16$ 时，比较一次处理 16 个 token 的预填充，与分 16 次调用、每次只处理一个 token 的缓存续写。两者都让 16 个位置经过网络，续写的乘加次数甚至还略多一些（多 {{run:clock.cached16_extra_macs:.1%}}，因为它的查询要读更多的键）。
+# * **缓存路径一步中有多少是计算**：最长提示下的预填充反映了这台 CPU 在一次大调用中每毫秒能完成多少次乘加。按这个速度可以算出缓存路径一步的乘加需要多少时间；后面的正文把它与这一步的实测耗时放在一起比较。只有一行的矩阵乘法效率不如大矩阵乘法，所以这只是粗略的估计，而不是精确的分解。
+
+# %% tags=["prose-values"]
+first, last = PER_STEP[0], PER_STEP[-1]
+row16 = next(r for r in TIMING_ROWS if r["prompt_tokens"] == 16)
+prefill_rate = sum(full_step_macs(cfg, last["prompt_tokens"]).values()) / TIMING_ROWS[-1]["prefill_ms"]["p50"]
+TIMING_SUMMARY = {
+    "p_min": int(first["prompt_tokens"]),
+    "p_max": int(last["prompt_tokens"]),
+    "full_ms_per_step_min": float(first["full_ms_per_step"]["p50"]),
+    "full_ms_per_step_max": float(last["full_ms_per_step"]["p50"]),
+    "cached_ms_per_step_min": float(first["cached_ms_per_step"]["p50"]),
+    "cached_ms_per_step_max": float(last["cached_ms_per_step"]["p50"]),
+    "model_full_growth": float(last["model_full_macs_per_step"] / first["model_full_macs_per_step"]),
+    "measured_full_growth": float(last["full_ms_per_step"]["p50"] / first["full_ms_per_step"]["p50"]),
+    "model_cached_growth": float(last["model_cached_macs_per_step"] / first["model_cached_macs_per_step"]),
+    "measured_cached_growth": float(last["cached_ms_per_step"]["p50"] / first["cached_ms_per_step"]["p50"]),
+    "prefill16_ms": float(row16["prefill_ms"]["p50"]),
+    "cached16_ms": float(row16["cached_ms"]["p50"]),
+    "cached16_over_prefill16": float(row16["cached_ms"]["p50"] / row16["prefill_ms"]["p50"]),
+    "cached16_extra_macs": CONTINUATION * window_macs(16, "cached") / sum(full_step_macs(cfg, 16).values()) - 1,
+    "prefill_macs_per_ms": float(prefill_rate),
+    "cached_step_arithmetic_ms": float(last["model_cached_macs_per_step"] / prefill_rate),
+    "cached_step_arithmetic_share": float(last["model_cached_macs_per_step"] / prefill_rate / last["cached_ms_per_step"]["p50"]),
+}
+{"clock": TIMING_SUMMARY}
+
+# %% [markdown] lang="en"
+# **What this run says.** From $P = {{run:clock.p_min}}$ to $P = {{run:clock.p_max}}$, the count predicts
+# the full path's work per step to grow {{run:clock.model_full_growth:.1f}}-fold; its measured time per
+# step changed by a factor of {{run:clock.measured_full_growth:.1f}}, from {{run:clock.full_ms_per_step_min:.3f}}
+# to {{run:clock.full_ms_per_step_max:.3f}} ms. For the cached step the count predicts growth by a factor of
+# {{run:clock.model_cached_growth:.2f}}, the attention term of 8.2; the measured time per step changed
+# by a factor of {{run:clock.measured_cached_growth:.2f}} ({{run:clock.cached_ms_per_step_min:.3f}} ms,
+# then {{run:clock.cached_ms_per_step_max:.3f}} ms). The measured factors move from run to run, and are
+# reported, not asserted.
+#
+# On this run, 16 cached one-token calls took {{run:clock.cached16_ms:.3f}} ms,
+# {{run:clock.cached16_over_prefill16:.1f}} times the {{run:clock.prefill16_ms:.3f}} ms of one 16-token
+# prefill call, although both push 16 positions through the network and their counts differ by only
+# {{run:clock.cached16_extra_macs:.1%}}. That gap is not arithmetic. Here it is per-call overhead: every
+# call of the model pays for the Python code of its modules, the dispatch of each operator and small
+# allocations (and, on the cached path, the copy in `torch.cat`) whatever the size of its inputs, and
+# the continuation pays it 16 times where the prefill pays it once; 9.3 counts the operator calls. At
+# the rate the largest prefill sustained, a cached step's multiply-adds would take about
+# {{run:clock.cached_step_arithmetic_ms:.4f}} ms, roughly {{run:clock.cached_step_arithmetic_share:.0%}}
+# of the measured step. That estimate is a lower bound, because a decode step's products are slower per
+# multiply-add than a prefill's: they have a single row, matrix-vector products that read every weight and
+# every cached key and value for a single multiply-add each, where a prefill reuses each weight it loads
+# for all its rows. On real
+# hardware, with a real model's width and context (8.3), the per-call overhead shrinks next to the work,
+# and the decode step becomes **memory-bandwidth-bound**: its time is set by how fast the weights and the
+# whole K/V cache can be read, not by how many multiply-adds the processor can do. That is a general
+# remark, not something this CPU run measures.
+
+# %% [markdown] lang="zh"
+# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间的变化倍数是 {{run:clock.measured_full_growth:.1f}}，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:clock.measured_cached_growth:.2f}}（先是 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。
+#
+# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算。在这里，它来自每次调用的固定开销：模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、调度每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次；9.3 会数一数算子调用的次数。按最长提示下预填充达到的速度，缓存路径一步的乘加大约需要 {{run:clock.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:clock.cached_step_arithmetic_share:.0%}}。这个估计只是下限，因为解码一步的矩阵乘法，每次乘加都比预填充的慢：它们只有一行，是矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加；而预填充读进来的每个权重都要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。
