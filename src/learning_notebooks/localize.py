@@ -191,11 +191,13 @@ def _offset(starts: list[int], lines: list[str], row: int, column: int) -> int:
 @functools.lru_cache(maxsize=4096)  # pure; the build asks for the same cells in several places
 def edition_code(source: str, lang: str | None) -> str:
     """The code as `lang`'s edition shows it: every say()/say_table() call keeps its `lang=` text
-    only. The line count is unchanged (a removed argument's line breaks stay), and calls that do not
-    name `lang` among their keywords are left alone (check_say_calls refuses them in sources).
+    only, laid out as if written that way (a removed argument takes its line breaks and its comma
+    with it, so no blank line or lone bracket is left behind). Calls that do not name `lang` among
+    their keywords are left alone (check_say_calls refuses them in sources). Line numbers of the
+    build's errors are those of the executed code, which keeps every text.
 
-    `lang=None`: every language's text removed, the language-neutral code that all editions and
-    the executed code share (to compare them, never to show)."""
+    `lang=None`: every language's text removed, keeping the line count: the language-neutral code
+    that all editions and the executed code share (to compare them, never to show)."""
     lines = source.split("\n")
     starts = [0]
     for line in lines[:-1]:
@@ -214,25 +216,26 @@ def edition_code(source: str, lang: str | None) -> str:
             if not isinstance(item, ast.keyword) or item.arg is None or item.arg == lang:
                 continue
             start, stop = span(item)
+            comma = source[stop:].lstrip(" \t\n").startswith(",")
             if lang is None:  # the argument and its comma, whatever comes after
-                comma = source[stop:].lstrip(" \t\n").startswith(",")
                 cuts.append((start, source.index(",", stop) + 1 if comma else stop))
             elif index + 1 < len(items):  # up to the next argument: the comma goes with it
                 cuts.append((start, span(items[index + 1])[0]))
-            elif source[stop:].lstrip(" \t\n").startswith(","):  # the last, with a trailing comma
-                cuts.append((start, source.index(",", stop) + 1))
-            else:  # the last: from the end of the argument before it
-                cuts.append((span(items[index - 1])[1], stop))
+            else:  # the last: from the end of the argument before it, its trailing comma too
+                cuts.append((span(items[index - 1])[1], source.index(",", stop) + 1 if comma else stop))
     kept, end = [], 0
     for start, stop in sorted(cuts):
         if start < end:
             continue  # inside a cut already made (a call nested in a removed text)
-        removed = source[start:stop]
-        tail = removed.rsplit("\n", 1)[1] if "\n" in removed else ""
         before = source[end:start]
-        if "\n" in removed or not source[stop:].split("\n", 1)[0].strip():
-            before = before.rstrip(" \t")  # no trailing spaces where the cut ends a line
-        kept += [before, "\n" * removed.count("\n") + (tail if not tail.strip() else "")]
+        if lang is None:  # keep the line breaks: line numbers hold
+            removed = source[start:stop]
+            tail = removed.rsplit("\n", 1)[1] if "\n" in removed else ""
+            if "\n" in removed or not source[stop:].split("\n", 1)[0].strip():
+                before = before.rstrip(" \t")  # no trailing spaces where the cut ends a line
+            kept += [before, "\n" * removed.count("\n") + (tail if not tail.strip() else "")]
+        else:
+            kept.append(before)
         end = stop
     return "".join(kept) + source[end:]
 

@@ -170,17 +170,22 @@ obj.say(en="a", zh="甲")  # not the prelude's say: left alone
 y = 2'''
 
 
-def test_each_edition_keeps_its_own_texts_on_the_same_lines():
+def test_each_edition_keeps_its_own_texts_as_if_written_in_one_language():
     en, zh = edition_code(SAID, "en"), edition_code(SAID, "zh")
-    assert en.split("\n")[:4] == ["x = 1", 'say(en=f"The sum is {x}.")', 'say(en=f"a "', '       f"b"']
-    assert zh.split("\n")[1:5] == ['say(zh=f"总和是 {x}。")', "say(", "", '    zh=f"甲"']
-    assert 'say_table(rows,\n          zh=["甲", "乙"])' in zh and 'say_table(rows, en=["a", "b"]\n)' in en
+    assert en.split("\n")[:4] == ["x = 1", 'say(en=f"The sum is {x}.")', 'say(en=f"a "', '       f"b")']
+    assert zh.split("\n")[1:4] == ['say(zh=f"总和是 {x}。")', 'say(zh=f"甲"', '       f"乙")']
+    assert 'say_table(rows, zh=["甲", "乙"])' in zh and 'say_table(rows, en=["a", "b"])' in en
+    assert 'say(\n    en="a"\n)' in en and 'say(\n    zh="乙",\n)' in zh
     for lang, code in (("en", en), ("zh", zh)):
-        assert len(code.split("\n")) == len(SAID.split("\n"))  # line numbers hold
+        assert "\n\n" not in code  # no blank line where a text was
         compile(code, lang, "exec")
         assert code.split("\n")[-1] == "y = 2" and 'obj.say(en="a", zh="甲")' in code
     assert not any("\u4e00" <= ch <= "\u9fff" for ch in en.replace('obj.say(en="a", zh="甲")', ""))
     assert "en=" not in zh.replace('obj.say(en="a", zh="甲")', "")
+
+
+def test_the_language_neutral_code_keeps_the_line_count():
+    assert len(edition_code(SAID, None).split("\n")) == len(SAID.split("\n"))
 
 
 def test_every_edition_and_the_executed_code_share_their_language_neutral_tokens():
