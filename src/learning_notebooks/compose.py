@@ -34,11 +34,15 @@ HEADER_TEXT = {
         "other": "Also in ",
         "generated": "Generated from `{source}` by `build-learning-notebooks`: edit the sources there, not this file.",
         "quick": "**Quick-mode build** (a fast smoke run for tests): its numbers are not the published ones.",
+        "shared": "*Shared section.* This section comes from [{title}]({link}), where it is taught; if you have "
+                  "read it there, you can skip to the next section. Its code is folded here, and it runs all the same.",
     },
     "zh": {
         "other": "其他语言版本：",
         "generated": "本文件由 `build-learning-notebooks` 从 `{source}` 生成：请修改那里的源文件，不要直接改这个文件。",
         "quick": "**快速模式构建**（供测试用的冒烟运行）：其中的数字不是正式发布的结果。",
+        "shared": "*共用的一节。* 本节取自[《{title}》]({link})，完整的讲解在那里；如果已经读过，可以直接跳到下一节。"
+                  "这里把本节的代码折叠了起来，但代码照常运行。",
     },
 }
 
@@ -130,19 +134,53 @@ def parameters_source(overrides: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def code_metadata(tags: tuple[str, ...], included: bool) -> dict:
+    """A code cell's metadata in an edition: its tags; folded (Jupyter, Colab) and `hide-input` (a
+    toggle on the site) when it belongs to a section included from another notebook; a `prose-values`
+    cell (numbers for the prose, no lesson of its own) folded, output too, and left off the site."""
+    tags = list(tags)
+    jupyter = {}
+    if included:
+        jupyter["source_hidden"] = True
+        tags.append("hide-input")
+    if placeholders.TAG in tags:
+        jupyter.update(source_hidden=True, outputs_hidden=True)
+        tags.append("remove-cell")
+    metadata = {"jupyter": jupyter} if jupyter else {}
+    if tags:
+        metadata["tags"] = tags
+    return metadata
+
+
+def shared_note(section: Section, lang: str, cell_id: str, link: Callable[[str, str], str]) -> NotebookNode:
+    """The note that opens a headed section included from another notebook: where it is taught, and
+    that a reader who has read it there may skip it."""
+    series, name = section.home
+    text = HEADER_TEXT[lang]["shared"].format(title=section.home_titles.get(lang, name), link=link(series, name))
+    return nbformat.v4.new_markdown_cell("> " + text, id=f"{cell_id}-shared")
+
+
 def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object],
-           prose: Callable[[object, int], str] | None = None) -> list[NotebookNode]:
+           prose: Callable[[object, int], str] | None = None,
+           link: Callable[[str, str], str] | None = None) -> list[NotebookNode]:
     """Cells in order: the prelude right before the first code cell (so the opening prose comes
     first), code cells always (as `lang` shows them), prose cells of `lang` filled by
-    `prose(cell, section number)`. lang=None: the notebook that executes, without prose."""
+    `prose(cell, section number)`; a headed section included from another notebook gets a note after
+    its first prose cell (`link(series, name)` is where its home notebook is). lang=None: the
+    notebook that executes, without prose."""
     cells = []
     for ordinal, section in zip(section_numbers(source.sections), source.sections):
+        note = lang is not None and section.home is not None and has_heading(section)
         for cell in section.cells:
             if cell.kind == "markdown":
                 if cell.lang == lang:
                     cells.append(nbformat.v4.new_markdown_cell(prose(cell, ordinal), id=cell.id))
+                    if note:
+                        cells.append(shared_note(section, lang, cell.id, link))
+                        note = False
                 continue
-            metadata = {"tags": list(cell.tags)} if cell.tags else {}
+            metadata = code_metadata(cell.tags, section.home is not None) if lang is not None else (
+                {"tags": list(cell.tags)} if cell.tags else {})
             if not any(c.cell_type == "code" for c in cells):
                 cells.append(prelude_cell(lang))
             code = localize_comments(cell.source, lang)
@@ -196,7 +234,9 @@ def compose(
         return placeholders.fill(cell.source, cell.file, cell.first_line, section=ordinal, values=values, used=used,
                                  link=lambda target: links.prose_link(*target.split("/"), lang, source.series))
 
-    cells = [header_cell(source, lang, config, quick, links), *_cells(source, lang, overrides, prose)]
+    cells = [header_cell(source, lang, config, quick, links),
+             *_cells(source, lang, overrides, prose,
+                     link=lambda series, name: links.prose_link(series, name, lang, source.series))]
     metadata = {**build_metadata, "language": lang}
     if links.record:
         metadata["colab"] = links.record

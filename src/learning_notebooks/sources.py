@@ -10,7 +10,7 @@ import ast
 import keyword
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jupytext
@@ -71,8 +71,13 @@ class Cell:
 
 @dataclass(frozen=True)
 class Section:
+    """One section file. `home`: for a section included from another notebook, that notebook
+    (series, name) and its titles by language; None for the notebook's own sections."""
+
     file: Path
     cells: tuple[Cell, ...]
+    home: tuple[str, str] | None = None
+    home_titles: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -222,6 +227,7 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
     paths = section_paths(src_root, folder, listed, manifest_path)
     sections = tuple(
         read_section(path, config.languages, id_prefix="" if path.parent == folder else f"{path.parent.name}-")
+        if path.parent == folder else _included(src_root, path, config.languages)
         for path in paths
     )
     duplicates = _duplicate_ids(sections)
@@ -242,6 +248,19 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
     for cell in (c for c in cells if c.kind == "markdown"):
         placeholders.check_prose(cell.source, cell.file, cell.first_line, notebooks, bool(producers))
     return NotebookSource(series, name, folder, dict(titles), quick, sections)
+
+
+def _included(src_root: Path, path: Path, languages: tuple[str, ...]) -> Section:
+    """A section of another notebook, with that notebook (its home) and its titles."""
+    home = path.parent
+    manifest_path = home / MANIFEST_FILE
+    titles = {}
+    if manifest_path.is_file():
+        manifest, _ = _load_toml(manifest_path, MANIFEST_KEYS)
+        found = manifest.get("title")
+        titles = {lang: found[lang] for lang in languages if isinstance(found, dict) and isinstance(found.get(lang), str)}
+    section = read_section(path, languages, id_prefix=f"{home.name}-")
+    return replace(section, home=(home.parent.name, home.name), home_titles=titles)
 
 
 def _manifest_line(manifest_path: Path, entry: object, occurrence: int = 1) -> int | None:

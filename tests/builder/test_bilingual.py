@@ -133,8 +133,15 @@ def test_an_included_section_is_copied_numbered_and_keyed(project: Project):
     assert run.code == 0, run.log
     zh = nbformat.read(bye(project, "zh"), as_version=4)
     prose = [c.source for c in zh.cells[1:] if c.cell_type == "markdown"]
-    assert prose == ["## 1. 再见", "## 2. 计算\n前 STEPS 个整数之和。", "运行得到的总和是 3，平均每步 1.00。"]
-    assert "total = sum(range(STEPS))" in "\n".join(c.source for c in zh.cells)  # the code is copied in
+    assert prose == ["## 1. 再见", "## 2. 计算\n前 STEPS 个整数之和。",
+                     "> *共用的一节。* 本节取自[《你好，测试夹具》](hello.zh.ipynb)，完整的讲解在那里；如果已经读过，"
+                     "可以直接跳到下一节。这里把本节的代码折叠了起来，但代码照常运行。",
+                     "运行得到的总和是 3，平均每步 1.00。"]
+    copied = [c for c in zh.cells if c.cell_type == "code" and "total = sum(range(STEPS))" in c.source]
+    assert copied  # the code is copied in, folded (Jupyter, Colab) and behind a toggle on the site
+    assert all(c.metadata["jupyter"]["source_hidden"] and "hide-input" in c.metadata["tags"] for c in copied)
+    own = [c for c in zh.cells if c.cell_type == "code" and c.id.startswith("01_bye")]
+    assert own and not any(c.metadata.get("jupyter") for c in own)  # the notebook's own code stays open
     assert ("en", "The sum is 3.") in [(o.metadata.get("lang"), o.data.get("text/markdown"))
                                       for c in nbformat.read(bye(project, "en"), as_version=4).cells
                                       if c.cell_type == "code" for o in c.outputs if o.output_type == "display_data"]
