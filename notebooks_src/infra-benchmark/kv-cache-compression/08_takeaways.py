@@ -153,6 +153,7 @@ say(en="Exercise 3 checked: keys 0-3 and 23-30; tokens 3, 23 and 30 at cache pos
               "snapkv_half_agreement": fav[f"snapkv/{half}"]["greedy_agreement"],
               "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
               "random_ratio_smallest": RANDOM_RATIOS["main"][min(RANDOM_RATIOS["main"])], "random_ratio_half": RANDOM_RATIOS["main"][half],
+              "random_ratio_largest": max(RANDOM_RATIOS["main"].values()),
               "random_ratio_other_prompts": CONTROLS["random_eviction"]["other_prompt_sets"]},
  "takeaways": {"deepseek_latent": DEEPSEEK_MEMORY["mla_latent"], "deepseek_expanded": DEEPSEEK_MEMORY["mla_naive"],
                "mla_fp32": max(largest(MLA_GRIDS[form], "fp32") for form in MLA_FORMS)}}
