@@ -92,8 +92,8 @@ BUGS = {
          "self.scale = c.nope_dim ** -0.5")),
     "absorbed: W_UK and W_UV swapped": bug(
         "03_mla.py",
-        ("        w_uk, w_uv = self.kv_up.weight.view(",
-         "        w_uv, w_uk = self.kv_up.weight.view(")),
+        ("        w_uk, w_uv = self.up_weights()  ",
+         "        w_uv, w_uk = self.up_weights()  ")),
     "absorbed: RoPE term dropped from the scores": bug(
         "03_mla.py",
         ("scores = (q_latent @ latents.transpose(-2, -1) + q_r @ rope_keys.transpose(-2, -1)) * self.scale",

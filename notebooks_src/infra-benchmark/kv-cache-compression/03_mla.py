@@ -87,14 +87,15 @@ mla_cfg = MLAConfig(**LLAMA_SHAPE)
 
 # %% [markdown] lang="en"
 # **The naive form** caches what ordinary attention caches: per head a key $[k^C_i; k^R]$ of $d_C + d_R$
-# dimensions and a value of $d_v$ dimensions. Its three helpers are shared by all forms: `queries` splits each
+# dimensions and a value of $d_v$ dimensions. Its helpers are shared by all forms: `queries` splits each
 # query head into $q^C$ and the rotated $q^R$; `compress` makes the normalized latent and the rotated RoPE key,
 # both shaped like one K/V head (`[B, 1, T, ·]`); `expand` rebuilds every head's keys and values from latents and
 # RoPE keys: it applies `kv_up`, splits each head's output into $k^C$ and $v$, and appends the shared RoPE key to
-# every head's $k^C$ (Hugging Face's `expand_kv` does the same).
+# every head's $k^C$ (Hugging Face's `expand_kv` does the same); `up_weights` returns every head's $W^{UK}_i$ and
+# $W^{UV}_i$, for the absorbed form.
 
 # %% [markdown] lang="zh"
-# **朴素形式**缓存的内容与普通注意力相同：每个头一个 $d_C + d_R$ 维的键 $[k^C_i; k^R]$ 和一个 $d_v$ 维的值。它的三个辅助方法为所有形式共用：`queries` 把每个查询头拆成 $q^C$ 和旋转后的 $q^R$；`compress` 算出归一化的潜向量和旋转后的 RoPE 键，二者的形状都像一个 K/V 头（`[B, 1, T, ·]`）；`expand` 由潜向量和 RoPE 键重建每个头的键和值：施加 `kv_up`，把每个头的输出拆成 $k^C$ 和 $v$，再把共享的 RoPE 键接在每个头的 $k^C$ 后面（Hugging Face 的 `expand_kv` 也是这样做的）。
+# **朴素形式**缓存的内容与普通注意力相同：每个头一个 $d_C + d_R$ 维的键 $[k^C_i; k^R]$ 和一个 $d_v$ 维的值。它的几个辅助方法为所有形式共用：`queries` 把每个查询头拆成 $q^C$ 和旋转后的 $q^R$；`compress` 算出归一化的潜向量和旋转后的 RoPE 键，二者的形状都像一个 K/V 头（`[B, 1, T, ·]`）；`expand` 由潜向量和 RoPE 键重建每个头的键和值：施加 `kv_up`，把每个头的输出拆成 $k^C$ 和 $v$，再把共享的 RoPE 键接在每个头的 $k^C$ 后面（Hugging Face 的 `expand_kv` 也是这样做的）；`up_weights` 返回每个头的 $W^{UK}_i$ 和 $W^{UV}_i$，供吸收形式使用。
 
 # %%
 class MLAttention(nn.Module):
@@ -119,6 +120,12 @@ class MLAttention(nn.Module):
     def compress(self, x, positions):
         c, k_r = self.kv_down(x).split([self.latent, self.rope_dim], dim=-1)
         return self.kv_norm(c)[:, None], self.rotary(k_r[:, None], positions)         # [B, 1, T, r], [B, 1, T, d_R]
+
+    def up_weights(self):
+        # [en] Every head's W^UK_i and W^UV_i, the two parts of kv_up.
+        # [zh] 每个头的 W^UK_i 和 W^UV_i，即 kv_up 的两部分。
+        w = self.kv_up.weight.view(self.heads, self.nope_dim + self.value_dim, self.latent)
+        return w.split([self.nope_dim, self.value_dim], dim=1)                        # [H, d_C, r], [H, d_v, r]
 
     def expand(self, c, k_r):
         kv = split_heads(self.kv_up(c[:, 0]), self.heads)                              # [B, H, T, d_C + d_v]
@@ -167,8 +174,7 @@ class AbsorbedMLA(MLAttention):
         q_c, q_r = self.queries(x, positions)
         c, k_r = self.compress(x, positions)
         latents, rope_keys, key_pos = cache.update(c, k_r, positions)
-        w_uk, w_uv = self.kv_up.weight.view(self.heads, self.nope_dim + self.value_dim, self.latent).split(
-            [self.nope_dim, self.value_dim], dim=1)                                    # [H, d_C, r], [H, d_v, r]
+        w_uk, w_uv = self.up_weights()                                                # [H, d_C, r], [H, d_v, r]
         q_latent = q_c @ w_uk                                                          # [B, H, T_new, r]
         scores = (q_latent @ latents.transpose(-2, -1) + q_r @ rope_keys.transpose(-2, -1)) * self.scale
         weights = scores.masked_fill(~causal(positions, key_pos), float("-inf")).softmax(dim=-1)   # [B, H, T_new, T_keys]

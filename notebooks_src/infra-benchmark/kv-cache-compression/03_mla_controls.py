@@ -65,8 +65,7 @@ class RotatedInLatentSpace(RopeOnCompressedPart):
         q_c, q_r = self.queries(x, positions)
         c, k_r = self.compress(x, positions)
         latents, rope_keys, key_pos = cache.update(c, k_r, positions)
-        w_uk, w_uv = self.kv_up.weight.view(self.heads, self.nope_dim + self.value_dim, self.latent).split(
-            [self.nope_dim, self.value_dim], dim=1)                                    # [H, d_C, r], [H, d_v, r]
+        w_uk, w_uv = self.up_weights()                                                # [H, d_C, r], [H, d_v, r]
         q_latent = self.rotary_latent(q_c @ w_uk, positions)                           # [B, H, T_new, r]
         rotated = self.rotary_latent(latents, key_pos)                                 # [B, 1, T_keys, r]
         scores = (q_latent @ rotated.transpose(-2, -1) + q_r @ rope_keys.transpose(-2, -1)) * self.scale
@@ -108,7 +107,7 @@ with torch.inference_mode():
     q_c, _ = attn.queries(x, positions)
     latents, k_r = attn.compress(x, positions)
     k_c = attn.expand(latents, k_r)[0][..., :mla_cfg.nope_dim]                                    # [1, H, T, d_C]
-    w_uk = attn.kv_up.weight.view(mla_cfg.heads, -1, mla_cfg.latent)[:, :mla_cfg.nope_dim]       # [H, d_C, r]
+    w_uk = attn.up_weights()[0]                                                                    # [H, d_C, r]
     defined = attn.rotary_c(q_c, positions) @ attn.rotary_c(k_c, positions).transpose(-2, -1)     # [1, H, T, T]
     absorbed = {"folded": (q_c @ w_uk) @ latents.transpose(-2, -1),
                 "rotated_in_latent_space": attn.rotary_latent(q_c @ w_uk, positions) @ attn.rotary_latent(latents, positions).transpose(-2, -1)}
