@@ -42,12 +42,12 @@ BUGS = {
         (UPDATE, "        k, v = repeat_kv(k, self.heads // self.kv_heads), repeat_kv(v, self.heads // self.kv_heads)\n" + UPDATE)),
     "positions: new tokens numbered from 0 (missing offset)": bug(
         "02_decoder.py",
-        ("positions = absolute_positions(cache[0].seen, ids.shape[1])",
-         "positions = absolute_positions(0, ids.shape[1])")),
+        ("positions = cache[0].seen + torch.arange(ids.shape[1])",
+         "positions = torch.arange(ids.shape[1])")),
     "positions: offset = the cache's length (a ring's slots), not tokens seen": bug(
         "02_decoder.py",
-        ("positions = absolute_positions(cache[0].seen, ids.shape[1])",
-         "positions = absolute_positions(len(cache[0].positions), ids.shape[1])")),
+        ("positions = cache[0].seen + torch.arange(ids.shape[1])",
+         "positions = len(cache[0].positions) + torch.arange(ids.shape[1])")),
     "attention: heads merged without the transpose": bug(
         "02_attention.py",
         ("return x.transpose(1, 2).reshape(batch, length, heads * dim)",

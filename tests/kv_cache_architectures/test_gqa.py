@@ -3,6 +3,7 @@ its cache, and the cached-versus-full check."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,8 +11,11 @@ import torch
 
 
 def test_the_decoder_builds_on_the_first_notebooks_pieces(nb):
-    """ArchConfig extends the shared DecoderConfig; a GPT-2-shaped layer uses the shared GELU MLP and LayerNorm."""
-    assert issubclass(nb["ArchConfig"], nb["DecoderConfig"])
+    """ArchConfig has the shared DecoderConfig's sizes and defaults; a GPT-2-shaped layer uses the shared GELU MLP and
+    LayerNorm."""
+    sizes = [f.name for f in dataclasses.fields(nb["DecoderConfig"])]
+    assert all(getattr(nb["ArchConfig"](), name) == getattr(nb["DecoderConfig"](), name) for name in sizes)
+    assert nb["ArchConfig"](width=96, heads=3).head_dim == nb["DecoderConfig"](width=96, heads=3).head_dim == 32
     block = nb["build"](nb["ArchConfig"](kv_heads=2)).blocks[0]
     assert type(block.mlp) is nb["MLP"] and type(block.ln_1) is torch.nn.LayerNorm
 

@@ -1,8 +1,9 @@
 """Subtle bugs injected into the compression notebook's own code must stop it with its own assertions.
 
 Each bug edits the text of one of the notebook's section files, as a careless edit would: the model, its
-caches, the MLA forms, the masks, the streaming rule, the eviction policies and the formulas; never the
-negative controls (wrong on purpose) and never the tests. The harness is `tests/bug_injection.py`. The decoder,
+caches, the MLA forms, the masks, the streaming rule, the eviction policies, the formulas, and a check itself
+(a check made vacuous must be stopped by its negative control); never the negative controls (wrong on purpose)
+and never the tests. The harness is `tests/bug_injection.py`. The decoder,
 its attention functions, layer caches, rotary embedding and ring buffer are section files of the architectures
 notebook that this notebook includes (02_attention.py, 02_layer_cache.py, 02_decoder.py, 03_rotary.py,
 04_ring_cache.py): a bug there must stop this notebook too.
@@ -21,11 +22,11 @@ from bug_injection import bug, bug_tests
 from .conftest import NOTEBOOK
 
 BUGS = {
-    # ---- section 4: the decoder, its caches, the check ------------------------------------------------------
+    # ---- section 2: the decoder, its caches, the check ------------------------------------------------------
     "decoder: every call numbered from 0": bug(
         "02_decoder.py",
-        ("positions = absolute_positions(cache[0].seen, ids.shape[1])",
-         "positions = absolute_positions(0, ids.shape[1])")),
+        ("positions = cache[0].seen + torch.arange(ids.shape[1])",
+         "positions = torch.arange(ids.shape[1])")),
     "full cache: reordered concatenation of K": bug(
         "02_layer_cache.py",
         ("self.k = k if self.k is None else torch.cat((self.k, k), dim=-2)",
@@ -70,7 +71,7 @@ BUGS = {
         ("return self.down(F.silu(self.gate(x)) * self.up(x))",
          "return self.down(F.silu(self.up(x)) * self.gate(x))"),
         only_referee=True),
-    # ---- section 5: MLA --------------------------------------------------------------------------------------
+    # ---- section 3: MLA --------------------------------------------------------------------------------------
     "mla: RoPE key rotated at chunk-local positions": bug(
         "03_mla.py",
         ("return self.kv_norm(c)[:, None], self.rotary(k_r[:, None], positions)",
@@ -88,12 +89,11 @@ BUGS = {
     "mla: scores scaled by 1/sqrt(d_C) only": bug(
         "03_mla.py",
         ("self.scale = (c.nope_dim + c.rope_dim) ** -0.5",
-         "self.scale = c.nope_dim ** -0.5"),
-        only_referee=True),
+         "self.scale = c.nope_dim ** -0.5")),
     "absorbed: W_UK and W_UV swapped": bug(
         "03_mla.py",
-        ("        w_uk, w_uv = self.kv_up.weight.view(",
-         "        w_uv, w_uk = self.kv_up.weight.view(")),
+        ("        w_uk, w_uv = self.up_weights()  ",
+         "        w_uv, w_uk = self.up_weights()  ")),
     "absorbed: RoPE term dropped from the scores": bug(
         "03_mla.py",
         ("scores = (q_latent @ latents.transpose(-2, -1) + q_r @ rope_keys.transpose(-2, -1)) * self.scale",
@@ -102,12 +102,16 @@ BUGS = {
         "03_mla.py",
         ("context = (weights @ latents) @ w_uv.transpose(-2, -1)",
          "context = (weights @ latents)[..., :self.value_dim]")),
+    "absorbed vs naive: the logits compared with themselves": bug(
+        "03_mla.py",
+        ("logits_passed = close(absorbed_logits, naive_logits)",
+         "logits_passed = close(absorbed_logits, absorbed_logits)")),
     "mla memory formula: RoPE key forgotten": bug(
         "03_mla_cost.py",
         ("return c.latent + c.rope_dim                                        # r + d_R",
          "return c.latent                                                     # r + d_R")),
     "mla compute formula: W_UV forgotten": bug("03_mla_cost.py", ("keys * H * r + H * r * dv,", "keys * H * r,")),
-    # ---- section 6: local, global and shared layers ------------------------------------------------------------
+    # ---- section 4: local, global and shared layers ------------------------------------------------------------
     "window: band one key too wide (>=)": bug(
         "04_ring_cache.py",
         ("(key_pos[None, :] > query_pos[:, None] - window)",
@@ -124,11 +128,18 @@ BUGS = {
         "04_shared_layers.py",
         ("self.attend(q, keys, values, self.mask(positions, key_pos))",
          "self.attend(q, keys, values, torch.ones(len(positions), len(key_pos), dtype=torch.bool))")),
+    "shared: the upper layer keeps its K/V projections and writes into the shared cache": bug(
+        "04_shared_layers.py",
+        ("        del self.k, self.v\n", ""),
+        ("    def forward(self, x, positions, cache):\n"
+         "        q = self.rotate(split_heads(self.q(x), self.heads), positions)\n"
+         "        keys, values, key_pos = cache.contents()\n"
+         "        return self.proj(merge_heads(self.attend(q, keys, values, self.mask(positions, key_pos))))\n", "")),
     "shared: every layer keeps its own cache": bug(
         "04_shared_layers.py",
         ("return Attention(six_cfg) if i % 2 == 0 else SharedKVAttention(six_cfg)",
          "return Attention(six_cfg)")),
-    # ---- section 7: attention sinks ---------------------------------------------------------------------------
+    # ---- section 5: attention sinks ---------------------------------------------------------------------------
     "sinks: query rotated at its text position": bug(
         "05_sinks.py",
         ("q = self.rotary(q, allowed.sum(dim=-1) - 1)                                # [B, H, T_new, Dh]",
@@ -145,7 +156,7 @@ BUGS = {
         "05_sinks.py",
         ("return causal(query_pos, key_pos) & ((key_pos[None, :] < sinks) | (key_pos[None, :] > query_pos[:, None] - window))",
          "return causal(query_pos, key_pos) & (key_pos[None, :] > query_pos[:, None] - window)")),
-    # ---- section 8: eviction -------------------------------------------------------------------------------------
+    # ---- section 6: eviction -------------------------------------------------------------------------------------
     "h2o: keeps the least attended keys": bug(
         "06_eviction.py",
         ("return keep_top(weights.sum(dim=-2), budget, newest=budget // 2)",

@@ -121,3 +121,9 @@ def test_sink_cache_bytes_count_the_sinks_and_the_ring(nb):
     cache = nb["SinkRingKV"](3, 5)
     cache.update(*kv(range(20)), torch.arange(20))
     assert cache.nbytes() == (3 + 5) * 2 * 2 * 3 * 8                       # K and V, 2 heads of 3, FP64
+
+
+@pytest.mark.parametrize("sinks, window, query, text", [(2, 3, 10, [0, 1, 8, 9, 10]), (0, 5, 3, [0, 1, 2, 3]),
+                                                        (6, 2, 4, [0, 1, 2, 3, 4]), (1, 1, 7, [0, 7])])
+def test_a_query_reads_the_sinks_and_its_window_numbered_from_0(nb, sinks, window, query, text):
+    assert nb["read_and_numbered"](sinks, window, query) == (text, list(range(len(text))))

@@ -1,4 +1,4 @@
-"""Section 9: results.json against its documented schema, every control caught, the figures written."""
+"""Section 7: results.json against its documented schema, every control caught, the figures written."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ TOP_LEVEL = ["schema_version", "notebook", "created_at", "quick", "environment",
 EXACT = ["gqa_base", "mla_naive", "mla_latent", "mla_absorbed", "mla_absorbed_vs_naive", "local_global", "shared_pairs",
          "sinks_and_window"]
 CONTROLS = ["positions_restart_at_zero", "rope_on_compressed_part", "latent_normalized_over_positions",
-            "ring_on_global_layer", "cache_borrowed_from_layer_below", "pattern_shifted_by_one_layer",
+            "ring_on_global_layer", "shared_cache_written_twice", "pattern_shifted_by_one_layer",
             "keys_rotated_once_when_cached", "random_eviction"]
 
 
@@ -28,7 +28,7 @@ def documented_keys() -> set[str]:
 def test_top_level_and_every_block_documented(out_dir, nb):
     r = results(out_dir)
     assert list(r) == TOP_LEVEL
-    assert r["schema_version"] == 2 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-compression"
+    assert r["schema_version"] == 3 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-compression"
     documented = documented_keys()
     assert set(TOP_LEVEL) <= documented
     for block in ("mla", "local_global", "shared_pairs", "streaming", "eviction", "referees"):
@@ -53,7 +53,9 @@ def test_every_control_recorded_and_caught(out_dir, nb):
     expected = CONTROLS if nb["HAVE_HF"] else [c for c in CONTROLS if c != "pattern_shifted_by_one_layer"]
     assert list(r["controls"]) == expected
     assert all(c["caught"] is True and {"section", "check", "measured"} <= set(c) for c in r["controls"].values())
-    assert r["controls"]["rope_on_compressed_part"]["own_cache_exact"] is True
+    rope = r["controls"]["rope_on_compressed_part"]
+    assert rope["own_cache_exact"] is True and rope["distance_errors"] == r["mla"]["why_rope_split"]
+    assert r["controls"]["shared_cache_written_twice"]["seen_after_stream"] == 2 * r["config"]["stream_tokens"]
 
 
 def test_referees_recorded(out_dir, nb):
@@ -79,6 +81,6 @@ def test_eviction_block_and_bounds(out_dir):
 
 def test_figures_written(out_dir):
     r = results(out_dir)
-    assert r["figures"] == ["masks.png", "mla_cost.png", "cache_growth.png", "sinks_vs_dense.png", "eviction_sweep.png"]
+    assert r["figures"] == ["mla_cost.png", "cache_growth.png", "sinks_vs_dense.png", "eviction_sweep.png"]
     assert all((out_dir / name).stat().st_size > 1000 for name in r["figures"])
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(r["figures"] + ["results.json"])

@@ -14,7 +14,7 @@
 
 # %%
 STREAM_LEN = 24
-STREAM = torch.randint(0, cfg.vocab, (2, STREAM_LEN), generator=torch.Generator().manual_seed(SEED))
+STREAM = torch.randint(0, ArchConfig().vocab, (2, STREAM_LEN), generator=torch.Generator().manual_seed(SEED))
 GRID = [(dtype, batch, chunk) for dtype in (torch.float32, torch.float64) for batch in (1, 2) for chunk in (1, 2, 5)]
 
 

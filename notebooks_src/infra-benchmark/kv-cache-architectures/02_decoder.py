@@ -1,6 +1,7 @@
 # %% [markdown] lang="en"
-# **The configuration.** `ArchConfig` extends the first notebook's `DecoderConfig` with one field per design
-# change. With every field at its default it describes the first notebook's GPT-2-shaped decoder: learned
+# **The configuration.** `ArchConfig` holds the first notebook's `DecoderConfig` sizes, with the same defaults,
+# and adds one field per design change. With every field at its default it describes the first notebook's
+# GPT-2-shaped decoder: learned
 # positions, LayerNorm, the GELU `MLP`, biases, one K/V head per query head. The Llama family changes five of
 # them: fewer K/V heads (`kv_heads`), rotary position embeddings instead of a position table (`rope`), RMSNorm
 # (`norm="rms"`), the gated SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$
@@ -8,11 +9,19 @@
 # Hugging Face models can check ours weight for weight.
 
 # %% [markdown] lang="zh"
-# **配置。** `ArchConfig` 在第一份笔记本的 `DecoderConfig` 上扩展，每种设计改动对应一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 系列改动了其中五处：更少的 K/V 头（`kv_heads`）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能逐个权重地核对我们的模型。
+# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 系列改动了其中五处：更少的 K/V 头（`kv_heads`）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能逐个权重地核对我们的模型。
 
 # %%
 @dataclass
-class ArchConfig(DecoderConfig):
+class ArchConfig:
+    # [en] The first notebook's sizes (DecoderConfig's fields, same defaults).
+    # [zh] 第一份笔记本的各项尺寸（即 DecoderConfig 的字段，默认值相同）。
+    vocab: int = 97
+    width: int = 64
+    heads: int = 4
+    layers: int = 2
+    mlp: int = 256
+    max_positions: int = 512
     # [en] K/V heads per layer; None: one per query head (MHA).
     # [zh] 每层的 K/V 头数；None 表示每个查询头各有一个（MHA）。
     kv_heads: int | None = None
@@ -28,6 +37,10 @@ class ArchConfig(DecoderConfig):
     # [zh] "gelu"（GPT-2 的 MLP）或 "swiglu"（Llama 带门控的 SiLU MLP）。
     mlp_kind: str = "gelu"
     bias: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
 
     @property
     def n_kv(self) -> int:
@@ -137,7 +150,7 @@ class Decoder(nn.Module):
     def forward(self, ids, cache=None, positions=None):                          # ids: [B, T_new]
         cache = self.new_cache() if cache is None else cache
         if positions is None:
-            positions = absolute_positions(cache[0].seen, ids.shape[1])          # [T_new]
+            positions = cache[0].seen + torch.arange(ids.shape[1])               # [T_new]
         x = self.wte(ids) if self.wpe is None else self.wte(ids) + self.wpe(positions)    # [B, T_new, width]
         for block, layer_cache in zip(self.blocks, cache):
             x = block(x, positions, layer_cache)

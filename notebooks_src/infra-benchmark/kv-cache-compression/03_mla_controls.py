@@ -7,16 +7,34 @@
 #
 # and the matrix between the query and the cached latent, $R_{s-t} W^{UK}_i$, now changes with the distance
 # $s - t$. No single matrix can be folded into the query: absorption would need one per distance, which means
-# rebuilding the keys. `RopeOnCompressedPart` is that model. It is a valid model, and its own cache (of full keys)
-# is exact; but absorbing its $W^{UK}_i$ as before computes something else, and criterion 2 must fail. The DeepSeek-V2
-# paper gives this reason for the decoupled key.
+# rebuilding the keys. The DeepSeek-V2 paper gives this reason for the decoupled key.
+#
+# `RopeOnCompressedPart` is that model. It is a valid model, and its own cache (of full keys) is exact; what it
+# cannot have is an exact absorbed form. The tempting way to absorb it anyway is `RotatedInLatentSpace`: fold
+# $W^{UK}_i$ into the query as `AbsorbedMLA` does, and since the rotation can no longer sit between the query and
+# $W^{UK}_i$, move it into latent space: rotate the folded query $\tilde q_{t,i}$ and the cached latents $c_s$ with
+# an $r$-dimensional RoPE $R^{(r)}$. The cache still holds only latents, the scores still depend only on the
+# distance, and the model is consistent with itself: its cached path equals its own full recomputation. But
+#
+# $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
+#
+# and $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$: rotating the latent is not rotating the key rebuilt from it. So
+# criterion 2, applied to this model (`RotatedInLatentSpace` against `RopeOnCompressedPart`, the same weights), must
+# fail in every configuration. Only the logits are compared: the naive model caches rotated keys, which no latent
+# expands to.
 
 # %% [markdown] lang="zh"
 # **负对照 1：对压缩部分施加 RoPE，却照样吸收。** MLA 为什么需要一个单独的 RoPE 键？假设它像普通 RoPE 旋转每个键那样，去旋转从潜向量重建出的键：$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
 #
-# 夹在查询和缓存的潜向量之间的矩阵 $R_{s-t} W^{UK}_i$ 随距离 $s - t$ 而变。没有哪一个矩阵可以并入查询：吸收需要为每个距离各准备一个矩阵，这就等于重建键。`RopeOnCompressedPart` 就是这样的模型。它本身是一个合法的模型，它自己的缓存（存完整的键）也是精确的；但如果像前面那样吸收它的 $W^{UK}_i$，算出来的就是另一个东西，判据 2 必须失败。DeepSeek-V2 论文正是用这个理由引入解耦的键。
+# 夹在查询和缓存的潜向量之间的矩阵 $R_{s-t} W^{UK}_i$ 随距离 $s - t$ 而变。没有哪一个矩阵可以并入查询：吸收需要为每个距离各准备一个矩阵，这就等于重建键。DeepSeek-V2 论文正是用这个理由引入解耦的键。
+#
+# `RopeOnCompressedPart` 就是这样的模型。它本身是一个合法的模型，它自己的缓存（存完整的键）也是精确的；它不可能有的，是一个精确的吸收形式。一种诱人的“照样吸收”的写法是 `RotatedInLatentSpace`：像 `AbsorbedMLA` 那样把 $W^{UK}_i$ 并入查询；既然旋转已经没法夹在查询和 $W^{UK}_i$ 之间，就把它挪到潜空间里：用一个 $r$ 维的 RoPE $R^{(r)}$ 旋转并入后的查询 $\tilde q_{t,i}$ 和缓存的潜向量 $c_s$。缓存里仍然只有潜向量，分数仍然只取决于距离，模型本身也自洽：它的缓存路径等于它自己的完整重算。但是
+#
+# $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
+#
+# 而 $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$：旋转潜向量并不等于旋转由它重建出的键。因此，把判据 2 用到这个模型上（`RotatedInLatentSpace` 对照 `RopeOnCompressedPart`，同一份权重），每种配置都必须失败。这里只比较 logits：朴素模型缓存的是旋转过的键，没有哪个潜向量能展开成它们。
 
 # %%
 class RopeOnCompressedPart(MLAttention):
@@ -28,50 +46,79 @@ class RopeOnCompressedPart(MLAttention):
 
     def forward(self, x, positions, cache):
         q_c, q_r = self.queries(x, positions)
-        c, k_r = self.compress(x, positions)
-        k_c, v = self.expand(c)
-        q_c, k_c = self.rotary_c(q_c, positions), self.rotary_c(k_c, positions)
-        k = torch.cat((k_c, k_r.expand(-1, self.heads, -1, -1)), dim=-1)
+        k, v = self.expand(*self.compress(x, positions))
+        k_c, k_r = k.split([self.nope_dim, self.rope_dim], dim=-1)
+        k = torch.cat((self.rotary_c(k_c, positions), k_r), dim=-1)
         keys, values, key_pos = cache.update(k, v, positions)
-        context = softmax_attention(torch.cat((q_c, q_r), dim=-1), keys, values, causal(positions, key_pos))
+        context = softmax_attention(torch.cat((self.rotary_c(q_c, positions), q_r), dim=-1), keys, values, causal(positions, key_pos))
         return self.proj(merge_heads(context))
 
 
-ROPE_ON_COMPRESSED_OWN_GRID = run_grid(lambda: build(mla_cfg, lambda i: RopeOnCompressedPart(mla_cfg)))
-ROPE_ON_COMPRESSED_ABSORBED = [absorbed_vs_naive(batch, chunk, dtype, naive=RopeOnCompressedPart) for dtype, batch, chunk in GRID]
-summary_table({"`RopeOnCompressedPart`": ROPE_ON_COMPRESSED_OWN_GRID,
-               "`AbsorbedMLA` vs `RopeOnCompressedPart`": ROPE_ON_COMPRESSED_ABSORBED})
+class RotatedInLatentSpace(RopeOnCompressedPart):
+    # [en] WRONG on purpose: absorbs W^UK anyway, and rotates the folded query and the cached latents in latent space.
+    # [zh] 故意写错：照样吸收 W^UK，并在潜空间里旋转并入后的查询和缓存的潜向量。
+    def __init__(self, c: MLAConfig):
+        super().__init__(c)
+        self.rotary_latent = Rotary(c.latent, c.max_positions, c.rope_theta)
+
+    def forward(self, x, positions, cache):
+        q_c, q_r = self.queries(x, positions)
+        c, k_r = self.compress(x, positions)
+        latents, rope_keys, key_pos = cache.update(c, k_r, positions)
+        w_uk, w_uv = self.up_weights()                                                # [H, d_C, r], [H, d_v, r]
+        q_latent = self.rotary_latent(q_c @ w_uk, positions)                           # [B, H, T_new, r]
+        rotated = self.rotary_latent(latents, key_pos)                                 # [B, 1, T_keys, r]
+        scores = (q_latent @ rotated.transpose(-2, -1) + q_r @ rope_keys.transpose(-2, -1)) * self.scale
+        weights = scores.masked_fill(~causal(positions, key_pos), float("-inf")).softmax(dim=-1)
+        return self.proj(merge_heads((weights @ latents) @ w_uv.transpose(-2, -1)))
+
+
+ROPE_ON_COMPRESSED_OWN = {name: run_grid(lambda form=form: build(mla_cfg, lambda i: form(mla_cfg)))
+                          for name, form in (("naive", RopeOnCompressedPart), ("absorbed", RotatedInLatentSpace))}
+ROPE_ON_COMPRESSED_ABSORBED = [absorbed_vs_naive(batch, chunk, dtype, naive=RopeOnCompressedPart, absorbed=RotatedInLatentSpace)
+                               for dtype, batch, chunk in GRID]
+summary_table({"`RopeOnCompressedPart`": ROPE_ON_COMPRESSED_OWN["naive"], "`RotatedInLatentSpace`": ROPE_ON_COMPRESSED_OWN["absorbed"],
+               "`RotatedInLatentSpace` vs `RopeOnCompressedPart`": ROPE_ON_COMPRESSED_ABSORBED})
 CONTROLS["rope_on_compressed_part"] = {
-    "section": 5, "check": "absorbed_vs_naive", "own_cache_exact": all(r["passed"] for r in ROPE_ON_COMPRESSED_OWN_GRID),
+    "section": 3, "check": "absorbed_vs_naive", "own_cache_exact": all(r["passed"] for rows in ROPE_ON_COMPRESSED_OWN.values() for r in rows),
     "measured": min(r["max_abs_logit_err"] for r in ROPE_ON_COMPRESSED_ABSORBED),
-    "caught": not any(r["passed"] for r in ROPE_ON_COMPRESSED_ABSORBED)}
+    "caught": not any(r["logits_passed"] for r in ROPE_ON_COMPRESSED_ABSORBED)}
+say(en=f"Both models pass their own cached-versus-full check; criterion 2 fails in all 12 configurations (smallest logit "
+       f"error {CONTROLS['rope_on_compressed_part']['measured']:.2f}): caught.",
+    zh=f"两个模型都通过了各自的“缓存对照完整重算”检查；判据 2 在全部 12 种配置上失败（logits 误差最小也有 "
+       f"{CONTROLS['rope_on_compressed_part']['measured']:.2f}）：已查出。")
 assert CONTROLS["rope_on_compressed_part"]["own_cache_exact"] and CONTROLS["rope_on_compressed_part"]["caught"]
 
 # %% [markdown] lang="en"
 # The reason, measured. For layer 0 of that model (FP64, 24 random input vectors), the cell computes the compressed
-# part of every causal score twice: as the model defines it, with both sides rotated, and as absorption computes
-# it, with $W^{UK}_i$ folded into an unrotated query. It groups the differences by the distance $t - s$ between
-# query and key. Only distance 0, where the two rotations cancel, agrees.
+# part of every causal score three times: as the model defines it, with the query and the rebuilt key rotated; as
+# `AbsorbedMLA` would, with $W^{UK}_i$ folded into an unrotated query; and as `RotatedInLatentSpace` does. It groups
+# the differences from the definition by the distance $t - s$ between query and key. Both absorptions agree at
+# distance 0, where the rotations cancel, and at no other distance.
 
 # %% [markdown] lang="zh"
-# 把原因量出来。对这个模型的第 0 层（FP64，24 个随机输入向量），下面的单元格把每个因果分数中的压缩部分算两遍：一遍按模型的定义，两边都旋转；另一遍按吸收的算法，把 $W^{UK}_i$ 并入未经旋转的查询。然后按查询与键之间的距离 $t - s$ 把差值分组。只有距离为 0 时两个旋转相互抵消，两者才一致。
+# 把原因量出来。对这个模型的第 0 层（FP64，24 个随机输入向量），下面的单元格把每个因果分数中的压缩部分算三遍：一遍按模型的定义，查询和重建出的键都旋转；一遍按 `AbsorbedMLA` 的算法，把 $W^{UK}_i$ 并入未经旋转的查询；一遍按 `RotatedInLatentSpace` 的算法。然后按查询与键之间的距离 $t - s$ 把它们与定义的差值分组。两种吸收都只在距离为 0（两个旋转相互抵消）时与定义一致，在其他任何距离上都不一致。
 
 # %%
 with torch.inference_mode():
-    attn = build(mla_cfg, lambda i: RopeOnCompressedPart(mla_cfg)).double().blocks[0].attn
+    attn = build(mla_cfg, lambda i: RotatedInLatentSpace(mla_cfg)).double().blocks[0].attn
     x = torch.randn(1, STREAM_LEN, mla_cfg.width, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
     positions = torch.arange(STREAM_LEN)
     q_c, _ = attn.queries(x, positions)
-    latents, _ = attn.compress(x, positions)
-    k_c, _ = attn.expand(latents)
+    latents, k_r = attn.compress(x, positions)
+    k_c = attn.expand(latents, k_r)[0][..., :mla_cfg.nope_dim]                                    # [1, H, T, d_C]
+    w_uk = attn.up_weights()[0]                                                                    # [H, d_C, r]
     defined = attn.rotary_c(q_c, positions) @ attn.rotary_c(k_c, positions).transpose(-2, -1)     # [1, H, T, T]
-    w_uk = attn.kv_up.weight.view(mla_cfg.heads, -1, mla_cfg.latent)[:, :mla_cfg.nope_dim]       # [H, d_C, r]
-    absorbed = (q_c @ w_uk) @ latents.transpose(-2, -1)
+    absorbed = {"folded": (q_c @ w_uk) @ latents.transpose(-2, -1),
+                "rotated_in_latent_space": attn.rotary_latent(q_c @ w_uk, positions) @ attn.rotary_latent(latents, positions).transpose(-2, -1)}
     distance = positions[:, None] - positions[None, :]                                              # [T, T]: t - s
-WHY_ROPE_SPLIT = {int(d): max_abs_err(defined[..., distance == d], absorbed[..., distance == d]) for d in (0, 1, 2, 4, 8, 16)}
-say_table([[str(d), f"{e:.1e}"] for d, e in WHY_ROPE_SPLIT.items()],
-          en=["distance t - s", "max abs score difference (FP64)"], zh=["距离 t - s", "分数最大绝对误差（FP64）"])
-assert WHY_ROPE_SPLIT[0] < TOLERANCE[torch.float64] < 1e-2 < min(e for d, e in WHY_ROPE_SPLIT.items() if d > 0)
+WHY_ROPE_SPLIT = {int(d): {name: max_abs_err(defined[..., distance == d], scores[..., distance == d]) for name, scores in absorbed.items()}
+                  for d in (0, 1, 2, 4, 8, 16)}
+say_table([[str(d), f"{e['folded']:.1e}", f"{e['rotated_in_latent_space']:.1e}"] for d, e in WHY_ROPE_SPLIT.items()],
+          en=["distance t - s", "`AbsorbedMLA`'s fold: max abs score error (FP64)", "`RotatedInLatentSpace`: max abs score error (FP64)"],
+          zh=["距离 t - s", "`AbsorbedMLA` 的并入方式：分数最大绝对误差（FP64）", "`RotatedInLatentSpace`：分数最大绝对误差（FP64）"])
+CONTROLS["rope_on_compressed_part"]["distance_errors"] = WHY_ROPE_SPLIT
+assert max(WHY_ROPE_SPLIT[0].values()) < TOLERANCE[torch.float64] < 1e-2 < min(min(e.values()) for d, e in WHY_ROPE_SPLIT.items() if d > 0)
 
 # %% [markdown] lang="en"
 # **Negative control 2: the latent normalized over the wrong axis.** The cached latent must be a function of its
@@ -93,7 +140,7 @@ class NormalizedOverPositions(AbsorbedMLA):
 
 
 CONTROLS["latent_normalized_over_positions"] = {
-    "section": 5, **run_control(lambda: build(mla_cfg, lambda i: NormalizedOverPositions(mla_cfg)))}
+    "section": 3, **run_control(lambda: build(mla_cfg, lambda i: NormalizedOverPositions(mla_cfg)))}
 say(en=f"Latent normalized over positions: cached vs full fails for chunks of 1, 2 and 5 (smallest logit error "
        f"{CONTROLS['latent_normalized_over_positions']['measured']:.2f}): caught.",
     zh=f"沿位置维度归一化潜向量：分块长度为 1、2、5 时“缓存对照完整重算”全部失败（logits 误差最小也有 "

@@ -1,16 +1,16 @@
 # %% [markdown] lang="en"
-# ### 5.2 What MLA stores, and what it computes
+# ### 3.2 What MLA stores, and what it computes
 #
 # **Memory, measured.** Per token and layer, the naive form caches $H(d_C + d_R)$ numbers of keys and $H d_v$ of
-# values; the latent and absorbed forms cache $r + d_R$. For comparison, the GQA model of section 4 caches
+# values; the latent and absorbed forms cache $r + d_R$. For comparison, the GQA model of section 2 caches
 # $2 H_{kv} D_h$ (the series' `kv_bytes_per_token` formula). The cell measures `numel() * element_size()` over the
 # real caches after the 24-token stream (batch 2, FP32) and divides by batch, tokens and layers; it must equal
 # the formula exactly.
 
 # %% [markdown] lang="zh"
-# ### 5.2 MLA 存了什么，又算了什么
+# ### 3.2 MLA 存了什么，又算了什么
 #
-# **内存，实测。** 每个 token 在每一层，朴素形式缓存 $H(d_C + d_R)$ 个键的数和 $H d_v$ 个值的数；潜向量形式和吸收形式缓存 $r + d_R$ 个数。作为对照，第 4 节的 GQA 模型缓存 $2 H_{kv} D_h$ 个数（即本系列的 `kv_bytes_per_token` 公式）。下面的单元格在 24 个 token 的序列（batch 2，FP32）之后，对真实缓存统计 `numel() * element_size()`，再除以 batch、token 数和层数；结果必须与公式完全相等。
+# **内存，实测。** 每个 token 在每一层，朴素形式缓存 $H(d_C + d_R)$ 个键的数和 $H d_v$ 个值的数；潜向量形式和吸收形式缓存 $r + d_R$ 个数。作为对照，第 2 节的 GQA 模型缓存 $2 H_{kv} D_h$ 个数（即本系列的 `kv_bytes_per_token` 公式）。下面的单元格在 24 个 token 的序列（batch 2，FP32）之后，对真实缓存统计 `numel() * element_size()`，再除以 batch、token 数和层数；结果必须与公式完全相等。
 
 # %%
 def mla_elements(c: MLAConfig) -> int:
@@ -76,6 +76,20 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
           zh=["缓存（DeepSeek-V3 的注意力）", "每个 token 每层的数", "每 token（KiB，61 层，BF16）", "128k 上下文（GiB）"])
 
 # %% [markdown] lang="en"
+# **The latent under tensor parallelism.** Tensor parallelism splits attention by heads: on 8 GPUs, each takes 16 of
+# the 128 query heads, and for MHA or GQA the K/V heads those queries read, so each GPU caches an eighth of the
+# keys and values ({{run:mla.tp8_mha_per_gpu:,}} numbers per token and layer for MHA). MLA's latent and RoPE key
+# belong to no head: every head reads all $r + d_R$ numbers of every token, so every GPU must hold the whole latent
+# cache of every request it serves, all {{run:takeaways.deepseek_latent}} numbers per token and layer: the latent is
+# replicated, not split. That is why SGLang and vLLM serve DeepSeek's attention *data-parallel* ("DP attention" in
+# SGLang's documentation; vLLM's data-parallel deployment guide recommends it for MLA models): each GPU runs the
+# attention of its own requests, with their latents only, and the GPUs share the work again in the mixture-of-experts
+# layers.
+
+# %% [markdown] lang="zh"
+# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数：潜向量是被复制的，而不是被切分的。这就是 SGLang 和 vLLM 以**数据并行**方式运行 DeepSeek 注意力的原因（SGLang 文档中称为 “DP attention”；vLLM 的数据并行部署指南也为 MLA 模型推荐这种方式）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
+
+# %% [markdown] lang="en"
 # **Compute, counted.** Absorption does not make attention cheaper in arithmetic; it moves it. Per decode step
 # and layer, with $T$ keys and one new token, the three forms do these multiply-adds beyond the projections they
 # share ($q$, `kv_down`, $o$):
@@ -129,33 +143,115 @@ say_table([[f"`{form}`"] + [f"{v['counted']:,}" for v in by_keys.values()] for f
 assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by_keys.values())
 
 # %% [markdown] lang="en"
-# Now the counts at DeepSeek-V3's size, per layer and decode step, next to the bytes each form reads from its
-# cache (BF16). The naive form does about one multiply-add per cached number it reads: its attention is bound by
-# memory traffic. The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the attention arithmetic of
-# the naive one per key, but reads {{run:mla.naive_vs_latent_bytes:.0f}} times fewer bytes: it behaves like
-# multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads. The latent form, what
-# transformers does, reads little but recomputes every key and value at every step. The figure shows both
-# quantities as the context grows.
+# **What each form moves.** Now the counts at DeepSeek-V3's size, per layer and decode step, next to the bytes each
+# form reads from its cache (BF16). The naive form does about one multiply-add per cached number it reads: its
+# attention is bound by memory traffic. The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the
+# attention arithmetic of the naive one per key, but reads {{run:mla.naive_vs_latent_bytes:.0f}} times fewer bytes: it
+# behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
+#
+# The latent form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form, but the
+# cache is not all it moves. At every step, `expand_kv` writes the expanded keys and values of every cached position
+# into new tensors, $H(d_C + d_R + d_v)$ numbers per position, and attention reads them back. The cell below counts
+# what our `LatentMLA` and, when transformers is installed, Hugging Face's `expand_kv` materialise in one decode step
+# with 24 cached positions; both must equal that formula. At DeepSeek-V3's size and 32,768 keys this is
+# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step, written and then read: the latent form saves cache
+# capacity, not memory bandwidth, and moves more bytes per step than the naive form reads. The table therefore gives
+# the multiply-adds per byte of cache read, which for the latent form only a fused kernel would reach: one that
+# expands each latent on chip and never writes the expansion to memory.
 
 # %% [markdown] lang="zh"
-# 下面把这些次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受访存限制。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却少 {{run:mla.naive_vs_latent_bytes:.0f}} 倍：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。潜向量形式（即 transformers 的做法）读得少，却在每一步都重算每个键和值。下图画出这两个量随上下文增长的情况。
+# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受访存限制。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却少 {{run:mla.naive_vs_latent_bytes:.0f}} 倍：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
+#
+# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都把每个缓存位置展开后的键和值写进新的张量，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中实际生成的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，这就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多。因此，表中给出的是“每读一个缓存字节的乘加次数”；对潜向量形式来说，只有融合算子才能达到这个比值：它在片上展开每个潜向量，从不把展开结果写回内存。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
     return keys * (expanded_elements(c) if form == "naive" else mla_elements(c)) * bytes_per_element
 
 
+def materialised_bytes(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
+    # [en] The expanded K/V the latent form writes at every step (and attention reads back).
+    # [zh] 潜向量形式每一步写入（并由注意力读回）的展开后的 K/V。
+    return keys * expanded_elements(c) * bytes_per_element if form == "latent" else 0
+
+
+def recording(method, record: list):
+    # [en] Wrap a bound method so that every call's result is also appended to `record`.
+    # [zh] 包装一个绑定方法，把每次调用的结果也追加到 `record` 中。
+    def wrapper(*args):
+        record.append(method(*args))
+        return record[-1]
+    return wrapper
+
+
+@torch.inference_mode()
+def expanded_per_step(attn, call_attn, name: str) -> int:
+    # [en] Numbers the layer's `name` method returns during the last of two calls (24 positions, then 1), per sequence.
+    # [zh] 两次调用（先 24 个位置，再 1 个）中的最后一次里，该层 `name` 方法返回的数的个数（按每条序列计）。
+    call_attn(STREAM[:1, :-1])
+    record = []
+    setattr(attn, name, recording(getattr(attn, name), record))
+    call_attn(STREAM[:1, -1:])
+    delattr(attn, name)
+    return sum(t.numel() for t in record[-1])
+
+
+ours = build(mla_cfg, lambda i: LatentMLA(mla_cfg))
+cache = ours.new_cache()
+MATERIALISED = {"LatentMLA": expanded_per_step(ours.blocks[0].attn, lambda ids: ours(ids, cache), "expand")}
+if HAVE_HF:
+    hf = hf_deepseek(build(mla_cfg, lambda i: LatentMLA(mla_cfg)).double())
+    hf_cache = DynamicCache(config=hf.config)
+    MATERIALISED["DeepseekV3Attention"] = expanded_per_step(
+        hf.model.layers[0].self_attn, lambda ids: hf(input_ids=ids, past_key_values=hf_cache, use_cache=True), "expand_kv")
+say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * expanded_elements(mla_cfg):,}"] for name, n in MATERIALISED.items()],
+          en=["latent form", "cached positions", "numbers expanded in one decode step", "formula: T H (d_C + d_R + d_v)"],
+          zh=["潜向量形式", "缓存的位置数", "一个解码步中展开出的数", "公式：T H (d_C + d_R + d_v)"])
+assert all(n == STREAM_LEN * expanded_elements(mla_cfg) for n in MATERIALISED.values())
+
+# %% [markdown] lang="en"
+# The three forms at DeepSeek-V3's size with a context of 32,768 keys. The last column divides the multiply-adds by
+# the cache bytes alone.
+
+# %% [markdown] lang="zh"
+# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字。最后一列只用缓存的字节数去除乘加次数。
+
+# %%
+d, T = DEEPSEEK_V3, 32 * 1024
+per_key_naive = d.heads * (d.nope_dim + d.rope_dim + d.value_dim)
+per_key_absorbed = d.heads * (2 * d.latent + d.rope_dim)
+MLA_TRADE = {"context": T, "forms": {form: {"macs": decode_macs(d, form, T), "cache_bytes_read": cache_bytes_read(d, form, T),
+                                            "expanded_bytes_written": materialised_bytes(d, form, T)}
+                                     for form in MLA_FORMS}}
+say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{v['expanded_bytes_written'] / 2 ** 20:,.0f}",
+            f"{v['macs'] / v['cache_bytes_read']:,.1f}"]
+           for form, v in MLA_TRADE["forms"].items()],
+          en=["form (T = 32,768)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB), then read back",
+              "multiply-adds per byte of cache read"],
+          zh=["形式（T = 32,768）", "乘加次数（十亿）", "读取的缓存（MiB）", "写入的展开 K/V（MiB），之后再读回", "每读一个缓存字节的乘加次数"])
+assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["latent"]["macs"]
+
+# %% [markdown] lang="en"
+# The figure shows both quantities as the context grows; the bytes panel adds the latent form's traffic with its
+# expansion counted (written once, read once).
+
+# %% [markdown] lang="zh"
+# 下图画出这两个量随上下文增长的情况；字节数那一幅还加上了潜向量形式把展开结果计入之后的访存量（写入一次、读出一次）。
+
+# %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
 fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
 for form, style in (("naive", "-o"), ("latent", "-s"), ("absorbed", "-^")):
-    axes[0].plot(CONTEXTS, [cache_bytes_read(DEEPSEEK_V3, form, t) / 2 ** 20 for t in CONTEXTS], style, markersize=3, label=form)
+    axes[0].plot(CONTEXTS, [cache_bytes_read(DEEPSEEK_V3, form, t) / 2 ** 20 for t in CONTEXTS], style, markersize=3, label=f"{form}: cache read")
     axes[1].plot(CONTEXTS, [decode_macs(DEEPSEEK_V3, form, t) / 1e9 for t in CONTEXTS], style, markersize=3, label=form)
-for ax, label in zip(axes, ("cache read per step (MiB, BF16)", "multiply-adds per step (billions)")):
+axes[0].plot(CONTEXTS, [(cache_bytes_read(DEEPSEEK_V3, "latent", t) + 2 * materialised_bytes(DEEPSEEK_V3, "latent", t)) / 2 ** 20
+                        for t in CONTEXTS], ":s", markersize=3, label="latent: cache + expansion written and read")
+for ax, label in zip(axes, ("bytes per step (MiB, BF16)", "multiply-adds per step (billions)")):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("context: cached keys T")
     ax.set_ylabel(label)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
 fig.suptitle("DeepSeek-V3 attention, one layer, one decode step", fontsize=10)
 fig.tight_layout()
 MLA_COST_PNG = OUT / "mla_cost.png"
@@ -164,24 +260,40 @@ plt.show()
 
 # %% [markdown] lang="en"
 # *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys (both axes
-# logarithmic). Left: bytes read from the cache; the latent and absorbed forms coincide (both read the latents and
-# RoPE keys). Right: multiply-adds; "latent" climbs fastest because it re-expands every cached latent.*
+# logarithmic). Left: bytes. The solid lines are the bytes read from the cache; the latent and absorbed forms
+# coincide there (both read the latents and RoPE keys). The dotted line adds what the latent form, as transformers
+# runs it, writes and reads back at every step, the expanded keys and values: it moves about twice the bytes the
+# naive form reads.
+# Right: multiply-adds; "latent" climbs fastest because it re-expands every cached latent.*
+#
+# **Which form, when.** The absorbed form's attention does $H(2r + d_R)$ multiply-adds per cached key and decode step
+# and reads $r + d_R$ numbers: {{run:mla.absorbed_flop_per_byte:.0f}} FLOP per byte in BF16 for DeepSeek-V3, close to
+# the ridge point of an NVIDIA H100 ({{run:mla.h100_ridge:.0f}} FLOP per byte: 989 TFLOP/s of dense BF16 over
+# 3.35 TB/s, from its datasheet), where a kernel stops waiting for memory and starts waiting for arithmetic (the
+# [reuse notebook]({{colab:infra-benchmark/kv-cache-reuse}}) measures this roofline on its machine, section 9). The
+# naive form's attention sits at {{run:mla.naive_flop_per_byte:.0f}} FLOP per byte, deep in the memory-bound region.
+# Prefill is different: every key meets many queries, the expansion of a key ($r \cdot H(d_C + d_v)$ multiply-adds)
+# is paid once and shared by all of them, and what counts is the work per (query, key) pair, $H(d_C + d_R + d_v)$
+# multiply-adds with expanded keys and values against $H(2r + d_R)$ absorbed, {{run:mla.absorbed_vs_naive_macs:.1f}}
+# times more. So serving engines prefill with the expanded form and decode with the absorbed one; vLLM's MLA backend
+# says so at the top of `vllm/v1/attention/backends/mla/common.py` (a "compute friendly" path for prefill, a
+# "data-movement friendly" one for decode).
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数（两个坐标轴都是对数刻度）。左图：从缓存读取的字节数；latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。右图：乘加次数；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数（两个坐标轴都是对数刻度）。左图：字节数。实线是从缓存读取的字节数，其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即展开后的键和值：它搬运的字节约为朴素形式读取量的两倍。右图：乘加次数；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
+#
+# **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，算子就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型）。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受访存限制的区域。预填充则不同：每个键都要与许多查询相遇，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，多出 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理引擎用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
 
 # %%
-d, T = DEEPSEEK_V3, 32 * 1024
-per_key_naive = d.heads * (d.nope_dim + d.rope_dim + d.value_dim)
-per_key_absorbed = d.heads * (2 * d.latent + d.rope_dim)
-MLA_TRADE = {"context": T, "forms": {form: {"macs": decode_macs(d, form, T), "cache_bytes_read": cache_bytes_read(d, form, T)}
-                                     for form in MLA_FORMS}}
-say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{v['macs'] / v['cache_bytes_read']:,.1f}"]
-           for form, v in MLA_TRADE["forms"].items()],
-          en=["form (T = 32,768)", "multiply-adds (billions)", "cache read (MiB)", "multiply-adds per byte read"],
-          zh=["形式（T = 32,768）", "乘加次数（十亿）", "读取的缓存（MiB）", "每读一个字节的乘加次数"])
-assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["latent"]["macs"]
-
-# %% tags=["prose-values"]
-{"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive,
-         "naive_vs_latent_bytes": expanded_elements(d) / mla_elements(d)}}
+# [en] NVIDIA H100 SXM datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (the reuse notebook uses the same figures).
+# [zh] NVIDIA H100 SXM 数据手册：稠密 BF16 算力 989 TFLOP/s，HBM3 带宽 3.35 TB/s（复用笔记本用的是同样的数字）。
+H100_RIDGE = 989e12 / 3.35e12
+MLA_INTENSITY = {"naive_flop_per_byte": 2 * per_key_naive / (expanded_elements(d) * BF16),
+                 "absorbed_flop_per_byte": 2 * per_key_absorbed / (mla_elements(d) * BF16), "h100_ridge": H100_RIDGE}
+say_table([[f"`{form}`", f"{MLA_INTENSITY[f'{form}_flop_per_byte']:.1f}", f"{H100_RIDGE:.0f}"] for form in ("naive", "absorbed")],
+          en=["form (decode, DeepSeek-V3, BF16)", "attention FLOP per byte of cache read (scores and values)", "H100 ridge point (FLOP per byte)"],
+          zh=["形式（解码，DeepSeek-V3，BF16）", "每读一个缓存字节的注意力浮点运算次数（分数与加权求值）", "H100 的拐点（每字节浮点运算次数）"])
+assert MLA_INTENSITY["naive_flop_per_byte"] < 2 and 0.5 * H100_RIDGE < MLA_INTENSITY["absorbed_flop_per_byte"] < H100_RIDGE
+# [en] The latent form's traffic, its expansion written and read back, against the naive form's cache read: about twice.
+# [zh] 潜向量形式的访存量（展开结果写入一次、读回一次）与朴素形式读取的缓存相比：约为两倍。
+assert 2 < (cache_bytes_read(d, "latent", T) + 2 * materialised_bytes(d, "latent", T)) / cache_bytes_read(d, "naive", T) < 2.1

@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ### 5.1 Referee: Hugging Face's DeepSeek-V3 (optional)
+# ### 3.1 Referee: Hugging Face's DeepSeek-V3 (optional)
 #
 # So far our MLA has been compared only with itself. `DeepseekV3ForCausalLM` from transformers is an implementation
 # nobody here wrote. We build a tiny one from our sizes (nothing is downloaded), copy our weights into it and
@@ -19,7 +19,7 @@
 # configuration's `rms_norm_eps`: its epsilon is always 1e-6, which is DeepSeek-V3's `rms_norm_eps` and ours.
 
 # %% [markdown] lang="zh"
-# ### 5.1 裁判：Hugging Face 的 DeepSeek-V3（可选）
+# ### 3.1 裁判：Hugging Face 的 DeepSeek-V3（可选）
 #
 # 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。参数名一一对应，不需要转置：`q` → `q_proj`，`kv_down` → `kv_a_proj_with_mqa`，`kv_norm` → `kv_a_layernorm`，`kv_up` → `kv_b_proj`，`proj` → `o_proj`，其余与 Llama 相同。配置要求：不压缩查询（`q_lora_rank=None`）；每一层都用稠密 MLP（`first_k_dense_replace` 设为层数，因此没有混合专家）；`rope_interleave=False`：DeepSeek 的检查点把 RoPE 相邻的两维配成一对，这只是 RoPE 各行的一个固定重排，我们的 `rotate_half` 布局用不着它。
 #

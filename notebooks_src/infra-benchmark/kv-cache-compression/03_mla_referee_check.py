@@ -1,11 +1,12 @@
 # %% [markdown] lang="en"
 # The comparison. `hf_deepseek` builds the tiny `DeepseekV3ForCausalLM` and loads our weights into it. Hugging Face's cache for this model holds, per layer, the latent (`keys`, `[B, 1, T, r]`) and the
 # rotated RoPE key (`values`, `[B, 1, T, d_R]`): exactly what `AbsorbedMLA` and `LatentMLA` cache, so the cached
-# tensors are compared directly. The pure FP64 model differs by FP32 rounding only. The last row is control 1,
-# `RopeOnCompressedPart`, whose keys the referee rotates differently: it must be rejected.
+# tensors are compared directly. The pure FP64 model differs by FP32 rounding only. The last row is the model of
+# control 1, `RopeOnCompressedPart`, whose keys the referee rotates differently: it must be rejected, which shows that
+# this referee can fail.
 
 # %% [markdown] lang="zh"
-# 正式比较。`hf_deepseek` 构造那个很小的 `DeepseekV3ForCausalLM`，并把我们的权重加载进去。对这个模型，Hugging Face 的缓存每层保存潜向量（`keys`，形状 `[B, 1, T, r]`）和旋转后的 RoPE 键（`values`，形状 `[B, 1, T, d_R]`）：这正是 `AbsorbedMLA` 和 `LatentMLA` 缓存的内容，所以可以直接比较缓存的张量。纯 FP64 的模型只差 FP32 量级的舍入误差。最后一行是负对照 1 `RopeOnCompressedPart`，裁判对它的键的旋转方式不同，必须把它判为不一致。
+# 正式比较。`hf_deepseek` 构造那个很小的 `DeepseekV3ForCausalLM`，并把我们的权重加载进去。对这个模型，Hugging Face 的缓存每层保存潜向量（`keys`，形状 `[B, 1, T, r]`）和旋转后的 RoPE 键（`values`，形状 `[B, 1, T, d_R]`）：这正是 `AbsorbedMLA` 和 `LatentMLA` 缓存的内容，所以可以直接比较缓存的张量。纯 FP64 的模型只差 FP32 量级的舍入误差。最后一行是负对照 1 中的模型 `RopeOnCompressedPart`，裁判对它的键的旋转方式不同，必须把它判为不一致，这说明这个裁判确实可能判为不一致。
 
 # %%
 DEEPSEEK_REFEREE = None
@@ -48,3 +49,17 @@ if HAVE_HF:
 else:
     say(en=f"The DeepSeek-V3 referee is skipped: `transformers` is not available here ({HF_SKIP}).",
         zh=f"DeepSeek-V3 裁判已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
+
+# %% [markdown] lang="en"
+# Why are the first two rows exactly 0.0, when the absorbed and naive forms of our own model differ by about
+# {{run:mla.absorbed_vs_naive_fp64:.0e}} in pure FP64 (criterion 2)? Hugging Face's model and our `with_hf_precision`
+# copy compute every RMSNorm in FP32 and cast the result back: before each layer's projections and before the output
+# head, the residual stream is rounded to FP32's 24 significant bits. Differences of order $10^{-16}$, which is all
+# that the other order of arithmetic (absorbed here, expanded in Hugging Face's model) leaves in FP64, almost never
+# survive that rounding (a number would have to lie within $10^{-16}$ of a rounding boundary that is about $10^{-7}$
+# wide, a chance of about one in a billion), so both models hand the same numbers to the same projections, and the
+# logits and cached tensors come out bit for bit equal. Nothing asserts the zero: the check is the FP64 tolerance.
+# The pure FP64 row has no such rounding on our side and shows the FP32-level difference instead.
+
+# %% [markdown] lang="zh"
+# 为什么前两行恰好是 0.0？要知道，在纯 FP64 下，我们自己模型的吸收形式与朴素形式也相差约 {{run:mla.absorbed_vs_naive_fp64:.0e}}（判据 2）。原因在于 Hugging Face 的模型和我们的 `with_hf_precision` 副本都在 FP32 下计算每个 RMSNorm，再把结果转换回来：在每一层的投影之前、在输出头之前，残差流都被舍入到 FP32 的 24 位有效数字。另一种运算次序（这里是吸收形式，Hugging Face 的模型里是展开形式）在 FP64 下留下的差异只有 $10^{-16}$ 量级，几乎不可能在这次舍入后保留下来（除非某个数恰好落在一个宽约 $10^{-7}$ 的舍入区间边界附近 $10^{-16}$ 之内，概率约为十亿分之一），于是两个模型把同样的数交给同样的投影，logits 和缓存的张量就逐比特相同。这里并没有断言误差为零，检查依据的是 FP64 的容差。纯 FP64 那一行在我们这一侧没有这次舍入，显示的是 FP32 量级的差异。

@@ -1,6 +1,9 @@
 # %%
+band = band_mask(4 + torch.arange(2), torch.arange(6), 3)                         # [2, 6]
+say_table([[str(4 + i), " ".join(str(int(a)) for a in row)] for i, row in enumerate(band)],
+          en=["query position", "keys 0 to 5 (1 = may read)"], zh=["查询位置", "键 0 到 5（1 表示可以读取）"])
+assert band.int().tolist() == [[0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1]]
 WINDOW = 8
-print(band_mask(4 + torch.arange(2), torch.arange(6), 3).int())
 
 # %% [markdown] lang="en"
 # Our mixed model has Gemma 3's pattern at our scale: six layers, the first five local with a window of
@@ -45,7 +48,7 @@ class GlobalWithRing(Attention):
         return RingKV(WINDOW - 1)
 
 
-CONTROLS["ring_on_global_layer"] = {"section": 6, **run_control(
+CONTROLS["ring_on_global_layer"] = {"section": 4, **run_control(
     lambda: build(six_cfg, lambda i: WindowAttention(six_cfg, WINDOW) if i < 5 else GlobalWithRing(six_cfg)))}
 say(en=f"A ring buffer on the global layer: the check fails for chunks of 1, 2 and 5 (smallest logit error "
        f"{CONTROLS['ring_on_global_layer']['measured']:.2f}): caught.",
@@ -95,7 +98,3 @@ if HAVE_HF:
     from transformers import Gemma3TextConfig
     hf_pattern = Gemma3TextConfig(num_hidden_layers=GEMMA3_27B["layers"]).layer_types
     assert hf_pattern == ["full_attention" if kind == "global" else "sliding_attention" for kind in gemma3_pattern]
-
-# %% tags=["prose-values"]
-{"local_global": {"gemma3_uniform_gib": GEMMA3_MEMORY["uniform_gib"], "gemma3_mixed_gib": GEMMA3_MEMORY["mixed_gib"],
-                  "gemma3_local_layers": GEMMA3_MEMORY["local_layers"], "gemma3_global_layers": GEMMA3_MEMORY["global_layers"]}}

@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ### 6.2 Referee: Hugging Face's Ministral with per-layer types (optional)
+# ### 4.2 Referee: Hugging Face's Ministral with per-layer types (optional)
 #
 # A self-consistent mistake passes cached-versus-full: if the pattern were shifted by one layer (the global layer
 # first), the full path and the cached path would share the mistake. An outside referee catches it.
@@ -7,15 +7,15 @@
 # (`"sliding_attention"` or `"full_attention"`); its `DynamicCache`, built from the configuration, gives each
 # sliding layer a `DynamicSlidingWindowLayer`, which keeps the last `sliding_window - 1` positions, and each full
 # layer a `DynamicLayer`. That is exactly our mix, so the weights map as for Llama and the caches can be compared
-# layer by layer. The precision is handled as in 5.1 (`with_hf_precision`, `sdpa` attention). We picked Ministral
+# layer by layer. The precision is handled as in 3.1 (`with_hf_precision`, `sdpa` attention). We picked Ministral
 # rather than Gemma 3 because Gemma 3 adds parts that do not touch the cache (normalized queries and keys, four
 # norms per layer, scaled embeddings, two RoPE bases). transformers has no model with our shared pairs alone (Gemma
-# 3n and Gemma 4 share K/V inside much larger architectures), so 6.1 has no referee.
+# 3n and Gemma 4 share K/V inside much larger architectures), so 4.1 has no referee.
 
 # %% [markdown] lang="zh"
-# ### 6.2 裁判：按层指定类型的 Hugging Face Ministral（可选）
+# ### 4.2 裁判：按层指定类型的 Hugging Face Ministral（可选）
 #
-# 自洽的错误能通过“缓存对照完整重算”：如果层的模式错开了一层（全局层放在最前面），完整路径和缓存路径会犯同一个错误。外部裁判才能发现它。`MinistralForCausalLM` 就是 Llama 的结构加上 `sliding_window` 和一个按层指定类型的 `layer_types` 列表（取值为 `"sliding_attention"` 或 `"full_attention"`）；它根据配置构造的 `DynamicCache` 为每个滑动窗口层创建一个保留最后 `sliding_window - 1` 个位置的 `DynamicSlidingWindowLayer`，为每个全局层创建一个 `DynamicLayer`。这与我们的混合模式完全一致，所以权重映射与 Llama 相同，缓存也可以逐层比较。精度的处理与 5.1 节相同（`with_hf_precision`，`sdpa` 注意力）。我们选 Ministral 而不选 Gemma 3，是因为 Gemma 3 还有一些与缓存无关的部分（对查询和键做归一化、每层四个归一化、缩放的嵌入、两种 RoPE 底数）。transformers 中没有哪个模型只做了我们这种两两共享（Gemma 3n 和 Gemma 4 是在大得多的架构里共享 K/V），所以 6.1 节没有裁判。
+# 自洽的错误能通过“缓存对照完整重算”：如果层的模式错开了一层（全局层放在最前面），完整路径和缓存路径会犯同一个错误。外部裁判才能发现它。`MinistralForCausalLM` 就是 Llama 的结构加上 `sliding_window` 和一个按层指定类型的 `layer_types` 列表（取值为 `"sliding_attention"` 或 `"full_attention"`）；它根据配置构造的 `DynamicCache` 为每个滑动窗口层创建一个保留最后 `sliding_window - 1` 个位置的 `DynamicSlidingWindowLayer`，为每个全局层创建一个 `DynamicLayer`。这与我们的混合模式完全一致，所以权重映射与 Llama 相同，缓存也可以逐层比较。精度的处理与 3.1 节相同（`with_hf_precision`，`sdpa` 注意力）。我们选 Ministral 而不选 Gemma 3，是因为 Gemma 3 还有一些与缓存无关的部分（对查询和键做归一化、每层四个归一化、缩放的嵌入、两种 RoPE 底数）。transformers 中没有哪个模型只做了我们这种两两共享（Gemma 3n 和 Gemma 4 是在大得多的架构里共享 K/V），所以 4.1 节没有裁判。
 
 # %%
 MINISTRAL_REFEREE = None
@@ -31,7 +31,8 @@ if HAVE_HF:
     ours = build(six_cfg, local_global()).double()
     hf = hf_ministral(ours, LOCAL_GLOBAL)
     HF_CACHE_LAYERS = [type(layer).__name__ for layer in DynamicCache(config=hf.config).layers]
-    print(HF_CACHE_LAYERS)
+    say(en=f"The layer caches of Hugging Face's `DynamicCache` for this configuration: {', '.join(f'`{n}`' for n in HF_CACHE_LAYERS)}.",
+        zh=f"按这个配置构造的 Hugging Face `DynamicCache` 中各层的缓存：{'、'.join(f'`{n}`' for n in HF_CACHE_LAYERS)}。")
     shifted = ["global"] + ["local"] * 5
     MINISTRAL_REFEREE = {"hf_precision": referee_errors(with_hf_precision(ours), hf),
                          "pure_fp64": referee_errors(ours, hf)}
@@ -40,7 +41,7 @@ if HAVE_HF:
         MINISTRAL_REFEREE["shifted_pattern"] = {"full": max_abs_err(control(STREAM)[0], hf(input_ids=STREAM).logits)}
     shifted_own = check_cached(lambda: build(six_cfg, local_global(shifted)), 2, 5, torch.float64)
     CONTROLS["pattern_shifted_by_one_layer"] = {
-        "section": 6, "check": "hf_ministral", "own_cache_exact": shifted_own["passed"],
+        "section": 4, "check": "hf_ministral", "own_cache_exact": shifted_own["passed"],
         "measured": MINISTRAL_REFEREE["shifted_pattern"]["full"],
         "caught": MINISTRAL_REFEREE["shifted_pattern"]["full"] > 1e-2}
     referee_table(MINISTRAL_REFEREE, {"hf_precision": "`with_hf_precision(local_global())`", "pure_fp64": "`local_global()`",

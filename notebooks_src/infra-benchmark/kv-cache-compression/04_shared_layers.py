@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ### 6.1 Layers that share one cache
+# ### 4.1 Layers that share one cache
 #
 # The first notebook insisted that every layer needs its own cache, because layer $\ell$ projects keys and values
 # from its own input. Cross-layer attention (CLA; Brandon et al., 2024) changes the model instead: in each pair of
@@ -14,7 +14,7 @@
 # contents, which the lower layer has just updated in the same call.
 
 # %% [markdown] lang="zh"
-# ### 6.1 共享同一份缓存的层
+# ### 4.1 共享同一份缓存的层
 #
 # 第一份笔记本强调过：每一层都需要自己的缓存，因为第 $\ell$ 层是从它自己的输入投影出键和值的。跨层注意力（CLA；Brandon 等，2024）则是改动模型本身：在每一对相邻的层中，下层计算键和值并缓存它们，上层根本没有 K/V 投影，它的查询读取下层的键和值。作者用这种方式从头训练了 10 亿和 30 亿参数的模型，报告说两层一组共享（CLA2）能把缓存减半，困惑度只略有上升。transformers 在 Gemma 3n 和 Gemma 4 中实现了一种相近的方案（`num_kv_shared_layers`：最后若干层复用之前最后一个同类型层的键和值）。
 #
@@ -43,9 +43,9 @@ def shared_pairs(i: int):
 
 with torch.inference_mode():
     _, shared_cache = build(six_cfg, shared_pairs)(STREAM)
-# [en] Which cache object each of the six layers uses.
-# [zh] 六层各自使用的是哪一个缓存对象。
-print([[c is d for d in distinct(shared_cache)].index(True) for c in shared_cache])
+shared_index = [[c is d for d in distinct(shared_cache)].index(True) for c in shared_cache]
+say(en=f"Layers 0 to 5 use the cache objects {shared_index}: each pair of layers shares one.",
+    zh=f"第 0 到 5 层使用的缓存对象依次为 {shared_index}：每一对层共享一个。")
 
 # %% [markdown] lang="en"
 # **Criterion: the shared cache is exact.** Six layers in three pairs, three caches; the 12 configurations against the
@@ -57,26 +57,55 @@ print([[c is d for d in distinct(shared_cache)].index(True) for c in shared_cach
 # %%
 SHARED_GRID = run_grid(lambda: build(six_cfg, shared_pairs))
 summary_table({"`shared_pairs`": SHARED_GRID})
-assert all(r["passed"] for r in SHARED_GRID) and len(distinct(shared_cache)) == six_cfg.layers // 2
+assert all(r["passed"] for r in SHARED_GRID) and shared_index == [0, 0, 1, 1, 2, 2]
 
 # %% [markdown] lang="en"
-# **Negative control: sharing bolted onto a model that was not built for it.** Because `SharedKVAttention` builds
-# and then drops the K/V projections, the shared model built from the same seed has exactly the weights of the
-# ordinary six-layer model, minus the upper layers' K/V projections. Running it with the cache of the layer below
-# and comparing with the ordinary model's full recomputation asks: may a layer read its neighbour's cache? It may
-# not, unless the model was trained that way. The check must fail.
+# Sharing makes a different model, not a cheaper copy of the ordinary one. Because `SharedKVAttention` builds and then
+# drops the K/V projections, the shared model built from the same seed has exactly the weights of the ordinary
+# six-layer model, minus the upper layers' K/V projections; yet its logits differ from the ordinary model's by
+# {{run:shared.vs_ordinary:.2f}}. A layer may read its neighbour's cache only if the model was trained that way, which
+# is what Brandon et al. did.
+#
+# **Negative control: the upper layer still writes into the shared cache.** The tempting way to add sharing to a
+# decoder: give the upper layer the lower layer's cache object (`new_cache` returns `caches[-1]`) but keep the
+# ordinary attention layer, its K/V projections and its `update` included. Every call then appends each token twice,
+# once per layer of the pair, and the shared cache counts both: `seen`, from which the decoder numbers the next chunk,
+# runs ahead twice as fast, and the upper layer attends to its own keys next to the lower layer's. The check is the
+# one `shared_pairs` passed, the model's own full recomputation: the full call numbers its tokens $0 \dots 23$
+# whatever the cache counts, the cached path does not, so the check must fail.
 
 # %% [markdown] lang="zh"
-# **负对照：给一个并非为此而建的模型硬加上共享。** 由于 `SharedKVAttention` 先建好 K/V 投影再删掉，用同一个随机种子构建的共享模型，其权重与普通六层模型完全相同，只是少了上层的 K/V 投影。让它借用下层的缓存运行，再与普通模型的完整重算比较，等于在问：一层能否读取相邻层的缓存？答案是不能，除非模型就是这样训练出来的。检查必须失败。
+# 共享得到的是另一个模型，而不是普通模型的一个更省的副本。由于 `SharedKVAttention` 先建好 K/V 投影再删掉，用同一个随机种子构建的共享模型，其权重与普通六层模型完全相同，只是少了上层的 K/V 投影；然而它的 logits 与普通模型相差 {{run:shared.vs_ordinary:.2f}}。一层能读取相邻层的缓存，前提是模型就是这样训练出来的，Brandon 等人正是这样做的。
+#
+# **负对照：上层仍然往共享缓存里写。** 给解码器加上共享的一种诱人写法：让上层拿到下层的缓存对象（`new_cache` 返回 `caches[-1]`），却保留普通的注意力层，连同它的 K/V 投影和 `update` 调用。于是每次调用都把每个 token 追加两次（这一对层各一次），共享缓存把两次都计入：解码器据以给下一个分块编号的 `seen` 以两倍的速度往前跑，上层也会在下层的键旁边读到它自己的键。检查方式与 `shared_pairs` 通过的检查相同，即与模型自己的完整重算比较：完整调用无论缓存计数多少，都把 token 编号为 $0 \dots 23$，缓存路径却不是这样，所以检查必须失败。
 
 # %%
-CONTROLS["cache_borrowed_from_layer_below"] = {"section": 6, **run_control(lambda: build(six_cfg, shared_pairs),
-                                                                            reference=lambda: build(six_cfg))}
-say(en=f"Sharing bolted onto the ordinary model: the check fails for chunks of 1, 2 and 5 (smallest logit error "
-       f"{CONTROLS['cache_borrowed_from_layer_below']['measured']:.2f}): caught.",
-    zh=f"给普通模型硬加上共享：分块长度为 1、2、5 时检查全部失败（logits 误差最小也有 "
-       f"{CONTROLS['cache_borrowed_from_layer_below']['measured']:.2f}）：已查出。")
-assert CONTROLS["cache_borrowed_from_layer_below"]["caught"]
+with torch.inference_mode():
+    SHARED_VS_ORDINARY = max_abs_err(build(six_cfg, shared_pairs)(STREAM)[0], build(six_cfg)(STREAM)[0])
+assert SHARED_VS_ORDINARY > 1e-2
+
+
+class AppendsToSharedCache(Attention):
+    # [en] WRONG on purpose: takes the cache of the layer below, but still projects its own K/V and appends them to it.
+    # [zh] 故意写错：拿来下层的缓存，却仍然投影出自己的 K/V 并追加进去。
+    def new_cache(self, caches: list):
+        return caches[-1]
+
+
+def appends_to_shared(i: int):
+    return Attention(six_cfg) if i % 2 == 0 else AppendsToSharedCache(six_cfg)
+
+
+_, doubled_cache = run_chunked(build(six_cfg, appends_to_shared), STREAM[:1], 1)
+CONTROLS["shared_cache_written_twice"] = {"section": 4, **run_control(lambda: build(six_cfg, appends_to_shared)),
+                                          "seen_after_stream": doubled_cache[0].seen}
+say(en=f"The upper layers append to the shared caches too: after the {STREAM_LEN}-token stream in chunks of 1, the first cache "
+       f"has counted {CONTROLS['shared_cache_written_twice']['seen_after_stream']} tokens; the check fails for chunks of 1, 2 and 5 "
+       f"(smallest logit error {CONTROLS['shared_cache_written_twice']['measured']:.2f}): caught.",
+    zh=f"上层也往共享缓存里追加：{STREAM_LEN} 个 token 的序列按分块长度 1 送入之后，第一个缓存计入了 "
+       f"{CONTROLS['shared_cache_written_twice']['seen_after_stream']} 个 token；分块长度为 1、2、5 时检查全部失败（logits 误差最小也有 "
+       f"{CONTROLS['shared_cache_written_twice']['measured']:.2f}）：已查出。")
+assert CONTROLS["shared_cache_written_twice"]["caught"] and CONTROLS["shared_cache_written_twice"]["seen_after_stream"] == 2 * STREAM_LEN
 
 # %% [markdown] lang="en"
 # **The cache growing, layer by layer.** The cell feeds 40 tokens one at a time to three six-layer models (ordinary,

@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 7. Attention sinks: a window that keeps the first tokens
+# ## 5. Attention sinks: a window that keeps the first tokens
 #
 # A sliding window over a long stream has a known failure in trained models: once the first tokens leave the
 # window, the output degrades. StreamingLLM (Xiao et al., 2023) traced it to **attention sinks**: trained models put
@@ -9,24 +9,26 @@
 #
 # The subtle part is the position. StreamingLLM numbers the keys **as the cache sees them**: the keys a query
 # reads are given positions $0, 1, 2, \dots$ in order, and the query the last one. Their example: with the tokens
-# 0, 1, 2, 3, 6, 7, 8 in the cache and token 9 arriving, the positions are 0 to 7, not the text positions 0 to 9.
+# 0, 1, 2, 3, 6, 7, 8 in the cache and token 9 arriving (four sinks and a window of four), the eight tokens the query
+# reads get the positions 0 to 7, not their text positions 0, 1, 2, 3, 6, 7, 8, 9.
 # The distances RoPE sees therefore stay below $S + W$ however long the stream, which keeps them inside the range the
 # model was trained on. But a key's position now changes every time the window slides, so a key cannot be rotated
 # once and cached: StreamingLLM caches keys *before* RoPE and rotates them at every read.
 #
 # We write the rule as two small functions. `sink_window_mask` says which keys a query reads; `cache_positions`
 # numbers them, for every query separately, by counting the readable keys to its left (a cumulative sum along the
-# key axis). The printout shows the rule for one query at position 20 with $S = 4$, $W = 8$: the first row holds
-# the text positions of the keys it reads, the second the positions the cache gives them.
+# key axis). The table applies the rule to the paper's example ($S = 4$, $W = 4$, the query at position 9) and to
+# one query of this section's setting ($S = 4$, $W = 8$, position 20): the text positions of the keys it reads, and
+# the positions the cache gives them.
 
 # %% [markdown] lang="zh"
-# ## 7. 注意力汇聚点：保留开头几个 token 的窗口
+# ## 5. 注意力汇聚点：保留开头几个 token 的窗口
 #
 # 在长序列上使用滑动窗口，训练好的模型会出现一个已知的问题：开头的几个 token 一旦离开窗口，输出就变差。StreamingLLM（Xiao 等，2023）找到了原因，即**注意力汇聚点**（attention sink）：训练好的模型会把每个查询相当大一部分注意力放在开头的几个 token 上，无论这些 token 是什么；softmax 一旦失去它们，就只能把这部分注意力分摊到别处。它的办法是让缓存保留 $S$ 个汇聚 token（论文取 $S = 4$），外加最近的 $W$ 个 token。位于位置 $p$ 的查询读取键 $j < S$ 以及 $p - W < j \le p$。
 #
-# 微妙之处在于位置。StreamingLLM **按缓存所见**给键编号：一个查询读取的那些键依次编号为 $0, 1, 2, \dots$，查询本身是最后一个。论文中的例子：缓存里有 token 0、1、2、3、6、7、8，token 9 到来时，它们的位置是 0 到 7，而不是文本中的位置 0 到 9。这样，无论序列多长，RoPE 看到的距离始终小于 $S + W$，不会超出模型训练时见过的范围。但这也意味着，窗口每滑动一次，键的位置就会变，所以不能把键旋转一次就缓存起来：StreamingLLM 缓存的是 RoPE **之前**的键，每次读取时再旋转。
+# 微妙之处在于位置。StreamingLLM **按缓存所见**给键编号：一个查询读取的那些键依次编号为 $0, 1, 2, \dots$，查询本身是最后一个。论文中的例子：缓存里有 token 0、1、2、3、6、7、8，token 9 到来时（四个汇聚点、窗口为四），查询读取的这八个 token 的位置是 0 到 7，而不是它们在文本中的位置 0、1、2、3、6、7、8、9。这样，无论序列多长，RoPE 看到的距离始终小于 $S + W$，不会超出模型训练时见过的范围。但这也意味着，窗口每滑动一次，键的位置就会变，所以不能把键旋转一次就缓存起来：StreamingLLM 缓存的是 RoPE **之前**的键，每次读取时再旋转。
 #
-# 我们用两个小函数写出这条规则。`sink_window_mask` 指出一个查询读取哪些键；`cache_positions` 为每个查询分别给这些键编号，办法是数一数它左边有多少个可读的键（沿键的方向求累加和）。打印出来的是 $S = 4$、$W = 8$ 时位置 20 上的查询所用的规则：第一行是它读取的键在文本中的位置，第二行是缓存给这些键的位置。
+# 我们用两个小函数写出这条规则。`sink_window_mask` 指出一个查询读取哪些键；`cache_positions` 为每个查询分别给这些键编号，办法是数一数它左边有多少个可读的键（沿键的方向求累加和）。下表把这条规则用在论文的例子上（$S = 4$、$W = 4$，位置 9 上的查询），也用在本节设置中的一个查询上（$S = 4$、$W = 8$，位置 20）：列出它读取的键在文本中的位置，以及缓存给这些键的位置。
 
 # %%
 SINKS = 4
@@ -45,8 +47,19 @@ def cache_positions(allowed):
     return (allowed.long().cumsum(dim=-1) - 1).clamp_min(0)                     # [T_new, T_keys]
 
 
-example = sink_window_mask(SINKS, WINDOW)(torch.tensor([20]), torch.arange(21))             # [1, 21]
-print(torch.stack((torch.arange(21)[example[0]], cache_positions(example)[0][example[0]])))
+def read_and_numbered(sinks: int, window: int, query: int) -> tuple[list[int], list[int]]:
+    # [en] The text positions of the keys one query reads, and the positions the cache gives them.
+    # [zh] 一个查询所读取的键在文本中的位置，以及缓存给这些键的位置。
+    allowed = sink_window_mask(sinks, window)(torch.tensor([query]), torch.arange(query + 1))[0]   # [query + 1]
+    return torch.arange(query + 1)[allowed].tolist(), cache_positions(allowed[None])[0][allowed].tolist()
+
+
+SINK_EXAMPLES = {(4, 4, 9): read_and_numbered(4, 4, 9), (SINKS, WINDOW, 20): read_and_numbered(SINKS, WINDOW, 20)}
+say_table([[f"S = {s}, W = {w}, p = {q}", ", ".join(map(str, text)), ", ".join(map(str, cached))]
+           for (s, w, q), (text, cached) in SINK_EXAMPLES.items()],
+          en=["sinks, window, query position p", "text positions read", "cache positions"],
+          zh=["汇聚点、窗口、查询位置 p", "读取的文本位置", "缓存位置"])
+assert SINK_EXAMPLES[(4, 4, 9)] == ([0, 1, 2, 3, 6, 7, 8, 9], list(range(8)))
 
 # %% [markdown] lang="en"
 # **The cache.** `SinkRingKV` is a `RingKV` of $W - 1$ slots that keeps the first $S$ positions aside, in a `FullKV`:
@@ -188,7 +201,7 @@ class RotatedOnWrite(StreamingAttention):
         return self.proj(merge_heads(softmax_attention(q, keys, values, allowed)))
 
 
-CONTROLS["keys_rotated_once_when_cached"] = {"section": 7, **run_control(lambda: build(llama_cfg, streaming(layer=RotatedOnWrite)),
+CONTROLS["keys_rotated_once_when_cached"] = {"section": 5, **run_control(lambda: build(llama_cfg, streaming(layer=RotatedOnWrite)),
                                                                           reference=lambda: build(llama_cfg, streaming(layer=StreamingByQuery)))}
 say(en=f"Keys rotated once, when cached: the check fails for chunks of 1, 2 and 5 (smallest logit error "
        f"{CONTROLS['keys_rotated_once_when_cached']['measured']:.2f}): caught.",
@@ -273,8 +286,3 @@ plt.show()
 # *图：两条 96 个 token 的序列上，每个位置与稠密注意力的 logits 最大绝对误差：实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口时，从位置 $W$ 起就离开了这一段）。*
 #
 # 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以保不保留它们，这里差别不大：精确段之后，贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。
-
-# %% tags=["prose-values"]
-{"sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
-           "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
-           "agreement_window_only": DENSE_DISTANCE["window_only"]["greedy_agreement"]}}

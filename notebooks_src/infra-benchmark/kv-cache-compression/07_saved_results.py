@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 9. Saved results
+# ## 7. Saved results
 #
 # Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: every
 # grid row of every exact variant, the MLA memory and multiply-add counts, the DeepSeek-V3 and Gemma 3 tables, the
@@ -11,7 +11,7 @@
 # the Ministral referee can see.
 
 # %% [markdown] lang="zh"
-# ## 9. 保存结果
+# ## 7. 保存结果
 #
 # 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起：每种精确变体的每一行网格结果，MLA 的内存与乘加次数，DeepSeek-V3 与 Gemma 3 的表格，流式缓存与淘汰策略的测量结果及其误差界，各裁判的误差（或跳过的原因），以及每个负对照测得的数值和是否查出。文件格式见仓库中的 `docs/kv-cache-compression-results-schema.md`。下面的表格就是由写入文件的同一个字典生成的。其中，“吸收对照朴素”一行比较的是两种形式，而不是缓存路径与它自己的完整调用；只有安装了 `transformers` 才会记录的负对照是错开一层的模式，只有 Ministral 裁判能发现它。
 
@@ -31,23 +31,25 @@ RESULTS = {
     "exact": {name: {"largest_logit_err": {dtype: largest(rows, dtype) for dtype in ("fp32", "fp64")}, "grid": rows}
               for name, rows in EXACT_GRIDS.items()},
     "mla": {"memory": MLA_MEMORY, "decode_macs": {form: {str(k): v for k, v in by_keys.items()} for form, by_keys in MACS.items()},
-            "why_rope_split": {str(d): e for d, e in WHY_ROPE_SPLIT.items()},
+            "why_rope_split": {str(d): e for d, e in WHY_ROPE_SPLIT.items()}, "expanded_per_decode_step": MATERIALISED,
             "deepseek_v3": {"source": "deepseek-ai/DeepSeek-V3 config.json", "layers": DEEPSEEK_V3.layers, "heads": DEEPSEEK_V3.heads,
                             "latent": DEEPSEEK_V3.latent, "rope_dim": DEEPSEEK_V3.rope_dim, "nope_dim": DEEPSEEK_V3.nope_dim,
                             "value_dim": DEEPSEEK_V3.value_dim, "bytes_per_element": BF16, "context": CONTEXT_128K,
-                            "elements_per_token_per_layer": DEEPSEEK_MEMORY, "decode_trade": MLA_TRADE}},
+                            "elements_per_token_per_layer": DEEPSEEK_MEMORY, "decode_trade": MLA_TRADE, "intensity": MLA_INTENSITY}},
     "local_global": {"memory": LOCAL_GLOBAL_MEMORY,
                      "gemma3_27b": {"source": "google/gemma_pytorch gemma/config.py, get_config_for_27b_v3", **GEMMA3_27B, **GEMMA3_MEMORY,
                                     "context": CONTEXT_128K, "bytes_per_element": BF16}},
-    "shared_pairs": {"caches": len(distinct(shared_cache)), "growth": {name: [sum(h) for h in held] for name, held in GROWTH.items()}},
-    "streaming": {"dense_distance": DENSE_DISTANCE, "distances": SINK_DISTANCES},
+    "shared_pairs": {"caches": len(distinct(shared_cache)), "vs_ordinary_max_abs_logit_err": SHARED_VS_ORDINARY, "growth": {name: [sum(h) for h in held] for name, held in GROWTH.items()}},
+    "streaming": {"examples": {f"S={s},W={w},p={q}": {"text_positions": text, "cache_positions": cached}
+                               for (s, w, q), (text, cached) in SINK_EXAMPLES.items()},
+                  "dense_distance": DENSE_DISTANCE, "distances": SINK_DISTANCES},
     "eviction": {"prompt_tokens": PROMPT_LEN, "prompts": PROMPTS_N, "decode_steps": STEPS, "budgets": BUDGETS,
-                 "query_biases": QUERY_BIASES, "bounds": EVICTION_BOUNDS, "runs": EVICTION, "random_error_ratios": RANDOM_RATIOS},
+                 "query_biases": QUERY_BIASES, "budget_cache_positions_shape": BUDGET_SHAPES, "bounds": EVICTION_BOUNDS, "runs": EVICTION, "random_error_ratios": RANDOM_RATIOS},
     "referees": {"transformers": ENVIRONMENT["transformers"], "skipped": HF_SKIP, "tolerance": TOLERANCE[torch.float64],
                  "deepseek_v3": DEEPSEEK_REFEREE, "ministral": MINISTRAL_REFEREE},
     "controls": CONTROLS,
 }
-FIGURES = [MASKS_PNG.name, MLA_COST_PNG.name, GROWTH_PNG.name, SINKS_PNG.name, EVICTION_PNG.name]
-RESULTS_JSON = save_results("infra-benchmark/kv-cache-compression", 2, RESULTS, FIGURES)
+FIGURES = [MLA_COST_PNG.name, GROWTH_PNG.name, SINKS_PNG.name, EVICTION_PNG.name]
+RESULTS_JSON = save_results("infra-benchmark/kv-cache-compression", 3, RESULTS, FIGURES)
 REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministral": MINISTRAL_REFEREE["hf_precision"]}
             if HAVE_HF else {})
