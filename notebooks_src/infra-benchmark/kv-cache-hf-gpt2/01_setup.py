@@ -75,20 +75,17 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
+# [en] NumPy, PyTorch and the modules that describe the machine come with the next cell.
+# [zh] NumPy、PyTorch 以及记录机器信息所用的模块，由下一个单元格导入。
 import copy
 import json
 import math
 import os
-import platform
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
