@@ -236,7 +236,8 @@ def test_mask_figure_is_valid_svg_with_one_green_cell_per_readable_key(nb, past_
     green = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#2e8b57"]
     expected = nb["allowed_keys"](past_len, new_len).sum() + nb["upper_left_mask"](past_len, new_len).sum()
     assert len(green) == expected
-    assert all(text.text.isascii() for text in root.iter("{http://www.w3.org/2000/svg}text"))
+    # ASCII labels (the en dash of a range, written as an entity, aside): no CJK font needed.
+    assert all(text.text.replace("\u2013", "").isascii() for text in root.iter("{http://www.w3.org/2000/svg}text"))
 
 
 def test_the_built_notebooks_show_the_figure():

@@ -21,7 +21,7 @@ def test_top_level_keys_in_order(results):
     assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config",
                              "equivalence", "generation", "negative_controls", "cost_model", "timing", "profile",
                              "generation_timing", "figures"]
-    assert results["schema_version"] == 2 and results["notebook"] == "infra-benchmark/kv-cache"
+    assert results["schema_version"] == 3 and results["notebook"] == "infra-benchmark/kv-cache"
     assert results["quick"] is True
     assert datetime.fromisoformat(results["created_at"]).tzinfo is not None
 
@@ -85,7 +85,7 @@ def test_timing(results):
 
 def test_profile_and_generation_timing(results):
     profile = results["profile"]
-    assert profile["repeats"] == 10 and profile["unit"] == "us" and list(profile["calls"]) == ["cached_step", "prefill_16", "full_step"]
+    assert profile["repeats"] == 10 and profile["sessions"] == 5 and profile["unit"] == "us" and list(profile["calls"]) == ["cached_step", "prefill_16", "full_step"]
     for run in profile["calls"].values():
         assert isinstance(run["top_level"], int) and run["top_level"] > 0
         assert all(set(op) == {"calls", "self_us"} for op in run["ops"].values())

@@ -60,8 +60,8 @@ BUGS = {
         only_referee=True),
     "exercise 3: the cache's values forgotten": bug(
         "12_takeaways_exercises.py",
-        ("cache_bytes = sum(layer.keys.nbytes + layer.values.nbytes for layer in gpt2_prefix.layers)",
-         "cache_bytes = sum(layer.keys.nbytes for layer in gpt2_prefix.layers)"),
+        ("race_cache_bytes = sum(layer.keys.nbytes + layer.values.nbytes for layer in gpt2_prefix.layers)",
+         "race_cache_bytes = sum(layer.keys.nbytes for layer in gpt2_prefix.layers)"),
         only_referee=True),
 }
 

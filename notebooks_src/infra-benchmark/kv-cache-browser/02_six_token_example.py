@@ -5,26 +5,19 @@
 # first four through the model, so the cache holds keys and values for positions 0–3. The next call
 # receives `9` and `18` together, at positions 4 and 5.
 #
-# The cell below builds a toy attention layer with random weights. Its sizes match the full
-# PyTorch notebook's decoder (vocabulary 97, width 64, 4 heads of width 16), but it is a single
-# layer with no LayerNorm and no MLP: token embedding plus position embedding, multi-head attention
-# with a residual connection, then a projection to vocabulary logits. It runs prefill, then the
-# two-token call, and prints each array's shape as NumPy reports it (B: batch, H: heads,
-# Dh: head width).
-#
-# The cell also fixes how results are compared. A cached and a full computation add the same numbers
-# in a different order, so in float64 they may differ in the last bits; `close` accepts a difference
-# up to $10^{-10}$, far above such rounding and far below any real mistake, and `max_abs_err` says how
-# large the difference is.
+# We need a toy attention layer with random weights. Its sizes match the full PyTorch notebook's
+# decoder (vocabulary 97, width 64, 4 heads of width 16), but it is a single layer with no LayerNorm
+# and no MLP. The first cell draws its weights and fixes how results are compared. A cached call and a
+# full pass add the same numbers in a different order, so in float64 they may differ in the last bits;
+# `close` accepts a difference up to $10^{-10}$, far above such rounding and far below any real mistake,
+# and `max_abs_err` says how large the difference is.
 
 # %% [markdown] lang="zh"
 # ## 2. 一个六 token 的例子
 #
 # 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经让前四个 token 经过了模型，所以缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #
-# 下面的单元格搭建一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器相同（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP：token 嵌入加上位置嵌入，经过带残差连接的多头注意力，再投影成词表上的 logits。单元格先做预填充，再做送入两个 token 的那次调用，并打印 NumPy 报告的各数组形状（B：batch 大小，H：头数，Dh：每头宽度）。
-#
-# 这个单元格还规定了比较结果的方式。带缓存的计算和完整计算以不同的顺序把同样的数相加，在 float64 下结果可能在最后几个比特上不同。`close` 允许的差值最大为 $10^{-10}$：远大于这种舍入误差，又远小于任何真正的错误；`max_abs_err` 给出两者实际相差多少。
+# 我们需要一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器相同（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP。第一个单元格生成它的权重，并规定比较结果的方式。带缓存的调用和完整调用以不同的顺序把同样的数相加，在 float64 下结果可能在最后几个比特上不同。`close` 允许的差值最大为 $10^{-10}$：远大于这种舍入误差，又远小于任何真正的错误；`max_abs_err` 给出两者实际相差多少。
 
 # %%
 VOCAB, WIDTH, HEADS, HEAD_DIM, MAX_POS = 97, 64, 4, 16, 512
@@ -42,7 +35,7 @@ toy = {
 # [en] Cached and full computations add the same numbers in a different order, so they may differ in
 # [en] the last bits: float64 results are compared within 1e-10 (absolute and relative), the
 # [en] tolerance the PyTorch notebooks of this series use for FP64.
-# [zh] 缓存计算与完整计算以不同的顺序把同样的数相加，结果可能在最后几个比特上不同：
+# [zh] 带缓存的调用与完整调用以不同的顺序把同样的数相加，结果可能在最后几个比特上不同：
 # [zh] float64 的结果在 1e-10（绝对与相对）的容差内比较，与本系列 PyTorch 笔记本的 FP64 容差相同。
 TOLERANCE = 1e-10
 
@@ -54,7 +47,17 @@ def close(a, b):
 def max_abs_err(a, b):
     return float(np.abs(a - b).max())
 
+# %% [markdown] lang="en"
+# The layer itself: token embedding plus position embedding, multi-head attention with a residual
+# connection, then a projection to vocabulary logits. `toy_forward` reads the cache length from the
+# cached K, numbers the new tokens from there, and masks with `allowed_keys`: query $i$ of the call may
+# read every key up to its own absolute position (sections 3 and 4 explain both rules). It returns the
+# logits, the longer cache and the intermediate arrays.
 
+# %% [markdown] lang="zh"
+# 下面是这个层本身：token 嵌入加上位置嵌入，经过带残差连接的多头注意力，再投影成词表上的 logits。`toy_forward` 从缓存的 K 读出缓存长度，从这个长度开始为新 token 编号，并用 `allowed_keys` 做掩码：本次调用的查询 $i$ 可以读取绝对位置不超过它自己的所有键（第 3、4 节分别解释这两条规则）。它返回 logits、加长后的缓存和各个中间数组。
+
+# %%
 # [en] Boolean mask [new_len, past_len + new_len]: query i may read key j when j <= past_len + i.
 # [en] Section 4 derives it; section 3 explains the positions it is built from.
 # [zh] 布尔掩码 [new_len, past_len + new_len]：当 j <= past_len + i 时，查询 i 可以读取键 j。
@@ -114,7 +117,16 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
     parts = {"x": x, "q": q, "k": k, "v": v, "scores": scores}
     return logits, (k, v), parts
 
+# %% [markdown] lang="en"
+# Now the two calls: the prefill over the first four tokens, then `9` and `18` with the cache it
+# returned. The table gives each array's shape as NumPy reports it, next to the same shape in symbols
+# (B: batch, H: heads, Dh: head width). The cell also checks that the second call wrote nothing into
+# the prefill's cache.
 
+# %% [markdown] lang="zh"
+# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头宽度）。单元格还检查第二次调用没有往预填充得到的缓存里写任何东西。
+
+# %%
 token_ids = np.array([[12, 7, 31, 4, 9, 18]])               # [B, T] = [1, 6]
 PAST = 4
 prefill_logits, prefill_cache, _ = toy_forward(token_ids[:, :PAST])
@@ -169,8 +181,8 @@ six_token_pairs = {
 }
 say_table([[f"`{cached}`", f"`{full}`", f"{max_abs_err(*pair):.2e}", f"`{close(*pair)}`"]
            for (cached, full), pair in six_token_pairs.items()],
-          en=["cached call", "full pass", "max difference", "within 1e-10"],
-          zh=["缓存调用", "完整调用", "最大绝对误差", "在 1e-10 内一致"])
+          en=["cached call", "full pass", "max abs error", "within $10^{-10}$"],
+          zh=["缓存调用", "完整调用", "最大绝对误差", "在 $10^{-10}$ 内一致"])
 assert [close(*pair) for pair in six_token_pairs.values()] == [True, True, True, False]
 say(en="Cached logits and K/V match the full pass, position by position; shifted by one row, they do not.",
     zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致；错开一行就对不上。")

@@ -30,7 +30,7 @@
 #
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
-# 这就是第 2 节中的 `allowed_keys`。在 $C$ 行、$P + C$ 列的分数网格上，允许读取的格子由两部分组成：缓存对应的整块区域，以及分块自身那 $C$ 列上的一个因果三角形。网格不是方阵时，这个三角形放在哪里，称为因果掩码的**对齐方式**。常用的库两种都提供：
+# 这就是第 2 节中的 `allowed_keys`。在 $C$ 行、$P + C$ 列的分数网格上，允许读取的格子由两部分组成：缓存对应的整个矩形区域，以及分块自身那 $C$ 列上的一个因果三角形。网格不是方阵时，这个三角形放在哪里，称为因果掩码的**对齐方式**。常用的库两种都提供：
 #
 # - **右下角对齐**：三角形的对角线终止于网格的右下角，所以最后一个查询能读取全部键。这就是我们带偏移的掩码，也是 PyTorch 的 `torch.nn.attention.bias.causal_lower_right` 构造的掩码。
 # - **左上角对齐**：对角线从网格的左上角开始，即 $j \le i$，相当于把第一个新查询当成了位置 0。网格不是方阵时，`scaled_dot_product_attention(..., is_causal=True)` 就按这种方式对齐，`np.tri` 返回的也是它。对于接在缓存之后的分块，这种掩码是错的。
@@ -44,7 +44,15 @@
 def upper_left_mask(past_len, new_len):
     return np.tri(new_len, past_len + new_len, dtype=bool)
 
+# %% [markdown] lang="en"
+# The next cell draws both masks side by side. It only draws: a few dozen lines of SVG written with the
+# standard library, so that the notebook needs no plotting package in the browser. Its code is not part
+# of the lesson; run it and read the figure.
 
+# %% [markdown] lang="zh"
+# 下一个单元格把两种掩码并排画出来。它只负责画图：用标准库写出几十行 SVG，这样在浏览器里也不需要任何绘图库。这段代码不属于本节要讲的内容，运行它，看图即可。
+
+# %% tags=["hide-input"]
 # [en] One panel of the figure as SVG elements: the grid of a mask (green = may read), a bar under the
 # [en] key columns (grey: from the cache, blue: the chunk's own keys), the diagonal of the causal
 # [en] triangle dashed, and the corner it is aligned to marked with a dot.
@@ -75,8 +83,8 @@ def mask_panel(mask, past_len, titles, lower_right, left, top, cell):
     parts.append(f'<rect x="{left}" y="{y1 + 6}" width="{past_len * cell}" height="6" fill="#999999"/>')
     parts.append(f'<rect x="{chunk_left}" y="{y1 + 6}" width="{rows * cell}" height="6" fill="#4a7ebb"/>')
     if past_len:
-        parts.append(f'<text x="{left}" y="{y1 + 26}" font-size="11">cache: keys 0-{past_len - 1}</text>')
-    parts.append(f'<text x="{chunk_left}" y="{y1 + 40}" font-size="11">chunk: keys {past_len}-{cols - 1}</text>')
+        parts.append(f'<text x="{left}" y="{y1 + 26}" font-size="11">cache: keys 0&#8211;{past_len - 1}</text>')
+    parts.append(f'<text x="{chunk_left}" y="{y1 + 40}" font-size="11">chunk: keys {past_len}&#8211;{cols - 1}</text>')
     return parts
 
 
@@ -108,10 +116,11 @@ class MaskFigure:
 MaskFigure(PAST, 2)
 
 # %% [markdown] lang="en"
-# The figure draws both masks for the six-token example ($P = 4$, $C = 2$). Rows are the new queries,
-# labelled with their absolute positions (q4, q5); columns are the key positions 0–5, numbered along
-# the top. The bar under the grid marks where the keys come from: grey for the cache, blue for the
-# chunk's own keys. A green cell may be read; a white cell is masked. The dashed red line is the
+# The figure draws both masks for the six-token example ($P = 4$, $C = 2$). Each panel's title names its
+# alignment; the line below gives its rule and the library calls that build it. Rows are the new
+# queries, labelled with their absolute positions (q4, q5); columns are the key positions 0–5, numbered
+# along the top. The bar under the grid marks where the keys come from: grey for the cache (keys 0–3),
+# blue for the chunk's own keys (keys 4–5). A green cell may be read; a white cell is masked. The dashed red line is the
 # diagonal of the causal triangle, and the red dot the corner it is aligned to: bottom right on the
 # left (our mask), top left on the right, where query 4 sees only key 0 and query 5 only keys 0–1.
 #
@@ -120,7 +129,7 @@ MaskFigure(PAST, 2)
 # upper-left triangle, only $i + 1$.
 
 # %% [markdown] lang="zh"
-# 上图以六 token 的例子（$P = 4$，$C = 2$）画出两种掩码。每一行是一个新查询，用它的绝对位置标注（q4、q5）；每一列是一个键的位置（0–5），编号写在网格上方。网格下方的色条标出键的来源：灰色来自缓存，蓝色是分块自己的键。绿色格子表示可以读取，白色格子表示被屏蔽。红色虚线是因果三角形的对角线，红点标出它所对齐的角：左图（我们的掩码）对齐到右下角；右图对齐到左上角，查询 4 只能看到键 0，查询 5 只能看到键 0–1。
+# 上图以六 token 的例子（$P = 4$，$C = 2$）画出两种掩码。图中的文字是英文：左图标题 lower-right alignment (ours) 意为“右下角对齐（我们的掩码）”，右图标题 upper-left alignment (wrong here) 意为“左上角对齐（在这里是错的）”；标题下面一行写出各自的规则和给出这种掩码的库函数，左图是 $j \le P + i$ 和 `causal_lower_right`，右图是 $j \le i$、`is_causal=True` 和 `np.tri`。每一行是一个新查询，用它的绝对位置标注（q4、q5）；每一列是一个键的位置（0–5），编号写在网格上方。网格下方的色条标出键的来源：灰色条旁的 cache: keys 0–3 意为“缓存：键 0–3”，蓝色条旁的 chunk: keys 4–5 意为“分块：键 4–5”，即分块自己的键。绿色格子表示可以读取，白色格子表示被屏蔽。红色虚线是因果三角形的对角线，红点标出它所对齐的角：左图（我们的掩码）对齐到右下角；右图对齐到左上角，查询 4 只能看到键 0，查询 5 只能看到键 0–1。
 #
 # 下面的单元格统计每个查询可以读取的键数，既看这个分块，也看普通的逐 token 解码（$P = 5$，$C = 1$）：用我们的掩码，查询 $P + i$ 能读取 $P + i + 1$ 个键；用左上角三角形，只能读取 $i + 1$ 个。
 

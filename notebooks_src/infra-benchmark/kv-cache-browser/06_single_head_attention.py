@@ -24,7 +24,7 @@
 # - **完整重算**：把全部 $P + C$ 个位置投影成 Q、K、V，在所有位置上做因果注意力，只保留最后 $C$ 行输出。
 # - **缓存路径**：前 $P$ 个位置的 K、V 早先已经算好，这就是缓存。本次调用只投影 $C$ 个新行，把它们的 K/V 拼接在缓存之后，再让这 $C$ 个新查询按带偏移的掩码做注意力。
 #
-# 在 float64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者。它还统计本次调用中每条路径各投影了多少行（$P + C$ 行对 $C$ 行，这就是缓存省下的计算），并用左上角三角形再跑一次缓存路径作为负对照：只要缓存不为空，同样的比较就必须查出它。
+# 在 float64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者。它还统计本次调用中每条路径各投影了多少行：完整重算投影 $P + C$ 行，缓存路径只投影 $C$ 行，差额就是缓存省下的计算。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
 
 # %%
 def single_head_attention(q, k, v, mask):
@@ -61,9 +61,9 @@ say(en=f"`P = {HISTORY}`, `C = {CHUNK}`, head width {HEAD_DIM}, float64.",
 say_table([[str(full_rows), str(cached_rows), f"{max_abs_err(cached_out, full_out):.2e}",
             f"{max_abs_err(wrong_out, full_out):.2e}"]],
           en=["rows projected, full recomputation", "rows projected, cached path",
-              "max |cached - full|, lower-right (ours)", "max |cached - full|, upper-left (control)"],
+              "max abs error vs full, lower-right (ours)", "max abs error vs full, upper-left (control)"],
           zh=["本次投影的行数（完整重算）", "本次投影的行数（缓存路径）",
-              "最大 |缓存路径 - 完整路径|（右下角对齐）", "最大 |缓存路径 - 完整路径|（左上角对齐，负对照）"])
+              "与完整重算相比的最大绝对误差（右下角对齐）", "与完整重算相比的最大绝对误差（左上角对齐，负对照）"])
 # [en] The cache saves the projections of the P history rows ...
 # [zh] 缓存省下了 P 个历史行的投影……
 assert (full_rows, cached_rows) == (HISTORY + CHUNK, CHUNK)

@@ -3,7 +3,7 @@
 #
 # - **A KV cache stores each layer's keys and values.** A cached call projects only its new tokens,
 #   and its logits equal those of a full pass over the whole sequence, up to rounding (largest
-#   difference here {{run:browser.cached_vs_full:.1e}}).
+#   difference here {{run:browser.cached_vs_full:.2g}}).
 # - **Positions continue from the cache length.** Restarting them at zero kept every shape legal and
 #   moved the logits by up to {{run:browser.restart_error:.2f}}.
 # - **A chunk that follows a cache needs the lower-right alignment**, $j \le P + i$ (`causal_lower_right`
@@ -18,11 +18,11 @@
 # %% [markdown] lang="zh"
 # ## 7. 要点与练习
 #
-# - **KV 缓存保存每一层的键和值。** 带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.1e}}）。
-# - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 却偏离了多达 {{run:browser.restart_error:.2f}}。
-# - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 偏离了多达 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
+# - **KV 缓存保存每一层的键和值。** 带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}）。
+# - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 的最大绝对误差却达到 {{run:browser.restart_error:.2f}}。
+# - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 的最大绝对误差达到 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
 # - **缓存省下了计算，却不损失精度**：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 float64 容差内一致。
-# - **形状永远暴露不了这些错误。** 只有比较数值，并用负对照证明这个比较确实会失败，才能发现它们。
+# - **形状永远暴露不了这些错误。** 只有比较数值，并用负对照证明这个比较确实会失败，才能查出它们。
 
 # %% tags=["prose-values"]
 {"browser": {"cached_vs_full": max_abs_err(step_logits, full_logits[:, PAST:]),
@@ -116,26 +116,28 @@ say(en="Exercise 2 checked: query 6 reads keys 4-6, query 7 keys 5-7, and the wi
 
 # %% [markdown] lang="en"
 # **Exercise 3: the work of a whole generation.** A prompt of $P = 4$ tokens is prefilled, then
-# $N = 8$ tokens are generated one per call. Count the rows the toy layer projects in total (one row
-# is one token through the K and V projections): with the cache, and if every call recomputes the
-# whole sequence from scratch.
+# $N = 8$ more tokens are consumed one per call, the way a generation loop feeds back each token it
+# chose. Count the rows the toy layer projects in total (one row is one token through the K and V
+# projections): with the cache, and if every call recomputes the whole sequence from scratch.
 #
 # <details><summary>Show the answer</summary>
 #
 # With the cache: $4 + 8 \times 1 = 12$ rows. Without it: the prefill's 4 rows, then calls of
 # $5, 6, \dots, 12$ rows, $4 + 68 = 72$ in all. In general $P + N$ against
-# $(N + 1)P + N(N + 1)/2$: the cache turns a cost that grows with the square of the generated length
-# into one that grows linearly. The next cell runs both loops with `toy_forward`, counts the rows, and
-# checks that both loops produce the same logits at every step.
+# $(N + 1)P + N(N + 1)/2$: the cache turns projection work that grows with the square of the length
+# into work that grows linearly. Attention is another matter: every new query still reads all the keys
+# before it, so even with the cache the attention work of a generation grows with the square of its
+# length (without the cache, faster still). The next cell runs both loops with `toy_forward`, counts
+# the rows, and checks that both loops produce the same logits at every step.
 #
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 3：一次完整生成的计算量。** 先对 $P = 4$ 个 token 的提示做预填充，再逐个生成 $N = 8$ 个 token，每次调用生成一个。玩具层一共要投影多少行（一行就是一个 token 经过一次 K、V 投影）？分别按用缓存、以及每次调用都从头重算整个序列来数。
+# **练习 3：一次完整生成的计算量。** 先对 $P = 4$ 个 token 的提示做预填充，之后每次调用送入一个 token，共送入 $N = 8$ 个，就像生成循环把每次选出的 token 再送回模型那样。玩具层一共要投影多少行（一行就是一个 token 经过一次 K、V 投影）？分两种情况来数：用缓存；每次调用都从头重算整个序列。
 #
 # <details><summary>查看答案</summary>
 #
-# 用缓存：$4 + 8 \times 1 = 12$ 行。不用缓存：预填充 4 行，之后各次调用依次投影 $5, 6, \dots, 12$ 行，共 $4 + 68 = 72$ 行。一般地，用缓存需要 $P + N$ 行，不用缓存需要 $(N + 1)P + N(N + 1)/2$ 行：缓存把随生成长度平方增长的开销变成了线性增长。下一个单元格用 `toy_forward` 把两种循环都跑一遍，统计投影的行数，并核对两种循环在每一步都给出相同的 logits。
+# 用缓存：$4 + 8 \times 1 = 12$ 行。不用缓存：预填充 4 行，之后各次调用依次投影 $5, 6, \dots, 12$ 行，共 $4 + 68 = 72$ 行。一般地，用缓存需要 $P + N$ 行，不用缓存需要 $(N + 1)P + N(N + 1)/2$ 行：缓存把随序列长度平方增长的投影计算变成了线性增长。注意力则是另一回事：每个新查询仍要读取它之前的全部键，所以即使用了缓存，一次生成的注意力计算量仍随长度的平方增长（不用缓存时增长得更快）。下一个单元格用 `toy_forward` 把两种循环都跑一遍，统计投影的行数，并核对两种循环在每一步都给出相同的 logits。
 #
 # </details>
 
@@ -161,17 +163,16 @@ say(en=f"Exercise 3 checked: 12 rows with the cache, 72 without; the last logits
 # ## Where to go next
 #
 # This notebook stops at one attention layer, and at one head for the comparison. The full PyTorch
-# notebook, [`kv-cache.en.ipynb`](kv-cache.en.ipynb) next to this one in the repository's `build/infra-benchmark/`
-# folder ([open it in Colab]({{colab:infra-benchmark/kv-cache}})), builds the complete two-layer
+# notebook, *KV cache from scratch* ([open it]({{colab:infra-benchmark/kv-cache}})), builds the complete two-layer
 # decoder with one cache per layer, checks cached against full computation logit by logit across batch
 # sizes, chunk sizes and precisions, breaks positions and masks on purpose, and times prefill, full
 # recomputation and cached continuation on the CPU. A last, short section copies the decoder's weights
 # into Hugging Face's GPT-2 and uses it as an outside referee; the companion notebook *Checking our
-# decoder against Hugging Face GPT-2* ([open it in Colab]({{colab:infra-benchmark/kv-cache-hf-gpt2}}))
+# decoder against Hugging Face GPT-2* ([open it]({{colab:infra-benchmark/kv-cache-hf-gpt2}}))
 # takes that comparison further. Both need PyTorch (and `transformers` for the comparison), so they run
 # in Jupyter or Colab, not in the browser.
 
 # %% [markdown] lang="zh"
 # ## 下一步
 #
-# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是仓库 `build/infra-benchmark/` 目录下与本笔记本并列的 [`kv-cache.zh.ipynb`](kv-cache.zh.ipynb)（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})）。它实现了完整的两层解码器，每层各有一份缓存；在不同的 batch 大小、分块长度和精度下，逐个 logit 地对比缓存计算与完整计算；故意把位置和掩码改错；并在 CPU 上对预填充、完整重算和缓存续写计时。最后还有简短的一节，把解码器的权重复制进 Hugging Face 的 GPT-2，请它当外部裁判；配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）则把这个比较做得更深入。这两个笔记本都依赖 PyTorch（这个比较还需要 `transformers`），因此要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。
+# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是《从零实现 KV 缓存》（[打开]({{colab:infra-benchmark/kv-cache}})）。它实现了完整的两层解码器，每层各有一份缓存；在不同的 batch 大小、分块长度和精度下，逐个 logit 地对比缓存路径与完整重算；故意把位置和掩码改错；并在 CPU 上对预填充、完整重算和缓存续写计时。最后还有简短的一节，把解码器的权重复制进 Hugging Face 的 GPT-2，请它当外部裁判；配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）则把这个比较做得更深入。这两个笔记本都依赖 PyTorch（这个比较还需要 `transformers`），因此要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。

@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# The notebook *KV cache from scratch* ([open in Colab]({{colab:infra-benchmark/kv-cache}})) builds a
+# The notebook *KV cache from scratch* ([open it]({{colab:infra-benchmark/kv-cache}})) builds a
 # small two-layer decoder with a KV cache and checks the cached path against full recomputation. Both
 # sides of that check were written by the same hands, so a misunderstanding shared by both would go
 # unnoticed. This notebook asks a referee nobody here wrote: Hugging Face's `GPT2LMHeadModel`. We copy
@@ -9,11 +9,11 @@
 # You need PyTorch (`nn.Linear`, `state_dict`, `load_state_dict`), not transformers. Each section
 # answers one question:
 #
-# - **2–3. What are we comparing?** The masks and the decoder of *KV cache from scratch*, built from
-#   the same section files. Skim them if you have read that notebook.
-# - **4. Do the two models agree?** Our weights in GPT-2: the logits of a full call, the logits of the
-#   cached path chunk by chunk, and every layer's cached K and V agree within $10^{-10}$ in FP64. This
-#   is the result; the rest of the notebook examines it.
+# - **2–4. What are we comparing, and do the two models agree?** The masks, the decoder and the short
+#   comparison with GPT-2 of *KV cache from scratch*, included from that notebook's own section files
+#   (their code is folded; skip them if you have read it there). Section 4 gives the result: with our
+#   weights in GPT-2, the logits of a full call, the logits of the cached path chunk by chunk, and every
+#   layer's cached K and V agree within $10^{-10}$ in FP64. The rest of the notebook examines it.
 # - **5. Which configuration describes our decoder?** `GPT2Config`'s defaults describe the released
 #   GPT-2; we say which fields change and why.
 # - **6. How do the weights map?** `nn.Linear` stores its matrix as `[out, in]`, GPT-2's `Conv1D` as
@@ -35,15 +35,14 @@
 # sentence, and the later sections do nothing except record the skip in `results.json`.
 
 # %% [markdown] lang="zh"
-# 笔记本《从零实现 KV 缓存》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并拿缓存路径与完整重算对照。这个对照的双方都出自同一批人之手，如果两边有同一个理解上的错误，它是发现不了的。本笔记本请来一位不是我们编写的裁判：Hugging Face 的 `GPT2LMHeadModel`。我们把解码器的权重复制进去，看两个模型算的是不是同一个函数、缓存的 K 和 V 是否相同；然后追问这种一致有多大的说服力，以及它揭示了这个库的哪些行为。
+# 笔记本《从零实现 KV 缓存》（[打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并拿缓存路径与完整重算对照。这个对照的双方都出自同一批人之手，如果两边有同一个理解上的错误，它是发现不了的。本笔记本请来一位不是我们编写的裁判：Hugging Face 的 `GPT2LMHeadModel`。我们把解码器的权重复制进去，看两个模型算的是不是同一个函数、缓存的 K 和 V 是否相同；然后追问这种一致有多大的说服力，以及它揭示了这个库的哪些行为。
 #
 # 阅读本笔记本需要熟悉 PyTorch（`nn.Linear`、`state_dict`、`load_state_dict`），不需要了解 transformers。每一节回答一个问题：
 #
-# - **第 2–3 节：比较的是什么？** 《从零实现 KV 缓存》中的掩码和解码器，由相同的源文件构建。读过那个笔记本的话，可以略读。
-# - **第 4 节：两个模型一致吗？** 把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。这就是本笔记本的结论，后面各节都在检验它。
+# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，直接取自那个笔记本的源文件（代码已折叠；读过那个笔记本的话，可以跳过）。第 4 节给出结论：把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。后面各节都在检验这个结论。
 # - **第 5 节：什么样的配置描述我们的解码器？** `GPT2Config` 的默认值描述的是已发布的 GPT-2；我们说明改了哪些配置项，以及为什么要改。
 # - **第 6 节：权重怎样对应？** `nn.Linear` 把矩阵存成 `[out, in]`，GPT-2 的 `Conv1D` 存成 `[in, out]`，而且 GPT-2 用一个矩阵同时算出 Q、K、V。一张图展示这种对应关系。
-# - **第 7 节：映射出错时，比较能发现吗？** 三个现实中很容易犯的映射错误，以及每个错误最先在哪一层显现。
+# - **第 7 节：映射出错时，比较能查出来吗？** 三个现实中很容易犯的映射错误，以及每个错误最先在哪一层显现。
 # - **第 8 节：为什么在 FP64 下取 $10^{-10}$，而不是在 FP32 下取 $10^{-5}$？** 其中一个错误会藏在 FP32 的舍入误差里。
 # - **第 9 节：库是怎样保存缓存的？** `DynamicCache` 是一个由模型原地更新的对象；怎样重复使用它，它又为什么能把自己截短（`crop`）。
 # - **第 10 节：谁更快？为什么？** 在两个模型上对同一个解码任务计时，再用性能分析器拆开其中一步来看：运算相同，开销不同。
@@ -76,20 +75,17 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
+# [en] NumPy, PyTorch and the modules that describe the machine come with the next cell.
+# [zh] NumPy、PyTorch 以及记录机器信息所用的模块，由下一个单元格导入。
 import copy
 import json
 import math
 import os
-import platform
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
-import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -33,7 +33,7 @@
 # 下面的单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢。表中要看的是：
 #
 # - 在 FP32 下，即使映射完全正确，也有 {{run:gelu.fp32_correct:.1e}} 的舍入噪声，远大于 $10^{-10}$：FP32 的比较必须留出 $10^{-5}$ 左右的容差。
-# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但只超出容差 {{run:gelu.fp32_margin:.0f}} 倍。
+# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但误差只有容差的 {{run:gelu.fp32_margin:.0f}} 倍。
 # - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
 # - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
 #
@@ -90,9 +90,10 @@ if HAVE_TRANSFORMERS:
                for label, row in gelu_rows.items()],
               en=["weights", "FP32, correct", "FP32, `gelu_new`", "FP64, correct", "FP64, `gelu_new`"],
               zh=["权重", "FP32，正确映射", "FP32，`gelu_new`", "FP64，正确映射", "FP64，`gelu_new`"])
-    say(en="Largest logit difference, GPT-2 against ours; in brackets whether it agrees within 1e-05 (FP32) "
-           "or 1e-10 (FP64).",
-        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里注明它是否在 1e-05（FP32）或 1e-10（FP64）的容差内一致。")
+    say(en="Largest logit difference, GPT-2 against ours; in brackets whether it agrees within $10^{-5}$ (FP32) "
+           "or $10^{-10}$ (FP64).",
+        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里注明它是否在 $10^{-5}$（FP32）或 $10^{-10}$（FP64）"
+           "的容差内一致。")
 
     # [en] The verdicts the text reads from the table: FP32 misses the trap only with the scaled weights ...
     # [zh] 正文从表中读出的判定：只有换成缩小后的权重时，FP32 才漏掉陷阱……

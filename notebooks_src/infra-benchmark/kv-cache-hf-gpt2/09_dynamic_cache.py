@@ -78,7 +78,7 @@ if HAVE_TRANSFORMERS:
 # then sit 24 positions too late and read 24 extra keys, and the comparison catches it.
 
 # %% [markdown] lang="zh"
-# 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”一节的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。
+# 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”（缓存复用）一节的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。
 #
 # 缓存为什么会需要截短？这是为了**投机解码**（speculative decoding），transformers 称之为**辅助生成**（assisted generation，即 `generate(..., assistant_model=...)`）。一个小的草稿模型先提出若干个 token，大模型在一次调用中把它们全部验证一遍；这次调用会把每个被提出的 token 的 K 和 V 都追加进大模型的缓存。随后，大模型接受与自己一致的 token，拒绝其余的。进入下一轮之前，缓存必须丢掉被拒绝的那些位置，`crop` 正是为此而设：transformers 5.23.0 的辅助生成循环会调用 `past_key_values.crop(-n)`，其中 $n$ 是被拒绝的草稿 token 数。本笔记本最后的练习 2 会重演这样的一轮。
 #
@@ -135,8 +135,8 @@ if HAVE_TRANSFORMERS:
     crop_verdicts = [crop_kv_error <= TOLERANCE[torch.float64], close(after_crop, ours_after),
                      torch.equal(after_crop, after_copy), close(without_crop, ours_after)]
     assert crop_verdicts == [True, True, True, False]
-    say(en=f"After `crop(-{CROP_TOKENS})` the library's cache and ours agree within 1e-10, and the "
+    say(en=f"After `crop(-{CROP_TOKENS})` the library's cache and ours agree within $10^{{-10}}$, and the "
            "continuation equals, bit for bit, the one from a deep copy of the prefix cache. Without the crop, "
            "the same comparison fails.",
-        zh=f"执行 `crop(-{CROP_TOKENS})` 之后，库的缓存与我们的在 1e-10 的容差内一致，"
+        zh=f"执行 `crop(-{CROP_TOKENS})` 之后，库的缓存与我们的在 $10^{{-10}}$ 的容差内一致，"
            "而且续写结果与从前缀缓存的深拷贝出发所得的结果逐比特相同。不做截短，同样的比较就会失败。")

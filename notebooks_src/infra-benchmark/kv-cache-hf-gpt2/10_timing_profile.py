@@ -1,16 +1,24 @@
 # %% [markdown] lang="en"
-# **What one step costs.** If the arithmetic is the same, where does the difference come from? The
-# cell takes one decode step of each model, the token after the race's prompt, and looks inside with
-# two profilers. `torch.profiler` records every ATen operation the step launches (ATen is the C++
-# library behind PyTorch's operators): how many calls, how long each kind took, and, with
-# `with_flops=True`, the floating-point operations of the matrix products (`aten::mm`, `aten::addmm`,
-# `aten::bmm`). Python's own `cProfile` counts the Python function calls. Profilers slow a step down,
-# so their times serve only to compare one kind of operation with another; the time per step comes from
-# the race. As a negative control for the FLOP count, the same step is also computed without a cache,
-# over all 257 positions.
+# **What one step costs.** If the arithmetic is the same, where does the difference come from? We take
+# one decode step of each model, the token after the race's prompt, and look inside with two profilers.
+# `torch.profiler` records every ATen operation the step launches (ATen is the C++ library behind
+# PyTorch's operators): how many calls, how long each kind took, and, with `with_flops=True`, the
+# floating-point operations of the matrix products (`aten::mm`, `aten::addmm`, `aten::bmm`). Python's own
+# `cProfile` counts the Python function calls. Profilers slow a step down, so their times serve only to
+# compare one kind of operation with another; the time per step comes from the race.
+#
+# The next cell holds the two measurements. `aten_profile` runs the step ten times per profiling session
+# and divides by ten; a session can be slowed down by whatever else the machine does, so it runs a
+# warm-up session and then five more, and keeps each operator's median self time (the counts are the
+# same in every session). `python_calls` runs the step once under `cProfile` and adds up the calls by
+# the file that defines each function, named from the installed package onwards (`torch/...`,
+# `transformers/...`), a standard-library file by its name, functions written in C as `<built-in>` and
+# this notebook's own cells as `<cell>`.
 
 # %% [markdown] lang="zh"
-# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？下面的单元格取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看。`torch.profiler` 记录这一步调用的每个 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）：调用了多少次，每类算子耗时多少；打开 `with_flops=True` 后，它还统计矩阵乘法（`aten::mm`、`aten::addmm`、`aten::bmm`）的浮点运算次数。Python 自带的 `cProfile` 则统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。作为浮点运算次数的负对照，同一步还会在不用缓存的情况下重算一遍，覆盖全部 257 个位置。
+# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看。`torch.profiler` 记录这一步调用的每个 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）：调用了多少次，每类算子耗时多少；打开 `with_flops=True` 后，它还统计矩阵乘法（`aten::mm`、`aten::addmm`、`aten::bmm`）的浮点运算次数。Python 自带的 `cProfile` 则统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。
+#
+# 下一个单元格定义这两种测量。`aten_profile` 在一次性能分析中把这一步执行十次，结果除以十；机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做五次，每个算子的自身耗时取中位数（调用次数每次都相同）。`python_calls` 在 `cProfile` 下把这一步执行一次，按定义各函数的文件累加调用次数：文件名从所属的包开始写（`torch/...`、`transformers/...`），标准库的文件只写文件名，用 C 写的函数记为 `<built-in>`，本笔记本自己的单元格记为 `<cell>`。
 
 # %%
 import cProfile
@@ -18,47 +26,53 @@ import pstats
 
 from torch.profiler import ProfilerActivity, profile
 
-# [en] Kineto, the engine under torch.profiler, writes a line to stderr at every start and stop (its log
+# [en] Kineto, the engine under torch.profiler, writes a line to stderr whenever it starts or stops (log
 # [en] level 5); level 6 keeps those lines out of the notebook.
 # [zh] torch.profiler 底层的 Kineto 每次启动和停止时都会向 stderr 写一行日志（日志级别 5）；
 # [zh] 设为级别 6，这些行就不会出现在笔记本里。
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
+PROFILE_SESSIONS, PROFILE_STEPS = 5, 10
+# [en] Calls of `step` in one profile_step: a warm-up session and PROFILE_SESSIONS more, PROFILE_STEPS
+# [en] calls each, then one call under cProfile.
+# [zh] 一次 profile_step 调用 `step` 的次数：预热一次、正式分析 PROFILE_SESSIONS 次，每次 PROFILE_STEPS 步，
+# [zh] 最后在 cProfile 下再调用一次。
+PROFILE_CALLS = (PROFILE_SESSIONS + 1) * PROFILE_STEPS + 1
 
 
-# [en] Where a Python function lives, for the table: the last two parts of its file's path (the name
-# [en] alone for the standard library), "<built-in>" for functions written in C, "<cell>" for the
-# [en] notebook's own cells.
-# [zh] Python 函数所在的文件，供表格使用：取文件路径的最后两段（标准库只取文件名）；用 C 写的函数记为
-# [zh] "<built-in>"，本笔记本自己的单元格记为 "<cell>"。
+# [en] Per step: each ATen operator's (calls, self time in microseconds, FLOPs); the self time is the
+# [en] median over the sessions after the first, which warms up.
+# [zh] 每步：每个 ATen 算子的（调用次数，自身耗时（微秒），浮点运算次数）；自身耗时取第一次（预热）之后
+# [zh] 各次分析的中位数。
+def aten_profile(step, sessions, steps):
+    runs = []
+    for _ in range(sessions + 1):
+        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+            for _ in range(steps):
+                step()
+        runs.append({e.key: (e.count / steps, e.self_cpu_time_total / steps, e.flops / steps)
+                     for e in prof.key_averages()})
+    return {op: (calls, float(np.median([run.get(op, (0, 0, 0))[1] for run in runs[1:]])), flops)
+            for op, (calls, _, flops) in runs[-1].items()}
+
+
+# [en] The file of a Python function, as the tables name it.
+# [zh] Python 函数所在的文件在表中的写法。
 def source_of(file):
     parts = Path(file).parts
     if file == "~":
         return "<built-in>"
     if len(parts) < 2 or parts[-2].startswith("ipykernel_"):
         return "<cell>"
+    for packages in ("site-packages", "dist-packages"):
+        if packages in parts:
+            return "/".join(parts[parts.index(packages) + 1:])
     return parts[-1] if parts[-2].startswith("python3") else "/".join(parts[-2:])
 
 
-# [en] `step` under torch.profiler, `steps` calls per session and `sessions` sessions: per ATen op, calls
-# [en] and FLOPs per step, and self time per step in microseconds (the median over the sessions, since
-# [en] a busy machine inflates some sessions). Then one call under cProfile: Python function calls per
-# [en] source file. A first session is thrown away: the profiler's own start-up lands in it.
-# [zh] 在 torch.profiler 下调用 `step`：每次会话调用 `steps` 次，共 `sessions` 次会话。按 ATen 算子统计每步的
-# [zh] 调用次数和浮点运算次数，以及每步的自身耗时（微秒，取各次会话的中位数，因为机器繁忙时个别会话会偏慢）。
-# [zh] 然后在 cProfile 下调用一次：按源文件统计 Python 函数的调用次数。第一次会话不计入，
-# [zh] 因为性能分析器自身的启动开销会落在它上面。
-def profile_step(step, sessions=5, steps=10):
-    runs = []
-    for session in range(sessions + 1):
-        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
-            for _ in range(steps):
-                step()
-        runs.append({e.key: (e.count / steps, e.self_cpu_time_total / steps, e.flops / steps)
-                     for e in prof.key_averages()})
-    runs = runs[1:]
-    ops = {op: (calls, float(np.median([run.get(op, (0, 0, 0))[1] for run in runs])), flops)
-           for op, (calls, _, flops) in runs[0].items()}
+# [en] Python function calls of one call of `step`, by file.
+# [zh] 调用一次 `step` 时的 Python 函数调用次数，按文件统计。
+def python_calls(step):
     python = cProfile.Profile()
     python.enable()
     step()
@@ -66,16 +80,28 @@ def profile_step(step, sessions=5, steps=10):
     by_source = {}
     for (file, _, _), (_, calls, *_) in pstats.Stats(python).stats.items():
         by_source[source_of(file)] = by_source.get(source_of(file), 0) + calls
+    return by_source
+
+
+def profile_step(step, sessions=PROFILE_SESSIONS, steps=PROFILE_STEPS):
+    ops, by_source = aten_profile(step, sessions, steps), python_calls(step)
     return {"ops": ops, "python": by_source, "aten_calls": int(sum(c for c, _, _ in ops.values())),
             "aten_ms": sum(t for _, t, _ in ops.values()) / 1e3, "python_calls": sum(by_source.values()),
             "matmul_flops": int(sum(f for op, (_, _, f) in ops.items() if op in MATMUL_OPS))}
 
+# %% [markdown] lang="en"
+# Now the three steps: ours and GPT-2's with the prompt's cache of 256 positions, and, as a negative
+# control for the FLOP count, ours without a cache over all 257 positions. GPT-2's cache grows with every
+# call, so each of its profiled calls gets a fresh copy of the prompt's cache, `PROFILE_CALLS` copies made
+# beforehand, and every profiled step reads 256 positions.
 
+# %% [markdown] lang="zh"
+# 下面分析三个解码步：我们的和 GPT-2 的，都带着提示的 256 个位置的缓存；再加上不用缓存、覆盖全部 257 个位置的我们的模型，作为浮点运算次数的负对照。GPT-2 的缓存每调用一次就变长，所以它每次被分析的调用都拿到提示缓存的一份新拷贝（事先准备好 `PROFILE_CALLS` 份），每个被分析的解码步读取的都是 256 个位置。
+
+# %%
 if HAVE_TRANSFORMERS:
     next_token = race_continuation[:, :1]                                                 # [1, 1]
-    # [en] A fresh copy of the prompt's cache for every GPT-2 call, so every profiled step reads 256 positions.
-    # [zh] GPT-2 的每次调用都用提示缓存的一份新拷贝，这样每个被分析的解码步读取的都是 256 个位置。
-    gpt2_caches = [copy.deepcopy(gpt2_prefix) for _ in range(61)]
+    gpt2_caches = [copy.deepcopy(gpt2_prefix) for _ in range(PROFILE_CALLS)]
     with torch.inference_mode():
         step_profile = {
             "ours": profile_step(lambda: model(next_token, ours_prefix)),
@@ -90,9 +116,9 @@ if HAVE_TRANSFORMERS:
                for key, name in [("ours", "model(next_token, ours_prefix)"),
                                  ("gpt2", "gpt2_32(input_ids=next_token, past_key_values=copy)"),
                                  ("ours_no_cache", "model(race_stream[:, :257])")]],
-              en=["one decode step", "time, race p50 / 16 (ms)", "ATen op calls", "time in ATen ops, profiled (ms)",
-                  "Python function calls", "matrix-product FLOPs"],
-              zh=["一个解码步", "耗时，比赛 p50 / 16（毫秒）", "ATen 算子调用次数", "ATen 算子内耗时，分析器下（毫秒）",
+              en=["one decode step", "time per step, race p50 / 16 (ms)", "ATen op calls",
+                  "time in ATen ops, profiled (ms)", "Python function calls", "matrix-product FLOPs"],
+              zh=["一个解码步", "每步耗时（比赛 p50 / 16，毫秒）", "ATen 算子调用次数", "ATen 算子内耗时（性能分析器下，毫秒）",
                   "Python 函数调用次数", "矩阵乘法浮点运算次数"])
     # [en] The same matrix arithmetic in both models; without the cache, orders of magnitude more.
     # [zh] 两个模型的矩阵运算完全相同；不用缓存时则多出几个数量级。
@@ -102,11 +128,11 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="en"
 # Which operations, and where do the Python calls go? The first table lists the ATen operations that
 # took the most time in either step (calls per step and profiled microseconds per step), the second the
-# Python function calls of one step, grouped by the file that defines the function (`<built-in>`:
-# functions written in C; `<cell>`: this notebook's own code).
+# Python function calls of one step, grouped by the file that defines the function, as `source_of`
+# names it.
 
 # %% [markdown] lang="zh"
-# 具体是哪些算子？Python 调用又花在了哪里？第一张表列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张表把一步中的 Python 函数调用按定义该函数的文件分组统计（`<built-in>` 表示用 C 写的函数，`<cell>` 表示本笔记本自己的代码）。
+# 具体是哪些算子？Python 调用又花在了哪里？第一张表列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张表把一步中的 Python 函数调用按定义该函数的文件分组统计，文件的写法由 `source_of` 决定。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -140,9 +166,15 @@ if HAVE_TRANSFORMERS:
 #
 # What differs, and by a wide margin, is the Python around the operations. One step of `GPT2LMHeadModel` makes
 # {{run:profile.gpt2_python:,}} Python function calls, ours {{run:profile.ours_python:,}}. The second table
-# shows where the extra calls come from: the general machinery of the library, such as configuration
-# lookups (`configuration_utils.py`), output objects (`dataclasses.py`, `utils/generic.py`) and the cache
-# object (`cache_utils.py`), and the built-in functions they call. At this toy size a matrix product
+# shows where the extra calls come from, file by file: the general machinery of the library. Every read
+# of a configuration field during the step (`config.use_cache`, say) is a Python call, because the
+# configuration class overrides `__getattribute__` twice: in `transformers/configuration_utils.py`, to map
+# alias names such as `hidden_size` to GPT-2's `n_embd`, and in
+# `transformers/integrations/heterogeneity/configuration_utils.py`, for models whose layers have different
+# configurations. The model's outputs are dataclasses with checks of their own (`dataclasses.py`,
+# `transformers/utils/generic.py`), the cache object has its methods (`transformers/cache_utils.py`), and
+# all of them call built-in functions (`<built-in>`). `torch/nn/modules/module.py`, the machinery of
+# every `nn.Module` call, weighs about the same in both. At this toy size a matrix product
 # takes a few microseconds (first table), so per-call overhead weighs as much as arithmetic, and it
 # decides the race. That is why the race says nothing about speed at real sizes: at GPT-2 small's width
 # of 768, each projection does $(768 / 64)^2 = 144$ times the work of ours, while the Python around it
@@ -151,7 +183,7 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="zh"
 # 怎样读这几张表？两个解码步做的矩阵运算完全相同：矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；而不用缓存、把 257 个位置全部重算一遍时，则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍，这就是缓存省下的计算）。两者调用的 ATen 算子数目相近：我们的 {{run:profile.ours_ops}} 次，GPT-2 的 {{run:profile.gpt2_ops}} 次（我们的多一些，因为每个 `nn.Linear` 都要先经过 `aten::linear` 和一次转置，再调用 `aten::addmm`，而 `Conv1D` 直接调用 `addmm`）。两者耗时最多的也是同几类运算：各个投影、GELU、加长缓存的拼接，以及注意力中的矩阵乘法。在性能分析器下测得的算子内耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒；这些时间包含了分析器自身的开销，也受到机器上其他负载的干扰，只有调用次数是精确的。
 #
-# 真正拉开差距的，是算子之外的 Python 代码。`GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表显示了多出来的调用来自哪里：库的通用机制，例如查询配置（`configuration_utils.py`）、构造输出对象（`dataclasses.py`、`utils/generic.py`）、维护缓存对象（`cache_utils.py`），以及它们调用的内置函数。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当，比赛的胜负就由它决定。正因如此，这场比赛说明不了实际规模下的速度：GPT-2 small 的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
+# 真正拉开差距的，是算子之外的 Python 代码。`GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表按文件列出了多出来的调用来自哪里：都是库的通用机制。这一步中每读取一次配置项（比如 `config.use_cache`），就是一次 Python 函数调用，因为配置类两次重写了 `__getattribute__`：一次在 `transformers/configuration_utils.py` 中，用来把 `hidden_size` 这类别名映射到 GPT-2 的 `n_embd` 等字段；一次在 `transformers/integrations/heterogeneity/configuration_utils.py` 中，用来支持各层配置不同的模型。模型的输出是带有额外检查的数据类（`dataclasses.py`、`transformers/utils/generic.py`），缓存对象也有自己的方法（`transformers/cache_utils.py`），而它们又都要调用内置函数（`<built-in>`）。`torch/nn/modules/module.py` 是每次调用 `nn.Module` 都要经过的机制，在两边的分量差不多。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当，比赛的胜负就由它决定。正因如此，这场比赛说明不了实际规模下的速度：GPT-2 small（最小的 GPT-2）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
 
 # %% tags=["prose-values"]
 {"profile": {

@@ -2,9 +2,8 @@
 # ## 11. Version notes, saved results and closing note
 #
 # This notebook was written against transformers 5.23.0, the version pinned for this repository. The
-# comparison, the traps and the GELU study also ran end to end with 4.57.1 and 5.0.0, with the same
-# results, when they were part of the main notebook; the `DynamicCache` walk-through, the timing race
-# and the profile ran with 5.23.0 only.
+# comparison, the traps and the GELU study have also run end to end with 4.57.1 and 5.0.0, with the same
+# results; the `DynamicCache` walk-through, the timing race and the profile have run with 5.23.0 only.
 #
 # What the notebook needs from the library is a `DynamicCache` built with `config=` that keeps each
 # layer's K and V as `cache.layers[i].keys` and `.values`. Section 4 checks this with a one-layer model
@@ -25,13 +24,13 @@
 # %% [markdown] lang="zh"
 # ## 11. 版本说明、保存结果与结语
 #
-# 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的。比较、陷阱和 GELU 研究原先属于主笔记本，当时也在 4.57.1 和 5.0.0 上完整运行过，结果相同。`DynamicCache` 的逐步演示、计时比赛和性能分析只在 5.23.0 上运行过。
+# 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的。比较、陷阱和 GELU 实验也在 4.57.1 和 5.0.0 上完整运行过，结果相同；`DynamicCache` 的逐步演示、计时比赛和性能分析只在 5.23.0 上运行过。
 #
 # 本笔记本对这个库只有一个要求：能用 `config=` 构造 `DynamicCache`，并把每一层的 K 和 V 存为 `cache.layers[i].keys` 和 `.values`。第 4 节在做任何别的事之前，先用一个单层模型检查这一点。较早的版本（例如 4.51.3）不满足这个要求，这时的处理与没有安装这个库相同：第 4 节用一句话说明原因，笔记本不再做别的事。换成其他满足要求的版本，笔记本照常运行，并说明没有在该版本上检查过；如果随后有断言失败，说明该版本的某处计算方式不同。
 #
 # 有一处细节在不同版本之间发生了变化：5.23.0 的 `crop` 只接受负数参数，表示要去掉的位置数，第 9 节用的正是这种写法；更早的版本在文档中把正数参数解释为要保留的长度。下一个单元格在锁定的版本上核对：传入正数时，它确实会拒绝。
 #
-# 结果写入 `OUTPUT_DIR` 下的 `results.json`，内容包括运行环境、解码器的配置，以及 `peer` 部分中本笔记本的各项结果：误差、陷阱、GELU 研究、缓存复用、计时与性能分析；如果比较被跳过，则只记录跳过的原因。最后一个单元格打印结语，列出实测的数值。
+# 结果写入 `OUTPUT_DIR` 下的 `results.json`，内容包括运行环境、解码器的配置，以及 `peer` 部分中本笔记本的各项结果：误差、陷阱、GELU 实验、缓存复用、计时与性能分析；如果比较被跳过，则只记录跳过的原因。最后一个单元格打印结语，列出实测的数值。
 
 # %%
 if HAVE_TRANSFORMERS and transformers.__version__ == PINNED_TRANSFORMERS:
@@ -111,7 +110,7 @@ if HAVE_TRANSFORMERS:
     worst_full_cached = max(peer_errors["full_logits"], peer_errors["cached_logits"])
     smallest_trap = min(worst_logit_error(errors) for errors in trap_errors.values())
     say(en=f"**Closing note** (transformers {transformers.__version__}, `GPT2LMHeadModel`, eager attention, FP64, "
-           f"tolerance 1e-10). Largest |GPT-2 - ours|: logits {worst_full_cached:.1e} with and without "
+           f"tolerance $10^{{-10}}$). Largest |GPT-2 - ours|: logits {worst_full_cached:.1e} with and without "
            f"the cache, cached K/V {worst_kv:.1e}. All three traps caught; the smallest, `gelu_new`, at "
            f"{smallest_trap:.1e}. After `crop(-{CROP_TOKENS})` the two caches agree within {crop_errors['cropped_kv']:.1e} "
            f"and the continuations within {crop_errors['logits_after_crop']:.1e}. Cached decoding, {CONTINUATION} "
@@ -120,14 +119,14 @@ if HAVE_TRANSFORMERS:
            f"FLOPs per step and {step_profile['gpt2']['python_calls']:,} against {step_profile['ours']['python_calls']:,} "
            f"Python function calls (one run on one machine).",
         zh=f"**结语**（transformers {transformers.__version__}，`GPT2LMHeadModel`，eager 注意力，FP64，"
-           f"容差 1e-10）。GPT-2 与我们的解码器之间的最大绝对误差：无论用不用缓存，logits 都不超过 {worst_full_cached:.1e}，"
+           f"容差 $10^{{-10}}$）。GPT-2 与我们的解码器之间的最大绝对误差：无论用不用缓存，logits 都不超过 {worst_full_cached:.1e}，"
            f"缓存的 K/V 不超过 {worst_kv:.1e}。三个陷阱全部查出，其中误差最小的 `gelu_new` 为 {smallest_trap:.1e}。"
            f"执行 `crop(-{CROP_TOKENS})` 之后，两份缓存相差不超过 {crop_errors['cropped_kv']:.1e}，"
            f"续写的 logits 相差不超过 {crop_errors['logits_after_crop']:.1e}。带缓存解码（{PEER_PROMPT} 个 token "
            f"之后再处理 {CONTINUATION} 个）：`GPT2LMHeadModel` 的 p50 为 {race_timing['gpt2']['p50']:.2f} 毫秒，"
            f"我们的为 {race_timing['ours']['p50']:.2f} 毫秒；每步的矩阵乘法浮点运算次数同为 "
-           f"{step_profile['ours']['matmul_flops']:,}，Python 函数调用次数为 {step_profile['gpt2']['python_calls']:,} "
-           f"对 {step_profile['ours']['python_calls']:,}（一台机器上的一次运行）。")
+           f"{step_profile['ours']['matmul_flops']:,}，Python 函数调用次数分别为 {step_profile['gpt2']['python_calls']:,} 次 "
+           f"和 {step_profile['ours']['python_calls']:,} 次（一台机器上的一次运行）。")
 else:
     say(en="**Closing note.** The comparison with Hugging Face GPT-2 was skipped (see section 4); "
            "`results.json` records why.",

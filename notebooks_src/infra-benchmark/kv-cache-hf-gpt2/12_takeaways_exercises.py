@@ -101,7 +101,9 @@ if HAVE_TRANSFORMERS:
 
 # %%
 if HAVE_TRANSFORMERS:
-    round_ids = peer_ids[:1, :26]                                  # 20 prefix + 5 drafts; position 22 is next
+    # [en] Indices 0-19: the prefix; 20-24: the 5 drafts; 25: the next token, fed at position 22.
+    # [zh] 下标 0–19 是前缀，20–24 是 5 个草稿 token，25 是下一个 token，它将送入位置 22。
+    round_ids = peer_ids[:1, :26]                                  # [1, 26]
     with torch.inference_mode():
         draft_cache = DynamicCache(config=gpt2_64.config)
         gpt2_64(input_ids=round_ids[:, :20], past_key_values=draft_cache, use_cache=True)
@@ -145,14 +147,13 @@ if HAVE_TRANSFORMERS:
 
 # %%
 if HAVE_TRANSFORMERS:
-    cache_bytes = sum(layer.keys.nbytes + layer.values.nbytes for layer in gpt2_prefix.layers)
+    race_cache_bytes = sum(layer.keys.nbytes + layer.values.nbytes for layer in gpt2_prefix.layers)
     ours_per_token = kv_bytes_per_token(cfg.layers, cfg.heads, cfg.head_dim, 4)
     gpt2_small_per_token = kv_bytes_per_token(12, 12, 64, 2)
-    print(cache_bytes, ours_per_token, gpt2_small_per_token, 1024 * gpt2_small_per_token)
-    assert cache_bytes == PEER_PROMPT * ours_per_token == 262_144
+    assert race_cache_bytes == PEER_PROMPT * ours_per_token == 262_144
     assert (gpt2_small_per_token, 1024 * gpt2_small_per_token) == (36_864, 37_748_736)
-    say(en=f"Exercise 3 checked: {cache_bytes:,} bytes in the race's cache, {ours_per_token:,} per token; GPT-2 small "
+    say(en=f"Exercise 3 checked: {race_cache_bytes:,} bytes in the race's cache, {ours_per_token:,} per token; GPT-2 small "
            f"in FP16 needs {gpt2_small_per_token:,} bytes per token, {1024 * gpt2_small_per_token / 2**20:.0f} MiB "
            f"for 1,024 tokens.",
-        zh=f"练习 3 已核对：比赛所用的缓存共 {cache_bytes:,} 字节，每个 token {ours_per_token:,} 字节；GPT-2 small "
+        zh=f"练习 3 已核对：比赛所用的缓存共 {race_cache_bytes:,} 字节，每个 token {ours_per_token:,} 字节；GPT-2 small "
            f"在 FP16 下每个 token 需要 {gpt2_small_per_token:,} 字节，1,024 个 token 共 {1024 * gpt2_small_per_token / 2**20:.0f} MiB。")

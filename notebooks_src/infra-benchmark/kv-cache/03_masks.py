@@ -21,7 +21,7 @@
 #
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
-# 一种很诱人的写法，是直接在 $[C, P + C]$ 分数矩阵的左上角取一个普通三角形。这等于把局部下标为 0 的查询当成了位置 0，于是新 token 看不到缓存中的大部分内容。两种掩码的形状都合法，代码照样能跑，变的只是数值。所以这类错误只能靠数值检查来发现，光看形状是查不出来的。此外，没有缓存时（$P = 0$），两种掩码是同一个下三角（下面的单元格会断言这一点），所以从不使用缓存的测试区分不出这两种掩码。
+# 一种很诱人的写法，是直接在 $[C, P + C]$ 分数矩阵的左上角取一个普通三角形。这等于把局部下标为 0 的查询当成了位置 0，于是新 token 看不到缓存中的大部分内容。两种掩码的形状都合法，代码照样能跑，变的只是数值。所以这类错误只能靠数值检查查出，光看形状是查不出来的。此外，没有缓存时（$P = 0$），两种掩码是同一个下三角（下面的单元格会断言这一点），所以从不使用缓存的测试区分不出这两种掩码。
 
 # %%
 # [en] Offset causal mask, bool [new_len, past_len + new_len]: query i sits at absolute position
@@ -49,21 +49,22 @@ assert torch.equal(causal_mask(0, 6), lower_triangle) and torch.equal(local_tria
 print(causal_mask(4, 2).int())
 
 # %% [markdown] lang="en"
-# The figure draws both masks for a cache of 4 positions and a chunk of 2 tokens. Rows are the two new
-# queries, labelled by their absolute positions (q4, q5); columns are the key positions 0–5; a green
-# cell marked 1 may be read, a white cell marked 0 may not. The offset mask (left) lets both new queries
-# read the whole cache; the upper-left triangle (right) lets query 4 read only key 0, and query 5 only
-# keys 0–1.
+# The figure draws both masks for a cache of $P = 4$ positions and a chunk of $C = 2$ tokens, each panel
+# titled with the call that builds it and its rule: `causal_mask(4, 2)`, $j \le P + i$, on the left, and
+# `local_triangle_mask(4, 2)`, $j \le i$, on the right. Rows are the two new queries, labelled by their
+# absolute positions (q4, q5); columns are the key positions $j$ = 0–5; a green cell marked 1 may be
+# read, a white cell marked 0 may not. The offset mask (left) lets both new queries read the whole cache;
+# the upper-left triangle (right) lets query 4 read only key 0, and query 5 only keys 0–1.
 
 # %% [markdown] lang="zh"
-# 下图以缓存 4 个位置、分块 2 个 token 为例，画出两种掩码。每一行是一个新查询，用它的绝对位置标注（q4、q5）；每一列是一个键的位置（0–5）；标 1 的绿色格子表示可以读取，标 0 的白色格子表示不能读取。带偏移的掩码（左图）让两个新查询都能读到整个缓存；左上角三角形（右图）却只让查询 4 读到键 0，让查询 5 读到键 0–1。
+# 下图以缓存 $P = 4$ 个位置、分块 $C = 2$ 个 token 为例，画出两种掩码。每幅分图的标题是构造它的函数调用和它的规则：左图是 `causal_mask(4, 2)`，即 $j \le P + i$；右图是 `local_triangle_mask(4, 2)`，即 $j \le i$。每一行是一个新查询，纵轴标签 query position 意为“查询的绝对位置”，各行标为 q4、q5；每一列是一个键，横轴标签 key position j 意为“键的位置 $j$”，取值 0–5。标 1 的绿色格子表示可以读取，标 0 的白色格子表示不能读取。带偏移的掩码（左图）让两个新查询都能读到整个缓存；左上角三角形（右图）却只让查询 4 读到键 0，让查询 5 读到键 0–1。
 
 # %%
 def draw_masks(past_len: int, new_len: int):
     fig, axes = plt.subplots(1, 2, figsize=(8, 2.6))
     panels = [
-        ("offset causal mask (correct)", causal_mask(past_len, new_len)),
-        ("upper-left triangle (wrong)", local_triangle_mask(past_len, new_len)),
+        (f"causal_mask({past_len}, {new_len}): j <= P + i", causal_mask(past_len, new_len)),
+        (f"local_triangle_mask({past_len}, {new_len}): j <= i", local_triangle_mask(past_len, new_len)),
     ]
     for ax, (title, mask) in zip(axes, panels):
         ax.imshow(mask.int().numpy(), cmap="Greens", vmin=0, vmax=1.4)
@@ -73,8 +74,8 @@ def draw_masks(past_len: int, new_len: int):
         ax.set_yticks(range(new_len), [f"q{past_len + i}" for i in range(new_len)])
         for (i, j), value in np.ndenumerate(mask.int().numpy()):
             ax.text(j, i, "1" if value else "0", ha="center", va="center", fontsize=9)
-    axes[0].set_ylabel("query (absolute position)")
-    fig.suptitle(f"cache of {past_len} positions, chunk of {new_len} tokens (1 = may read)", fontsize=10)
+    axes[0].set_ylabel("query position")
+    fig.suptitle(f"P = {past_len}, C = {new_len}", fontsize=10)
     fig.tight_layout()
     return fig
 

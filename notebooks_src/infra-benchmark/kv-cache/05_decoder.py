@@ -223,47 +223,54 @@ assert N_PARAMS == parameter_formula(cfg)
 {"decoder": {"params": N_PARAMS}}
 
 # %% [markdown] lang="en"
-# Does the code do what the text above says? Each promise is recomputed another way, on small random
-# inputs: a block's output by hand, with LayerNorm before attention and before the MLP (pre-norm); the
-# attention by PyTorch's own `F.scaled_dot_product_attention` on the same projections, without a cache
-# and with a cache of 2 positions; the MLP with the exact GELU written out with `erf`. The two sides of
-# each row compute the same numbers in a different order, so they are compared within the FP32
-# tolerance. The last row is the control: the MLP against the *tanh approximation* of GELU (the one
-# GPT-2 uses) must fail the same comparison, otherwise the GELU row could not tell the two apart.
+# Does the code do what the text above says? We write the block a second time, from PyTorch's functional
+# building blocks and the block's own weights: `F.layer_norm` before attention and before the MLP
+# (pre-norm), `F.scaled_dot_product_attention` with PyTorch's lower-right causal mask for the attention,
+# and `F.gelu`, the exact GELU, in the MLP. Our block must give the same output without a cache and with
+# a cache of 2 positions. The two sides add the same numbers in a different order, so they are compared
+# within the FP32 tolerance. The last row is the control: the same reference with the *tanh
+# approximation* of GELU, the one GPT-2 uses, must fail the comparison; otherwise the check could not
+# tell the two GELUs apart.
 
 # %% [markdown] lang="zh"
-# 代码是否真的做到了上文所说的？我们在小的随机输入上，用另一种方式把每一项描述重算一遍：手工算出一个 Transformer 块的输出，LayerNorm 位于注意力和 MLP 之前（前置归一化）；在相同的投影上，用 PyTorch 自带的 `F.scaled_dot_product_attention` 计算注意力，分别在没有缓存和缓存 2 个位置时进行；用 `erf` 写出精确的 GELU 来计算 MLP。每一行的两边以不同的顺序算同样的数，所以在 FP32 容差内比较。最后一行是负对照：换成 GELU 的 **tanh 近似**（GPT-2 用的正是它）来重算，结果必须通不过同样的比较，否则 GELU 那一行就分辨不出这两种 GELU。
+# 代码是否真的做到了上文所说的？我们用 PyTorch 的函数式组件和这个 Transformer 块自己的权重，把它再写一遍：注意力和 MLP 之前各有一个 `F.layer_norm`（前置归一化）；注意力用 `F.scaled_dot_product_attention`，配上 PyTorch 的右下角对齐因果掩码；MLP 用精确 GELU，即 `F.gelu`。无论没有缓存，还是缓存了 2 个位置，我们的 Transformer 块都必须给出相同的输出。两边以不同的顺序把同样的数相加，所以在 FP32 容差内比较。最后一行是负对照：把参照实现中的 GELU 换成 **tanh 近似**（GPT-2 用的正是它），结果必须通不过同样的比较，否则这个检查就分辨不出这两种 GELU。
 
 # %%
-def gelu_exact(t):
-    return 0.5 * t * (1 + torch.erf(t / math.sqrt(2)))
+# [en] The same pre-norm block from PyTorch's functions and `block`'s weights; `past` = (K, V) of
+# [en] earlier positions; `gelu` = "none" (exact) or "tanh".
+# [zh] 用 PyTorch 的函数和 `block` 的权重重写同一个前置归一化的 Transformer 块；`past` 是此前各位置的
+# [zh] (K, V)；`gelu` 取 "none"（精确）或 "tanh"。
+def reference_block(block, x, past=None, gelu="none"):
+    attn, mlp = block.attn, block.mlp
+    h = F.layer_norm(x, (x.shape[-1],), block.ln_1.weight, block.ln_1.bias)
+    q, k, v = (attn.split_heads(F.linear(h, lin.weight, lin.bias)) for lin in (attn.q, attn.k, attn.v))
+    if past is not None:
+        k, v = torch.cat((past[0], k), dim=-2), torch.cat((past[1], v), dim=-2)
+    context = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(q.shape[-2], k.shape[-2]))
+    x = x + F.linear(context.transpose(1, 2).reshape(x.shape), attn.proj.weight, attn.proj.bias)
+    h = F.layer_norm(x, (x.shape[-1],), block.ln_2.weight, block.ln_2.bias)
+    hidden = F.gelu(F.linear(h, mlp.fc.weight, mlp.fc.bias), approximate=gelu)        # [B, T, mlp]
+    return x + F.linear(hidden, mlp.proj.weight, mlp.proj.bias)
 
 
 with torch.inference_mode():
     gen = torch.Generator().manual_seed(SEED)
     block, x = model.blocks[0], torch.randn(1, 3, cfg.width, generator=gen)     # x: [1, 3, width]
-    attn, h = block.attn, block.ln_1(x)
-    after_attn = x + attn(h, causal_mask(0, 3))[0]
-    q, k, v = (attn.split_heads(proj(h)) for proj in (attn.q, attn.k, attn.v))   # [1, H, 3, Dh]
-    sdpa = attn.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(x.shape))
-    # [en] Inputs wide enough for GELU's two forms to differ by more than the tolerance.
-    # [zh] 输入取得足够宽，使 GELU 的两种形式之差超过容差。
-    wide = 4 * torch.randn(1, 8, cfg.width, generator=gen)
-    hidden = block.mlp.fc(wide)                                                  # [1, 8, mlp]
+    reference = reference_block(block, x)
+    # [en] K and V of positions 0 and 1: the cache for the call that feeds position 2.
+    # [zh] 位置 0 和 1 的 K、V：送入位置 2 的那次调用所用的缓存。
+    _, past = block(x[:, :2], causal_mask(0, 2))
     DECODER_CHECKS = {
-        "`block(x)`": (block(x, causal_mask(0, 3))[0], after_attn + block.mlp(block.ln_2(after_attn))),
-        "`attn(h)`": (attn(h, causal_mask(0, 3))[0], sdpa),
-        "`attn(h[:, 2:], (k[:, :, :2], v[:, :, :2]))`": (
-            attn(h[:, 2:], causal_mask(2, 1), (k[:, :, :2], v[:, :, :2]))[0], sdpa[:, 2:]),
-        "`mlp(x)`": (block.mlp(wide), block.mlp.proj(gelu_exact(hidden))),
+        "`block(x)`": (block(x, causal_mask(0, 3))[0], reference),
+        "`block(x[:, 2:], past)`": (block(x[:, 2:], causal_mask(2, 1), past)[0], reference[:, 2:]),
     }
-    GELU_CONTROL = (block.mlp(wide), block.mlp.proj(F.gelu(hidden, approximate="tanh")))
+    GELU_CONTROL = (block(x, causal_mask(0, 3))[0], reference_block(block, x, gelu="tanh"))
 
 say_table(
-    [[name, recomputed, f"{max_abs_err(*pair):.1e}"] for (name, pair), recomputed in zip(
-        [*DECODER_CHECKS.items(), ("`mlp(x)`", GELU_CONTROL)],
-        ["`a = x + attn(ln_1(x)); a + mlp(ln_2(a))`", "`sdpa = scaled_dot_product_attention(is_causal=True)`",
-         "`sdpa[:, 2:]`", "`proj(gelu_exact(fc(x)))`", "`proj(gelu(fc(x), approximate='tanh'))`"])],
-    en=["ours", "recomputed as", "max abs error"], zh=["我们的实现", "重算方式", "最大绝对误差"],
+    [[name, f"`{recomputed}`", f"{max_abs_err(*pair):.1e}", f"`{close(*pair)}`"] for (name, pair), recomputed in zip(
+        [*DECODER_CHECKS.items(), ("`block(x)`", GELU_CONTROL)],
+        ["reference_block(block, x)", "reference_block(block, x)[:, 2:]", 'reference_block(block, x, gelu="tanh")'])],
+    en=["ours", "reference", "max abs error", "within tolerance"],
+    zh=["我们的实现", "参照实现", "最大绝对误差", "在容差内一致"],
 )
 assert all(close(ours, recomputed) for ours, recomputed in DECODER_CHECKS.values()) and not close(*GELU_CONTROL)

@@ -1,6 +1,12 @@
 # %% [markdown] lang="en"
 # ## 6. Equivalence: cached path versus full recomputation
 #
+# Does the cached path of the decoder compute what a full recomputation computes? We check it three
+# ways: call by call on the six-token example (6.1), every logit over a grid of batch sizes, chunk
+# lengths and precisions (6.2), and in a generation loop that chooses its own tokens (6.3).
+#
+# ### 6.1 The cache, call by call
+#
 # First, back to the six-token example of section 2, this time through the decoder of section 5, which
 # has the toy layer's sizes (vocabulary 97, width 64, 4 heads of 16 dimensions): prefill
 # `[12, 7, 31, 4]`, then `[9, 18]` in one call, and then two more calls of one token each, `[55]` and
@@ -11,6 +17,10 @@
 
 # %% [markdown] lang="zh"
 # ## 6. 等价性：缓存路径与完整重算
+#
+# 解码器的缓存路径算出的结果，与完整重算相同吗？我们从三个方面检查：在六个 token 的例子上逐次调用地看（6.1）；在由 batch 大小、分块长度和精度组成的网格上比较全部 logits（6.2）；在自己选择下一个 token 的生成循环中比较（6.3）。
+#
+# ### 6.1 缓存如何随调用增长
 #
 # 先回到第 2 节六个 token 的例子，这次换用第 5 节的解码器，它的尺寸与玩具层相同（词表大小 97，宽度 64，4 个头、每头 16 维）：先预填充 `[12, 7, 31, 4]`，再一次性送入 `[9, 18]`，然后像生成时那样再调用两次，每次一个 token：`[55]` 和 `[23]`。每次调用之后，每一层的缓存都应当为每个新 token 多出一行，而原有的行必须原样保留。这些行是 `torch.cat` 复制过来的，没有重新计算，所以要求逐比特相同。每次调用返回的 logits 则要与一次处理全部八个 token 的完整调用的对应行在 FP32 容差内一致。
 
@@ -40,14 +50,15 @@ assert cache_lengths == [[4, 4], [6, 6], [7, 7], [8, 8]] and all(rows_kept)
 assert all(err <= TOLERANCE[torch.float32] for err in call_errors)
 
 # %% [markdown] lang="en"
-# The figure draws what the table says, one panel per layer. Each row is one call, from the prefill at
-# the top to the last one-token step at the bottom; each column is a position, labelled with the token
-# it holds. An orange cell is a row of K and V computed by that call; a blue cell is a row carried over
+# The figure draws what the table says, one panel per layer, titled with the shape of that layer's K
+# and V, `[1, 4, T, 16]`. Each row is one call, from the prefill at the top to the last one-token step
+# at the bottom, labelled with the IDs it fed and the cache length $T$ after it; each column is a
+# position, and the number in a cell is the token ID at that position. An orange cell is a row of K and V computed by that call; a blue cell is a row carried over
 # from the cache, read by the new queries but not recomputed; a white cell does not exist yet. The two
 # layers grow in step, but each keeps its own keys and values (section 5).
 
 # %% [markdown] lang="zh"
-# 下图把上表的内容画出来，每一层一幅子图。每一行是一次调用，从最上面的预填充到最下面最后一次单 token 调用；每一列是一个位置，标着它所存的 token。橙色格子是这次调用新算出的一行 K/V；蓝色格子是从缓存中带过来的行，新查询会读取它，但不会重新计算；白色格子表示这一行还不存在。两层同步增长，但各自保存自己的键和值（见第 5 节）。
+# 下图把上表的内容画出来，每一层一幅子图。子图标题 layer 0: K and V, [1, 4, T, 16] 意为“第 0 层的 K 和 V，形状为 `[1, 4, T, 16]`”，第 1 层同理。每一行是一次调用，从最上面的预填充到最下面最后一次单 token 调用；行标签 call 1: [12, 7, 31, 4] -> T = 4 意为“第 1 次调用送入 `[12, 7, 31, 4]`，之后缓存长度 $T = 4$”，其余各行依此类推。每一列是一个位置，横轴标签 position (token id in the cell) 意为“位置（格子里的数是该位置的 token ID）”。橙色格子是这次调用新算出的一行 K/V（图例 computed by this call，“由这次调用算出”）；蓝色格子是从缓存中带过来的行，新查询会读取它，但不会重新计算（图例 carried over from the cache (read, not recomputed)，意思正是“从缓存中带过来（只读取，不重新计算）”）；白色格子表示这一行还不存在。两层同步增长，但各自保存自己的键和值（见第 5 节）。
 
 # %%
 from matplotlib.colors import ListedColormap
@@ -84,6 +95,8 @@ fig.savefig(CACHE_GROWTH_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
+# ### 6.2 Every logit, twelve configurations
+#
 # Now the systematic check. Matching argmax tokens is a weak test: quite different logits can still pick the same token. We
 # compare **every vocabulary logit at every consumed position**, plus both layers' K and V, between
 #
@@ -98,11 +111,13 @@ plt.show()
 #
 # Floating-point sums in a different order round differently, and a chunked call multiplies matrices of
 # other shapes than a full call. So we ask for equality within a tolerance, not bit for bit:
-# `TOLERANCE`, used as `atol` and `rtol`, is 1e-5 in FP32 and 1e-10 in FP64. The check also compares every
+# `TOLERANCE`, used as `atol` and `rtol`, is $10^{-5}$ in FP32 and $10^{-10}$ in FP64. The check also compares every
 # shape, and asks that no call modified the cache it was given (it clones the input cache before each call
 # and compares after).
 
 # %% [markdown] lang="zh"
+# ### 6.2 逐个 logit 比较：12 种配置
+#
 # 下面进行系统的检查。只比较 argmax 选出的 token 是很弱的检验：差别很大的两组 logits 也可能选中同一个 token。我们比较的是**每个已处理位置上的全部词表 logits**，以及两层各自的 K 和 V。比较的双方是：
 #
 # * 完整路径：对整段序列只调用一次，不用缓存；
@@ -110,7 +125,7 @@ plt.show()
 #
 # 缓存路径的第 $t$ 个位置与完整路径的第 $t$ 个位置对齐比较，不错位。输入序列是固定的：由 `SEED` 生成的 24 个 token ID；batch 为 2 时再加一行不同的序列，免得同一 batch 里的两条序列互相掩盖错误。测试网格包括：batch 为 1 或 2；分块长度为 1、2 或 5（长度为 5 时最后一个分块只有 4 个 token）；在 CPU 上用 FP32 或 FP64。共 12 种配置。FP64 运行用的是同一份初始权重，只是转换成了 FP64（`.to(torch.float64)`）。
 #
-# 浮点数按不同的顺序求和，舍入结果就会不同；而分块调用时参与乘法的矩阵，形状也与完整调用时不同。因此我们要求的是在容差范围内相等，而不是逐比特相同：`TOLERANCE` 同时用作 `atol` 和 `rtol`，FP32 下为 1e-5，FP64 下为 1e-10。这项检查还会核对所有形状，并确认每次调用都没有改动传给它的缓存（每次调用前先克隆一份输入缓存，调用后再与它比较）。
+# 浮点数按不同的顺序求和，舍入结果就会不同；而分块调用时参与乘法的矩阵，形状也与完整调用时不同。因此我们要求的是在容差范围内相等，而不是逐比特相同：`TOLERANCE` 同时用作 `atol` 和 `rtol`，FP32 下为 $10^{-5}$，FP64 下为 $10^{-10}$。这项检查还会核对所有形状，并确认每次调用都没有改动传给它的缓存（每次调用前先克隆一份输入缓存，调用后再与它比较）。
 
 # %%
 STREAM_LEN = 24
@@ -227,7 +242,7 @@ assert all(r["passed"] for r in EQUIVALENCE)
 # causality it adds, in parentheses, how far the earlier logits moved and how far the last ones did.
 
 # %% [markdown] lang="zh"
-# 再检查两条性质。**因果性**：改动序列的最后一个 token，之前所有位置的 logits 都必须保持不变（在容差之内），而最后一个位置的 logits 必须改变，否则这项检验什么也证明不了。**缓存生命周期**：任何一次增量调用都不得修改传给它的缓存张量；对上面每种配置的每一次调用，`check_equivalence` 都已经记录了这一项。两项检查各配一个负对照：让每个查询都能读取所有键的掩码必须通不过因果性检验；往传入的缓存里写数据的解码器必须被 `check_equivalence` 查出。这个解码器是在算完这一步之后才写的，所以它的 logits 和新缓存都是对的，只有生命周期检查能查出它；调用方保留旧缓存时（比如要试两种续写）就会遇到这种错误。表中给出每项检查的结论；因果性一行的括号里依次是之前位置的 logits 的变化量和最后一个位置的变化量。
+# 再检查两条性质。**因果性**：改动序列的最后一个 token，之前所有位置的 logits 都必须保持不变（在容差之内），而最后一个位置的 logits 必须改变，否则这项检验什么也证明不了。**缓存生命周期**：任何一次增量调用都不得修改传给它的缓存张量；对上面每种配置的每一次调用，`check_equivalence` 都已经记录了这一项。两项检查各配一个负对照：让每个查询都能读取所有键的掩码必须通不过因果性检验；往传入的缓存里写数据的解码器必须被 `check_equivalence` 查出。这个解码器在算完这一步之后才往缓存里写数据，所以它的 logits 和新缓存都是对的，只有生命周期检查能查出它；调用方保留旧缓存时（比如要试两种续写）就会遇到这种错误。表中给出每项检查的结论；因果性一行的括号里依次是之前位置的 logits 的变化量和最后一个位置的变化量。
 
 # %%
 # [en] Change only the last token: earlier logits must not move, the last ones must.

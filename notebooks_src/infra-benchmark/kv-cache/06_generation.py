@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ### Greedy generation, with and without the cache
+# ### 6.3 Greedy generation, with and without the cache
 #
 # So far every continuation was a predetermined stream. A real decoder chooses each next token from the
 # logits it has just returned. The loop below is the one you will meet in libraries, reduced to greedy
@@ -15,7 +15,7 @@
 # otherwise equal tokens could be luck.
 
 # %% [markdown] lang="zh"
-# ### 贪心生成：用缓存与不用缓存
+# ### 6.3 贪心生成：用缓存与不用缓存
 #
 # 到目前为止，续写的 token 都来自预先确定的序列。真正的解码器要根据刚返回的 logits 选出下一个 token。下面的循环就是各种库里常见的写法，只是简化成了贪心解码（每次都选概率最大的 token）：先对提示做一次**预填充**，然后每步生成一个 token；每一步只送入刚选出的 token，以及上一次调用返回的缓存。当 `use_cache=False` 时，同一个循环每一步都改为把整个序列重新送入，也就是完整重算。
 #

@@ -81,8 +81,8 @@ say_table(
     zh=["模型", "层数 L", "查询头 / K/V 头", "每头维度 D_h", "每个 token 的 K/V（FP16）",
         "4,096 个 token 的上下文", "32,768 个 token 的上下文"],
 )
-for row in KV_TABLE[1:]:
-    print(f"{row['name']}: {row['source']}")
+say_table([[row["name"], f"`{row['source']}`"] for row in KV_TABLE[1:]],
+          en=["model", "sizes typed from (Hugging Face Hub)"], zh=["模型", "尺寸的出处（Hugging Face Hub）"])
 llama2, llama3 = (next(row for row in KV_TABLE if row["name"] == name) for name in ("Llama 2 7B", "Llama 3.1 8B"))
 # [en] Same layers, query heads and head size; a quarter of the cache (8 K/V heads instead of 32).
 # [zh] 层数、查询头数和每头维度都相同；缓存只有四分之一（8 个 K/V 头，而不是 32 个）。

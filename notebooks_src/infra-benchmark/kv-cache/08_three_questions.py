@@ -128,8 +128,8 @@ assert (close(x_logits, kv_logits)
 slopes = [(longer["cached"]["total"] - shorter["cached"]["total"]) / (longer["T"] - shorter["T"])
           for shorter, longer in zip(COST_ROWS, COST_ROWS[1:])]
 attention_share = [r["cached"]["attention"] / r["cached"]["total"] for r in COST_ROWS]
-say_table([[f"{a['T']} -> {b['T']}", f"{s:g}"] for a, b, s in zip(COST_ROWS, COST_ROWS[1:], slopes)],
-          en=["T", "multiply-adds per extra position"], zh=["T", "每多一个位置增加的乘加次数"])
+say_table([[str(a["T"]), str(b["T"]), f"{s:g}"] for a, b, s in zip(COST_ROWS, COST_ROWS[1:], slopes)],
+          en=["from T", "to T", "multiply-adds per extra position"], zh=["起点 T", "终点 T", "每多一个位置增加的乘加次数"])
 assert slopes == [2 * cfg.layers * cfg.width] * len(slopes)
 
 # %% tags=["prose-values"]

@@ -9,11 +9,22 @@
 # with $P$ relative to the shortest prompt: measured (solid, with markers) and predicted by the
 # multiply-add count of 8.1 averaged over the 16 steps of the window (dashed, same colour). In both
 # panels only the vertical axis is logarithmic; the prompt-length axis is linear.
+#
+# The prefill curve is not a straight line, and need not be. It divides one call's time by $P$: the
+# call's fixed overhead is shared by more tokens as $P$ grows, which pulls the time per token down, while
+# every token's attention reads the keys of all the tokens before it, which pushes it up at long prompts. Where the two balance moves
+# with the machine, and one slow round more or less moves a point of a window this short.
 
 # %% [markdown] lang="zh"
 # ### 9.2 把乘加次数与实测时间放在一起
 #
-# 为了比较调用次数不同的路径，图中做了换算：两个续写窗口的时间除以 16 步（得到每步毫秒数），预填充的时间除以 $P$ 个提示 token（得到每个提示 token 的毫秒数）。左图中每个标记点是 p50，它上方的竖线一直延伸到 p95（蓝色方块：预填充，按每个提示 token 计；橙色圆点：完整重算，按每步计；绿色三角：缓存续写，按每步计）。右图画的是两条续写路径的每步耗时相对最短提示随 $P$ 增长了多少倍：带标记的实线是测量值，同色虚线是预测值，即 8.1 的乘加次数在窗口 16 步上的平均。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。
+# 为了比较调用次数不同的路径，图中做了换算：两个续写窗口的时间除以 16 步（得到每步毫秒数），预填充的时间除以 $P$ 个提示 token（得到每个提示 token 的毫秒数）。图中文字是英文，下面逐一说明。两幅图的横轴 prompt length P (tokens) 都是提示长度 $P$（token 数），总标题 CPU, 1 thread, fp32 意为“CPU、单线程、FP32”。
+#
+# 左图标题 time per step or per token, 15 rounds 意为“每步或每个 token 的耗时，15 轮测量”（`QUICK = True` 时为 3 轮）；纵轴 ms (marker p50, line up to p95) 意为“毫秒（标记点为 p50，竖线延伸到 p95）”。三条曲线的图例依次是：蓝色方块 prefill, per prompt token（预填充，按每个提示 token 计）；橙色圆点 full recomputation, per step（完整重算，按每步计）；绿色三角 cached continuation, per step（缓存续写，按每步计）。
+#
+# 右图标题 measured time vs counted multiply-adds 意为“实测时间与乘加计数的对照”，纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”。它画的是两条续写路径的每步耗时随 $P$ 的增长倍数（相对于最短提示）：图例 full: measured time 和 cached: measured time 是带标记的实线，即完整重算和缓存续写的实测时间；full: multiply-adds 和 cached: multiply-adds 是同色虚线，即按 8.1 的乘加次数在窗口 16 步上取平均得到的预测值。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。
+#
+# 预填充那条曲线不是一条直线，也不必是。它是一次调用的时间除以 $P$：随着 $P$ 增大，一次调用的固定开销由更多的 token 分摊，每个 token 的时间随之下降；而每个 token 的注意力都要读取它之前所有 token 的键，提示很长时又会把时间推高。两种作用在哪里相抵，因机器而异；这么短的窗口，多一轮或少一轮慢的测量，也会让某个点移动。
 
 # %%
 def per_step_ms(row: dict, path: str) -> dict:
@@ -156,4 +167,4 @@ TIMING_SUMMARY = {
 # %% [markdown] lang="zh"
 # **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间的变化倍数是 {{run:clock.measured_full_growth:.1f}}，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:clock.measured_cached_growth:.2f}}（先是 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。
 #
-# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算。在这里，它来自每次调用的固定开销：模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、调度每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次；9.3 会数一数算子调用的次数。按最长提示下预填充达到的速度，缓存路径一步的乘加大约需要 {{run:clock.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:clock.cached_step_arithmetic_share:.0%}}。这个估计只是下限，因为解码一步的矩阵乘法，每次乘加都比预填充的慢：它们只有一行，是矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加；而预填充读进来的每个权重都要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。
+# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算。在这里，它来自每次调用的固定开销：模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次；9.3 会数一数算子调用的次数。按最长提示下预填充达到的速度，缓存路径一步的乘加大约需要 {{run:clock.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:clock.cached_step_arithmetic_share:.0%}}。这个估计只是下限，因为解码一步的矩阵乘法，每次乘加都比预填充的慢：它们只有一行，是矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加；而预填充读进来的每个权重都要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。

@@ -2,30 +2,34 @@
 # ### 9.3 Where the time of a decode step goes
 #
 # One measurement above is far from the count: sixteen cached calls took
-# {{run:clock.cached16_over_prefill16:.0f}} times as long as one 16-token prefill, though their
+# {{run:clock.cached16_over_prefill16:.1f}} times as long as one 16-token prefill, though their
 # multiply-adds differ by {{run:clock.cached16_extra_macs:.1%}}. A profiler shows what each call ran.
 # `torch.profiler` records every PyTorch operator (`aten::...`) a call executes, how many times, and the
-# time spent inside it (its *self* time, without the operators it called). We profile three calls, each
-# ten times after one warm-up, and divide by ten:
+# time spent inside it (its *self* time, without the operators it called). We profile three calls:
 #
 # * **cached step:** one token with a cache of {{run:profile.past}} positions, a decode step at the longest prompt;
 # * **prefill of 16 tokens:** one call that pushes 16 positions through the network;
 # * **full step:** the whole sequence of {{run:profile.full_len}} tokens, one step of full recomputation.
 #
-# The table lists the operators that take the most time in any of the three, with their calls and self
-# time per call of the model, in microseconds. The profiler adds its own overhead to every operator, so
-# compare these times with each other, not with the tables of 9.1.
+# Each call runs ten times in a profiling session, and we divide by ten. A session can be slowed down by
+# whatever else the machine does, so there are {{run:profile.sessions}} sessions after a warm-up one, and
+# each operator's self time is the median over the sessions; the counts of calls are the same in every
+# session. The first table lists the operators that take the most time in any of the three, with their
+# calls and self time per call of the model, in microseconds; the second gives the totals per call: the
+# operators the Python code called directly, all operator calls (nested ones included) and the self
+# time of all of them. The profiler adds its own overhead to every operator, so compare these times with
+# each other, not with the tables of 9.1.
 
 # %% [markdown] lang="zh"
 # ### 9.3 解码一步的时间花在哪里
 #
-# 上面有一处测量结果与计数相去甚远：16 次缓存调用的耗时是一次 16 个 token 的预填充的 {{run:clock.cached16_over_prefill16:.0f}} 倍，而两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。性能分析器（profiler）能告诉我们每次调用实际执行了什么。`torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、它被调用了多少次，以及花在它内部的时间（*自身*耗时，不含它再调用的算子）。我们分析三种调用，每种先预热一次，再连续执行十次，结果除以十：
+# 上面有一处测量结果与计数相去甚远：16 次缓存调用的耗时是一次 16 个 token 的预填充的 {{run:clock.cached16_over_prefill16:.1f}} 倍，而两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。性能分析器（profiler）能告诉我们每次调用实际执行了什么。`torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、它被调用了多少次，以及花在它内部的时间（*自身*耗时，不含它再调用的算子）。我们分析三种调用：
 #
 # * **缓存路径的一步**：一个 token，带着 {{run:profile.past}} 个位置的缓存，即最长提示下的一个解码步；
 # * **16 个 token 的预填充**：一次调用，让 16 个位置经过网络；
 # * **完整重算的一步**：把 {{run:profile.full_len}} 个 token 的整个序列送入模型，即完整重算的一步。
 #
-# 表中列出在任一种调用中耗时最多的算子，以及模型每被调用一次时它们的调用次数和自身耗时（微秒）。性能分析器会给每个算子加上它自己的开销，所以这些时间只宜相互比较，不宜与 9.1 的表格比较。
+# 每种调用在一次性能分析中连续执行十次，结果除以十。机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做 {{run:profile.sessions}} 次分析，每个算子的自身耗时取各次分析的中位数；调用次数则每次都相同。第一张表列出在任一种调用中耗时最多的算子，以及模型每被调用一次时它们的调用次数和自身耗时（微秒）；第二张表给出每次调用的总数：Python 代码直接调用的算子数、全部算子调用次数（含嵌套调用）以及全部算子的自身耗时。性能分析器会给每个算子加上它自己的开销，所以这些时间只宜相互比较，不宜与 9.1 的表格比较。
 
 # %%
 from torch.profiler import ProfilerActivity, profile
@@ -35,21 +39,28 @@ from torch.profiler import ProfilerActivity, profile
 # [zh] 性能分析器的底层引擎 Kineto 每次分析都会向 stderr 写一行 "profiler_start" 和一行 "profiler_stop"；
 # [zh] 日志级别 6 让它不再输出（进程第一次做性能分析时读取这个设置）。
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-PROFILE_REPEATS = 10
+PROFILE_REPEATS, PROFILE_SESSIONS = 10, 5
 
 
-# [en] Per call of `call`: each operator's (calls, self time in microseconds), and the number of operators
-# [en] the Python code called directly (the top level of the profile).
-# [zh] 每调用一次 `call`：每个算子的（调用次数，自身耗时，单位微秒），以及 Python 代码直接调用的算子个数
-# [zh] （性能分析结果的最顶层）。
+# [en] Per call of `call`: each operator's (calls, self time in microseconds, the median over the
+# [en] sessions), and the number of operators the Python code called directly (the top level of the
+# [en] profile). The first session warms up and is left out.
+# [zh] 每调用一次 `call`：每个算子的（调用次数，自身耗时，单位微秒，取各次分析的中位数），以及 Python 代码
+# [zh] 直接调用的算子个数（性能分析结果的最顶层）。第一次分析用于预热，不计入。
 @torch.inference_mode()
 def profile_call(call) -> dict:
-    call()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(PROFILE_REPEATS):
-            call()
-    return {"ops": {e.key: (e.count / PROFILE_REPEATS, e.self_cpu_time_total / PROFILE_REPEATS) for e in prof.key_averages()},
-            "top_level": sum(e.cpu_parent is None for e in prof.events()) // PROFILE_REPEATS}
+    sessions = []
+    for _ in range(PROFILE_SESSIONS + 1):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(PROFILE_REPEATS):
+                call()
+        sessions.append(({e.key: (e.count / PROFILE_REPEATS, e.self_cpu_time_total / PROFILE_REPEATS)
+                          for e in prof.key_averages()},
+                         sum(e.cpu_parent is None for e in prof.events()) // PROFILE_REPEATS))
+    ops, top_level = sessions[-1]
+    return {"ops": {name: (calls, float(np.median([run.get(name, (0, 0.0))[1] for run, _ in sessions[1:]])))
+                    for name, (calls, _) in ops.items()},
+            "top_level": top_level}
 
 
 PROFILED_IDS = TIMING_STREAM[:, :max(PROMPTS) + 1]                     # [1, 257]
@@ -67,44 +78,63 @@ busiest = sorted({name for run in PROFILES.values()
 
 def calls_and_us(run: dict, name: str) -> str:
     calls, us = run["ops"].get(name, (0, 0))
-    return f"{calls:g} / {us:.1f}"
+    return f"{calls:g} / {us:,.1f}"
 
 
 say_table([[f"`{name}`"] + [calls_and_us(run, name) for run in PROFILES.values()] for name in busiest],
           en=["operator", "cached step: calls / us", "prefill, 16 tokens: calls / us", "full step: calls / us"],
           zh=["算子", "缓存路径一步：调用次数 / 微秒", "16 个 token 的预填充：调用次数 / 微秒", "完整重算一步：调用次数 / 微秒"])
-totals = [(run["top_level"], sum(c for c, _ in run["ops"].values()), sum(u for _, u in run["ops"].values()))
-          for run in PROFILES.values()]
-say(en="All operators, per call of the model (called by Python / in total, including nested ones; self time): "
-       + "; ".join(f"{name} {top} / {n:g}, {us:.0f} us"
-                   for name, (top, n, us) in zip(["cached step", "prefill of 16 tokens", "full step"], totals)) + ".",
-    zh="模型每被调用一次的全部算子（Python 直接调用的 / 连同嵌套调用在内的总数；自身耗时）："
-       + "；".join(f"{name} {top} / {n:g}，{us:.0f} 微秒"
-                  for name, (top, n, us) in zip(["缓存路径一步", "16 个 token 的预填充", "完整重算一步"], totals)) + "。")
+say_table([[f"`{label}`", str(run["top_level"]), f"{sum(c for c, _ in run['ops'].values()):g}",
+            f"{sum(u for _, u in run['ops'].values()):,.0f}"] for label, run in PROFILES.items()],
+          en=["call of the model", "operators called by Python", "operator calls in total",
+              "self time of all operators (us)"],
+          zh=["模型调用", "Python 直接调用的算子数", "算子调用总数（含嵌套调用）", "全部算子的自身耗时（微秒）"])
 
 # %% [markdown] lang="en"
-# How to read it. The cached step and the 16-token prefill run nearly the same list of operators:
+# How to read the two tables. The cached step and the 16-token prefill run nearly the same list of operators:
 # {{run:profile.top_cached}} operator calls from Python for the cached step, {{run:profile.top_prefill}}
-# for the prefill (the difference comes from the cache, its `torch.cat` calls). A cached step took
-# {{run:profile.us_cached:.0f}} µs of operator time, the prefill {{run:profile.us_prefill:.0f}} µs, for 16
-# times the positions: most operators cost a few microseconds whatever the size of their input. Sixteen
-# cached steps make sixteen times as many operator calls as one prefill, and that, with the Python around
-# them, is the gap of 9.2. The full step makes as few calls, but spends its time in large ones:
-# {{run:profile.us_full:.0f}} µs, most of it in `{{run:profile.top_full}}` and the other operators of the
-# projections and of the dense $[H, T, T]$ score matrix of 8.1 (masked half included). The cell asserts
-# the claim the explanation rests on: a cached step runs at least as many operators as the whole prefill.
+# for the prefill (the difference comes from the cache, its `torch.cat` calls). Their attention even does
+# the same work: the cached step's one query reads {{run:profile.full_len}} keys, the prefill's 16 queries
+# read 16 each (the dense score matrix, masked half included), {{run:profile.full_len}} against 256 scores
+# per head. The prefill's projections and MLP handle 16 rows instead of one, yet most operators cost a
+# few microseconds whatever the size of their input: the cached step took {{run:profile.us_cached:,.0f}} µs
+# of operator time, the prefill {{run:profile.us_prefill:,.0f}} µs. What the cached step has and the
+# prefill has not is the cache: `aten::cat` copies the {{run:profile.past}} cached rows of K and V of both
+# layers into new tensors, {{run:profile.cat_cached:,.0f}} µs of the step. Sixteen cached steps make
+# sixteen times as many operator calls as one prefill, and that, with the Python around them, is the gap
+# of 9.2.
+#
+# The full step makes as few calls, but spends its time in large ones: {{run:profile.us_full:,.0f}} µs.
+# The matrix products of the projections and of attention (`aten::addmm`, `aten::bmm`) take
+# {{run:profile.full_products:,.0f}} µs of it, and the elementwise passes over the dense $[H, T, T]$ score
+# matrix of 8.1 (`aten::div` for the scaling, `aten::masked_fill_`, `aten::_softmax`)
+# {{run:profile.full_score_passes:,.0f}} µs, against {{run:profile.full_bmm:,.0f}} µs for the two attention
+# products (`aten::bmm`) themselves. The multiply-add count of 8.1 does not see those passes at all: they
+# do no multiply-adds, yet they read and write every score, the masked half included. The cell asserts
+# the claim the explanation of 9.2 rests on: a cached step runs at least as many operators as the whole
+# prefill.
 
 # %% [markdown] lang="zh"
-# 如何解读这张表：缓存路径的一步与 16 个 token 的预填充执行的算子几乎完全相同：Python 代码直接调用的算子，缓存路径一步为 {{run:profile.top_cached}} 个，预填充为 {{run:profile.top_prefill}} 个（差别来自缓存，即它的 `torch.cat` 调用）。缓存路径的一步在算子上花了 {{run:profile.us_cached:.0f}} 微秒，预填充花了 {{run:profile.us_prefill:.0f}} 微秒，而预填充处理的位置数是前者的 16 倍：大多数算子不论输入多大，都要花几微秒。16 个缓存步的算子调用次数是一次预填充的 16 倍，这一点再加上外围的 Python 代码，就是 9.2 中那个差距的来源。完整重算的一步调用算子的次数同样不多，但时间花在大的算子上：共 {{run:profile.us_full:.0f}} 微秒，大部分花在 `{{run:profile.top_full}}` 以及投影和 8.1 中稠密的 $[H, T, T]$ 分数矩阵（包括被遮住的那一半）的其他算子上。下面的单元格断言这个解释所依据的事实：缓存路径的一步执行的算子至少和整个预填充一样多。
+# 怎样读这两张表？先看缓存路径的一步与 16 个 token 的预填充。两者执行的算子几乎完全相同：Python 代码直接调用的算子，缓存路径一步为 {{run:profile.top_cached}} 个，预填充为 {{run:profile.top_prefill}} 个（差别来自缓存，即它的 `torch.cat` 调用）。两者注意力部分的工作量也相同：缓存路径一步中唯一的查询读取 {{run:profile.full_len}} 个键，预填充的 16 个查询各读取 16 个键（稠密的分数矩阵，包括被遮住的那一半），每个头分别是 {{run:profile.full_len}} 个和 256 个分数。预填充的投影和 MLP 要处理 16 行而不是 1 行，可是大多数算子不论输入多大，都要花几微秒：缓存路径的一步在算子上花了 {{run:profile.us_cached:,.0f}} 微秒，预填充花了 {{run:profile.us_prefill:,.0f}} 微秒。缓存路径有而预填充没有的，是缓存本身：`aten::cat` 要把两层缓存的 K 和 V 的 {{run:profile.past}} 行复制进新张量，这一步中它花了 {{run:profile.cat_cached:,.0f}} 微秒。16 个缓存步的算子调用次数是一次预填充的 16 倍，这一点再加上外围的 Python 代码，就是 9.2 中那个差距的来源。
+#
+# 完整重算的一步调用算子的次数同样不多，但时间花在大的算子上：共 {{run:profile.us_full:,.0f}} 微秒。其中投影和注意力中的矩阵乘法（`aten::addmm`、`aten::bmm`）占 {{run:profile.full_products:,.0f}} 微秒；在 8.1 中稠密的 $[H, T, T]$ 分数矩阵上逐元素进行的几遍运算（缩放用的 `aten::div`、`aten::masked_fill_` 和 `aten::_softmax`）占 {{run:profile.full_score_passes:,.0f}} 微秒，而注意力中的两次矩阵乘法（`aten::bmm`）本身是 {{run:profile.full_bmm:,.0f}} 微秒。8.1 的乘加计数完全看不到这几遍运算：它们不做乘加，却要把每个分数（包括被遮住的那一半）读一遍、写一遍。下面的单元格断言 9.2 的解释所依据的事实：缓存路径的一步执行的算子至少和整个预填充一样多。
 
 # %% tags=["prose-values"]
-full_ops = PROFILES["full_step"]["ops"]
+full_ops, cached_ops = PROFILES["full_step"]["ops"], PROFILES["cached_step"]["ops"]
+
+
+def self_us(ops: dict, *names: str) -> float:
+    return sum(ops.get(name, (0, 0.0))[1] for name in names)
+
+
 {"profile": {"past": int(profiled_cache[0][0].shape[-2]), "full_len": int(PROFILED_IDS.shape[1]),
+             "sessions": PROFILE_SESSIONS,
              "top_cached": PROFILES["cached_step"]["top_level"], "top_prefill": PROFILES["prefill_16"]["top_level"],
-             "us_cached": sum(u for _, u in PROFILES["cached_step"]["ops"].values()),
-             "us_prefill": sum(u for _, u in PROFILES["prefill_16"]["ops"].values()),
-             "us_full": sum(u for _, u in full_ops.values()),
-             "top_full": max(full_ops, key=lambda name: full_ops[name][1])}}
+             "us_cached": self_us(cached_ops, *cached_ops), "cat_cached": self_us(cached_ops, "aten::cat"),
+             "us_prefill": self_us(PROFILES["prefill_16"]["ops"], *PROFILES["prefill_16"]["ops"]),
+             "us_full": self_us(full_ops, *full_ops), "full_bmm": self_us(full_ops, "aten::bmm"),
+             "full_products": self_us(full_ops, "aten::addmm", "aten::bmm"),
+             "full_score_passes": self_us(full_ops, "aten::div", "aten::masked_fill_", "aten::_softmax")}}
 
 # %%
 assert PROFILES["cached_step"]["top_level"] >= PROFILES["prefill_16"]["top_level"]

@@ -1,7 +1,13 @@
 # %% [markdown] lang="en"
 # ## 9. Timing on this CPU
 #
-# Now the clock. For prompts of $P = 16$, 64, 128 and 256 tokens we time three windows separately:
+# Now the clock, in four steps: three windows timed separately and the headline they give (9.1), the
+# count of section 8 next to the measured time (9.2), a profile of one decode step (9.3), and a whole
+# generation, prefill then decode (9.4).
+#
+# ### 9.1 Three windows, and the headline
+#
+# For prompts of $P = 16$, 64, 128 and 256 tokens we time three windows separately:
 #
 # * **prefill:** one call over the $P$ prompt tokens, building the cache;
 # * **full recomputation:** consume $G = 16$ predetermined tokens, each step running the whole current prefix through the model without a cache;
@@ -22,7 +28,11 @@
 # %% [markdown] lang="zh"
 # ## 9. 在这台 CPU 上计时
 #
-# 现在开始计时。对长度 $P = 16$、64、128、256 的提示，我们分别测量三个窗口的耗时：
+# 现在开始计时，分四步：分别测量三个窗口，得出主要结论（9.1）；把第 8 节的计数与实测时间放在一起（9.2）；对一个解码步做性能分析（9.3）；计时一次完整的生成，先预填充，再解码（9.4）。
+#
+# ### 9.1 三个计时窗口与主要结论
+#
+# 对长度 $P = 16$、64、128、256 的提示，我们分别测量三个窗口的耗时：
 #
 # * **预填充**：对 $P$ 个提示 token 调用一次模型，建立缓存；
 # * **完整重算**：依次处理 $G = 16$ 个预先确定的 token，每一步都把当前的整个前缀送入模型，不用缓存；
@@ -83,7 +93,7 @@ def cached_continuation(model, cache, continuation):
 # Python objects, so it is not the peak memory of the process.
 
 # %% [markdown] lang="zh"
-# 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。当 $P = 256$、$G = 16$ 时，两者分别是 {{run:timing.fed_full:,}} 和 {{run:timing.fed_cached}}。下面的单元格用一个前向预钩子（forward pre-hook）统计真正到达模型的位置数；词表投影上的第二个钩子则确认，两条路径都把送入的每个位置投影成了 logits。这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、调度和 Python 开销上都不一样。
+# 计时之前，两条续写路径的结果必须一致，它们的工作量也必须与公式相符。预填充之后，完整路径在第 $j$ 步送入 $P + j$ 个位置，每层合计 $\sum_{j=1}^{G} (P + j) = GP + G(G+1)/2$ 个位置；缓存路径只送入 $G$ 个。当 $P = 256$、$G = 16$ 时，两者分别是 {{run:timing.fed_full:,}} 和 {{run:timing.fed_cached}}。下面的单元格用一个前向预钩子（forward pre-hook）统计真正到达模型的位置数；词表投影上的第二个钩子则确认，两条路径都把送入的每个位置投影成了 logits。这个比值并不能预测延迟：两条路径在矩阵运算效率、访存、算子分派和 Python 开销上都不一样。
 #
 # 最终缓存的数据量（即它的逻辑大小）是 `kv_bytes_per_token` 的 $B \cdot T$ 倍：取 batch 为 1、最终长度 272、2 层、4 个 K/V 头、每头 16 维、FP32 每元素 4 字节，合计 {{run:timing.payload:,}} 字节。下面的单元格会把它与真实缓存上 `numel() * element_size()` 的总和比较。这个数不包括参数、注意力分数、`torch.cat` 产生的临时张量、内存分配器的额外开销和 Python 对象，因此并不是进程的峰值内存。
 
@@ -208,7 +218,7 @@ say_table(
 # times its p50 (at $P = {{run:timing.cached_p95_over_p50_at}}$), while most of its rounds stayed close to
 # the median (the "slow rounds" column). Every round runs the same code on the same inputs and does the
 # same work, so an isolated slow round is time lost outside that work: the operating system handed the
-# core to another process (this machine's two cores are shared), an interrupt arrived, the allocator
+# core to another process, an interrupt arrived, the allocator
 # asked the system for memory. A pause of a few milliseconds is a large fraction of a window that takes a
 # few milliseconds, as the cached one does, and a small fraction of the full window at long prompts. The
 # median shrugs such rounds off; the p95 of 15 samples does not, and it is far too few samples to estimate
@@ -220,11 +230,11 @@ say_table(
 # hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **主要结论**：在 $P = {{run:timing.p_max}}$ 时，缓存续写 16 步用了 {{run:timing.cached_ms_max:.2f}} 毫秒，完整重算用了 {{run:timing.full_ms_max:.2f}} 毫秒：这次运行中，缓存路径每一步的速度约为完整重算的 {{run:timing.speedup_max:.1f}} 倍。按计数，缓存路径的优势本应大得多：完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都经过同样的算子调用 16 次，只是完整重算每次的输入大得多。因此下面的单元格只断言缓存续写确实更快，即倍数大于 1：这个门槛比工作量之比低两个数量级，任何 CPU 都不应抹掉这样的余量。实测的倍数本身因机器而异，每次运行也不同，所以只报告，不做断言。它为什么比工作量之比小得多，是 9.2 和 9.3 要回答的问题。
+# **主要结论**：在 $P = {{run:timing.p_max}}$ 时，缓存续写 16 步用了 {{run:timing.cached_ms_max:.2f}} 毫秒，完整重算用了 {{run:timing.full_ms_max:.2f}} 毫秒：这次运行中，缓存路径每一步的速度约为完整重算的 {{run:timing.speedup_max:.1f}} 倍。按计数，缓存路径的优势本应大得多：完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子相同，只是完整重算每次的输入大得多。因此下面的单元格只断言缓存续写确实更快，即倍数大于 1：这个门槛比工作量之比低两个数量级，任何 CPU 都不应抹掉这样的余量。实测的倍数本身因机器而异，每次运行也不同，所以只报告，不做断言。它为什么比工作量之比小得多，是 9.2 和 9.3 要回答的问题。
 #
-# **如何解读 p95**：15 个样本（`QUICK = True` 时只有 3 个）的 p95 是经验分位数。NumPy 默认用线性插值，它落在第二大和最大的样本之间，所以由一两轮慢的测量决定。这次运行中，缓存续写窗口的 p95 最高达到其 p50 的 {{run:timing.cached_p95_over_p50:.1f}} 倍（在 $P = {{run:timing.cached_p95_over_p50_at}}$ 时），而它的大多数轮次都接近中位数（见“慢轮次”一列）。每一轮都在同样的输入上运行同样的代码，工作量完全相同；因此个别慢的轮次，时间是耗在这些工作之外的：操作系统把 CPU 核心让给了别的进程（这台机器的两个核心是共享的），来了一个中断，或者内存分配器向系统申请了内存。几毫秒的停顿，对于只需几毫秒的窗口（缓存续写正是如此）占比很大，对于长提示下的完整重算窗口则占比很小。中位数几乎不受这些轮次影响，15 个样本的 p95 却会受影响，而且样本远远不够，无法估计一个服务的尾延迟。
+# **如何解读 p95**：15 个样本（`QUICK = True` 时只有 3 个）的 p95 是经验分位数。NumPy 默认用线性插值，它落在第二大和最大的样本之间，所以由一两轮慢的测量决定。这次运行中，缓存续写窗口的 p95 最高达到其 p50 的 {{run:timing.cached_p95_over_p50:.1f}} 倍（在 $P = {{run:timing.cached_p95_over_p50_at}}$ 时），而它的大多数轮次都接近中位数（见“慢轮次”一列）。每一轮都在同样的输入上运行同样的代码，工作量完全相同；因此个别慢的轮次，时间是耗在这些工作之外的：操作系统把 CPU 核心让给了别的进程，来了一个中断，或者内存分配器向系统申请了内存。几毫秒的停顿，对于只需几毫秒的窗口（缓存续写正是如此）占比很大，对于长提示下的完整重算窗口则占比很小。中位数几乎不受这些轮次影响，15 个样本的 p95 却会受影响，而且样本远远不够，无法估计一个服务的尾延迟。
 #
-# 这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的算子、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。
+# 这些数字**不能**说明：GPU 上的加速效果、推理服务系统的延迟、客户端的首 token 延迟（TTFT）或 token 间延迟（ITL），也不能说明 vLLM、SGLang 或任何生产级的内核、缓存布局或调度器的表现。这些都需要在各自的硬件和负载上实际测量。
 
 # %% tags=["prose-values"]
 def window_macs(prompt_len: int, path: str) -> float:

@@ -1,30 +1,25 @@
 # %% [markdown] lang="en"
 # ## {{section}}. An outside referee: Hugging Face GPT-2
 #
-# Checking the cached path against full recomputation compares our decoder with itself.
-# Both sides of that comparison were written here, so a misunderstanding shared by both would go
-# unnoticed. This section asks a referee that nobody here wrote. Our decoder has GPT-2's architecture
-# at toy size with two settings changed: exact GELU in the MLP (GPT-2 uses a tanh approximation) and
-# an untied output projection, with its own matrix (GPT-2 ties it to the token embedding table). Both
-# settings are configuration fields of `transformers.GPT2LMHeadModel`, so our weights can be copied
-# into it. If the copy is faithful, the two models compute the same function, and three things must
-# agree: the logits of one full call, the logits of the cached path chunk by chunk, and every layer's
-# cached K and V. We compare in FP64 with an absolute tolerance of 1e-10: two correct implementations
-# of the same arithmetic differ in FP64 only by rounding, far below that, while a real mistake in the
-# mapping is much larger.
+# Checking the cached path against full recomputation compares our decoder with itself: both sides were
+# written here, so a misunderstanding shared by both would go unnoticed. This section asks a referee
+# nobody here wrote, `transformers.GPT2LMHeadModel`. Our decoder has GPT-2's architecture at toy size,
+# with two settings that GPT-2's configuration can express: the exact GELU in the MLP (GPT-2 uses a tanh
+# approximation) and an output projection with its own matrix (GPT-2 ties it to the token embedding
+# table). So our weights can be copied into it, and if the copy is faithful, three things must agree:
+# the logits of one full call, the logits of the cached path chunk by chunk, and every layer's cached K
+# and V. We compare in FP64 within $10^{-10}$: two correct implementations of the same arithmetic differ
+# in FP64 only by rounding, far below that, while a mistake in the copy is far above it.
 #
 # The section needs the `transformers` library (Colab ships it). Without it, the next cell says so in
-# one sentence and the rest of the section does nothing. The companion notebook *Checking our decoder
-# against Hugging Face GPT-2* ([open in Colab]({{colab:infra-benchmark/kv-cache-hf-gpt2}})) builds on
-# this comparison: three realistic mapping mistakes it must catch, why the tolerance is so tight, the
-# cache object of transformers, and a timing race between the two models.
+# one sentence and the rest of the section does nothing.
 
 # %% [markdown] lang="zh"
 # ## {{section}}. 外部裁判：Hugging Face GPT-2
 #
-# 拿缓存路径对照完整重算，是拿我们的解码器和它自己比。比较的双方都出自我们之手，如果两边有同一个理解上的错误，这样的比较是发现不了的。本节请来一位外部裁判：一份不是我们编写的实现。我们的解码器就是玩具尺寸的 GPT-2 结构，只改了两处设置：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似）；输出投影不共享权重，有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。这两处设置都是 `transformers.GPT2LMHeadModel` 的配置项，因此可以把我们的权重复制进去。只要复制无误，两个模型计算的就是同一个函数，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，绝对容差取 1e-10。同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；权重映射中真正的错误则要大得多。
+# 拿缓存路径对照完整重算，是拿我们的解码器和它自己比：比较的双方都出自我们之手，如果两边有同一个理解上的错误，这样的比较是发现不了的。本节请来一位外部裁判：一份不是我们编写的实现，`transformers.GPT2LMHeadModel`。我们的解码器就是玩具尺寸的 GPT-2 结构，只有两处设置不同，而这两处都能用 GPT-2 的配置项表达：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似）；输出投影有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。因此可以把我们的权重复制进去；只要复制无误，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，容差取 $10^{-10}$：同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；复制中的错误则远大于它。
 #
-# 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分不做任何事。配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[在 Colab 中打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）在这个比较的基础上更进一步，讨论比较必须查出的三种现实中很容易犯的映射错误、容差为什么要定得这么紧、transformers 的缓存对象，以及两个模型之间的计时比赛。
+# 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分不做任何事。
 
 # %%
 import copy
@@ -89,19 +84,16 @@ else:
            f"如果下面某条断言失败，说明这个版本的某处计算方式不同。")
 
 # %% [markdown] lang="en"
-# **The mapping, in brief.** `GPT2Config`'s defaults describe the smallest released GPT-2, so the
-# configuration is built from our `cfg`: the sizes, no dropout, LayerNorm's epsilon 1e-5,
-# `activation_function="gelu"` (exact), `tie_word_embeddings=False`, no special token IDs (GPT-2's
-# `50256` does not exist in a 97-token vocabulary), and eager attention, the plain
-# matmul → softmax → matmul. The weights need two conversions. GPT-2's projections are `Conv1D`
-# modules that store their matrix as `[in, out]` and compute `x @ W + b`, so each of our `nn.Linear`
-# weights (`[out, in]`) goes in transposed. And GPT-2 has a single `c_attn` that produces Q, K and V
-# side by side, so its weight is our `q`, `k` and `v` matrices stacked and transposed, its bias the
-# three biases concatenated. The table lists every field that differs from GPT-2's default. Loading
-# is strict: a missing or unexpected weight name is an error.
+# **The copy.** `gpt2_config` describes our decoder as a `GPT2Config`: our sizes, no dropout, the exact
+# GELU (`activation_function="gelu"`), `tie_word_embeddings=False`, no special token IDs, and eager
+# attention, the plain matmul → softmax → matmul. `gpt2_state_dict` renames our weights to GPT-2's names,
+# with two conversions: GPT-2's projections are `Conv1D` modules that store their matrix as `[in, out]`,
+# so each of our `nn.Linear` matrices (`[out, in]`) goes in transposed; and GPT-2 computes Q, K and V
+# with a single `c_attn`, whose weight is our `q`, `k` and `v` matrices stacked and transposed.
+# `build_gpt2` loads the result strictly: a missing or unexpected weight name is an error.
 
 # %% [markdown] lang="zh"
-# **映射要点**：`GPT2Config` 的默认值描述的是已发布的 GPT-2 中最小的那个模型，所以我们根据自己的 `cfg` 构造配置：各项尺寸、不用 dropout、LayerNorm 的 epsilon 取 1e-5、`activation_function="gelu"`（精确 GELU）、`tie_word_embeddings=False`、不设特殊 token 的 ID（GPT-2 默认的 `50256` 在只有 97 个 token 的词表里并不存在），以及 eager 注意力，也就是最直接的“矩阵乘 → softmax → 矩阵乘”。权重要做两种转换。GPT-2 的投影层是 `Conv1D` 模块，把矩阵存成 `[in, out]`，计算 `x @ W + b`，所以我们每个 `nn.Linear` 的权重（`[out, in]`）都要转置后再放进去。另外，GPT-2 只有一个 `c_attn`，一次并排算出 Q、K、V，所以它的权重是我们的 `q`、`k`、`v` 三个矩阵堆叠后再转置，偏置则是三个偏置拼接而成。下表列出与 GPT-2 默认值不同的每一个配置项。加载使用严格模式：缺少权重名或多出权重名都会报错。
+# **复制权重**：`gpt2_config` 把我们的解码器描述成一个 `GPT2Config`：各项尺寸取我们的值，不用 dropout，使用精确 GELU（`activation_function="gelu"`），`tie_word_embeddings=False`，不设特殊 token 的 ID，并使用 eager 注意力，也就是最直接的“矩阵乘 → softmax → 矩阵乘”。`gpt2_state_dict` 把我们的权重改成 GPT-2 的参数名，其间要做两种转换：GPT-2 的投影层是 `Conv1D` 模块，把矩阵存成 `[in, out]`，所以我们每个 `nn.Linear` 的矩阵（`[out, in]`）都要转置后再放进去；GPT-2 只用一个 `c_attn` 同时算出 Q、K、V，它的权重是我们的 `q`、`k`、`v` 三个矩阵堆叠后再转置。`build_gpt2` 以严格模式加载转换结果：缺少权重名或多出权重名都会报错。
 
 # %%
 # [en] A GPT2Config that describes our decoder; `changes` overrides fields (the traps use it).
@@ -157,29 +149,19 @@ if HAVE_TRANSFORMERS:
     # [zh] 两边都用同一组权重的 FP64 版本。
     ours64 = copy.deepcopy(model).to(torch.float64).eval()
     gpt2_64 = build_gpt2(ours64)
-    fields = ["vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",
-              "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "tie_word_embeddings",
-              "bos_token_id", "eos_token_id"]
-    changed = [[f"`{name}`", f"`{getattr(default_config, name)!r}`", f"`{getattr(hf_config, name)!r}`"]
-               for name in fields if getattr(hf_config, name) != getattr(default_config, name)]
-    changed.append(["`attn_implementation`", f"`{default_config._attn_implementation!r}`",
-                    f"`{hf_config._attn_implementation!r}`"])
-    say_table(changed, en=["field", "GPT-2 default", "ours"], zh=["配置项", "GPT-2 默认值", "我们的值"])
 
 # %% [markdown] lang="en"
-# **One comparison.** `compare_with_gpt2` feeds the same token IDs to both models: first the whole
+# **The comparison.** `compare_with_gpt2` feeds the same token IDs to both models: first the whole
 # sequence in one call without a cache, then the cached path, with the sequence cut into chunks of
-# different lengths (a long prefill, single-token steps, multi-token chunks). After every chunk it
-# compares the chunk's logits and each layer's K and V. On the library's side the cache is a
-# `DynamicCache` object passed as `past_key_values`. Layer $i$'s tensors are `cache.layers[i].keys`
-# and `.values`, laid out `[batch, heads, tokens so far, head_dim]` like ours, and the new tokens'
-# positions start at `cache.get_seq_length()`, the same absolute-position offset our decoder uses.
-# Two sequences of all 512 positions use every row of the position table. As a negative control, the
-# same comparison then runs against a GPT-2 built with GPT-2's default `tie_word_embeddings=True` and
-# must report a disagreement.
+# different lengths (a long prefill, single-token steps, multi-token chunks), comparing after every chunk
+# its logits and each layer's K and V. On the library's side the cache is a `DynamicCache` object passed
+# as `past_key_values`; layer $i$'s tensors are `cache.layers[i].keys` and `.values`, laid out
+# `[batch, heads, tokens so far, head_dim]` like ours. Two sequences of all 512 positions use every row of
+# the position table. As a negative control, the same comparison then runs against a GPT-2 built with
+# GPT-2's default `tie_word_embeddings=True`, and must report a disagreement.
 
 # %% [markdown] lang="zh"
-# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几次只送一个 token 的调用、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入。第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同；新 token 的位置从 `cache.get_seq_length()` 开始编号，这正是我们的解码器所用的绝对位置偏移。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。
+# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几次只送一个 token 的调用、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入；第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。
 
 # %%
 PEER_CHUNKS = [128, 1, 1, 61, 1, 64, 255, 1]
@@ -223,13 +205,13 @@ if HAVE_TRANSFORMERS:
     values = [peer_errors["full_logits"], peer_errors["cached_logits"]]
     values += [e for pair in zip(peer_errors["k"], peer_errors["v"]) for e in pair]
     say_table([[f"{e:.1e}" for e in values]],
-              en=["full logits", "cached logits"] + [f"layer {i} {t}" for i in range(cfg.layers) for t in "KV"],
-              zh=["完整 logits", "缓存 logits"] + [f"第 {i} 层 {t}" for i in range(cfg.layers) for t in "KV"])
+              en=["full call logits", "cached path logits"] + [f"layer {i} {t}" for i in range(cfg.layers) for t in "KV"],
+              zh=["完整调用的 logits", "缓存路径的 logits"] + [f"第 {i} 层 {t}" for i in range(cfg.layers) for t in "KV"])
     tied_errors = compare_with_gpt2(ours64, build_gpt2(ours64, tie_word_embeddings=True), peer_ids, PEER_CHUNKS)
-    say(en=f"GPT-2 and our decoder agree within {PEER_TOL:.0e}, with and without the cache, layer by layer "
+    say(en=f"GPT-2 and our decoder agree within $10^{{-10}}$, with and without the cache, layer by layer "
            f"(max abs error {worst_error(peer_errors):.1e}). With tied embeddings, the negative control, "
            f"the max abs error is {worst_error(tied_errors):.1e}: the comparison can fail.",
-        zh=f"GPT-2 与我们的解码器在 {PEER_TOL:.0e} 的容差内一致：无论用不用缓存，逐层都一致"
+        zh=f"GPT-2 与我们的解码器在 $10^{{-10}}$ 的容差内一致：无论用不用缓存，逐层都一致"
            f"（最大绝对误差 {worst_error(peer_errors):.1e}）。换成共享嵌入权重的负对照，最大绝对误差为 "
            f"{worst_error(tied_errors):.1e}：这个比较确实会失败。")
     assert agrees(peer_errors) and not agrees(tied_errors)

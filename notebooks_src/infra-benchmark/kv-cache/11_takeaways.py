@@ -34,34 +34,36 @@
 {"takeaways": {"fp32": WORST_LOGIT_ERR["fp32"], "fp64": WORST_LOGIT_ERR["fp64"]}}
 
 # %% [markdown] lang="en"
-# **Exercise 1: a chunk after a cache.** The cache holds 10 tokens and the next chunk has 3. What are the
+# **Exercise 1: a chunk after a cache.** The cache holds 7 tokens and the next chunk has 4. What are the
 # absolute positions of the new queries, and the last two dimensions of the score tensor? How many keys
 # may each query read, and how many would the upper-left triangle let it read?
 #
 # <details><summary>Show the answer</summary>
 #
-# The queries sit at positions 10, 11 and 12, and the scores end in `[3, 13]` (3 queries, 13 keys). The
-# three queries may read 11, 12 and 13 keys. A triangle built from local indices alone would give them 1,
-# 2 and 3 keys. The next cell asks `absolute_positions`, `causal_mask` and `local_triangle_mask` of
+# The queries sit at positions 7, 8, 9 and 10, and the scores end in `[4, 11]` (4 queries, 11 keys). The
+# four queries may read 8, 9, 10 and 11 keys. A triangle built from local indices alone would give them
+# 1, 2, 3 and 4 keys. The next cell asks `absolute_positions`, `causal_mask` and `local_triangle_mask` of
 # sections 3 and 5.
 #
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 1：缓存之后的一个分块。** 缓存里有 10 个 token，下一个分块有 3 个 token。新查询的绝对位置是多少？分数张量的最后两维是多少？每个查询能读取几个键？如果用左上角三角形，又能读取几个？
+# **练习 1：缓存之后的一个分块。** 缓存里有 7 个 token，下一个分块有 4 个 token。新查询的绝对位置是多少？分数张量的最后两维是多少？每个查询能读取几个键？如果用左上角三角形，又能读取几个？
 #
 # <details><summary>查看答案</summary>
 #
-# 三个查询位于位置 10、11、12，分数张量的最后两维是 `[3, 13]`（3 个查询，13 个键）。它们分别能读取 11、12、13 个键；只按局部下标构造的三角形只让它们读取 1、2、3 个键。下一个单元格用第 3 节和第 5 节的 `absolute_positions`、`causal_mask` 和 `local_triangle_mask` 来核对。
+# 四个查询位于位置 7、8、9、10，分数张量的最后两维是 `[4, 11]`（4 个查询，11 个键）。它们分别能读取 8、9、10、11 个键；只按局部下标构造的三角形只让它们读取 1、2、3、4 个键。下一个单元格用第 3 节和第 5 节的 `absolute_positions`、`causal_mask` 和 `local_triangle_mask` 来核对。
 #
 # </details>
 
 # %%
-exercise_mask = causal_mask(10, 3)                                      # [3, 13]
-assert absolute_positions(10, 3).tolist() == [10, 11, 12] and list(exercise_mask.shape) == [3, 13]
-assert exercise_mask.sum(dim=-1).tolist() == [11, 12, 13] and local_triangle_mask(10, 3).sum(dim=-1).tolist() == [1, 2, 3]
-say(en="Exercise 1 checked: positions 10, 11, 12; scores `[3, 13]`; 11, 12 and 13 keys (1, 2 and 3 with the upper-left triangle).",
-    zh="练习 1 已核对：位置 10、11、12；分数张量末两维 `[3, 13]`；可读取的键分别为 11、12、13 个（用左上角三角形则为 1、2、3 个）。")
+exercise_mask = causal_mask(7, 4)                                       # [4, 11]
+assert absolute_positions(7, 4).tolist() == [7, 8, 9, 10] and list(exercise_mask.shape) == [4, 11]
+assert exercise_mask.sum(dim=-1).tolist() == [8, 9, 10, 11] and local_triangle_mask(7, 4).sum(dim=-1).tolist() == [1, 2, 3, 4]
+say(en="Exercise 1 checked: positions 7, 8, 9, 10; scores `[4, 11]`; 8, 9, 10 and 11 keys (1, 2, 3 and 4 with the "
+       "upper-left triangle).",
+    zh="练习 1 已核对：位置 7、8、9、10；分数张量末两维 `[4, 11]`；可读取的键分别为 8、9、10、11 个"
+       "（用左上角三角形则为 1、2、3、4 个）。")
 
 # %% [markdown] lang="en"
 # **Exercise 2: prefill, then one token at a time.** Feed the stream of section 6 the way generation
@@ -95,7 +97,7 @@ for variant, variant_hooks in VARIANTS.items():
 assert schedule_outcomes == {"correct": True, "restart_positions": False, "local_triangle_mask": False,
                              "no_mask_with_cache": True}
 say(en="Exercise 2 checked: passes the check: " + ", ".join(f"`{name}` `{ok}`" for name, ok in schedule_outcomes.items()) + ".",
-    zh="练习 2 已核对：是否通过检查：" + "，".join(f"`{name}` `{ok}`" for name, ok in schedule_outcomes.items()) + "。")
+    zh="练习 2 已核对。各版本是否通过检查：" + "，".join(f"`{name}` `{ok}`" for name, ok in schedule_outcomes.items()) + "。")
 
 # %% [markdown] lang="en"
 # **Exercise 3: the memory of a batch.** A server runs Llama 3.1 8B (32 layers, 8 K/V heads of 128
