@@ -127,20 +127,23 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # At the longest prefix, $P = {{run:step.prefix}}$, the median step took {{run:step.cat_p50_ms:.3f}} ms
 # with `torch.cat` and {{run:step.static_p50_ms:.3f}} ms with the static cache on this run; at
 # $P = {{run:step.short_prefix}}$ it took {{run:step.short_cat_p50_ms:.3f}} and {{run:step.short_static_p50_ms:.3f}} ms.
-# A step grows only a little with $P$: attention reads more keys, and a `torch.cat` step copies more. A
+# A step grows only a little with $P$: attention reads more keys, and a `torch.cat` step copies more.
+# Between neighbouring prefix lengths the medians differ by a few hundredths of a millisecond, which is
+# within the noise of this machine: their order may change from one run to the next. A
 # `torch.cat` step allocates two new tensors per layer and copies the whole history into them,
 # {{run:step.cat_kib_written}} KiB of K/V at the longest prefix; timed alone, those copies took
 # {{run:step.copies_p50_ms:.3f}} ms there ({{run:step.short_copies_p50_ms:.3f}} ms at $P = {{run:step.short_prefix}}$),
 # {{run:step.copies_share_pct:.0f}}% of the `torch.cat` step. The static step writes one slot per layer
 # instead. That is the whole difference between the two steps, and it is small next to everything else a
-# step does. The variation of a step from one sample to the next (the gap between p50 and p95, wide on a
-# busy machine) can be larger than the copies themselves, so either median may come out ahead on a given
-# run: timing is reported, not asserted. What the rest of a step is made of, a profiler shows.
+# step does. The variation of a step from one sample to the next can be larger than the copies themselves:
+# the gap between p50 and p95 is wide on a busy machine, where the operating system now and then pauses our
+# thread for a few milliseconds to run other programs, and the wall clock counts the pause. So either median
+# may come out ahead on a given run: timing is reported, not asserted. What the rest of a step is made of, a profiler shows.
 
 # %% [markdown] lang="zh"
 # 上图画的就是表中的数。横轴 prefix length P (tokens) 是前缀长度（token 数），纵轴 time (ms): p50, bar to p95 是对数刻度的时间（毫秒）：标记是一个解码步耗时的中位数，竖线一直画到第 95 百分位数。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，the copies of a torch.cat step, alone（三角形）是单独计时的 `torch.cat` 解码步中的复制。标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
 #
-# 在最长的前缀 $P = {{run:step.prefix}}$ 上，本次运行中 `torch.cat` 解码步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒；$P = {{run:step.short_prefix}}$ 时分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒。解码步的耗时随 $P$ 只增长一点：注意力要读取的键多了，`torch.cat` 解码步要复制的也多了。`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在最长的前缀上是 {{run:step.cat_kib_written}} KiB 的 K/V；单独计时，这些复制在那里耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（$P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒），占 `torch.cat` 解码步的 {{run:step.copies_share_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。两种解码步的区别仅此而已，而它与一个解码步要做的其余工作相比很小。解码步耗时在样本之间的波动（p50 与 p95 之差，机器繁忙时差距很大）甚至可能比这些复制本身还大，所以在某一次运行中，两个中位数谁大谁小都有可能：计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
+# 在最长的前缀 $P = {{run:step.prefix}}$ 上，本次运行中 `torch.cat` 解码步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒；$P = {{run:step.short_prefix}}$ 时分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒。解码步的耗时随 $P$ 只增长一点：注意力要读取的键多了，`torch.cat` 解码步要复制的也多了。相邻两个前缀长度的中位数只差百分之几毫秒，落在这台机器的噪声之内：换一次运行，它们的大小顺序可能就变了。`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在最长的前缀上是 {{run:step.cat_kib_written}} KiB 的 K/V；单独计时，这些复制在那里耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（$P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒），占 `torch.cat` 解码步的 {{run:step.copies_share_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。两种解码步的区别仅此而已，而它与一个解码步要做的其余工作相比很小。解码步耗时在样本之间的波动甚至可能比这些复制本身还大：机器繁忙时，p50 与 p95 相差很大，因为操作系统会不时把我们的线程暂停几毫秒去运行别的程序，而挂钟时间把这段暂停也算了进去。所以在某一次运行中，两个中位数谁大谁小都有可能：计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
 
 # %% tags=["prose-values"]
 {"step": STEP_SUMMARY}

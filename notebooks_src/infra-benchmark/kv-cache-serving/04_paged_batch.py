@@ -182,7 +182,7 @@ assert all(r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and 
 BOUNDARY_CHUNKS = [3, 4, 1, 4, 9, 2, 1]
 BOUNDARY_IDS = torch.randint(0, cfg.vocab, (1, sum(BOUNDARY_CHUNKS)), generator=torch.Generator().manual_seed(SEED + 8))
 chunk_starts = np.cumsum([0] + BOUNDARY_CHUNKS[:-1]).tolist()
-say_table([[str(n), f"{start}\u2013{start + n - 1}" if n > 1 else str(start), ", ".join(str(b) for b in range(start // BLOCK_SIZE, (start + n - 1) // BLOCK_SIZE + 1))]
+say_table([[str(n), f"{start}\N{EN DASH}{start + n - 1}" if n > 1 else str(start), ", ".join(str(b) for b in range(start // BLOCK_SIZE, (start + n - 1) // BLOCK_SIZE + 1))]
            for n, start in zip(BOUNDARY_CHUNKS, chunk_starts)],
           en=["chunk length", "positions", "logical blocks written"], zh=["分块长度", "位置", "写入的逻辑块"])
 

@@ -66,7 +66,7 @@ def draw_block_tables(cache):
         block = cache.tables[seq][logical]
         low = logical * pool.block_size
         ax.add_patch(plt.Rectangle((0, y - 0.35), 2.2, 0.7, fill=False))
-        ax.text(1.1, y, f"{seq}: logical {logical}, pos {low}\u2013{low + pool.fill[block] - 1}", ha="center", va="center", fontsize=8)
+        ax.text(1.1, y, f"{seq}: logical {logical}, pos {low}\N{EN DASH}{low + pool.fill[block] - 1}", ha="center", va="center", fontsize=8)
         ax.annotate("", xy=(4, y_physical[block]), xytext=(2.2, y), arrowprops={"arrowstyle": "->", "color": "#444444"})
     ax.set_xlim(-0.2, 6.6)
     ax.set_ylim(-0.6, pool.num_blocks - 0.4)
