@@ -48,7 +48,10 @@ def test_sections(quick_run):
     assert [p["name"] for p in cost["published"]] == ["GPT-2", "Llama 2 7B", "Llama 3.1 8B", "Llama 3.1 70B", "DeepSeek-V2-Lite"]
     assert all("config.json" in p["source"] and set(p["decode_step"]) == {"1", "64"} for p in cost["published"])
     roof = results["roofline"]
-    assert list(roof) == ["protocol", "stream", "matmul", "roof", "weight_sweep", "cache_sweep", "batch_1", "checks", "gpu_reference"]
+    assert list(roof) == ["protocol", "stream", "matmul", "roof", "weight_sweep", "cache_sweep", "batch_1", "cache_batch_1",
+                          "score_product", "checks", "gpu_reference"]
+    assert set(roof["score_product"]["forms"]) == {"q @ k^T", "k @ q^T"} and isinstance(roof["cache_batch_1"]["memory_bound"], bool)
+    assert [prefix["scenarios"][name]["hit_tokens"] for name in ("shared_documents", "full_pool")] == [[0, 0, 8, 0, 12], [0, 8, 0]]
     assert roof["roof"]["ridge_flop_per_byte"] == roof["roof"]["flops_per_s"] / roof["roof"]["bandwidth_bytes_per_s"]
     assert roof["roof"]["bandwidth_bytes_per_s"] == max(roof["stream"]["bytes_per_s"].values())
     assert roof["roof"]["flops_per_s"] == roof["matmul"]["flops_per_s"] and roof["stream"]["bytes_per_element"] == {"copy": 8, "triad": 12}

@@ -41,7 +41,7 @@ def test_a_small_stream_keeps_every_promise(nb):
     paged = nb["PagedCache"](nb["BlockPool"](nb["cfg"], 10, 4))
     trace = nb["watch"](paged, nb["serve"](nb["model"], paged, requests, 10, 4, 3), requests, 4)
     schedule = nb["check_schedule"](requests, trace, 10, 4, 3)
-    assert nb["schedule_kept"](schedule) and schedule["head_waited_for"]["blocks"] > 0
+    assert schedule["kept"] and schedule["head_waited_for"]["blocks"] > 0
     assert all(r.tokens == nb["alone"](r)["tokens"] for r in requests)
     assert all(t["within_reservation"] and t["blocks_used"] <= t["blocks_reserved"] <= 10 for t in trace)
     assert sum(len(t["decoded"]) for t in trace) + len(requests) == sum(r.max_new for r in requests)

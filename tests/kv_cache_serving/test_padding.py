@@ -84,13 +84,16 @@ def test_compare_reports_nan_shapes_and_exactness(nb):
 
 def test_the_compare_section_stands_alone():
     """01_setup_compare.py is included by the reuse notebook too: no heading, no section number, and it needs
-    only torch and the shared helpers (close, max_abs_err)."""
+    only math, torch (imported by the setup of the notebooks that include it) and the shared helpers (close,
+    max_abs_err)."""
+    import math
+
     from notebook_code import exec_sections
 
     from .notebook import NOTEBOOK, assert_includable
 
     assert_includable("01_setup_compare.py")
-    namespace = exec_sections({"torch": torch}, NOTEBOOK, "01_setup_helpers.py", "01_setup_compare.py")
+    namespace = exec_sections({"math": math, "torch": torch}, NOTEBOOK, "01_setup_helpers.py", "01_setup_compare.py")
     assert namespace["compare"]([torch.ones(2)], [torch.ones(2)])["bit_exact"]
     assert namespace["finite_or_none"](float("nan")) is None and namespace["finite_or_none"](1.5) == 1.5
 

@@ -118,7 +118,7 @@ def test_check_schedule_sees_each_broken_promise(nb, case):
     }[case]
     requests = fake_requests(nb, arrivals, admitted)
     schedule = nb["check_schedule"](requests, trace_of(requests, running), 8, 4, 2)
-    assert nb["schedule_kept"](schedule) == (case == "kept"), schedule
+    assert schedule["kept"] == (case == "kept"), schedule
 
 
 def test_serve_pauses_at_the_peak_before_finished_requests_leave(nb):
@@ -149,7 +149,8 @@ def test_blocks_needed_counts_the_last_token_out(nb):
 
 def test_the_paged_store_section_stands_alone():
     """04_paged_store.py is meant to be included by other notebooks: it has no heading (it continues the section
-    before it), names no section number, and needs only torch, SEED and a config with layers, heads, head_dim."""
+    before it), names no section number, and needs only torch, random, SEED and a config with layers, heads, head_dim
+    (the notebooks that include it import torch and random in their setup)."""
     from types import SimpleNamespace
 
     from notebook_code import exec_sections
@@ -157,7 +158,9 @@ def test_the_paged_store_section_stands_alone():
     from .notebook import NOTEBOOK, assert_includable
 
     assert_includable("04_paged_store.py")
-    namespace = exec_sections({"SEED": 3}, NOTEBOOK, "04_paged_store.py")
+    import random
+
+    namespace = exec_sections({"SEED": 3, "torch": torch, "random": random}, NOTEBOOK, "04_paged_store.py")
     config = SimpleNamespace(layers=1, heads=2, head_dim=3)
     cache = namespace["PagedCache"](namespace["BlockPool"](config, 4, 2))
     cache.add("x")
@@ -169,13 +172,17 @@ def test_the_paged_store_section_stands_alone():
 
 
 def test_the_requests_section_stands_alone():
-    """04_paged_requests.py is included by the reuse notebook too: it needs nothing from the notebook."""
+    """04_paged_requests.py is included by the reuse notebook too: it needs nothing from the notebook but the
+    imports of its setup (math, dataclass, field, torch)."""
     from notebook_code import exec_sections
 
     from .notebook import NOTEBOOK, assert_includable
 
     assert_includable("04_paged_requests.py")
-    namespace = exec_sections({}, NOTEBOOK, "04_paged_requests.py")
+    from dataclasses import dataclass, field
+
+    namespace = exec_sections({"math": math, "dataclass": dataclass, "field": field, "torch": torch}, NOTEBOOK,
+                              "04_paged_requests.py")
     request = namespace["Request"](7, torch.zeros(5, dtype=torch.long), 4, arrival=2)
     assert (request.tokens, request.logits, request.admitted, request.finished) == ([], [], -1, -1)
     assert namespace["blocks_needed"](request, 4) == 2                     # 5 + 4 - 1 = 8 positions

@@ -14,7 +14,7 @@ def test_top_level_keys(out_dir):
     results = load(out_dir)
     assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config", "tolerances",
                              "padding", "static", "paged", "memory", "continuous_batching", "figures", "peer"]
-    assert results["schema_version"] == 2 and results["notebook"] == "infra-benchmark/kv-cache-serving"
+    assert results["schema_version"] == 3 and results["notebook"] == "infra-benchmark/kv-cache-serving"
     assert results["quick"] is True
 
 
@@ -36,7 +36,8 @@ def test_section_blocks(out_dir):
     static = results["static"]
     assert set(static["runs"]) == {"fp32", "fp64", "fp32_spare_slot"}
     assert static["overflow_error"].startswith("ValueError: length + new_len > T_max")
-    assert all({"p50", "p95", "samples"} <= r["cat_ms"].keys() for r in static["step_timing"]["rows"])
+    assert all({"p50", "p95", "samples"} <= r["cat_ms"].keys() and r["logits_agree"] is True for r in static["step_timing"]["rows"])
+    assert results["paged"]["reuse"]["schedule"]["kept"] is True and results["continuous_batching"]["summary"]["schedule"]["kept"] is True
     assert static["profile"]["ops"]["cat"]["aten::cat"]["calls"] == 5
     assert set(results["paged"]["runs"]) == {"fp32", "fp64"} and results["paged"]["runs"]["fp32"]["pool_fixed"] is True
     assert set(results["memory"]["table"]) == {"contiguous_max", "contiguous_final", "paged_8", "paged_16", "paged_32"}

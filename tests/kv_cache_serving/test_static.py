@@ -46,8 +46,9 @@ def test_off_by_one_store_is_caught_in_fp64_too(nb):
 
 
 def test_timing_harness_measures_the_same_step_and_counts_bytes(nb):
-    row = nb["time_step"](24)
-    assert row["prefix"] == 24
+    rows = nb["time_steps"]([24, 8])
+    assert [r["prefix"] for r in rows] == [24, 8] and all(r["logits_agree"] for r in rows)
+    row = rows[0]
     assert all(len(row[f"{name}_ms"]["samples"]) == nb["STEP_REPEATS"] for name in ("cat", "static", "copies"))
     assert all(row[f"{name}_ms"]["p50"] <= row[f"{name}_ms"]["p95"] for name in ("cat", "static", "copies"))
     per_position = nb["kv_bytes_per_token"](nb["cfg"].layers, nb["cfg"].heads, nb["cfg"].head_dim, 4)

@@ -19,22 +19,22 @@
 #
 # Sections: 1 setup · 2 masks and 3 the decoder (from the first notebook) · 4 a block pool with a content
 # index · 5 serving requests with a prefix cache · 6 speculative decoding · 7 split-K decoding · 8 what a
-# decode step reads and computes · 9 the roofline of this machine · 10 and 11 (optional, with
+# decode step reads and computes · 9 the roofline of one core of this machine · 10 and 11 (optional, with
 # `transformers`): Hugging Face GPT-2 as outside referee, for the decoder (repeated from the first notebook,
 # because section 11 needs its mapping of our weights) and for speculative decoding · 12 saved results ·
-# 13 exercises · 14 takeaways.
+# 13 takeaways and exercises.
 
 # %% [markdown] lang="zh"
-# 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})证明了 KV 缓存给出的 logits 与完整重算相同；[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})则把缓存存进大小固定、由许多序列共用的物理块。本笔记本要回答的是：推理服务系统接下来还会拿缓存做什么，又为什么要这样做：
+# 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})证明了 KV 缓存给出的 logits 与完整重算相同；[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})则把缓存存进大小固定、由许多序列共用的物理块。本笔记本回答两个问题：推理服务系统接下来还会拿缓存做什么？为什么要这样做？
 #
-# * **跨请求复用缓存**（前缀缓存，prefix caching）：以同一段系统提示（prompt）开头的请求，会发现这段提示的 K/V 已经算好了；查找时按每个物理块的内容来找，vLLM 的自动前缀缓存就是这样做的；
-# * **回滚缓存**（投机解码，speculative decoding）：一个小的草稿模型先猜出几个 token，我们真正要用的模型在一次调用里把它们全部验证一遍，再把猜错的 token 留下的缓存项截掉；
+# * **跨请求复用缓存**，即前缀缓存（prefix caching）：以同一段系统提示（prompt）开头的请求，会发现这段提示的 K/V 已经算好了；查找时按每个物理块的内容来找，vLLM 的自动前缀缓存就是这样做的；
+# * **回滚缓存**，即投机解码（speculative decoding）：一个小的草稿模型先猜出几个 token，我们真正要用的模型在一次调用里把它们全部验证一遍，再把猜错的 token 留下的缓存项截掉；
 # * **并行读取缓存**（split-K 解码，也就是 Flash-Decoding 的思路）：一个查询对一段很长的缓存做注意力，可以分段计算，再精确地合并起来；
 # * **以及这些为什么重要**：一个解码步要读取全部权重和整个缓存，却只做很少的运算，所以它的速度取决于内存带宽，而不是处理器做乘法有多快。
 #
 # 每种机制都像前面几份笔记本那样接受检查：与最直接的计算方式比较，并配上一个故意改坏的版本，同一项检查必须把它查出来。
 #
-# 目录：1 环境设置 · 2 掩码与 3 解码器（取自第一份笔记本） · 4 带内容索引的物理块池 · 5 用前缀缓存服务请求 · 6 投机解码 · 7 split-K 解码 · 8 一个解码步读了什么、算了什么 · 9 本机的 Roofline 模型 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，分别检验解码器（沿用第一份笔记本的内容，因为第 11 节要用到其中把我们的权重装进 GPT-2 的映射）和投机解码 · 12 保存结果 · 13 练习 · 14 要点。
+# 目录：1 环境设置 · 2 掩码与 3 解码器（取自第一份笔记本） · 4 带内容索引的物理块池 · 5 用前缀缓存服务请求 · 6 投机解码 · 7 split-K 解码 · 8 一个解码步读了什么、算了什么 · 9 本机单个核心的 Roofline 模型 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，分别检验解码器（沿用第一份笔记本的内容，因为第 11 节要用到其中把我们的权重装进 GPT-2 的映射）和投机解码 · 12 保存结果 · 13 要点与练习。
 
 # %% [markdown] lang="en"
 # ## 1. Setup

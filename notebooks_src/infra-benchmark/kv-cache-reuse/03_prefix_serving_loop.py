@@ -56,7 +56,7 @@ def serve(model, cache, requests):
     # [en] Admit (look up, prefill after the hit), decode every running request, retire finished ones; repeat.
     # [en] Yields at each iteration's peak: after the decode step, before finished requests leave.
     # [zh] 接纳请求（查找，只预填充命中之后的部分），每个运行中的请求各解码一步，让完成的请求退出；如此循环。
-    # [zh] 在每一轮的峰值时刻 yield：解码步之后、完成的请求离开之前。
+    # [zh] 在每次迭代的峰值时刻 yield：解码步之后、完成的请求离开之前。
     pool = cache.pool
     waiting, running, iteration = sorted(requests, key=lambda r: (r.arrival, r.rid)), [], 0
     while waiting or running:
@@ -114,18 +114,29 @@ def serve_cold(request):
 # is served through pools from barely enough blocks for the largest request up to more than it ever
 # needs, so that small pools must evict blocks that later requests would have found.
 #
-# **The criterion**, for every pool size: every request's logits within the tolerance of its cold run and
-# its tokens identical (the decisions' margins are reported against the errors); requests without a hit
-# bit-identical; every hit a whole number of full blocks and shorter than its prompt, so that a partly
-# filled block is never shared; all logits finite, although small pools evict: an evicted block is emptied
-# (NaN again, fill count 0), so a block table that still used it would read NaN or too few positions; at each iteration's peak, no running request holds more blocks
-# than its admission counted for it; and at the end no block is held any more, and every block is free or
-# cached.
+# **The criterion**, for every pool size:
+#
+# 1. every request's logits are within the tolerance of its cold run, and its tokens are identical (the
+#    table reports the decisions' margins against the errors);
+# 2. requests without a hit are bit-identical to their cold runs;
+# 3. every hit is a whole number of full blocks and shorter than its prompt, so a partly filled block is
+#    never shared;
+# 4. all logits are finite, although small pools evict: an evicted block is emptied (NaN again, fill count
+#    0), so a block table that still used it would read NaN or too few positions;
+# 5. at each iteration's peak, no running request holds more blocks than its admission counted for it;
+# 6. at the end no block is held any more, and every block is free or cached.
 
 # %% [markdown] lang="zh"
-# **负载**：一个由随机种子生成的请求流。每个请求以四段系统提示之一开头（长度分别为 40、28、20、32 个 token，被选中的概率分别为 0.4、0.3、0.2、0.1），后面接一个由 2 到 12 个随机 token 组成的问题，并要求生成 3 到 10 个新 token；每轮到达一个请求。`run_stream` 用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。
+# **负载**：一个由随机种子生成的请求流。每个请求以四段系统提示之一开头（长度分别为 40、28、20、32 个 token，被选中的概率分别为 0.4、0.3、0.2、0.1），后面接一个由 2 到 12 个随机 token 组成的问题，并要求生成 3 到 10 个新 token；每次迭代到达一个请求。`run_stream` 用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。
 #
-# **判据**（对每种池大小）：每个请求的 logits 都在容差内等于它的冷启动结果，生成的 token 完全相同（同时报告决策余量与误差的对比）；没有命中的请求逐比特相同；每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块会被清空（重新填满 NaN，已填计数归 0），如果某张块表仍在使用它，读到的就会是 NaN，或者位置数不够；在每一轮的峰值时刻，没有哪个运行中的请求持有的物理块超过接纳时为它计入的数量；最后，没有任何物理块仍被持有，每个物理块不是空闲的，就是已缓存的。
+# **判据**（对每种池大小）：
+#
+# 1. 每个请求的 logits 都在容差内等于它的冷启动结果，生成的 token 完全相同（表中同时列出决策余量，与误差对照）；
+# 2. 没有命中的请求与冷启动逐比特相同；
+# 3. 每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；
+# 4. 所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块会被清空（重新填满 NaN，已填计数归 0），如果某张块表仍在使用它，读到的就会是 NaN，或者位置数不够；
+# 5. 在每次迭代的峰值时刻，没有哪个运行中的请求持有的物理块超过接纳时为它计入的数量；
+# 6. 最后，没有任何物理块仍被持有，每个物理块不是空闲的，就是已缓存的。
 
 # %%
 SYSTEM_LENGTHS, SYSTEM_WEIGHTS = (40, 28, 20, 32), (0.4, 0.3, 0.2, 0.1)
@@ -169,7 +180,7 @@ def run_stream(specs, num_blocks, pool_class=PrefixPool) -> dict:
     pool = cache.pool
     requests = [PrefixRequest(rid, torch.tensor(prompt), max_new, arrival) for rid, (prompt, max_new, arrival) in enumerate(specs)]
     # [en] At each iteration's peak: does every running request hold at most the blocks counted for it on admission?
-    # [zh] 每一轮的峰值时刻：每个运行中的请求持有的物理块，是否都不超过接纳时为它计入的数量？
+    # [zh] 每次迭代的峰值时刻：每个运行中的请求持有的物理块，是否都不超过接纳时为它计入的数量？
     needed = {r.rid: blocks_needed(r, pool.block_size) for r in requests}
     peaks = [all(len(cache.tables[rid]) <= needed[rid] for rid in event["running"]) for event in serve(model, cache, requests)]
     prompt_tokens, hit_tokens = sum(len(r.prompt) for r in requests), sum(r.hit_tokens for r in requests)
@@ -177,7 +188,7 @@ def run_stream(specs, num_blocks, pool_class=PrefixPool) -> dict:
             # [en] No block held at the end, and none lost: each one is free or cached.
             # [zh] 最后没有物理块仍被持有，也没有物理块丢失：每个物理块不是空闲的，就是已缓存的。
             "all_released": not any(pool.refs) and sorted(pool.free + list(pool.evictable)) == list(range(num_blocks)),
-            "requests_with_hit": sum(r.hit_tokens > 0 for r in requests),
+            "requests_with_hit": sum(r.hit_tokens > 0 for r in requests), "hit_tokens": [r.hit_tokens for r in requests],
             "prompt_tokens": prompt_tokens, "prefill_tokens_saved": hit_tokens, "hit_rate": hit_tokens / prompt_tokens,
             **compare_with_cold(requests, pool.block_size)}
 
@@ -186,14 +197,14 @@ STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
 SWEEP = [run_stream(STREAM, n) for n in POOL_SIZES]
 say_table([[str(r["blocks"]), f"{r['hit_rate']:.1%}", f"{r['prefill_tokens_saved']:,}", str(r["evictions"]), str(r["iterations"]),
             f"{r['max_abs_logit_err_hits']:.1e}", f"{r['min_margin']:.1e}"] for r in SWEEP],
-          en=["pool blocks", "hit rate", "prefill tokens saved", "evictions", "iterations", "max logit err (hits)", "min margin"],
-          zh=["池中物理块数", "命中率", "省下的预填充 token", "淘汰次数", "轮数", "最大 logits 误差（命中）", "最小余量"])
+          en=["pool blocks", "hit rate", "prefill tokens saved", "evictions", "iterations", "max abs logit error (hits)", "min margin"],
+          zh=["池中物理块数", "命中率", "省下的预填充 token 数", "淘汰次数", "迭代次数", "logits 的最大绝对误差（命中）", "最小余量"])
 assert all(r["close"] and r["misses_bit_identical"] and r["whole_blocks"] and r["finite"] and r["within_reservation"]
            and r["all_released"] for r in SWEEP)
 assert all(r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SWEEP) and SWEEP[0]["evictions"] > 0
-say(en=f"All checks passed for each of the {len(SWEEP)} pool sizes: every request's tokens equal its cold run's and its logits "
-       f"are within the FP32 tolerance, requests without a hit are bit-identical, only whole blocks are shared, every logit is "
-       f"finite, no request outgrew its admission and every block is free or cached at the end.",
-    zh=f"{len(SWEEP)} 种池大小下，所有检查全部通过：每个请求生成的 token 都与冷启动相同，logits 都在 FP32 容差之内；"
-       f"没有命中的请求逐比特相同；只共享填满的物理块；所有 logits 都是有限数；没有请求超出接纳时的预留；"
+say(en=f"All six checks passed for each of the {len(SWEEP)} pool sizes. Every request's tokens equal its cold run's and its logits "
+       f"are within the FP32 tolerance, requests without a hit are bit-identical, only whole blocks are shared and every logit is "
+       f"finite. No request outgrew its admission, and every block is free or cached at the end.",
+    zh=f"{len(SWEEP)} 种池大小下，六项检查全部通过。每个请求生成的 token 都与冷启动相同，logits 都在 FP32 容差之内；"
+       f"没有命中的请求逐比特相同；只共享填满的物理块；所有 logits 都是有限数。没有请求超出接纳时的预留，"
        f"最后每个物理块不是空闲的，就是已缓存的。")

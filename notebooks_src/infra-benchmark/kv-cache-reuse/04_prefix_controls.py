@@ -4,14 +4,24 @@
 # runs. They need situations that the random stream above does not produce on its own, so they run on two
 # small scenarios, which the correct pool must pass as well:
 #
-# * **shared documents** (`shared_documents`, a pool of 64 blocks): request 0 is system prompt 1, a document of 8 tokens and a
-#   question; request 1 is system prompt 2 and a question; request 2 arrives later with system prompt 2,
-#   *the same document* and another question. Then request 3 sends a 14-token text (its last block holds
-#   only 2 tokens) and generates 8 tokens, and request 4 sends the same text plus one token, while request 3
-#   is still running;
-# * **a full pool** (`full_pool`, 12 blocks): request 0 leaves its system prompt in the cache; request 1 hits it and
-#   generates 7 tokens; request 2, a prompt of 36 tokens, arrives while request 1 runs and needs more blocks than
-#   are free.
+# * **shared documents** (`shared_documents`, a pool of 64 blocks): two requests with different system
+#   prompts, then one that puts a document seen before behind the second system prompt; then a text whose
+#   last block is partly filled, and the same text plus one token;
+# * **a full pool** (`full_pool`, 12 blocks): a request leaves its system prompt in the cache, a second one
+#   hits it, and a third, long one arrives while the second runs and needs more blocks than are free.
+#
+# System prompts and the document are 8 tokens each (2 blocks of 4), and a question is 3 tokens:
+#
+# | scenario | request | prompt | new tokens | arrives at iteration | what it must find in the cache |
+# |---|---|---|---|---|---|
+# | `shared_documents` | 0 | system prompt 1 + document + question | 6 | 0 | nothing |
+# | | 1 | system prompt 2 + question | 6 | 0 | nothing |
+# | | 2 | system prompt 2 + the same document + another question | 6 | 8 | system prompt 2 (8 tokens), not the document: request 0 computed it after another prefix |
+# | | 3 | a text of 14 tokens (its last block holds 2) | 8 | 8 | nothing |
+# | | 4 | the same text + 1 token | 6 | 10 | the text's 3 full blocks (12 tokens), not its partly filled last block |
+# | `full_pool` | 0 | system prompt 1 + 2 tokens | 3 | 0 | nothing |
+# | | 1 | system prompt 1 + 2 other tokens | 7 | 4 | system prompt 1 (8 tokens) |
+# | | 2 | 36 new tokens | 4 | 7 | nothing; it needs 10 blocks, and request 1 may take 4 of the 12 |
 #
 # The mistakes:
 #
@@ -30,8 +40,21 @@
 # %% [markdown] lang="zh"
 # **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixPool` 一个方法的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
 #
-# * **共用文档**（`shared_documents`，池中有 64 个物理块）：请求 0 由系统提示 1、一份 8 个 token 的文档和一个问题组成；请求 1 由系统提示 2 和一个问题组成；请求 2 稍后到达，由系统提示 2、**同一份文档**和另一个问题组成。随后，请求 3 发来一段 14 个 token 的文本（它的最后一个物理块只有 2 个 token），并生成 8 个 token；请求 4 在请求 3 还在运行时发来同一段文本再加一个 token；
-# * **池满**（`full_pool`，12 个物理块）：请求 0 把它的系统提示留在缓存里；请求 1 命中这段提示，并生成 7 个 token；请求 2 的提示有 36 个 token，在请求 1 运行期间到达，需要的物理块比空闲的还多。
+# * **共用文档**（`shared_documents`，池中有 64 个物理块）：先是两个系统提示不同的请求，然后一个请求把先前见过的一份文档接在第二段系统提示后面；接着是一段最后一个物理块未填满的文本，以及同一段文本再加一个 token；
+# * **池满**（`full_pool`，12 个物理块）：一个请求把它的系统提示留在缓存里，第二个请求命中这段提示；第三个请求很长，在第二个请求运行期间到达，需要的物理块比空闲的还多。
+#
+# 系统提示和文档都是 8 个 token（2 个物理块，每个 4 个位置），问题是 3 个 token：
+#
+# | 场景 | 请求 | 提示的组成 | 新 token 数 | 到达时的迭代 | 必须在缓存中找到的内容 |
+# |---|---|---|---|---|---|
+# | `shared_documents` | 0 | 系统提示 1 + 文档 + 问题 | 6 | 0 | 无 |
+# | | 1 | 系统提示 2 + 问题 | 6 | 0 | 无 |
+# | | 2 | 系统提示 2 + 同一份文档 + 另一个问题 | 6 | 8 | 系统提示 2（8 个 token），但不包括文档：请求 0 是在另一个前缀之后算出文档的 |
+# | | 3 | 一段 14 个 token 的文本（最后一个物理块只有 2 个 token） | 8 | 8 | 无 |
+# | | 4 | 同一段文本 + 1 个 token | 6 | 10 | 文本的 3 个填满的物理块（12 个 token），但不包括未填满的最后一个物理块 |
+# | `full_pool` | 0 | 系统提示 1 + 2 个 token | 3 | 0 | 无 |
+# | | 1 | 系统提示 1 + 另外 2 个 token | 7 | 4 | 系统提示 1（8 个 token） |
+# | | 2 | 36 个新 token | 4 | 7 | 无；它需要 10 个物理块，而请求 1 可能占用 12 个中的 4 个 |
 #
 # 三种错误如下：
 #
@@ -83,29 +106,35 @@ CONTROL_CASES = {"correct": (PrefixPool, list(SCENARIOS)), "hash_without_prefix"
                  "partial_block_shared": (SharesPartialBlock, ["shared_documents"]), "held_block_evicted": (EvictsHeldBlocks, ["full_pool"])}
 CONTROL_RUNS = {name: {scenario: run_stream(*SCENARIOS[scenario], pool_class=pool_class) for scenario in scenarios}
                 for name, (pool_class, scenarios) in CONTROL_CASES.items()}
-say_table([[f"`{CONTROL_CASES[name][0].__name__}`", f"`{scenario}`", f"{r['requests_with_hit']}/{len(SCENARIOS[scenario][0])}", str(r["wrong_requests"] or "-"),
+say_table([[f"`{CONTROL_CASES[name][0].__name__}`", f"`{scenario}`", str(r["hit_tokens"]), str(r["wrong_requests"] or "-"),
             f"{r['max_abs_logit_err']:.1e}", f"`{r['finite']}`", f"`{r['close']}`"]
            for name, runs in CONTROL_RUNS.items() for scenario, r in runs.items()],
-          en=["pool", "scenario", "requests with a hit", "requests not as cold", "max logit err", "finite", "all as cold"],
-          zh=["池", "场景", "有命中的请求", "与冷启动不一致的请求", "最大 logits 误差", "数值有限", "全部与冷启动一致"])
+          en=["pool", "scenario", "prompt tokens found in the cache, per request", "requests not as cold", "max abs logit error",
+              "finite", "all as cold"],
+          zh=["池", "场景", "每个请求在缓存中找到的提示 token 数", "与冷启动不一致的请求", "logits 的最大绝对误差",
+              "数值有限", "全部与冷启动一致"])
 # [en] Who suffers: request 2 (the hash without prefix), request 4 (reads the shared block's extra slots), request 1 (its block evicted).
 # [zh] 谁受害：请求 2（不含前缀的块哈希）、请求 4（读到了共享物理块里多出的槽位）、请求 1（它的物理块被淘汰）。
 PREFIX_CONTROLS = {name: {"scenario": scenario, "wrong_requests": r["wrong_requests"], "max_abs_logit_err": r["max_abs_logit_err"],
                           "finite": r["finite"], "caught": not r["close"]}
                    for name, runs in CONTROL_RUNS.items() if name != "correct" for scenario, r in runs.items()}
+# [en] The correct pool: as cold everywhere, and the hits of the scenarios' table.
+# [zh] 正确的池：处处与冷启动一致，命中的 token 数与场景表中的相同。
 assert all(r["close"] and r["finite"] for r in CONTROL_RUNS["correct"].values())
+assert [CONTROL_RUNS["correct"][scenario]["hit_tokens"] for scenario in SCENARIOS] == [[0, 0, 8, 0, 12], [0, 8, 0]]
 assert all(c["caught"] and c["finite"] for c in PREFIX_CONTROLS.values())
 assert [PREFIX_CONTROLS[name]["wrong_requests"] for name in PREFIX_CONTROLS] == [[2], [4], [1]]
 assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_block_evicted"]["full_pool"]["iterations"]
 
 # %% [markdown] lang="en"
-# Each control is caught by the comparison with the cold runs, and each gives finite, wrong logits (largest
+# Each control is caught by the comparison with the cold runs, and each gives finite, wrong logits (max abs
 # errors {{run:prefix.controls.hash_without_prefix:.2f}}, {{run:prefix.controls.partial_block_shared:.2f}} and
 # {{run:prefix.controls.held_block_evicted:.2f}}): no NaN warns of them, because every slot read holds real
 # K/V, only the wrong ones. The request that suffers is the one that reads the wrong block: request 2 for
 # the hash without its prefix, request 4, the newcomer, for the shared partial block, and request 1, whose
-# held block was evicted and refilled by request 2. The correct pool passes both scenarios; in the full pool it makes request 2 wait for blocks
-# instead, and the scenario takes {{run:prefix.full_pool_iterations.correct}} iterations instead of
+# held block was evicted and refilled by request 2. The correct pool passes both scenarios and finds exactly
+# the hits of the table above; in the full pool it makes request 2 wait for blocks instead, and the scenario
+# takes {{run:prefix.full_pool_iterations.correct}} iterations instead of
 # {{run:prefix.full_pool_iterations.held_block_evicted}}.
 #
 # **What the cache saves.** The figure shows the stream of {{run:prefix.requests}} requests served through each pool.
@@ -116,16 +145,17 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # blocks are evicted before their next use, and requests also wait longer for blocks
 # ({{run:prefix.iterations_smallest}} iterations instead of {{run:prefix.iterations_largest}}).
 #
-# *Figure: left, the hit rate (share of prompt tokens found in the cache, blue, left axis) and the prefill
-# tokens saved (the same curve in tokens, right axis) against the number of blocks in the pool; right, the
-# evictions (orange) and the iterations the stream takes to finish (grey) against the same pool sizes.*
+# *Figure: left, the hit rate (the share of prompt tokens found in the cache) against the number of blocks
+# in the pool; right, the evictions (orange) and the iterations the stream takes to finish (grey) against
+# the same pool sizes. The prefill tokens saved are the hit rate times the stream's prompt tokens (the table
+# above gives them).*
 
 # %% [markdown] lang="zh"
-# 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1，它的物理块被淘汰后又被请求 2 写入了内容。正确的池通过了两个场景；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 轮，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 轮。
+# 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大绝对误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1，它的物理块被淘汰后又被请求 2 写入了内容。正确的池通过了两个场景，命中的 token 数也与上面的场景表完全一致；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 次迭代，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 次。
 #
-# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 轮，而不是 {{run:prefix.iterations_largest}} 轮）。
+# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 次迭代，而不是 {{run:prefix.iterations_largest}} 次）。
 #
-# *图：左图是命中率（在缓存中找到的提示 token 所占比例，蓝色，左侧纵轴）和省下的预填充 token 数（同一条曲线换算成 token 数，右侧纵轴）随池中物理块数的变化；右图是同样几种池大小下的淘汰次数（橙色）和处理完整个请求流所需的轮数（灰色）。*
+# *图：左图是命中率随池中物理块数的变化：横轴 blocks in the pool 是池中的物理块数，纵轴 hit rate (% of prompt tokens) 是在缓存中找到的提示 token 所占的百分比。右图横轴相同，图例中 evictions（橙色）是淘汰次数，iterations to finish（灰色）是处理完整个请求流所需的迭代次数。总标题写明请求数和物理块大小（blocks of 4 tokens，即每个物理块 4 个 token）。省下的预填充 token 数等于命中率乘以请求流的提示 token 总数（见上表）。*
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
@@ -134,9 +164,6 @@ left.plot(blocks, [100 * r["hit_rate"] for r in SWEEP], "o-", color="tab:blue")
 left.set_xlabel("blocks in the pool")
 left.set_ylabel("hit rate (% of prompt tokens)")
 left.set_ylim(0, 100)
-tokens_axis = left.twinx()
-tokens_axis.set_ylim(0, SWEEP[0]["prompt_tokens"])
-tokens_axis.set_ylabel("prefill tokens saved")
 right.plot(blocks, [r["evictions"] for r in SWEEP], "s-", color="tab:orange", label="evictions")
 right.plot(blocks, [r["iterations"] for r in SWEEP], "^-", color="tab:gray", label="iterations to finish")
 right.set_xlabel("blocks in the pool")

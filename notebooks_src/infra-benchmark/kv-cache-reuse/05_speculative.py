@@ -27,10 +27,14 @@
 # list of `(K, V)` pairs it is a slice. Why one call over $k + 1$ tokens costs about as much as a call over
 # one is the subject of sections 8 and 9.
 #
-# The draft model here is the target's own first layer followed by its final LayerNorm and output
+# The draft model here is the target's own first layer followed by its final LayerNorm and vocabulary
 # projection, a one-layer decoder that exits early. Self-speculative methods such as LayerSkip train a
 # model so that such an early exit is a good draft; on our random weights it simply agrees with the target
-# often enough to show the mechanism (the measured agreement is printed below).
+# often enough to show the mechanism (the measured agreement is printed below). Such a draft has a second
+# advantage that we do not use: its layer is the target's layer 0, so for the confirmed tokens its K/V are
+# the target's layer-0 K/V (up to rounding, since the two models group the tokens into different calls).
+# LayerSkip therefore keeps one cache for the early layers, shared by draft and target, and the verifying
+# call never recomputes them; we keep two separate caches, which makes the rollback of each easier to see.
 
 # %% [markdown] lang="zh"
 # ## 6. 投机解码与缓存回滚
@@ -41,11 +45,11 @@
 #
 # 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。为什么一次处理 $k + 1$ 个 token 的调用与只处理一个 token 的调用开销差不多，是第 8、9 节的主题。
 #
-# 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和输出投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法专门训练模型，使这种提前退出成为好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。
+# 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法专门训练模型，使这种提前退出成为好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。这种草稿模型还有一个我们没有利用的好处：它那一层就是目标模型的第 0 层，所以对已确认的 token，它的 K/V 就是目标模型第 0 层的 K/V（只差舍入误差，因为两个模型把 token 分到不同的调用里计算）。因此 LayerSkip 只为前面几层保留一份缓存，由草稿模型和目标模型共用，验证调用也不必重算这几层；我们保留两份独立的缓存，好让每份缓存的回滚都看得清楚。
 
 # %%
-# [en] The target's first `layers` blocks, final LayerNorm and output projection, in its dtype, loaded strictly.
-# [zh] 目标模型的前 `layers` 个 Transformer 块、最终 LayerNorm 和输出投影，精度与目标模型相同，以严格模式加载。
+# [en] The target's first `layers` blocks, final LayerNorm and vocabulary projection, in its dtype, loaded strictly.
+# [zh] 目标模型的前 `layers` 个 Transformer 块、最终 LayerNorm 和词表投影，精度与目标模型相同，以严格模式加载。
 def early_exit_draft(target, layers=1):
     draft = CacheDecoder(DecoderConfig(**{**vars(target.config), "layers": layers})).to(target.lm_head.weight.dtype).eval()
     draft.load_state_dict({name: w for name, w in target.state_dict().items()
@@ -77,8 +81,8 @@ with torch.inference_mode():
         agree += (model(text)[0][0, len(prompt) - 1:].argmax(-1) == draft(text)[0][0, len(prompt) - 1:].argmax(-1)).tolist()
 DRAFT_AGREEMENT = sum(agree) / len(agree)
 DRAFT_PARAMS = sum(p.numel() for p in draft.parameters())
-# [en] The draft's parameters outside its one block: embedding tables, final LayerNorm, output projection.
-# [zh] 草稿模型在它唯一的 Transformer 块之外的参数：嵌入表、最终 LayerNorm、输出投影。
+# [en] The draft's parameters outside its one block: embedding tables, final LayerNorm, vocabulary projection.
+# [zh] 草稿模型在它唯一的 Transformer 块之外的参数：嵌入表、最终 LayerNorm、词表投影。
 DRAFT_OUTSIDE_BLOCKS = DRAFT_PARAMS - sum(p.numel() for p in draft.blocks.parameters())
 say(en=f"The one-layer draft chooses the target's token at {DRAFT_AGREEMENT:.1%} of {len(agree)} positions. "
        f"Its parameters: {DRAFT_PARAMS:,} of the target's {N_PARAMS:,} ({DRAFT_PARAMS / N_PARAMS:.0%}), of which "
@@ -90,7 +94,7 @@ say(en=f"The one-layer draft chooses the target's token at {DRAFT_AGREEMENT:.1%}
 # %% [markdown] lang="en"
 # Why is this draft {{run:spec.draft_share:.0%}} of its target's size? Our toy decoder has only two blocks, and
 # what lies outside them, the embedding tables (with {{run:spec.positions}} learned positions), the final
-# LayerNorm and the output projection, holds {{run:spec.outside_share:.0%}} of its parameters. The draft keeps
+# LayerNorm and the vocabulary projection, holds {{run:spec.outside_share:.0%}} of its parameters. The draft keeps
 # all of that and drops only the second block. A real draft is a separate, much smaller model of the same
 # family (it must share the tokenizer): Leviathan et al. drafted for T5-XXL (11B parameters) with T5-small
 # (77M), and a 1B Llama 3.2 can draft for Llama 3.1 70B. Only then is a draft call much cheaper than a target
@@ -99,7 +103,7 @@ say(en=f"The one-layer draft chooses the target's token at {DRAFT_AGREEMENT:.1%}
 # how many target calls the draft saves.
 
 # %% [markdown] lang="zh"
-# 这个草稿模型的规模为什么达到目标模型的 {{run:spec.draft_share:.0%}}？我们的玩具解码器只有两个 Transformer 块，块之外的部分，即嵌入表（含 {{run:spec.positions}} 个可学习的位置）、最终 LayerNorm 和输出投影，占了全部参数的 {{run:spec.outside_share:.0%}}。草稿模型把这些全部保留，只去掉了第二个块。实际使用的草稿模型是同一系列中另一个小得多的模型（它必须与目标模型共用分词器）：Leviathan 等人为 T5-XXL（110 亿参数）配的草稿模型是 T5-small（7,700 万参数）；又如 10 亿参数的 Llama 3.2 可以为 Llama 3.1 70B 起草。只有这样，草稿模型的一次调用才会比目标模型便宜得多。本笔记本统计的是调用次数和 token 数，而不是时间：草稿模型与目标模型规模如此接近，投机解码在这里省不下时间。它展示的是：生成的 token 正是目标模型自己的，以及草稿模型省下了多少次目标模型调用。
+# 这个草稿模型的规模为什么达到目标模型的 {{run:spec.draft_share:.0%}}？我们的玩具解码器只有两个 Transformer 块，Transformer 块之外的部分，即嵌入表（含 {{run:spec.positions}} 个可学习的位置）、最终 LayerNorm 和词表投影，占了全部参数的 {{run:spec.outside_share:.0%}}。草稿模型把这些全部保留，只去掉了第二个 Transformer 块。实际使用的草稿模型是同一系列中另一个小得多的模型（它必须与目标模型共用分词器）：Leviathan 等人为 T5-XXL（110 亿参数）配的草稿模型是 T5-small（7,700 万参数）；又如 10 亿参数的 Llama 3.2 可以为 Llama 3.1 70B 起草。只有这样，草稿模型的一次调用才会比目标模型便宜得多。本笔记本统计的是调用次数和 token 数，而不是时间：草稿模型与目标模型规模如此接近，投机解码在这里省不下时间。它展示的是：生成的 token 正是目标模型自己的，以及草稿模型省下了多少次目标模型调用。
 
 # %% [markdown] lang="en"
 # `Speculator` is the loop. Each round, `propose` feeds the draft model the confirmed tokens its cache
@@ -223,9 +227,9 @@ for prompt in SPEC_PROMPTS:
 say_table([[f"{n} / 3", str(r["text"]), str(r["drafts"]), str(r["choices"]), str(r["new"]), str(r["draft_after_propose"]),
             str(r["target_after_verify"]), f"{r['target_after_rollback']} / {r['draft_after_rollback']}"] for n, r in sorted(TRACE.items())],
           en=["accepted", "text T", "drafts d", "target's choices c (to the first disagreement)", "new tokens",
-              "draft cache after propose", "target cache after verify", "after rollback: target / draft"],
+              "draft cache after `propose`", "target cache after `verify`", "after `rollback`: target / draft"],
           zh=["接受数", "文本长度 T", "草稿 d", "目标模型的选择 c（到第一个不一致处）", "新 token",
-              "propose 后草稿模型的缓存", "verify 后目标模型的缓存", "回滚后：目标模型 / 草稿模型"])
+              "`propose` 之后草稿模型的缓存", "`verify` 之后目标模型的缓存", "`rollback` 之后：目标模型 / 草稿模型"])
 assert sorted(TRACE) == [1, 3] and all(
     r["draft_after_propose"] == r["text"] + 2 and r["target_after_verify"] == r["text"] + 3
     and r["target_after_rollback"] == r["text"] + n and r["draft_after_rollback"] == min(r["text"] + n, r["text"] + 2)

@@ -7,7 +7,7 @@
 # decoding (one per token), the draft tokens accepted per target call, and the tokens each target call yields.
 
 # %% [markdown] lang="zh"
-# **判据**：对每个 $k$ 和每个提示（{{run:spec.prompts}} 个长 16 个 token 的提示，每个生成 {{run:spec.new_tokens}} 个新 token），投机解码得到的 token 必须与目标模型普通贪心生成的 token 逐个相同；选出这些 token 的目标模型 logits 必须在 FP32 容差内与普通循环的相同（验证调用一次计算 $k + 1$ 个位置，普通循环一次只算一个，求和的分组方式不同）。表中还统计了调用次数：目标模型的调用次数（普通解码每个 token 调用一次，共 {{run:spec.plain_calls}} 次），每次目标模型调用接受的草稿 token 数，以及每次目标模型调用得到的 token 数。
+# **判据**：对每个 $k$ 和每个提示（{{run:spec.prompts}} 个各含 16 个 token 的提示，每个生成 {{run:spec.new_tokens}} 个新 token），投机解码得到的 token 必须与目标模型普通贪心生成的 token 逐个相同；选出这些 token 的目标模型 logits 必须在 FP32 容差内与普通循环的相同（验证调用一次计算 $k + 1$ 个位置，普通循环一次只算一个，求和的分组方式不同）。表中还统计了调用次数：目标模型的调用次数（普通解码每个 token 调用一次，共 {{run:spec.plain_calls}} 次），每次目标模型调用接受的草稿 token 数，以及每次目标模型调用得到的 token 数。
 
 # %%
 SPEC_KS = (1, 4, 8) if QUICK else (1, 2, 3, 4, 6, 8)
@@ -32,33 +32,34 @@ SPEC = [run_speculative(Speculator, k) for k in SPEC_KS]
 say_table([[str(r["k"]), f"{r['target_calls']} / {r['plain_calls']}", str(r["draft_calls"]), f"{r['accepted_per_call']:.2f}",
             f"{r['tokens_per_call']:.2f}", f"{r['max_abs_logit_err']:.1e}", f"{r['min_margin']:.1e}"] for r in SPEC],
           en=["k", "target calls / plain", "draft calls", "drafts accepted per target call", "tokens per target call",
-              "max logit err", "min margin"],
-          zh=["k", "目标模型调用次数 / 普通解码", "草稿模型调用次数", "每次目标调用接受的草稿数", "每次目标调用得到的 token 数",
-              "最大 logits 误差", "最小余量"])
+              "max abs logit error", "min margin"],
+          zh=["k", "目标模型调用次数 / 普通解码", "草稿模型调用次数", "每次目标模型调用接受的草稿数", "每次目标模型调用得到的 token 数",
+              "logits 的最大绝对误差", "最小余量"])
 assert all(r["tokens_identical"] and r["logits_close"] and r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SPEC)
-say(en="Checks passed for every k: the tokens are the plain loop's, token for token, and the logits that chose them are "
+say(en="Checks passed for every $k$: the tokens are the plain loop's, token for token, and the logits that chose them are "
        "within the FP32 tolerance, far below the decisions' margins.",
-    zh="对每个 k，检查全部通过：生成的 token 与普通循环逐个相同，选出它们的 logits 在 FP32 容差之内，远小于决策余量。")
+    zh="对每个 $k$，检查全部通过：生成的 token 与普通循环逐个相同，选出它们的 logits 在 FP32 容差之内，误差远小于决策余量。")
 
 # %% [markdown] lang="en"
 # Every $k$ gives the target's own tokens, with far fewer target calls: {{run:spec.calls_k1}} instead of
-# {{run:spec.plain_calls}} at $k = 1$, {{run:spec.calls_kmax}} at $k = {{run:spec.kmax}}$. The gain flattens, because a
+# {{run:spec.plain_calls}} at $k = 1$, {{run:spec.calls_kmax}} at $k = {{run:spec.kmax}}$. The gain levels off, because a
 # long run of drafts is accepted only if every one of them agrees. If each draft agreed independently with
 # probability $\alpha$, a round would yield $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$
-# tokens on average (Leviathan et al.). With $\alpha$ = {{run:spec.agreement:.3f}}, the agreement measured above,
+# tokens on average (Leviathan et al.). With $\alpha = {{run:spec.agreement:.3f}}$, the agreement measured above,
 # the formula gives {{run:spec.formula_k1:.2f}} tokens per call at $k = 1$, where the run got {{run:spec.tokens_k1:.2f}}, and
 # {{run:spec.formula_kmax:.2f}} at $k = {{run:spec.kmax}}$, where the run got only {{run:spec.tokens_kmax:.2f}}: agreement is not
 # independent from one position to the next, and the last rounds are cut short by the budget. The
 # draft calls grow with $k$ instead: the draft's work is wasted on every rejected guess, so the best $k$
 # depends on how much a draft call costs compared with a target call.
 #
-# *Figure: tokens per target call against $k$, measured (dots) and from the formula with the measured
-# agreement (line); draft calls per generated token (squares, right axis).*
+# *Figure: tokens per target call against $k$, the draft tokens per round: measured (blue dots) and from
+# the formula with the measured agreement $a = \alpha$ (blue line); and draft calls per generated token
+# (orange squares, right axis).*
 
 # %% [markdown] lang="zh"
-# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。收益逐渐变平，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha$ = {{run:spec.agreement:.3f}}（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}：相邻位置上的一致与否并不独立，而且最后几轮会被预算截短。草稿模型的调用次数则随 $k$ 增长：每个被拒绝的猜测都白白耗费了草稿模型的计算，所以最佳的 $k$ 取决于草稿模型一次调用与目标模型一次调用的开销之比。
+# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。收益逐渐趋缓，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha = {{run:spec.agreement:.3f}}$（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}：相邻位置上的一致与否并不独立，而且最后几轮会被预算截短。草稿模型的调用次数则随 $k$ 增长：每个被拒绝的猜测都白白耗费了草稿模型的计算，所以最佳的 $k$ 取决于草稿模型一次调用与目标模型一次调用的开销之比。
 #
-# *图：每次目标模型调用得到的 token 数随 $k$ 的变化，圆点为实测，曲线为用实测一致率代入公式的结果；方块为每生成一个 token 所需的草稿模型调用次数（右侧纵轴）。*
+# *图：横轴 draft tokens per round k 是每轮的草稿 token 数 $k$；左侧纵轴 tokens per target call 是每次目标模型调用得到的 token 数，图例中 measured（蓝色圆点）为实测，(1 - a^(k+1)) / (1 - a)（蓝色曲线）为用实测一致率 $a = \alpha$ 代入公式的结果；右侧纵轴 draft calls per token 是每生成一个 token 所需的草稿模型调用次数，图例中为 draft calls per token（橙色方块）。*
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -68,10 +69,11 @@ ax.plot(ks, [r["tokens_per_call"] for r in SPEC], "o", color="tab:blue", label="
 ax.plot(ks, SPEC_FORMULA, "-", color="tab:blue", alpha=0.5, label="(1 - a^(k+1)) / (1 - a)")
 ax.set_xlabel("draft tokens per round k")
 ax.set_ylabel("tokens per target call")
-ax.legend(loc="upper left")
 draft_axis = ax.twinx()
-draft_axis.plot(ks, [r["draft_calls"] / r["plain_calls"] for r in SPEC], "s", color="tab:orange")
+draft_axis.plot(ks, [r["draft_calls"] / r["plain_calls"] for r in SPEC], "s", color="tab:orange", label="draft calls per token")
 draft_axis.set_ylabel("draft calls per token", color="tab:orange")
+handles = ax.get_legend_handles_labels()[0] + draft_axis.get_legend_handles_labels()[0]
+ax.legend(handles, [h.get_label() for h in handles], loc="upper left", fontsize=8)
 fig.tight_layout()
 SPEC_PNG = OUT / "speculative_calls.png"
 fig.savefig(SPEC_PNG, dpi=120)
@@ -98,8 +100,9 @@ no_rollback = run_speculative(NoTargetRollback, 4)
 SPEC_CONTROLS = {"target_cache_not_cropped": {"k": 4, "tokens_identical": no_rollback["tokens_identical"],
                                               "max_abs_logit_err": no_rollback["max_abs_logit_err"],
                                               "caught": not (no_rollback["tokens_identical"] and no_rollback["logits_close"])}}
-say(en=f"Without the target's rollback (k = 4): tokens identical `{no_rollback['tokens_identical']}`, largest logit "
-       f"difference {no_rollback['max_abs_logit_err']:.2f}: caught `{SPEC_CONTROLS['target_cache_not_cropped']['caught']}`.",
-    zh=f"不回滚目标模型的缓存时（k = 4）：token 完全相同 `{no_rollback['tokens_identical']}`，logits 的最大差异为 "
-       f"{no_rollback['max_abs_logit_err']:.2f}：查出 `{SPEC_CONTROLS['target_cache_not_cropped']['caught']}`。")
-assert SPEC_CONTROLS["target_cache_not_cropped"]["caught"]
+spec_caught = SPEC_CONTROLS["target_cache_not_cropped"]["caught"]
+say(en=f"Without the target's rollback ($k = 4$): the tokens {'equal' if no_rollback['tokens_identical'] else 'differ from'} the "
+       f"plain loop's, the max abs logit error is {no_rollback['max_abs_logit_err']:.2f}; {'caught' if spec_caught else 'not caught'}.",
+    zh=f"不回滚目标模型的缓存时（$k = 4$）：生成的 token 与普通循环{'相同' if no_rollback['tokens_identical'] else '不同'}，"
+       f"logits 的最大绝对误差为 {no_rollback['max_abs_logit_err']:.2f}，{'已查出' if spec_caught else '未查出'}。")
+assert spec_caught

@@ -24,11 +24,11 @@
 # %% [markdown] lang="zh"
 # ## 7. split-K 解码
 #
-# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 算子把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。**Flash-Decoding**（Dao 等人，2023）把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
+# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 内核（kernel）把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。**Flash-Decoding**（Dao 等人，2023）把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
 #
 # $$\mathrm{out} = \frac{\sum_s w_s\, o_s}{\sum_s w_s}, \qquad w_s = l_s\, e^{m_s - M}, \quad M = \max_s m_s.$$
 #
-# （FlashAttention 的内层循环逐块遍历键时，把 $m$ 和 $l$ 作为两个滚动更新的数分开保存，每当 $m$ 变大，就重新缩放已累积的部分输出。循环结束后，它为反向传播保存的是每个查询一个数，即 log-sum-exp $\mathrm{LSE} = m + \log l$；Flash-Decoding 的每一段在输出之外给出的也是它：$e^{\mathrm{LSE}_s - \max_s \mathrm{LSE}_s}$ 与上面的权重 $w_s$ 只差一个各段共有的因子。）减去 $M$ 是为了防止指数溢出；因子 $e^{m_s - M}$ 就是让最大值不同的各段可以相互比较的**重新缩放**。如果某一段的键全部被掩码遮住（填充，或序列末尾之后的槽位），它就没有最大值：它的权重必须为 0，它的输出也不能是 $0/0$。
+# （FlashAttention 的内层循环逐段遍历键时，把 $m$ 和 $l$ 作为两个滚动更新的数分开保存，每当 $m$ 变大，就重新缩放已累积的部分输出。循环结束后，它为反向传播保存的是每个查询一个数，即 log-sum-exp $\mathrm{LSE} = m + \log l$；Flash-Decoding 的每一段在输出之外给出的也是它：$e^{\mathrm{LSE}_s - \max_s \mathrm{LSE}_s}$ 与上面的权重 $w_s$ 只差一个各段共有的因子。）减去 $M$ 是为了防止指数溢出；因子 $e^{m_s - M}$ 就是让最大值不同的各段可以相互比较的**重新缩放**。如果某一段的键全部被掩码遮住（填充，或序列末尾之后的槽位），它就没有最大值：它的权重必须为 0，它的输出也不能是 $0/0$。
 
 # %%
 # [en] One split: its normalized output, its maximum score and its sum (q: [..., 1, Dh]; k, v: [..., n, Dh]).
@@ -56,12 +56,12 @@ def split_k_attention(q, k, v, allowed, num_splits, merge=merge_splits):
 
 
 # %% [markdown] lang="en"
-# **The criterion.** One query per head against a cache of {{run:splitk.keys}} keys, for two sequences: the
+# **The criterion.** One query per head against a cache of {{run:splitk.keys:,}} keys, for two sequences: the
 # second is left-padded with {{run:splitk.padding}} masked slots, so that with many splits the first ones are
 # entirely masked. For $S$ from 1 (no split at all) to one key per split, split-K must equal plain attention
 # within the tolerance, in FP32 and in FP64 (plain attention is `masked_attention` of section 2). The next
 # column runs the same code inside our decoder: layer 0's
-# real cache after a {{run:splitk.prompt}}-token prompt and the query of the next token (at most one key per
+# real cache after a {{run:splitk.prompt}}-token prompt and the query of the next token (at least one key per
 # split), compared with the output of the decoder's own `SelfAttention` for that token.
 #
 # **Negative control: merging without rescaling.** `merge_without_rescaling` weights each split by its sum
@@ -69,7 +69,7 @@ def split_k_attention(q, k, v, allowed, num_splits, merge=merge_splits):
 # single split.
 
 # %% [markdown] lang="zh"
-# **判据**：两条序列的每个头都只有一个查询，面对一个含 {{run:splitk.keys}} 个键的缓存；第二条序列左侧有 {{run:splitk.padding}} 个被遮住的填充位，所以段数多时，前面几段会完全被遮住。段数 $S$ 从 1（根本不切分）一直到每段一个键，split-K 都必须在容差内等于普通注意力（第 2 节的 `masked_attention`），FP32 和 FP64 都要满足。下一列把同一段代码放进我们的解码器中运行：取第 0 层在一个 {{run:splitk.prompt}} 个 token 的提示之后的真实缓存，以及下一个 token 的查询（每段至少一个键），与解码器自己的 `SelfAttention` 对这个 token 的输出比较。
+# **判据**：两条序列的每个头都只有一个查询，面对一个含 {{run:splitk.keys:,}} 个键的缓存；第二条序列左侧有 {{run:splitk.padding}} 个被遮住的填充位，所以段数多时，前面几段会完全被遮住。段数 $S$ 从 1（根本不切分）一直到每段一个键，split-K 都必须在容差内等于普通注意力（第 2 节的 `masked_attention`），FP32 和 FP64 都要满足。下一列把同一段代码放进我们的解码器中运行：取第 0 层在一个 {{run:splitk.prompt}} 个 token 的提示之后的真实缓存，以及下一个 token 的查询（每段至少一个键），与解码器自己的 `SelfAttention` 对这个 token 的输出比较。
 #
 # **负对照：合并时不做重新缩放**。`merge_without_rescaling` 只用指数和 $l_s$ 给每一段加权，漏掉了 $e^{m_s - M}$。只有各段的最大值都相同时（例如只有一段时），它才是对的。
 
@@ -109,8 +109,8 @@ def split_k_row(num_splits, merge=merge_splits) -> dict:
         q, k, v = (t.to(dtype) for t in (split_q, split_k, split_v))
         ours, reference = split_k_attention(q, k, v, split_allowed, num_splits, merge), masked_attention(q, k, v, split_allowed)
         row[DTYPE_NAME[dtype]] = {"max_abs_err": max_abs_err(ours, reference), "close": close(ours, reference)}
-    # [en] The layer's cache is shorter than SPLIT_KEYS: at most one key per split there.
-    # [zh] 这一层的缓存比 SPLIT_KEYS 短：在那里每段最少一个键。
+    # [en] The layer's cache is shorter than SPLIT_KEYS: no more splits than keys, so at least one key per split there.
+    # [zh] 这一层的缓存比 SPLIT_KEYS 短：段数不超过键数，所以在那里每段至少一个键。
     layer_splits = min(num_splits, layer_k.shape[-2])
     layer = in_layer(split_k_attention(layer_q, layer_k, layer_v, torch.ones(1, 1, 1, layer_k.shape[-2], dtype=torch.bool), layer_splits, merge))
     row["decoder"] = {"max_abs_err": max_abs_err(layer, layer_output), "close": close(layer, layer_output)}
@@ -119,21 +119,24 @@ def split_k_row(num_splits, merge=merge_splits) -> dict:
 
 SPLIT_K = [split_k_row(n) for n in SPLIT_COUNTS]
 SPLIT_K_CONTROL = [split_k_row(n, merge_without_rescaling) for n in SPLIT_COUNTS]
-say_table([[str(r["splits"]), str(r["fully_masked"])] + [f"{r[name]['max_abs_err']:.1e}" for name in ("fp32", "fp64", "decoder")]
+say_table([[f"{r['splits']:,}", str(r["fully_masked"])] + [f"{r[name]['max_abs_err']:.1e}" for name in ("fp32", "fp64", "decoder")]
            + [f"{c['fp32']['max_abs_err']:.1e}"] for r, c in zip(SPLIT_K, SPLIT_K_CONTROL)],
-          en=["splits S", "fully masked splits", "max err fp32", "max err fp64", "max err in layer 0 (fp32)", "without rescaling (fp32)"],
-          zh=["段数 S", "完全被遮住的段数", "最大误差 FP32", "最大误差 FP64", "第 0 层中的最大误差（FP32）", "不做重新缩放（FP32）"])
+          en=["splits S", "fully masked splits", "max abs error, fp32", "max abs error, fp64", "max abs error in layer 0 (fp32)",
+              "without rescaling (fp32)"],
+          zh=["段数 S", "完全被遮住的段数", "最大绝对误差（FP32）", "最大绝对误差（FP64）", "第 0 层中的最大绝对误差（FP32）",
+              "不做重新缩放（FP32）"])
 assert all(r[name]["close"] for r in SPLIT_K for name in ("fp32", "fp64", "decoder")) and max(r["fully_masked"] for r in SPLIT_K) > 0
 SPLIT_K_CAUGHT = {r["splits"]: not all(r[name]["close"] for name in ("fp32", "fp64", "decoder")) for r in SPLIT_K_CONTROL}
 assert not SPLIT_K_CAUGHT[1] and all(SPLIT_K_CAUGHT[n] for n in SPLIT_COUNTS if n > 1)
 
 # %% [markdown] lang="en"
 # With one split, split-K *is* plain attention computed by another route, and so is the control, which is
-# why it passes there. From two splits on, the control is off by up to {{run:splitk.control_err_s2:.2f}} while
+# why it passes there. From two splits on, the control is off: by {{run:splitk.control_err_s2:.2f}} at $S = 2$, and
+# by {{run:splitk.control_err_min:.2f}} to {{run:splitk.control_err_max:.2f}} for more splits, while
 # the correct merge stays within {{run:splitk.max_err_fp32:.1e}} in FP32 and {{run:splitk.max_err_fp64:.1e}} in FP64
 # for every $S$, fully masked splits included. Each split needs only its own keys, so the splits can be
 # computed by different workers at the same time; a second, small step merges them, which is what a GPU
 # kernel does.
 
 # %% [markdown] lang="zh"
-# 只有一段时，split-K **就是**换了一条路计算的普通注意力，负对照也一样，所以它在这种情况下能通过。从两段起，负对照的误差最大达到 {{run:splitk.control_err_s2:.2f}}；而正确的合并对每个 $S$（包括有完全被遮住的段时）都保持在 FP32 下 {{run:splitk.max_err_fp32:.1e}}、FP64 下 {{run:splitk.max_err_fp64:.1e}} 以内。每一段只需要自己的键，所以各段可以同时交给不同的工作单元计算，再用一个很小的步骤把它们合并起来：GPU 算子正是这样做的。
+# 只有一段时，split-K **就是**换了一条路计算的普通注意力，负对照也一样，所以它在这种情况下能通过。从两段起，负对照就出错了：$S = 2$ 时最大绝对误差为 {{run:splitk.control_err_s2:.2f}}，段数更多时在 {{run:splitk.control_err_min:.2f}} 到 {{run:splitk.control_err_max:.2f}} 之间；而正确的合并对每个 $S$（包括有完全被遮住的段时）都保持在 FP32 下 {{run:splitk.max_err_fp32:.1e}}、FP64 下 {{run:splitk.max_err_fp64:.1e}} 以内。每一段只需要自己的键，所以各段可以同时交给不同的工作单元计算，再用一个很小的步骤把它们合并起来：GPU 内核正是这样做的。

@@ -14,10 +14,12 @@
 # same bytes serve more tokens. The cache contributes $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$ with
 # $g = H / H_{kv}$ query heads per K/V head: batching does not change it, because every sequence brings its
 # own cache. Grouped-query attention raises it $g$-fold. Multi-head latent attention (MLA, used by
-# DeepSeek-V2) raises it further: it caches per layer and token one latent vector of $r$ numbers and a
-# decoupled RoPE key of $d_R$ numbers (the notation of the
-# [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}), which builds MLA and its absorbed form),
-# and lets all $H$ heads work on them. With the up-projections absorbed (folded into the query and applied
+# DeepSeek-V2) raises it further. Instead of K and V per head, it caches per layer and token one **latent
+# vector** of $r$ numbers, from which every head's key and value are computed (`kv_lora_rank` in the
+# configuration: $r = 512$ in DeepSeek-V2-Lite), and one **decoupled RoPE key** of $d_R$ numbers that carries
+# the position and is shared by all heads (`qk_rope_head_dim`: $d_R = 64$); all $H$ query heads ($H = 16$
+# there) work on these $r + d_R$ numbers. (The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}})
+# builds MLA and its absorbed form with the same notation.) With the up-projections absorbed (folded into the query and applied
 # after attention, as MLA decode kernels do), each cached position costs $H (2r + d_R)$ multiply-adds for the
 # $r + d_R$ numbers read, so the cache part's intensity is $2H(2r + d_R) / ((r + d_R)\, s)$: a factor
 # $H(2r + d_R) / (r + d_R)$ above multi-head attention's $2/s$ ({{run:cost.mla_factor:.1f}} for DeepSeek-V2-Lite).
@@ -33,7 +35,7 @@
 #
 # $$I = \frac{2 \cdot (\text{乘加次数})}{\text{读取的字节数}} \ \text{FLOP/字节}.$$
 #
-# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高 $g$ 倍。多头潜在注意力（MLA，DeepSeek-V2 采用）提得更高：它在每层为每个 token 只缓存一个 $r$ 维的潜向量和一个 $d_R$ 维的解耦 RoPE 键（记号与[压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})相同，那里实现了 MLA 及其吸收形式），让全部 $H$ 个头都在它们上面计算。像 MLA 的解码算子那样吸收上投影（并入查询，或在注意力之后再乘）之后，每个缓存位置读取 $r + d_R$ 个数，做 $H (2r + d_R)$ 次乘加，所以缓存部分的算术强度为 $2H(2r + d_R) / ((r + d_R)\, s)$：是多头注意力的 $2/s$ 的 $H(2r + d_R) / (r + d_R)$ 倍（DeepSeek-V2-Lite 为 {{run:cost.mla_factor:.1f}} 倍）。
+# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高到原来的 $g$ 倍。多头潜在注意力（MLA，DeepSeek-V2 采用）提得更高。它不为每个头缓存 K 和 V，而是在每层为每个 token 只缓存一个 $r$ 维的**潜向量**，每个头的键和值都由它算出（即配置中的 `kv_lora_rank`，DeepSeek-V2-Lite 中 $r = 512$），再加一个 $d_R$ 维的**解耦的 RoPE 键**，它携带位置信息，由所有头共用（`qk_rope_head_dim`，$d_R = 64$）；全部 $H$ 个查询头（那里 $H = 16$）都在这 $r + d_R$ 个数上计算。（[压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})用同样的记号实现了 MLA 及其吸收形式。）像 MLA 的解码内核那样吸收上投影（并入查询，或在注意力之后再乘）之后，每个缓存位置读取 $r + d_R$ 个数，做 $H (2r + d_R)$ 次乘加，所以缓存部分的算术强度为 $2H(2r + d_R) / ((r + d_R)\, s)$：是多头注意力的 $2/s$ 的 $H(2r + d_R) / (r + d_R)$ 倍（DeepSeek-V2-Lite 为 {{run:cost.mla_factor:.1f}} 倍）。
 #
 # 下一个单元格只是记账，初读时可以跳过：`ModelShape` 记录配置中与这里有关的字段，`parameters` 逐个矩阵数出参数量，偏置、共享嵌入权重、MLA 和混合专家都考虑在内。本节的要点在它之后的 `decode_step_cost` 里。
 
@@ -69,7 +71,7 @@ class ModelShape:
 def attention_matrices(s: ModelShape) -> int:
     if s.latent:
         # [en] MLA without query compression: q, kv_a (latent + rope key), kv_b (latent -> per-head key and value), o.
-        # [zh] 不压缩查询的 MLA：q、kv_a（潜在向量加 RoPE 键）、kv_b（潜在向量 -> 每个头的键和值）、o。
+        # [zh] 不压缩查询的 MLA：q、kv_a（潜向量加 RoPE 键）、kv_b（潜向量 → 每个头的键和值）、o。
         return (s.width * s.heads * (s.head_dim + s.rope_dim) + s.width * (s.latent + s.rope_dim)
                 + s.latent * s.heads * 2 * s.head_dim + s.heads * s.head_dim * s.width)
     return s.width * (s.heads + 2 * s.kv_heads) * s.head_dim + s.heads * s.head_dim * s.width
@@ -81,7 +83,7 @@ def mlp_matrices(s: ModelShape, hidden: int) -> int:
 
 def vectors(s: ModelShape) -> int:
     # [en] Norm weights (and biases): two norms per layer (MLA adds one on the latent), one final norm.
-    # [zh] 归一化层的权重（以及偏置）：每层两个归一化层（MLA 在潜在向量上再加一个），最后还有一个。
+    # [zh] 归一化层的权重（以及偏置）：每层两个归一化层（MLA 在潜向量上再加一个），最后还有一个。
     per_layer = 2 * s.width * (2 if s.biases else 1) + s.latent
     if s.biases:
         per_layer += (s.heads + 2 * s.kv_heads) * s.head_dim + s.width + s.mlp + s.width
@@ -171,7 +173,7 @@ say_table([[str(r["batch"]), str(r["keys"]), f"{r['flops']:,}", f"{r['formula']:
            for r in COUNT_GRID],
           en=["batch B", "keys per token", "FLOPs counted by PyTorch", "2 x our multiply-adds", "control: cache only",
               "K/V bytes of the cache", "K/V bytes, formula"],
-          zh=["batch B", "每个 token 的键数", "PyTorch 统计的 FLOP", "2 × 我们数的乘加次数", "负对照：只数缓存",
+          zh=["batch B", "每个 token 的键数", "PyTorch 统计的浮点运算次数", "2 × 我们数的乘加次数", "负对照：只数缓存",
               "缓存的 K/V 字节数", "K/V 字节数（公式）"])
 assert all(r["flops"] == r["formula"] and r["kv_bytes"] == r["kv_formula"] for r in COUNT_GRID)
 assert parameters(OURS)["total"] == N_PARAMS
@@ -181,7 +183,7 @@ assert COUNT_CONTROL_CAUGHT
 # %% [markdown] lang="en"
 # **Published configurations.** The shapes below are typed from each model's `config.json` on the Hugging Face
 # Hub (the source of every number is named in the code; nothing is downloaded): GPT-2 (multi-head attention,
-# $g = 1$), Llama 2 7B (the same, at 7B scale), Llama 3.1 8B and 70B (grouped-query attention, $g$ = 4 and 8),
+# $g = 1$), Llama 2 7B (the same, at 7B scale), Llama 3.1 8B and 70B (grouped-query attention, $g = 4$ and $g = 8$),
 # and DeepSeek-V2-Lite (MLA, and a mixture of experts: each token uses 6 of 64 routed experts plus 2 shared
 # ones in 26 of its 27 layers). As a check on the typing, the parameters counted from each shape must match
 # the size the model's Hugging Face page reports, to 0.5%; as a control, Llama 3.1 8B counted with 32 K/V
@@ -220,16 +222,17 @@ SIZE_CONTROL = {"counted": parameters(mha_8b)["total"], "published": PUBLISHED[2
 SIZE_CONTROL["caught"] = abs(SIZE_CONTROL["counted"] / SIZE_CONTROL["published"] - 1) >= 0.005
 COSTS = {s.name: {batch: decode_step_cost(s, batch, COST_CONTEXT, BF16) for batch in (1, 64)} for s in SHAPES}
 GB = 1e9
-say_table([[s.name, f"{c['counted'] / 1e9:.3f}B", f"{c['published'] / 1e9:.3g}B", f"{parameters(s)['per_token'] / 1e9:.2f}B",
+say_table([[s.name, f"{c['counted'] / 1e9:.3f}", f"{c['published'] / 1e9:.3g}", f"{parameters(s)['per_token'] / 1e9:.2f}",
             f"{COSTS[s.name][1]['weight_bytes'] / GB:.2f}", f"{COSTS[s.name][1]['kv_bytes'] / COST_CONTEXT / 1024:.1f}",
             f"{COSTS[s.name][1]['kv_bytes'] / GB:.3f}", f"{COSTS[s.name][1]['intensity']:.2f}", f"{COSTS[s.name][64]['intensity']:.1f}",
             f"{COSTS[s.name][1]['cache_intensity']:.1f}"] for s, c in zip(SHAPES, SIZE_CHECK)],
-          en=["model", "parameters counted", "published", "matrices per token", "weights read, B = 1 (GB)", "K/V per token (KiB)",
+          en=["model", "parameters counted (billions)", "published (billions)", "matrix parameters per token (billions)",
+              "weights read, B = 1 (GB)", "K/V per token (KiB)",
               "K/V read, B = 1 (GB)", "intensity B = 1", "intensity B = 64", "cache-part intensity"],
-          zh=["模型", "数出的参数量", "公开的规模", "每个 token 乘的矩阵参数", "读取的权重，B = 1（GB）", "每个 token 的 K/V（KiB）",
+          zh=["模型", "数出的参数量（十亿）", "公开的规模（十亿）", "每个 token 用到的矩阵参数量（十亿）",
+              "读取的权重，B = 1（GB）", "每个 token 的 K/V（KiB）",
               "读取的 K/V，B = 1（GB）", "强度 B = 1", "强度 B = 64", "缓存部分的强度"])
-for s in SHAPES:
-    print(f"{s.name}: {s.source}")
+say_table([[s.name, f"`{s.source}`"] for s in SHAPES], en=["model", "source"], zh=["模型", "出处"])
 assert all(c["matches"] for c in SIZE_CHECK) and SIZE_CONTROL["caught"]
 assert all(0.5 < COSTS[s.name][1]["intensity"] < 2 for s in SHAPES)
 
@@ -247,7 +250,7 @@ assert all(0.5 < COSTS[s.name][1]["intensity"] < 2 for s in SHAPES)
 # with the batch, the cache's does not.
 
 # %% [markdown] lang="zh"
-# batch 为 1 时，每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} 次浮点运算：大约每个 16 位权重一次乘加。batch 为 64 时，权重要服务 64 个 token，算术强度随之上升，但升幅相差很大：Llama 2 7B 只到 {{run:cost.llama2_b64:.1f}}，因为它的缓存每条序列各读一份、强度只有 {{run:cost.llama2_cache:.0f}} FLOP/字节，此时已经比权重还要大；而 Llama 3.1 70B 的缓存部分强度为 {{run:cost.llama70_cache:.0f}} FLOP/字节，总强度达到 {{run:cost.llama70_b64:.1f}}。DeepSeek-V2-Lite 的 MLA 缓存每个 token 最小、被复用的程度最高（{{run:cost.deepseek_cache:.0f}} FLOP/字节），但 64 个 token 的 batch 平均每层也要读取 64 个专家中的 {{run:cost.deepseek_experts_b64:.1f}} 个，几乎是全部。
+# batch 为 1 时，每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} 次浮点运算：大约每个 16 位权重一次乘加。batch 为 64 时，权重要服务 64 个 token，算术强度随之上升，但升幅相差很大：Llama 2 7B 只到 {{run:cost.llama2_b64:.1f}}：它的缓存每条序列各读一份，强度只有 {{run:cost.llama2_cache:.0f}} FLOP/字节，而 batch 为 64 时缓存的字节数已超过权重；而 Llama 3.1 70B 的缓存部分强度为 {{run:cost.llama70_cache:.0f}} FLOP/字节，总强度达到 {{run:cost.llama70_b64:.1f}}。DeepSeek-V2-Lite 的 MLA 缓存每个 token 最小、被复用的程度最高（{{run:cost.deepseek_cache:.0f}} FLOP/字节），但 64 个 token 的 batch 平均每层也要读取 64 个专家中的 {{run:cost.deepseek_experts_b64:.1f}} 个，几乎是全部。
 #
 # 在我们自己的解码器上做同样的拆分，仍用刚刚核对过的函数来数：权重部分的算术强度随 batch 增大，缓存部分则不变。
 

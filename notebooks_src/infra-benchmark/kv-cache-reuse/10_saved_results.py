@@ -48,7 +48,7 @@ RESULTS = {
                                            "evictions", "iterations", "max_abs_logit_err_hits", "min_margin",
                                            "misses_bit_identical", "whole_blocks", "finite", "within_reservation", "all_released", "close")}
                   for r in SWEEP],
-        "scenarios": {scenario: {key: r[key] for key in ("blocks", "requests_with_hit", "iterations", "close", "finite")}
+        "scenarios": {scenario: {key: r[key] for key in ("blocks", "requests_with_hit", "hit_tokens", "iterations", "close", "finite")}
                       for scenario, r in CONTROL_RUNS["correct"].items()},
     },
     "speculative": {
@@ -81,6 +81,9 @@ RESULTS = {
         "roof": {"bandwidth_bytes_per_s": BANDWIDTH, "flops_per_s": PEAK, "ridge_flop_per_byte": RIDGE},
         "weight_sweep": WEIGHT_SWEEP, "cache_sweep": CACHE_SWEEP,
         "batch_1": {"bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK},
+        "cache_batch_1": {"bandwidth_share": CACHE_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "peak_share": CACHE_SWEEP[0]["gflops"] * 1e9 / PEAK,
+                          "memory_bound": memory_bound(CACHE_SWEEP[0])},
+        "score_product": {"batch": CACHE_BATCHES[-1], "bytes": SCORE_BYTES, "forms": SCORES},
         "checks": ROOFLINE_CHECKS,
         "gpu_reference": {"name": "NVIDIA H100 SXM", "source": "datasheet", "bf16_dense_flops_per_s": GPU_PEAK,
                           "bandwidth_bytes_per_s": GPU_BANDWIDTH},

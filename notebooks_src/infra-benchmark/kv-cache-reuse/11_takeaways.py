@@ -1,7 +1,45 @@
 # %% [markdown] lang="en"
-# ## 13. Exercises
+# ## 13. Takeaways and exercises
 #
-# Each exercise asks for a prediction; the cell after it computes the answer with this notebook's own code and
+# * **A cache can be shared because K/V at a position depend only on the prefix.** Prefix caching finds
+#   shared prefixes by a chain of block hashes (each block's hash covers its whole prefix), shares full blocks
+#   only, counts references, and evicts unreferenced blocks in LRU order. On our stream, {{run:prefix.hit_rate_largest:.0%}}
+#   of prompt tokens came from the cache with a large pool, {{run:prefix.hit_rate_smallest:.0%}} with the smallest;
+#   the logits equal a cold run within the FP32 tolerance.
+# * **Speculative decoding changes how many times the target is called, not what it says.** With a draft that
+#   agreed {{run:spec.agreement:.0%}} of the time, $k = 1$ gave {{run:spec.tokens_k1:.2f}} tokens per target call and
+#   $k = {{run:spec.kmax}}$ gave {{run:spec.tokens_kmax:.2f}}; the tokens were the target's own. That equality is exact
+#   only in exact arithmetic: a verifying call over $k + 1$ tokens sums in other groupings than a one-token step
+#   (on a GPU in BF16, with other kernel shapes), so its logits differ by rounding, and where the best two
+#   logits nearly tie, the greedy choice can flip. Here every decision's margin was far above the logit error.
+#   Forgetting to crop the target's cache after a rejection silently changes the text.
+# * **Attention over a long cache can be split and merged exactly**, as long as each split reports its maximum
+#   and its sum and the merge rescales by $e^{m_s - M}$; a fully masked split must weigh 0, not NaN.
+# * **A decode step is memory-bound.** At batch 1 every model here does {{run:cost.min_intensity_b1:.1f}} to
+#   {{run:cost.max_intensity_b1:.1f}} FLOP per byte read, while one core of this CPU needs {{run:roofline.ridge:.1f}} and an
+#   H100 {{run:roofline.gpu_ridge:.0f}} to be busy. Measured here, a batch-1 product streamed its weights at
+#   {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth while using {{run:roofline.b1_peak_share:.0%}} of the
+#   arithmetic peak. The cache reads sit further left still (0.5 FLOP/byte), but PyTorch's CPU attention read
+#   them at only {{run:roofline.cache_bandwidth_share:.0%}} of STREAM: the same keys, multiplied as a matrix times a
+#   column, were read at {{run:roofline.scores_kq_share:.0%}}, so what held them back was the library's matrix-vector
+#   routine, not the arithmetic. Batching shares the weights' bytes but never the cache's; GQA, MLA and
+#   quantization shrink the cache's bytes, and speculative decoding gets several tokens for one read of the
+#   weights.
+# * **Every mechanism here is a place for a silent bug**: a hash without its prefix, a shared partial block,
+#   an evicted block still in use, a missing crop, a merge without rescaling. Each gives plausible numbers, and
+#   only a comparison with the plain computation catches it.
+
+# %% [markdown] lang="zh"
+# ## 13. 要点与练习
+#
+# * **缓存之所以能共享，是因为某个位置上的 K/V 只取决于它的前缀**。前缀缓存用一条块哈希链查找共享的前缀（每个物理块的哈希覆盖它的整个前缀），只共享填满的物理块，记录引用计数，并按 LRU 顺序淘汰没有被引用的物理块。在我们的请求流上，池很大时有 {{run:prefix.hit_rate_largest:.0%}} 的提示 token 来自缓存，池最小时为 {{run:prefix.hit_rate_smallest:.0%}}；logits 在 FP32 容差内与冷启动一致。
+# * **投机解码改变的是目标模型被调用的次数，而不是它说出的内容**。草稿模型与目标模型的一致率为 {{run:spec.agreement:.0%}} 时，$k = 1$ 每次目标模型调用得到 {{run:spec.tokens_k1:.2f}} 个 token，$k = {{run:spec.kmax}}$ 时得到 {{run:spec.tokens_kmax:.2f}} 个；这些 token 都是目标模型自己的。不过，只有在精确算术下两者才严格相等：一次验证 $k + 1$ 个 token 的调用与只算一个 token 的解码步求和的分组方式不同（在 GPU 上用 BF16 时，内核的形状也不同），logits 会有舍入差异；最好的两个 logits 几乎相等时，贪心选择就可能翻转。这里每个决策的余量都远大于 logits 的误差。拒绝草稿之后忘了截短目标模型的缓存，会悄无声息地改变生成的文本。
+# * **对长缓存的注意力可以分段计算、再精确合并**，只要每一段都报告自己的最大值和指数和，合并时按 $e^{m_s - M}$ 重新缩放；完全被遮住的一段权重必须为 0，而不是 NaN。
+# * **解码步受限于内存带宽**。batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算，而这台 CPU 的一个核心要 {{run:roofline.ridge:.1f}} 次、H100 要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来。在本机实测，batch 为 1 的矩阵乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}，而只用了运算峰值的 {{run:roofline.b1_peak_share:.0%}}。缓存读取的算术强度更低（0.5 FLOP/字节），可是 PyTorch 在 CPU 上算注意力时，读取缓存的速度只有 STREAM 的 {{run:roofline.cache_bandwidth_share:.0%}}；同样的键改写成矩阵乘以列向量，读取速度达到 {{run:roofline.scores_kq_share:.0%}}。可见拖慢它的是数学库的矩阵向量乘法例程，而不是运算。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节，投机解码则读一遍权重就得到好几个 token。
+# * **这里的每种机制都可能藏着悄无声息的错误**：不含前缀的块哈希、共享未填满的物理块、仍在使用就被淘汰的物理块、忘了截短缓存、合并时不做重新缩放。它们给出的数字都似是而非，只有与最直接的计算方式比较才能把它们查出来。
+
+# %% [markdown] lang="en"
+# **Exercises.** Each asks for a prediction; the cell after it computes the answer with this notebook's own code and
 # checks it. Work it out first, then open the solution.
 #
 # **1. Hits and block size.** An earlier request left the blocks of its prompt in the cache. A new prompt of 27
@@ -17,9 +55,7 @@
 # </details>
 
 # %% [markdown] lang="zh"
-# ## 13. 练习
-#
-# 每道练习都先请你做出预测；紧随其后的单元格用本笔记本自己的代码算出答案并加以核对。先自己算一算，再展开答案。
+# **练习**：每道题都先请你做出预测；紧随其后的单元格用本笔记本自己的代码算出答案并加以核对。先自己算一算，再展开答案。
 #
 # **1. 命中与物理块大小**：先前的一个请求把它提示的物理块留在了缓存里。一个 27 个 token 的新提示与它共享前 22 个 token。物理块大小为 4 个 token 时，`lookup` 能找到多少个 token？新请求还需要预填充多少个 token？物理块大小为 8 时又如何？
 #
@@ -142,48 +178,6 @@ say(en=f"The weight part of Llama 3.1 8B reaches the H100 ridge at batch {ridge_
     zh=f"Llama 3.1 8B 的权重部分在 batch 为 {ridge_batch} 时达到 H100 的拐点；把缓存算进来，batch 越大，整步的算术强度"
        f"越接近 {llama_limit:.1f} FLOP/字节。")
 
-# %% [markdown] lang="en"
-# ## 14. Takeaways
-#
-# * **A cache can be shared because K/V at a position depend only on the prefix.** Prefix caching finds
-#   shared prefixes by a chain of block hashes (each block's hash covers its whole prefix), shares full blocks
-#   only, counts references, and evicts unreferenced blocks in LRU order. On our stream, {{run:prefix.hit_rate_largest:.0%}}
-#   of prompt tokens came from the cache with a large pool, {{run:prefix.hit_rate_smallest:.0%}} with the smallest;
-#   the logits equal a cold run within the FP32 tolerance.
-# * **Speculative decoding changes how many times the target is called, not what it says.** With a draft that
-#   agreed {{run:spec.agreement:.0%}} of the time, $k = 1$ gave {{run:spec.tokens_k1:.2f}} tokens per target call and
-#   $k = {{run:spec.kmax}}$ gave {{run:spec.tokens_kmax:.2f}}; the tokens were the target's own. Forgetting to crop the
-#   target's cache after a rejection silently changes the text.
-# * **Attention over a long cache can be split and merged exactly**, as long as each split reports its maximum
-#   and its sum and the merge rescales by $e^{m_s - M}$; a fully masked split must weigh 0, not NaN.
-# * **A decode step is memory-bound.** At batch 1 every model here does {{run:cost.min_intensity_b1:.1f}} to
-#   {{run:cost.max_intensity_b1:.1f}} FLOP per byte read, while this CPU
-#   needs {{run:roofline.ridge:.1f}} and an H100 {{run:roofline.gpu_ridge:.0f}} to be busy. Measured here, a batch-1 product
-#   streamed its weights at {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth while using
-#   {{run:roofline.b1_peak_share:.0%}} of the arithmetic peak. Batching shares the weights'
-#   bytes but never the cache's; GQA, MLA and quantization shrink the cache's bytes, and speculative decoding
-#   gets several tokens for one read of the weights.
-# * **Every mechanism here is a place for a silent bug**: a hash without its prefix, a shared partial block,
-#   an evicted block still in use, a missing crop, a merge without rescaling. Each gives plausible numbers, and
-#   only a comparison with the plain computation catches it.
-
-# %% [markdown] lang="zh"
-# ## 14. 要点
-#
-# * **缓存之所以能共享，是因为某个位置上的 K/V 只取决于它的前缀**。前缀缓存用一条块哈希链查找共享的前缀（每个物理块的哈希覆盖它的整个前缀），只共享填满的物理块，记录引用计数，并按 LRU 顺序淘汰没有被引用的物理块。在我们的请求流上，池很大时有 {{run:prefix.hit_rate_largest:.0%}} 的提示 token 来自缓存，池最小时为 {{run:prefix.hit_rate_smallest:.0%}}；logits 在 FP32 容差内与冷启动一致。
-# * **投机解码改变的是目标模型被调用的次数，而不是它说出的内容**。草稿模型与目标模型的一致率为 {{run:spec.agreement:.0%}} 时，$k = 1$ 每次目标模型调用得到 {{run:spec.tokens_k1:.2f}} 个 token，$k = {{run:spec.kmax}}$ 时得到 {{run:spec.tokens_kmax:.2f}} 个；这些 token 都是目标模型自己的。拒绝草稿之后忘了截短目标模型的缓存，会悄无声息地改变生成的文本。
-# * **对长缓存的注意力可以分段计算、再精确合并**，只要每一段都报告自己的最大值和指数和，合并时按 $e^{m_s - M}$ 重新缩放；完全被遮住的一段权重必须为 0，而不是 NaN。
-# * **解码步受限于内存带宽**。batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算，而这台 CPU 要 {{run:roofline.ridge:.1f}} 次、H100 要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来。在本机实测，batch 为 1 的矩阵乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}，而只用了运算峰值的 {{run:roofline.b1_peak_share:.0%}}。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节，投机解码则读一遍权重就得到好几个 token。
-# * **这里的每种机制都可能藏着悄无声息的错误**：不含前缀的块哈希、共享未填满的物理块、仍在使用就被淘汰的物理块、忘了截短缓存、合并时不做重新缩放。它们给出的数字都似是而非，只有与最直接的计算方式比较才能把它们查出来。
-
-# %% [markdown] lang="en"
-# *The numbers in the text.* Every number this notebook's text quotes from the run comes from the dict below:
-# when the notebook is built, its text is filled in from this cell's output, so the prose and the run cannot
-# disagree.
-
-# %% [markdown] lang="zh"
-# *正文中的数字*：本笔记本正文引用的每个运行结果都来自下面这个字典：构建笔记本时，正文就是用这个单元格的输出填写的，所以正文与运行结果不会不一致。
-
 # %% tags=["prose-values"]
 {"prefix": {
     "requests": STREAM_REQUESTS, "smallest_pool": SWEEP[0]["blocks"], "hits_largest": SWEEP[-1]["requests_with_hit"],
@@ -199,7 +193,9 @@ say(en=f"The weight part of Llama 3.1 8B reaches the H100 ridge at batch {ridge_
           "draft_share": DRAFT_PARAMS / N_PARAMS, "outside_share": DRAFT_OUTSIDE_BLOCKS / N_PARAMS, "positions": cfg.max_positions},
  "splitk": {"keys": SPLIT_KEYS, "padding": SPLIT_PADDING, "prompt": SPLIT_PROMPT,
             "max_err_fp32": max(r["fp32"]["max_abs_err"] for r in SPLIT_K), "max_err_fp64": max(r["fp64"]["max_abs_err"] for r in SPLIT_K),
-            "control_err_s2": SPLIT_K_CONTROL[1]["fp32"]["max_abs_err"]},
+            "control_err_s2": SPLIT_K_CONTROL[1]["fp32"]["max_abs_err"],
+            "control_err_min": min(c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 2),
+            "control_err_max": max(c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 2)},
  "cost": {"context": COST_CONTEXT, "our_parameters": parameters(OURS)["total"],
           "min_intensity_b1": min(COSTS[s.name][1]["intensity"] for s in SHAPES),
           "max_intensity_b1": max(COSTS[s.name][1]["intensity"] for s in SHAPES),
@@ -214,5 +210,7 @@ say(en=f"The weight part of Llama 3.1 8B reaches the H100 ridge at batch {ridge_
               "b1_bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "b1_peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK,
               "gflops_bmax": WEIGHT_SWEEP[-1]["gflops"], "amortization": weight_ms[0] / weight_ms[-1],
               "cache_ms_first": cache_ms[0], "cache_ms_last": cache_ms[-1], "cache_batch_max": CACHE_SWEEP[-1]["batch"],
+              "cache_bandwidth_share": CACHE_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "cache_peak_share": CACHE_SWEEP[0]["gflops"] * 1e9 / PEAK,
+              "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
               "gpu_peak_tflops": GPU_PEAK / 1e12, "gpu_bandwidth_tbs": GPU_BANDWIDTH / 1e12, "gpu_ridge": GPU_RIDGE},
  "exercise": {"llama_limit": llama_limit}}

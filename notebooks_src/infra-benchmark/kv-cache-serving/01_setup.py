@@ -22,7 +22,7 @@
 # padding and the static cache · 12 takeaways and exercises.
 
 # %% [markdown] lang="zh"
-# 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})只证明了一种情形：一条序列，或者一个各序列等长的 batch，缓存用 `torch.cat` 逐步增长。推理服务面对的情形与此不同。各个请求的提示（prompt）长短不一，结束得有早有晚，而且要共用一块总量固定的内存。推理服务系统靠三种机制应对这些问题。本笔记本把这三种机制逐一实现出来，并像第一份笔记本检查缓存那样逐一检查：
+# 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})只证明了一种情形：一条序列，或者一个各序列等长的 batch，缓存用 `torch.cat` 逐步增长。推理服务面对的情形与此不同。各个请求的提示（prompt）长短不一，结束得有早有晚，而且要共用总量固定的内存。推理服务系统靠三种机制应对这些问题。本笔记本把这三种机制逐一实现出来，并像第一份笔记本检查缓存那样逐一检查：
 #
 # * **填充**：长度不同的序列放进同一个 batch，每行有自己的位置和填充掩码；
 # * **预分配缓存**（也称静态缓存）：每层一个缓冲区，原地写入，从不重新分配；
@@ -60,6 +60,7 @@ OUTPUT_DIR = "."
 import copy
 import json
 import math
+import os
 import platform
 import random
 import sys
@@ -74,3 +75,4 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile

@@ -10,11 +10,6 @@
 # 再加两个建立在 `close` 和 `max_abs_err` 之上的小工具。`compare` 是下面各项检查比较 logits 时共用的函数：它接收两组 logits（每条序列一个 `[位置数, 词表大小]` 的张量），给出最大绝对误差（只要出现 NaN 就是 NaN，普通的 `max()` 会把 NaN 跳过）、两者是否在该精度的容差内一致、是否逐比特相同，以及所有 logits 是否都是有限值。两组空列表视为相等，误差为 0。`finite_or_none` 把这样的误差整理成可以写进 `results.json` 的值：严格的 JSON 没有 NaN，所以 NaN 写成 `null`。
 
 # %%
-import math
-
-import torch
-
-
 def compare(got: list, want: list) -> dict:
     errors = [max_abs_err(a, b) if a.shape == b.shape else math.inf for a, b in zip(got, want, strict=True)]
     return {"max_abs_logit_err": float(torch.tensor([0.0, *errors]).max()),

@@ -3,8 +3,8 @@
 # with `T_max = 12 + 20 = 32`, exactly what the run needs, and once more in FP32 with one slot to spare
 # (`T_max = 33`):
 #
-# 1. the logits equal those of the `torch.cat` store within the tolerance of their dtype (`1e-5` in FP32,
-#    `1e-10` in FP64), and the greedy tokens are the same. Both stores hand the same values to the same
+# 1. the logits equal those of the `torch.cat` store within the tolerance of their dtype ($10^{-5}$ in FP32,
+#    $10^{-10}$ in FP64), and the greedy tokens are the same. Both stores hand the same values to the same
 #    operations; only the memory layout of K and V differs. The static store passes a view of its buffer,
 #    whose heads lie `T_max` slots apart in memory; the `torch.cat` store passes a compact tensor (in the
 #    prefill, a transposed view of the projection). A matrix-multiply kernel may choose its blocking and
@@ -21,7 +21,7 @@
 # %% [markdown] lang="zh"
 # **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max = 12 + 20 = 32`，恰好是这次运行所需的长度；另外在 FP32 下再用一个多出一个槽位的存储对象（`T_max = 33`）运行一遍：
 #
-# 1. logits 与 `torch.cat` 存储对象的结果在该精度的容差内一致（FP32 为 `1e-5`，FP64 为 `1e-10`），贪心生成的 token 也相同。两种存储对象把相同的值交给相同的运算，区别只在 K 和 V 的内存布局：静态存储对象交出的是缓冲区的视图，各头在内存中相隔 `T_max` 个槽位；`torch.cat` 存储对象交出的是紧凑的张量（预填充时是投影结果转置后的视图）。矩阵乘法算子可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上，两者的舍入结果在最后几个比特上会有差别。有没有差别取决于机器，而不是代码的性质。因此我们不断言逐比特相同，表中只列出本次运行是否恰好逐比特相同；
+# 1. logits 与 `torch.cat` 存储对象的结果在该精度的容差内一致（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$），贪心生成的 token 也相同。两种存储对象把相同的值交给相同的运算，区别只在 K 和 V 的内存布局：静态存储对象交出的是缓冲区的视图，各头在内存中相隔 `T_max` 个槽位；`torch.cat` 存储对象交出的是紧凑的张量（预填充时是投影结果转置后的视图）。矩阵乘法内核可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上，两者的舍入结果在最后几个比特上会有差别。有没有差别取决于机器，而不是代码的性质。因此我们不断言逐比特相同，表中只列出本次运行是否恰好逐比特相同；
 # 2. 在全部 21 次调用中，缓冲区的 `data_ptr()` 始终不变（上面的 `torch.cat` 存储对象就是反例：它的地址每次调用都会改变）；
 # 3. 未使用的槽位在写入之前一直是 NaN，但它们从未进入 logits：所有 logits 都是有限值，第二个存储对象那个空余的槽位到运行结束时仍然是 NaN；
 # 4. 容量恰好够用：32 个位置正好填满缓冲区的最后一个槽位；再多一个 token，就在写入任何内容之前抛出上面所说的 `ValueError`。
@@ -62,11 +62,12 @@ assert all(r["close"] and r["tokens_identical"] and r["pointers_fixed"] and r["c
            and r["finite"] and r["unused_slots_nan"] and r["length"] == T_MAX for r in STATIC.values())
 
 # %% [markdown] lang="en"
-# One token past `T_max`: a full buffer must refuse the 22nd decode step itself, with its own error, and
-# keep what it holds.
+# One token past `T_max`: the prefill writes 12 positions and 20 decode steps fill the buffer to its last
+# slot, so a 21st decode step (the 22nd call) does not fit. The full buffer must refuse it itself, with its
+# own error, and keep what it holds.
 
 # %% [markdown] lang="zh"
-# 超出 `T_max` 一个 token：已经写满的缓冲区必须由存储对象自己拒绝第 22 个解码步，抛出它自己的错误，并保留已有的内容。
+# 超出 `T_max` 一个 token：预填充写入 12 个位置，20 个解码步正好把缓冲区写到最后一个槽位，所以第 21 个解码步（即第 22 次调用）放不下。已经写满的缓冲区必须由存储对象自己拒绝这一步，抛出它自己的错误，并保留已有的内容。
 
 # %%
 overflow_store = StaticStore(cfg, len(PROMPTS), T_MAX)

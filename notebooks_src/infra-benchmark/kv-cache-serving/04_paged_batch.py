@@ -9,7 +9,7 @@
 class ContiguousCache:
     def __init__(self, config):
         # [en] sequence -> [(K, V) per layer], and its length
-        # [zh] 序列 -> [每层的 (K, V)]，以及它的长度
+        # [zh] 序列 → [每层的 (K, V)]，以及它的长度
         self.layers, self.tables, self.lengths = config.layers, {}, {}
 
     def add(self, seq):
@@ -98,7 +98,7 @@ class SeqBatchStore:
 # contiguous cache is the counterexample: its tensors move at every call).
 
 # %% [markdown] lang="zh"
-# **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。与同样调用下的连续缓存相比，logits 必须**逐比特相同**，从物理块中读回的每一层 K 和 V 也必须逐比特相同。这里的逐比特相同在任何机器上都成立：收集只是复制数值，而 `SeqBatchStore` 把两种缓存的 K/V 复制进同一种新建的张量，所以注意力收到的数值相同、内存布局相同，执行的运算也完全一样。与第 5 节的 `torch.cat` 存储对象相比，logits 则要求在该精度的容差内一致：那个存储对象以另一种内存布局把 K/V 交给注意力（预填充时是投影结果转置后的视图），矩阵乘法算子可能以另一种顺序求和。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
+# **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。与同样调用下的连续缓存相比，logits 必须**逐比特相同**，从物理块中读回的每一层 K 和 V 也必须逐比特相同。这里的逐比特相同在任何机器上都成立：收集只是复制数值，而 `SeqBatchStore` 把两种缓存的 K/V 复制进同一种新建的张量，所以注意力收到的数值相同、内存布局相同，执行的运算也完全一样。与第 5 节的 `torch.cat` 存储对象相比，logits 则要求在该精度的容差内一致：那个存储对象以另一种内存布局把 K/V 交给注意力（预填充时是投影结果转置后的视图），矩阵乘法内核可能以另一种顺序求和。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
 
 # %%
 # [en] Small, so that sequences span many blocks.
@@ -158,10 +158,10 @@ say_table([[name, f"`{r['bit_exact_vs_contiguous'] and r['kv_bit_exact_vs_contig
             f"`{r['contiguous_fixed']}`"] for name, r in PAGED.items()],
           en=["dtype", "bit-exact vs contiguous (logits, K/V)", "max abs logit error vs `torch.cat`",
               "within tolerance of `torch.cat`, same tokens", "bit-exact vs `torch.cat` on this run", "pool `data_ptr()` fixed",
-              "contiguous cache's fixed"],
+              "contiguous cache's `data_ptr()` fixed"],
           zh=["精度", "与连续缓存逐比特相同（logits、K/V）", "与 `torch.cat` 相比 logits 的最大绝对误差",
               "在 `torch.cat` 结果的容差之内且 token 相同", "本次运行与 `torch.cat` 逐比特相同", "池的 `data_ptr()` 不变",
-              "连续缓存的不变"])
+              "连续缓存的 `data_ptr()` 不变"])
 assert all(r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and r["close_vs_cat"] and r["tokens_identical"]
            and r["pool_fixed"] and not r["contiguous_fixed"]
            and [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]] for r in PAGED.values())
@@ -182,7 +182,7 @@ assert all(r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and 
 BOUNDARY_CHUNKS = [3, 4, 1, 4, 9, 2, 1]
 BOUNDARY_IDS = torch.randint(0, cfg.vocab, (1, sum(BOUNDARY_CHUNKS)), generator=torch.Generator().manual_seed(SEED + 8))
 chunk_starts = np.cumsum([0] + BOUNDARY_CHUNKS[:-1]).tolist()
-say_table([[str(n), f"{start}-{start + n - 1}" if n > 1 else str(start), ", ".join(str(b) for b in range(start // BLOCK_SIZE, (start + n - 1) // BLOCK_SIZE + 1))]
+say_table([[str(n), f"{start}\N{EN DASH}{start + n - 1}" if n > 1 else str(start), ", ".join(str(b) for b in range(start // BLOCK_SIZE, (start + n - 1) // BLOCK_SIZE + 1))]
            for n, start in zip(BOUNDARY_CHUNKS, chunk_starts)],
           en=["chunk length", "positions", "logical blocks written"], zh=["分块长度", "位置", "写入的逻辑块"])
 

@@ -6,25 +6,19 @@
 # back, so its K/V is never stored), rounded up to whole blocks.
 
 # %% [markdown] lang="zh"
-# **请求**：`Request` 带着它的提示、要生成的 token 数，以及它到达的循环轮次；它收集自己生成的 token 和选出每个 token 的 logits，并记下它被接纳和完成的轮次。`blocks_needed` 是一个请求最多会持有的物理块数：提示长度加输出长度再减一（最后生成的 token 不会再送回模型，所以它的 K/V 从不存储），再向上取整到整数个物理块。
+# **请求**：`Request` 带着它的提示、要生成的 token 数，以及它在循环的第几次迭代到达；它收集自己生成的 token 和选出每个 token 的 logits，并记下它在第几次迭代被接纳、第几次迭代完成。`blocks_needed` 是一个请求最多会持有的物理块数：提示长度加输出长度再减一（最后生成的 token 不会再送回模型，所以它的 K/V 从不存储），再向上取整到整数个物理块。
 
 # %%
-import math
-from dataclasses import dataclass, field
-
-import torch
-
-
 @dataclass
 class Request:
     rid: int
     prompt: torch.Tensor
     # [en] Tokens to generate, and the loop iteration the request arrives at.
-    # [zh] 要生成的 token 数，以及请求到达的循环轮次。
+    # [zh] 要生成的 token 数，以及请求到达时循环的迭代序号。
     max_new: int
     arrival: int = 0
     # [en] Generated tokens, the logits that chose them, and the iterations of admission and finish.
-    # [zh] 生成的 token、选出它们的 logits，以及接纳和完成的轮次。
+    # [zh] 生成的 token、选出它们的 logits，以及接纳和完成时的迭代序号。
     tokens: list = field(default_factory=list)
     logits: list = field(default_factory=list)
     admitted: int = -1

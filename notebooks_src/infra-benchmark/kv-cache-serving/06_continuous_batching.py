@@ -18,23 +18,21 @@
 # the alone run within the FP32 tolerance. We also check the bookkeeping, at each iteration's peak
 # (after its decode step, before finished requests leave): no request holds more blocks than were
 # reserved for it, the blocks actually in use never exceed the reservations, and every block is back in
-# the pool at the end. And, as in section 6, the scheduler: never more than {{run:stream.max_batch}}
-# requests running, admissions first come first served, none before its arrival, and the first request
-# in line waits only while it has not arrived, the batch is full, or its blocks do not fit.
+# the pool at the end. The scheduler's promises come after the figure.
 
 # %% [markdown] lang="zh"
 # ## 8. 一个小小的连续批处理循环
 #
-# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每一轮都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：{{run:stream.requests}} 个请求（提示 {{run:stream.prompt_min}} 到 {{run:stream.prompt_max}} 个 token，输出 {{run:stream.output_min}} 到 {{run:stream.output_max}} 个 token，在开头若干轮内陆续到达）；池中有 {{run:stream.blocks}} 个物理块，每个物理块 {{run:stream.block_size}} 个位置；同时最多运行 {{run:stream.max_batch}} 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
+# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每次迭代都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：{{run:stream.requests}} 个请求（提示 {{run:stream.prompt_min}} 到 {{run:stream.prompt_max}} 个 token，输出 {{run:stream.output_min}} 到 {{run:stream.output_max}} 个 token，在开头若干次迭代内陆续到达）；池中有 {{run:stream.blocks}} 个物理块，每个物理块 {{run:stream.block_size}} 个位置；同时最多运行 {{run:stream.max_batch}} 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
 #
-# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每一轮的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。与第 6 节一样，调度器也要检查：同时运行的请求从不超过 {{run:stream.max_batch}} 个；按先来先服务的顺序接纳；没有请求在到达之前被接纳；排在最前面的请求只有在尚未到达、batch 已满，或者它的物理块放不下时才等待。
+# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每次迭代的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。调度器的承诺放在图之后核查。
 
 # %%
 STREAM_REQUESTS, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH = 24, 40, 8, 8
 STREAM_PROMPTS, STREAM_OUTPUTS = (4, 48), (4, 40)
 rng_stream = np.random.default_rng(SEED + 5)
 # [en] (prompt tokens, output tokens, arrival iteration) per request
-# [zh] 每个请求的（提示 token 数，输出 token 数，到达轮次）
+# [zh] 每个请求的（提示 token 数，输出 token 数，到达时的迭代）
 STREAM_SPECS = list(zip(rng_stream.integers(STREAM_PROMPTS[0], STREAM_PROMPTS[1] + 1, STREAM_REQUESTS).tolist(),
                         rng_stream.integers(STREAM_OUTPUTS[0], STREAM_OUTPUTS[1] + 1, STREAM_REQUESTS).tolist(),
                         np.cumsum(rng_stream.integers(0, 3, STREAM_REQUESTS)).tolist()))
@@ -67,30 +65,23 @@ CONTINUOUS = {
     "used_within_reserved": all(t["blocks_used"] <= t["blocks_reserved"] <= STREAM_BLOCKS and t["within_reservation"] for t in TRACE),
     "all_returned": stream_cache.pool.used() == 0,
     "waited": sum(r.admitted > r.arrival for r in stream_requests),
-    "schedule": check_schedule(stream_requests, TRACE, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH),
 }
 say(en=(f"{STREAM_REQUESTS} requests in {CONTINUOUS['iterations']} iterations, {CONTINUOUS['decode_steps']} of them with a decode step; "
         f"{CONTINUOUS['tokens_per_decode_step']:.2f} tokens per decode step on average (at most {CONTINUOUS['max_running']} requests at once); "
         f"{CONTINUOUS['waited']} requests waited after their arrival. Tokens identical to the alone runs: `{CONTINUOUS['tokens_as_alone']}`; "
-        f"max abs logit error {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}."),
-    zh=(f"{STREAM_REQUESTS} 个请求在 {CONTINUOUS['iterations']} 轮内全部完成，其中 {CONTINUOUS['decode_steps']} 轮有解码步；"
+        f"max abs logit error {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}. Peak blocks in use {CONTINUOUS['peak_blocks_used']} "
+        f"of {STREAM_BLOCKS}; within the reservations at every peak: `{CONTINUOUS['used_within_reserved']}`; all blocks back: "
+        f"`{CONTINUOUS['all_returned']}`."),
+    zh=(f"{STREAM_REQUESTS} 个请求在 {CONTINUOUS['iterations']} 次迭代内全部完成，其中 {CONTINUOUS['decode_steps']} 次迭代有解码步；"
         f"平均每个解码步生成 {CONTINUOUS['tokens_per_decode_step']:.2f} 个 token（同时最多 {CONTINUOUS['max_running']} 个请求）；"
         f"有 {CONTINUOUS['waited']} 个请求在到达之后等待过。token 与单独运行时完全相同：`{CONTINUOUS['tokens_as_alone']}`；"
-        f"logits 的最大绝对误差为 {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}。"))
-assert CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
-say(en=f"Peak blocks in use {CONTINUOUS['peak_blocks_used']} of {STREAM_BLOCKS}; within the reservations at every peak: "
-       f"`{CONTINUOUS['used_within_reserved']}`; all blocks back: `{CONTINUOUS['all_returned']}`. The first request in line waited "
-       f"{CONTINUOUS['schedule']['head_waited_for']['blocks']} iterations for blocks, {CONTINUOUS['schedule']['head_waited_for']['batch']} "
-       f"for a place in the batch, {CONTINUOUS['schedule']['head_waited_for']['nothing']} for no reason.",
-    zh=f"使用中的物理块峰值为 {CONTINUOUS['peak_blocks_used']} 个（共 {STREAM_BLOCKS} 个）；每一轮的峰值都在预留量之内："
-       f"`{CONTINUOUS['used_within_reserved']}`；全部物理块都已归还：`{CONTINUOUS['all_returned']}`。排在最前面的请求因物理块不够等待了 "
-       f"{CONTINUOUS['schedule']['head_waited_for']['blocks']} 轮，因 batch 已满等待了 {CONTINUOUS['schedule']['head_waited_for']['batch']} 轮，"
-       f"没有理由的等待为 {CONTINUOUS['schedule']['head_waited_for']['nothing']} 轮。")
-assert CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"]
-# [en] The promises kept; here the blocks, not the batch size, made requests wait; and batching happened.
-# [zh] 承诺都已兑现；在这里，让请求等待的是物理块，而不是 batch 的大小；而且确实发生了批处理。
-head_waited_for = CONTINUOUS["schedule"]["head_waited_for"]
-assert schedule_kept(CONTINUOUS["schedule"]) and head_waited_for["blocks"] > 0 and head_waited_for["batch"] == 0 and CONTINUOUS["tokens_per_decode_step"] > 1
+        f"logits 的最大绝对误差为 {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}。使用中的物理块峰值为 {CONTINUOUS['peak_blocks_used']} 个"
+        f"（共 {STREAM_BLOCKS} 个）；每次迭代的峰值都在预留量之内：`{CONTINUOUS['used_within_reserved']}`；"
+        f"全部物理块都已归还：`{CONTINUOUS['all_returned']}`。"))
+# [en] The tokens and logits of the alone runs, the bookkeeping, and batching really happened.
+# [zh] token 和 logits 与单独运行一致，记账无误，而且确实发生了批处理。
+assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
+        and CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"] and CONTINUOUS["tokens_per_decode_step"] > 1)
 
 # %% tags=["prose-values"]
 {"stream": {"requests": STREAM_REQUESTS, "blocks": STREAM_BLOCKS, "block_size": STREAM_BLOCK_SIZE, "max_batch": STREAM_MAX_BATCH,
@@ -108,7 +99,7 @@ assert schedule_kept(CONTINUOUS["schedule"]) and head_waited_for["blocks"] > 0 a
 # worst-case admission rule: blocks reserved for tokens not generated yet.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行，横轴是循环轮次：灰色虚线表示请求到达之后的等待；深蓝色标记表示它被接纳、其提示单独预填充的那一轮；橙色条表示它参与批量解码步的各轮，一直到它完成的那一轮。每一轮都有好几根橙色条重叠在一起：这就是 batch。下半部分跟踪每一轮峰值时刻池的状态：使用中的物理块（实线）、调度器预留的物理块（虚线）、池的大小（灰线），以及正在运行的请求数（绿色，右侧纵轴）。两条物理块曲线之间的差距，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；深蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。下半部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks in use 是使用中的物理块（实线），blocks reserved (worst case) 是调度器按最坏情况预留的物理块（虚线），pool 是池的大小（灰线，括号里是物理块数和每个物理块的位置数）；running requests 是正在运行的请求数（绿色，右侧纵轴）。两条物理块曲线之间的差距，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。
 
 # %%
 fig, (ax_time, ax_pool) = plt.subplots(2, 1, figsize=(7.5, 6.4), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
@@ -137,12 +128,67 @@ fig.savefig(SERVING_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
+# **The scheduler's promises.** No logit can tell whether the scheduler kept its promises: a request's
+# logits are the same whenever it runs. So `check_schedule` reads them from the trace of a run, one
+# verdict each: never more than `max_batch` requests running (`cap_respected`); admissions in arrival
+# order (`first_come_first_served`); none before its arrival (`none_before_arrival`); and no needless wait
+# (`no_needless_wait`). For the last one it looks, at every iteration after admission, at the first request
+# still waiting, and asks why it waits: it has not arrived (`arrival`), the batch is full (`batch`), or its
+# blocks do not fit beside the running requests' reservations (`blocks`). `head_waited_for` counts the
+# iterations for each reason; a wait for none of them counts as `nothing`, and must never happen. The table
+# audits both runs of the loop: the six requests of section 6, where the cap of three running requests made
+# the first in line wait, and the stream above, where the blocks did.
+
+# %% [markdown] lang="zh"
+# **调度器的承诺**：调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，每项给出一个结论：同时运行的请求从不超过 `max_batch` 个（`cap_respected`）；按到达顺序接纳（`first_come_first_served`，先来先服务）；没有请求在到达之前被接纳（`none_before_arrival`）；没有无故的等待（`no_needless_wait`）。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：第 6 节的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。
+
+# %%
+def check_schedule(requests, trace, num_blocks, block_size, max_batch) -> dict:
+    queue = sorted(requests, key=lambda request: (request.arrival, request.rid))
+    order = [rid for t in trace for rid in t["admitted"]]
+    head_waited_for = {"arrival": 0, "batch": 0, "blocks": 0, "nothing": 0}
+    for t in trace:
+        waiting = [r for r in queue if r.admitted > t["iteration"]]
+        if waiting:
+            head = waiting[0]
+            reason = ("arrival" if head.arrival > t["iteration"] else "batch" if len(t["running"]) >= max_batch
+                      else "blocks" if t["blocks_reserved"] + blocks_needed(head, block_size) > num_blocks else "nothing")
+            head_waited_for[reason] += 1
+    schedule = {"max_running": max(len(t["running"]) for t in trace),
+                "cap_respected": all(len(t["running"]) <= max_batch for t in trace),
+                "admission_order": order,
+                "first_come_first_served": order == [r.rid for r in queue],
+                "none_before_arrival": all(r.arrival <= r.admitted for r in requests),
+                "head_waited_for": head_waited_for,
+                "no_needless_wait": head_waited_for["nothing"] == 0}
+    return schedule | {"kept": all(schedule[k] for k in ("cap_respected", "first_come_first_served", "none_before_arrival",
+                                                             "no_needless_wait"))}
+
+
+SCHEDULES = {"six": check_schedule(REUSE["served"], REUSE["trace"], REUSE_BLOCKS, BLOCK_SIZE, max_batch=3),
+             "stream": check_schedule(stream_requests, TRACE, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH)}
+PROMISES = ("cap_respected", "first_come_first_served", "none_before_arrival", "no_needless_wait", "head_waited_for")
+say_table([[f"`{key}`", *(f"`{SCHEDULES[run][key]}`" for run in SCHEDULES)] for key in PROMISES],
+          en=["promise", "section 6: 6 requests, at most 3 running", f"this section: {STREAM_REQUESTS} requests, at most {STREAM_MAX_BATCH}"],
+          zh=["承诺", "第 6 节：6 个请求，同时最多 3 个", f"本节：{STREAM_REQUESTS} 个请求，同时最多 {STREAM_MAX_BATCH} 个"])
+# [en] Every promise kept in both runs, and both limits really in force: three requests at once and a wait for a place in the
+# [en] batch in section 6, waits for blocks (never for the batch) in the stream.
+# [zh] 两次运行都兑现了每一项承诺，而且两种限制都确实起了作用：第 6 节中曾有三个请求同时运行，也有请求等待过 batch 中的空位；
+# [zh] 请求流中有请求等待过物理块（从未因 batch 已满而等待）。
+six, stream = SCHEDULES["six"], SCHEDULES["stream"]
+assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head_waited_for"]["batch"] > 0
+        and stream["head_waited_for"]["blocks"] > 0 and stream["head_waited_for"]["batch"] == 0)
+
+# %% [markdown] lang="en"
 # On this run the loop produced {{run:continuous.tokens_per_decode_step:.2f}} tokens per decode step on
 # average, where one request at a time would produce exactly 1. That is the number that matters to a
 # server: on a GPU, a decode step reads every weight and the whole cache to do little arithmetic, so it is
-# bound by memory bandwidth, and a batch of a few sequences costs little more than one sequence, since the
-# weights are read once for all of them. This CPU toy does not measure that; it checks that batching
-# changes nothing in the tokens.
+# bound by memory bandwidth. The weights are read once for the whole batch, but each sequence's K/V is still
+# read for that sequence alone. So a batch of a few sequences costs little more than one sequence only while
+# the weights make up most of the bytes a step reads; with long contexts and large batches the caches
+# outweigh the weights, and the step grows with the batch (the
+# [reuse notebook]({{colab:infra-benchmark/kv-cache-reuse}}) counts both parts for published models). This CPU
+# toy does not measure that; it checks that batching changes nothing in the tokens.
 #
 # **What this toy does not model.**
 #
@@ -155,11 +201,11 @@ plt.show()
 # * Nor does it model sampling, stop tokens, priorities or fairness, or the cost of Python in the loop.
 
 # %% [markdown] lang="zh"
-# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个。对推理服务来说，这才是关键的数字。在 GPU 上，一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；几条序列组成的 batch 只比单条序列稍贵一点，因为权重只需为它们读取一次。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
+# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个。对推理服务来说，这才是关键的数字。在 GPU 上，一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽。权重只需为整个 batch 读取一次，但每条序列的 K/V 仍要为这条序列单独读取。所以，只有当权重占一步读取的字节的大头时，几条序列组成的 batch 开销才只比单条序列略高；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
 #
 # **这个小例子没有模拟的东西**：
 #
-# * GPU 算子：vLLM 的分页注意力在注意力算子内部直接从物理块读取 K/V，而我们先把它们收集成一个填充过的张量。
+# * GPU 内核：vLLM 的分页注意力在注意力内核内部直接从物理块读取 K/V，而我们先把它们收集成一个填充过的张量。
 # * 抢占：真实的调度器会乐观地接纳请求，物理块不够时再把某个请求换出或重算；我们按最坏情况预留，永远不会耗尽，代价是浪费物理块（图中两条曲线之间的差距）。
 # * 分块预填充与混合 batch：真实系统会把长提示切成若干分块，与解码 token 放在同一步里计算；我们则让每个请求在一次单独的调用中完成预填充。
 # * 此外，它也没有模拟采样、停止 token、优先级与公平性，以及循环中 Python 的开销。

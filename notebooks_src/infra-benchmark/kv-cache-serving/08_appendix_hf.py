@@ -13,9 +13,11 @@
 #   ours, and the K and V in its buffers, at the real slots, must equal those in our static buffers.
 #
 # First, the difference section 5 described: `StaticCache` hands attention its whole buffer at every
-# step, not the valid prefix as our store does. A probe with room for 4 positions receives 2, then one
-# more through the cache's own `update`: what `update` returns must be all 4 slots, the unwritten one
-# included, which the attention mask then hides.
+# step, not the valid prefix as our store does. A probe with room for 4 positions receives 2 from a
+# prefill, then one more through the cache's own `update`, a K/V filled with the marker value 7. The
+# buffer starts as zeros, so a slot that holds anything but zeros has been written: the cell lists, slot
+# by slot, what the first key holds and who wrote it. What `update` returns must be all 4 slots, the
+# unwritten one included, which the attention mask then hides.
 #
 # Like section 10 this needs `transformers` (written against 5.23.0); without it, or with a version
 # whose `StaticCache` differs, the cells say so in one sentence and do nothing else.
@@ -28,7 +30,7 @@
 # * **填充**：GPT-2 用 batch 的 `attention_mask` 和位置 `cumsum - 1`，对第 4 节填充后的 batch 做预填充和 20 步贪心生成；它在真实位置上的 logits 和生成的 token 都必须与我们的相同；
 # * **静态缓存**：同样的循环，改用 `T_max = 32` 的 `StaticCache`；logits 和 token 必须与我们的相同，而且它缓冲区里真实槽位上的 K 和 V，也必须与我们静态缓冲区里的相同。
 #
-# 先看第 5 节说过的那个区别：`StaticCache` 每一步都把整个缓冲区交给注意力，而不是像我们的存储对象那样只交出有效前缀。一个能容纳 4 个位置的探针先接收 2 个位置，再通过缓存自己的 `update` 接收 1 个：`update` 返回的必须是全部 4 个槽位，包括尚未写入的那一个，再由注意力掩码把它遮住。
+# 先看第 5 节说过的那个区别：`StaticCache` 每一步都把整个缓冲区交给注意力，而不是像我们的存储对象那样只交出有效前缀。一个能容纳 4 个位置的探针先通过预填充接收 2 个位置，再通过缓存自己的 `update` 接收 1 个位置，这个位置的 K/V 全部填成标记值 7。缓冲区一开始全是 0，所以凡是不全为 0 的槽位都已被写入：单元格逐个槽位列出第一个键的值以及是谁写入的。`update` 返回的必须是全部 4 个槽位，包括尚未写入的那一个，再由注意力掩码把它遮住。
 #
 # 与第 10 节一样，这里需要 `transformers`（按 5.23.0 版编写）。如果没有安装它，或者所装版本的 `StaticCache` 接口不同，下面的单元格只用一句话说明原因，不做别的事。
 
@@ -42,8 +44,8 @@ if HAVE_TRANSFORMERS:
         with torch.inference_mode():
             gpt2_64(input_ids=torch.zeros(1, 2, dtype=torch.long), past_key_values=probe, use_cache=True,
                     cache_position=torch.arange(2))
-            one_position = torch.zeros(1, cfg.heads, 1, cfg.head_dim, dtype=torch.float64)
-            returned_k, _ = probe.update(one_position, one_position, 0)
+            marker = torch.full((1, cfg.heads, 1, cfg.head_dim), 7.0, dtype=torch.float64)
+            returned_k, _ = probe.update(marker, marker, 0)
         if tuple(probe.layers[0].keys.shape) != (1, cfg.heads, 4, cfg.head_dim):
             raise ValueError(f"probe.layers[0].keys.shape == {tuple(probe.layers[0].keys.shape)}")
     except Exception as error:
@@ -52,11 +54,16 @@ if HAVE_TRANSFORMERS:
         HF_SKIP = {"reason": "static_cache_api", "error": f"{type(error).__name__}: {error}".strip().splitlines()[0]}
 
 if HF_SKIP is None:
-    say(en=f"transformers {transformers.__version__}: `StaticCache` ready. After 3 of its 4 positions were written, `update` "
-           f"returned keys of shape `{list(returned_k.shape)}`: the whole buffer.",
-        zh=f"transformers {transformers.__version__}：`StaticCache` 可用。4 个位置中写入 3 个之后，`update` 返回的 K 形状为 "
-           f"`{list(returned_k.shape)}`：整个缓冲区。")
-    assert returned_k.shape[-2] == 4
+    probe_keys = probe.layers[0].keys[0]                                  # [H, 4, Dh]
+    written = [bool(probe_keys[:, slot].ne(0).any()) for slot in range(4)]
+    writers = ["`gpt2_64(...)`", "`gpt2_64(...)`", "`probe.update(...)`", "-"]
+    say_table([[str(slot), f"{float(probe_keys[0, slot, 0]):.3f}", f"`{w}`", writer] for slot, (w, writer) in enumerate(zip(written, writers))],
+              en=["slot", "first key, first number", "written", "by"], zh=["槽位", "第一个键的第一个数", "已写入", "写入者"])
+    say(en=f"transformers {transformers.__version__}: after slots 0 and 1 (prefill) and 2 (`update`) were written, `update` returned "
+           f"keys of shape `{list(returned_k.shape)}`: the whole buffer, the unwritten slot 3 included.",
+        zh=f"transformers {transformers.__version__}：槽位 0、1（预填充）和 2（`update`）写入之后，`update` 返回的 K 形状为 "
+           f"`{list(returned_k.shape)}`：整个缓冲区，包括尚未写入的槽位 3。")
+    assert returned_k.shape[-2] == 4 and written == [True, True, True, False] and bool(probe_keys[:, 2].eq(7).all())
 elif HF_SKIP["reason"] == "transformers_missing":
     say(en="transformers is not installed: the appendix is skipped.", zh="未安装 transformers：跳过本附录。")
 else:
@@ -159,8 +166,6 @@ else:
 # 附录把自己的结果以 `peer` 为键加入 `results.json`，并以原子方式写回：先写入一个临时文件，再用 `os.replace` 把它替换为正式文件。
 
 # %%
-import os
-
 saved = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
 saved["peer"] = PEER
 temporary = RESULTS_JSON.with_suffix(".json.tmp")

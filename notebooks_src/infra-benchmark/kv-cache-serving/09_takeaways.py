@@ -7,7 +7,8 @@
 #   (largest FP32 logit error {{run:takeaways.padding_err:.1e}}), and what sits in a padding slot changes
 #   nothing, bit for bit.
 # * **A static cache** writes K/V in place into one buffer per layer that never moves. Its point is fixed
-#   shapes and addresses, which `torch.compile` and CUDA graphs need. In eager mode on this CPU the copy it
+#   addresses and shapes: a CUDA graph replays a step only if both stay fixed, and `torch.compile` needs
+#   fixed shapes so as not to compile the step again. In eager mode on this CPU the copy it
 #   saves was a small part of a step made of hundreds of small operators: at $P = {{run:step.prefix}}$ the
 #   copies of a `torch.cat` step took {{run:step.copies_p50_ms:.3f}} ms of its {{run:step.cat_p50_ms:.3f}} ms.
 # * **A paged cache** maps each sequence's logical blocks to physical blocks of a shared pool through a
@@ -27,11 +28,11 @@
 # %% [markdown] lang="zh"
 # ## 12. 要点与练习
 #
-# * **填充**让长度不同的序列进入同一个 batch。要在左边填充，从每行的注意力掩码推出位置（`cumsum - 1`），遮住的是填充位上的**键**而不是查询；一个键都看不到的查询要让它读取全部的键，否则 NaN 会经由 V 扩散开。这样每一行都等于它的提示单独运行的结果（FP32 下 logits 的最大绝对误差为 {{run:takeaways.padding_err:.1e}}），而填充位里放什么，逐比特地不产生任何影响。
-# * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区。它的意义在于固定的形状和地址，这正是 `torch.compile` 和 CUDA 图所需要的。在这台 CPU 上以 eager 模式运行时，它省下的复制在由几百个小算子组成的单步中只占很小一部分：$P = {{run:step.prefix}}$ 时，`torch.cat` 单步耗时 {{run:step.cat_p50_ms:.3f}} 毫秒，其中的复制只占 {{run:step.copies_p50_ms:.3f}} 毫秒。
+# * **填充**让长度不同的序列进入同一个 batch。要在左边填充，从每行的注意力掩码推出位置（`cumsum - 1`），遮住的是填充位上的**键**而不是查询；一个键都看不到的查询要让它读取全部的键，否则 NaN 会经由 V 扩散开。这样每一行都等于它的提示单独运行的结果（FP32 下 logits 的最大绝对误差为 {{run:takeaways.padding_err:.1e}}），而且无论填充位里放什么，结果都逐比特相同。
+# * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区。它的意义在于固定的地址和形状：CUDA 图只有在两者都不变时才能重放一个解码步，`torch.compile` 则需要形状不变，才不必重新编译。在这台 CPU 上以 eager 模式运行时，它省下的复制在由几百个小算子组成的解码步中只占很小一部分：$P = {{run:step.prefix}}$ 时，`torch.cat` 解码步耗时 {{run:step.cat_p50_ms:.3f}} 毫秒，其中的复制只占 {{run:step.copies_p50_ms:.3f}} 毫秒。
 # * **分页缓存**通过块表把每条序列的逻辑块映射到共享池中的物理块。读取只是收集，所以与连续缓存逐比特相同。物理块会归还到池中再被复用；带写时复制的 `fork` 让多条序列共享填满的物理块。
 # * **内存**：在模拟负载上，按最大长度预留浪费了 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存，按最终长度预留浪费了 {{run:memory.contiguous_final:.1f}}%，物理块大小为 16 的分页只浪费 {{run:memory.paged_16:.1f}}%；vLLM 论文测得 Orca 预留的内存中有 20.4% 到 38.2% 在使用，vLLM 为 96.3%。
-# * **连续批处理**在每一轮都接纳新请求、让完成的请求退出。这里它平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而每个请求生成的 token 都与它单独运行时相同。
+# * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。这里它平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而每个请求生成的 token 都与它单独运行时相同。
 # * **每项检查都能失败**：全部 {{run:takeaways.controls}} 个负对照都被查出。只有在按构造必然成立的地方（同样的输入上的同样的调用、收集和复制）才要求逐比特相同；其余一律在该精度的容差内比较。
 
 # %% tags=["prose-values"]
@@ -49,8 +50,8 @@
 #
 # <details><summary>Show the solution</summary>
 #
-# (a) Position 6 is in logical block 6 // 4 = 1, slot 6 % 4 = 2: physical block `b1`, address
-# `4 * b1 + 2`. (b) Two: the last block holds positions 8 and 9 and has room for 10 and 11; position 12
+# (a) Position 6 is in logical block $\lfloor 6 / 4 \rfloor = 1$, slot $6 \bmod 4 = 2$: physical block `b1`,
+# address `4 * b1 + 2`. (b) Two: the last block holds positions 8 and 9 and has room for 10 and 11; position 12
 # needs a fourth block. (c) Two, the free slots of the last block: never more than `block_size - 1`.
 #
 # </details>
@@ -62,7 +63,7 @@
 #
 # <details><summary>查看答案</summary>
 #
-# (a) 位置 6 在逻辑块 6 // 4 = 1 中，槽位为 6 % 4 = 2：即物理块 `b1`，地址为 `4 * b1 + 2`。(b) 两个：最后一个物理块存放位置 8 和 9，还能放下 10 和 11；位置 12 需要第四个物理块。(c) 两个，即最后一个物理块中空着的槽位：永远不会超过 `block_size - 1` 个。
+# (a) 位置 6 在逻辑块 $\lfloor 6 / 4 \rfloor = 1$ 中，槽位为 $6 \bmod 4 = 2$：即物理块 `b1`，地址为 `4 * b1 + 2`。(b) 两个：最后一个物理块存放位置 8 和 9，还能放下 10 和 11；位置 12 需要第四个物理块。(c) 两个，即最后一个物理块中空着的槽位：永远不会超过 `block_size - 1` 个。
 #
 # </details>
 
@@ -96,7 +97,8 @@ assert (position_6, unused_slots, room_without_new_block, free_before - len(exer
 # Before: 3 blocks (4 + 4 + 2 positions), each held by the three samples. `s1` finds the half-filled third
 # block shared (reference count 3) and copies it; `s2` finds it still shared (count 2) and copies it too;
 # `s3` is then its only holder and writes in place. After: the 2 full blocks, still shared by all three,
-# plus 3 third blocks, 5 in all. Three separate copies would need 3 × ⌈11 / 4⌉ = 9.
+# plus one third block for each sample, 5 in all. Three separate copies would need
+# $3 \cdot \lceil 11 / 4 \rceil = 9$.
 #
 # </details>
 
@@ -105,7 +107,7 @@ assert (position_6, unused_slots, room_without_new_block, free_before - len(exer
 #
 # <details><summary>查看答案</summary>
 #
-# 追加之前：3 个物理块（分别存放 4、4、2 个位置），每个都由三个样本共同持有。`s1` 发现半满的第三个物理块是共享的（引用计数为 3），于是复制它；`s2` 发现它仍是共享的（引用计数为 2），也复制了一份；这时 `s3` 成了它唯一的持有者，直接在原处写入。追加之后：两个填满的物理块仍由三个样本共享，再加上 3 个第三块，共 5 个。三份独立的副本则需要 3 × ⌈11 / 4⌉ = 9 个。
+# 追加之前：3 个物理块（分别存放 4、4、2 个位置），每个都由三个样本共同持有。`s1` 发现半满的第三个物理块是共享的（引用计数为 3），于是复制它；`s2` 发现它仍是共享的（引用计数为 2），也复制了一份；这时 `s3` 成了它唯一的持有者，直接在原处写入。追加之后：两个填满的物理块仍由三个样本共享，再加上每个样本各自的第三个物理块（共 3 个），总共 5 个。三份独立的副本则需要 $3 \cdot \lceil 11 / 4 \rceil = 9$ 个。
 #
 # </details>
 
@@ -121,45 +123,57 @@ in_use_before = sampling.pool.used()
 for sample in ("s1", "s2", "s3"):
     sampling.reserve(sample, 1)
 in_place = [sample for sample in ("s1", "s2", "s3") if sampling.tables[sample][-1] == prompt_last_block]
-say(en=f"Blocks in use: {in_use_before} before the appends, {sampling.pool.used()} after; written in place by {in_place}.",
-    zh=f"使用中的物理块：追加之前 {in_use_before} 个，追加之后 {sampling.pool.used()} 个；在原处写入的样本：{in_place}。")
-assert (in_use_before, sampling.pool.used(), in_place) == (3, 5, ["s3"]) and 3 * math.ceil(11 / 4) == 9
+# [en] Three separate copies: each sample reserves its own 10 + 1 positions.
+# [zh] 三份独立的副本：每个样本各自预留 10 + 1 个位置。
+separate = PagedCache(BlockPool(cfg, num_blocks=16, block_size=4, seed=SEED + 10))
+for sample in ("s1", "s2", "s3"):
+    separate.add(sample)
+    separate.reserve(sample, 11)
+say(en=f"Blocks in use: {in_use_before} before the appends, {sampling.pool.used()} after; written in place by {in_place}; "
+       f"three separate copies: {separate.pool.used()} blocks.",
+    zh=f"使用中的物理块：追加之前 {in_use_before} 个，追加之后 {sampling.pool.used()} 个；在原处写入的样本：{in_place}；"
+       f"三份独立的副本：{separate.pool.used()} 个物理块。")
+assert (in_use_before, sampling.pool.used(), in_place, separate.pool.used()) == (3, 5, ["s3"], 9)
 
 # %% [markdown] lang="en"
 # **3. A pool for a real model.** Llama 3.1 8B has 32 layers and 8 K/V heads of 128 dimensions, stored in
-# BF16 (2 bytes). (a) How many bytes of K/V does one token take (use `kv_bytes_per_token`), and one block
-# of 16 positions? (b) A server gives the pool 16 GiB. How many blocks is that? (c) Requests of 1,000
-# positions each (prompt plus output): how many fit at once if each reserves a contiguous region for the
-# model's 8,192-position context, and how many if each holds blocks of 16 positions?
+# BF16 (2 bytes), and a context of up to 131,072 positions. (a) How many bytes of K/V does one token take
+# (use `kv_bytes_per_token`), and one block of 16 positions? (b) A server gives the pool 16 GiB. How many
+# blocks is that? (c) Requests of 1,000 positions each (prompt plus output): how many fit at once if each
+# reserves a contiguous region for the model's full context? If the server caps the context at 8,192
+# positions (vLLM's `max_model_len`)? And if each request holds blocks of 16 positions?
 #
 # <details><summary>Show the solution</summary>
 #
 # (a) $2 \cdot 32 \cdot 8 \cdot 128 \cdot 2 = 131{,}072$ bytes (128 KiB) per token, 2 MiB per block.
-# (b) 16 GiB / 2 MiB = 8,192 blocks. (c) Contiguous: each request reserves 8,192 × 128 KiB = 1 GiB, so 16
-# requests fit. Paged: each request needs ⌈1000 / 16⌉ = 63 blocks, so 8,192 // 63 = 130 requests fit,
-# eight times as many.
+# (b) $16\ \text{GiB} / 2\ \text{MiB} = 8{,}192$ blocks. (c) Full context: each request reserves
+# $131{,}072 \cdot 128\ \text{KiB} = 16\ \text{GiB}$, the whole pool, so a single request fits. Capped at
+# 8,192 positions: $8{,}192 \cdot 128\ \text{KiB} = 1\ \text{GiB}$ each, so 16 requests fit. Paged: each
+# request needs $\lceil 1{,}000 / 16 \rceil = 63$ blocks, so $\lfloor 8{,}192 / 63 \rfloor = 130$ requests
+# fit, eight times as many as with the cap, and 130 times as many as with the full context.
 #
 # </details>
 
 # %% [markdown] lang="zh"
-# **3. 为真实模型配置的池**：Llama 3.1 8B 有 32 层，8 个 K/V 头，每头 128 维，以 BF16（2 字节）存储。(a) 一个 token 的 K/V 占多少字节（用 `kv_bytes_per_token` 计算）？一个含 16 个位置的物理块呢？(b) 服务器给池分配了 16 GiB，这是多少个物理块？(c) 每个请求共 1,000 个位置（提示加输出）：如果每个请求都按模型 8,192 个位置的上下文预留一段连续内存，同时能容纳多少个请求？如果改为分页、物理块大小为 16，又能容纳多少个？
+# **3. 为真实模型配置的池**：Llama 3.1 8B 有 32 层，8 个 K/V 头，每头 128 维，以 BF16（2 字节）存储，上下文最长 131,072 个位置。(a) 一个 token 的 K/V 占多少字节（用 `kv_bytes_per_token` 计算）？一个含 16 个位置的物理块呢？(b) 服务器给池分配了 16 GiB，这是多少个物理块？(c) 每个请求共 1,000 个位置（提示加输出）：如果每个请求都按模型的完整上下文预留一段连续内存，同时能容纳多少个请求？如果服务器把上下文限制在 8,192 个位置（vLLM 的 `max_model_len`）呢？如果改为分页、物理块大小为 16，又能容纳多少个？
 #
 # <details><summary>查看答案</summary>
 #
-# (a) 每个 token $2 \cdot 32 \cdot 8 \cdot 128 \cdot 2 = 131{,}072$ 字节（128 KiB），每个物理块 2 MiB。(b) 16 GiB / 2 MiB = 8,192 个物理块。(c) 连续分配：每个请求预留 8,192 × 128 KiB = 1 GiB，所以能容纳 16 个请求。分页：每个请求需要 ⌈1000 / 16⌉ = 63 个物理块，所以能容纳 8,192 // 63 = 130 个请求，是前者的八倍多。
+# (a) 每个 token $2 \cdot 32 \cdot 8 \cdot 128 \cdot 2 = 131{,}072$ 字节（128 KiB），每个物理块 2 MiB。(b) $16\ \text{GiB} / 2\ \text{MiB} = 8{,}192$ 个物理块。(c) 按完整上下文预留：每个请求预留 $131{,}072 \cdot 128\ \text{KiB} = 16\ \text{GiB}$，占满整个池，所以只能容纳 1 个请求。上下文限制在 8,192 个位置时：每个请求预留 $8{,}192 \cdot 128\ \text{KiB} = 1\ \text{GiB}$，能容纳 16 个请求。分页：每个请求需要 $\lceil 1{,}000 / 16 \rceil = 63$ 个物理块，所以能容纳 $\lfloor 8{,}192 / 63 \rfloor = 130$ 个请求，是限制上下文时的八倍多，是按完整上下文预留时的 130 倍。
 #
 # </details>
 
 # %%
-# [en] 32 layers, 8 K/V heads, 128 dimensions, 2 bytes (BF16).
-# [zh] 32 层，8 个 K/V 头，每头 128 维，每个元素 2 字节（BF16）。
+# [en] 32 layers, 8 K/V heads, 128 dimensions, 2 bytes (BF16); a context of 131,072 positions, or 8,192 if capped.
+# [zh] 32 层，8 个 K/V 头，每头 128 维，每个元素 2 字节（BF16）；上下文 131,072 个位置，限制后为 8,192 个。
 llama_token = kv_bytes_per_token(32, 8, 128, 2)
 llama_block = 16 * llama_token
 llama_blocks = 16 * 2**30 // llama_block
-contiguous_fit = 16 * 2**30 // (8192 * llama_token)
+full_context_fit = 16 * 2**30 // (131_072 * llama_token)
+capped_fit = 16 * 2**30 // (8192 * llama_token)
 paged_fit = llama_blocks // math.ceil(1000 / 16)
-say(en=f"{llama_token:,} bytes per token, {llama_block // 2**20} MiB per block, {llama_blocks:,} blocks; "
-       f"{contiguous_fit} requests fit contiguously, {paged_fit} paged.",
-    zh=f"每个 token {llama_token:,} 字节，每个物理块 {llama_block // 2**20} MiB，共 {llama_blocks:,} 个物理块；"
-       f"连续分配能容纳 {contiguous_fit} 个请求，分页能容纳 {paged_fit} 个。")
-assert (llama_token, llama_blocks, contiguous_fit, paged_fit) == (131_072, 8_192, 16, 130)
+say(en=f"{llama_token:,} bytes per token, {llama_block // 2**20} MiB per block, {llama_blocks:,} blocks; requests that fit: "
+       f"{full_context_fit} with the full context reserved, {capped_fit} with the context capped at 8,192, {paged_fit} paged.",
+    zh=f"每个 token {llama_token:,} 字节，每个物理块 {llama_block // 2**20} MiB，共 {llama_blocks:,} 个物理块；能容纳的请求数："
+       f"按完整上下文预留时 {full_context_fit} 个，上下文限制在 8,192 时 {capped_fit} 个，分页时 {paged_fit} 个。")
+assert (llama_token, llama_blocks, full_context_fit, capped_fit, paged_fit) == (131_072, 8_192, 1, 16, 130)
