@@ -36,13 +36,13 @@
 # %% [markdown] lang="zh"
 # ## 8. 融合注意力
 #
-# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合算子。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，并且都直接读取 $H_{kv}$ 个 K/V 头（`enable_gqa=True`，不用 `repeat_interleave`）：
+# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合内核。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，并且都直接读取 $H_{kv}$ 个 K/V 头（`enable_gqa=True`，不用 `repeat_interleave`）：
 #
 # * `SDPABoolMask`：把我们的布尔掩码（`True` 表示可以读取）交给 SDPA，因此任何掩码规则都适用，包括第 6 节的带状掩码；
 # * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
 # * `SDPACausalIfSeveral`（负对照）：不传掩码，只要这次调用有不止一个查询，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取缓存中的每个键）；但在非空缓存之后，它会让多 token 的分块看不到缓存中的大部分内容。
 #
-# 真实的算子要考虑的不只是掩码。掩码还决定了能用哪个算子。在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制：FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可（每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域），完全不需要掩码张量。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这个参数；Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，也把它的 `sliding_window` 交给同一个参数。单个查询的解码步几乎没有可供并行的维度，所以解码用的算子会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，算子必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在算子按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
+# 真实的内核要考虑的不只是掩码。掩码还决定了能用哪个内核。在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制：FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可（每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域），完全不需要掩码张量。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这个参数；Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，也把它的 `sliding_window` 交给同一个参数。单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right
@@ -153,7 +153,7 @@ say_table([[f"`{attention}`", f"{FUSED_TIMING[f'{name}_prefill']['p50_ms']:.2f}"
 # %% [markdown] lang="zh"
 # 在本次运行中，预填充用显式 softmax 耗时 {{run:fused.explicit_prefill:.2f}} 毫秒，用 SDPA 耗时 {{run:fused.sdpa_prefill:.2f}} 毫秒；解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒（均为中位数）。这些差距远不到一个数量级，所以不对它们做断言：换一台 CPU、换一个 PyTorch 构建版本，或者机器上的负载不同，快慢顺序都可能改变。
 #
-# 不过，时间花在哪里是可以展示的。下面的表格用 `torch.profiler` 把一个解码步按算子拆开：每个算子每步运行几次，单独占用多少时间（取 5 轮、每轮 10 步中最短的那一轮，这样本进程被暂停的时间不会算到某一个算子头上）。在本次运行中，显式路径的一个解码步调用了 {{run:fused.explicit_calls:.0f}} 次算子，共 {{run:fused.explicit_self_us:.0f}} 微秒；SDPA 路径调用了 {{run:fused.sdpa_calls:.0f}} 次，共 {{run:fused.sdpa_self_us:.0f}} 微秒；没有哪个算子占到一步的 {{run:fused.largest_share:.0%}} 以上。这个小模型的一个解码步由数百次小调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），每次调用都有固定开销，注意力的算术只占其中几次。到了 GPU 上、真实规模的模型中，情况就不同了：融合算子之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
+# 不过，时间花在哪里是可以展示的。下面的表格用 `torch.profiler` 把一个解码步按算子拆开：每个算子每步运行几次，它自身占用多少时间（每轮 10 步，共 5 轮，每个算子的耗时取各轮中的最小值，这样本进程被暂停的时间不会算到某一个算子头上）。在本次运行中，显式路径的一个解码步调用了 {{run:fused.explicit_calls:.0f}} 次算子，共 {{run:fused.explicit_self_us:.0f}} 微秒；SDPA 路径调用了 {{run:fused.sdpa_calls:.0f}} 次，共 {{run:fused.sdpa_self_us:.0f}} 微秒；没有哪个算子占到一步的 {{run:fused.largest_share:.0%}} 以上。这个小模型的一个解码步由数百次小调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），每次调用都有固定开销，注意力的算术只占其中几次。到了 GPU 上、真实规模的模型中，情况就不同了：融合内核之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
 
 # %%
 import os
