@@ -25,7 +25,7 @@ def test_llama_3_8b_parameter_count_is_metas(nb):
 def test_results_json_top_level_and_schema_doc(out_dir):
     r = results(out_dir)
     assert list(r) == TOP_LEVEL
-    assert r["schema_version"] == 2 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-architectures"
+    assert r["schema_version"] == 3 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-architectures"
     documented = set(re.findall(r"^\| `([a-z_0-9]+)`", SCHEMA_DOC.read_text(encoding="utf-8"), flags=re.M))
     assert set(TOP_LEVEL) <= documented, set(TOP_LEVEL) - documented
     for block in ("exact", "gqa", "rope", "sliding_window", "quantized", "fused", "memory_table", "cross_checks", "controls"):

@@ -4,13 +4,13 @@
 # for this repository. Each referee imports the classes it needs where it runs.
 
 # %% [markdown] lang="zh"
-# Hugging Face 裁判（用 `transformers` 中的模型逐个权重地核对我们的模型）是可选内容。下一个单元格检查能否导入 `transformers`；这部分代码是按本仓库锁定的 5.23.0 版编写的。每个裁判在用到的地方再导入自己需要的类。
+# Hugging Face 裁判是可选内容：它们是 `transformers` 中的模型，载入与我们相同的权重，用来核对我们的模型。下一个单元格检查能否导入 `transformers`；这部分代码是按本仓库锁定的 5.23.0 版编写的。每个裁判在用到的地方再导入自己需要的类。
 
 # %%
 import warnings
 
 # [en] transformers imports tqdm, whose notice about missing Jupyter widgets is noise here (no progress bars).
-# [zh] transformers 会导入 tqdm；tqdm 提示缺少 Jupyter 小部件，这在这里只是干扰（我们不用进度条）。
+# [zh] transformers 会导入 tqdm，而 tqdm 会警告缺少 Jupyter 小部件；我们不用进度条，这条警告在这里只是干扰。
 warnings.filterwarnings("ignore", message="IProgress not found")
 PINNED_TRANSFORMERS = "5.23.0"
 try:

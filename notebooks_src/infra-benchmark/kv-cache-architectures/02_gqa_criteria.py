@@ -7,13 +7,13 @@
 # `softmax_attention` passes a contiguous copy of the keys (`repeat_interleave` always copies), where
 # section 3's decoder passes a transposed view of the projection. A matrix-multiply kernel may choose its
 # blocking and its order of summation by layout and shape, so the same product can round differently in
-# the last bits, on some CPUs and for some lengths. So we ask for equality within the FP32 tolerance
-# `1e-5`, and report whether this run happened to be bit-exact. What does hold bit for bit on any machine
-# is layer 0's cache: its keys and values are the same projection of the same inputs, concatenated the
-# same way, before any attention has run.
+# the last bits, on some CPUs and for some lengths (the aside at the end of this section shows it on the
+# product itself). So we ask for equality within the FP32 tolerance $10^{-5}$, and report whether this run
+# happened to be bit-exact. What does hold bit for bit on any machine is layer 0's cache: its keys and values
+# are the same projection of the same inputs, concatenated the same way, before any attention has run.
 
 # %% [markdown] lang="zh"
-# **判据 1：当 $H_{kv} = H$ 时，通用解码器就是第 3 节的解码器。** 我们把第 3 节 `model` 的权重以 `strict=True`（参数名必须一一对应）加载进 `build(ArchConfig())`，比较一次完整调用和一次分块长度为 5 的缓存运行给出的 logits，以及两层缓存中的 K 和 V。两个模型用相同的运算、按相同的顺序计算同一个函数，但交给这些运算的张量内存布局不同：即使 K/V 头与查询头一样多，`softmax_attention` 交给矩阵乘法的仍是键的连续副本（`repeat_interleave` 总会复制），而第 3 节的解码器交出的是投影结果转置后的视图。矩阵乘法算子可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上、对某些长度，同一个乘积的舍入结果可能在最后几个比特上不同。因此我们要求两者在 FP32 容差 `1e-5` 内一致，并报告本次运行是否恰好逐比特相同。在任何机器上都逐比特相同的，是第 0 层的缓存：在任何注意力计算之前，它的 K 和 V 是同样的输入经过同样的投影、以同样的方式拼接得到的。
+# **判据 1：当 $H_{kv} = H$ 时，通用解码器就是第 3 节的解码器。** 我们把第 3 节 `model` 的权重以 `strict=True`（参数名必须一一对应）加载进 `build(ArchConfig())`，比较一次完整调用和一次分块长度为 5 的缓存运行给出的 logits，以及两层缓存中的 K 和 V。两个模型用相同的运算、按相同的顺序计算同一个函数，但交给这些运算的张量内存布局不同：即使 K/V 头与查询头一样多，`softmax_attention` 交给矩阵乘法的仍是键的连续副本（`repeat_interleave` 总会复制），而第 3 节的解码器交出的是投影结果转置后的视图。矩阵乘法内核可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上、对某些长度，同一个乘积的舍入结果可能在最后几个比特上不同（本节末尾的旁注直接在乘积上展示了这一点）。因此我们要求两者在 FP32 容差 $10^{-5}$ 内一致，并报告本次运行是否恰好逐比特相同。在任何机器上都逐比特相同的，是第 0 层的缓存：在任何注意力计算之前，它的 K 和 V 是同样的输入经过同样的投影、以同样的方式拼接得到的。
 
 # %%
 mha = build(ArchConfig())
@@ -32,54 +32,24 @@ MHA_PAIRS |= {f"layer{i}_{name}": pair for i, ((k, v), c) in enumerate(zip(refer
 MHA_SAME = {name: {"max_abs_err": max_abs_err(a, b), "close": close(a, b), "bit_exact": torch.equal(a, b)}
             for name, (a, b) in MHA_PAIRS.items()}
 say_table([[f"`{name}`", f"{r['max_abs_err']:.1e}", f"`{r['close']}`", f"`{r['bit_exact']}`"] for name, r in MHA_SAME.items()],
-          en=["section 3's decoder vs `Decoder`", "max abs difference", "within tolerance", "bit-exact on this run"],
-          zh=["第 3 节的解码器对照 `Decoder`", "最大绝对误差", "在容差之内", "本次运行逐比特相同"])
+          en=["compared (section 3's decoder vs `Decoder`)", "max abs error", "within tolerance", "bit-exact on this run"],
+          zh=["比较项（第 3 节的解码器与 `Decoder`）", "最大绝对误差", "在容差之内", "本次运行逐比特相同"])
 assert all(r["close"] for r in MHA_SAME.values())
 assert MHA_SAME["layer0_k"]["bit_exact"] and MHA_SAME["layer0_v"]["bit_exact"]
 
 # %% [markdown] lang="en"
-# The rounding difference, shown on the product itself: `q @ k.T` for a batch of 2, with `k` a transposed view
-# of a projection (as section 3's decoder passes it) and with its contiguous copy (as `repeat_interleave`
-# passes it), for every length from 1 to 24. The two hold the same values in different layouts. On the machine
-# that ran this notebook, {{run:gqa.layout_lengths_differing}} of the 24 lengths rounded differently, by up to
-# {{run:gqa.layout_max_diff:.1e}}; every length agrees within the tolerance. Bit-for-bit equality would be a
-# statement about the machine, not about the code.
-
-# %% [markdown] lang="zh"
-# 直接在乘积本身上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。断言逐比特相同，断言的就是机器的性质，而不是代码的性质。
-
-# %%
-def by_view_and_by_copy(length: int):
-    # [en] q @ k.T with k a transposed view of a projection, and with its contiguous copy.
-    # [zh] q @ k.T：k 分别取投影结果转置后的视图和它的连续副本。
-    gen = torch.Generator().manual_seed(SEED + length)
-    q, k = (torch.randn(2, length, cfg.heads, cfg.head_dim, generator=gen).transpose(1, 2) for _ in range(2))   # [2, H, T, D]
-    return q @ k.transpose(-2, -1), q @ k.contiguous().transpose(-2, -1)
-
-
-with torch.inference_mode():
-    LAYOUT_PAIRS = {length: by_view_and_by_copy(length) for length in range(1, STREAM_LEN + 1)}
-LAYOUT_DIFF = {length: max_abs_err(*pair) for length, pair in LAYOUT_PAIRS.items()}
-LAYOUT = {"lengths_differing": [t for t, d in LAYOUT_DIFF.items() if d > 0], "max_abs_diff": max(LAYOUT_DIFF.values())}
-say(en=f"`q @ k.T` by view and by copy, lengths 1 to {STREAM_LEN}: rounded differently at lengths {LAYOUT['lengths_differing']} "
-       f"on this machine (largest difference {LAYOUT['max_abs_diff']:.1e}).",
-    zh=f"`k` 取视图和取连续副本时的 `q @ k.T`，长度 1 到 {STREAM_LEN}：在这台机器上，长度为 {LAYOUT['lengths_differing']} "
-       f"时两者的舍入结果不同（最大绝对误差 {LAYOUT['max_abs_diff']:.1e}）。")
-assert all(close(*pair) for pair in LAYOUT_PAIRS.values())
-
-# %% [markdown] lang="en"
 # **Criterion 2: with $H_{kv} = 2$ (GQA) and $H_{kv} = 1$ (MQA), the cached path equals full recomputation**
-# over the grid of `check_cached`: every logit and every cached tensor, 12 configurations per model. The GQA
-# grid is shown in full, then one summary row per model.
+# over the grid of `check_cached`: every logit and every cached tensor, 12 configurations per model (`GQA2` and
+# `MQA` are the two configurations). The GQA grid is shown in full, then one summary row per model.
 
 # %% [markdown] lang="zh"
-# **判据 2：当 $H_{kv} = 2$（GQA）和 $H_{kv} = 1$（MQA）时，缓存路径与完整重算一致。** 检查用的是 `check_cached` 的网格：比较每个 logit 和每个缓存的张量，每个模型 12 种配置。先完整列出 GQA 的网格，再为每个模型各列一行汇总。
+# **判据 2：当 $H_{kv} = 2$（GQA）和 $H_{kv} = 1$（MQA）时，缓存路径与完整重算一致。** 检查用的是 `check_cached` 的网格：比较每个 logit 和每个缓存的张量，每个模型 12 种配置（两种配置分别记为 `GQA2` 和 `MQA`）。先完整列出 GQA 的网格，再为每个模型各列一行汇总。
 
 # %%
 GQA2, MQA = ArchConfig(kv_heads=2), ArchConfig(kv_heads=1)
 GQA_GRIDS = {"gqa2": run_grid(lambda: build(GQA2)), "mqa": run_grid(lambda: build(MQA))}
 grid_table(GQA_GRIDS["gqa2"])
-summary_table({"GQA, `kv_heads=2`": GQA_GRIDS["gqa2"], "MQA, `kv_heads=1`": GQA_GRIDS["mqa"]})
+summary_table({"`GQA2`": GQA_GRIDS["gqa2"], "`MQA`": GQA_GRIDS["mqa"]})
 assert all(r["passed"] for rows in GQA_GRIDS.values() for r in rows)
 
 # %% [markdown] lang="en"

@@ -1,12 +1,12 @@
 # %% [markdown] lang="en"
 # The figure draws the rule from the code itself: it expands a tensor that holds each K/V head's own index
-# and reads off which K/V head every query head gets. A fourth panel shows a realistic mistake, kept for a
+# and reads off which K/V head every query head gets. The third panel shows a realistic mistake, kept for a
 # negative control below: `tile_kv` uses `repeat`, which lays the heads out as 0, 1, 0, 1. With one K/V head
 # (MQA) or one per query head (MHA) tiling and interleaving coincide, so the mistake only shows with real
 # groups.
 
 # %% [markdown] lang="zh"
-# 下图直接由代码画出这条规则：把一个存着各 K/V 头自身编号的张量扩展开，读出每个查询头分到的是哪个 K/V 头。第四幅图展示一个现实中很容易犯的错误，留给下文的负对照使用：`tile_kv` 用的是 `repeat`，它把头排成 0、1、0、1。当只有一个 K/V 头（MQA）或每个查询头各有一个 K/V 头（MHA）时，平铺和交错的结果相同，所以只有真正分组时，这个错误才会显现。
+# 下图直接由代码画出这条规则：把一个存着各 K/V 头自身编号的张量扩展开，读出每个查询头分到的是哪个 K/V 头。第三幅图展示一个现实中很容易犯的错误，留给下文的负对照使用：`tile_kv` 用的是 `repeat`，它把头排成 0、1、0、1。当只有一个 K/V 头（MQA）或每个查询头各有一个 K/V 头（MHA）时，平铺和交错的结果相同，所以只有真正分组时，这个错误才会显现。
 
 # %%
 def tile_kv(x, groups: int):                     # [B, H_kv, T, D] -> [B, H_kv * groups, T, D]
@@ -21,7 +21,7 @@ def kv_head_read(expand, kv_heads: int, heads: int = 4) -> list[int]:
     return expand(torch.arange(kv_heads).view(1, kv_heads, 1, 1), heads // kv_heads).flatten().tolist()
 
 
-PANELS = {"MHA": (repeat_kv, 4), "GQA": (repeat_kv, 2), "GQA, tiled (wrong)": (tile_kv, 2), "MQA": (repeat_kv, 1)}
+PANELS = {"MHA": (repeat_kv, 4), "GQA": (repeat_kv, 2), "GQA, tile_kv": (tile_kv, 2), "MQA": (repeat_kv, 1)}
 HEAD_MAP = {name: kv_head_read(expand, kv_heads) for name, (expand, kv_heads) in PANELS.items()}
 fig, axes = plt.subplots(1, len(PANELS), figsize=(11, 2.4))
 for ax, (name, reads) in zip(axes, HEAD_MAP.items()):
@@ -39,7 +39,7 @@ for ax, (name, reads) in zip(axes, HEAD_MAP.items()):
         ax.text(h, 1, f"q{h}", ha="center", va="center", fontsize=8, zorder=3)
     for j, x in enumerate(kv_x):
         ax.text(x, 0, f"kv{j}", ha="center", va="center", fontsize=8, zorder=3)
-    ax.set_title(f"{name}\ncache: {kv_heads} K/V head{'s' if kv_heads > 1 else ''} per layer", fontsize=9)
+    ax.set_title(f"{name}\n$H_{{kv}} = {kv_heads}$", fontsize=9)
     ax.set_xlim(-0.7, 3.7)
     ax.set_ylim(-0.5, 1.5)
     ax.axis("off")
@@ -53,10 +53,12 @@ assert HEAD_MAP == {name: [h // (4 // kv) if expand is repeat_kv else h % kv for
                     for name, (expand, kv) in PANELS.items()}
 
 # %% [markdown] lang="en"
-# *Figure: the four query heads (top row, `q0` to `q3`) of one layer and the K/V heads the cache keeps
-# (bottom row, orange); a line joins each query head to the K/V head it reads. MHA keeps four K/V heads,
-# GQA two, MQA one. The red dashed panel is `tile_kv`: the same two K/V heads, but query heads 1 and 2 read
-# the wrong one.*
+# *Figure: one attention layer in each of four designs. Each panel's title names the design ("GQA, tile_kv" is
+# GQA expanded with `tile_kv`) and gives $H_{kv}$, the number of K/V heads the cache keeps per layer. Top row,
+# white: the four query heads `q0` to `q3`. Bottom row, orange: the K/V heads `kv0`, `kv1`, ... that the cache
+# keeps. A line joins each query head to the K/V head it reads: solid blue for `repeat_kv` (interleaving, the
+# right rule), dashed red for `tile_kv` (tiling, the mistake): the same two K/V heads as GQA, but query heads 1
+# and 2 read the wrong one.*
 
 # %% [markdown] lang="zh"
-# *图：一层中的四个查询头（上排，`q0` 到 `q3`）与缓存保存的 K/V 头（下排，橙色）；每条连线把一个查询头连到它读取的 K/V 头。MHA 保存四个 K/V 头，GQA 保存两个，MQA 保存一个。红色虚线那幅是 `tile_kv`：K/V 头同样是两个，但查询头 1 和 2 读错了头。*
+# *图：四种设计下的一个注意力层。各幅的标题先写设计名称（MHA；GQA；用 `tile_kv` 扩展的 GQA，即 GQA, tile_kv；MQA），下面的 $H_{kv}$ 是缓存每层保存的 K/V 头数。上排白色方块是四个查询头 `q0`–`q3`；下排橙色方块是缓存保存的 K/V 头 `kv0`、`kv1`……。每条连线把一个查询头连到它读取的 K/V 头：蓝色实线是 `repeat_kv`（交错，正确的规则），红色虚线是 `tile_kv`（平铺，错误的做法）。平铺时 K/V 头同样是两个，但查询头 1 和 2 读错了头。*

@@ -17,7 +17,7 @@
 # %% [markdown] lang="zh"
 # ## 5. 旋转位置编码（RoPE）
 #
-# 第 3 节的解码器为每个绝对位置学习一个向量，加到 token 嵌入上。RoPE（Su 等，2021）什么也不加。它把每个头中查询和键的坐标两两配对，把第 $i$ 对旋转 $p\,\theta_i$ 角，其中 $p$ 是 token 的绝对位置，$\theta_i = \Theta^{-2i/D_h}$，$\Theta = 10{,}000$。旋转可以复合，又是正交变换，所以对位置 $m$ 上的查询和位置 $n$ 上的键有
+# 第 3 节的解码器为每个绝对位置学习一个向量，加到 token 嵌入上。Su 等人（2021）提出的 RoPE 什么也不加。它把每个头中查询和键的坐标两两配对，把第 $i$ 对旋转 $p\,\theta_i$ 角，其中 $p$ 是 token 的绝对位置，$\theta_i = \Theta^{-2i/D_h}$，$\Theta = 10{,}000$。旋转可以复合，又是正交变换，所以对位置 $m$ 上的查询和位置 $n$ 上的键有
 #
 # $$\langle R_m q, R_n k \rangle = \langle q, R_m^{\top} R_n k \rangle = \langle q, R_{n-m}\, k \rangle ,$$
 #

@@ -32,26 +32,26 @@ learned = lambda x, positions: x + table[positions]
 RELATIVE = {"rope_shift_error": shift_error(rotary64), "learned_shift_error": shift_error(learned),
             "rope_norm_error": max_abs_err(rotary64(q_vec.expand(448, -1), torch.arange(448)).norm(dim=-1),
                                            q_vec.norm().expand(448))}
-say(en=f"Shifting both positions by {SHIFTS}: RoPE scores change by at most {RELATIVE['rope_shift_error']:.1e} (FP64) and "
-       f"lengths are kept to {RELATIVE['rope_norm_error']:.1e}; with learned positions the scores change by "
-       f"{RELATIVE['learned_shift_error']:.2f}.",
-    zh=f"把两个位置同时平移 {SHIFTS}：RoPE 的分数最多变化 {RELATIVE['rope_shift_error']:.1e}（FP64），向量长度的误差不超过 "
-       f"{RELATIVE['rope_norm_error']:.1e}；用可学习的位置向量时，分数变化了 {RELATIVE['learned_shift_error']:.2f}。")
+say(en=f"Shifting both positions by {', '.join(map(str, SHIFTS))}: RoPE scores change by at most "
+       f"{RELATIVE['rope_shift_error']:.1e} (FP64) and lengths are kept to {RELATIVE['rope_norm_error']:.1e}; with learned "
+       f"positions the scores change by {RELATIVE['learned_shift_error']:.2f}.",
+    zh=f"把两个位置同时平移 {'、'.join(map(str, SHIFTS))}：RoPE 的分数最多变化 {RELATIVE['rope_shift_error']:.1e}（FP64），"
+       f"向量长度的误差不超过 {RELATIVE['rope_norm_error']:.1e}；用可学习的位置向量时，分数变化了 {RELATIVE['learned_shift_error']:.2f}。")
 assert RELATIVE["rope_shift_error"] < 1e-12 and RELATIVE["rope_norm_error"] < 1e-12
 assert RELATIVE["learned_shift_error"] > 1.0
 
 # %% [markdown] lang="en"
-# **RoPE is its formula, pair by pair.** The shift test holds for any rotation by angles proportional to the
+# **Pair by pair: RoPE is its formula.** The shift test holds for any rotation by angles proportional to the
 # position: also for one that turns every pair the wrong way, or at the wrong frequencies. It cannot tell
 # whether `Rotary` computes the formula of this section, and cached-versus-full cannot either (both paths
 # would share the mistake). So we compare `Rotary` with the formula itself, written out pair by pair with the
 # frequencies computed anew: for every position $p < 512$ and every pair $i < D_h/2$, coordinates $i$ and
 # $i + D_h/2$ must become $(x_i \cos p\theta_i - x_{i+D_h/2} \sin p\theta_i,\; x_i \sin p\theta_i + x_{i+D_h/2} \cos p\theta_i)$,
-# in FP64, within `1e-12`. The negative control turns every pair backwards, by $-p\theta_i$: it passes the
+# in FP64, within $10^{-12}$. The negative control turns every pair backwards, by $-p\theta_i$: it passes the
 # shift test and fails this one.
 
 # %% [markdown] lang="zh"
-# **RoPE 就是它的公式，逐对检查。** 只要转角与位置成正比，上面的平移检验就成立：即使每一对都转错了方向，或者频率不对，也照样成立。因此它判断不了 `Rotary` 算的是不是本节的公式，“缓存对照完整重算”同样判断不了（两条路径会犯同一个错误）。所以我们直接拿 `Rotary` 与公式本身比较：逐对写出公式，并重新计算频率。对每个位置 $p < 512$ 和每一对 $i < D_h/2$，第 $i$ 维和第 $i + D_h/2$ 维必须变为 $(x_i \cos p\theta_i - x_{i+D_h/2} \sin p\theta_i,\; x_i \sin p\theta_i + x_{i+D_h/2} \cos p\theta_i)$，在 FP64 下误差不超过 `1e-12`。负对照让每一对都反向旋转 $-p\theta_i$：它能通过平移检验，却通不过这项检查。
+# **逐对核对：RoPE 与它的公式一致。** 只要转角与位置成正比，上面的平移检验就成立：即使每一对都转错了方向，或者频率不对，也照样成立。因此它判断不了 `Rotary` 算的是不是本节的公式，“缓存对照完整重算”同样判断不了（两条路径会犯同一个错误）。所以我们直接拿 `Rotary` 与公式本身比较：逐对写出公式，并重新计算频率。对每个位置 $p < 512$ 和每一对 $i < D_h/2$，第 $i$ 维和第 $i + D_h/2$ 维必须变为 $(x_i \cos p\theta_i - x_{i+D_h/2} \sin p\theta_i,\; x_i \sin p\theta_i + x_{i+D_h/2} \cos p\theta_i)$，在 FP64 下最大绝对误差不超过 $10^{-12}$。负对照让每一对都反向旋转 $-p\theta_i$：它能通过平移检验，却通不过这项检查。
 
 # %%
 def rope_by_formula(x, positions, theta: float = 10000.0):
@@ -81,10 +81,10 @@ CONTROLS["rope_turned_backwards"] = {"section": 5, "check": "rope_by_formula", "
                                      "shift_test_passed": ROPE_FORMULA["backwards_shift_error"] < 1e-12,
                                      "caught": ROPE_FORMULA["backwards"] > 1.0}
 say(en=f"`Rotary` against the formula (FP64, 512 positions): largest difference {ROPE_FORMULA['rotary']:.1e}. Turned backwards: "
-       f"{ROPE_FORMULA['backwards']:.2f} from the formula (caught), although its scores change under the shifts by only "
-       f"{ROPE_FORMULA['backwards_shift_error']:.1e}.",
-    zh=f"`Rotary` 对照公式（FP64，512 个位置）：最大绝对误差 {ROPE_FORMULA['rotary']:.1e}。反向旋转：与公式相差 "
-       f"{ROPE_FORMULA['backwards']:.2f}（已查出），尽管平移时它的分数只变化了 {ROPE_FORMULA['backwards_shift_error']:.1e}。")
+       f"its scores change under the shifts by only {ROPE_FORMULA['backwards_shift_error']:.1e}, so it passes the shift test, "
+       f"but it is {ROPE_FORMULA['backwards']:.2f} from the formula, caught.",
+    zh=f"`Rotary` 对照公式（FP64，512 个位置）：最大绝对误差为 {ROPE_FORMULA['rotary']:.1e}。反向旋转：平移时分数只变化 "
+       f"{ROPE_FORMULA['backwards_shift_error']:.1e}，能通过平移检验，但与公式的最大绝对误差为 {ROPE_FORMULA['backwards']:.2f}，已查出。")
 assert ROPE_FORMULA["rotary"] < 1e-12
 assert CONTROLS["rope_turned_backwards"]["shift_test_passed"] and CONTROLS["rope_turned_backwards"]["caught"]
 
@@ -113,11 +113,11 @@ class RotatedFromZero(Attention):
 
 ROPE_GRID = run_grid(lambda: build(LLAMA_CFG))
 CONTROLS["rotated_from_zero"] = {"section": 5, **run_control(lambda: build(LLAMA_CFG, lambda i: RotatedFromZero(LLAMA_CFG)))}
-summary_table({"`LLAMA_CFG`": ROPE_GRID})
+summary_table({"`build(LLAMA_CFG)`": ROPE_GRID})
 say(en=f"Rotated from position 0: the check fails for chunks of 1, 2 and 5 (smallest logit error "
-       f"{CONTROLS['rotated_from_zero']['measured']:.2f}): caught.",
-    zh=f"从位置 0 开始旋转：分块长度为 1、2、5 时检查全部失败（logits 误差最小也有 "
-       f"{CONTROLS['rotated_from_zero']['measured']:.2f}）：已查出。")
+       f"{CONTROLS['rotated_from_zero']['measured']:.2f}), caught.",
+    zh=f"从位置 0 开始旋转：分块长度为 1、2、5 时检查全部失败（logits 的最大绝对误差最小也有 "
+       f"{CONTROLS['rotated_from_zero']['measured']:.2f}），已查出。")
 assert all(r["passed"] for r in ROPE_GRID) and CONTROLS["rotated_from_zero"]["caught"]
 
 # %% [markdown] lang="en"

@@ -27,5 +27,7 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x, positions):                       # x: [..., D]; positions broadcast against x[..., 0]
+    # [en] positions: any shape that broadcasts against x[..., 0], one position per vector.
+    # [zh] positions：任何能与 x[..., 0] 广播的形状，每个向量对应一个位置。
+    def forward(self, x, positions):                       # x: [..., D] -> [..., D]
         return x * self.cos[positions].to(x.dtype) + rotate_half(x) * self.sin[positions].to(x.dtype)

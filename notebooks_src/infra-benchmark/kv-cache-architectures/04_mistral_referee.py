@@ -25,12 +25,12 @@ if HAVE_HF:
     with torch.inference_mode():
         MISTRAL_CROSS["window_one_key_too_wide"] = {"full": max_abs_err(with_hf_precision(wider().double())(STREAM)[0],
                                                                         hf(input_ids=STREAM).logits)}
-    referee_table(MISTRAL_CROSS, {"hf_precision": f"`with_hf_precision(window_model())`, W = {WINDOW}",
+    referee_table(MISTRAL_CROSS, {"hf_precision": f"`with_hf_precision(window_model({WINDOW}))`",
                                   "window_one_key_too_wide": "`with_hf_precision(wider())`"})
     CONTROLS["window_one_key_too_wide"]["referee_full_logit_err"] = MISTRAL_CROSS["window_one_key_too_wide"]["full"]
-    say(en=f"Hugging Face Mistral with `sliding_window={WINDOW}` agrees with our ring-buffer model within 1e-10 in FP64 "
+    say(en=f"Hugging Face Mistral with `sliding_window={WINDOW}` agrees with our ring-buffer model within $10^{{-10}}$ in FP64 "
            f"(logits, and the {WINDOW - 1} cached positions of every layer); the window one key too wide is rejected.",
-        zh=f"`sliding_window={WINDOW}` 的 Hugging Face Mistral 与我们基于环形缓冲区的模型在 FP64 下的差异小于 1e-10"
+        zh=f"`sliding_window={WINDOW}` 的 Hugging Face Mistral 与我们基于环形缓冲区的模型在 FP64 下的最大绝对误差小于 $10^{{-10}}$"
            f"（logits 以及每一层缓存中的 {WINDOW - 1} 个位置都是如此）；宽了一个键的窗口被判为不一致。")
     assert HF_WINDOW_LAYERS == ["DynamicSlidingWindowLayer"] * LLAMA_CFG.layers
     assert max(MISTRAL_CROSS["hf_precision"].values()) < 1e-10 and MISTRAL_CROSS["window_one_key_too_wide"]["full"] > 1e-2

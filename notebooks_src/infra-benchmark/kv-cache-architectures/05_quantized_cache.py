@@ -20,7 +20,7 @@
 # %% [markdown] lang="zh"
 # ## 7. 量化缓存
 #
-# 到目前为止，每种变体都是精确的：缓存的形状变了，但缓存路径计算的仍是与完整重算相同的函数。量化缓存则有意放弃这一点。它把 K 和 V 存成小整数，外加少量全精度的**缩放因子**，以便在同样的内存里放下更多 token。我们采用 KIVI（Liu 等，2024）的方案。该工作观察到，键有少数几个通道的数值很大，值则没有这种现象：
+# 到目前为止，每种变体都是精确的：缓存的形状变了，但缓存路径计算的仍是与完整重算相同的函数。量化缓存则有意放弃这一点。它把 K 和 V 存成小整数，外加少量全精度的**缩放因子**，以便在同样的内存里放下更多 token。我们采用 Liu 等人（2024）提出的 KIVI 方案。他们观察到，键有少数几个通道的数值很大，值则没有这种现象：
 #
 # * **K 按通道量化**：把缓存中的键按每 $G$ 个相邻位置分成一组，每组的每个通道各有自己的缩放因子和最小值；
 # * **V 按 token 量化**：每个头的每个位置，在它的 $D_h$ 个通道上各有自己的缩放因子和最小值；
@@ -42,8 +42,9 @@ def dequantize(codes, scale, low):
     return codes.to(scale.dtype) * scale + low
 
 
-def pack(codes, bits: int):
-    # [..., D] uint8 codes < 2**bits -> [..., D * bits / 8] bytes
+def pack(codes, bits: int):                      # uint8 [..., D] -> uint8 [..., D * bits // 8]
+    # [en] Codes below 2**bits, 8 // bits of them per byte, the first in the lowest bits.
+    # [zh] 每个编码都小于 2**bits，每个字节装 8 // bits 个，第一个放在最低位。
     per_byte = 8 // bits
     shifts = torch.arange(per_byte, dtype=torch.uint8) * bits
     return (codes.view(*codes.shape[:-1], -1, per_byte) << shifts).sum(-1, dtype=torch.uint8)

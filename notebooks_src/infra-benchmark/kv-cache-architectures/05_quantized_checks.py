@@ -23,7 +23,7 @@
 # with random weights, and prove only that this cache quantizes and reads back what it claims. KIVI's evidence
 # is of another kind: trained Llama-2, Falcon and Mistral models with 2-bit keys and values kept "almost the
 # same quality" on standard benchmarks (tasks of LM-Eval, and LongBench for long inputs) while using 2.6 times
-# less peak memory.
+# less peak memory, the model's weights included.
 
 # %% [markdown] lang="zh"
 # 实验设置：第 5 节的 Llama 结构模型先读入 16 个 token 的提示（prompt），再用精确缓存（`FullKV`）贪心生成 64 个 token。量化模型被送入完全相同的 80 个 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。在 64 步中的每一步，我们都记录 logits 的最大绝对误差，以及贪心（argmax）选出的 token 是否相同。
@@ -31,11 +31,11 @@
 # 既然不再声称精确，**判据**如下：
 #
 # 1. 只要注意力还没有读到任何量化过的位置，量化缓存就是精确的：处理前 $R + G = 24$ 个位置的那些调用，给出的 logits 与精确缓存的逐比特相同；紧接着的下一次调用才第一次读到量化后的键。在这里要求逐比特相同是合理的，而且在任何机器上都成立。原因是：在第一组被量化之前，这个缓存交给注意力的，是 `FullKV` 所交出的那些张量的副本，内存布局也相同，所以每次调用都是在同样的输入上做同样的调用；
-# 2. 此后，误差有界。64 步中 logits 的最大误差必须在 8 比特时低于 0.002，4 比特时低于 0.05，2 比特时低于 0.3；64 个贪心 token 中一致的个数必须分别至少为 64、62、56。这些界是在第一次运行之后定下的，明显高于当时测得的误差，既让这个随机种子下的结果能满足，又仍然能查出真正的错误。本次运行的误差分别为 {{run:quant.int8_err:.1e}}、{{run:quant.int4_err:.1e}} 和 {{run:quant.int2_err:.1e}}，可与这些界对照；
+# 2. 此后，误差有界。64 步中 logits 的最大绝对误差必须在 8 比特时低于 0.002，4 比特时低于 0.05，2 比特时低于 0.3；64 个贪心 token 中一致的个数必须分别至少为 64、62、56。这些界是在第一次运行之后定下的，明显高于当时测得的误差，既让这个随机种子下的结果能满足，又仍然能查出真正的错误。本次运行的误差分别为 {{run:quant.int8_err:.1e}}、{{run:quant.int4_err:.1e}} 和 {{run:quant.int2_err:.1e}}，可与这些界对照；
 # 3. 误差随比特数从 2 到 4 再到 8 逐步下降；
 # 4. 内存：按存储布局算出的字节数等于在缓存上实测的字节数。
 #
-# 这些界**不能**说明的是训练好的模型的质量。它们只是一个随机权重的小模型的 logits 误差，只能证明这个缓存确实按它声称的方式量化并读回数据。KIVI 的证据是另一类：训练好的 Llama-2、Falcon 和 Mistral 模型把键和值量化到 2 比特后，在标准基准（LM-Eval 中的任务，以及针对长输入的 LongBench）上保持了“几乎相同的质量”，峰值内存则减少到原来的 1/2.6。
+# 这些界**不能**说明的是训练好的模型的质量。它们只是一个随机权重的小模型的 logits 误差，只能证明这个缓存确实按它声称的方式量化并读回数据。KIVI 的证据是另一类：训练好的 Llama-2、Falcon 和 Mistral 模型把键和值量化到 2 比特后，在标准基准（LM-Eval 中的任务，以及针对长输入的 LongBench）上保持了“几乎相同的质量”，而峰值内存（包括模型权重）降为原来的 1/2.6（约 38%）。
 
 # %%
 PROMPT_LEN, GEN_STEPS, QUANT_BITS = 16, 64, (2, 4, 8)
@@ -80,10 +80,11 @@ def quant_run(net) -> dict:
 
 
 QUANT = {bits: quant_run(quant_model(bits)) for bits in QUANT_BITS}
-say_table([[str(b), f"{r['max_abs_logit_err']:.4f}", f"{r['mean_max_abs_logit_err']:.4f}", f"{r['agreement']}/{GEN_STEPS}",
-            f"< {BOUNDS[b]['max_abs_logit_err']}, >= {BOUNDS[b]['min_agreement']}"] for b, r in QUANT.items()],
-          en=["bits", "max abs logit error (64 steps)", "mean of per-step max", "greedy tokens agreeing", "bound"],
-          zh=["比特数", "logits 最大绝对误差（64 步）", "每步最大误差的均值", "贪心 token 一致数", "界"])
+say_table([[str(b), f"{r['max_abs_logit_err']:.4f}", f"{BOUNDS[b]['max_abs_logit_err']}", f"{r['mean_max_abs_logit_err']:.4f}",
+            f"{r['agreement']}/{GEN_STEPS}", str(BOUNDS[b]["min_agreement"])] for b, r in QUANT.items()],
+          en=["bits", "max abs logit error (64 steps)", "must stay below", "mean of per-step max", "greedy tokens agreeing",
+              "at least"],
+          zh=["比特数", "logits 最大绝对误差（64 步）", "上界", "每步最大绝对误差的均值", "贪心 token 一致数", "下界"])
 
 # %% [markdown] lang="en"
 # The four criteria, asserted. For criterion 1 we run the calls that consume the first 24 positions (the
@@ -92,7 +93,7 @@ say_table([[str(b), f"{r['max_abs_logit_err']:.4f}", f"{r['mean_max_abs_logit_er
 # and that the next step's error is no longer zero.
 
 # %% [markdown] lang="zh"
-# 下面用断言核对这四条判据。对判据 1，我们让处理前 24 个位置的那些调用（先是提示，再逐个 token）通过每种量化缓存，确认它们的 logits 与精确缓存给出的逐比特相同，第一组在最后一次这样的调用结束时已经量化，而下一步的误差不再为零。
+# 下面用断言核对这四条判据。对判据 1，我们让处理前 24 个位置的那些调用（先是提示，再逐个 token）通过每种量化缓存，确认三点：它们的 logits 与精确缓存的逐比特相同；最后一次这样的调用结束时，第一组已经量化；下一步的误差不再为零。
 
 # %%
 EXACT_STEPS = RESIDUAL + GROUP - PROMPT_LEN + 1
@@ -138,7 +139,7 @@ assert all(QUANT_MEMORY[f"{name}_bytes"] == QUANT_MEMORY[f"{name}_formula_bytes"
 {"quant": {**{f"int{b}_err": float(QUANT[b]["max_abs_logit_err"]) for b in QUANT_BITS},
            **{f"int{b}_fraction": QUANT_MEMORY[f"int{b}_bytes"] / QUANT_MEMORY["exact_bytes"] for b in QUANT_BITS},
            "positions": T_TOTAL, "window_positions": T_TOTAL - QUANT[4]["cache"][0].quantized_positions(),
-           "int4_code_bytes": LLAMA_CFG.head_dim * 4 // 8, "v_scale_bytes": 2 * 4}}
+           "int4_code_bytes": LLAMA_CFG.head_dim * 4 // 8, "v_scale_bytes": 2 * 4, "exact_steps": EXACT_STEPS}}
 
 # %% [markdown] lang="en"
 # The savings are modest here (int4 keeps {{run:quant.int4_fraction:.0%}} of the FP32 bytes, int2
@@ -171,12 +172,12 @@ class ScaleForgottenAttention(QuantAttention):
 
 
 FORGOTTEN = quant_run(build(LLAMA_CFG, lambda i: ScaleForgottenAttention(LLAMA_CFG, 8)))
-CONTROLS["scale_forgotten"] = {"section": 7, "check": "8-bit bound", "measured": FORGOTTEN["max_abs_logit_err"],
+CONTROLS["scale_forgotten"] = {"section": 7, "check": "BOUNDS[8]", "measured": FORGOTTEN["max_abs_logit_err"],
                                "agreement": FORGOTTEN["agreement"], "caught": FORGOTTEN["max_abs_logit_err"] > BOUNDS[8]["max_abs_logit_err"]}
 say(en=f"Forgotten scale (8 bits): max abs logit error {FORGOTTEN['max_abs_logit_err']:.2f} (bound {BOUNDS[8]['max_abs_logit_err']}), "
-       f"greedy tokens agreeing {FORGOTTEN['agreement']}/{GEN_STEPS}: caught.",
+       f"greedy tokens agreeing {FORGOTTEN['agreement']}/{GEN_STEPS}, caught.",
     zh=f"漏乘缩放因子（8 比特）：logits 最大绝对误差 {FORGOTTEN['max_abs_logit_err']:.2f}（界为 {BOUNDS[8]['max_abs_logit_err']}），"
-       f"贪心 token 一致 {FORGOTTEN['agreement']}/{GEN_STEPS}：已查出。")
+       f"贪心 token 一致 {FORGOTTEN['agreement']}/{GEN_STEPS}，已查出。")
 assert CONTROLS["scale_forgotten"]["caught"]
 
 # %% [markdown] lang="en"
@@ -188,7 +189,7 @@ assert CONTROLS["scale_forgotten"]["caught"]
 # token; reading back without the scale must break it.
 
 # %% [markdown] lang="zh"
-# **单看量化器：每个值读回时，误差都不超过半个步长。** 上面的界是通过模型来评判整个缓存的，而且留有充足的余量。量化器本身还有一个更精确、可以单独检查的性质：取整到最近的编码，意味着每个元素读回时的误差不超过它的步长（即缩放因子）的一半，$|x - \hat x| \le \mathrm{scale}/2$，与比特数无关，也与统计量沿哪个维度计算无关。下面的单元格在 FP64 下，用一个形状与一组缓存键相同的随机张量，对 2、4、8 比特分别按通道和按 token 检查这一点；漏乘缩放因子的读回方式必须违反它。
+# **单看量化器：每个值读回时，误差都不超过半个步长。** 上面的界是通过模型来评判整个缓存的，而且留有充分的余地。量化器本身还有一个更精确、可以单独检查的性质：取整到最近的编码，意味着每个元素读回时的误差不超过它的步长（即缩放因子）的一半，$|x - \hat x| \le \mathrm{scale}/2$，与比特数无关，也与统计量沿哪个维度计算无关。下面的单元格在 FP64 下，用一个形状与一组缓存键相同的随机张量，对 2、4、8 比特分别按通道和按 token 检查这一点；漏乘缩放因子的读回方式必须违反它。
 
 # %%
 def round_trip_steps(x, bits: int, dim: int) -> dict:
@@ -203,8 +204,8 @@ group_like = torch.randn(1, LLAMA_CFG.n_kv, 8, LLAMA_CFG.head_dim, generator=tor
 QUANT_ROUND_TRIP = {f"int{bits}_{axis}": round_trip_steps(group_like, bits, dim)
                     for bits in QUANT_BITS for axis, dim in (("per_channel", -2), ("per_token", -1))}
 say_table([[f"`{name}`", f"{r['dequantize']:.3f}", f"{r['scale_forgotten']:.1f}"] for name, r in QUANT_ROUND_TRIP.items()],
-          en=["bits, statistics", "largest error (steps): `dequantize`", "without the scale"],
-          zh=["比特数、统计方式", "最大误差（步长）：`dequantize`", "漏乘缩放因子"])
+          en=["bits, statistics", "largest error in steps: `dequantize`", "without the scale"],
+          zh=["比特数、统计方式", "最大绝对误差（以步长为单位）：`dequantize`", "漏乘缩放因子"])
 assert all(r["dequantize"] <= 0.5 + 1e-9 and r["scale_forgotten"] > 0.5 for r in QUANT_ROUND_TRIP.values())
 
 # %% [markdown] lang="en"
@@ -219,14 +220,25 @@ assert all(r["dequantize"] <= 0.5 + 1e-9 and r["scale_forgotten"] > 0.5 for r in
 fig, ax = plt.subplots(figsize=(8, 3.6))
 for bits in QUANT_BITS:
     ax.semilogy(range(EXACT_STEPS, GEN_STEPS), QUANT[bits]["per_step_max_abs_logit_err"][EXACT_STEPS:], marker=".", label=f"int{bits}")
-ax.axvline(EXACT_STEPS, color="gray", linestyle=":", label="first step reading\nquantized keys")
+ax.axvline(EXACT_STEPS, color="gray", linestyle=":", label=f"step {EXACT_STEPS}")
 ax.set_xlim(0, GEN_STEPS)
 ax.set_xlabel("generation step")
 ax.set_ylabel("max |logit - exact logit|")
-ax.set_title("KIVI-style cache, R = 16, G = 8, teacher-forced on the exact greedy tokens", fontsize=9)
+ax.set_title(f"QuantKV, R = {RESIDUAL}, G = {GROUP}", fontsize=9)
 ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 ax.grid(alpha=0.3)
 fig.tight_layout()
 QUANT_PNG = OUT / "quantized_cache_error.png"
 fig.savefig(QUANT_PNG, dpi=120)
 plt.show()
+
+# %% [markdown] lang="en"
+# *Figure: the error of the quantized caches (`QuantKV` with $R = 16$ and $G = 8$, title) at each of the 64
+# generation steps ("generation step"), teacher-forced on the exact cache's greedy tokens. The vertical axis
+# ("max |logit - exact logit|", log scale) is the largest absolute difference between a step's logits and the
+# exact cache's. One curve per bit width (legend `int2`, `int4`, `int8`); the dotted line ("step
+# {{run:quant.exact_steps}}") marks the first step that reads quantized keys. The fewer the bits, the larger the
+# error (criterion 3).*
+
+# %% [markdown] lang="zh"
+# *图：量化缓存（标题中的 `QuantKV`，$R = 16$、$G = 8$）在 64 个生成步中每一步的误差，各步送入的都是精确缓存贪心生成的 token（teacher forcing）。横轴 generation step 是生成步的序号；纵轴 max |logit - exact logit|（对数刻度）是这一步的 logits 与精确缓存的 logits 之间的最大绝对误差。每种比特数一条曲线（图例 `int2`、`int4`、`int8`）；点线（图例 step {{run:quant.exact_steps}}）标出第一次读到量化后的键的那一步。比特数越少，误差越大（判据 3）。*

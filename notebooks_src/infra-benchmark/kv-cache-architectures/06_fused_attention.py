@@ -19,10 +19,16 @@
 #   a one-token decode step (a single query may read every cached key), but after a non-empty cache it hides
 #   most of the cache from a multi-token chunk.
 #
-# The mask is not the only question a real kernel raises. The mask also decides which kernel may run:
-# FlashAttention's GPU kernels take a causal flag but no arbitrary mask, so on a GPU a boolean mask such as the
-# band sends PyTorch's SDPA to another, slower backend. A one-query decode step gives a kernel little to parallelize over, so decode kernels split the
-# cached keys into blocks and combine the partial softmaxes (split-K decoding, as in Flash-Decoding). A paged cache
+# The mask is not the only question a real kernel raises. The mask also decides which kernel may run. On a GPU,
+# PyTorch's SDPA uses its FlashAttention backend only when no mask tensor is passed (a causal flag at most), so a
+# boolean mask such as the band sends it to another, slower backend. That is a limit of SDPA's interface, not of
+# FlashAttention: the FlashAttention library takes a sliding window natively, `window_size=(W - 1, 0)` with
+# `causal=True` (each query reads itself and the $W - 1$ keys before it, the band of section 6, with no mask
+# tensor at all). vLLM's FlashAttention backend passes exactly that for a windowed layer, and Hugging Face's
+# Mistral hands its `sliding_window` to the same parameter when loaded with
+# `attn_implementation="flash_attention_2"`.
+# A one-query decode step gives a kernel little to parallelize over, so decode kernels split the cached keys
+# into blocks and combine the partial softmaxes (split-K decoding, as in Flash-Decoding). A paged cache
 # stores K/V in blocks that the kernel must read through a block table (vLLM's PagedAttention). And GQA pays
 # off only if the kernel indexes the shared K/V heads instead of copying them. None of this changes the
 # numbers the check compares; all of it decides the speed.
@@ -30,13 +36,13 @@
 # %% [markdown] lang="zh"
 # ## 8. 融合注意力
 #
-# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合算子。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，并且都直接读取 $H_{kv}$ 个 K/V 头（`enable_gqa=True`，不用 `repeat_interleave`）：
+# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合内核。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，并且都直接读取 $H_{kv}$ 个 K/V 头（`enable_gqa=True`，不用 `repeat_interleave`）：
 #
 # * `SDPABoolMask`：把我们的布尔掩码（`True` 表示可以读取）交给 SDPA，因此任何掩码规则都适用，包括第 6 节的带状掩码；
 # * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
 # * `SDPACausalIfSeveral`（负对照）：不传掩码，只要这次调用有不止一个查询，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取缓存中的每个键）；但在非空缓存之后，它会让多 token 的分块看不到缓存中的大部分内容。
 #
-# 真实的算子要考虑的不只是掩码。掩码还决定了能用哪个算子：FlashAttention 在 GPU 上的算子只接受一个因果标志，不接受任意掩码，所以在 GPU 上，像带状掩码这样的布尔掩码会让 PyTorch 的 SDPA 改用另一个更慢的后端。单个查询的解码步几乎没有可供并行的维度，所以解码用的算子会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，算子必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在算子按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
+# 真实的内核要考虑的不只是掩码。掩码还决定了能用哪个内核。在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制：FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可（每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域），完全不需要掩码张量。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这个参数；Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，也把它的 `sliding_window` 交给同一个参数。单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right
@@ -66,7 +72,7 @@ SDPA_MODELS = {"sdpa_bool_mask": lambda: build(LLAMA_CFG, lambda i: SDPABoolMask
 
 # %% [markdown] lang="en"
 # **Criterion: each SDPA path equals the explicit-softmax path** (full recomputation of section 5's model)
-# over the 12 configurations, with the usual tolerances (`1e-5` in FP32, `1e-10` in FP64). The two compute the
+# over the 12 configurations, with the usual tolerances ($10^{-5}$ in FP32, $10^{-10}$ in FP64). The two compute the
 # same sums in a different order, so equality within rounding is all we can ask for. **Negative control:
 # `is_causal=True` after a non-empty cache.** Chunks of 2 and 5 tokens must fail, and the one-token run must
 # pass: every call after the prefill has one query and no mask, which is correct, and the prefill call itself
@@ -74,7 +80,7 @@ SDPA_MODELS = {"sdpa_bool_mask": lambda: build(LLAMA_CFG, lambda i: SDPABoolMask
 # one-token decoding.
 
 # %% [markdown] lang="zh"
-# **判据：两种 SDPA 路径都与显式 softmax 路径一致**（以第 5 节模型的完整重算为参照），覆盖 12 种配置，容差照旧（FP32 为 `1e-5`，FP64 为 `1e-10`）。两者以不同的顺序计算同样的求和，所以只能要求在舍入误差范围内相等。**负对照：在非空缓存之后使用 `is_causal=True`。** 分块长度为 2 和 5 时必须失败，逐 token 的运行则必须通过：预填充之后的每次调用都只有一个查询、不加掩码，这是对的；预填充调用本身的分数矩阵又是方阵。正因如此，如果代码只在“预填充加逐 token 解码”的情形下测试过，这个错误就会一直藏在那里。
+# **判据：两种 SDPA 路径都与显式 softmax 路径一致**（以第 5 节模型的完整重算为参照），覆盖 12 种配置，容差照旧（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$）。两者以不同的顺序计算同样的求和，所以只能要求在舍入误差范围内相等。**负对照：在非空缓存之后使用 `is_causal=True`。** 分块长度为 2 和 5 时必须失败，逐 token 的运行则必须通过：预填充之后的每次调用都只有一个查询、不加掩码，这是对的；预填充调用本身的分数矩阵又是方阵。正因如此，如果代码只在“预填充加逐 token 解码”的情形下测试过，这个错误就会一直藏在那里。
 
 # %%
 SDPA_GRIDS = {name: run_grid(SDPA_MODELS[name], reference=lambda: build(LLAMA_CFG)) for name in ("sdpa_bool_mask", "sdpa_lower_right")}
@@ -93,7 +99,7 @@ assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows) and CONTRO
 # (copying is outside the timed window). We report medians and keep the raw samples in `results.json`.
 
 # %% [markdown] lang="zh"
-# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `SDPALowerRight`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。两条路径的先后顺序逐轮交替；每个解码步都从同一个前缀缓存的副本出发（复制不计入计时窗口）。我们报告中位数，原始样本保存在 `results.json` 中。
+# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `SDPALowerRight`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。两条路径的先后顺序逐轮交替；每个解码步都从由同一个前缀算出的缓存的副本出发（复制不计入计时窗口）。我们报告中位数，原始样本保存在 `results.json` 中。
 
 # %%
 TIMING_PROMPT = 256
@@ -124,8 +130,8 @@ def time_attention() -> dict:
 FUSED_TIMING = time_attention()
 say_table([[f"`{attention}`", f"{FUSED_TIMING[f'{name}_prefill']['p50_ms']:.2f}", f"{FUSED_TIMING[f'{name}_decode']['p50_ms']:.3f}"]
            for name, attention in (("explicit", "softmax_attention"), ("sdpa", "SDPALowerRight"))],
-          en=["attention", f"prefill of {TIMING_PROMPT} tokens, p50 ms", f"decode step after {TIMING_PROMPT}, p50 ms"],
-          zh=["注意力实现", f"预填充 {TIMING_PROMPT} 个 token，p50 毫秒", f"{TIMING_PROMPT} 个 token 之后的解码步，p50 毫秒"])
+          en=["attention", f"prefill of {TIMING_PROMPT} tokens, p50 (ms)", f"decode step after {TIMING_PROMPT}, p50 (ms)"],
+          zh=["注意力实现", f"预填充 {TIMING_PROMPT} 个 token，p50（毫秒）", f"{TIMING_PROMPT} 个 token 之后的解码步，p50（毫秒）"])
 
 # %% [markdown] lang="en"
 # In this run the prefill took {{run:fused.explicit_prefill:.2f}} ms with the explicit softmax and
@@ -145,9 +151,9 @@ say_table([[f"`{attention}`", f"{FUSED_TIMING[f'{name}_prefill']['p50_ms']:.2f}"
 # this measurement cannot show.
 
 # %% [markdown] lang="zh"
-# 在本次运行中，预填充用显式 softmax 耗时 {{run:fused.explicit_prefill:.2f}} 毫秒，用 SDPA 耗时 {{run:fused.sdpa_prefill:.2f}} 毫秒；解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒（均为中位数）。这些差距都不到数量级，所以不对它们做断言：换一台 CPU、换一个 PyTorch 构建版本，或者机器上的负载不同，快慢顺序都可能改变。
+# 在本次运行中，预填充用显式 softmax 耗时 {{run:fused.explicit_prefill:.2f}} 毫秒，用 SDPA 耗时 {{run:fused.sdpa_prefill:.2f}} 毫秒；解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒（均为中位数）。这些差距远不到一个数量级，所以不对它们做断言：换一台 CPU、换一个 PyTorch 构建版本，或者机器上的负载不同，快慢顺序都可能改变。
 #
-# 不过，时间花在哪里是可以展示的。下面的表格用 `torch.profiler` 把一个解码步按算子拆开：每个算子每步运行几次，单独占用多少时间（取 5 轮、每轮 10 步中最短的那一轮，这样本进程被暂停的时间不会算到某一个算子头上）。在本次运行中，显式路径的一个解码步调用了 {{run:fused.explicit_calls:.0f}} 次算子，共 {{run:fused.explicit_self_us:.0f}} 微秒；SDPA 路径调用了 {{run:fused.sdpa_calls:.0f}} 次，共 {{run:fused.sdpa_self_us:.0f}} 微秒；没有哪个算子占到一步的 {{run:fused.largest_share:.0%}} 以上。这个小模型的一个解码步由数百次小调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），每次调用都有固定开销，注意力的算术只占其中几次。到了 GPU 上、真实规模的模型中，情况就不同了：融合算子之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
+# 不过，时间花在哪里是可以展示的。下面的表格用 `torch.profiler` 把一个解码步按算子拆开：每个算子每步运行几次，它自身占用多少时间（每轮 10 步，共 5 轮，每个算子的耗时取各轮中的最小值，这样本进程被暂停的时间不会算到某一个算子头上）。在本次运行中，显式路径的一个解码步调用了 {{run:fused.explicit_calls:.0f}} 次算子，共 {{run:fused.explicit_self_us:.0f}} 微秒；SDPA 路径调用了 {{run:fused.sdpa_calls:.0f}} 次，共 {{run:fused.sdpa_self_us:.0f}} 微秒；没有哪个算子占到一步的 {{run:fused.largest_share:.0%}} 以上。这个小模型的一个解码步由数百次小调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），每次调用都有固定开销，注意力的算术只占其中几次。到了 GPU 上、真实规模的模型中，情况就不同了：融合内核之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
 
 # %%
 import os

@@ -18,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 9. 7B 到 8B 规模下各变体的内存与开销
 #
-# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4,096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出每个 token 的字节数，以及一个 32k token 上下文（32,768 个位置，batch 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是长上下文下的解码往往受访存限制的原因，缓存越小，每个 token 的访存量也就越少。
+# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4,096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出每个 token 的字节数，以及一个 32k token 的上下文（32,768 个位置，batch 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是长上下文下的解码往往受限于内存带宽的原因；缓存越小，每个 token 的访存量也就越少。
 #
 # 各变体如下：MHA（32 个头各自保存 K/V）、GQA-8（即 Llama 3 8B 本身）、MQA、带 4k 滑动窗口的 GQA-8（与第 6 节一样，只保留 $W - 1$ 个位置），以及采用 int8 和 int4 缓存的 GQA-8（存储布局同第 7 节，缩放因子为 FP16，取 KIVI 论文公布的设置 $G = 32$、$R = 128$）。
 
@@ -46,13 +46,13 @@ MEMORY_TABLE = [
     variant_row("MHA", 32, CONTEXT, fp16_cache(32, CONTEXT)),
     variant_row("GQA-8", 8, CONTEXT, fp16_cache(8, CONTEXT)),
     variant_row("MQA", 1, CONTEXT, fp16_cache(1, CONTEXT)),
-    variant_row(f"GQA-8, W = {MISTRAL_WINDOW}", 8, MISTRAL_WINDOW - 1, fp16_cache(8, MISTRAL_WINDOW - 1)),
+    variant_row(f"GQA-8, W = {MISTRAL_WINDOW:,}", 8, MISTRAL_WINDOW - 1, fp16_cache(8, MISTRAL_WINDOW - 1)),
 ] + [variant_row(f"GQA-8, int{bits}", 8, CONTEXT, quant_bytes(CONTEXT, bits, LLAMA3_8B, KIVI_RESIDUAL, KIVI_GROUP, FP16))
      for bits in (8, 4)]
 say_table([[r["variant"], str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['bytes_per_token'] / KiB:.1f}",
             f"{r['cache_bytes_32k'] / GiB:.2f}"] for r in MEMORY_TABLE],
-          en=["variant", "K/V heads", "positions kept", "KiB per token of context", "GiB per 32k context"],
-          zh=["变体", "K/V 头数", "保留的位置数", "每个上下文 token 的 KiB", "32k 上下文的缓存（GiB）"])
+          en=["variant", "K/V heads", "positions kept", "per token of context (KiB)", "one 32k context (GiB)"],
+          zh=["变体", "K/V 头数", "保留的位置数", "每个上下文 token（KiB）", "一个 32k 上下文（GiB）"])
 
 # %% [markdown] lang="en"
 # The rows, asserted. MHA needs {{run:memory.mha_kib_per_token:.0f}} KiB per token and
@@ -63,7 +63,7 @@ say_table([[r["variant"], str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['
 # cache: half and a quarter, plus a few percent for the scales and the full-precision window.
 
 # %% [markdown] lang="zh"
-# 用断言核对各行。MHA 每个 token 需要 {{run:memory.mha_kib_per_token:.0f}} KiB，一个 32k 上下文需要 {{run:memory.mha_gib:.0f}} GiB，比这个 8B 模型自身的 FP16 权重（{{run:memory.weights_gib:.1f}} GiB，用同一份配置算出）还多。GQA-8 把两者都缩小到 1/4，MQA 缩小到 1/32。4,096 的窗口把缓存限制在 4,095 个位置，无论上下文多长，都只有 {{run:memory.window_gib:.2f}} GiB。int8 和 int4 分别保留 GQA-8 缓存的 {{run:memory.int8_fraction:.1%}} 和 {{run:memory.int4_fraction:.1%}}：即一半和四分之一，另加百分之几用于缩放因子和全精度窗口。
+# 用断言核对各行。MHA 每个 token 需要 {{run:memory.mha_kib_per_token:.0f}} KiB，一个 32k 上下文需要 {{run:memory.mha_gib:.0f}} GiB，比这个 8B 模型自身的 FP16 权重（{{run:memory.weights_gib:.1f}} GiB，用同一份配置算出）还多。GQA-8 把两者都缩小到 1/4，MQA 缩小到 1/32。4,096 的窗口把缓存限制在 4,095 个位置，无论上下文多长，都只有 {{run:memory.window_gib:.2f}} GiB。int8 和 int4 缓存的大小分别是 GQA-8 的 {{run:memory.int8_fraction:.1%}} 和 {{run:memory.int4_fraction:.1%}}，即一半和四分之一，再加上缩放因子和全精度窗口所占的几个百分点。
 
 # %%
 def llama_parameters(c: ArchConfig) -> int:
@@ -76,7 +76,7 @@ def llama_parameters(c: ArchConfig) -> int:
 rows = {r["variant"]: r["cache_bytes_32k"] for r in MEMORY_TABLE}
 weights_gib = llama_parameters(LLAMA3_8B) * FP16 / GiB
 MEMORY = {"mha_kib_per_token": rows["MHA"] / CONTEXT / KiB, "mha_gib": rows["MHA"] / GiB, "weights_gib": weights_gib,
-          "window_gib": rows[f"GQA-8, W = {MISTRAL_WINDOW}"] / GiB,
+          "window_gib": rows[f"GQA-8, W = {MISTRAL_WINDOW:,}"] / GiB,
           "int8_fraction": rows["GQA-8, int8"] / rows["GQA-8"], "int4_fraction": rows["GQA-8, int4"] / rows["GQA-8"]}
 assert rows["GQA-8"] * 4 == rows["MHA"] == rows["MQA"] * 32 and rows["MHA"] / GiB > weights_gib
 assert 0.5 < MEMORY["int8_fraction"] < 0.55 and 0.25 < MEMORY["int4_fraction"] < 0.3
@@ -85,20 +85,30 @@ assert 0.5 < MEMORY["int8_fraction"] < 0.55 and 0.25 < MEMORY["int4_fraction"] <
 # The same numbers as a figure (log scale), one bar per variant: the cache of one 32k-token context.
 
 # %% [markdown] lang="zh"
-# 同样的数字画成图（对数刻度），每种变体一根柱子：一个 32k token 上下文的缓存大小。
+# 同样的数字画成图（对数刻度），每种变体一根柱子：一个 32k token 的上下文的缓存大小。
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 ax.barh([r["variant"] for r in MEMORY_TABLE][::-1], [r["cache_bytes_32k"] / GiB for r in MEMORY_TABLE][::-1], color="tab:blue")
-ax.axvline(weights_gib, color="gray", linestyle=":", label="FP16 weights of the 8B model")
+ax.axvline(weights_gib, color="gray", linestyle=":", label="weights, FP16")
 ax.set_xscale("log")
-ax.set_xlabel("K/V cache of one 32k-token context (GiB, log scale)")
-ax.set_title("Llama-3-8B shape: 32 layers, 32 query heads, head_dim 128", fontsize=9)
+ax.set_xlabel("GiB (log scale)")
+ax.set_title("Llama 3 8B, 32k-token context: K/V cache", fontsize=9)
 ax.legend(fontsize=8)
 fig.tight_layout()
 MEMORY_PNG = OUT / "memory.png"
 fig.savefig(MEMORY_PNG, dpi=120)
 plt.show()
+
+# %% [markdown] lang="en"
+# *Figure: the K/V cache of one 32k-token context (32,768 positions, batch 1) for each variant of the table, on
+# Llama 3 8B's shape (title). One bar per variant (the labels on the left are the table's first column:
+# `GQA-8` is Llama 3 8B itself, `W = 4,096` the sliding window, `int8` and `int4` the quantized caches); the
+# horizontal axis is in GiB on a log scale. The dotted line (legend "weights, FP16") marks the model's own FP16
+# weights: MHA's cache alone is larger.*
+
+# %% [markdown] lang="zh"
+# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 1）下的 K/V 缓存大小。每种变体一根柱子（左侧的标签就是表格的第一列：`GQA-8` 即 Llama 3 8B 本身，`W = 4,096` 表示滑动窗口，`int8` 和 `int4` 是量化缓存）；横轴的单位是 GiB，采用对数刻度。点线（图例 weights, FP16）标出模型自身 FP16 权重的大小：单是 MHA 的缓存就比它还大。*
 
 # %% tags=["prose-values"]
 {"memory": MEMORY}

@@ -55,5 +55,5 @@ RESULTS = {
     "controls": CONTROLS,
 }
 FIGURES = [MASKS_PNG.name, GQA_PNG.name, WINDOW_PNG.name, QUANT_PNG.name, MEMORY_PNG.name]
-RESULTS_JSON = save_results("infra-benchmark/kv-cache-architectures", 2, RESULTS, FIGURES)
+RESULTS_JSON = save_results("infra-benchmark/kv-cache-architectures", 3, RESULTS, FIGURES)
 REFEREES = {"Llama": LLAMA_CROSS["hf_precision"], "Mistral": MISTRAL_CROSS["hf_precision"]} if HAVE_HF else {}

@@ -16,7 +16,7 @@ summary_table({f"`{name}`": rows for name, rows in EXACT_GRIDS.items()})
 # caches, full and cached (or why they were skipped).
 
 # %% [markdown] lang="zh"
-# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值（对 `check_cached` 类的负对照，是失败运行中最小的 logits 误差）。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对误差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
+# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值（对 `check_cached` 类的负对照，是各次失败运行的 logits 最大绝对误差中最小的那个）。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对误差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
 
 # %%
 controls_table(CONTROLS)

@@ -15,29 +15,30 @@
 #   Whether "a window of $W$" means $W$ or $W + 1$ keys differs between the Mistral paper and Hugging Face's code;
 #   a window one key too wide fails the cached check, one key too narrow only the key count. Cropping the context
 #   to $W$ tokens is not a window: stacked layers see back $L(W - 1)$ positions.
-# * **A quantized cache is an approximation**, judged by bounds fixed in advance and a control that must break
-#   them. Random weights show that the cache reads back what it stored, not that a trained model keeps its
-#   quality, which is what KIVI measured.
+# * **A quantized cache is an approximation**, judged by stated bounds (set once, after a first run, well above
+#   the errors it measured; every later run must stay within them) and by a control that must break them.
+#   Random weights show that the cache reads back what it stored, not that a trained model keeps its quality,
+#   which is what KIVI measured.
 # * **Fused attention changes the arithmetic's order, not the result**, as long as the mask is right:
 #   `is_causal=True` after a cache hides behind prefill-plus-one-token tests and fails for every longer chunk.
 # * **At 7–8B scale the choice matters**: one 32k-token context costs {{run:memory.mha_gib:.0f}} GiB with MHA,
 #   more than the model's weights, and a quarter of that with Llama 3's eight K/V heads.
 #
-# The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}) builds on this decoder: latent
-# attention (MLA), local and shared layers, attention sinks and eviction.
+# The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}) builds on this decoder: multi-head
+# latent attention (MLA), local and global layers, a cache shared across layers, attention sinks and eviction.
 
 # %% [markdown] lang="zh"
 # ## 11. 要点与练习
 #
 # * **GQA 和 MQA 把缓存缩小到原来的 $H_{kv} / H$**：缓存中保存的是 $H_{kv}$ 个头，实测字节数等于 $2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$。哪个查询头读取哪个 K/V 头，是模型的一部分：平铺的头通过了每一项“缓存对照完整重算”，计算的却是另一个函数；只有知道正确布局的裁判（逐头循环、Hugging Face 的 Llama）才查出了它。
-# * **只要两条路径交给算子的内存布局不同，“相等”就只能是在该精度的容差内相等**：在运行本笔记本的机器上，视图与它的副本在 24 个长度中有 {{run:gqa.layout_lengths_differing}} 个舍入结果不同。只有在构造上必然成立的地方，我们才断言逐比特相同。
+# * **只要两条路径交给内核的内存布局不同，“相等”就只能是在该精度的容差内相等**：在运行本笔记本的机器上，视图与它的副本在 24 个长度中有 {{run:gqa.layout_lengths_differing}} 个舍入结果不同。只有在构造上必然成立的地方，我们才断言逐比特相同。
 # * **RoPE 的键在旋转之后缓存，旋转用的是它自己的绝对位置**；每个新分块都必须按真实位置旋转。由于 RoPE 只看得到距离，基于平移的检验分不清正确的旋转和反向的旋转，所以要直接核对公式本身。
 # * **滑动窗口只需要最后 $W - 1$ 个位置**，存在一个先读后写的环形缓冲区里。“$W$ 的窗口”究竟是 $W$ 个键还是 $W + 1$ 个键，Mistral 论文与 Hugging Face 的代码说法不一；宽了一个键的窗口通不过缓存检查，窄了一个键的窗口只有键数检查能查出。把上下文裁剪到 $W$ 个 token 并不等于滑动窗口：多层叠加之后，能回看 $L(W - 1)$ 个位置。
-# * **量化缓存是一种近似**，要用事先定下的误差界和一个必须违反这些界的负对照来评判。随机权重只能说明这个缓存读回了它存下的内容，不能说明训练好的模型能保持质量，而后者才是 KIVI 所测量的。
+# * **量化缓存是一种近似**，要用明确写出的误差界和一个必须违反这些界的负对照来评判。这些界是在第一次运行之后定下的，明显高于当时测得的误差，此后每次运行都必须落在界内。随机权重只能说明这个缓存读回了它存下的内容，不能说明训练好的模型能保持质量，而后者才是 KIVI 所测量的。
 # * **融合注意力改变的是运算次序，而不是结果**，前提是掩码正确：在缓存之后使用 `is_causal=True` 的错误，藏在“预填充加逐 token 解码”的测试背后，对任何更长的分块都会失败。
 # * **到了 7B 到 8B 的规模，这些选择举足轻重**：一个 32k token 的上下文，用 MHA 需要 {{run:memory.mha_gib:.0f}} GiB，比模型权重还大；用 Llama 3 的 8 个 K/V 头，只需要它的四分之一。
 #
-# [压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})在这个解码器的基础上更进一步：潜在注意力（MLA）、局部层与共享层、注意力汇聚点以及淘汰策略。
+# [压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})在这个解码器的基础上更进一步：多头潜在注意力（MLA）、局部层与全局层、跨层共享的缓存、注意力汇聚点以及淘汰策略。
 
 # %% [markdown] lang="en"
 # **Exercise 1: GQA at 70B scale.** Llama 3 70B has 80 layers, 64 query heads, 8 K/V heads and $D_h = 128$
@@ -54,11 +55,11 @@
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 1：70B 规模的 GQA。** Llama 3 70B 有 80 层、64 个查询头、8 个 K/V 头，$D_h = 128$（取自 meta-llama/Meta-Llama-3-70B 的 `config.json`）。在 FP16 下，它的缓存每个 token 需要多少字节？如果每个查询头各有一个 K/V 头，又需要多少字节？在这两种情况下，一个 8,192 token 的上下文各需要多大的缓存？
+# **练习 1：70B 规模的 GQA。** Llama 3 70B 有 80 层、64 个查询头、8 个 K/V 头，$D_h = 128$（取自 meta-llama/Meta-Llama-3-70B 的 `config.json`）。在 FP16 下，它的缓存每个 token 需要多少字节？如果每个查询头各有一个 K/V 头，又需要多少字节？在这两种情况下，一个 8,192 个 token 的上下文各需要多大的缓存？
 #
 # <details><summary>查看答案</summary>
 #
-# 每个 token 需要 $2 \cdot 80 \cdot 8 \cdot 128 \cdot 2 = 327{,}680$ 字节，即 320 KiB；有 64 个 K/V 头时是它的八倍，即 2.5 MiB。一个 8,192 token 的上下文：GQA 需要 2.5 GiB，MHA 需要 20 GiB。下一个单元格用 `kv_bytes_per_token` 核对这些数字。
+# 每个 token 需要 $2 \cdot 80 \cdot 8 \cdot 128 \cdot 2 = 327{,}680$ 字节，即 320 KiB；有 64 个 K/V 头时是它的八倍，即 2.5 MiB。一个 8,192 个 token 的上下文：GQA 需要 2.5 GiB，MHA 需要 20 GiB。下一个单元格用 `kv_bytes_per_token` 核对这些数字。
 #
 # </details>
 
@@ -67,7 +68,7 @@ per_token_70b = {kv_heads: kv_bytes_per_token(80, kv_heads, 128, FP16) for kv_he
 assert per_token_70b == {8: 320 * KiB, 64: 2.5 * 2 ** 20}
 assert {h: b * 8192 / GiB for h, b in per_token_70b.items()} == {8: 2.5, 64: 20.0}
 say(en="Exercise 1 checked: 320 KiB and 2.5 MiB per token; 2.5 GiB and 20 GiB per 8,192-token context.",
-    zh="练习 1 已核对：每个 token 分别为 320 KiB 和 2.5 MiB；每个 8,192 token 的上下文分别为 2.5 GiB 和 20 GiB。")
+    zh="练习 1 已核对：每个 token 分别为 320 KiB 和 2.5 MiB；每个 8,192 个 token 的上下文分别为 2.5 GiB 和 20 GiB。")
 
 # %% [markdown] lang="en"
 # **Exercise 2: where the ring puts a position.** With $W = 8$ the ring has 7 slots. After the model has read 100
@@ -84,11 +85,11 @@ say(en="Exercise 1 checked: 320 KiB and 2.5 MiB per token; 2.5 GiB and 20 GiB pe
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 2：环形缓冲区把位置放在哪里。** $W = 8$ 时，环形缓冲区有 7 个槽位。模型读入 100 个 token（位置 0 到 99）之后，环形缓冲区保存的是哪些位置？位置 99 在哪个槽位？位置 100 上的查询读取哪些键？它覆盖的是哪个位置，在哪个槽位？
+# **练习 2：环形缓冲区把位置放在哪里。** $W = 8$ 时，环形缓冲区有 7 个槽位。模型读入 100 个 token（位置 0–99）之后，环形缓冲区保存的是哪些位置？位置 99 在哪个槽位？位置 100 上的查询读取哪些键？它覆盖的是哪个位置，在哪个槽位？
 #
 # <details><summary>查看答案</summary>
 #
-# 环形缓冲区保存位置 93 到 99，即最后 $W - 1 = 7$ 个位置；位置 99 在第 $99 \bmod 7 = 1$ 个槽位。位置 100 上的查询读取键 93 到 100，共八个键：环形缓冲区中的七个，加上它自己。此后位置 100 才被写入第 $100 \bmod 7 = 2$ 个槽位，覆盖原先在那里的位置 93。下一个单元格先给一个 `RingKV` 送入 100 个位置，再送入一个。
+# 环形缓冲区保存位置 93–99，即最后 $W - 1 = 7$ 个位置；位置 99 在第 $99 \bmod 7 = 1$ 个槽位。位置 100 上的查询读取键 93–100，共八个键：环形缓冲区中的七个，加上它自己。此后位置 100 才被写入第 $100 \bmod 7 = 2$ 个槽位，覆盖原先在那里的位置 93。下一个单元格先给一个 `RingKV` 送入 100 个位置，再送入一个。
 #
 # </details>
 
@@ -100,7 +101,7 @@ _, _, read_by_100 = ring.update(kv[:, :, :1], kv[:, :, :1], torch.tensor([100]))
 assert held == list(range(93, 100)) and slot_of_99 == 1
 assert read_by_100.tolist() == list(range(93, 101)) and ring.positions[2] == 100 and 93 not in ring.positions.tolist()
 say(en="Exercise 2 checked: positions 93 to 99, position 99 in slot 1; the query at 100 reads keys 93 to 100; position 100 replaces 93 in slot 2.",
-    zh="练习 2 已核对：保存位置 93 到 99，位置 99 在第 1 个槽位；位置 100 上的查询读取键 93 到 100；位置 100 写入第 2 个槽位，取代了位置 93。")
+    zh="练习 2 已核对：保存位置 93–99，位置 99 在第 1 个槽位；位置 100 上的查询读取键 93–100；位置 100 写入第 2 个槽位，取代了位置 93。")
 
 # %% [markdown] lang="en"
 # **Exercise 3: what int4 really costs.** Take one K/V head with $D_h = 128$, the KIVI layout of section 7 with
@@ -122,7 +123,7 @@ say(en="Exercise 2 checked: positions 93 to 99, position 99 in slot 1; the query
 #
 # <details><summary>查看答案</summary>
 #
-# 编码：K 需要 $128 \cdot 4 / 8 = 64$ 字节，V 也是 64 字节。K 的缩放因子和最小值按通道、每 32 个 token 一组，折合每个 token $128 \cdot 2 \cdot 2 / 32 = 16$ 字节；V 的按 token 保存，每个 token $2 \cdot 2 = 4$ 字节。合计 148 字节，是 512 字节的 28.9%：4 比特编码本该只占四分之一，缩放因子又多占了大约 4 个百分点。下一个单元格用第 7 节的 `quant_bytes` 计算一个 3,200 token、没有全精度窗口的上下文来核对。
+# 编码：K 需要 $128 \cdot 4 / 8 = 64$ 字节，V 也是 64 字节。K 的缩放因子和最小值按通道、每 32 个 token 一组，折合每个 token $128 \cdot 2 \cdot 2 / 32 = 16$ 字节；V 的按 token 保存，每个 token $2 \cdot 2 = 4$ 字节。合计 148 字节，是 512 字节的 28.9%：4 比特编码本该只占四分之一，缩放因子又多占了大约 4 个百分点。下一个单元格用第 7 节的 `quant_bytes` 计算一个长 3,200 个 token、没有全精度窗口的上下文来核对。
 #
 # </details>
 
