@@ -29,27 +29,41 @@ def build(*args: str) -> tuple[int, str]:
     return code, log.getvalue()
 
 
+@pytest.fixture(scope="module")
+def quick_build(tmp_path_factory) -> tuple[int, str, Path]:
+    """Every notebook built and run in quick mode by the real command, two at a time (`--jobs 2`)."""
+    out = tmp_path_factory.mktemp("quick_build")
+    code, log = build("--execute", "--quick", "--jobs", "2", "--out", str(out))
+    return code, log, out
+
+
+def test_every_notebook_builds_in_quick_mode(quick_build):
+    code, log, _ = quick_build
+    assert code == 0, log
+    assert all(f"{target}: executed" in log for target in NOTEBOOKS), log
+
+
 @pytest.mark.parametrize("target", NOTEBOOKS)
-def test_notebook_builds_and_runs_in_quick_mode(target, tmp_path):
-    code, log = build("--only", target, "--execute", "--quick", "--out", str(tmp_path))
+def test_notebook_builds_and_runs_in_quick_mode(target, quick_build):
+    code, log, out = quick_build
     assert code == 0, log
     series, name = target.split("/")
     for lang in ("en", "zh"):
-        notebook = nbformat.read(built_path(tmp_path, series, name, lang), as_version=4)
+        notebook = nbformat.read(built_path(out, series, name, lang), as_version=4)
         assert notebook.metadata[METADATA_KEY]["quick"] is True
         errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
         assert errors == []
-    written = digest_tree(outputs_dir(tmp_path, series, name))
+    written = digest_tree(outputs_dir(out, series, name))
     assert written == notebook.metadata[METADATA_KEY]["output_files"]
     if target == "infra-benchmark/kv-cache":
-        results = json.loads((outputs_dir(tmp_path, series, name) / "results.json").read_text())
+        results = json.loads((outputs_dir(out, series, name) / "results.json").read_text())
         assert results["quick"] is True and results["notebook"] == target
         assert {"environment", "config", "equivalence", "negative_controls", "timing"} <= results.keys()
         assert "peer" not in results                     # moved to infra-benchmark/kv-cache-hf-gpt2
         assert len(results["equivalence"]["configs"]) == 12
         assert all(control["detected"] for control in results["negative_controls"].values())
     if target == "infra-benchmark/kv-cache-hf-gpt2":
-        results = json.loads((outputs_dir(tmp_path, series, name) / "results.json").read_text())
+        results = json.loads((outputs_dir(out, series, name) / "results.json").read_text())
         assert results["quick"] is True and results["notebook"] == target
         assert results["peer"]["agrees"] is True and all(t["caught"] for t in results["peer"]["traps"].values())
 

@@ -54,26 +54,33 @@ EXPECTED = {
         "skip": {"en": "comparison with assisted generation is skipped", "zh": "跳过与辅助生成的比较"},
     },
 }
-CASES = [f"{name}.{lang}.ipynb" for name in EXPECTED for lang in ("en", "zh")]
+LANGUAGES = ("en", "zh")
 
 
-@pytest.mark.parametrize("filename", CASES)
-def test_built_notebook_runs_in_an_empty_folder_without_the_repository(filename, reader_python, tmp_path):
-    """Top to bottom, no error; transformers never imported; the skip said in the notebook's language;
-    exactly the notebook's own files written."""
-    name, lang, _ = filename.split(".")
-    folder = tmp_path / "empty"
-    folder.mkdir()
+def run_edition(filename: str, reader_python: Path, tmp_path: Path) -> tuple[Path, Path, subprocess.Popen]:
+    """Start one edition in an empty folder of its own, in a fresh process of the reader's environment."""
+    folder = tmp_path / filename / "empty"
+    folder.mkdir(parents=True)
     notebook = shutil.copy(BUILT / filename, folder / filename)
-    report = tmp_path / "report.json"
-    subprocess.run(
-        [str(reader_python), str(RUNNER), str(notebook), str(report)],
-        cwd=folder, env=clean_env(), check=True, timeout=900,
-    )
-    result = json.loads(report.read_text())
-    assert result["errors"] == []
-    assert "transformers" not in result["after"]["modules"]
-    assert EXPECTED[name]["skip"][lang] in result["stdout"] + result["markdown"]
-    assert sorted(p.name for p in folder.iterdir()) == sorted([filename, *EXPECTED[name]["files"]])
-    if name == "kv-cache":
-        assert "peer" not in json.loads((folder / "results.json").read_text())
+    report = tmp_path / filename / "report.json"
+    process = subprocess.Popen([str(reader_python), str(RUNNER), str(notebook), str(report)], cwd=folder, env=clean_env())
+    return folder, report, process
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_built_notebook_runs_in_an_empty_folder_without_the_repository(name, reader_python, tmp_path):
+    """Each edition top to bottom, no error; transformers never imported; the skip said in the
+    notebook's language; exactly the notebook's own files written. The editions run side by side (two
+    processes, one thread each), as two readers would."""
+    runs = {lang: run_edition(f"{name}.{lang}.ipynb", reader_python, tmp_path) for lang in LANGUAGES}
+    for lang, (_, _, process) in runs.items():
+        assert process.wait(timeout=900) == 0, f"{name}.{lang}.ipynb"
+    for lang, (folder, report, _) in runs.items():
+        filename = f"{name}.{lang}.ipynb"
+        result = json.loads(report.read_text())
+        assert result["errors"] == [], filename
+        assert "transformers" not in result["after"]["modules"], filename
+        assert EXPECTED[name]["skip"][lang] in result["stdout"] + result["markdown"], filename
+        assert sorted(p.name for p in folder.iterdir()) == sorted([filename, *EXPECTED[name]["files"]]), filename
+        if name == "kv-cache":
+            assert "peer" not in json.loads((folder / "results.json").read_text())
