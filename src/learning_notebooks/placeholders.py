@@ -71,6 +71,47 @@ def check_values_cell(code: str, file: Path, line: int) -> None:
         raise SourceError(f"a cell tagged '{TAG}' must end with an expression whose value is a dict", file, line)
 
 
+def _bound(tree: ast.Module) -> set[str]:
+    """Names a cell binds at its top level: assignments, definitions, imports, loop and with targets."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        else:
+            targets = {ast.Assign: lambda n: n.targets, ast.AnnAssign: lambda n: [n.target],
+                       ast.AugAssign: lambda n: [n.target], ast.For: lambda n: [n.target],
+                       ast.With: lambda n: [i.optional_vars for i in n.items if i.optional_vars]}
+            for target in targets.get(type(node), lambda n: [])(node):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def check_values_private(cells: list[tuple[str, bool, Path, int]]) -> None:
+    """A prose-values cell is folded in the notebook and left off the site, so what it defines stays
+    with it: no shown code cell may use a name that only a prose-values cell binds. `cells`: the code
+    cells in order, as (source, tagged prose-values, file, line of the `# %%` marker)."""
+    trees = []
+    for source, hidden, file, line in cells:
+        try:
+            trees.append((ast.parse(source), hidden, file, line))
+        except SyntaxError:
+            return  # reported with its line by the compile check
+    shown = set().union(*(_bound(tree) for tree, hidden, _, _ in trees if not hidden))
+    private: dict[str, tuple[Path, int]] = {}
+    for tree, hidden, file, line in trees:
+        if hidden:
+            private.update({name: (file, line) for name in _bound(tree) - shown})
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in private:
+                home, home_line = private[node.id]
+                raise SourceError(f"'{node.id}' is defined only in the '{TAG}' cell at {home.name}:{home_line}, "
+                                  "which readers do not see: define it in a shown code cell", file,
+                                  line + node.lineno)
+
+
 def _flatten(value: dict, prefix: str, into: dict, where: tuple[Path, int]) -> None:
     for name, item in value.items():
         if not isinstance(name, str) or not name.isidentifier():

@@ -244,6 +244,8 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
     producers = [c for c in cells if c.kind == "code" and placeholders.TAG in c.tags]
     for cell in producers:
         placeholders.check_values_cell(cell.source, cell.file, cell.line)
+    placeholders.check_values_private([(c.source, placeholders.TAG in c.tags, c.file, c.line)
+                                       for c in cells if c.kind == "code"])
     notebooks = {f"{s}/{n}" for s, n in discover(src_root)}
     for cell in (c for c in cells if c.kind == "markdown"):
         placeholders.check_prose(cell.source, cell.file, cell.first_line, notebooks, bool(producers))

@@ -9,7 +9,7 @@ import pytest
 from fixture_project import Project
 from learning_notebooks.errors import SourceError
 from learning_notebooks.files import notebook_bytes
-from learning_notebooks.placeholders import check_prose, fill, run_values
+from learning_notebooks.placeholders import check_prose, check_values_private, fill, run_values
 
 
 def test_placeholders_are_filled_in_each_language_and_recorded(executed_tree: Project):
@@ -136,3 +136,32 @@ def test_a_value_that_does_not_fit_its_format_names_the_placeholder(executed: Pr
     run = executed.build()
     assert run.code == 2 and run.last.startswith(f"error: {executed.notebook / '02_compute.py'}:24: ")
     assert "cannot format 10" in run.last
+
+
+VALUES = ("total = 10\ndef share(x):\n    return x / total\n{'sums': {'share': share(5)}}", True, Path("a.py"), 20)
+
+
+@pytest.mark.parametrize(
+    "shown, line",
+    [
+        ("print(total)", 31),                          # a name only the hidden cell binds
+        ("x = 1\nfor i in range(2):\n    share(i)", 33),  # a function it defines, used inside a loop
+    ],
+)
+def test_shown_code_may_not_use_what_only_a_prose_values_cell_defines(shown, line):
+    with pytest.raises(SourceError) as caught:
+        check_values_private([VALUES, (shown, False, Path("b.py"), 30)])
+    assert "readers do not see" in str(caught.value) and "a.py:20" in str(caught.value)
+    assert (caught.value.file, caught.value.line) == (Path("b.py"), line)
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        [VALUES, ("total = 3\nprint(total)", False, Path("b.py"), 30)],         # shown code binds it too
+        [("total = 10", False, Path("b.py"), 1), VALUES, ("print(total)", False, Path("b.py"), 30)],
+        [VALUES, ("{'more': {'total': total}}", True, Path("c.py"), 40)],       # another hidden cell
+    ],
+)
+def test_names_that_shown_code_binds_or_only_hidden_cells_read_pass(cells):
+    check_values_private(cells)

@@ -111,7 +111,7 @@ say_table(
 # * **调用次数与 token 数**：在 $P = 16$ 时，比较一次处理 16 个 token 的预填充，与分 16 次调用、每次只处理一个 token 的缓存续写。两者都让 16 个位置经过网络，续写的乘加次数甚至还略多一些（多 {{run:clock.cached16_extra_macs:.1%}}，因为它的查询要读更多的键）。
 # * **缓存路径一步中有多少是计算**：最长提示下的预填充反映了这台 CPU 在一次大调用中每毫秒能完成多少次乘加。按这个速度可以算出缓存路径一步的乘加需要多少时间；后面的正文把它与这一步的实测耗时放在一起比较。只有一行的矩阵乘法效率不如大矩阵乘法，所以这只是粗略的估计，而不是精确的分解。
 
-# %% tags=["prose-values"]
+# %% tags=["hide-input"]
 first, last = PER_STEP[0], PER_STEP[-1]
 row16 = next(r for r in TIMING_ROWS if r["prompt_tokens"] == 16)
 prefill_rate = sum(full_step_macs(cfg, last["prompt_tokens"]).values()) / TIMING_ROWS[-1]["prefill_ms"]["p50"]
@@ -134,6 +134,8 @@ TIMING_SUMMARY = {
     "cached_step_arithmetic_ms": float(last["model_cached_macs_per_step"] / prefill_rate),
     "cached_step_arithmetic_share": float(last["model_cached_macs_per_step"] / prefill_rate / last["cached_ms_per_step"]["p50"]),
 }
+
+# %% tags=["prose-values"]
 {"clock": TIMING_SUMMARY}
 
 # %% [markdown] lang="en"
