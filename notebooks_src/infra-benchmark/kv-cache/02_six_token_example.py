@@ -84,7 +84,7 @@ say_table(
      ["`ids[:, PAST_LEN:]`", f"`{list(ids[:, PAST_LEN:].shape)}`", ", ".join(map(str, new_positions.tolist()))],
      ['`step["q"]`', f"`{list(step['q'].shape)}`", ", ".join(map(str, new_positions.tolist()))],
      ['`step["k"]`, `step["v"]`', f"`{list(step['k'].shape)}`", "0, 1, 2, 3, 4, 5"],
-     ['`step["scores"]`', f"`{list(step['scores'].shape)}`", "[4, 5] x [0, 1, 2, 3, 4, 5]"],
+     ['`step["scores"]`', f"`{list(step['scores'].shape)}`", "[4, 5] × [0, 1, 2, 3, 4, 5]"],
      ['`step["logits"]`', f"`{list(step['logits'].shape)}`", "4, 5"]],
     en=["tensor", "shape", "positions"], zh=["张量", "形状", "位置"],
 )
