@@ -204,7 +204,7 @@ say_table(
 # %% [markdown] lang="en"
 # **The headline.** At $P = {{run:timing.p_max}}$ the cached continuation took {{run:timing.cached_ms_max:.2f}} ms
 # for its 16 steps and full recomputation {{run:timing.full_ms_max:.2f}} ms: on this run the cached step was
-# about {{run:timing.speedup_max:.1f}} times faster at $P = {{run:timing.p_max}}$, and only
+# about {{run:timing.speedup_max:.1f}} times faster there, and only
 # {{run:timing.speedup_min:.1f}} times at $P = {{run:timing.p_min}}$ (the table's first row). The count
 # leaves it a far larger margin: at $P = {{run:timing.p_max}}$ the full window feeds
 # {{run:timing.fed_full:,}} positions where the cached one feeds 16, and does
@@ -233,7 +233,7 @@ say_table(
 # hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **主要结论**：在 $P = {{run:timing.p_max}}$ 时，缓存续写 16 步用了 {{run:timing.cached_ms_max:.2f}} 毫秒，完整重算用了 {{run:timing.full_ms_max:.2f}} 毫秒：这次运行中，在 $P = {{run:timing.p_max}}$ 时缓存路径每一步的速度约为完整重算的 {{run:timing.speedup_max:.1f}} 倍，而在 $P = {{run:timing.p_min}}$ 时（表格第一行）只有 {{run:timing.speedup_min:.1f}} 倍。按计数，缓存路径的优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子几乎相同（缓存续写还要用 `aten::cat` 复制缓存，见 9.3），只是完整重算每次的输入大得多。因此下面的单元格只断言缓存续写确实更快，即倍数大于 1：这个门槛远低于实测的 {{run:timing.speedup_max:.1f}} 倍，更远低于工作量之比 {{run:timing.macs_ratio_max:.0f}}，任何 CPU 都不应抹掉这样大的余地。实测的倍数本身因机器而异，每次运行也不同，所以只报告，不做断言。它为什么比工作量之比小得多，是 9.2 和 9.3 要回答的问题。
+# **主要结论**：在 $P = {{run:timing.p_max}}$ 时，缓存续写 16 步用了 {{run:timing.cached_ms_max:.2f}} 毫秒，完整重算用了 {{run:timing.full_ms_max:.2f}} 毫秒：这次运行中，此时缓存路径每一步的速度约为完整重算的 {{run:timing.speedup_max:.1f}} 倍，而在 $P = {{run:timing.p_min}}$ 时（表格第一行）只有 {{run:timing.speedup_min:.1f}} 倍。按计数，缓存路径的优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子几乎相同（缓存续写还要用 `aten::cat` 复制缓存，见 9.3），只是完整重算每次的输入大得多。因此下面的单元格只断言缓存续写确实更快，即倍数大于 1：这个门槛远低于实测的 {{run:timing.speedup_max:.1f}} 倍，更远低于工作量之比 {{run:timing.macs_ratio_max:.0f}}，任何 CPU 都不应抹掉这样大的余地。实测的倍数本身因机器而异，每次运行也不同，所以只报告，不做断言。它为什么比工作量之比小得多，是 9.2 和 9.3 要回答的问题。
 #
 # **如何解读 p95**：15 个样本（`QUICK = True` 时只有 3 个）的 p95 是经验分位数。NumPy 默认用线性插值，它落在第二大和最大的样本之间，所以由一两轮慢的测量决定。这次运行中，缓存续写窗口的 p95 最高达到其 p50 的 {{run:timing.cached_p95_over_p50:.1f}} 倍（在 $P = {{run:timing.cached_p95_over_p50_at}}$ 时），而它的大多数轮次都接近中位数（见“慢轮次”一列）。每一轮都在同样的输入上运行同样的代码，工作量完全相同；因此个别轮次变慢，多花的时间都耗在这些工作之外：操作系统把 CPU 核心让给了别的进程，来了一个中断，或者内存分配器向系统申请了内存。几毫秒的停顿，对于只需几毫秒的窗口（缓存续写正是如此）占比很大，对于长提示下的完整重算窗口则占比很小。中位数几乎不受这些轮次影响，15 个样本的 p95 却会受影响，而且样本远远不够，无法估计一个服务的尾延迟。
 #
