@@ -77,8 +77,9 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
-# [en] NumPy, PyTorch and the modules that describe the machine come with the next cell.
-# [zh] NumPy、PyTorch 以及记录机器信息所用的模块，由下一个单元格导入。
+# [en] NumPy and the modules that describe the machine come with the next cell, which every notebook of
+# [en] this series shares.
+# [zh] NumPy 以及记录机器信息所用的模块由下一个单元格导入，本系列的每份笔记本都共用那个单元格。
 import copy
 import json
 import math
@@ -89,5 +90,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import matplotlib.pyplot as plt
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
