@@ -59,10 +59,11 @@ for row in range(GEN_PROMPTS.shape[0]):
 # the same position, their next choices coincide from then on. To show that the rows
 # do not mix, the cell generates each prompt alone, in a batch of one: each row gets the very tokens it
 # got in the batch. The control is the rows' first tokens, which differ: the comparison can tell the two
-# rows apart. (The grid of 6.2 already compared batch 2 with a full call, which a leak would fail.)
+# rows apart. (The grid of 6.2 could not show this: a leak between rows would be in the full call as
+# well as in the cached one.)
 
 # %% [markdown] lang="zh"
-# 两行的开头不同，但从生成 token 的下标 {{run:gen_tail.shared_tail_from}} 起，它们选出的 token 完全相同。这并不是一行的内容漏进了另一行。这个模型没有训练过，随机权重里没有贯穿整个序列的规律，所以一旦两行在同一位置选出同一个 token，此后的选择也就一样了。为了说明两行没有互相混杂，下面的单元格把每个提示单独生成一次（batch 为 1）：每一行得到的 token 与它在 batch 中得到的完全相同。对照是两行的第一个 token：它们不同，说明这个比较分得清两行。（6.2 的网格已经拿 batch 为 2 的运行与完整调用比较过；若两行互相混杂，那里就会失败。）
+# 两行的开头不同，但从生成 token 的下标 {{run:gen_tail.shared_tail_from}} 起，它们选出的 token 完全相同。这并不是一行的内容漏进了另一行。这个模型没有训练过，随机权重里没有贯穿整个序列的规律，所以一旦两行在同一位置选出同一个 token，此后的选择也就一样了。为了说明两行没有互相混杂，下面的单元格把每个提示单独生成一次（batch 为 1）：每一行得到的 token 与它在 batch 中得到的完全相同。对照是两行的第一个 token：它们不同，说明这个比较分得清两行。（6.2 的网格证明不了这一点：两行若互相混杂，完整调用和带缓存的调用会同样混杂。）
 
 # %%
 ALONE = [greedy_generate(model, GEN_PROMPTS[row:row + 1], GEN_TOKENS)[0][0] for row in range(GEN_PROMPTS.shape[0])]
