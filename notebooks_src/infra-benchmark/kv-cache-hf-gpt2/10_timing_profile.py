@@ -13,14 +13,15 @@
 # same in every session). `python_calls` runs the step once under `cProfile` and adds up the calls by
 # the file that defines each function, named from the installed package onwards (`torch/...`,
 # `transformers/...`), a standard-library file by its name, functions written in C as `<built-in>` and
-# this notebook's own cells as `<cell>`.
+# this notebook's own cells as `<cell>`. Its code is measuring tooling, not part of the lesson, so it is
+# folded.
 
 # %% [markdown] lang="zh"
 # **一步的开销都花在哪里。** 既然运算相同，差距从何而来？我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看。`torch.profiler` 记录这一步调用的每个 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）：调用了多少次，每类算子耗时多少；打开 `with_flops=True` 后，它还统计矩阵乘法（`aten::mm`、`aten::addmm`、`aten::bmm`）的浮点运算次数。Python 自带的 `cProfile` 则统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。
 #
-# 下一个单元格定义这两种测量。`aten_profile` 在一次性能分析中把这一步执行 10 次，结果除以 10；机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做 5 次，每个算子的自身耗时取中位数（调用次数每次都相同）。`python_calls` 在 `cProfile` 下把这一步执行一次，按定义各函数的文件累加调用次数：文件名从所属的包开始写（`torch/...`、`transformers/...`），标准库的文件只写文件名，用 C 写的函数记为 `<built-in>`，本笔记本自己的单元格记为 `<cell>`。
+# 下一个单元格定义这两种测量。`aten_profile` 在一次性能分析中把这一步执行 10 次，结果除以 10；机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做 5 次，每个算子的自身耗时取中位数（调用次数每次都相同）。`python_calls` 在 `cProfile` 下把这一步执行一次，按定义各函数的文件累加调用次数：文件名从所属的包开始写（`torch/...`、`transformers/...`），标准库的文件只写文件名，用 C 写的函数记为 `<built-in>`，本笔记本自己的单元格记为 `<cell>`。这些代码是测量工具，不是本课的内容，所以折叠起来。
 
-# %%
+# %% tags=["hide-input"]
 import cProfile
 import pstats
 

@@ -139,7 +139,7 @@ if HAVE_TRANSFORMERS:
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 3：缓存有多大？** 第 10 节的比赛把 256 个 token 的提示预填充进了一个 `DynamicCache`。在 FP32 下，它的键和值共占多少字节？已发布的 GPT-2 small（12 层，12 个头，每头 64 维）在 FP16 下，每个 token 的缓存占多少字节？整个 1,024 个 token 的上下文又占多少？
+# **练习 3：缓存有多大？** 第 10 节的比赛把 256 个 token 的提示预填充进了一个 `DynamicCache`。在 FP32 下，它的键和值共占多少字节？公开发布的 GPT-2 small（12 层，12 个头，每头 64 维）在 FP16 下，每个 token 的缓存占多少字节？整个 1,024 个 token 的上下文又占多少？
 #
 # <details><summary>查看答案</summary>
 #
