@@ -120,7 +120,7 @@ say_table(
      ["`use_cache=True`, `local_triangle_mask`", f"`{GENERATION_BROKEN['tokens_equal']}`",
       f"{GENERATION_BROKEN['max_abs_logit_err']:.3e}", f"`{GENERATION_BROKEN['logits_close']}`"]],
     en=["run, compared with `use_cache=False`", f"same {GEN_TOKENS} tokens", "max abs logit error", "within tolerance"],
-    zh=["运行方式（与 `use_cache=False` 比较）", f"{GEN_TOKENS} 个 token 相同", "logits 最大绝对误差", "在容差之内"],
+    zh=["运行方式（与 `use_cache=False` 比较）", f"{GEN_TOKENS} 个 token 相同", "logits 最大绝对误差", "在容差内一致"],
 )
 say(en=f"The closest decision had a margin of {GENERATION['min_top2_margin']:.3e} between the best and the "
        f"second-best logit, {GENERATION['min_top2_margin'] / GENERATION['max_abs_logit_err']:,.0f} times the "
