@@ -38,7 +38,7 @@ BUGS = {
          "    return weights / weights.sum(axis=-2, keepdims=True)")),
     "single head: cache projected with the query weights": bug(
         "06_single_head_attention.py",
-        ("k_cache, v_cache = layer_input[:HISTORY] @ Wk1", "k_cache, v_cache = layer_input[:HISTORY] @ Wq1")),
+        ('"earlier call", Wk1, Wv1)', '"earlier call", Wq1, Wv1)')),
     "single head: chunk starts one row early": bug(
         "06_single_head_attention.py",
         ("chunk = layer_input[HISTORY:]", "chunk = layer_input[max(HISTORY - 1, 0):HISTORY - 1 + CHUNK]")),

@@ -159,12 +159,15 @@ def test_try_it_cell_stops_in_the_readers_language(lang, history, chunk, expecte
 
 
 def test_try_it_assertions_explain_themselves_in_both_languages():
-    """Every assertion of the try-it cell has say(en=..., zh=...) as its message."""
+    """Each claim of the try-it cell is an `if` that says why in both languages, then raises AssertionError."""
     cell = next(cell for name, cell in code_cells(NOTEBOOK) if KNOBS.search(cell.source))
-    asserts = [node for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.Assert)]
-    assert len(asserts) == 2
-    assert all(isinstance(node.msg, ast.Call) and node.msg.func.id == "say"
-               and {k.arg for k in node.msg.keywords} == {"en", "zh"} for node in asserts)
+    claims = [node for node in ast.walk(ast.parse(cell.source)) if isinstance(node, ast.If)
+              and any(isinstance(s, ast.Raise) and s.exc.func.id == "AssertionError" for s in node.body)]
+    assert len(claims) == 2
+    for claim in claims:
+        say_call, raise_stmt = claim.body
+        assert isinstance(say_call.value, ast.Call) and say_call.value.func.id == "say"
+        assert {k.arg for k in say_call.value.keywords} == {"en", "zh"} and isinstance(raise_stmt, ast.Raise)
 
 
 def test_a_failing_claim_is_explained(capsys):
@@ -176,7 +179,7 @@ def test_a_failing_claim_is_explained(capsys):
             if KNOBS.search(source):
                 source = source.replace("good = allowed_keys(HISTORY, CHUNK)", "good = upper_left_mask(HISTORY, CHUNK)")
             exec(compile(source, name, "exec"), namespace)
-    assert capsys.readouterr().out.strip().splitlines()[-1] == "查询 `i` 应当恰好能读取 `P + i + 1` 个键。"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "查询 $i$ 应当恰好能读取 $P + i + 1$ 个键。"
 
 
 # ---- the notebook's functions on inputs it does not use --------------------------------------------------

@@ -163,11 +163,19 @@ say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the
 # the cached K and V within the float64 tolerance. Its negative control compares the cached rows with
 # the full rows shifted by one (full rows 3 and 4), which must not match: the comparison can tell one
 # position from the next.
+#
+# Do not be surprised if the matching pairs show an error of exactly 0. Here the cached call and the
+# full pass happen to compute each row's products and sums in the same order, so nothing is rounded
+# differently; `close` allows a difference but does not require one. Another CPU or BLAS library may
+# order them differently and show a difference in the last bits. Exercise 1 splits a prefill into
+# chunks, which changes the order of some additions; compare its difference with these.
 
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以提前看到位置 5。
 #
 # 返回的第一行 logits 是模型对 ID 9 **之后**那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次处理全部六个 token 的完整调用相比较时，缓存结果的第 $i$ 行应当对应完整结果的第 $4 + i$ 行。下面的检查在 float64 容差内逐一比较词表上的全部 logits，以及缓存的 K 和 V。它的负对照是把缓存结果与错开一行的完整结果（第 3、4 行）比较，两者必须对不上：这说明这个比较分得清相邻的两个位置。
+#
+# 如果相符的几对显示的误差恰好是 0，不必奇怪。在这里，带缓存的调用和完整调用碰巧以相同的顺序计算每一行的乘积与求和，舍入完全一样；`close` 允许有差异，但并不要求一定有。换一种 CPU 或 BLAS 库，计算顺序可能不同，结果就会在最后几个比特上有差异。练习 1 把预填充拆成几个分块，改变了一部分加法的顺序，不妨把它的误差与这里的比较一下。
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)
@@ -182,7 +190,7 @@ six_token_pairs = {
 say_table([[f"`{cached}`", f"`{full}`", f"{max_abs_err(*pair):.2e}", f"`{close(*pair)}`"]
            for (cached, full), pair in six_token_pairs.items()],
           en=["cached call", "full pass", "max abs error", "within $10^{-10}$"],
-          zh=["缓存调用", "完整调用", "最大绝对误差", "在 $10^{-10}$ 内一致"])
+          zh=["带缓存的调用", "完整调用", "最大绝对误差", "在 $10^{-10}$ 内一致"])
 assert [close(*pair) for pair in six_token_pairs.values()] == [True, True, True, False]
 say(en="Cached logits and K/V match the full pass, position by position; shifted by one row, they do not.",
     zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致；错开一行就对不上。")

@@ -137,7 +137,7 @@ MaskFigure(PAST, 2)
 mask_counts = {(past_len, new_len, name): mask_fn(past_len, new_len).sum(axis=1).tolist()
                for past_len, new_len in [(4, 2), (5, 1)]
                for name, mask_fn in [("allowed_keys", allowed_keys), ("upper_left_mask", upper_left_mask)]}
-say_table([[f"`P = {p}, C = {c}`", f"`{name}`", f"`{counts}`"] for (p, c, name), counts in mask_counts.items()],
+say_table([[f"$P = {p}$, $C = {c}$", f"`{name}`", f"`{counts}`"] for (p, c, name), counts in mask_counts.items()],
           en=["cache and chunk", "mask", "keys each query may read"],
           zh=["缓存与分块", "掩码", "每个查询可读取的键数"])
 assert all(counts == [p + i + 1 if name == "allowed_keys" else i + 1 for i in range(c)]
@@ -154,7 +154,7 @@ assert all(counts == [p + i + 1 if name == "allowed_keys" else i + 1 for i in ra
 # The shapes give nothing away; the logits must not match the full pass.
 
 # %% [markdown] lang="zh"
-# 只有一个新 token 时，正确的掩码不屏蔽任何键，因为键里只有过去的位置和这个 token 自己。新分块里有多个 token 时，掩码仍然要挡住同一分块中排在后面的 token。库函数也设下了同样的陷阱：PyTorch 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 按左上角对齐（完整的 PyTorch 笔记本在它所用的版本上验证了这一点）。所以，把带缓存的新分块交给某个库之前，先确认你所用版本的掩码约定。
+# 只有一个新 token 时，正确的掩码不屏蔽任何键，因为键里只有过去的位置和这个 token 自己。新分块里有多个 token 时，掩码仍然要挡住同一分块中排在后面的 token。库函数里也藏着同样的陷阱：PyTorch 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 按左上角对齐（完整的 PyTorch 笔记本在它所用的版本上验证了这一点）。所以，把带缓存的新分块交给某个库之前，先确认你所用版本的掩码约定。
 #
 # 左上角三角形会不会改变结果？下面的单元格用它重跑第 2 节中那次送入两个 token 的调用。形状看不出任何问题，但 logits 必须与完整调用对不上。
 

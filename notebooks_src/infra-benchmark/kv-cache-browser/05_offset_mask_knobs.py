@@ -48,13 +48,14 @@ say_table([[f"`{short(HISTORY + np.arange(CHUNK))}`", f"`{short(good.sum(axis=1)
               "keys readable per query, upper-left"],
           zh=["查询的绝对位置", "每个查询可读取的键数（右下角对齐，我们的掩码）", "每个查询可读取的键数（左上角对齐）"])
 
-# [en] An assertion evaluates its message only when it fails: say() then explains, in the notebook's
-# [en] language, which claim broke.
-# [zh] 断言只在失败时才计算它的消息：这时 say() 用笔记本的语言说明是哪条结论不成立。
-assert good.sum(axis=1).tolist() == list(range(HISTORY + 1, HISTORY + CHUNK + 1)), say(
-    en="Query `i` should read exactly `P + i + 1` keys.", zh="查询 `i` 应当恰好能读取 `P + i + 1` 个键。")
-assert np.array_equal(good, wrong) == (HISTORY == 0), say(
-    en="The two alignments should agree only when the cache is empty.", zh="只有缓存为空时，两种对齐方式才应当一致。")
+# [en] The two claims; if one fails, say which in the notebook's language, then stop.
+# [zh] 两条结论；若有一条不成立，先用笔记本的语言说明是哪一条，再停下来。
+if good.sum(axis=1).tolist() != list(range(HISTORY + 1, HISTORY + CHUNK + 1)):
+    say(en="Query $i$ should read exactly $P + i + 1$ keys.", zh="查询 $i$ 应当恰好能读取 $P + i + 1$ 个键。")
+    raise AssertionError("keys per query")
+if np.array_equal(good, wrong) != (HISTORY == 0):
+    say(en="The two alignments should agree only when the cache is empty.", zh="只有缓存为空时，两种对齐方式才应当一致。")
+    raise AssertionError("alignments")
 
 if HISTORY + CHUNK <= 120 and CHUNK <= 40:
     figure = MaskFigure(HISTORY, CHUNK)

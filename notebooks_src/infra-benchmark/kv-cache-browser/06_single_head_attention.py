@@ -11,10 +11,12 @@
 #   this call it projects only the $C$ new rows, appends their K/V after the cached ones, and lets the
 #   $C$ new queries attend with the offset mask.
 #
-# In float64 both paths should agree up to rounding, so the cell compares them with `close`. It also
-# counts the rows each path projects in this call ($P + C$ against $C$: the work the cache saves), and
-# runs the cached path once more with the upper-left triangle, the negative control, which the same
-# comparison must reject whenever the cache is not empty.
+# In float64 both paths should agree up to rounding, so the cell compares them with `close`. Every
+# projection goes through `project`, which counts the rows it receives: full recomputation sends
+# $P + C$ rows, the cached path $C$ in this call (its $P$ history rows went through once, in the earlier
+# call that filled the cache). That difference is the work the cache saves. The cell also runs the
+# cached path once more with the upper-left triangle, the negative control, which the same comparison
+# must reject whenever the cache is not empty.
 
 # %% [markdown] lang="zh"
 # ## 6. 单个注意力头：用缓存与不用缓存
@@ -24,7 +26,7 @@
 # - **完整重算**：把全部 $P + C$ 个位置投影成 Q、K、V，在所有位置上做因果注意力，只保留最后 $C$ 行输出。
 # - **缓存路径**：前 $P$ 个位置的 K、V 早先已经算好，这就是缓存。本次调用只投影 $C$ 个新行，把它们的 K/V 拼接在缓存之后，再让这 $C$ 个新查询按带偏移的掩码做注意力。
 #
-# 在 float64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者。它还统计本次调用中每条路径各投影了多少行：完整重算投影 $P + C$ 行，缓存路径只投影 $C$ 行，差额就是缓存省下的计算。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
+# 在 float64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者。每次投影都经过 `project`，它统计自己收到了多少行：完整重算送入 $P + C$ 行，缓存路径在本次调用中只送入 $C$ 行（它的 $P$ 个历史行只在先前填充缓存的那次调用中投影过一次）。差额就是缓存省下的计算。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
 
 # %%
 def single_head_attention(q, k, v, mask):
@@ -33,40 +35,48 @@ def single_head_attention(q, k, v, mask):
     return softmax(np.where(mask, scores, -np.inf)) @ v
 
 
+# [en] Every projection goes through project(), which counts the rows each path sends through it.
+# [zh] 每次投影都经过 project()，它统计每条路径送入的行数。
+ROWS_PROJECTED = {"full": 0, "earlier call": 0, "this call": 0}
+
+
+def project(rows, path, *weights):
+    ROWS_PROJECTED[path] += rows.shape[0]
+    return [rows @ w for w in weights]
+
+
 head_rng = np.random.default_rng(SEED + 1)
 Wq1, Wk1, Wv1 = (head_rng.normal(scale=1 / math.sqrt(HEAD_DIM), size=(HEAD_DIM, HEAD_DIM)) for _ in range(3))
 layer_input = head_rng.normal(size=(HISTORY + CHUNK, HEAD_DIM))       # [P + C, Dh]
 
 # [en] Full recomputation: every position goes through the projections again.
 # [zh] 完整重算：每个位置都重新经过投影。
-q_all, k_all, v_all = layer_input @ Wq1, layer_input @ Wk1, layer_input @ Wv1
-full_rows = layer_input.shape[0]
+q_all, k_all, v_all = project(layer_input, "full", Wq1, Wk1, Wv1)
 full_out = single_head_attention(q_all, k_all, v_all, allowed_keys(0, HISTORY + CHUNK))[HISTORY:]
 
 # [en] Cached path: K/V of the history were stored during an earlier call ...
 # [zh] 缓存路径：历史位置的 K/V 在之前的调用中已经存好……
-k_cache, v_cache = layer_input[:HISTORY] @ Wk1, layer_input[:HISTORY] @ Wv1
+k_cache, v_cache = project(layer_input[:HISTORY], "earlier call", Wk1, Wv1)
 # [en] ... so this call projects only the new rows.
 # [zh] ……所以这次调用只投影新的行。
 chunk = layer_input[HISTORY:]                                          # [C, Dh]
-q_new, k_new, v_new = chunk @ Wq1, chunk @ Wk1, chunk @ Wv1
-cached_rows = chunk.shape[0]
+q_new, k_new, v_new = project(chunk, "this call", Wq1, Wk1, Wv1)
 k_cat = np.concatenate([k_cache, k_new])                               # [P + C, Dh]
 v_cat = np.concatenate([v_cache, v_new])
 cached_out = single_head_attention(q_new, k_cat, v_cat, allowed_keys(HISTORY, CHUNK))
 wrong_out = single_head_attention(q_new, k_cat, v_cat, upper_left_mask(HISTORY, CHUNK))
 
-say(en=f"`P = {HISTORY}`, `C = {CHUNK}`, head width {HEAD_DIM}, float64.",
-    zh=f"`P = {HISTORY}`，`C = {CHUNK}`，每头宽度 {HEAD_DIM}，float64。")
-say_table([[str(full_rows), str(cached_rows), f"{max_abs_err(cached_out, full_out):.2e}",
+say(en=f"$P = {HISTORY}$, $C = {CHUNK}$, head width {HEAD_DIM}, float64.",
+    zh=f"$P = {HISTORY}$，$C = {CHUNK}$，每头宽度 {HEAD_DIM}，float64。")
+say_table([[str(ROWS_PROJECTED["full"]), str(ROWS_PROJECTED["this call"]), f"{max_abs_err(cached_out, full_out):.2e}",
             f"{max_abs_err(wrong_out, full_out):.2e}"]],
           en=["rows projected, full recomputation", "rows projected, cached path",
               "max abs error vs full, lower-right (ours)", "max abs error vs full, upper-left (control)"],
           zh=["本次投影的行数（完整重算）", "本次投影的行数（缓存路径）",
               "与完整重算相比的最大绝对误差（右下角对齐）", "与完整重算相比的最大绝对误差（左上角对齐，负对照）"])
-# [en] The cache saves the projections of the P history rows ...
-# [zh] 缓存省下了 P 个历史行的投影……
-assert (full_rows, cached_rows) == (HISTORY + CHUNK, CHUNK)
+# [en] The cache saves the projections of the P history rows: they went through once, earlier ...
+# [zh] 缓存省下了 P 个历史行的投影：它们只在先前那次调用中投影过一次……
+assert ROWS_PROJECTED == {"full": HISTORY + CHUNK, "earlier call": HISTORY, "this call": CHUNK}
 # [en] ... and gives the same output; the upper-left triangle does not, unless the cache is empty.
 # [zh] ……而输出相同；左上角三角形则不然，除非缓存为空。
 assert close(cached_out, full_out) and close(wrong_out, full_out) == (HISTORY == 0)

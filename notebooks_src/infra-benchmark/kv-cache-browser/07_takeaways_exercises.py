@@ -1,7 +1,8 @@
 # %% [markdown] lang="en"
 # ## 7. Takeaways and exercises
 #
-# - **A KV cache stores each layer's keys and values.** A cached call projects only its new tokens,
+# - **A KV cache stores each layer's keys and values** (this toy has one layer; the PyTorch notebook
+#   shows a cache per layer with two). A cached call projects only its new tokens,
 #   and its logits equal those of a full pass over the whole sequence, up to rounding (largest
 #   difference here {{run:browser.cached_vs_full:.2g}}).
 # - **Positions continue from the cache length.** Restarting them at zero kept every shape legal and
@@ -10,7 +11,7 @@
 #   in PyTorch). The upper-left alignment, which `is_causal=True` and `np.tri` give on a grid that is
 #   not square, moved the logits by up to {{run:browser.upper_left_error:.2f}}. Without a cache both
 #   are the same triangle, so only a test with a cache tells them apart.
-# - **The cache saves work and costs no accuracy**: the call of section 6 projected $C$ rows instead of
+# - **An exact cache saves work and costs no accuracy** (a compressed cache is another matter): the call of section 6 projected $C$ rows instead of
 #   $P + C$, and its output agreed with full recomputation within the float64 tolerance.
 # - **Shapes never reveal these mistakes.** A comparison of the numbers, shown able to fail by a negative
 #   control, does.
@@ -18,10 +19,10 @@
 # %% [markdown] lang="zh"
 # ## 7. 要点与练习
 #
-# - **KV 缓存保存每一层的键和值。** 带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}）。
+# - **KV 缓存保存每一层的键和值**（这个玩具模型只有一层；PyTorch 笔记本用两层展示了每层各有一份缓存）。带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}）。
 # - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 的最大绝对误差却达到 {{run:browser.restart_error:.2f}}。
 # - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 的最大绝对误差达到 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
-# - **缓存省下了计算，却不损失精度**：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 float64 容差内一致。
+# - **精确的缓存省下了计算，却不损失精度**（压缩的缓存另当别论）：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 float64 容差内一致。
 # - **形状永远暴露不了这些错误。** 只有比较数值，并用负对照证明这个比较确实会失败，才能查出它们。
 
 # %% tags=["prose-values"]

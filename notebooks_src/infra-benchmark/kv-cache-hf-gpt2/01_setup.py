@@ -11,7 +11,9 @@
 #
 # - **2–4. What are we comparing, and do the two models agree?** The masks, the decoder and the short
 #   comparison with GPT-2 of *KV cache from scratch*, included from that notebook's own section files
-#   (their code is folded; skip them if you have read it there). Section 4 gives the result: with our
+#   (their code is folded). Sections 2 and 3 can be skipped if you have read that notebook; section 4
+#   cannot: its functions `gpt2_config`, `gpt2_state_dict`, `build_gpt2` and `compare_with_gpt2` are
+#   what sections 5 to 9 take apart, so unfold its code. Section 4 gives the result: with our
 #   weights in GPT-2, the logits of a full call, the logits of the cached path chunk by chunk, and every
 #   layer's cached K and V agree within $10^{-10}$ in FP64. The rest of the notebook examines it.
 # - **5. Which configuration describes our decoder?** `GPT2Config`'s defaults describe the released
@@ -39,8 +41,8 @@
 #
 # 阅读本笔记本需要熟悉 PyTorch（`nn.Linear`、`state_dict`、`load_state_dict`），不需要了解 transformers。每一节回答一个问题：
 #
-# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，直接取自那个笔记本的源文件（代码已折叠；读过那个笔记本的话，可以跳过）。第 4 节给出结论：把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。后面各节都在检验这个结论。
-# - **第 5 节：什么样的配置描述我们的解码器？** `GPT2Config` 的默认值描述的是已发布的 GPT-2；我们说明改了哪些配置项，以及为什么要改。
+# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，直接取自那个笔记本的源文件（代码已折叠）。读过那个笔记本的话，第 2、3 节可以跳过；第 4 节却不能跳过：它定义的 `gpt2_config`、`gpt2_state_dict`、`build_gpt2` 和 `compare_with_gpt2`，正是第 5 到 9 节要逐一剖析的对象，请展开它的代码。第 4 节给出结论：把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。后面各节都在检验这个结论。
+# - **第 5 节：什么样的配置描述我们的解码器？** `GPT2Config` 的默认值描述的是公开发布的 GPT-2；我们说明改了哪些配置项，以及为什么要改。
 # - **第 6 节：权重怎样对应？** `nn.Linear` 把矩阵存成 `[out, in]`，GPT-2 的 `Conv1D` 存成 `[in, out]`，而且 GPT-2 用一个矩阵同时算出 Q、K、V。一张图展示这种对应关系。
 # - **第 7 节：映射出错时，比较能查出来吗？** 三个现实中很容易犯的映射错误，以及每个错误最先在哪一层显现。
 # - **第 8 节：为什么在 FP64 下取 $10^{-10}$，而不是在 FP32 下取 $10^{-5}$？** 其中一个错误会藏在 FP32 的舍入误差里。
@@ -75,8 +77,9 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
-# [en] NumPy, PyTorch and the modules that describe the machine come with the next cell.
-# [zh] NumPy、PyTorch 以及记录机器信息所用的模块，由下一个单元格导入。
+# [en] NumPy and the modules that describe the machine come with the next cell, which every notebook of
+# [en] this series shares.
+# [zh] NumPy 以及记录机器信息所用的模块由下一个单元格导入，本系列的每份笔记本都共用那个单元格。
 import copy
 import json
 import math
@@ -87,5 +90,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import matplotlib.pyplot as plt
+import torch
 import torch.nn as nn
 import torch.nn.functional as F

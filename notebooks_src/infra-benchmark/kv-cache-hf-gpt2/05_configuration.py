@@ -30,12 +30,12 @@
 # %% [markdown] lang="zh"
 # ## 5. 逐项核对配置
 #
-# 不带参数的 `GPT2Config()` 描述的是已发布的 GPT-2 中最小的那个模型（宽度 768，12 层，词表 50,257）。第 4 节则为我们的解码器另行构造了配置。下表列出与比较有关的每一个配置项、它的默认值和我们的取值，改动过的取值加粗显示。每一项的作用如下：
+# 不带参数的 `GPT2Config()` 描述的是公开发布的 GPT-2 中最小的那个模型（宽度 768，12 层，词表 50,257）。第 4 节则为我们的解码器另行构造了配置。下表列出与比较有关的每一个配置项、它的默认值和我们的取值，改动过的取值加粗显示。每一项的作用如下：
 #
 # - 各项尺寸（`vocab_size`、`n_positions`、`n_embd`、`n_layer`、`n_head`）取我们的值。MLP 的宽度 `n_inner` 显式给出。它的默认值 `None` 表示“4 × 宽度”，在这里恰好也是 256；但如果解码器的 MLP 宽度不是这个值，就会悄无声息地得到错误的宽度。
 # - `activation_function="gelu"` 是精确 GELU，即用误差函数计算的 $x\,\Phi(x)$，与我们的 `nn.GELU()` 相同。默认值 `"gelu_new"` 是原版 GPT-2 使用的 tanh 近似。第 8 节会说明这个差别有多小、多难察觉。
 # - 三个 dropout 概率都设为 0：有了 dropout，每次调用的结果都是随机的。`layer_norm_epsilon` 保留默认值 `1e-5`，它也是 PyTorch 中 LayerNorm 的默认值。
-# - `tie_word_embeddings=False`：我们的输出投影有自己独立的矩阵；默认设置则让它与 token 嵌入表共享权重。第 7 节会展示把我们的权重加载进共享权重的模型会发生什么。
+# - `tie_word_embeddings=False`：我们的词表投影（`lm_head`）有自己独立的矩阵；默认设置则让它与 token 嵌入表共享权重。第 7 节会展示把我们的权重加载进共享权重的模型会发生什么。
 # - 我们的词表没有特殊 token，所以 `bos_token_id` 和 `eos_token_id` 设为 `None`，而不是默认的 50256：在只有 97 个 token 的词表里，这个 ID 根本不存在。
 # - `scale_attn_weights=True`（默认值）让注意力分数除以 $\sqrt{d_h}$，和我们的做法一样；按层号追加的缩放（`scale_attn_by_inverse_layer_idx`）以及调整计算顺序并提升到 FP32 的做法（`reorder_and_upcast_attn`）都保持默认的关闭状态。
 # - `attn_implementation="eager"` 选用 `modeling_gpt2.py` 里的 `eager_attention_forward`，即最直接的“矩阵乘 → softmax → 矩阵乘”，这样我们拿来对照的运算每一步都清清楚楚。

@@ -34,7 +34,7 @@
 # | `attn.q`、`attn.k`、`attn.v` | `attn.c_attn` | 权重先堆叠再转置；偏置直接拼接 |
 # | `attn.proj` | `attn.c_proj` | 转置 |
 # | `mlp.fc`、`mlp.proj` | `mlp.c_fc`、`mlp.c_proj` | 转置 |
-# | `lm_head` | `lm_head` | 直接复制：GPT-2 的输出头是 `nn.Linear`，不是 `Conv1D` |
+# | `lm_head` | `lm_head` | 直接复制：GPT-2 的词表投影是 `nn.Linear`，不是 `Conv1D` |
 #
 # 随机权重看不出转置，所以下图换用我们解码器的一个副本：它第 0 层的 `q`、`k`、`v` 矩阵画成字母 Q、K、V 的形状，再经过与真实权重相同的 `build_gpt2` 加载进 GPT-2，然后把两边的矩阵画出来。
 

@@ -2,9 +2,9 @@
 # ## 7. Three traps, caught by the same comparison
 #
 # A comparison is only worth something if it fails when the mapping is wrong. Some mistakes never get
-# that far: loading is strict, so `load_state_dict` itself refuses a weight left out, and a matrix that
-# was not transposed when its shape gives it away (our `[256, 64]` MLP input matrix in a `[64, 256]`
-# slot). The first cell shows both refusals. The mistakes that matter are the ones that load without a
+# that far: `load_state_dict` itself refuses a weight left out (it loads with `strict=True`, which
+# checks that no name is missing or unexpected), and, whatever `strict` says, a matrix that was not
+# transposed when its shape gives it away (our `[256, 64]` MLP input matrix in a `[64, 256]` slot). The first cell shows both refusals. The mistakes that matter are the ones that load without a
 # word. Each trap below builds a `GPT2LMHeadModel` with one of them, runs the unchanged
 # `compare_with_gpt2` of section 4, and must be reported as a disagreement:
 #
@@ -21,9 +21,9 @@
 # %% [markdown] lang="zh"
 # ## 7. 三个陷阱，同一个比较全都能查出
 #
-# 只有映射出错时确实会失败，这个比较才有价值。有些错误根本走不到比较这一步：加载使用严格模式，所以缺了某个权重时，`load_state_dict` 自己就会拒绝；矩阵漏了转置、而形状又暴露了这一点时（把我们 `[256, 64]` 的 MLP 输入矩阵放进 `[64, 256]` 的位置），也会被拒绝。第一个单元格展示这两种拒绝。真正要紧的是那些加载时一声不响的错误。下面每个陷阱都构建一个带有其中一种错误的 `GPT2LMHeadModel`，原样调用第 4 节的 `compare_with_gpt2`，它必须报告两边不一致：
+# 只有映射出错时确实会失败，这个比较才有价值。有些错误根本走不到比较这一步：缺了某个权重时，`load_state_dict` 自己就会拒绝（它以 `strict=True` 加载，检查参数名既不缺少也不多余）；矩阵漏了转置、而形状又暴露了这一点时（把我们 `[256, 64]` 的 MLP 输入矩阵放进 `[64, 256]` 的位置），无论 `strict` 取什么值，也都会被拒绝。第一个单元格展示这两种拒绝。真正要紧的是那些加载时一声不响的错误。下面每个陷阱都构建一个带有其中一种错误的 `GPT2LMHeadModel`，原样调用第 4 节的 `compare_with_gpt2`，它必须报告两边不一致：
 #
-# 1. **共享嵌入权重**：如果沿用默认的 `tie_word_embeddings=True`，`lm_head.weight` 和 `transformer.wte.weight` 就是同一个张量。把我们两个不同的矩阵加载进去并不会报错：后复制的那个（输出投影）会悄无声息地覆盖嵌入表。
+# 1. **共享嵌入权重**：如果沿用默认的 `tie_word_embeddings=True`，`lm_head.weight` 和 `transformer.wte.weight` 就是同一个张量。把我们两个不同的矩阵加载进去并不会报错：后复制的那个（词表投影 `lm_head`）会悄无声息地覆盖嵌入表。
 # 2. **方阵漏了转置**：注意力的输出投影是 `[64, 64]` 的方阵，漏了转置照样能顺利加载，只是结果错了。我们只在第 0 层犯这个错误。
 # 3. **用错了 GELU**：`activation_function="gelu_new"`（也就是配置的默认值）用 tanh 近似代替精确 GELU，其余一切都正确。
 
@@ -46,8 +46,8 @@ if HAVE_TRANSFORMERS:
     refusals = {'del sd["lm_head.weight"]': load_refusal(missing),
                 'sd["transformer.h.0.mlp.c_fc.weight"] = fc.weight': load_refusal(untransposed)}
     say_table([[f"`{edit}`", f"`{message}`"] for edit, message in refusals.items()],
-              en=["edit of the state dict", "load_state_dict(strict=True) refuses"],
-              zh=["对 `state_dict` 的改动", "load_state_dict(strict=True) 的拒绝信息"])
+              en=["edit of the state dict", "`load_state_dict(strict=True)` refuses"],
+              zh=["对 `state_dict` 的改动", "`load_state_dict(strict=True)` 的拒绝信息"])
     assert None not in refusals.values()
 
 # %% [markdown] lang="en"
@@ -94,7 +94,7 @@ if HAVE_TRANSFORMERS:
     # [zh] 正确映射一致，每个陷阱都被查出……
     assert [agrees(errors) for errors in (peer_errors, *trap_errors.values())] == [True, False, False, False]
     # [en] ... and the tied model's embedding table now holds our output projection.
-    # [zh] ……而共享权重的模型，其嵌入表里装的是我们的输出投影。
+    # [zh] ……而共享权重的模型，其嵌入表里装的是我们的词表投影。
     assert torch.equal(trap_models["tied_embeddings"].transformer.wte.weight, ours64.lm_head.weight)
 
 # %% [markdown] lang="en"
@@ -140,6 +140,8 @@ if HAVE_TRANSFORMERS:
     # [zh] 每个陷阱的（第 0 层缓存是否正确，第 1 层缓存是否正确）。
     layer_cache_right = {name: tuple(max(errors["k"][i], errors["v"][i]) <= TOLERANCE[torch.float64]
                                      for i in range(cfg.layers)) for name, errors in trap_errors.items()}
-    print(layer_cache_right)
+    say_table([[f"`{name}`", f"`{right[0]}`", f"`{right[1]}`"] for name, right in layer_cache_right.items()],
+              en=["trap", "layer 0's cache right", "layer 1's cache right"],
+              zh=["陷阱", "第 0 层缓存是否正确", "第 1 层缓存是否正确"])
     assert layer_cache_right == {"tied_embeddings": (False, False), "square_without_transpose": (True, False),
                                  "gelu_new": (True, False)}

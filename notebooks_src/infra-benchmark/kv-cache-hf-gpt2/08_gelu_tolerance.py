@@ -6,38 +6,12 @@
 # $|x| = {{run:gelu.peak_at:.2f}}$. Most values our MLPs feed to their activation lie much closer to zero
 # (their median $|x|$ is {{run:gelu.median_input:.2f}}), where the two curves nearly coincide: the median
 # gap at those values is {{run:gelu.median_gap:.1e}}. So the damage depends on how large the MLP inputs
-# are.
-#
-# The cell runs the correct mapping and the GELU trap in FP32, judged with the FP32 tolerance
-# $10^{-5}$, and in FP64, judged with $10^{-10}$, for two sets of weights: the decoder as it is, and the
-# same decoder with the weights and biases of both MLP input layers (`mlp.fc`) multiplied by 0.1, which
-# pulls the MLP inputs towards zero. What to read in the table:
-#
-# - In FP32 even the correct mapping differs by rounding noise, {{run:gelu.fp32_correct:.1e}}, far above
-#   $10^{-10}$: an FP32 comparison has to allow something like $10^{-5}$.
-# - With the decoder as it is, that FP32 tolerance still catches the GELU trap
-#   ({{run:gelu.fp32_trap:.1e}}), but by a factor of only {{run:gelu.fp32_margin:.0f}}.
-# - With the scaled weights, the trap's FP32 error, {{run:gelu.fp32_small_trap:.1e}}, is of the order of the
-#   correct mapping's rounding noise and passes: in FP32 the wrong GELU is invisible.
-# - In FP64 the correct mapping stays at rounding level, and the trap is caught with both sets of
-#   weights.
-#
-# The other two traps of section 7 are at least {{run:gelu.other_over_gelu:,.0f}} times larger than the
-# GELU trap: of the three, this is the only one that an FP32 comparison can let through.
+# are. The next cell measures both gaps.
 
 # %% [markdown] lang="zh"
 # ## 8. 容差为什么取 $10^{-10}$：FP32 与 FP64 下的 GELU 陷阱
 #
-# GELU 陷阱是最不显眼的一个，容差之所以定得这么紧，正是因为它。在 $[-8, 8]$ 上，tanh 近似曲线与精确曲线之差不超过 {{run:gelu.curve_gap:.1e}}，差距在 $|x| = {{run:gelu.peak_at:.2f}}$ 处最大。而我们的 MLP 送入激活函数的值，大多离零近得多（$|x|$ 的中位数是 {{run:gelu.median_input:.2f}}）；在零附近两条曲线几乎重合，在这些值上差距的中位数只有 {{run:gelu.median_gap:.1e}}。因此，这个错误造成多大的偏差，取决于 MLP 的输入有多大。
-#
-# 下面的单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢。表中要看的是：
-#
-# - 在 FP32 下，即使映射完全正确，也有 {{run:gelu.fp32_correct:.1e}} 的舍入噪声，远大于 $10^{-10}$：FP32 的比较必须留出 $10^{-5}$ 左右的容差。
-# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但误差只有容差的 {{run:gelu.fp32_margin:.0f}} 倍。
-# - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
-# - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
-#
-# 第 7 节的另外两个陷阱，误差至少是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
+# GELU 陷阱是最不显眼的一个，容差之所以定得这么紧，正是因为它。在 $[-8, 8]$ 上，tanh 近似曲线与精确曲线之差不超过 {{run:gelu.curve_gap:.1e}}，差距在 $|x| = {{run:gelu.peak_at:.2f}}$ 处最大。而我们的 MLP 送入激活函数的值，大多离零近得多（$|x|$ 的中位数是 {{run:gelu.median_input:.2f}}）；在零附近两条曲线几乎重合，在这些值上差距的中位数只有 {{run:gelu.median_gap:.1e}}。因此，这个错误造成多大的偏差，取决于 MLP 的输入有多大。下一个单元格测量这两种差距。
 
 # %%
 WEIGHT_SETS = ("model", "mlp_fc_x0.1")
@@ -67,7 +41,41 @@ if HAVE_TRANSFORMERS:
             handle.remove()
     mlp_inputs = torch.cat(mlp_inputs)
     median_gap = (tanh_gelu(mlp_inputs) - exact_gelu(mlp_inputs)).abs().median().item()
+    say(en=f"tanh curve against exact GELU on $[-8, 8]$: largest gap {curve_gap:.1e}, at $|x| = {peak_at:.2f}$. "
+           f"MLP inputs: median $|x|$ {mlp_inputs.abs().median().item():.2f}, median gap there {median_gap:.1e}.",
+        zh=f"在 $[-8, 8]$ 上 tanh 近似曲线与精确 GELU 之差：最大为 {curve_gap:.1e}，位于 $|x| = {peak_at:.2f}$ 处。"
+           f"MLP 的输入：$|x|$ 的中位数为 {mlp_inputs.abs().median().item():.2f}，在这些值上差距的中位数为 {median_gap:.1e}。")
 
+# %% [markdown] lang="en"
+# The next cell runs the correct mapping and the GELU trap in FP32, judged with the FP32 tolerance
+# $10^{-5}$, and in FP64, judged with $10^{-10}$, for two sets of weights: the decoder as it is, and the
+# same decoder with the weights and biases of both MLP input layers (`mlp.fc`) multiplied by 0.1, which
+# pulls the MLP inputs towards zero. What to read in the table:
+#
+# - In FP32 even the correct mapping differs by rounding noise, {{run:gelu.fp32_correct:.1e}}, far above
+#   $10^{-10}$: an FP32 comparison has to allow something like $10^{-5}$.
+# - With the decoder as it is, that FP32 tolerance still catches the GELU trap
+#   ({{run:gelu.fp32_trap:.1e}}), but by a factor of only {{run:gelu.fp32_margin:.0f}}.
+# - With the scaled weights, the trap's FP32 error, {{run:gelu.fp32_small_trap:.1e}}, is of the order of the
+#   correct mapping's rounding noise and passes: in FP32 the wrong GELU is invisible.
+# - In FP64 the correct mapping stays at rounding level, and the trap is caught with both sets of
+#   weights.
+#
+# The other two traps of section 7 are at least {{run:gelu.other_over_gelu:,.0f}} times larger than the
+# GELU trap: of the three, this is the only one that an FP32 comparison can let through.
+
+# %% [markdown] lang="zh"
+# 下面的单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢。表中要看的是：
+#
+# - 在 FP32 下，即使映射完全正确，也有 {{run:gelu.fp32_correct:.1e}} 的舍入噪声，远大于 $10^{-10}$：FP32 的比较必须留出 $10^{-5}$ 左右的容差。
+# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但误差只有容差的 {{run:gelu.fp32_margin:.0f}} 倍。
+# - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
+# - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
+#
+# 第 7 节的另外两个陷阱，误差至少是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
+
+# %%
+if HAVE_TRANSFORMERS:
     # [en] The second weight set: both MLP input layers scaled by 0.1, everything else unchanged.
     # [zh] 第二组权重：两个 MLP 输入层乘以 0.1，其余不变。
     small_mlp = copy.deepcopy(model)

@@ -13,14 +13,15 @@
 # same in every session). `python_calls` runs the step once under `cProfile` and adds up the calls by
 # the file that defines each function, named from the installed package onwards (`torch/...`,
 # `transformers/...`), a standard-library file by its name, functions written in C as `<built-in>` and
-# this notebook's own cells as `<cell>`.
+# this notebook's own cells as `<cell>`. Its code is measuring tooling, not part of the lesson, so it is
+# folded.
 
 # %% [markdown] lang="zh"
 # **一步的开销都花在哪里。** 既然运算相同，差距从何而来？我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看。`torch.profiler` 记录这一步调用的每个 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）：调用了多少次，每类算子耗时多少；打开 `with_flops=True` 后，它还统计矩阵乘法（`aten::mm`、`aten::addmm`、`aten::bmm`）的浮点运算次数。Python 自带的 `cProfile` 则统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。
 #
-# 下一个单元格定义这两种测量。`aten_profile` 在一次性能分析中把这一步执行十次，结果除以十；机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做五次，每个算子的自身耗时取中位数（调用次数每次都相同）。`python_calls` 在 `cProfile` 下把这一步执行一次，按定义各函数的文件累加调用次数：文件名从所属的包开始写（`torch/...`、`transformers/...`），标准库的文件只写文件名，用 C 写的函数记为 `<built-in>`，本笔记本自己的单元格记为 `<cell>`。
+# 下一个单元格定义这两种测量。`aten_profile` 在一次性能分析中把这一步执行 10 次，结果除以 10；机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做 5 次，每个算子的自身耗时取中位数（调用次数每次都相同）。`python_calls` 在 `cProfile` 下把这一步执行一次，按定义各函数的文件累加调用次数：文件名从所属的包开始写（`torch/...`、`transformers/...`），标准库的文件只写文件名，用 C 写的函数记为 `<built-in>`，本笔记本自己的单元格记为 `<cell>`。这些代码是测量工具，不是本课的内容，所以折叠起来。
 
-# %%
+# %% tags=["hide-input"]
 import cProfile
 import pstats
 
@@ -155,14 +156,16 @@ if HAVE_TRANSFORMERS:
 # How to read these tables. Both steps do exactly the same matrix arithmetic,
 # {{run:profile.matmul_flops:,}} floating-point operations in matrix products, against
 # {{run:profile.no_cache_flops:,}} when the 257 positions are recomputed without a cache
-# ({{run:profile.no_cache_ratio:,.0f}} times as many: the work the cache saves). They launch about as many
-# ATen operations, {{run:profile.ours_ops}} for ours and {{run:profile.gpt2_ops}} for GPT-2 (ours has more
-# because each `nn.Linear` goes through `aten::linear` and a transpose before `aten::addmm`, while
-# `Conv1D` calls `addmm` directly), and the same kinds of operation take the most time in both: the
+# ({{run:profile.no_cache_ratio:,.0f}} times as many: the work of recomputing every position this naive
+# way, the dense score matrix and the logits of all 257 positions included). They launch about as many
+# ATen operations, {{run:profile.ours_ops}} for ours and {{run:profile.gpt2_ops}} for GPT-2. Ours has more
+# for two reasons: each `nn.Linear` goes through `aten::linear` and a transpose before `aten::addmm`,
+# while `Conv1D` calls `addmm` directly; and GPT-2's `c_attn` computes Q, K and V in one product where
+# ours makes three, the same FLOPs in fewer calls (compare the `addmm` rows of the first table). and the same kinds of operation take the most time in both: the
 # projections, GELU, the concatenation that grows the cache and the attention products. The profiled
 # times inside those operations, {{run:profile.ours_aten_ms:.2f}} ms for ours and
-# {{run:profile.gpt2_aten_ms:.2f}} ms for GPT-2, include the profiler's own overhead and the noise of a
-# shared machine; the counts are exact.
+# {{run:profile.gpt2_aten_ms:.2f}} ms for GPT-2, include the profiler's own overhead, which is why they
+# can exceed the step times of the race above, and the noise of a shared machine; the counts are exact.
 #
 # What differs, and by a wide margin, is the Python around the operations. One step of `GPT2LMHeadModel` makes
 # {{run:profile.gpt2_python:,}} Python function calls, ours {{run:profile.ours_python:,}}. The second table
@@ -181,7 +184,7 @@ if HAVE_TRANSFORMERS:
 # stays the same.
 
 # %% [markdown] lang="zh"
-# 怎样读这几张表？两个解码步做的矩阵运算完全相同：矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；而不用缓存、把 257 个位置全部重算一遍时，则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍，这就是缓存省下的计算）。两者调用的 ATen 算子数目相近：我们的 {{run:profile.ours_ops}} 次，GPT-2 的 {{run:profile.gpt2_ops}} 次（我们的多一些，因为每个 `nn.Linear` 都要先经过 `aten::linear` 和一次转置，再调用 `aten::addmm`，而 `Conv1D` 直接调用 `addmm`）。两者耗时最多的也是同几类运算：各个投影、GELU、加长缓存的拼接，以及注意力中的矩阵乘法。在性能分析器下测得的算子内耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒；这些时间包含了分析器自身的开销，也受到机器上其他负载的干扰，只有调用次数是精确的。
+# 怎样读这几张表？两个解码步做的矩阵运算完全相同：矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；而不用缓存、把 257 个位置全部重算一遍时，则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍，这是用这种朴素方式重算每个位置的计算量，包括稠密的分数矩阵和全部 257 个位置的 logits）。两者调用的 ATen 算子数目相近：我们的 {{run:profile.ours_ops}} 次，GPT-2 的 {{run:profile.gpt2_ops}} 次。我们的多一些，原因有两个：每个 `nn.Linear` 都要先经过 `aten::linear` 和一次转置，再调用 `aten::addmm`，而 `Conv1D` 直接调用 `addmm`；GPT-2 的 `c_attn` 用一次矩阵乘法算出 Q、K、V，我们的要三次，浮点运算相同，调用次数却更少（可比较第一张表中 `addmm` 那一行）。两者耗时最多的也是同几类运算：各个投影、GELU、加长缓存的拼接，以及注意力中的矩阵乘法。在性能分析器下测得的算子内耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒；这些时间包含了分析器自身的开销（所以可能比上面比赛中一步的耗时还长），也受到机器上其他负载的干扰，只有调用次数是精确的。
 #
 # 真正拉开差距的，是算子之外的 Python 代码。`GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表按文件列出了多出来的调用来自哪里：都是库的通用机制。这一步中每读取一次配置项（比如 `config.use_cache`），就是一次 Python 函数调用，因为配置类两次重写了 `__getattribute__`：一次在 `transformers/configuration_utils.py` 中，用来把 `hidden_size` 这类别名映射到 GPT-2 的 `n_embd` 等字段；一次在 `transformers/integrations/heterogeneity/configuration_utils.py` 中，用来支持各层配置不同的模型。模型的输出是带有额外检查的数据类（`dataclasses.py`、`transformers/utils/generic.py`），缓存对象也有自己的方法（`transformers/cache_utils.py`），而它们又都要调用内置函数（`<built-in>`）。`torch/nn/modules/module.py` 是每次调用 `nn.Module` 都要经过的机制，在两边的分量差不多。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当，比赛的胜负就由它决定。正因如此，这场比赛说明不了实际规模下的速度：GPT-2 small（最小的 GPT-2）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
 

@@ -41,8 +41,10 @@ if HAVE_TRANSFORMERS and transformers.__version__ == PINNED_TRANSFORMERS:
         crop_refusal = None
     except ValueError as error:
         crop_refusal = str(error).strip().splitlines()[0]
-    say(en=f"transformers {transformers.__version__}, `crop({CROP_PREFIX - 1})`: `{crop_refusal}`",
-        zh=f"transformers {transformers.__version__} 执行 `crop({CROP_PREFIX - 1})` 的结果：`{crop_refusal}`")
+    # [en] The quoted error holds backticks of its own: a double-backtick code span keeps it whole.
+    # [zh] 引用的报错信息本身带有反引号：用双反引号的代码片段才能完整显示。
+    say(en=f"transformers {transformers.__version__}, `crop({CROP_PREFIX - 1})`: `` {crop_refusal} ``",
+        zh=f"transformers {transformers.__version__} 执行 `crop({CROP_PREFIX - 1})` 的结果：`` {crop_refusal} ``")
     # [en] Refused, and the cache keeps its length.
     # [zh] 被拒绝，缓存长度保持不变。
     assert crop_refusal is not None and probe_cache.get_seq_length() == length_before
@@ -122,10 +124,10 @@ if HAVE_TRANSFORMERS:
            f"容差 $10^{{-10}}$）。GPT-2 与我们的解码器之间的最大绝对误差：无论用不用缓存，logits 都不超过 {worst_full_cached:.1e}，"
            f"缓存的 K/V 不超过 {worst_kv:.1e}。三个陷阱全部查出，其中误差最小的 `gelu_new` 为 {smallest_trap:.1e}。"
            f"执行 `crop(-{CROP_TOKENS})` 之后，两份缓存相差不超过 {crop_errors['cropped_kv']:.1e}，"
-           f"续写的 logits 相差不超过 {crop_errors['logits_after_crop']:.1e}。带缓存解码（{PEER_PROMPT} 个 token "
-           f"之后再处理 {CONTINUATION} 个）：`GPT2LMHeadModel` 的 p50 为 {race_timing['gpt2']['p50']:.2f} 毫秒，"
+           f"续写的 logits 相差不超过 {crop_errors['logits_after_crop']:.1e}。带缓存解码（在 {PEER_PROMPT} 个 token 的提示"
+           f"之后再处理 {CONTINUATION} 个 token）：`GPT2LMHeadModel` 的 p50 为 {race_timing['gpt2']['p50']:.2f} 毫秒，"
            f"我们的为 {race_timing['ours']['p50']:.2f} 毫秒；每步的矩阵乘法浮点运算次数同为 "
-           f"{step_profile['ours']['matmul_flops']:,}，Python 函数调用次数分别为 {step_profile['gpt2']['python_calls']:,} 次 "
+           f"{step_profile['ours']['matmul_flops']:,}，Python 函数调用次数分别为 {step_profile['gpt2']['python_calls']:,} 次"
            f"和 {step_profile['ours']['python_calls']:,} 次（一台机器上的一次运行）。")
 else:
     say(en="**Closing note.** The comparison with Hugging Face GPT-2 was skipped (see section 4); "

@@ -11,8 +11,10 @@
 # - **Per-layer errors say where a mistake sits**: a mistake after a layer's attention leaves that
 #   layer's cache right and shows up in the next layer's.
 # - **The tolerance decides what a comparison can see.** The wrong GELU changed the logits by only
-#   {{run:takeaways.gelu_error:.1e}}: far above FP64 rounding, but within FP32 rounding once the MLP
-#   inputs are small. Compare in FP64 when a small systematic difference matters.
+#   {{run:takeaways.gelu_error:.1e}}: far above FP64 rounding, and caught in FP32 by a factor of only
+#   {{run:gelu.fp32_margin:.0f}}. With MLP inputs ten times smaller its FP32 error,
+#   {{run:gelu.fp32_small_trap:.1e}}, falls within FP32 rounding. Compare in FP64 when a small systematic
+#   difference matters.
 # - **The library's cache is an object updated in place.** Reuse a prefix by taking a deep copy first,
 #   or cut the cache back with `crop(-n)`, which is what assisted (speculative) decoding does with
 #   rejected draft tokens. Our list of tensors needs neither.
@@ -28,7 +30,7 @@
 # - **外部裁判与我们的解码器一致。** 装入我们的权重后，`GPT2LMHeadModel` 无论用不用缓存都算出相同的 logits，每一层缓存的 K 和 V 也相同：最大绝对误差为 {{run:takeaways.worst_error:.1e}}，处于 FP64 舍入误差的水平。
 # - **错误出在映射上。** `nn.Linear` 存的是 `[out, in]`，GPT-2 的 `Conv1D` 存的是 `[in, out]`，GPT-2 的 `c_attn` 还把 Q、K、V 放在同一个矩阵里。缺了某个权重，或者漏了转置而导致形状不符，加载时就会被拒绝；共享嵌入权重、方阵漏了转置、用错了 GELU，加载时都一声不响，只有比较才能查出来。
 # - **逐层的误差能指出错误所在的位置**：发生在某一层注意力之后的错误，不影响这一层的缓存，要到下一层的缓存才显现出来。
-# - **容差决定了比较能看见什么。** 用错 GELU 只让 logits 偏离了 {{run:takeaways.gelu_error:.1e}}：远高于 FP64 的舍入误差，但一旦 MLP 的输入较小，就落在 FP32 的舍入误差之内。要分辨微小的系统性差异，就在 FP64 下比较。
+# - **容差决定了比较能看见什么。** 用错 GELU 只让 logits 偏离了 {{run:takeaways.gelu_error:.1e}}：远高于 FP64 的舍入误差；FP32 下也能查出，但误差只是容差的 {{run:gelu.fp32_margin:.0f}} 倍。把 MLP 的输入缩小到十分之一，它在 FP32 下的误差 {{run:gelu.fp32_small_trap:.1e}} 就落在 FP32 的舍入误差之内。要分辨微小的系统性差异，就在 FP64 下比较。
 # - **库的缓存是一个被原地更新的对象。** 要复用某个前缀，先做一份深拷贝；或者用 `crop(-n)` 把缓存截短，辅助生成（投机解码）正是这样丢掉被拒绝的草稿 token 的。我们的张量列表两种办法都用不着。
 # - **运算相同，开销不同。** 两个模型的一个解码步都做了 {{run:profile.matmul_flops:,}} 次矩阵乘法浮点运算；库的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次，这里库所用的时间是我们的 {{run:race.ratio:.2f}} 倍。在玩具规模下，比赛的胜负取决于每次调用的固定开销，说明不了实际规模下的速度。
 
@@ -137,7 +139,7 @@ if HAVE_TRANSFORMERS:
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 3：缓存有多大？** 第 10 节的比赛把 256 个 token 的提示预填充进了一个 `DynamicCache`。在 FP32 下，它的键和值共占多少字节？已发布的 GPT-2 small（12 层，12 个头，每头 64 维）在 FP16 下，每个 token 的缓存占多少字节？整个 1,024 个 token 的上下文又占多少？
+# **练习 3：缓存有多大？** 第 10 节的比赛把 256 个 token 的提示预填充进了一个 `DynamicCache`。在 FP32 下，它的键和值共占多少字节？公开发布的 GPT-2 small（12 层，12 个头，每头 64 维）在 FP16 下，每个 token 的缓存占多少字节？整个 1,024 个 token 的上下文又占多少？
 #
 # <details><summary>查看答案</summary>
 #

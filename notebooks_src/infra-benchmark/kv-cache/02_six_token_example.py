@@ -84,7 +84,7 @@ say_table(
      ["`ids[:, PAST_LEN:]`", f"`{list(ids[:, PAST_LEN:].shape)}`", ", ".join(map(str, new_positions.tolist()))],
      ['`step["q"]`', f"`{list(step['q'].shape)}`", ", ".join(map(str, new_positions.tolist()))],
      ['`step["k"]`, `step["v"]`', f"`{list(step['k'].shape)}`", "0, 1, 2, 3, 4, 5"],
-     ['`step["scores"]`', f"`{list(step['scores'].shape)}`", "[4, 5] x [0, 1, 2, 3, 4, 5]"],
+     ['`step["scores"]`', f"`{list(step['scores'].shape)}`", "[4, 5] × [0, 1, 2, 3, 4, 5]"],
      ['`step["logits"]`', f"`{list(step['logits'].shape)}`", "4, 5"]],
     en=["tensor", "shape", "positions"], zh=["张量", "形状", "位置"],
 )
@@ -98,7 +98,8 @@ assert (cache_k.shape[-2], step["q"].shape[-2], step["scores"].shape[-2:]) == (P
 # position 4 peek at position 5.
 #
 # The returned logits need careful reading. Row 0 belongs to position 4, the position of ID 9, and it
-# is the model's distribution over **what comes after 9**; it is not a probability for ID 9 itself.
+# holds the model's scores for **what comes after 9** (softmax turns them into a distribution); it is
+# not a score for ID 9 itself.
 # So when cached and uncached results are compared, the same *consumed position* (a position whose
 # token has already been fed to the model) must be lined up, with no shift by one token. The cell
 # below checks exactly that: the two rows equal rows 4 and 5 of a run
@@ -109,7 +110,7 @@ assert (cache_k.shape[-2], step["q"].shape[-2], step["scores"].shape[-2:]) == (P
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以偷看位置 5。
 #
-# 返回的 logits 要仔细解读。第 0 行属于位置 4，也就是 ID 9 所在的位置；它是模型对 **9 之后出现什么**的预测分布，而不是 ID 9 本身的概率。因此比较有缓存和无缓存的结果时，必须对齐同一个**已处理的位置**（其 token 已经送入模型的位置），不能错开一个 token。下面的单元格检查的正是这一点。第一，这两行与完整重算六个 token 时的第 4、5 行在 FP32 容差内一致（两次运行相乘的矩阵形状不同，求和的舍入可能不同）。第二，查询 4 对键 5 的注意力权重为零：被掩码遮住的分数是 $-\infty$，经过 softmax 后，它的权重恰好为零。
+# 返回的 logits 要仔细解读。第 0 行属于位置 4，也就是 ID 9 所在的位置；它是模型给 **9 之后出现什么**打的分（经 softmax 才成为概率分布），而不是给 ID 9 本身打的分。因此比较有缓存和无缓存的结果时，必须对齐同一个**已处理的位置**（其 token 已经送入模型的位置），不能错开一个 token。下面的单元格检查的正是这一点。第一，这两行与完整重算六个 token 时的第 4、5 行在 FP32 容差内一致（两次运行相乘的矩阵形状不同，求和的舍入可能不同）。第二，查询 4 对键 5 的注意力权重为零：被掩码遮住的分数是 $-\infty$，经过 softmax 后，它的权重恰好为零。
 
 # %%
 with torch.inference_mode():

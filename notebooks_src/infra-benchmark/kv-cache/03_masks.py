@@ -21,7 +21,7 @@
 #
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
-# 一种很诱人的写法，是直接在 $[C, P + C]$ 分数矩阵的左上角取一个普通三角形。这等于把局部下标为 0 的查询当成了位置 0，于是新 token 看不到缓存中的大部分内容。两种掩码的形状都合法，代码照样能跑，变的只是数值。所以这类错误只能靠数值检查查出，光看形状是查不出来的。此外，没有缓存时（$P = 0$），两种掩码是同一个下三角（下面的单元格会断言这一点），所以从不使用缓存的测试区分不出这两种掩码。
+# 一种看似顺手的写法，是直接在 $[C, P + C]$ 分数矩阵的左上角取一个普通三角形。这等于把局部下标为 0 的查询当成了位置 0，于是新 token 看不到缓存中的大部分内容。两种掩码的形状都合法，代码照样能跑，变的只是数值。所以这类错误只能靠数值检查查出，光看形状是查不出来的。此外，没有缓存时（$P = 0$），两种掩码是同一个下三角（下面的单元格会断言这一点），所以从不使用缓存的测试区分不出这两种掩码。
 
 # %%
 # [en] Offset causal mask, bool [new_len, past_len + new_len]: query i sits at absolute position
@@ -91,9 +91,9 @@ mask_figure.savefig(MASKS_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# **PyTorch's own attention.** `F.scaled_dot_product_attention(..., is_causal=True)` aligns the causal
-# triangle to the upper-left corner when the score matrix is not square, which is exactly the wrong
-# mask above for a chunk that follows a cache. `torch.nn.attention.bias.causal_lower_right` aligns it
+# **PyTorch's own attention.** `F.scaled_dot_product_attention(..., is_causal=True)` (SDPA below)
+# aligns the causal triangle to the upper-left corner when the score matrix is not square, which is
+# exactly the wrong mask above for a chunk that follows a cache. `torch.nn.attention.bias.causal_lower_right` aligns it
 # to the lower-right corner, which is our offset mask. The cell compares both with our own attention
 # on random tensors (a cache of 10 positions, a chunk of 3 tokens), and prints the PyTorch version it ran on.
 #
@@ -104,9 +104,9 @@ plt.show()
 # the kernel, the library or its version changes, check the convention again with a cell like this one.
 
 # %% [markdown] lang="zh"
-# **PyTorch 自带的注意力**：分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)` 把因果三角形对齐到左上角。对于接在缓存之后的分块，这恰好就是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码相同。下面的单元格在随机张量上（缓存 10 个位置，分块 3 个 token）把这两种对齐方式分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本。
+# **PyTorch 自带的注意力**：分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)`（下称 SDPA）把因果三角形对齐到左上角。对于接在缓存之后的分块，这恰好就是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码相同。下面的单元格在随机张量上（缓存 10 个位置，分块 3 个 token）把这两种对齐方式分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本。
 #
-# 有两点需要注意。第一，PyTorch 文档把 `causal_lower_right` 背后的 `CausalBias` 类标为**原型**（prototype）功能，今后的版本可能改动它的名称和行为。第二，别的算子未必采用同样的约定：FlashAttention 在 2.1 版之前把掩码对齐到左上角，从 2.1 版起 `causal=True` 改为对齐到右下角（见其 README 和更新日志）。因此，每当更换算子、库或版本，都应该用类似下面的单元格重新核对一遍对齐方式。
+# 有两点需要注意。第一，PyTorch 文档把 `causal_lower_right` 背后的 `CausalBias` 类标为**原型**（prototype）功能，今后的版本可能改动它的名称和行为。第二，别的内核（kernel）未必采用同样的约定：FlashAttention 在 2.1 版之前把掩码对齐到左上角，从 2.1 版起 `causal=True` 改为对齐到右下角（见其 README 和更新日志）。因此，每当更换内核、库或版本，都应该用类似下面的单元格重新核对一遍对齐方式。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right

@@ -53,6 +53,37 @@ for row in range(GEN_PROMPTS.shape[0]):
     print(f"GEN_FULL[{row}]    ", GEN_FULL[row].tolist())
 
 # %% [markdown] lang="en"
+# The two rows start differently, yet from index {{run:gen_tail.shared_tail_from}} of the generated tokens on they
+# choose the very same tokens. That is not one row leaking into the other. This model is untrained: its
+# random weights hold no pattern that spans the sequence, so once both rows choose the same token at
+# the same position, their next choices coincide from then on. To show that the rows
+# do not mix, the cell generates each prompt alone, in a batch of one: each row gets the very tokens it
+# got in the batch. The control is the rows' first tokens, which differ: the comparison can tell the two
+# rows apart. (The grid of 6.2 could not show this: a leak between rows would be in the full call as
+# well as in the cached one.)
+
+# %% [markdown] lang="zh"
+# 两行的开头不同，但从生成 token 的下标 {{run:gen_tail.shared_tail_from}} 起，它们选出的 token 完全相同。这并不是一行的内容漏进了另一行。这个模型没有训练过，随机权重里没有贯穿整个序列的规律，所以一旦两行在同一位置选出同一个 token，此后的选择也就一样了。为了说明两行没有互相混杂，下面的单元格把每个提示单独生成一次（batch 为 1）：每一行得到的 token 与它在 batch 中得到的完全相同。对照是两行的第一个 token：它们不同，说明这个比较分得清两行。（6.2 的网格证明不了这一点：两行若互相混杂，完整调用和带缓存的调用会同样混杂。）
+
+# %%
+ALONE = [greedy_generate(model, GEN_PROMPTS[row:row + 1], GEN_TOKENS)[0][0] for row in range(GEN_PROMPTS.shape[0])]
+# [en] Token ids are integers: each row alone must match its row of the batch exactly.
+# [zh] token ID 是整数：每一行单独生成的结果必须与它在 batch 中的那一行完全相同。
+assert all(torch.equal(alone, GEN_CACHED[row]) for row, alone in enumerate(ALONE))
+assert GEN_CACHED[0, 0] != GEN_CACHED[1, 0]
+same = (GEN_CACHED[0] == GEN_CACHED[1]).tolist()
+# [en] The first index from which the two rows agree to the end.
+# [zh] 两行从这个下标起一直相同，直到结尾。
+SHARED_TAIL_FROM = len(same) - same[::-1].index(False)
+say(en=f"Each row generated alone matches its batch row: {[torch.equal(a, GEN_CACHED[r]) for r, a in enumerate(ALONE)]}; "
+       f"the rows share their tokens from index {SHARED_TAIL_FROM} on.",
+    zh=f"每一行单独生成的结果都与它在 batch 中的那一行相同：{[torch.equal(a, GEN_CACHED[r]) for r, a in enumerate(ALONE)]}；"
+       f"两行从下标 {SHARED_TAIL_FROM} 起 token 相同。")
+
+# %% tags=["prose-values"]
+{"gen_tail": {"shared_tail_from": SHARED_TAIL_FROM}}
+
+# %% [markdown] lang="en"
 # The checks: the very same 40 tokens in both rows, logits within tolerance at every step,
 # and a decision margin that dwarfs the difference. A negative control completes the picture: with the
 # upper-left mask swapped in through the hook, the cached run reads the wrong keys and the comparison
@@ -89,7 +120,7 @@ say_table(
      ["`use_cache=True`, `local_triangle_mask`", f"`{GENERATION_BROKEN['tokens_equal']}`",
       f"{GENERATION_BROKEN['max_abs_logit_err']:.3e}", f"`{GENERATION_BROKEN['logits_close']}`"]],
     en=["run, compared with `use_cache=False`", f"same {GEN_TOKENS} tokens", "max abs logit error", "within tolerance"],
-    zh=["运行方式（与 `use_cache=False` 比较）", f"{GEN_TOKENS} 个 token 相同", "logits 最大绝对误差", "在容差之内"],
+    zh=["运行方式（与 `use_cache=False` 比较）", f"{GEN_TOKENS} 个 token 相同", "logits 最大绝对误差", "在容差内一致"],
 )
 say(en=f"The closest decision had a margin of {GENERATION['min_top2_margin']:.3e} between the best and the "
        f"second-best logit, {GENERATION['min_top2_margin'] / GENERATION['max_abs_logit_err']:,.0f} times the "

@@ -152,9 +152,9 @@ for T in COST_LENGTHS:
 say_table(
     [[str(r["T"]), f"{r['full']['total']:,}", f"{r['cached']['total']:,}", f"{r['full']['total'] / r['cached']['total']:g}",
       f"{r['cached']['attention'] / r['cached']['total']:.0%}", f"{r['kv_read_bytes']:,}"] for r in COST_ROWS],
-    en=["T", "full step, multiply-adds", "cached step, multiply-adds", "full / cached",
+    en=["$T$", "full step, multiply-adds", "cached step, multiply-adds", "full / cached",
         "attention share of the cached step", "K/V bytes read by the cached step (fp32)"],
-    zh=["T", "完整重算一步的乘加次数", "缓存路径一步的乘加次数", "完整 / 缓存",
+    zh=["$T$", "完整重算一步的乘加次数", "缓存路径一步的乘加次数", "完整 / 缓存",
         "缓存路径一步中注意力的占比", "缓存路径一步读取的 K/V 字节数（FP32）"],
 )
 # [en] Formula = count, part by part, for both paths; the K/V caught = T * kv_bytes_per_token, in new memory.

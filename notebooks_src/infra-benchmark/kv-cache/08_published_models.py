@@ -60,8 +60,8 @@ for dtype in (torch.float32, torch.float16):
     FORMULA_CHECK.append({"dtype": str(dtype).removeprefix("torch."), "real": cache_bytes(real_cache),
                           "formula": COST_STREAM.shape[1] * kv_bytes_per_token(cfg.layers, cfg.heads, cfg.head_dim, size)})
 say_table([[f"`{r['dtype']}`", f"{r['real']:,}", f"{r['formula']:,}"] for r in FORMULA_CHECK],
-          en=["dtype", "real cache of 256 tokens, bytes", "256 * kv_bytes_per_token"],
-          zh=["精度", "256 个 token 的真实缓存（字节）", "256 * kv_bytes_per_token"])
+          en=["dtype", "real cache of 256 tokens, bytes", "256 × `kv_bytes_per_token`"],
+          zh=["精度", "256 个 token 的真实缓存（字节）", "256 × `kv_bytes_per_token`"])
 assert all(r["real"] == r["formula"] for r in FORMULA_CHECK)
 
 KV_TABLE = [{"name": "`DecoderConfig()`", "layers": cfg.layers, "heads": cfg.heads, "kv_heads": cfg.heads,
@@ -76,9 +76,9 @@ say_table(
       binary_size(row["fp16_bytes_per_token"])]
      + [binary_size(row["fp16_bytes_per_context"][str(n)]) + ("" if n <= row["max_positions"] else " *") for n in CONTEXTS]
      for row in KV_TABLE],
-    en=["model", "layers L", "query heads / K/V heads", "head size D_h", "K/V per token (fp16)",
+    en=["model", "layers $L$", "query heads / K/V heads", "head size $D_h$", "K/V per token (fp16)",
         "4,096-token context", "32,768-token context"],
-    zh=["模型", "层数 L", "查询头 / K/V 头", "每头维度 D_h", "每个 token 的 K/V（FP16）",
+    zh=["模型", "层数 $L$", "查询头 / K/V 头", "每头维度 $D_h$", "每个 token 的 K/V（FP16）",
         "4,096 个 token 的上下文", "32,768 个 token 的上下文"],
 )
 say_table([[row["name"], f"`{row['source']}`"] for row in KV_TABLE[1:]],

@@ -11,7 +11,7 @@
 # %% [markdown] lang="zh"
 # ### 8.2 学习者常问的三个问题
 #
-# **为什么不缓存 Q？** 每个查询只用一次，而且只给它自己的位置用：注意力输出的第 $i$ 行由查询 $i$ 以及位置 $0 \dots i$ 的键和值算出。位置 $i$ 的输出一旦算好，它的查询就再也不会被读取。键和值则不同：之后的每一个查询都要读它们。下面的单元格改动除最后一个以外的所有查询，检查输出的最后一行保持不变，并验证只用最后一个位置自己的查询、读取完整的 K 和 V，就能算出这一行。对照：被改动的查询确实改变了它们自己的那几行，可见这次改动并不是小到看不出来。
+# **为什么不缓存 Q？** 每个查询只用一次，而且只给它自己的位置用：注意力输出的第 $i$ 行由查询 $i$ 以及位置 $0 \dots i$ 的键和值算出。位置 $i$ 的输出一旦算好，它的查询就再也不会被读取。键和值则不同：之后的每一个查询都要读它们。下面的单元格改动除最后一个以外的所有查询，检查输出的最后一行保持不变，并验证只用最后一个位置自己的查询、读取完整的 K 和 V，就能算出这一行。作为对照，被改动的查询确实改变了各自的输出行，说明这次改动并没有小到看不出来。
 
 # %%
 with torch.inference_mode():
@@ -19,8 +19,8 @@ with torch.inference_mode():
     q, k, v = (torch.randn(1, cfg.heads, 8, cfg.head_dim, generator=gen) for _ in range(3))   # [1, H, 8, Dh]
     out = masked_attention(q, k, v, causal_mask(0, 8))
     q_changed = q.clone()
-    # [en] Change queries 0..6.
-    # [zh] 改动第 0..6 个查询。
+    # [en] Change queries 0–6.
+    # [zh] 改动第 0–6 个查询。
     q_changed[:, :, :7] += 1.0
     out_changed = masked_attention(q_changed, k, v, causal_mask(0, 8))
     last_alone = masked_attention(q[:, :, 7:], k, v, causal_mask(7, 1))   # [1, H, 1, Dh]
@@ -95,8 +95,8 @@ HIDDEN_STATE = {
 say_table(
     [["K, V", f"{HIDDEN_STATE['kv_step_macs']:,}", f"{HIDDEN_STATE['kv_cache_bytes']:,}"],
      ["X", f"{HIDDEN_STATE['hidden_state_step_macs']:,}", f"{HIDDEN_STATE['hidden_state_cache_bytes']:,}"]],
-    en=["cache holds", f"multiply-adds of one step at T = {T}", f"cache of {T - 1} positions, bytes"],
-    zh=["缓存的内容", f"T = {T} 时一步的乘加次数", f"{T - 1} 个位置的缓存（字节）"],
+    en=["cache holds", f"multiply-adds of one step at $T = {T}$", f"cache of {T - 1} positions, bytes"],
+    zh=["缓存的内容", f"$T = {T}$ 时一步的乘加次数", f"{T - 1} 个位置的缓存（字节）"],
 )
 say(en=f"Same logits: max abs error {max_abs_err(x_logits, kv_logits):.1e}.",
     zh=f"logits 相同：最大绝对误差 {max_abs_err(x_logits, kv_logits):.1e}。")
@@ -122,14 +122,14 @@ assert (close(x_logits, kv_logits)
 # %% [markdown] lang="zh"
 # 在 $T = 256$ 时，缓存隐藏状态每一步的乘加次数是缓存 K/V 的 {{run:questions.hidden_over_kv:.1f}} 倍，换来的只是少一半的字节数。对我们这样的模型来说，这笔交易并不划算；推理服务系统缓存的都是 K 和 V。
 #
-# **为什么缓存路径的一步仍随 $T$ 增长？** 因为新的查询必须读取历史上所有的键和值。在 8.1 的表中，序列每多一个位置，缓存路径的一步正好多 $2LW$ 次乘加，这里是 {{run:questions.slope}} 次（每层两次长度为 $W$ 的乘加：$q k^\top$ 和对 $V$ 的加权求和）；注意力在这一步中的占比从 $T = 16$ 时的 {{run:questions.share_min:.0%}} 升到 $T = 256$ 时的 {{run:questions.share_max:.0%}}；它读取的 K/V 也随之线性增长。缓存省掉的是旧位置的重新计算，而不是对它们的读取。下面的单元格核对表中每两个相邻长度之间的斜率。
+# **为什么缓存路径的一步仍随 $T$ 增长？** 因为新的查询必须读取历史上所有的键和值。在 8.1 的表中，序列每多一个位置，缓存路径的一步正好多 $2LW$ 次乘加，这里是 {{run:questions.slope}} 次（每层两次长度为 $W$ 的点积：$q k^\top$ 和对 $V$ 的加权求和）；注意力在这一步中的占比从 $T = 16$ 时的 {{run:questions.share_min:.0%}} 升到 $T = 256$ 时的 {{run:questions.share_max:.0%}}；它读取的 K/V 也随之线性增长。缓存省掉的是旧位置的重新计算，而不是对它们的读取。下面的单元格核对表中每两个相邻长度之间的斜率。
 
 # %%
 slopes = [(longer["cached"]["total"] - shorter["cached"]["total"]) / (longer["T"] - shorter["T"])
           for shorter, longer in zip(COST_ROWS, COST_ROWS[1:])]
 attention_share = [r["cached"]["attention"] / r["cached"]["total"] for r in COST_ROWS]
 say_table([[str(a["T"]), str(b["T"]), f"{s:g}"] for a, b, s in zip(COST_ROWS, COST_ROWS[1:], slopes)],
-          en=["from T", "to T", "multiply-adds per extra position"], zh=["起点 T", "终点 T", "每多一个位置增加的乘加次数"])
+          en=["from $T$", "to $T$", "multiply-adds per extra position"], zh=["起点 $T$", "终点 $T$", "每多一个位置增加的乘加次数"])
 assert slopes == [2 * cfg.layers * cfg.width] * len(slopes)
 
 # %% tags=["prose-values"]

@@ -24,7 +24,7 @@
 #
 # 右图标题 measured time vs counted multiply-adds 意为“实测时间与乘加计数的对照”，纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”。它画的是两条续写路径的每步耗时随 $P$ 的增长倍数（相对于最短提示）：图例 full: measured time 和 cached: measured time 是带标记的实线，即完整重算和缓存续写的实测时间；full: multiply-adds 和 cached: multiply-adds 是同色虚线，即按 8.1 的乘加次数在窗口 16 步上取平均得到的预测值。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。
 #
-# 预填充那条曲线不是一条直线，也不必是。它是一次调用的时间除以 $P$：随着 $P$ 增大，一次调用的固定开销由更多的 token 分摊，每个 token 的时间随之下降；而每个 token 的注意力都要读取它之前所有 token 的键，提示很长时又会把时间推高。两种作用在哪里相抵，因机器而异；这么短的窗口，多一轮或少一轮慢的测量，也会让某个点移动。
+# 预填充那条曲线不是一条直线，也不必是。它是一次调用的时间除以 $P$：随着 $P$ 增大，一次调用的固定开销由更多的 token 分摊，每个 token 的时间随之下降；而每个 token 的注意力都要读取它之前所有 token 的键，提示很长时又会把时间推高。两种作用在哪里相互抵消，因机器而异；窗口这么短，只要多一轮或少一轮偏慢的测量，某个点就会移动。
 
 # %%
 def per_step_ms(row: dict, path: str) -> dict:
@@ -82,9 +82,9 @@ say_table(
     [[str(r["prompt_tokens"]), f"{r['model_full_macs_per_step']:,.0f}", f"{r['full_ms_per_step']['p50']:.3f}",
       f"{r['model_cached_macs_per_step']:,.0f}", f"{r['cached_ms_per_step']['p50']:.3f}",
       f"{r['prefill_ms_per_token']['p50']:.4f}"] for r in PER_STEP],
-    en=["prompt P", "full: multiply-adds per step", "full: ms per step (p50)", "cached: multiply-adds per step",
+    en=["prompt $P$", "full: multiply-adds per step", "full: ms per step (p50)", "cached: multiply-adds per step",
         "cached: ms per step (p50)", "prefill: ms per prompt token (p50)"],
-    zh=["提示长度 P", "完整重算：每步乘加次数", "完整重算：每步耗时（毫秒，p50）", "缓存续写：每步乘加次数",
+    zh=["提示长度 $P$", "完整重算：每步乘加次数", "完整重算：每步耗时（毫秒，p50）", "缓存续写：每步乘加次数",
         "缓存续写：每步耗时（毫秒，p50）", "预填充：每个提示 token 的耗时（毫秒，p50）"],
 )
 
@@ -143,7 +143,7 @@ TIMING_SUMMARY = {
 # the full path's work per step to grow {{run:clock.model_full_growth:.1f}}-fold; its measured time per
 # step changed by a factor of {{run:clock.measured_full_growth:.1f}}, from {{run:clock.full_ms_per_step_min:.3f}}
 # to {{run:clock.full_ms_per_step_max:.3f}} ms. For the cached step the count predicts growth by a factor of
-# {{run:clock.model_cached_growth:.2f}}, the attention term of 8.2; the measured time per step changed
+# {{run:clock.model_cached_growth:.2f}}, the attention term of 8.1; the measured time per step changed
 # by a factor of {{run:clock.measured_cached_growth:.2f}} ({{run:clock.cached_ms_per_step_min:.3f}} ms,
 # then {{run:clock.cached_ms_per_step_max:.3f}} ms). The measured factors move from run to run, and are
 # reported, not asserted.
@@ -167,6 +167,6 @@ TIMING_SUMMARY = {
 # remark, not something this CPU run measures.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间的变化倍数是 {{run:clock.measured_full_growth:.1f}}，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.2 中的注意力项；实测每步时间的变化倍数则是 {{run:clock.measured_cached_growth:.2f}}（先是 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。
+# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间的变化倍数是 {{run:clock.measured_full_growth:.1f}}，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.1 中的注意力项；实测每步时间的变化倍数则是 {{run:clock.measured_cached_growth:.2f}}（先是 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。
 #
-# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算。在这里，它来自每次调用的固定开销：模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次；9.3 会数一数算子调用的次数。按最长提示下预填充达到的速度，缓存路径一步的乘加大约需要 {{run:clock.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:clock.cached_step_arithmetic_share:.0%}}。这个估计只是下限，因为解码一步的矩阵乘法，每次乘加都比预填充的慢：它们只有一行，是矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加；而预填充读进来的每个权重都要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。
+# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算。在这里，它来自每次调用的固定开销：模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次；9.3 会数一数算子调用的次数。按最长提示下预填充达到的速度，缓存路径一步的乘加大约需要 {{run:clock.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:clock.cached_step_arithmetic_share:.0%}}。这个估计只是下限：解码一步做的是只有一行的矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加，折算到每次乘加上比预填充慢；预填充读进来的每个权重则要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。

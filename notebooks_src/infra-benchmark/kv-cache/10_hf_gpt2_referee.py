@@ -5,8 +5,8 @@
 # written here, so a misunderstanding shared by both would go unnoticed. This section asks a referee
 # nobody here wrote, `transformers.GPT2LMHeadModel`. Our decoder has GPT-2's architecture at toy size,
 # with two settings that GPT-2's configuration can express: the exact GELU in the MLP (GPT-2 uses a tanh
-# approximation) and an output projection with its own matrix (GPT-2 ties it to the token embedding
-# table). So our weights can be copied into it, and if the copy is faithful, three things must agree:
+# approximation) and a vocabulary head (`lm_head`) with its own matrix (GPT-2 ties it to the token
+# embedding table). So our weights can be copied into it, and if the copy is faithful, three things must agree:
 # the logits of one full call, the logits of the cached path chunk by chunk, and every layer's cached K
 # and V. We compare in FP64 within $10^{-10}$: two correct implementations of the same arithmetic differ
 # in FP64 only by rounding, far below that, while a mistake in the copy is far above it.
@@ -17,7 +17,7 @@
 # %% [markdown] lang="zh"
 # ## {{section}}. 外部裁判：Hugging Face GPT-2
 #
-# 拿缓存路径对照完整重算，是拿我们的解码器和它自己比：比较的双方都出自我们之手，如果两边有同一个理解上的错误，这样的比较是发现不了的。本节请来一位外部裁判：一份不是我们编写的实现，`transformers.GPT2LMHeadModel`。我们的解码器就是玩具尺寸的 GPT-2 结构，只有两处设置不同，而这两处都能用 GPT-2 的配置项表达：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似）；输出投影有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。因此可以把我们的权重复制进去；只要复制无误，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，容差取 $10^{-10}$：同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；复制中的错误则远大于它。
+# 拿缓存路径对照完整重算，是拿我们的解码器和它自己比：比较的双方都出自我们之手，如果两边有同一个理解上的错误，这样的比较是发现不了的。本节请来一位外部裁判：一份不是我们编写的实现，`transformers.GPT2LMHeadModel`。我们的解码器就是玩具尺寸的 GPT-2 结构，只有两处设置不同，而这两处都能用 GPT-2 的配置项表达：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似）；词表投影（`lm_head`）有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。因此可以把我们的权重复制进去；只要复制无误，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，容差取 $10^{-10}$：同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；复制中的错误则远大于它。
 #
 # 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分不做任何事。
 
@@ -119,8 +119,8 @@ def gpt2_state_dict(ours):
         "transformer.wpe.weight": ours.wpe.weight,
         "transformer.ln_f.weight": ours.ln_f.weight,
         "transformer.ln_f.bias": ours.ln_f.bias,
-        # [en] GPT-2's head is an nn.Linear like ours: no transpose.
-        # [zh] GPT-2 的输出头和我们的一样是 nn.Linear：不转置。
+        # [en] GPT-2's vocabulary head (lm_head) is an nn.Linear like ours: no transpose.
+        # [zh] GPT-2 的词表投影（lm_head）和我们的一样是 nn.Linear：不转置。
         "lm_head.weight": ours.lm_head.weight,
     }
     for i, block in enumerate(ours.blocks):
