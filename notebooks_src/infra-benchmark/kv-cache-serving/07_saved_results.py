@@ -86,8 +86,8 @@ RESULTS = {
         "summary": CONTINUOUS | {"schedule": SCHEDULES["stream"]},
         "trace": TRACE,
     },
-    "peer": PEER,
     "figures": [MASKS_PNG.name, PADDING_PNG.name, STEP_PNG.name, BLOCK_TABLE_PNG.name, MEMORY_PNG.name, SERVING_PNG.name],
+    "peer": PEER,
 }
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
