@@ -1,4 +1,4 @@
-"""Section 9: results.json follows docs/kv-cache-serving-results-schema.md and is strict JSON."""
+"""Section 11: results.json follows docs/kv-cache-serving-results-schema.md and is strict JSON."""
 
 from __future__ import annotations
 

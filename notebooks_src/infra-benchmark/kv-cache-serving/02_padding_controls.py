@@ -25,10 +25,10 @@ PAD_CONTENT_BIT_EXACT = (compare(other_pad_id["logits"], base["logits"])["bit_ex
 empty_row = compare([empty_logits[row, empty_mask[row]] for row in (0, 2)],
                     [base["logits"][row][:PROMPT_LENGTHS[row]] for row in (0, 2)])
 EMPTY_ROW_OK = bool(torch.isfinite(empty_logits).all()) and empty_row["close"]
-say_table([[f"`pad_id = {cfg.vocab - 1}`, `pad_position = 7`", f"`{PAD_CONTENT_BIT_EXACT}`"],
-           ["`[PROMPTS[0], [], PROMPTS[2]]`", f"`{EMPTY_ROW_OK}` ({empty_row['max_abs_logit_err']:.1e})"]],
-          en=["padding changed", "real logits unchanged (bit for bit / within tolerance)"],
-          zh=["改动的填充", "真实位置的 logits 不变（逐比特 / 容差内）"])
+say_table([[f"`pad_id = {cfg.vocab - 1}`, `pad_position = 7`", f"`{PAD_CONTENT_BIT_EXACT}`", "-"],
+           ["`[PROMPTS[0], [], PROMPTS[2]]`", f"`{EMPTY_ROW_OK}`", f"{empty_row['max_abs_logit_err']:.1e}"]],
+          en=["padding changed", "real logits unchanged (bit for bit / within tolerance)", "max abs logit error"],
+          zh=["改动的填充", "真实位置的 logits 不变（逐比特 / 容差内）", "logits 的最大绝对误差"])
 assert PAD_CONTENT_BIT_EXACT
 assert EMPTY_ROW_OK
 
@@ -107,7 +107,7 @@ assert {name for name, r in PADDING_CONTROL_RUNS.items() if not r["finite"]} == 
 # position of the two padded rows is NaN, the real ones included. The unpadded row stays finite throughout.
 
 # %% [markdown] lang="zh"
-# 最后一个负对照的 NaN 是从哪里来的？在两个 Transformer 块上注册前向钩子，截取预填充时它们的输出。经过第 1 个 Transformer 块，NaN 恰好出现在所有填充位上，真实位置全都是有限值。第 2 个 Transformer 块以权重 0 读取了这些位置的 K 和 V，经过它之后，两个有填充的行在每个位置上都变成了 NaN，真实位置也不例外。没有填充的那一行始终是有限值。
+# 最后一个负对照的 NaN 是从哪里来的？在两个 Transformer 块上注册前向钩子，截取预填充时它们的输出。经过第一层，NaN 恰好出现在所有填充位上，真实位置全都是有限值。第二层以权重 0 读取了这些位置的 K 和 V，经过它之后，两个有填充的行在每个位置上都变成了 NaN，真实位置也不例外。没有填充的那一行始终是有限值。
 
 # %%
 block_outputs = []
@@ -124,6 +124,6 @@ nan_2 = after_block_2.isnan().any(dim=-1)
 say_table([[str(row), str(int((~key_mask[row]).sum())), str(int(nan_1[row].sum())), str(int(nan_2[row][key_mask[row]].sum()))]
            for row in range(len(PROMPTS))],
           en=["row", "padding slots", "NaN positions after block 1", "NaN real positions after block 2"],
-          zh=["行", "填充位数", "第 1 个 Transformer 块之后的 NaN 位置数", "第 2 个 Transformer 块之后真实位置中的 NaN 数"])
+          zh=["行", "填充位数", "第一层之后的 NaN 位置数", "第二层之后真实位置中的 NaN 数"])
 padded_rows = (~key_mask).any(dim=-1, keepdim=True).expand_as(key_mask)
 assert torch.equal(nan_1, ~key_mask) and torch.equal(nan_2, padded_rows)

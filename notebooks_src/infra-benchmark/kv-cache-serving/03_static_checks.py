@@ -7,7 +7,7 @@
 #    $10^{-10}$ in FP64), and the greedy tokens are the same. Both stores hand the same values to the same
 #    operations; only the memory layout of K and V differs. The static store passes a view of its buffer,
 #    whose heads lie `T_max` slots apart in memory; the `torch.cat` store passes a compact tensor (in the
-#    prefill, a transposed view of the projection). A matrix-multiply kernel may choose its blocking and
+#    prefill, the K and V that `split_heads` returns as they are). A matrix-multiply kernel may choose its blocking and
 #    its order of summation by layout and shape, so on some CPUs the two round differently in the last
 #    bits. Whether they do is a property of the machine, not of the code: we do not assert bit-for-bit
 #    equality, and the table shows whether this run happened to be bit-exact;
@@ -21,7 +21,7 @@
 # %% [markdown] lang="zh"
 # **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max = 12 + 20 = 32`，恰好是这次运行所需的长度；另外在 FP32 下再用一个多出一个槽位的存储对象（`T_max = 33`）运行一遍：
 #
-# 1. logits 与 `torch.cat` 存储对象的结果在该精度的容差内一致（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$），贪心生成的 token 也相同。两种存储对象把相同的值交给相同的运算，区别只在 K 和 V 的内存布局：静态存储对象交出的是缓冲区的视图，各头在内存中相隔 `T_max` 个槽位；`torch.cat` 存储对象交出的是紧凑的张量（预填充时是投影结果转置后的视图）。矩阵乘法内核可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上，两者的舍入结果在最后几个比特上会有差别。有没有差别取决于机器，而不是代码的性质。因此我们不断言逐比特相同，表中只列出本次运行是否恰好逐比特相同；
+# 1. logits 与 `torch.cat` 存储对象的结果在该精度的容差内一致（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$），贪心生成的 token 也相同。两种存储对象把相同的值交给相同的运算，区别只在 K 和 V 的内存布局：静态存储对象交出的是缓冲区的视图，各头在内存中相隔 `T_max` 个槽位；`torch.cat` 存储对象交出的是紧凑的张量（预填充时就是 `split_heads` 返回的 K 和 V 本身）。矩阵乘法内核可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上，两者的舍入结果在最后几个比特上会有差别。有没有差别取决于机器，而不是代码的性质。因此我们不断言逐比特相同，表中只列出本次运行是否恰好逐比特相同；
 # 2. 在全部 21 次调用中，缓冲区的 `data_ptr()` 始终不变（上面的 `torch.cat` 存储对象就是反例：它的地址每次调用都会改变）；
 # 3. 未使用的槽位在写入之前一直是 NaN，但它们从未进入 logits：所有 logits 都是有限值，第二个存储对象那个空余的槽位到运行结束时仍然是 NaN；
 # 4. 容量恰好够用：32 个位置正好填满缓冲区的最后一个槽位；再多一个 token，就在写入任何内容之前抛出上面所说的 `ValueError`。
@@ -138,4 +138,4 @@ assert [(r["close"], r["finite"]) for r in (REUSE_WITH_RESET, *STATIC_CONTROLS.v
 # catches it.
 
 # %% [markdown] lang="zh"
-# 第一个负对照是被 NaN 填充查出的：那个空洞是一个没写过的槽位，NaN 一直传到了 logits。第二个负对照给出的数都是有限的，看上去也合理；只有与全新缓存的比较才能把它查出来。
+# 第一个负对照靠 NaN 填充查出：那个空洞是一个没写过的槽位，NaN 一直传到了 logits。第二个负对照给出的数都是有限的，看上去也合理；只有与全新缓存的比较才能把它查出来。

@@ -90,9 +90,9 @@ STEP_TIMING = time_steps(STEP_PREFIXES)
 say_table([[str(r["prefix"]), f"{r['cat_ms']['p50']:.3f} / {r['cat_ms']['p95']:.3f}",
             f"{r['static_ms']['p50']:.3f} / {r['static_ms']['p95']:.3f}", f"{r['copies_ms']['p50']:.3f} / {r['copies_ms']['p95']:.3f}",
             f"{r['cat_bytes_written'] // 1024}", f"{r['static_bytes_written']:,}"] for r in STEP_TIMING],
-          en=["prefix P", "`torch.cat` step p50 / p95 (ms)", "static step p50 / p95 (ms)", "its copies alone p50 / p95 (ms)",
+          en=["prefix length $P$", "`torch.cat` step p50 / p95 (ms)", "static step p50 / p95 (ms)", "its copies alone p50 / p95 (ms)",
               "K/V KiB written, `cat`", "K/V bytes written, static"],
-          zh=["前缀 P", "`torch.cat` 解码步 p50 / p95（毫秒）", "静态缓存解码步 p50 / p95（毫秒）", "仅其中的复制 p50 / p95（毫秒）",
+          zh=["前缀长度 $P$", "`torch.cat` 解码步 p50 / p95（毫秒）", "静态缓存解码步 p50 / p95（毫秒）", "仅其中的复制 p50 / p95（毫秒）",
               "`cat` 写入的 K/V（KiB）", "静态缓存写入的 K/V（字节）"])
 assert all(r["logits_agree"] for r in STEP_TIMING)
 
@@ -134,8 +134,9 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # {{run:step.cat_kib_written}} KiB of K/V at the longest prefix; timed alone, those copies took
 # {{run:step.copies_p50_ms:.3f}} ms there ({{run:step.short_copies_p50_ms:.3f}} ms at $P = {{run:step.short_prefix}}$),
 # {{run:step.copies_share_pct:.0f}}% of the `torch.cat` step. The static step writes one slot per layer
-# instead. That is the whole difference between the two steps, and it is small next to everything else a
-# step does. The variation of a step from one sample to the next can be larger than the copies themselves:
+# instead, and hands attention a slice of its buffer rather than a fresh tensor. The copies are the main
+# difference between the two steps, not the only one, and all of it is small next to everything else a
+# step does: the gap between the two medians need not equal the time of the copies. The variation of a step from one sample to the next can be larger than the copies themselves:
 # the gap between p50 and p95 is wide on a busy machine, where the operating system now and then pauses our
 # thread for a few milliseconds to run other programs, and the wall clock counts the pause. So either median
 # may come out ahead on a given run: timing is reported, not asserted. What the rest of a step is made of, a profiler shows.
@@ -143,7 +144,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # %% [markdown] lang="zh"
 # 上图画的就是表中的数。横轴 prefix length P (tokens) 是前缀长度（token 数），纵轴 time (ms): p50, bar to p95 是对数刻度的时间（毫秒）：标记是一个解码步耗时的中位数，竖线一直画到第 95 百分位数。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，the copies of a torch.cat step, alone（三角形）是单独计时的 `torch.cat` 解码步中的复制。标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
 #
-# 在最长的前缀 $P = {{run:step.prefix}}$ 上，本次运行中 `torch.cat` 解码步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒；$P = {{run:step.short_prefix}}$ 时分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒。解码步的耗时随 $P$ 只增长一点：注意力要读取的键多了，`torch.cat` 解码步要复制的也多了。相邻两个前缀长度的中位数只差百分之几毫秒，落在这台机器的噪声之内：换一次运行，它们的大小顺序可能就变了。`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在最长的前缀上是 {{run:step.cat_kib_written}} KiB 的 K/V；单独计时，这些复制在那里耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（$P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒），占 `torch.cat` 解码步的 {{run:step.copies_share_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。两种解码步的区别仅此而已，而它与一个解码步要做的其余工作相比很小。解码步耗时在样本之间的波动甚至可能比这些复制本身还大：机器繁忙时，p50 与 p95 相差很大，因为操作系统会不时把我们的线程暂停几毫秒去运行别的程序，而挂钟时间把这段暂停也算了进去。所以在某一次运行中，两个中位数谁大谁小都有可能：计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
+# 在最长的前缀 $P = {{run:step.prefix}}$ 上，本次运行中 `torch.cat` 解码步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒；$P = {{run:step.short_prefix}}$ 时分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒。解码步的耗时随 $P$ 只增长一点：注意力要读取的键多了，`torch.cat` 解码步要复制的也多了。相邻两个前缀长度的中位数只差零点零几毫秒，落在这台机器的噪声之内：换一次运行，它们的大小顺序可能就变了。`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在最长的前缀上是 {{run:step.cat_kib_written}} KiB 的 K/V；单独计时，这些复制在那里耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（$P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒），占 `torch.cat` 解码步的 {{run:step.copies_share_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位，交给注意力的是缓冲区的一个切片，而不是新建的张量。复制是两种解码步的主要区别，但不是唯一的区别；这些区别与一个解码步要做的其余工作相比都很小，两个中位数之差也不一定等于复制的耗时。解码步耗时在样本之间的波动甚至可能比这些复制本身还大：机器繁忙时，p50 与 p95 相差很大，因为操作系统会不时把我们的线程暂停几毫秒去运行别的程序，而挂钟时间把这段暂停也算了进去。所以在某一次运行中，两个中位数谁大谁小都有可能：计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
 
 # %% tags=["prose-values"]
 {"step": STEP_SUMMARY}
@@ -155,7 +156,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # times each operator was called and its self time. Self time is the time in the operator itself, not in
 # the operators it calls; we take the median time of one call times the calls per step, so that a call
 # stalled by another process on the machine does not count. The table lists the operators that took longest
-# in the `torch.cat` step, and in the last row (`sum`) the total over all operators. The profiler adds a
+# in the `torch.cat` step, and the line under it the total over all operators. The profiler adds a
 # little bookkeeping to every call, so read the times as shares of a step rather than as exact durations.
 #
 # In this run a `torch.cat` step called {{run:profile.cat_calls:.0f}} operators and a static step
@@ -170,7 +171,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子，最后一行（`sum`）是全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
+# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子，表下的一行是全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
 #
 # 本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）耗时 {{run:profile.cat_us:.0f}} 微秒，而这一步的全部算子合计耗时 {{run:profile.cat_total_us:.0f}} 微秒。两种解码步的其余部分完全相同，都是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算，却要花几微秒的分派开销。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
@@ -210,10 +211,15 @@ PROFILE = profile_step(STEP_PREFIXES[-1])
 top = sorted(PROFILE["cat"], key=lambda op: -PROFILE["cat"][op][1])[:8]
 top += ["aten::cat"] if "aten::cat" not in top else []
 totals = {name: (sum(c for c, _ in ops.values()), sum(t for _, t in ops.values())) for name, ops in PROFILE.items()}
-say_table([[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[i]:{fmt}}" for name in ("cat", "static") for i, fmt in ((0, ".0f"), (1, ".1f")))]
-           for op in top] + [["`sum`", f"{totals['cat'][0]:.0f}", f"{totals['cat'][1]:.1f}", f"{totals['static'][0]:.0f}", f"{totals['static'][1]:.1f}"]],
-          en=["operator", "`torch.cat` step: calls", "self time (us)", "static step: calls", "self time (us)"],
+profile_rows = [[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[i]:{fmt}}" for name in ("cat", "static") for i, fmt in ((0, ".0f"), (1, ".1f")))]
+                for op in top]
+say_table(profile_rows,
+          en=["operator", "`torch.cat` step: calls", "self time (µs)", "static step: calls", "self time (µs)"],
           zh=["算子", "`torch.cat` 解码步：调用次数", "自身耗时（微秒）", "静态缓存解码步：调用次数", "自身耗时（微秒）"])
+say(en=f"All operators together: {totals['cat'][0]:.0f} calls and {totals['cat'][1]:.1f} µs in a `torch.cat` step, "
+       f"{totals['static'][0]:.0f} calls and {totals['static'][1]:.1f} µs in a static step.",
+    zh=f"全部算子合计：`torch.cat` 解码步调用 {totals['cat'][0]:.0f} 次，耗时 {totals['cat'][1]:.1f} 微秒；"
+       f"静态缓存解码步调用 {totals['static'][0]:.0f} 次，耗时 {totals['static'][1]:.1f} 微秒。")
 
 # %% tags=["prose-values"]
 {"profile": {"steps": PROFILE_STEPS, "cat_calls": totals["cat"][0], "static_calls": totals["static"][0],

@@ -44,14 +44,26 @@ class ContiguousCache:
 
 # %% [markdown] lang="en"
 # `SeqBatchStore` turns a list of sequences, each with its own length, into a store for `store_forward`.
-# The batch's key axis is as long as the longest sequence plus the new tokens; each sequence's keys are
-# placed at the right end of its row, and the slots to the left are padding: exactly the left-padded
-# layout of sections 4 and 5, so positions and masks come from the same rules. The padding slots
-# are filled with zeros, not NaN: attention multiplies their values by the weight 0, and
-# $0 \cdot \mathrm{NaN}$ would be NaN.
+# At every call, for every layer, it writes the new K/V into the cache and then **gathers** each sequence's
+# whole K/V back out into one fresh dense tensor, left-padded as in sections 4 and 5, so that positions and
+# masks come from the same rules and attention stays the code of the first notebook. This gather is a
+# correctness device, not how a real engine works: it copies every sequence's whole cache at every step,
+# which is exactly the traffic paging exists to avoid. Real engines (vLLM's PagedAttention, FlashInfer,
+# FlashAttention's paged mode) pass the block table to the attention kernel, which reads the K/V straight
+# from the blocks; section 8 comes back to what this toy does not model.
+#
+# How the batch is laid out: the key axis is as long as the longest *cached* history plus the new tokens;
+# each sequence's keys are placed at the right end of its row, and the slots to the left are padding.
+# Say sequence `a` has 5 cached positions, `b` has 2, and each gets 1 new token: `a` will hold 6 positions,
+# `b` 3, and the batch has $\max(5, 2) + 1 = 6$ key columns. Row `a` is real in columns 0–5; row `b` is
+# padding in columns 0–2 and real in columns 3–5, its new token in column 5 like `a`'s. The next cell
+# builds this example. The padding slots are filled with zeros, not NaN: attention multiplies their values
+# by the weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
 
 # %% [markdown] lang="zh"
-# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。batch 的键轴长度等于最长序列的长度加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位：这正是第 4、5 节的左填充布局，所以位置和掩码沿用同样的规则。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
+# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。每次调用时，它在每一层先把新的 K/V 写入缓存，再把每条序列的全部 K/V **收集**出来，放进一个新建的稠密张量，按第 4、5 节的方式左填充。这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这次收集只是为了检验正确性，真实的推理引擎并不这样做：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的 PagedAttention、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V；第 8 节还会回到这个玩具实现没有模拟的部分。
+#
+# batch 的布局是这样的：键轴长度等于最长的**已缓存**历史加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位。设序列 `a` 已缓存 5 个位置，`b` 已缓存 2 个，各来 1 个新 token：`a` 将有 6 个位置，`b` 有 3 个，batch 有 $\max(5, 2) + 1 = 6$ 列键。`a` 这一行的第 0–5 列都是真实位置；`b` 这一行的第 0–2 列是填充位，第 3–5 列是真实位置，它的新 token 和 `a` 的一样在第 5 列。下一个单元格构造的就是这个例子。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 
 # %%
 class SeqBatchStore:
@@ -83,8 +95,24 @@ class SeqBatchStore:
     def pointers(self):
         return self.cache.pointers()
 
+# %%
+# [en] The worked example: `a` has 5 cached positions, `b` has 2, and one new token each.
+# [zh] 上面的例子：`a` 已缓存 5 个位置，`b` 已缓存 2 个，各来 1 个新 token。
+example_cache = ContiguousCache(cfg)
+for seq, cached in (("a", 5), ("b", 2)):
+    example_cache.add(seq)
+    example_cache.reserve(seq, cached)
+example_store = SeqBatchStore(example_cache, ["a", "b"])
+example_mask = example_store.begin(torch.ones(2, 1, dtype=torch.bool))   # [B, T_total]
+say_table([[seq, str(example_cache.length(seq)), " ".join("x" if real else "." for real in row.tolist())]
+           for seq, row in zip("ab", example_mask)],
+          en=["sequence", "positions after the call", "key columns 0–5 (x real, . padding)"],
+          zh=["序列", "本次调用后的位置数", "键的第 0–5 列（x 为真实位置，. 为填充位）"])
+assert example_store.total == 6 and example_mask.tolist() == [[True] * 6, [False] * 3 + [True] * 3]
+
 # %% [markdown] lang="en"
-# **First criterion: paging is indexing.** The padded batch of section 4 (prompts of 3, 7 and 12
+# **First criterion: paging is indexing.** In one line: the paged cache gives the same logits and K/V,
+# bit for bit, as a contiguous cache under the same calls. The padded batch of section 4 (prompts of 3, 7 and 12
 # tokens), each prompt its own sequence in the pool, prefill and 20 decode steps, blocks of 4 positions
 # so that every sequence spans several blocks, in FP32 and FP64. Against the contiguous cache under the
 # same calls, the logits must be equal **bit for bit**, and so must every layer's K and V read back from
@@ -92,13 +120,13 @@ class SeqBatchStore:
 # copies the K/V of either cache into the same fresh tensor, so attention receives the same numbers in
 # the same memory layout and repeats the same arithmetic. Against the `torch.cat` store of section 5, the
 # logits must agree within the tolerance of their dtype: that store hands attention its K/V in another
-# layout (in the prefill, a transposed view of the projection), which a matrix-multiply kernel may sum in
+# layout (in the prefill, the K and V that `split_heads` returns as they are), which a matrix-multiply kernel may sum in
 # another order. Each sequence of $n$ positions must hold $\lceil n / 4 \rceil$ blocks, and like the
 # static buffers, the pool never moves: it is allocated once, and only the block tables change (the
 # contiguous cache is the counterexample: its tensors move at every call).
 
 # %% [markdown] lang="zh"
-# **第一条判据：分页只是索引**。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。与同样调用下的连续缓存相比，logits 必须**逐比特相同**，从物理块中读回的每一层 K 和 V 也必须逐比特相同。这里的逐比特相同在任何机器上都成立：收集只是复制数值，而 `SeqBatchStore` 把两种缓存的 K/V 复制进同一种新建的张量，所以注意力收到的数值相同、内存布局相同，执行的运算也完全一样。与第 5 节的 `torch.cat` 存储对象相比，logits 则要求在该精度的容差内一致：那个存储对象以另一种内存布局把 K/V 交给注意力（预填充时是投影结果转置后的视图），矩阵乘法内核可能以另一种顺序求和。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
+# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。与同样调用下的连续缓存相比，logits 必须**逐比特相同**，从物理块中读回的每一层 K 和 V 也必须逐比特相同。这里的逐比特相同在任何机器上都成立：收集只是复制数值，而 `SeqBatchStore` 把两种缓存的 K/V 复制进同一种新建的张量，所以注意力收到的数值相同、内存布局相同，执行的运算也完全一样。与第 5 节的 `torch.cat` 存储对象相比，logits 则要求在该精度的容差内一致：那个存储对象以另一种内存布局把 K/V 交给注意力（预填充时就是 `split_heads` 返回的 K 和 V 本身），矩阵乘法内核可能以另一种顺序求和。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
 
 # %%
 # [en] Small, so that sequences span many blocks.

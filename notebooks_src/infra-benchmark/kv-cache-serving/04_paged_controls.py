@@ -7,9 +7,9 @@
 #   counts as filled;
 # * **reused block not cleared** (second criterion): `release` returns a block to the free list without
 #   resetting its fill count; its next owner appends behind slots it never wrote, and reads them. Stale
-#   fill counts also make sequences take more blocks than the scheduler reserved for them, so this pool
-#   gets twice the blocks: the bug then shows as wrong logits, instead of a `RuntimeError` from an
-#   exhausted pool, which would stop the run without saying what went wrong;
+#   fill counts also make sequences take more blocks than the scheduler reserved for them. With the
+#   normal pool this bug crashes (a `RuntimeError` from an exhausted pool, which says nothing about what
+#   went wrong); we give it twice the blocks so that you can see the wrong numbers instead;
 # * **shared block written in place** (third criterion): no copy-on-write; the first sequence to continue
 #   after the fork appends into the block it shares with the other, which then reads a token that is not
 #   its own.
@@ -18,7 +18,7 @@
 # **负对照**：三种记账错误，各自写成只改动一个方法的子类，都交给它所违反的那条判据的检查：
 #
 # * **物理块内偏移差一**（第一条判据）：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都往后多偏了一个槽位，而 `read` 读取的仍是物理块记为已填的那些槽位；
-# * **复用的物理块没有清理**（第二条判据）：`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用比调度器为它预留的更多的物理块，所以这个池多配了一倍的物理块：这样，这个错误表现为错误的 logits，而不是物理块耗尽时的 `RuntimeError`；后者虽然也会让运行停下来，却说明不了错在哪里；
+# * **复用的物理块没有清理**（第二条判据）：`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用的物理块超过调度器为它预留的数量。用正常大小的池，这个错误会让运行直接崩溃（物理块耗尽时的 `RuntimeError`，它说明不了错在哪里）；我们给它多配一倍的物理块，好让你看到错误的数值；
 # * **原地写入共享的物理块**（第三条判据）：不做写时复制；分叉后先继续生成的那条序列，会把 token 追加到与另一条序列共享的物理块里，另一条序列随之读到不属于自己的 token。
 
 # %%
@@ -73,4 +73,4 @@ assert [(c["detected"], c["finite"]) for c in PAGED_CONTROLS.values()] == [(True
 # bit-exact comparison with the contiguous cache and the comparison with full recomputation.
 
 # %% [markdown] lang="zh"
-# 只有当判据中每一项能看到这个错误的检查都失败时，才算查出了这个负对照：第二个负对照同时通不过与连续缓存的逐比特比较、与单独运行的比较，以及预留检查（它的请求持有的物理块超过了为它们预留的数量）；第三个负对照同时通不过与连续缓存的逐比特比较和与完整重算的比较。
+# 判据中凡是能发现这个错误的检查都必须失败，才算查出了这个负对照：第二个负对照同时通不过与连续缓存的逐比特比较、与单独运行的比较，以及预留检查（它的请求持有的物理块超过了为它们预留的数量）；第三个负对照同时通不过与连续缓存的逐比特比较和与完整重算的比较。

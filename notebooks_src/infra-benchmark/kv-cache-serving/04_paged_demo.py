@@ -38,11 +38,11 @@ assert shared and copied
 # pool's eight physical blocks, each labelled with its number, its reference count and its fill count
 # (`phys 5: refs 2, fill 4`), or `free`. An arrow is one block-table entry. The orange block is shared:
 # both tables point to it (reference count 2). The green blocks are held by one sequence each: `s`'s
-# half-filled second block, and the copy that copy-on-write made for `t`, one slot fuller. The grey blocks
+# partly filled second block (positions 4–6, 3 of its 4 slots), and the copy that copy-on-write made for `t`, one slot fuller. The grey blocks
 # are free.
 
 # %% [markdown] lang="zh"
-# 下图画出的就是这个状态。左边是 `s` 和 `t` 的逻辑块，每个框标出它属于哪条序列、是第几个逻辑块（logical）、覆盖哪些位置（pos），例如 `s: logical 1, pos 4–6` 表示 `s` 的逻辑块 1，存放位置 4 到 6。右边是池中的八个物理块（phys），每个框标出物理块编号、引用计数（refs）和已填计数（fill），例如 `phys 5: refs 2, fill 4`；空闲的物理块标为 free。每个箭头是块表中的一项。橙色的物理块是共享的：两张块表都指向它（引用计数为 2）。绿色的物理块各自只被一条序列持有：一个是 `s` 半满的第二个物理块，另一个是写时复制为 `t` 做的副本，比原来多填了一个槽位。灰色的物理块是空闲的。标题的意思是：块表把逻辑块映射到物理块（池中有 8 个物理块，每个 4 个位置）。
+# 下图画出的就是这个状态。左边是 `s` 和 `t` 的逻辑块，每个框标出它属于哪条序列、是第几个逻辑块（logical）、覆盖哪些位置（pos），例如 `s: logical 1, pos 4–6` 表示 `s` 的逻辑块 1，存放位置 4 到 6。右边是池中的八个物理块（phys），每个框标出物理块编号、引用计数（refs）和已填计数（fill），例如 `phys 5: refs 2, fill 4`；空闲的物理块标为 free。每个箭头是块表中的一项。橙色的物理块是共享的：两张块表都指向它（引用计数为 2）。绿色的物理块各自只被一条序列持有：一个是 `s` 未填满的第二个物理块（位置 4 到 6，4 个槽位用了 3 个），另一个是写时复制为 `t` 做的副本，比原来多填了一个槽位。灰色的物理块是空闲的。标题的意思是：块表把逻辑块映射到物理块（池中有 8 个物理块，每个 4 个位置）。
 
 # %%
 def draw_block_tables(cache):

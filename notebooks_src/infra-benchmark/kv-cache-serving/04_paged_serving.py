@@ -58,11 +58,10 @@ def decode_step(model, cache, requests):
         r.tokens.append(int(logits[row, -1].argmax()))
 
 # %% [markdown] lang="en"
-# The loop itself, and `watch`, which records the pool at each pause. A `for` loop over `serve(...)` runs
-# it; `watch` builds the trace while it runs.
+# The loop itself. A `for` loop over `serve(...)` runs it.
 
 # %% [markdown] lang="zh"
-# 下面是循环本身，以及在每次暂停时记录池状态的 `watch`。用 `for` 循环遍历 `serve(...)` 就能运行它；`watch` 则在运行的同时记下每次迭代的情况。
+# 下面是循环本身。用 `for` 循环遍历 `serve(...)` 就能运行它。
 
 # %%
 def serve(model, cache, requests, num_blocks, block_size, max_batch):
@@ -95,6 +94,17 @@ def serve(model, cache, requests, num_blocks, block_size, max_batch):
         iteration += 1
 
 
+# %% [markdown] lang="en"
+# Small helpers, folded: `watch` records the pool at each pause of `serve` (blocks in use, and
+# whether every running request is within its reservation); `make_requests` builds requests from
+# `(prompt tokens, output tokens, arrival)` with seeded random prompts; `alone` is the reference for one
+# request, the first notebook's cache at batch 1, computed once per request and kept; `request_logits`
+# joins a request's logits into one tensor.
+
+# %% [markdown] lang="zh"
+# 下面几个小工具默认折叠：`watch` 在 `serve` 每次暂停时记录池的状态（使用中的物理块数，以及每个运行中的请求是否都在预留量之内）；`make_requests` 按 `(提示 token 数, 输出 token 数, 到达时的迭代)` 生成请求，提示是用固定种子随机生成的 token；`alone` 是单个请求的参照，即第一份笔记本的缓存、batch 为 1 时的结果，每个请求只算一次并保存下来；`request_logits` 把一个请求的 logits 拼成一个张量。
+
+# %% tags=["hide-input"]
 def watch(paged, events, requests, block_size) -> list:
     # [en] The trace: each iteration's decisions, plus the pool at its peak (blocks in use, and whether every
     # [en] running request holds at most the blocks reserved for it).
@@ -105,17 +115,7 @@ def watch(paged, events, requests, block_size) -> list:
                      "within_reservation": all(len(paged.tables[rid]) <= needed[rid] for rid in event["running"])}
             for event in events]
 
-# %% [markdown] lang="en"
-# Requests are made from `(prompt tokens, output tokens, arrival)` with seeded random prompts. `alone` is the
-# reference for one request: the first notebook's cache, batch 1, and a full recomputation (kept, so each
-# request is run alone once). Then the six requests of this criterion, all arriving at once, and
-# `check_reuse`, which serves them over a given pool and over a contiguous cache and gathers every check of
-# the criterion.
 
-# %% [markdown] lang="zh"
-# 请求由 `(提示 token 数, 输出 token 数, 到达时的迭代)` 生成，提示是用固定种子随机生成的 token。`alone` 是单个请求的参照：第一份笔记本的缓存，batch 为 1，再加一次完整重算（结果会保存下来，所以每个请求只单独运行一次）。然后是本判据的六个请求（全部同时到达），以及 `check_reuse`：它让这些请求分别在给定的池和连续缓存上运行，并汇总本判据的每一项检查。
-
-# %%
 def make_requests(specs, seed):
     gen = torch.Generator().manual_seed(seed)
     return [Request(rid, torch.randint(0, cfg.vocab, (prompt_len,), generator=gen), max_new, arrival)
@@ -137,7 +137,16 @@ def alone(request):
 def request_logits(request):
     return torch.cat(request.logits)                                    # [prompt + max_new - 1, vocab]
 
+# %% [markdown] lang="en"
+# The six requests of this criterion, all arriving at once, and `check_reuse`, which serves them over a
+# given pool and over a contiguous cache and gathers every check of the criterion. In one line: the
+# paged run equals the contiguous one bit for bit, each request's tokens equal its alone run, some blocks
+# are handed out twice, no request exceeds its reservation, and all blocks come back.
 
+# %% [markdown] lang="zh"
+# 下面是本判据的六个请求（全部同时到达），以及 `check_reuse`：它让这些请求分别在给定的池和连续缓存上运行，并汇总本判据的每一项检查。一句话概括：分页缓存的运行结果与连续缓存逐比特相同，每个请求的 token 与单独运行时相同，有物理块被再次分配，没有请求超出预留量，所有物理块最后都回到池中。
+
+# %%
 # [en] (prompt tokens, output tokens, arrival iteration)
 # [zh] （提示 token 数，输出 token 数，到达时的迭代）
 REUSE_SPECS = [(9, 6, 0), (14, 12, 0), (5, 3, 0), (11, 8, 0), (7, 10, 0), (13, 5, 0)]

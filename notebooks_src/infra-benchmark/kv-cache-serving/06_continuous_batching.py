@@ -11,7 +11,9 @@
 # {{run:stream.block_size}} positions, at most {{run:stream.max_batch}} requests at once. Its scheduler is
 # simple and safe: a request is admitted only if the blocks it may need in the worst case (prompt plus
 # output minus one, rounded up to whole blocks) fit beside the reservations of the running ones, so the
-# pool can never run out in the middle of a request.
+# pool can never run out in the middle of a request. On this stream the pool, not the cap, is the tighter
+# limit: the reservations fill the pool before {{run:stream.max_batch}} requests run, so at most
+# {{run:continuous.max_running}} run at once (the audit after the figure shows which limit made requests wait).
 #
 # **The criterion:** every request's generated tokens equal what it generates alone (batch 1, the
 # first notebook's cache, checked once more against full recomputation), and its logits agree with
@@ -23,7 +25,7 @@
 # %% [markdown] lang="zh"
 # ## 8. 一个小小的连续批处理循环
 #
-# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每次迭代都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：{{run:stream.requests}} 个请求（提示 {{run:stream.prompt_min}} 到 {{run:stream.prompt_max}} 个 token，输出 {{run:stream.output_min}} 到 {{run:stream.output_max}} 个 token，在开头若干次迭代内陆续到达）；池中有 {{run:stream.blocks}} 个物理块，每个物理块 {{run:stream.block_size}} 个位置；同时最多运行 {{run:stream.max_batch}} 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。
+# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每次迭代都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：{{run:stream.requests}} 个请求（提示 {{run:stream.prompt_min}} 到 {{run:stream.prompt_max}} 个 token，输出 {{run:stream.output_min}} 到 {{run:stream.output_max}} 个 token，在开头若干次迭代内陆续到达）；池中有 {{run:stream.blocks}} 个物理块，每个物理块 {{run:stream.block_size}} 个位置；同时最多运行 {{run:stream.max_batch}} 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。在这个请求流上，起限制作用的是池而不是上限：还没有 {{run:stream.max_batch}} 个请求在运行，它们的预留量就已占满了池，所以同时最多只有 {{run:continuous.max_running}} 个请求运行（图之后的核查会列出请求因哪种限制而等待）。
 #
 # **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每次迭代的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。调度器的承诺放在图之后核查。
 
@@ -86,23 +88,24 @@ assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTI
 # %% tags=["prose-values"]
 {"stream": {"requests": STREAM_REQUESTS, "blocks": STREAM_BLOCKS, "block_size": STREAM_BLOCK_SIZE, "max_batch": STREAM_MAX_BATCH,
             "prompt_min": STREAM_PROMPTS[0], "prompt_max": STREAM_PROMPTS[1], "output_min": STREAM_OUTPUTS[0], "output_max": STREAM_OUTPUTS[1]},
- "continuous": {"tokens_per_decode_step": float(CONTINUOUS["tokens_per_decode_step"]), "iterations": CONTINUOUS["iterations"]}}
+ "continuous": {"tokens_per_decode_step": float(CONTINUOUS["tokens_per_decode_step"]), "iterations": CONTINUOUS["iterations"],
+                "max_running": CONTINUOUS["max_running"]}}
 
 # %% [markdown] lang="en"
 # The figure follows the run. The upper panel is the timeline of every request, one row each, against
 # the loop iteration: a dotted grey line while it waits after its arrival, a dark blue mark where it is
 # admitted and its prompt is prefilled alone, and an orange bar for the iterations in which it takes part
 # in the batched decode step, up to the iteration in which it finishes. Several orange bars overlap at
-# every iteration: that is the batch. The lower panel follows the pool at each iteration's peak: blocks
-# in use (solid), blocks reserved by the scheduler (dashed), the pool's size (grey line), and the number
-# of running requests (green, right axis). The gap between the two block curves is the price of the
+# every iteration: that is the batch. The middle panel follows the pool at each iteration's peak: blocks
+# in use (solid), blocks reserved by the scheduler (dashed) and the pool's size (grey line); the bottom
+# panel, the number of running requests at that peak (its axis goes up to the cap). The gap between the two block curves is the price of the
 # worst-case admission rule: blocks reserved for tokens not generated yet.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；深蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。下半部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks in use 是使用中的物理块（实线），blocks reserved (worst case) 是调度器按最坏情况预留的物理块（虚线），pool 是池的大小（灰线，括号里是物理块数和每个物理块的位置数）；running requests 是正在运行的请求数（绿色，右侧纵轴）。两条物理块曲线之间的差距，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；深蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks in use 是使用中的物理块（实线），blocks reserved (worst case) 是调度器按最坏情况预留的物理块（虚线），pool 是池的大小（灰线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。两条物理块曲线之间的差距，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。
 
 # %%
-fig, (ax_time, ax_pool) = plt.subplots(2, 1, figsize=(7.5, 6.4), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})
 for r in stream_requests:
     if r.admitted > r.arrival:
         ax_time.hlines(r.rid, r.arrival, r.admitted, color="#999999", linestyles=":", linewidth=1)
@@ -115,20 +118,21 @@ iterations = [t["iteration"] for t in TRACE]
 ax_pool.step(iterations, [t["blocks_used"] for t in TRACE], where="post", label="blocks in use")
 ax_pool.step(iterations, [t["blocks_reserved"] for t in TRACE], where="post", linestyle="--", label="blocks reserved (worst case)")
 ax_pool.axhline(STREAM_BLOCKS, color="grey", linewidth=0.8, label=f"pool ({STREAM_BLOCKS} blocks of {STREAM_BLOCK_SIZE})")
-ax_pool.set_xlabel("loop iteration")
 ax_pool.set_ylabel("blocks")
-ax_running = ax_pool.twinx()
-ax_running.step(iterations, [len(t["running"]) for t in TRACE], where="post", color="tab:green", alpha=0.6, label="running requests")
-ax_running.set_ylabel("running requests")
-lines = ax_pool.get_legend_handles_labels()[0] + ax_running.get_legend_handles_labels()[0]
-ax_pool.legend(lines, [line.get_label() for line in lines], fontsize=7, loc="lower center", ncol=2)
+ax_pool.legend(fontsize=7, loc="lower center", ncol=3)
+ax_running.step(iterations, [len(t["running"]) for t in TRACE], where="post", color="tab:green")
+ax_running.set_ylim(0, STREAM_MAX_BATCH + 0.5)
+ax_running.set_ylabel("running")
+ax_running.set_xlabel("loop iteration")
 fig.tight_layout()
 SERVING_PNG = OUT / "continuous_batching.png"
 fig.savefig(SERVING_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# **The scheduler's promises.** No logit can tell whether the scheduler kept its promises: a request's
+# **The scheduler's promises.** In one line: in the trace of a run, never more than `max_batch` requests
+# run, requests are admitted in arrival order and never before they arrive, and the first in line never
+# waits without a reason. No logit can tell whether the scheduler kept its promises: a request's
 # logits are the same whenever it runs. So `check_schedule` reads them from the trace of a run, one
 # verdict each: never more than `max_batch` requests running (`cap_respected`); admissions in arrival
 # order (`first_come_first_served`); none before its arrival (`none_before_arrival`); and no needless wait
@@ -140,7 +144,7 @@ plt.show()
 # the first in line wait, and the stream above, where the blocks did.
 
 # %% [markdown] lang="zh"
-# **调度器的承诺**：调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，每项给出一个结论：同时运行的请求从不超过 `max_batch` 个（`cap_respected`）；按到达顺序接纳（`first_come_first_served`，先来先服务）；没有请求在到达之前被接纳（`none_before_arrival`）；没有无故的等待（`no_needless_wait`）。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：第 6 节的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。
+# **调度器的承诺**：一句话概括，在一次运行的迭代记录中，同时运行的请求从不超过 `max_batch` 个，请求按到达顺序接纳、从不在到达之前被接纳，排在最前面的请求从不无故等待。调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，每项给出一个结论：同时运行的请求从不超过 `max_batch` 个（`cap_respected`）；按到达顺序接纳（`first_come_first_served`，先来先服务）；没有请求在到达之前被接纳（`none_before_arrival`）；没有无故的等待（`no_needless_wait`）。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：第 6 节的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。
 
 # %%
 def check_schedule(requests, trace, num_blocks, block_size, max_batch) -> dict:
@@ -177,11 +181,13 @@ say_table([[f"`{key}`", *(f"`{SCHEDULES[run][key]}`" for run in SCHEDULES)] for 
 # [zh] 请求流中有请求等待过物理块（从未因 batch 已满而等待）。
 six, stream = SCHEDULES["six"], SCHEDULES["stream"]
 assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head_waited_for"]["batch"] > 0
-        and stream["head_waited_for"]["blocks"] > 0 and stream["head_waited_for"]["batch"] == 0)
+        and stream["head_waited_for"]["blocks"] > 0 and stream["head_waited_for"]["batch"] == 0
+        and stream["max_running"] < STREAM_MAX_BATCH)
 
 # %% [markdown] lang="en"
 # On this run the loop produced {{run:continuous.tokens_per_decode_step:.2f}} tokens per decode step on
-# average, where one request at a time would produce exactly 1. That is the number that matters to a
+# average, where one request at a time would produce exactly 1 (the first token of each request comes
+# from its prefill and is not counted here). That is the number that matters to a
 # server: on a GPU, a decode step reads every weight and the whole cache to do little arithmetic, so it is
 # bound by memory bandwidth. The weights are read once for the whole batch, but each sequence's K/V is still
 # read for that sequence alone. So a batch of a few sequences costs little more than one sequence only while
@@ -201,7 +207,7 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 # * Nor does it model sampling, stop tokens, priorities or fairness, or the cost of Python in the loop.
 
 # %% [markdown] lang="zh"
-# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个。对推理服务来说，这才是关键的数字。在 GPU 上，一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽。权重只需为整个 batch 读取一次，但每条序列的 K/V 仍要为这条序列单独读取。所以，只有当权重占一步读取的字节的大头时，几条序列组成的 batch 开销才只比单条序列略高；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
+# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个（每个请求的第一个 token 来自它的预填充，不计在内）。对推理服务来说，这才是关键的数字。在 GPU 上，一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽。权重只需为整个 batch 读取一次，但每条序列的 K/V 仍要为这条序列单独读取。因此，只有当权重在一步读取的字节中占大头时，由几条序列组成的 batch 才只比单条序列略慢；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
 #
 # **这个小例子没有模拟的东西**：
 #

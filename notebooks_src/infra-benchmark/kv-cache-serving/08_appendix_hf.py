@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
-# ## 11. Optional: padding and the static cache against Hugging Face
+# ## 10. Optional: padding and the static cache against Hugging Face
 #
-# Section 10 put our decoder into `GPT2LMHeadModel` and showed that the two compute the same function,
+# Section 9 put our decoder into `GPT2LMHeadModel` and showed that the two compute the same function,
 # with and without a cache. Two mechanisms of this notebook also exist in Hugging Face `transformers`,
 # written by other people: left-padded batches driven by an `attention_mask`, and a preallocated
 # `StaticCache`. With the same FP64 model `gpt2_64` and the same tolerance, $10^{-10}$:
@@ -19,20 +19,20 @@
 # by slot, what the first key holds and who wrote it. What `update` returns must be all 4 slots, the
 # unwritten one included, which the attention mask then hides.
 #
-# Like section 10 this needs `transformers` (written against 5.23.0); without it, or with a version
+# Like section 9 this needs `transformers` (written against 5.23.0); without it, or with a version
 # whose `StaticCache` differs, the cells say so in one sentence and do nothing else.
 
 # %% [markdown] lang="zh"
-# ## 11. 可选：用 Hugging Face 检验填充和静态缓存
+# ## 10. 可选：用 Hugging Face 检验填充和静态缓存
 #
-# 第 10 节把我们的解码器放进了 `GPT2LMHeadModel`，并表明无论用不用缓存，两者计算的都是同一个函数。本笔记本中有两种机制在 Hugging Face `transformers` 里也有实现，而且出自别人之手：由 `attention_mask` 驱动的左填充 batch，以及预分配的 `StaticCache`。沿用同一个 FP64 模型 `gpt2_64` 和同样的容差 $10^{-10}$：
+# 第 9 节把我们的解码器放进了 `GPT2LMHeadModel`，并表明无论用不用缓存，两者计算的都是同一个函数。本笔记本中有两种机制在 Hugging Face `transformers` 里也有实现，而且出自别人之手：由 `attention_mask` 驱动的左填充 batch，以及预分配的 `StaticCache`。沿用同一个 FP64 模型 `gpt2_64` 和同样的容差 $10^{-10}$：
 #
 # * **填充**：GPT-2 用 batch 的 `attention_mask` 和位置 `cumsum - 1`，对第 4 节填充后的 batch 做预填充和 20 步贪心生成；它在真实位置上的 logits 和生成的 token 都必须与我们的相同；
 # * **静态缓存**：同样的循环，改用 `T_max = 32` 的 `StaticCache`；logits 和 token 必须与我们的相同，而且它缓冲区里真实槽位上的 K 和 V，也必须与我们静态缓冲区里的相同。
 #
 # 先看第 5 节说过的那个区别：`StaticCache` 每一步都把整个缓冲区交给注意力，而不是像我们的存储对象那样只交出有效前缀。一个能容纳 4 个位置的探针先通过预填充接收 2 个位置，再通过缓存自己的 `update` 接收 1 个位置，这个位置的 K/V 全部填成标记值 7。缓冲区一开始全是 0，所以凡是不全为 0 的槽位都已被写入：单元格逐个槽位列出第一个键的值以及是谁写入的。`update` 返回的必须是全部 4 个槽位，包括尚未写入的那一个，再由注意力掩码把它遮住。
 #
-# 与第 10 节一样，这里需要 `transformers`（按 5.23.0 版编写）。如果没有安装它，或者所装版本的 `StaticCache` 接口不同，下面的单元格只用一句话说明原因，不做别的事。
+# 与第 9 节一样，这里需要 `transformers`（按 5.23.0 版编写）。如果没有安装它，或者所装版本的 `StaticCache` 接口不同，下面的单元格只用一句话说明原因，不做别的事。
 
 # %%
 HF_TOL = PEER_TOL
@@ -157,17 +157,3 @@ if HF_SKIP is None:
     assert PEER["trap_no_position_ids"]["detected"]
 else:
     PEER = {"skipped": HF_SKIP}
-
-# %% [markdown] lang="en"
-# The appendix adds its results to `results.json` under the key `peer`, and writes the file back
-# atomically: first to a temporary file, which `os.replace` then puts in place of the old one.
-
-# %% [markdown] lang="zh"
-# 附录把自己的结果以 `peer` 为键加入 `results.json`，并以原子方式写回：先写入一个临时文件，再用 `os.replace` 把它替换为正式文件。
-
-# %%
-saved = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
-saved["peer"] = PEER
-temporary = RESULTS_JSON.with_suffix(".json.tmp")
-temporary.write_text(json.dumps(saved, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-os.replace(temporary, RESULTS_JSON)

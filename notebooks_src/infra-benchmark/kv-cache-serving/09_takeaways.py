@@ -175,5 +175,5 @@ paged_fit = llama_blocks // math.ceil(1000 / 16)
 say(en=f"{llama_token:,} bytes per token, {llama_block // 2**20} MiB per block, {llama_blocks:,} blocks; requests that fit: "
        f"{full_context_fit} with the full context reserved, {capped_fit} with the context capped at 8,192, {paged_fit} paged.",
     zh=f"每个 token {llama_token:,} 字节，每个物理块 {llama_block // 2**20} MiB，共 {llama_blocks:,} 个物理块；能容纳的请求数："
-       f"按完整上下文预留时 {full_context_fit} 个，上下文限制在 8,192 时 {capped_fit} 个，分页时 {paged_fit} 个。")
+       f"按完整上下文预留时 {full_context_fit} 个，上下文限制在 8,192 个位置时 {capped_fit} 个，分页时 {paged_fit} 个。")
 assert (llama_token, llama_blocks, full_context_fit, capped_fit, paged_fit) == (131_072, 8_192, 1, 16, 130)
