@@ -21,7 +21,8 @@
 #   released longest ago (least recently used, LRU) is evicted: removed from the index and reused.
 #
 # The hash is SHA-256 over the previous hash and the block's token IDs, so two different prefixes
-# practically never share a hash; vLLM offers SHA-256 for the same reason. Anything else that changes the
+# practically never share a hash; SHA-256 is vLLM's default for the same reason (recent versions also offer the
+# faster xxhash). Anything else that changes the
 # K/V (another model, a LoRA adapter, an image in the prompt) would have to enter the hash too.
 
 # %% [markdown] lang="zh"
@@ -33,7 +34,7 @@
 # * **引用计数**：一个物理块可能同时服务好几个运行中的请求；只有没有任何请求持有它时，才能拿它去存别的内容。
 # * **淘汰**：请求结束后，它的物理块保留着 K/V，仍留在索引里，以备别的请求用到。当池中没有空闲物理块时，就在没有任何请求持有的已缓存物理块中，淘汰释放得最早的那个（最近最少使用，LRU）：把它从索引中删掉，拿去重新使用。
 #
-# 块哈希用 SHA-256 对前一个块哈希和本物理块的 token ID 计算，这样两个不同的前缀几乎不可能得到相同的块哈希；vLLM 提供 SHA-256 选项也是出于这个原因。凡是会改变 K/V 的其他因素（换了模型、加了 LoRA 适配器、提示里有图像），也都必须计入块哈希。
+# 块哈希用 SHA-256 对前一个块哈希和本物理块的 token ID 计算，这样两个不同的前缀几乎不可能得到相同的块哈希；vLLM 默认使用 SHA-256 也是出于这个原因（较新的版本还提供更快的 xxhash）。凡是会改变 K/V 的其他因素（换了模型、加了 LoRA 适配器、提示里有图像），也都必须计入块哈希。
 
 # %% [markdown] lang="en"
 # First the hash chain alone. Two prompts share their first 8 tokens and then differ; a third puts the

@@ -18,7 +18,9 @@
 # unchanged: a request that hits starts its table with the hit blocks (`add(rid, hits)`), and `reserve`
 # takes fresh blocks for everything after them.
 #
-# **Where this differs from vLLM** (version 1 of its engine). We publish only the full blocks of a prompt;
+# <details><summary>Where this differs from vLLM (background, not needed for what follows)</summary>
+#
+# (vLLM here means version 1 of its engine.) We publish only the full blocks of a prompt;
 # vLLM also publishes each block of generated tokens once it is full, so that the next turn of a chat,
 # which sends the whole conversation again, finds the previous answer in the cache too. And we keep two
 # lists: blocks that hold nothing (the free list, used first) and cached blocks that nobody holds (the LRU
@@ -26,17 +28,23 @@
 # eviction order: a released block, cached or not, goes to its back, and allocation takes the block at its
 # front, evicting it from the index if it was cached. Our two lists keep cached blocks as long as any empty
 # block is left, closer to SGLang's radix tree, which evicts cached entries only when memory runs out.
+#
+# </details>
 
 # %% [markdown] lang="zh"
 # `PrefixPool` 就是带内容索引的 `BlockPool`。它多维护三项记录：索引（块哈希 → 物理块，以及反向映射），以及按释放顺序排列、没有任何请求持有的已缓存物理块（`evictable`，一个当作 LRU 队列使用的 `OrderedDict`）；它还统计淘汰次数。
 #
 # * `lookup(prompt)` 依次检查提示的各个块哈希，遇到第一个不在索引中的就停下：没有前面的物理块，后面的物理块也用不上。它对 `prompt[:-1]` 计算块哈希，因为提示的最后一个 token 必须计算：要靠它的 logits 选出第一个新 token。
 # * `publish` 把一个填满的物理块登记进索引。
-# * 池的三个方法有所改变。`hold` 还要把物理块移出 LRU 队列，因为请求持有的物理块不能被淘汰。`reclaim`（已没有请求持有的物理块）把在索引中的物理块排进 LRU 队列，保留其中的 K/V；其他物理块仍像原来一样清空并放回空闲列表。`allocate` 在没有空闲物理块时，先**淘汰**释放得最早的那个已缓存物理块：把它从索引中删掉，清空（重新填满 NaN，已填计数归 0），再放回空闲列表。如果连可淘汰的物理块也没有，说明所有物理块都被运行中的请求持有，池就抛出 `PoolFull`。
+# * 池的三个方法有所改变。`hold` 还要把物理块移出 LRU 队列，因为请求持有的物理块不能被淘汰。`reclaim` 处理已没有请求持有的物理块：在索引中的排进 LRU 队列，保留其中的 K/V；不在索引中的仍像原来一样清空，放回空闲列表。`allocate` 在没有空闲物理块时，先**淘汰**释放得最早的那个已缓存物理块：把它从索引中删掉，清空（重新填满 NaN，已填计数归 0），再放回空闲列表。如果连可淘汰的物理块也没有，说明所有物理块都被运行中的请求持有，池就抛出 `PoolFull`。
 #
 # 块表，以及 K/V 写入、读出物理块的过程，都沿用服务笔记本的 `PagedCache`，不做改动：命中的请求以命中的物理块开始它的块表（`add(rid, hits)`），之后的一切都由 `reserve` 取新的物理块来存放。
 #
-# **与 vLLM 的不同之处**（指 vLLM 引擎的第 1 版）。我们只登记提示中填满的物理块；vLLM 还会在生成的 token 填满一个物理块时把它登记进索引，这样多轮对话中的下一个请求（它会把整段对话再发送一遍）也能在缓存中找到上一轮的回答。另外，我们维护两个列表：什么都没存的物理块（空闲列表，优先使用），以及没有请求持有的已缓存物理块（LRU 队列，只有空闲列表用完时才从中淘汰）。vLLM 则只维护一个队列，按淘汰顺序存放所有没有请求持有的物理块：释放的物理块无论是否已缓存，都排到队尾；分配时取队首的物理块，如果它已缓存，就把它从索引中删掉。我们的两个列表让已缓存的物理块保留到空物理块用完为止，这一点更接近 SGLang 的基数树：它也只在内存不够时才淘汰已缓存的内容。
+# <details><summary>与 vLLM 的不同之处（背景知识，读后文不需要）</summary>
+#
+# 以下指 vLLM 引擎的第 1 版。我们只登记提示中填满的物理块；vLLM 还会在生成的 token 填满一个物理块时把它登记进索引，这样多轮对话中的下一个请求（它会把整段对话再发送一遍）也能在缓存中找到上一轮的回答。另外，我们维护两个列表：什么都没存的物理块（空闲列表，优先使用），以及没有请求持有的已缓存物理块（LRU 队列，只有空闲列表用完时才从中淘汰）。vLLM 则只维护一个队列，按淘汰顺序存放所有没有请求持有的物理块：释放的物理块无论是否已缓存，都排到队尾；分配时取队首的物理块，如果它已缓存，就把它从索引中删掉。我们的两个列表让已缓存的物理块保留到空物理块用完为止，这一点更接近 SGLang 的基数树：它也只在内存不够时才淘汰已缓存的内容。
+#
+# </details>
 
 # %%
 # [en] Raised when the pool cannot give a block: every block is held by a running request.

@@ -2,10 +2,10 @@
 # A request of this notebook also records how many of its prompt tokens were found in the cache. `read_kv`
 # reads a request's K/V from its blocks in the decoder's format, and `run_tokens` is one model call: it feeds
 # tokens after the cached positions, stores their K/V in the request's blocks and chooses the next token.
-# `admit`, `decode_step` and `serve` are the loop described above.
+# `admit` and `decode_step` are the first two steps of the loop described above.
 
 # %% [markdown] lang="zh"
-# 本笔记本的请求还要记下它的提示中有多少个 token 在缓存中找到。`read_kv` 把一个请求的 K/V 从它的物理块中读出来，转换成解码器的格式；`run_tokens` 是一次模型调用：把 token 接在已缓存的位置之后送进模型，把它们的 K/V 存进请求的物理块，再选出下一个 token。`admit`、`decode_step` 和 `serve` 就是上面描述的循环。
+# 本笔记本的请求还要记下它的提示中有多少个 token 在缓存中找到。`read_kv` 把一个请求的 K/V 从它的物理块中读出来，转换成解码器的格式；`run_tokens` 是一次模型调用：把 token 接在已缓存的位置之后送进模型，把它们的 K/V 存进请求的物理块，再选出下一个 token。`admit` 和 `decode_step` 就是上面描述的循环的前两步。
 
 # %%
 @dataclass
@@ -45,13 +45,21 @@ def admit(model, cache, request, hits, hit_tokens):
 def decode_step(model, cache, request):
     run_tokens(model, cache, request, torch.tensor(request.tokens[-1:]))
 
+# %% [markdown] lang="en"
+# `promised` counts the blocks the running requests may still take: what each may need, less what it holds. It
+# is the serving notebook's bookkeeping, folded here. `serve` is the loop: its admission test is the rule of
+# the list above, line for line.
 
+# %% [markdown] lang="zh"
+# `promised` 计算运行中的请求还可能取走的物理块：每个请求可能需要的，减去它已持有的。这是服务笔记本中的记账代码，这里折叠起来。`serve` 就是服务循环：它的接纳判断与上面列表中的规则逐项对应。
+
+# %% tags=["hide-input"]
 def promised(cache, running) -> int:
     # [en] Blocks the running requests may still take: what each may need, less what it holds.
     # [zh] 运行中的请求还可能取走的物理块：每个请求可能需要的，减去它已持有的。
     return sum(blocks_needed(r, cache.pool.block_size) - len(cache.tables[r.rid]) for r in running)
 
-
+# %%
 def serve(model, cache, requests):
     # [en] Admit (look up, prefill after the hit), decode every running request, retire finished ones; repeat.
     # [en] Yields at each iteration's peak: after the decode step, before finished requests leave.
@@ -83,60 +91,13 @@ def serve(model, cache, requests):
             running.remove(request)
         iteration += 1
 
-
-# [en] The first notebook's greedy loop: the prompt in one call, then one token per call over the cache.
-# [zh] 第一份笔记本的贪心生成循环：提示一次调用算完，之后每次调用读取缓存、生成一个 token。
-@torch.inference_mode()
-def greedy_generate(model, prompt, n_new):
-    logits, cache = model(torch.tensor([prompt]))
-    rows, tokens = [logits[0, -1]], [int(logits[0, -1].argmax())]
-    for _ in range(n_new - 1):
-        logits, cache = model(torch.tensor([[tokens[-1]]]), cache)
-        rows.append(logits[0, -1])
-        tokens.append(int(logits[0, -1].argmax()))
-    return torch.stack(rows), tokens                                   # [n_new, vocab], n_new ids
-
-
-COLD = {}
-
-
-def serve_cold(request):
-    key = (tuple(request.prompt.tolist()), request.max_new)
-    if key not in COLD:
-        COLD[key] = greedy_generate(model, request.prompt.tolist(), request.max_new)
-    return COLD[key]
-
 # %% [markdown] lang="en"
 # **The workload.** A seeded stream of requests: each starts with one of four system prompts of 40, 28, 20
 # and 32 tokens (chosen with probabilities 0.4, 0.3, 0.2, 0.1), followed by a question of 2 to 12 random
-# tokens, and asks for 3 to 10 new tokens; one request arrives per iteration. `run_stream` serves the
-# stream through a pool of a given size and compares every request with its cold run. The same stream
-# is served through pools from barely enough blocks for the largest request up to more than it ever
-# needs, so that small pools must evict blocks that later requests would have found.
-#
-# **The criterion**, for every pool size:
-#
-# 1. every request's logits are within the tolerance of its cold run, and its tokens are identical (the
-#    table reports the decisions' margins against the errors);
-# 2. requests without a hit are bit-identical to their cold runs;
-# 3. every hit is a whole number of full blocks and shorter than its prompt, so a partly filled block is
-#    never shared;
-# 4. all logits are finite, although small pools evict: an evicted block is emptied (NaN again, fill count
-#    0), so a block table that still used it would read NaN or too few positions;
-# 5. at each iteration's peak, no running request holds more blocks than its admission counted for it;
-# 6. at the end no block is held any more, and every block is free or cached.
+# tokens, and asks for 3 to 10 new tokens; one request arrives per iteration.
 
 # %% [markdown] lang="zh"
-# **负载**：一个由随机种子生成的请求流。每个请求以四段系统提示之一开头（长度分别为 40、28、20、32 个 token，被选中的概率分别为 0.4、0.3、0.2、0.1），后面接一个由 2 到 12 个随机 token 组成的问题，并要求生成 3 到 10 个新 token；每次迭代到达一个请求。`run_stream` 用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。
-#
-# **判据**（对每种池大小）：
-#
-# 1. 每个请求的 logits 都在容差内等于它的冷启动结果，生成的 token 完全相同（表中同时列出决策余量，与误差对照）；
-# 2. 没有命中的请求与冷启动逐比特相同；
-# 3. 每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；
-# 4. 所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块会被清空（重新填满 NaN，已填计数归 0），如果某张块表仍在使用它，读到的就会是 NaN，或者位置数不够；
-# 5. 在每次迭代的峰值时刻，没有哪个运行中的请求持有的物理块超过接纳时为它计入的数量；
-# 6. 最后，没有任何物理块仍被持有，每个物理块不是空闲的，就是已缓存的。
+# **负载**：一个由随机种子生成的请求流。每个请求以四段系统提示之一开头（长度分别为 40、28、20、32 个 token，被选中的概率分别为 0.4、0.3、0.2、0.1），后面接一个由 2 到 12 个随机 token 组成的问题，并要求生成 3 到 10 个新 token；每次迭代到达一个请求。
 
 # %%
 SYSTEM_LENGTHS, SYSTEM_WEIGHTS = (40, 28, 20, 32), (0.4, 0.3, 0.2, 0.1)
@@ -153,6 +114,58 @@ def make_stream(n, seed):
         question = [rng.randrange(cfg.vocab) for _ in range(rng.randint(2, 12))]
         specs.append((system + question, rng.randint(3, 10), rid))
     return specs
+
+
+STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
+
+# %% [markdown] lang="en"
+# **The comparison with the cold runs.** `greedy_generate` is the first notebook's loop; `serve_cold` runs it
+# once per distinct request. `compare_with_cold` then checks the criterion of this section, for a whole run:
+#
+# 1. every request's logits are within the tolerance of its cold run, and its tokens are identical;
+# 2. requests without a hit are bit-identical to their cold runs;
+# 3. every hit is a whole number of full blocks and shorter than its prompt, so a partly filled block is
+#    never shared;
+# 4. all logits are finite, although small pools evict: an evicted block is emptied (NaN again, fill count
+#    0), so a block table that still used it would read NaN or too few positions.
+#
+# Identical tokens follow from close logits only where no decision is a near tie. So it also reports the
+# **margin** of each decision: in the cold run, the best logit minus the second best. Rounding can change a
+# greedy choice only if the logit error reaches the margin; the smallest margin is checked to be at least
+# a hundred times the largest error.
+
+# %% [markdown] lang="zh"
+# **与冷启动结果比较**：`greedy_generate` 是第一份笔记本的生成循环；`serve_cold` 对每个不同的请求各运行它一次。`compare_with_cold` 随后对一整次运行检查本节的判据：
+#
+# 1. 每个请求的 logits 都在容差内等于它的冷启动结果，生成的 token 完全相同；
+# 2. 没有命中的请求与冷启动逐比特相同；
+# 3. 每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；
+# 4. 所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块会被清空（重新填满 NaN，已填计数归 0），如果某张块表仍在使用它，读到的就会是 NaN，或者位置数不够。
+#
+# 只有当没有哪个决策几乎打平时，logits 相近才能推出 token 相同。所以它还报告每个决策的**余量**：冷启动结果中最大的 logit 减去第二大的 logit。只有当 logits 的误差达到余量时，舍入才可能改变贪心选择；我们检查最小余量至少是最大误差的一百倍。
+
+# %%
+# [en] The first notebook's greedy loop: the prompt in one call, then one token per call over the cache.
+# [zh] 第一份笔记本的贪心生成循环：提示一次调用算完，之后每次调用读取缓存、生成一个 token。
+@torch.inference_mode()
+def greedy_generate(model, prompt, n_new):
+    logits, cache = model(torch.tensor([prompt]))
+    rows, tokens = [logits[0, -1]], [int(logits[0, -1].argmax())]
+    for _ in range(n_new - 1):
+        logits, cache = model(torch.tensor([[tokens[-1]]]), cache)
+        rows.append(logits[0, -1])
+        tokens.append(int(logits[0, -1].argmax()))
+    return torch.stack(rows), tokens                                   # [n_new, vocab]
+
+
+COLD = {}
+
+
+def serve_cold(request):
+    key = (tuple(request.prompt.tolist()), request.max_new)
+    if key not in COLD:
+        COLD[key] = greedy_generate(model, request.prompt.tolist(), request.max_new)
+    return COLD[key]
 
 
 def compare_with_cold(requests, block_size) -> dict:
@@ -174,26 +187,46 @@ def compare_with_cold(requests, block_size) -> dict:
         "min_margin": min(float((top2[:, 0] - top2[:, 1]).min()) for top2 in (cold.topk(2, dim=-1).values for _, _, cold, _ in rows)),
     }
 
+# %% [markdown] lang="en"
+# **The sweep.** `run_stream` serves the stream through a pool of a given size and compares every request with
+# its cold run. The same stream is served through pools from barely enough blocks for the largest request up
+# to more than it ever needs, so that small pools must evict blocks that later requests would have found.
+# Two more checks concern the serving loop itself, as in the serving notebook, and run in the folded cell
+# below (`serve_and_check`):
+#
+# 5. at each iteration's peak, no running request holds more blocks than its admission counted for it;
+# 6. at the end no block is held any more, and every block is free or cached.
 
-def run_stream(specs, num_blocks, pool_class=PrefixPool) -> dict:
-    cache = PagedCache(pool_class(cfg, num_blocks))
+# %% [markdown] lang="zh"
+# **扫描**：`run_stream` 用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。另有两项检查针对的是服务循环本身，与服务笔记本中的相同，在下面折叠起来的单元格里进行（`serve_and_check`）：
+#
+# 5. 在每次迭代的峰值时刻，没有哪个运行中的请求持有的物理块超过接纳时为它计入的数量；
+# 6. 最后，没有任何物理块仍被持有，每个物理块不是空闲的，就是已缓存的。
+
+# %% tags=["hide-input"]
+def serve_and_check(cache, requests) -> dict:
+    # [en] As in the serving notebook: serve, and at each iteration's peak check that every running request holds at most
+    # [en] the blocks counted for it on admission; at the end, that no block is held and none is lost.
+    # [zh] 与服务笔记本相同：服务请求，并在每次迭代的峰值时刻检查每个运行中的请求持有的物理块不超过接纳时为它计入的数量；
+    # [zh] 最后检查没有物理块仍被持有，也没有物理块丢失：每个物理块不是空闲的，就是已缓存的。
     pool = cache.pool
-    requests = [PrefixRequest(rid, torch.tensor(prompt), max_new, arrival) for rid, (prompt, max_new, arrival) in enumerate(specs)]
-    # [en] At each iteration's peak: does every running request hold at most the blocks counted for it on admission?
-    # [zh] 每次迭代的峰值时刻：每个运行中的请求持有的物理块，是否都不超过接纳时为它计入的数量？
     needed = {r.rid: blocks_needed(r, pool.block_size) for r in requests}
     peaks = [all(len(cache.tables[rid]) <= needed[rid] for rid in event["running"]) for event in serve(model, cache, requests)]
+    return {"iterations": len(peaks), "within_reservation": all(peaks),
+            "all_released": not any(pool.refs) and sorted(pool.free + list(pool.evictable)) == list(range(pool.num_blocks))}
+
+# %%
+def run_stream(specs, num_blocks, pool_class=PrefixPool) -> dict:
+    cache = PagedCache(pool_class(cfg, num_blocks))
+    requests = [PrefixRequest(rid, torch.tensor(prompt), max_new, arrival) for rid, (prompt, max_new, arrival) in enumerate(specs)]
+    served = serve_and_check(cache, requests)
     prompt_tokens, hit_tokens = sum(len(r.prompt) for r in requests), sum(r.hit_tokens for r in requests)
-    return {"blocks": num_blocks, "iterations": len(peaks), "evictions": pool.evictions, "within_reservation": all(peaks),
-            # [en] No block held at the end, and none lost: each one is free or cached.
-            # [zh] 最后没有物理块仍被持有，也没有物理块丢失：每个物理块不是空闲的，就是已缓存的。
-            "all_released": not any(pool.refs) and sorted(pool.free + list(pool.evictable)) == list(range(num_blocks)),
+    return {"blocks": num_blocks, "evictions": cache.pool.evictions, **served,
             "requests_with_hit": sum(r.hit_tokens > 0 for r in requests), "hit_tokens": [r.hit_tokens for r in requests],
             "prompt_tokens": prompt_tokens, "prefill_tokens_saved": hit_tokens, "hit_rate": hit_tokens / prompt_tokens,
-            **compare_with_cold(requests, pool.block_size)}
+            **compare_with_cold(requests, cache.pool.block_size)}
 
 
-STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
 SWEEP = [run_stream(STREAM, n) for n in POOL_SIZES]
 say_table([[str(r["blocks"]), f"{r['hit_rate']:.1%}", f"{r['prefill_tokens_saved']:,}", str(r["evictions"]), str(r["iterations"]),
             f"{r['max_abs_logit_err_hits']:.1e}", f"{r['min_margin']:.1e}"] for r in SWEEP],

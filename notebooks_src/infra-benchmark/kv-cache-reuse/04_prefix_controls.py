@@ -146,16 +146,16 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # ({{run:prefix.iterations_smallest}} iterations instead of {{run:prefix.iterations_largest}}).
 #
 # *Figure: left, the hit rate (the share of prompt tokens found in the cache) against the number of blocks
-# in the pool; right, the evictions (orange) and the iterations the stream takes to finish (grey) against
-# the same pool sizes. The prefill tokens saved are the hit rate times the stream's prompt tokens (the table
+# in the pool; right, two counts against the same pool sizes: the evictions (orange) and the iterations the
+# stream takes to finish (grey). The prefill tokens saved are the hit rate times the stream's prompt tokens (the table
 # above gives them).*
 
 # %% [markdown] lang="zh"
-# 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大绝对误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1，它的物理块被淘汰后又被请求 2 写入了内容。正确的池通过了两个场景，命中的 token 数也与上面的场景表完全一致；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 次迭代，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 次。
+# 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大绝对误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1：它仍在读取的物理块被淘汰，又被请求 2 写入了内容。正确的池通过了两个场景，命中的 token 数也与上面的场景表完全一致；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 次迭代，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 次。
 #
 # **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 次迭代，而不是 {{run:prefix.iterations_largest}} 次）。
 #
-# *图：左图是命中率随池中物理块数的变化：横轴 blocks in the pool 是池中的物理块数，纵轴 hit rate (% of prompt tokens) 是在缓存中找到的提示 token 所占的百分比。右图横轴相同，图例中 evictions（橙色）是淘汰次数，iterations to finish（灰色）是处理完整个请求流所需的迭代次数。总标题写明请求数和物理块大小（blocks of 4 tokens，即每个物理块 4 个 token）。省下的预填充 token 数等于命中率乘以请求流的提示 token 总数（见上表）。*
+# *图：左图是命中率随池中物理块数的变化：横轴 blocks in the pool 是池中的物理块数，纵轴 hit rate (% of prompt tokens) 是在缓存中找到的提示 token 所占的百分比。右图横轴相同，纵轴 count 表示次数，画了两种次数：图例中 evictions（橙色）是淘汰次数，iterations to finish（灰色）是处理完整个请求流所需的迭代次数。总标题 prefix cache: … requests, blocks of 4 tokens 的意思是：前缀缓存，请求流中的请求数，每个物理块 4 个 token。省下的预填充 token 数等于命中率乘以请求流的提示 token 总数（见上表）。*
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
@@ -167,6 +167,7 @@ left.set_ylim(0, 100)
 right.plot(blocks, [r["evictions"] for r in SWEEP], "s-", color="tab:orange", label="evictions")
 right.plot(blocks, [r["iterations"] for r in SWEEP], "^-", color="tab:gray", label="iterations to finish")
 right.set_xlabel("blocks in the pool")
+right.set_ylabel("count")
 right.legend()
 fig.suptitle(f"prefix cache: {STREAM_REQUESTS} requests, blocks of {BLOCK_SIZE} tokens", fontsize=10)
 fig.tight_layout()

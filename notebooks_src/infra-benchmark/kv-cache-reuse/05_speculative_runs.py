@@ -33,7 +33,7 @@ say_table([[str(r["k"]), f"{r['target_calls']} / {r['plain_calls']}", str(r["dra
             f"{r['tokens_per_call']:.2f}", f"{r['max_abs_logit_err']:.1e}", f"{r['min_margin']:.1e}"] for r in SPEC],
           en=["k", "target calls / plain", "draft calls", "drafts accepted per target call", "tokens per target call",
               "max abs logit error", "min margin"],
-          zh=["k", "目标模型调用次数 / 普通解码", "草稿模型调用次数", "每次目标模型调用接受的草稿数", "每次目标模型调用得到的 token 数",
+          zh=["$k$", "目标模型调用次数 / 普通解码", "草稿模型调用次数", "每次目标模型调用接受的草稿数", "每次目标模型调用得到的 token 数",
               "logits 的最大绝对误差", "最小余量"])
 assert all(r["tokens_identical"] and r["logits_close"] and r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SPEC)
 say(en="Checks passed for every $k$: the tokens are the plain loop's, token for token, and the logits that chose them are "
@@ -53,20 +53,20 @@ say(en="Checks passed for every $k$: the tokens are the plain loop's, token for 
 # depends on how much a draft call costs compared with a target call.
 #
 # *Figure: tokens per target call against $k$, the draft tokens per round: measured (blue dots) and from
-# the formula with the measured agreement $a = \alpha$ (blue line); and draft calls per generated token
+# the formula with the measured agreement $\alpha$ (blue line); and draft calls per generated token
 # (orange squares, right axis).*
 
 # %% [markdown] lang="zh"
-# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。收益逐渐趋缓，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha = {{run:spec.agreement:.3f}}$（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}：相邻位置上的一致与否并不独立，而且最后几轮会被预算截短。草稿模型的调用次数则随 $k$ 增长：每个被拒绝的猜测都白白耗费了草稿模型的计算，所以最佳的 $k$ 取决于草稿模型一次调用与目标模型一次调用的开销之比。
+# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。收益逐渐趋缓，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha = {{run:spec.agreement:.3f}}$（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}：相邻位置上的一致与否并不独立，而且最后几轮会因生成预算而缩短。草稿模型的调用次数则随 $k$ 增长：每个被拒绝的猜测都白白耗费了草稿模型的计算，所以最佳的 $k$ 取决于草稿模型一次调用与目标模型一次调用的开销之比。
 #
-# *图：横轴 draft tokens per round k 是每轮的草稿 token 数 $k$；左侧纵轴 tokens per target call 是每次目标模型调用得到的 token 数，图例中 measured（蓝色圆点）为实测，(1 - a^(k+1)) / (1 - a)（蓝色曲线）为用实测一致率 $a = \alpha$ 代入公式的结果；右侧纵轴 draft calls per token 是每生成一个 token 所需的草稿模型调用次数，图例中为 draft calls per token（橙色方块）。*
+# *图：横轴 draft tokens per round k 是每轮的草稿 token 数 $k$；左侧纵轴 tokens per target call 是每次目标模型调用得到的 token 数，图例中 measured（蓝色圆点）为实测，$(1 - \alpha^{k+1}) / (1 - \alpha)$（蓝色曲线）为用实测一致率 $\alpha$ 代入公式的结果；右侧纵轴 draft calls per token 是每生成一个 token 所需的草稿模型调用次数，图例中为 draft calls per token（橙色方块）。*
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3.4))
 ks = [r["k"] for r in SPEC]
 SPEC_FORMULA = [(1 - DRAFT_AGREEMENT ** (k + 1)) / (1 - DRAFT_AGREEMENT) for k in ks]
 ax.plot(ks, [r["tokens_per_call"] for r in SPEC], "o", color="tab:blue", label="measured")
-ax.plot(ks, SPEC_FORMULA, "-", color="tab:blue", alpha=0.5, label="(1 - a^(k+1)) / (1 - a)")
+ax.plot(ks, SPEC_FORMULA, "-", color="tab:blue", alpha=0.5, label=r"$(1 - \alpha^{k+1}) / (1 - \alpha)$")
 ax.set_xlabel("draft tokens per round k")
 ax.set_ylabel("tokens per target call")
 draft_axis = ax.twinx()

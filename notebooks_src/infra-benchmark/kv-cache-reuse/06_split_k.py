@@ -28,7 +28,7 @@
 #
 # $$\mathrm{out} = \frac{\sum_s w_s\, o_s}{\sum_s w_s}, \qquad w_s = l_s\, e^{m_s - M}, \quad M = \max_s m_s.$$
 #
-# （FlashAttention 的内层循环逐段遍历键时，把 $m$ 和 $l$ 作为两个滚动更新的数分开保存，每当 $m$ 变大，就重新缩放已累积的部分输出。循环结束后，它为反向传播保存的是每个查询一个数，即 log-sum-exp $\mathrm{LSE} = m + \log l$；Flash-Decoding 的每一段在输出之外给出的也是它：$e^{\mathrm{LSE}_s - \max_s \mathrm{LSE}_s}$ 与上面的权重 $w_s$ 只差一个各段共有的因子。）减去 $M$ 是为了防止指数溢出；因子 $e^{m_s - M}$ 就是让最大值不同的各段可以相互比较的**重新缩放**。如果某一段的键全部被掩码遮住（填充，或序列末尾之后的槽位），它就没有最大值：它的权重必须为 0，它的输出也不能是 $0/0$。
+# （FlashAttention 的内层循环逐段遍历键时，把 $m$ 和 $l$ 作为两个滚动更新的数分开保存，每当 $m$ 变大，就重新缩放已累积的部分输出。循环结束后，它为反向传播保存的是每个查询一个数，即指数和的对数（log-sum-exp，LSE）$\mathrm{LSE} = m + \log l$；Flash-Decoding 的每一段在输出之外给出的也是它：$e^{\mathrm{LSE}_s - \max_s \mathrm{LSE}_s}$ 与上面的权重 $w_s$ 只差一个各段共有的因子。）减去 $M$ 是为了防止指数溢出；因子 $e^{m_s - M}$ 就是让最大值不同的各段可以相互比较的**重新缩放**。如果某一段的键全部被掩码遮住（填充，或序列末尾之后的槽位），它就没有最大值：它的权重必须为 0，它的输出也不能是 $0/0$。
 
 # %%
 # [en] One split: its normalized output, its maximum score and its sum (q: [..., 1, Dh]; k, v: [..., n, Dh]).
@@ -123,7 +123,7 @@ say_table([[f"{r['splits']:,}", str(r["fully_masked"])] + [f"{r[name]['max_abs_e
            + [f"{c['fp32']['max_abs_err']:.1e}"] for r, c in zip(SPLIT_K, SPLIT_K_CONTROL)],
           en=["splits S", "fully masked splits", "max abs error, fp32", "max abs error, fp64", "max abs error in layer 0 (fp32)",
               "without rescaling (fp32)"],
-          zh=["段数 S", "完全被遮住的段数", "最大绝对误差（FP32）", "最大绝对误差（FP64）", "第 0 层中的最大绝对误差（FP32）",
+          zh=["段数 $S$", "完全被遮住的段数", "最大绝对误差（FP32）", "最大绝对误差（FP64）", "第 0 层中的最大绝对误差（FP32）",
               "不做重新缩放（FP32）"])
 assert all(r[name]["close"] for r in SPLIT_K for name in ("fp32", "fp64", "decoder")) and max(r["fully_masked"] for r in SPLIT_K) > 0
 SPLIT_K_CAUGHT = {r["splits"]: not all(r[name]["close"] for name in ("fp32", "fp64", "decoder")) for r in SPLIT_K_CONTROL}

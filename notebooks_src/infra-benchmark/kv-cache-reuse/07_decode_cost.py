@@ -13,18 +13,25 @@
 # With $s$ bytes per element, the weights contribute $2B / s$ FLOP/byte: batching raises it, because the
 # same bytes serve more tokens. The cache contributes $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$ with
 # $g = H / H_{kv}$ query heads per K/V head: batching does not change it, because every sequence brings its
-# own cache. Grouped-query attention raises it $g$-fold. Multi-head latent attention (MLA, used by
-# DeepSeek-V2) raises it further. Instead of K and V per head, it caches per layer and token one **latent
-# vector** of $r$ numbers, from which every head's key and value are computed (`kv_lora_rank` in the
-# configuration: $r = 512$ in DeepSeek-V2-Lite), and one **decoupled RoPE key** of $d_R$ numbers that carries
-# the position and is shared by all heads (`qk_rope_head_dim`: $d_R = 64$); all $H$ query heads ($H = 16$
-# there) work on these $r + d_R$ numbers. (The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}})
-# builds MLA and its absorbed form with the same notation.) With the up-projections absorbed (folded into the query and applied
-# after attention, as MLA decode kernels do), each cached position costs $H (2r + d_R)$ multiply-adds for the
-# $r + d_R$ numbers read, so the cache part's intensity is $2H(2r + d_R) / ((r + d_R)\, s)$: a factor
-# $H(2r + d_R) / (r + d_R)$ above multi-head attention's $2/s$ ({{run:cost.mla_factor:.1f}} for DeepSeek-V2-Lite).
+# own cache. Grouped-query attention raises it $g$-fold.
 #
-# The next cell is bookkeeping, to skip on a first read: `ModelShape` holds the fields of a configuration that
+# **Multi-head latent attention** (MLA, used by DeepSeek-V2) raises it further. Per layer and token it caches
+# not a key and a value per head but two vectors that all heads share:
+#
+# * a **latent vector** of $r$ numbers (`kv_lora_rank` in the configuration: $r = 512$ in DeepSeek-V2-Lite), from
+#   which up-projections compute every head's key and value;
+# * a **decoupled RoPE key** of $d_R$ numbers that carries the position (`qk_rope_head_dim`: $d_R = 64$).
+#
+# MLA decode kernels **absorb** the up-projections: the key's is folded into the query, the value's is applied
+# after attention, so every head works on the cached numbers themselves. Per cached position and head, the
+# score then costs $r$ multiply-adds for the latent part plus $d_R$ for the RoPE part, and the output $r$ more:
+# $2r + d_R$. Over the $H$ query heads ($H = 16$ in DeepSeek-V2-Lite), that is $H (2r + d_R)$ multiply-adds for
+# the $r + d_R$ numbers read, so the cache part's intensity is $2H(2r + d_R) / ((r + d_R)\, s)$: a factor
+# $H(2r + d_R) / (r + d_R)$ above multi-head attention's $2/s$ ({{run:cost.mla_factor:.1f}} for DeepSeek-V2-Lite).
+# (The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}) builds MLA and its absorbed form
+# with the same notation.)
+#
+# The next cell, folded, is bookkeeping to skip on a first read: `ModelShape` holds the fields of a configuration that
 # matter here, and `parameters` counts its parameters matrix by matrix, with biases, tied embeddings, MLA and
 # mixtures of experts. The ideas of this section are in `decode_step_cost`, the cell after it.
 
@@ -35,11 +42,18 @@
 #
 # $$I = \frac{2 \cdot (\text{乘加次数})}{\text{读取的字节数}} \ \text{FLOP/字节}.$$
 #
-# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高到原来的 $g$ 倍。多头潜在注意力（MLA，DeepSeek-V2 采用）提得更高。它不为每个头缓存 K 和 V，而是在每层为每个 token 只缓存一个 $r$ 维的**潜向量**，每个头的键和值都由它算出（即配置中的 `kv_lora_rank`，DeepSeek-V2-Lite 中 $r = 512$），再加一个 $d_R$ 维的**解耦的 RoPE 键**，它携带位置信息，由所有头共用（`qk_rope_head_dim`，$d_R = 64$）；全部 $H$ 个查询头（那里 $H = 16$）都在这 $r + d_R$ 个数上计算。（[压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})用同样的记号实现了 MLA 及其吸收形式。）像 MLA 的解码内核那样吸收上投影（并入查询，或在注意力之后再乘）之后，每个缓存位置读取 $r + d_R$ 个数，做 $H (2r + d_R)$ 次乘加，所以缓存部分的算术强度为 $2H(2r + d_R) / ((r + d_R)\, s)$：是多头注意力的 $2/s$ 的 $H(2r + d_R) / (r + d_R)$ 倍（DeepSeek-V2-Lite 为 {{run:cost.mla_factor:.1f}} 倍）。
+# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高到原来的 $g$ 倍。
 #
-# 下一个单元格只是记账，初读时可以跳过：`ModelShape` 记录配置中与这里有关的字段，`parameters` 逐个矩阵数出参数量，偏置、共享嵌入权重、MLA 和混合专家都考虑在内。本节的要点在它之后的 `decode_step_cost` 里。
+# **多头潜在注意力**（MLA，DeepSeek-V2 采用）提得更高。它在每层为每个 token 缓存的不是每个头各自的键和值，而是所有头共用的两个向量：
+#
+# * 一个 $r$ 维的**潜向量**（配置中的 `kv_lora_rank`，DeepSeek-V2-Lite 中 $r = 512$），每个头的键和值都由上投影从它算出；
+# * 一个 $d_R$ 维的**解耦的 RoPE 键**，它携带位置信息（`qk_rope_head_dim`，$d_R = 64$）。
+#
+# MLA 的解码内核会**吸收**上投影：键的上投影并入查询，值的上投影在注意力之后再乘，于是每个头直接在缓存的数上计算。对每个缓存位置、每个头，算分数时潜向量部分要 $r$ 次乘加，RoPE 部分要 $d_R$ 次，算输出还要 $r$ 次：共 $2r + d_R$ 次。乘上 $H$ 个查询头（DeepSeek-V2-Lite 中 $H = 16$），就是读取 $r + d_R$ 个数、做 $H (2r + d_R)$ 次乘加，所以缓存部分的算术强度为 $2H(2r + d_R) / ((r + d_R)\, s)$：是多头注意力的 $2/s$ 的 $H(2r + d_R) / (r + d_R)$ 倍（DeepSeek-V2-Lite 为 {{run:cost.mla_factor:.1f}} 倍）。（[压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})用同样的记号实现了 MLA 及其吸收形式。）
+#
+# 下一个单元格已折叠，只是记账，初读时可以跳过：`ModelShape` 记录配置中与这里有关的字段，`parameters` 逐个矩阵数出参数量，偏置、共享嵌入权重、MLA 和混合专家都考虑在内。本节的要点在它之后的 `decode_step_cost` 里。
 
-# %%
+# %% tags=["hide-input"]
 @dataclass
 class ModelShape:
     name: str
@@ -93,8 +107,8 @@ def vectors(s: ModelShape) -> int:
 def parameters(s: ModelShape) -> dict:
     moe_layers = s.layers - s.dense_layers if s.experts else 0
     expert = mlp_matrices(s, s.expert_mlp) if s.experts else 0
-    # [en] Matrices every token multiplies by: attention, dense MLPs, routers, shared experts, the output projection.
-    # [zh] 每个 token 都要乘的矩阵：注意力、稠密 MLP、路由器、共享专家、输出投影。
+    # [en] Matrices every token multiplies by: attention, dense MLPs, routers, shared experts, the vocabulary projection.
+    # [zh] 每个 token 都要乘的矩阵：注意力、稠密 MLP、路由器、共享专家、词表投影。
     common = (s.layers * attention_matrices(s) + (s.layers - moe_layers) * mlp_matrices(s, s.mlp)
               + moe_layers * (s.experts * s.width + s.shared_experts * expert) + s.width * s.vocab)
     tables = s.vocab * s.width * (0 if s.tied else 1) + s.positions * s.width
@@ -173,7 +187,7 @@ say_table([[str(r["batch"]), str(r["keys"]), f"{r['flops']:,}", f"{r['formula']:
            for r in COUNT_GRID],
           en=["batch B", "keys per token", "FLOPs counted by PyTorch", "2 x our multiply-adds", "control: cache only",
               "K/V bytes of the cache", "K/V bytes, formula"],
-          zh=["batch B", "每个 token 的键数", "PyTorch 统计的浮点运算次数", "2 × 我们数的乘加次数", "负对照：只数缓存",
+          zh=["batch $B$", "每个 token 的键数", "PyTorch 统计的浮点运算次数", "2 × 我们数的乘加次数", "负对照：只数缓存",
               "缓存的 K/V 字节数", "K/V 字节数（公式）"])
 assert all(r["flops"] == r["formula"] and r["kv_bytes"] == r["kv_formula"] for r in COUNT_GRID)
 assert parameters(OURS)["total"] == N_PARAMS
@@ -189,11 +203,14 @@ assert COUNT_CONTROL_CAUGHT
 # the size the model's Hugging Face page reports, to 0.5%; as a control, Llama 3.1 8B counted with 32 K/V
 # heads instead of 8 must not. The table then gives, at a context of {{run:cost.context:,}} tokens and 16-bit
 # weights and cache (2 bytes), what one decode step reads and its arithmetic intensity at batch 1 and 64;
-# for the mixture of experts, a larger batch touches more experts (counted for uniform routing). GPT-2 has
+# for the mixture of experts, a larger batch touches more experts. With $E$ routed experts per layer, of which
+# each token picks $e$, and uniform routing, one token misses a given expert with probability $1 - e/E$ and all
+# $B$ tokens miss it with probability $(1 - e/E)^B$, so a batch reads $E\,(1 - (1 - e/E)^B)$ experts per layer on
+# average. GPT-2 has
 # only 1,024 positions: its row at 4,096 is what the formulas give.
 
 # %% [markdown] lang="zh"
-# **公开模型的配置**：下面的尺寸取自各模型在 Hugging Face Hub 上的 `config.json`（每个数的出处都写在代码里；不下载任何东西）：GPT-2（多头注意力，$g = 1$），Llama 2 7B（同样是多头注意力，规模 7B），Llama 3.1 8B 和 70B（分组查询注意力，$g$ 分别为 4 和 8），以及 DeepSeek-V2-Lite（MLA，同时是混合专家模型：在 27 层中的 26 层里，每个 token 使用 64 个路由专家中的 6 个，外加 2 个共享专家）。为了核对录入是否有误，按每组尺寸数出的参数量必须与该模型 Hugging Face 页面上给出的规模相差不超过 0.5%；作为负对照，把 Llama 3.1 8B 的 K/V 头数从 8 改成 32 再数，结果必须对不上。随后的表格给出上下文为 {{run:cost.context:,}} 个 token、权重和缓存都用 16 位（2 字节）时，一个解码步读取的数据量，以及 batch 为 1 和 64 时的算术强度；对混合专家模型，batch 越大，用到的专家越多（按均匀路由计算）。GPT-2 只有 1,024 个位置：它在 4,096 个 token 下的那一行只是公式算出的结果。
+# **公开模型的配置**：下面的尺寸取自各模型在 Hugging Face Hub 上的 `config.json`（每个数的出处都写在代码里；不下载任何东西）：GPT-2（多头注意力，$g = 1$），Llama 2 7B（同样是多头注意力，规模 7B），Llama 3.1 8B 和 70B（分组查询注意力，$g$ 分别为 4 和 8），以及 DeepSeek-V2-Lite（MLA，同时是混合专家模型：在 27 层中的 26 层里，每个 token 使用 64 个路由专家中的 6 个，外加 2 个共享专家）。为了核对录入是否有误，按每组尺寸数出的参数量必须与该模型 Hugging Face 页面上给出的规模相差不超过 0.5%；作为负对照，把 Llama 3.1 8B 的 K/V 头数从 8 改成 32 再数，结果必须对不上。随后的表格给出上下文为 {{run:cost.context:,}} 个 token、权重和缓存都用 16 位（2 字节）时，一个解码步读取的数据量，以及 batch 为 1 和 64 时的算术强度；对混合专家模型，batch 越大，用到的专家越多。设每层有 $E$ 个路由专家，每个 token 从中选 $e$ 个，且路由是均匀的：一个 token 没有选中某个专家的概率为 $1 - e/E$，$B$ 个 token 都没有选中它的概率为 $(1 - e/E)^B$，所以一个 batch 平均每层读取 $E\,(1 - (1 - e/E)^B)$ 个专家。GPT-2 只有 1,024 个位置：它在 4,096 个 token 下的那一行只是公式算出的结果。
 
 # %%
 PUBLISHED = [
@@ -230,8 +247,8 @@ say_table([[s.name, f"{c['counted'] / 1e9:.3f}", f"{c['published'] / 1e9:.3g}", 
               "weights read, B = 1 (GB)", "K/V per token (KiB)",
               "K/V read, B = 1 (GB)", "intensity B = 1", "intensity B = 64", "cache-part intensity"],
           zh=["模型", "数出的参数量（十亿）", "公开的规模（十亿）", "每个 token 用到的矩阵参数量（十亿）",
-              "读取的权重，B = 1（GB）", "每个 token 的 K/V（KiB）",
-              "读取的 K/V，B = 1（GB）", "强度 B = 1", "强度 B = 64", "缓存部分的强度"])
+              "读取的权重，$B = 1$（GB）", "每个 token 的 K/V（KiB）",
+              "读取的 K/V，$B = 1$（GB）", "强度，$B = 1$", "强度，$B = 64$", "缓存部分的强度"])
 say_table([[s.name, f"`{s.source}`"] for s in SHAPES], en=["model", "source"], zh=["模型", "出处"])
 assert all(c["matches"] for c in SIZE_CHECK) and SIZE_CONTROL["caught"]
 assert all(0.5 < COSTS[s.name][1]["intensity"] < 2 for s in SHAPES)
@@ -250,7 +267,7 @@ assert all(0.5 < COSTS[s.name][1]["intensity"] < 2 for s in SHAPES)
 # with the batch, the cache's does not.
 
 # %% [markdown] lang="zh"
-# batch 为 1 时，每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} 次浮点运算：大约每个 16 位权重一次乘加。batch 为 64 时，权重要服务 64 个 token，算术强度随之上升，但升幅相差很大：Llama 2 7B 只到 {{run:cost.llama2_b64:.1f}}：它的缓存每条序列各读一份，强度只有 {{run:cost.llama2_cache:.0f}} FLOP/字节，而 batch 为 64 时缓存的字节数已超过权重；而 Llama 3.1 70B 的缓存部分强度为 {{run:cost.llama70_cache:.0f}} FLOP/字节，总强度达到 {{run:cost.llama70_b64:.1f}}。DeepSeek-V2-Lite 的 MLA 缓存每个 token 最小、被复用的程度最高（{{run:cost.deepseek_cache:.0f}} FLOP/字节），但 64 个 token 的 batch 平均每层也要读取 64 个专家中的 {{run:cost.deepseek_experts_b64:.1f}} 个，几乎是全部。
+# batch 为 1 时，每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} 次浮点运算：大约每个 16 位权重一次乘加。batch 为 64 时，权重要服务 64 个 token，算术强度随之上升，但升幅相差很大：Llama 2 7B 只升到 {{run:cost.llama2_b64:.1f}}，因为它的缓存每条序列各读一份、强度只有 {{run:cost.llama2_cache:.0f}} FLOP/字节，batch 为 64 时缓存的字节数已超过权重。Llama 3.1 70B 的缓存部分强度为 {{run:cost.llama70_cache:.0f}} FLOP/字节，总强度达到 {{run:cost.llama70_b64:.1f}}。DeepSeek-V2-Lite 的 MLA 缓存每个 token 最小、被复用的程度最高（{{run:cost.deepseek_cache:.0f}} FLOP/字节），但 64 个 token 的 batch 平均每层也要读取 64 个专家中的 {{run:cost.deepseek_experts_b64:.1f}} 个，几乎是全部。
 #
 # 在我们自己的解码器上做同样的拆分，仍用刚刚核对过的函数来数：权重部分的算术强度随 batch 增大，缓存部分则不变。
 
@@ -260,6 +277,6 @@ OUR_COSTS = [decode_step_cost(OURS, batch, 256, 4) for batch in OUR_BATCHES]
 say_table([[str(b), f"{c['weight_bytes']:,}", f"{c['kv_bytes']:,}", f"{c['weight_intensity']:.2f}", f"{c['cache_intensity']:.2f}",
             f"{c['intensity']:.2f}"] for b, c in zip(OUR_BATCHES, OUR_COSTS)],
           en=["batch B", "weight bytes", "K/V bytes", "weights' intensity", "cache's intensity", "step's intensity"],
-          zh=["batch B", "权重字节数", "K/V 字节数", "权重部分的强度", "缓存部分的强度", "整步的强度"])
+          zh=["batch $B$", "权重字节数", "K/V 字节数", "权重部分的强度", "缓存部分的强度", "整步的强度"])
 assert all(a["weight_intensity"] < b["weight_intensity"] and a["cache_intensity"] == b["cache_intensity"]
            for a, b in zip(OUR_COSTS, OUR_COSTS[1:]))

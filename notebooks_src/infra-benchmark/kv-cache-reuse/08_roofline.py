@@ -16,7 +16,7 @@
 #   32 MiB, or 96 MiB with 3D V-Cache). As STREAM does, we credit copy with 8 bytes per element and
 #   triad with 12, each array element read or written once, and take the faster of the two as $\beta$;
 # * **the flat side, the peak $\pi$**: a square matrix product `[1024, 1024] @ [1024, 1024]`, whose
-#   {{run:roofline.matmul_intensity:.0f}} FLOP per byte lie far to the right of any ridge.
+#   {{run:roofline.matmul_intensity:.0f}} FLOP per byte lie far to the right of this core's ridge.
 #
 # Then two sweeps stand for the two parts of a decode step, each over several batch sizes $B$:
 #
@@ -25,14 +25,11 @@
 # * **cache**: $B$ sequences, each with its own cache of {{run:roofline.cache_keys:,}} keys in 8 heads of 128
 #   dimensions (64 MiB of K and V per sequence), attended by one query per head.
 #
-# The machine that built this notebook is shared with other work, so single timings vary. Two measures make
-# the numbers robust to that. We time with the CPU time of this process (`time.process_time`), not the wall
-# clock: the operating system pauses our thread now and then to run other programs, and the wall clock would
-# count those pauses (on this machine they come in steps of a few milliseconds, longer than a batch-1
-# product). And every case runs {{run:roofline.rounds}} rounds, each round timing every case once, in turn, so
-# that other programs' use of the memory slows all cases alike; each number below is the median of its
-# rounds, and the tables give the spread (slowest round over fastest). Our toy decoder is no use here: its 0.6 MB of weights sit in the
-# CPU's caches, and its decode step is bound by the fixed cost of each call, as the first notebook found.
+# By the roofline's count both parts are memory-bound at batch 1, but a count is not a measurement. The
+# batch-1 weight product must also pass a measured test (below). The cache reads, as PyTorch's CPU attention
+# computes them, can stay well below the bandwidth (on the machine that built this page they did), so the
+# cache is measured twice: as attention computes it, and then its score product alone, also written in the
+# layout in which the library reads the keys straight through memory.
 
 # %% [markdown] lang="zh"
 # ## 9. 本机单个核心的 Roofline 模型
@@ -40,14 +37,16 @@
 # 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的峰值 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边各用一个独立的基准测试在本机上测出，单线程，FP32。单个线程运行在一个核心上，所以这是**单个核心**的 Roofline 模型：一个核心能从内存读取的带宽，以及一个核心的运算能力。用上全部核心时，峰值算力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点比这里测出的更靠右：
 #
 # * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB。这比常见 CPU 上单个核心能用到的末级缓存更大（AMD EPYC 处理器的每个核心复合体（core complex）各有自己的 L3 缓存：最多 32 MiB，采用 3D V-Cache 时为 96 MiB）。与 STREAM 的做法相同，copy 每个元素记 8 字节，triad 记 12 字节，即每个数组元素读或写一次；$\beta$ 取两者中较快的那个；
-# * **水平边，即峰值 $\pi$**：一个方阵乘法 `[1024, 1024] @ [1024, 1024]`，其算术强度为 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在任何拐点的右侧。
+# * **水平边，即峰值 $\pi$**：一个方阵乘法 `[1024, 1024] @ [1024, 1024]`，其算术强度为 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在这个核心的拐点右侧。
 #
 # 接着用两组扫描分别代表解码步的两个部分，每组都扫过几种 batch 大小 $B$：
 #
 # * **权重**：$B$ 个 token 向量乘以一个 `[4096, 4096]` 的权重矩阵（64 MiB，每次调用读一遍，就像一层的权重那样）；
 # * **缓存**：$B$ 条序列，每条都有自己的缓存，含 {{run:roofline.cache_keys:,}} 个键，分 8 个头、每头 128 维（每条序列 64 MiB 的 K 和 V），每个头用一个查询去做注意力。
 #
-# 构建本笔记本的机器同时运行着其他任务，单次计时会有波动。我们用两个办法让结果不受它左右。第一，计时用的是本进程的 CPU 时间（`time.process_time`），而不是挂钟时间：操作系统会不时暂停我们的线程，去运行别的程序，挂钟时间会把这些暂停也算进去（在这台机器上，暂停以几毫秒为单位，比 batch 为 1 的一次乘法还长）。第二，每种情形都测 {{run:roofline.rounds}} 轮，每一轮依次给每种情形计时一次，这样别的程序占用内存时，所有情形受到同样的影响；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里，它的解码步受限于每次调用的固定开销，第一份笔记本已经发现了这一点。
+# 按 Roofline 模型的计数，batch 为 1 时两个部分都受限于内存带宽，但计数不等于测量。batch 为 1 的权重乘法还必须通过一项实测判断（见下文）。按 PyTorch 在 CPU 上的注意力写法，缓存读取的速度可能远低于带宽（在构建本页的机器上正是如此），所以缓存要测两次：一次按注意力的写法，一次只测其中的分数乘法，并且还换成让数学库顺着内存逐行读取键的布局来写。
+#
+# 构建本笔记本的机器同时运行着其他任务，单次计时会有波动。我们用两个办法让结果不受它左右。第一，计时用的是本进程的 CPU 时间（`time.process_time`），而不是挂钟时间：操作系统会不时暂停我们的线程，去运行别的程序，挂钟时间会把这些暂停也算进去（在这台机器上，暂停以几毫秒为单位，与 batch 为 1 的一次乘法耗时相当）。第二，每种情形都测 {{run:roofline.rounds}} 轮，每一轮依次给每种情形计时一次，这样别的程序占用内存时，所有情形受到同样的影响；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里，它的解码步受限于每次调用的固定开销，第一份笔记本已经发现了这一点。
 
 # %%
 def timed_rounds(calls: dict, rounds: int) -> dict:
@@ -140,16 +139,16 @@ say(en=f"One core of this machine (one thread), FP32: STREAM copy {STREAM_RATES[
 say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['ms_per_token']:.3f}", f"{r['spread']:.2f}"]
            for r in WEIGHT_SWEEP],
           en=["weights: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "ms per token", "spread"],
-          zh=["权重：batch B", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "每个 token 的毫秒数", "波动范围"])
+          zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "每个 token 的毫秒数", "波动范围"])
 say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['ms_per_sequence']:.2f}", f"{r['spread']:.2f}"]
            for r in CACHE_SWEEP],
           en=["cache: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "ms per sequence", "spread"],
-          zh=["缓存：batch B", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "每条序列的毫秒数", "波动范围"])
+          zh=["缓存：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "每条序列的毫秒数", "波动范围"])
 
 # %% [markdown] lang="en"
 # **The criteria**, two, each with its control:
 #
-# * **the batch-1 product is memory-bound, as measured.** The roofline *classifies* the batch-1 product as
+# * **the batch-1 weight product is memory-bound, as measured.** The roofline *classifies* the batch-1 product as
 #   memory-bound and the largest batch as compute-bound: their intensities, {{run:roofline.intensity_b1:.2f}} and
 #   {{run:roofline.intensity_bmax:.0f}} FLOP/byte, lie on either side of the ridge. For batch 1 the measurement must
 #   agree, by two numbers that no formula of ours sets: the product moves its bytes at **at least a third** of
@@ -166,7 +165,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # %% [markdown] lang="zh"
 # **判据**共两条，各有一个负对照：
 #
-# * **实测表明，batch 为 1 的矩阵乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个不由我们的任何公式决定的数：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为**方阵乘法的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
+# * **实测表明，batch 为 1 的权重乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个不由我们的任何公式决定的数：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为**方阵乘法的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
 # * **batch 分摊了权重的开销，却分摊不了缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
 #
 # 这里只断言这些粗略的性质，在本次运行中每条都留有大约两倍的余地（下表给出了各项比例）；具体数值是本次运行的结果。
@@ -190,11 +189,13 @@ ROOFLINE_CONTROLS = {"largest_batch_memory_bound": {"batch": last["batch"], "ban
                      "weights_not_amortized": {"caught": amortized(weight_ms)}}
 # [en] The same measured test on the cache reads at batch 1, reported (the next cells explain the result).
 # [zh] 对 batch 为 1 的缓存读取做同样的实测判断，只报告结果（后面的单元格解释这个结果）。
-say_table([[f"`{part}`", str(r["batch"]), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['gflops'] * 1e9 / PEAK:.0%}", f"`{memory_bound(r)}`"]
-           for part, r in (("weights", first), ("weights", last), ("cache", CACHE_SWEEP[0]))],
-          en=["part", "batch B", "bytes per second, share of STREAM", "FLOP/s, share of the matmul",
+# [en] Each row names the call that was timed: the weight product and attention over the cache.
+# [zh] 每一行写明被计时的调用：权重乘法，以及对缓存的注意力。
+say_table([[f"`{call}`", str(r["batch"]), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['gflops'] * 1e9 / PEAK:.0%}", f"`{memory_bound(r)}`"]
+           for call, r in (("F.linear(x, weight)", first), ("F.linear(x, weight)", last), ("masked_attention(q, k, v, ...)", CACHE_SWEEP[0]))],
+          en=["call", "batch B", "bytes per second, share of STREAM", "FLOP/s, share of the matmul",
               "memory-bound (bytes share >= 1/3, FLOP/s share <= 1/3)"],
-          zh=["部分", "batch B", "每秒字节数占 STREAM 的比例", "FLOP/s 占矩阵乘法的比例",
+          zh=["调用", "batch $B$", "每秒字节数占 STREAM 的比例", "FLOP/s 占矩阵乘法的比例",
               "受限于内存带宽（带宽占比 ≥ 1/3 且算力占比 ≤ 1/3）"])
 assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTROLS.values())
 say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight_ms[0]:.3f} ms to {weight_ms[-1]:.3f} ms per token; "
@@ -241,9 +242,13 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # first reads the cache line it overwrites, a transfer STREAM does not count.) At batch
 # {{run:roofline.weight_batch_max}} the same weights serve {{run:roofline.weight_batch_max}} tokens at
 # {{run:roofline.gflops_bmax:.0f}} GFLOP/s, and each token costs {{run:roofline.amortization:.1f}} times less. Between these
-# ends the sweep need not be smooth: how fast a math library reads the matrix depends on the batch size, not
-# only on the bytes (compare the GB/s column at batch 1 and 2), and a round can be slowed by other programs;
-# the spread column shows how much the rounds differed. The cache reads stay at 0.5 FLOP/byte whatever the
+# ends the sweep need not be smooth. On the machine that built this page every batch size calls the same
+# routine, oneMKL's `SGEMM` (setting the environment variable `MKL_VERBOSE=1` prints each call), but how fast
+# that routine reads the matrix depends on the number of rows, not only on the bytes. Compare the GB/s column
+# at batch 1 and 2: where batch 2 moves its bytes at about half the rate of batch 1, its call took about as long as two batch-1 calls,
+# and batch 2 saved nothing per token over batch 1. Another library or processor can give a smoother curve,
+# so this is reported, not asserted; a round can also be slowed by other programs, and the spread column
+# shows how much the rounds differed. The cache reads stay at 0.5 FLOP/byte whatever the
 # batch, below the sloped side for the reason just seen, and their time per sequence does not fall the way
 # the weights' time per token does ({{run:roofline.cache_ms_first:.1f}} ms at batch 1, {{run:roofline.cache_ms_last:.1f}} ms at
 # batch {{run:roofline.cache_batch_max}}).
@@ -256,24 +261,24 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # shares the weights' bytes, GQA, MLA and quantization shrink the cache's bytes, and speculative decoding
 # verifies $k + 1$ tokens for about the bytes of one.
 #
-# *Figure: left, the roofline of one core of this machine (black: $\min(\pi, \beta I)$, with $\beta$ from STREAM
-# and $\pi$ from the square matrix product, both in FP32), the weight product at each batch size (blue circles,
-# batch size written beside each), the cache reads (orange triangles) and the decode step of each published
-# model at batch 1 (one colour per model, placed on the roof at its intensity with 16-bit numbers: where the
-# roofline puts it, not a measurement). The panel mixes precisions: the roof and our measurements are FP32,
-# the published models' intensities are for 16-bit weights and cache, which halve the bytes and double the
-# intensity, while this CPU's 16-bit arithmetic would have a roof of its own. Right, the decode step's
-# intensity against the batch size for the same models at a context of 4,096 tokens, with the ridge points
-# of this core (black, dashed, `ridge of one core (fp32)`) and of an H100 (grey, dotted).*
+# *Figure: left, measurements only, on one core of this machine (`measured on one core`): the roof (black:
+# $\min(\pi, \beta I)$, with $\beta$ from STREAM and $\pi$ from the square matrix product, both in FP32), the weight
+# product at each batch size (blue circles, batch size written beside each), the cache reads as attention
+# computes them (orange triangles), and the score product alone written `k @ q^T` (hollow orange triangle):
+# the same keys, read in the layout that streams them. Right, predictions, not measurements
+# (`predicted from the published configurations (bf16)`): the decode step's intensity against the batch size
+# for the published models, counted from their configurations with 16-bit weights and cache at a context of
+# 4,096 tokens, with the ridge points of this core (black, dashed, `ridge of one core (fp32)`, measured in
+# FP32, so only a rough mark for 16-bit numbers) and of an H100 (grey, dotted, from its datasheet).*
 
 # %% [markdown] lang="zh"
 # 本次运行中，按注意力里的写法，分数乘法读取键的速度是 STREAM 带宽的 {{run:roofline.scores_qk_share:.0%}}；写成矩阵乘以列向量时则达到 {{run:roofline.scores_kq_share:.0%}}。可见缓存的字节在这个核心上能以内存的速度读取，只是 PyTorch 在 CPU 上做矩阵乘法时，面对一个查询行乘以转置的键矩阵，读得没有那么快。布局的影响有多大取决于数学库和处理器，换一台机器，两种写法可能相差不大：这些数只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把缓存一路读完。
 #
-# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由方阵乘法决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有峰值的 {{run:roofline.b1_peak_share:.0%}}。（只读不写的内核甚至可以超过 STREAM 的数字：STREAM 只给每个内核记它的循环中写明的字节，而普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计。）batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的开销降到原来的 1/{{run:roofline.amortization:.1f}}。在这两端之间，扫描结果未必平滑：数学库读取矩阵的速度不只取决于字节数，也取决于 batch 大小（比较 batch 为 1 和 2 时的 GB/s 一列），某一轮也可能被其他程序拖慢；波动范围一列显示各轮之间相差多少。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节，出于刚才看到的原因落在斜边下方；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
+# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由方阵乘法决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有峰值的 {{run:roofline.b1_peak_share:.0%}}。（只读不写的内核甚至可以超过 STREAM 的数字：STREAM 只给每个内核记它的循环中写明的字节，而普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计。）batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的开销降到原来的 1/{{run:roofline.amortization:.1f}}。在这两端之间，扫描结果未必平滑。在构建本页的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`（设置环境变量 `MKL_VERBOSE=1` 就会打印每次调用），但这个例程读取矩阵的速度不只取决于字节数，也取决于行数。请比较 batch 为 1 和 2 时的 GB/s 一列：如果 batch 为 2 时搬运字节的速度只有 batch 为 1 时的一半左右，那么它的一次调用就差不多等于两次 batch 为 1 的调用，每个 token 的开销比 batch 为 1 时没有任何节省。换一个数学库或处理器，曲线可能更平滑，所以这一点只报告，不做断言；某一轮也可能被其他程序拖慢，波动范围一列显示各轮之间相差多少。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节，出于刚才看到的原因落在斜边下方；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
 #
 # 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。这就是为什么解码步的速度只取决于内存能有多快，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花大约一个 token 的字节，验证 $k + 1$ 个 token。
 #
-# *图：左图是本机单个核心的 Roofline 模型。黑线是屋顶线 $\min(\pi, \beta I)$，$\beta$ 取自 STREAM，$\pi$ 取自方阵乘法，都是 FP32；图例中的 roof 给出这两个数。weights x B tokens（蓝色圆点，旁边标注 batch 大小）是各种 batch 大小下的权重乘法；cache reads, B sequences（橙色三角形）是缓存读取；其余菱形是每个公开模型在 batch 为 1 时的解码步（每个模型一种颜色，图例为模型名加 B = 1），按其 16 位数值下的算术强度放在屋顶线上：这是 Roofline 模型给出的位置，不是测量值。横轴 arithmetic intensity (FLOP/byte) 是算术强度（FLOP/字节），纵轴 GFLOP/s (1 thread, fp32) 是单线程 FP32 下每秒的十亿次浮点运算数。这幅图混用了两种精度：屋顶线和我们的测量值都是 FP32，公开模型的算术强度则按 16 位权重和缓存计算，字节数减半、强度加倍，而这台 CPU 的 16 位运算另有自己的屋顶线。右图是这些模型在上下文为 4,096 个 token 时，解码步的算术强度（纵轴 decode step intensity (FLOP/byte)）随 batch 大小（横轴 batch size B）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
+# *图：左图只有测量值，都是在本机的一个核心上测得的（标题 measured on one core）。黑线是屋顶线 $\min(\pi, \beta I)$，$\beta$ 取自 STREAM，$\pi$ 取自方阵乘法，都是 FP32；图例中的 roof 给出这两个数。weights x B tokens（蓝色圆点，旁边标注 batch 大小）是各种 batch 大小下的权重乘法；cache reads, B sequences（橙色三角形）是按注意力的写法读取缓存；scores alone as k @ q^T（空心橙色三角形）是单独的分数乘法写成 `k @ q^T` 的结果：同样的键，按顺着内存读取的布局读出。横轴 arithmetic intensity (FLOP/byte) 是算术强度（FLOP/字节），纵轴 GFLOP/s (1 thread, fp32) 是单线程 FP32 下每秒的十亿次浮点运算数。右图是预测值，不是测量值（标题 predicted from the published configurations (bf16) 的意思是“由公开模型的配置算出，16 位”）：按各公开模型的配置、16 位权重和缓存、4,096 个 token 的上下文，算出解码步的算术强度（纵轴 decode step intensity (FLOP/byte)）随 batch 大小（横轴 batch size B）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，它是用 FP32 测出的，对 16 位数值只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)，取自其数据手册）。*
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
@@ -291,11 +296,13 @@ left.plot([r["intensity"] for r in WEIGHT_SWEEP], [r["gflops"] for r in WEIGHT_S
 for r in WEIGHT_SWEEP:
     left.annotate(str(r["batch"]), (r["intensity"], r["gflops"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
 left.plot([r["intensity"] for r in CACHE_SWEEP], [r["gflops"] for r in CACHE_SWEEP], "^", color="tab:orange", label="cache reads, B sequences")
-for shape, color in zip(SHAPES, colors):
-    intensity = COSTS[shape.name][1]["intensity"]
-    left.plot([intensity], [min(PEAK, BANDWIDTH * intensity) / 1e9], "D", color=color, markersize=5, label=f"{shape.name}, B = 1")
+# [en] The score product alone, written k @ q^T: 2 FLOPs per 4-byte key element, 0.5 FLOP/byte like the cache reads.
+# [zh] 单独的分数乘法，写成 k @ q^T：每个 4 字节的键元素 2 次浮点运算，和缓存读取一样是 0.5 FLOP/字节。
+left.plot([0.5], [SCORES["k @ q^T"]["gbs"] * 0.5], "^", markerfacecolor="none", color="tab:orange",
+          label=f"scores alone as k @ q^T, B = {CACHE_BATCHES[-1]}")
 left.set_xlabel("arithmetic intensity (FLOP/byte)")
 left.set_ylabel("GFLOP/s (1 thread, fp32)")
+left.set_title("measured on one core", fontsize=9)
 left.legend(fontsize=7, loc="lower right")
 for shape, color in zip(SHAPES, colors):
     right.loglog(PLOT_BATCHES, [decode_step_cost(shape, b, COST_CONTEXT, BF16)["intensity"] for b in PLOT_BATCHES], "-", color=color, label=shape.name)
@@ -303,6 +310,7 @@ right.axhline(RIDGE, color="black", linestyle="--", label="ridge of one core (fp
 right.axhline(GPU_RIDGE, color="gray", linestyle=":", label="ridge of an H100 (bf16)")
 right.set_xlabel("batch size B")
 right.set_ylabel("decode step intensity (FLOP/byte)")
+right.set_title("predicted from the published configurations (bf16)", fontsize=9)
 right.legend(fontsize=7)
 fig.tight_layout()
 ROOFLINE_PNG = OUT / "roofline.png"

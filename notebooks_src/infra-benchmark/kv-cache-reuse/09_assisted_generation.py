@@ -73,14 +73,16 @@ if HAVE_TRANSFORMERS:
     ASSISTED_CONTROL = {"caught": hf_tokens != unrolled}
     say_table([[str(r["k"]), f"{r['target_calls_hf']} / {r['target_calls_ours']}", f"{r['max_abs_logit_err']:.1e}"] for r in ASSISTED],
               en=["k", "target calls, Hugging Face / ours", "max abs logit error (fp32)"],
-              zh=["k", "目标模型调用次数（Hugging Face / 我们）", "logits 的最大绝对误差（FP32）"])
+              zh=["$k$", "目标模型调用次数（Hugging Face / 我们）", "logits 的最大绝对误差（FP32）"])
     assert all(r["tokens_identical"] and r["target_calls_hf"] == r["target_calls_ours"] and r["logits_close"] for r in ASSISTED)
     assert ASSISTED_CONTROL["caught"]
+    worst = max(r["max_abs_logit_err"] for r in ASSISTED)
     say(en=f"Hugging Face's assisted generation agrees with our loop for every $k$: same tokens, same number of target calls, logits "
-           f"within {max(r['max_abs_logit_err'] for r in ASSISTED):.1e}. The referee rejects the tokens of the loop without rollback: "
-           f"the control is caught.",
-        zh=f"对每个 $k$，Hugging Face 的辅助生成都与我们的循环一致：token 相同，目标模型调用次数相同，logits 的最大绝对误差不超过 "
-           f"{max(r['max_abs_logit_err'] for r in ASSISTED):.1e}。裁判把不回滚缓存的循环生成的 token 判为不一致：负对照已查出。")
+           + ("bit-identical (largest absolute error 0)" if worst == 0 else f"within {worst:.1e}")
+           + ". The referee rejects the tokens of the loop without rollback: the control is caught.",
+        zh="对每个 $k$，Hugging Face 的辅助生成都与我们的循环一致：token 相同，目标模型调用次数相同，"
+           + ("logits 逐比特相同（最大绝对误差为 0）" if worst == 0 else f"logits 的最大绝对误差不超过 {worst:.1e}")
+           + "。裁判把不回滚缓存的循环生成的 token 判为不一致：负对照已查出。")
 else:
     ASSISTED, ASSISTED_CONTROL = None, None
     say(en="The comparison with assisted generation is skipped, for the reason given in section 10.",

@@ -6,12 +6,13 @@
 # step counts and the published configurations with their sources, this machine's roofline measurements,
 # the Hugging Face comparison (or that it was skipped), and every negative control under `controls`, each
 # with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
-# strict JSON. On Colab the cell also offers the files for download.
+# strict JSON. On Colab the cell also offers the files for download. The folded cell after it gathers the
+# values of this run that the prose quotes (the builder fills them in; there is nothing in it to read).
 
 # %% [markdown] lang="zh"
 # ## 12. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：前缀缓存在各种池大小下的扫描结果、每个 $k$ 的投机解码结果、split-K 的误差、解码步的计数、公开模型的配置及其出处、本机 Roofline 模型的测量值、与 Hugging Face 的比较（或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：前缀缓存在各种池大小下的扫描结果、每个 $k$ 的投机解码结果、split-K 的误差、解码步的计数、公开模型的配置及其出处、本机 Roofline 模型的测量值、与 Hugging Face 的比较（或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它后面那个折叠起来的单元格汇集了本笔记本正文所引用的运行结果（由构建工具填入正文，其中没有需要阅读的内容）。
 
 # %%
 CONTROLS = {
@@ -105,3 +106,41 @@ if IN_COLAB:
     from google.colab import files
     for name in [RESULTS_JSON.name] + RESULTS["figures"]:
         files.download(str(OUT / name))
+
+# %% tags=["prose-values"]
+one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
+{"prefix": {
+    "requests": STREAM_REQUESTS, "smallest_pool": SWEEP[0]["blocks"], "hits_largest": SWEEP[-1]["requests_with_hit"],
+    "largest_request_blocks": max(blocks_needed(Request(0, prompt, max_new), BLOCK_SIZE) for prompt, max_new, _ in STREAM),
+    "hit_rate_smallest": SWEEP[0]["hit_rate"], "hit_rate_largest": SWEEP[-1]["hit_rate"],
+    "iterations_smallest": SWEEP[0]["iterations"], "iterations_largest": SWEEP[-1]["iterations"],
+    "controls": {name: float(c["max_abs_logit_err"]) for name, c in PREFIX_CONTROLS.items() if c["finite"]},
+    "full_pool_iterations": {name: CONTROL_RUNS[name]["full_pool"]["iterations"] for name in ("correct", "held_block_evicted")}},
+ "spec": {"prompts": len(SPEC_PROMPTS), "new_tokens": SPEC_NEW, "plain_calls": SPEC[0]["plain_calls"],
+          "calls_k1": SPEC[0]["target_calls"], "calls_kmax": SPEC[-1]["target_calls"], "kmax": SPEC[-1]["k"],
+          "agreement": DRAFT_AGREEMENT, "formula_k1": SPEC_FORMULA[0], "tokens_k1": SPEC[0]["tokens_per_call"],
+          "formula_kmax": SPEC_FORMULA[-1], "tokens_kmax": SPEC[-1]["tokens_per_call"],
+          "draft_share": DRAFT_PARAMS / N_PARAMS, "outside_share": DRAFT_OUTSIDE_BLOCKS / N_PARAMS, "positions": cfg.max_positions},
+ "splitk": {"keys": SPLIT_KEYS, "padding": SPLIT_PADDING, "prompt": SPLIT_PROMPT,
+            "max_err_fp32": max(r["fp32"]["max_abs_err"] for r in SPLIT_K), "max_err_fp64": max(r["fp64"]["max_abs_err"] for r in SPLIT_K),
+            "control_err_s2": SPLIT_K_CONTROL[1]["fp32"]["max_abs_err"],
+            "control_err_min": min(c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 2),
+            "control_err_max": max(c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 2)},
+ "cost": {"context": COST_CONTEXT, "our_parameters": parameters(OURS)["total"],
+          "min_intensity_b1": min(COSTS[s.name][1]["intensity"] for s in SHAPES),
+          "max_intensity_b1": max(COSTS[s.name][1]["intensity"] for s in SHAPES),
+          "llama2_b64": COSTS["Llama 2 7B"][64]["intensity"], "llama70_b64": COSTS["Llama 3.1 70B"][64]["intensity"],
+          "llama2_cache": COSTS["Llama 2 7B"][1]["cache_intensity"], "llama70_cache": COSTS["Llama 3.1 70B"][1]["cache_intensity"],
+          "deepseek_cache": COSTS["DeepSeek-V2-Lite"][1]["cache_intensity"],
+          "mla_factor": COSTS["DeepSeek-V2-Lite"][1]["cache_intensity"] / (2 / BF16),
+          "deepseek_experts_b64": SHAPES[-1].experts * (1 - (1 - SHAPES[-1].experts_per_token / SHAPES[-1].experts) ** 64)},
+ "roofline": {"rounds": ROUNDS, "cache_keys": CACHE_KEYS, "matmul_intensity": 2 * MATMUL_SIZE**3 / (3 * FP32 * MATMUL_SIZE**2),
+              "weight_batch_max": WEIGHT_SWEEP[-1]["batch"], "ridge": RIDGE, "peak_gflops": PEAK / 1e9, "bandwidth_gbs": BANDWIDTH / 1e9,
+              "intensity_b1": WEIGHT_SWEEP[0]["intensity"], "intensity_bmax": WEIGHT_SWEEP[-1]["intensity"], "gflops_b1": WEIGHT_SWEEP[0]["gflops"], "weight_gbs_b1": WEIGHT_SWEEP[0]["gbs"],
+              "b1_bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "b1_peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK,
+              "gflops_bmax": WEIGHT_SWEEP[-1]["gflops"], "amortization": weight_ms[0] / weight_ms[-1],
+              "cache_ms_first": cache_ms[0], "cache_ms_last": cache_ms[-1], "cache_batch_max": CACHE_SWEEP[-1]["batch"],
+              "cache_bandwidth_share": CACHE_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "cache_peak_share": CACHE_SWEEP[0]["gflops"] * 1e9 / PEAK,
+              "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
+              "gpu_peak_tflops": GPU_PEAK / 1e12, "gpu_bandwidth_tbs": GPU_BANDWIDTH / 1e12, "gpu_ridge": GPU_RIDGE},
+ "exercise": {"llama_limit": 2 * (one_token_8b["weight_macs"] + one_token_8b["attention_macs"]) / one_token_8b["kv_bytes"]}}

@@ -15,9 +15,10 @@
 #   Forgetting to crop the target's cache after a rejection silently changes the text.
 # * **Attention over a long cache can be split and merged exactly**, as long as each split reports its maximum
 #   and its sum and the merge rescales by $e^{m_s - M}$; a fully masked split must weigh 0, not NaN.
-# * **A decode step is memory-bound.** At batch 1 every model here does {{run:cost.min_intensity_b1:.1f}} to
-#   {{run:cost.max_intensity_b1:.1f}} FLOP per byte read, while one core of this CPU needs {{run:roofline.ridge:.1f}} and an
-#   H100 {{run:roofline.gpu_ridge:.0f}} to be busy. Measured here, a batch-1 product streamed its weights at
+# * **A decode step does far too little arithmetic per byte to keep a processor busy.** At batch 1 every
+#   model here does {{run:cost.min_intensity_b1:.1f}} to {{run:cost.max_intensity_b1:.1f}} FLOP per byte read, while one
+#   core of this CPU needs {{run:roofline.ridge:.1f}} and an H100 {{run:roofline.gpu_ridge:.0f}} to be busy: by this count
+#   the step is memory-bound. Measured here, for the weights: a batch-1 product streamed them at
 #   {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth while using {{run:roofline.b1_peak_share:.0%}} of the
 #   arithmetic peak. The cache reads sit further left still (0.5 FLOP/byte), but PyTorch's CPU attention read
 #   them at only {{run:roofline.cache_bandwidth_share:.0%}} of STREAM: the same keys, multiplied as a matrix times a
@@ -35,7 +36,7 @@
 # * **缓存之所以能共享，是因为某个位置上的 K/V 只取决于它的前缀**。前缀缓存用一条块哈希链查找共享的前缀（每个物理块的哈希覆盖它的整个前缀），只共享填满的物理块，记录引用计数，并按 LRU 顺序淘汰没有被引用的物理块。在我们的请求流上，池很大时有 {{run:prefix.hit_rate_largest:.0%}} 的提示 token 来自缓存，池最小时为 {{run:prefix.hit_rate_smallest:.0%}}；logits 在 FP32 容差内与冷启动一致。
 # * **投机解码改变的是目标模型被调用的次数，而不是它说出的内容**。草稿模型与目标模型的一致率为 {{run:spec.agreement:.0%}} 时，$k = 1$ 每次目标模型调用得到 {{run:spec.tokens_k1:.2f}} 个 token，$k = {{run:spec.kmax}}$ 时得到 {{run:spec.tokens_kmax:.2f}} 个；这些 token 都是目标模型自己的。不过，只有在精确算术下两者才严格相等：一次验证 $k + 1$ 个 token 的调用与只算一个 token 的解码步求和的分组方式不同（在 GPU 上用 BF16 时，内核的形状也不同），logits 会有舍入差异；最好的两个 logits 几乎相等时，贪心选择就可能翻转。这里每个决策的余量都远大于 logits 的误差。拒绝草稿之后忘了截短目标模型的缓存，会悄无声息地改变生成的文本。
 # * **对长缓存的注意力可以分段计算、再精确合并**，只要每一段都报告自己的最大值和指数和，合并时按 $e^{m_s - M}$ 重新缩放；完全被遮住的一段权重必须为 0，而不是 NaN。
-# * **解码步受限于内存带宽**。batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算，而这台 CPU 的一个核心要 {{run:roofline.ridge:.1f}} 次、H100 要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来。在本机实测，batch 为 1 的矩阵乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}，而只用了运算峰值的 {{run:roofline.b1_peak_share:.0%}}。缓存读取的算术强度更低（0.5 FLOP/字节），可是 PyTorch 在 CPU 上算注意力时，读取缓存的速度只有 STREAM 的 {{run:roofline.cache_bandwidth_share:.0%}}；同样的键改写成矩阵乘以列向量，读取速度达到 {{run:roofline.scores_kq_share:.0%}}。可见拖慢它的是数学库的矩阵向量乘法例程，而不是运算。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节，投机解码则读一遍权重就得到好几个 token。
+# * **解码步每读一个字节所做的运算太少，让处理器忙不起来**。batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算，而这台 CPU 的一个核心要 {{run:roofline.ridge:.1f}} 次、H100 要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来：按这个计数，解码步受限于内存带宽。本机实测的是权重部分：batch 为 1 的矩阵乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}，而只用了运算峰值的 {{run:roofline.b1_peak_share:.0%}}。缓存读取的算术强度更低（0.5 FLOP/字节），可是 PyTorch 在 CPU 上算注意力时，读取缓存的速度只有 STREAM 的 {{run:roofline.cache_bandwidth_share:.0%}}；同样的键改写成矩阵乘以列向量，读取速度达到 {{run:roofline.scores_kq_share:.0%}}。可见拖慢它的是数学库的矩阵向量乘法例程，而不是运算。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节，投机解码则读一遍权重就得到好几个 token。
 # * **这里的每种机制都可能藏着悄无声息的错误**：不含前缀的块哈希、共享未填满的物理块、仍在使用就被淘汰的物理块、忘了截短缓存、合并时不做重新缩放。它们给出的数字都似是而非，只有与最直接的计算方式比较才能把它们查出来。
 
 # %% [markdown] lang="en"
@@ -55,11 +56,11 @@
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习**：每道题都先请你做出预测；紧随其后的单元格用本笔记本自己的代码算出答案并加以核对。先自己算一算，再展开答案。
+# **练习**：每道题都先请你做出预测；紧随其后的单元格用本笔记本自己的代码算出答案并加以核对。先自己算一算，再打开答案。
 #
 # **1. 命中与物理块大小**：先前的一个请求把它提示的物理块留在了缓存里。一个 27 个 token 的新提示与它共享前 22 个 token。物理块大小为 4 个 token 时，`lookup` 能找到多少个 token？新请求还需要预填充多少个 token？物理块大小为 8 时又如何？
 #
-# <details><summary>答案</summary>
+# <details><summary>查看答案</summary>
 #
 # 只有共享部分中填满的物理块才算数：5 个大小为 4 的物理块覆盖了 22 个共享 token 中的 20 个，所以找到 20 个 token，预填充 7 个。物理块大小为 8 时，2 个物理块覆盖 16 个 token，需要预填充 11 个：物理块越大，部分匹配时浪费得越多（vLLM 默认每个物理块 16 个 token）。
 #
@@ -96,9 +97,9 @@ say(en=f"Found in the cache: {exercise_hits[4]} tokens with blocks of 4 (prefill
 # %% [markdown] lang="zh"
 # **2. 完美的草稿模型**：把目标模型本身当作自己的草稿模型，取 $k = 4$。生成 40 个新 token，`Speculator` 需要调用目标模型多少次？每次调用得到多少个 token？
 #
-# <details><summary>答案</summary>
+# <details><summary>查看答案</summary>
 #
-# 每个草稿都会被接受，所以每次调用得到 $k + 1 = 5$ 个 token：40 个 token 需要 8 次调用。这里预算规则不会截短任何一轮，因为 40 是 5 的倍数。完美的草稿模型在实际中毫无用处（它的开销与目标模型一样大），但它给出了上限：每次目标模型调用得到 $k + 1$ 个 token。
+# 每个草稿都会被接受，所以每次调用得到 $k + 1 = 5$ 个 token：40 个 token 需要 8 次调用。这里预算规则不会让任何一轮缩短，因为 40 是 5 的倍数。完美的草稿模型在实际中毫无用处（它的开销与目标模型一样大），但它给出了上限：每次目标模型调用得到 $k + 1$ 个 token。
 #
 # </details>
 
@@ -125,7 +126,7 @@ say(en=f"A perfect draft: {perfect['target_calls']} target calls, {40 / perfect[
 # %% [markdown] lang="zh"
 # **3. 手算两段合并**：一个查询，三个键，分数分别为 1、2、3，一维的值分别为 10、20、30。第 1 段包含前两个键，第 2 段包含第三个键。求每一段的 $m_s$、$l_s$ 和 $o_s$，以及合并后的输出。
 #
-# <details><summary>答案</summary>
+# <details><summary>查看答案</summary>
 #
 # 第 1 段：$m_1 = 2$，$l_1 = e^{-1} + 1 \approx 1.368$，$o_1 = (10 e^{-1} + 20) / l_1 \approx 17.31$。第 2 段：$m_2 = 3$，$l_2 = 1$，$o_2 = 30$。取 $M = 3$：$w_1 = l_1 e^{-1} \approx 0.503$，$w_2 = 1$，输出为 $(0.503 \cdot 17.31 + 30) / 1.503 \approx 25.75$，也就是以 softmax 为权重对 10、20、30 求的加权平均。如果不做重新缩放，得到的是 $(1.368 \cdot 17.31 + 30) / 2.368 \approx 22.67$。
 #
@@ -160,7 +161,7 @@ say(en=f"Split outputs {float(parts[0][0]):.2f} and {float(parts[1][0]):.2f}; me
 # %% [markdown] lang="zh"
 # **4. batch 要多大**：先不考虑缓存。Llama 3.1 8B 的解码步（16 位权重）中，权重部分的算术强度从多大的 batch 起能达到 H100 的拐点 {{run:roofline.gpu_ridge:.0f}} FLOP/字节？
 #
-# <details><summary>答案</summary>
+# <details><summary>查看答案</summary>
 #
 # 每个 2 字节的权重对每个 token 做 2 次浮点运算，所以权重部分的算术强度大约是 $B$ FLOP/字节：batch 约为 300 条序列。（一步读取的嵌入行数也随 $B$ 增长，会让这个数略大一点。）把缓存算进来，在 4,096 个 token 的上下文下，Llama 3.1 8B 就永远到不了拐点：无论 batch 多大，每条序列都带着自己 512 MiB 的 K/V，一个 token 的浮点运算量除以这些字节，只有 {{run:exercise.llama_limit:.0f}} FLOP/字节。这正是推理服务系统在缓存上下这么大功夫的原因。
 #
@@ -177,40 +178,3 @@ say(en=f"The weight part of Llama 3.1 8B reaches the H100 ridge at batch {ridge_
        f"approaches {llama_limit:.1f} FLOP/byte as the batch grows.",
     zh=f"Llama 3.1 8B 的权重部分在 batch 为 {ridge_batch} 时达到 H100 的拐点；把缓存算进来，batch 越大，整步的算术强度"
        f"越接近 {llama_limit:.1f} FLOP/字节。")
-
-# %% tags=["prose-values"]
-{"prefix": {
-    "requests": STREAM_REQUESTS, "smallest_pool": SWEEP[0]["blocks"], "hits_largest": SWEEP[-1]["requests_with_hit"],
-    "largest_request_blocks": max(blocks_needed(Request(0, prompt, max_new), BLOCK_SIZE) for prompt, max_new, _ in STREAM),
-    "hit_rate_smallest": SWEEP[0]["hit_rate"], "hit_rate_largest": SWEEP[-1]["hit_rate"],
-    "iterations_smallest": SWEEP[0]["iterations"], "iterations_largest": SWEEP[-1]["iterations"],
-    "controls": {name: float(c["max_abs_logit_err"]) for name, c in PREFIX_CONTROLS.items() if c["finite"]},
-    "full_pool_iterations": {name: CONTROL_RUNS[name]["full_pool"]["iterations"] for name in ("correct", "held_block_evicted")}},
- "spec": {"prompts": len(SPEC_PROMPTS), "new_tokens": SPEC_NEW, "plain_calls": SPEC[0]["plain_calls"],
-          "calls_k1": SPEC[0]["target_calls"], "calls_kmax": SPEC[-1]["target_calls"], "kmax": SPEC[-1]["k"],
-          "agreement": DRAFT_AGREEMENT, "formula_k1": SPEC_FORMULA[0], "tokens_k1": SPEC[0]["tokens_per_call"],
-          "formula_kmax": SPEC_FORMULA[-1], "tokens_kmax": SPEC[-1]["tokens_per_call"],
-          "draft_share": DRAFT_PARAMS / N_PARAMS, "outside_share": DRAFT_OUTSIDE_BLOCKS / N_PARAMS, "positions": cfg.max_positions},
- "splitk": {"keys": SPLIT_KEYS, "padding": SPLIT_PADDING, "prompt": SPLIT_PROMPT,
-            "max_err_fp32": max(r["fp32"]["max_abs_err"] for r in SPLIT_K), "max_err_fp64": max(r["fp64"]["max_abs_err"] for r in SPLIT_K),
-            "control_err_s2": SPLIT_K_CONTROL[1]["fp32"]["max_abs_err"],
-            "control_err_min": min(c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 2),
-            "control_err_max": max(c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 2)},
- "cost": {"context": COST_CONTEXT, "our_parameters": parameters(OURS)["total"],
-          "min_intensity_b1": min(COSTS[s.name][1]["intensity"] for s in SHAPES),
-          "max_intensity_b1": max(COSTS[s.name][1]["intensity"] for s in SHAPES),
-          "llama2_b64": COSTS["Llama 2 7B"][64]["intensity"], "llama70_b64": COSTS["Llama 3.1 70B"][64]["intensity"],
-          "llama2_cache": COSTS["Llama 2 7B"][1]["cache_intensity"], "llama70_cache": COSTS["Llama 3.1 70B"][1]["cache_intensity"],
-          "deepseek_cache": COSTS["DeepSeek-V2-Lite"][1]["cache_intensity"],
-          "mla_factor": COSTS["DeepSeek-V2-Lite"][1]["cache_intensity"] / (2 / BF16),
-          "deepseek_experts_b64": SHAPES[-1].experts * (1 - (1 - SHAPES[-1].experts_per_token / SHAPES[-1].experts) ** 64)},
- "roofline": {"rounds": ROUNDS, "cache_keys": CACHE_KEYS, "matmul_intensity": 2 * MATMUL_SIZE**3 / (3 * FP32 * MATMUL_SIZE**2),
-              "weight_batch_max": WEIGHT_SWEEP[-1]["batch"], "ridge": RIDGE, "peak_gflops": PEAK / 1e9, "bandwidth_gbs": BANDWIDTH / 1e9,
-              "intensity_b1": WEIGHT_SWEEP[0]["intensity"], "intensity_bmax": WEIGHT_SWEEP[-1]["intensity"], "gflops_b1": WEIGHT_SWEEP[0]["gflops"], "weight_gbs_b1": WEIGHT_SWEEP[0]["gbs"],
-              "b1_bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "b1_peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK,
-              "gflops_bmax": WEIGHT_SWEEP[-1]["gflops"], "amortization": weight_ms[0] / weight_ms[-1],
-              "cache_ms_first": cache_ms[0], "cache_ms_last": cache_ms[-1], "cache_batch_max": CACHE_SWEEP[-1]["batch"],
-              "cache_bandwidth_share": CACHE_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "cache_peak_share": CACHE_SWEEP[0]["gflops"] * 1e9 / PEAK,
-              "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
-              "gpu_peak_tflops": GPU_PEAK / 1e12, "gpu_bandwidth_tbs": GPU_BANDWIDTH / 1e12, "gpu_ridge": GPU_RIDGE},
- "exercise": {"llama_limit": llama_limit}}
