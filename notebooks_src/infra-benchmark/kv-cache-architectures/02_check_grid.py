@@ -27,12 +27,12 @@ def run_control(make, reference=None, chunks=(1, 2, 5)) -> dict:
 
 
 # %% [markdown] lang="en"
-# Three tables print these results (the cell is folded: it only formats): `grid_table` lists the 12
+# Three tables print these results (the cell only formats them, and can be skipped): `grid_table` lists the 12
 # configurations of one grid, `summary_table` gives one row per variant (how many configurations passed, and the
 # largest logit and cache errors in each dtype), and `controls_table` one row per negative control.
 
 # %% [markdown] lang="zh"
-# 下面三种表格用来打印这些结果（这个单元格只负责排版，所以折叠了起来）：`grid_table` 列出一个网格的全部 12 种配置；`summary_table` 每种变体只列一行（通过了几种配置，以及每种精度下 logits 和缓存的最大绝对误差）；`controls_table` 每个负对照列一行。
+# 下面三种表格用来打印这些结果（这个单元格只负责排版，可以跳过）：`grid_table` 列出一个网格的全部 12 种配置；`summary_table` 每种变体只列一行（通过了几种配置，以及每种精度下 logits 和缓存的最大绝对误差）；`controls_table` 每个负对照列一行。
 
 # %% tags=["hide-input"]
 def largest(rows: list[dict], dtype: str, key: str = "max_abs_logit_err") -> float:
