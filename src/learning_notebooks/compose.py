@@ -142,7 +142,8 @@ def code_metadata(tags: tuple[str, ...], included: bool) -> dict:
     jupyter = {}
     if included:
         jupyter["source_hidden"] = True
-        tags.append("hide-input")
+        if "hide-input" not in tags:  # a cell its home notebook already folds keeps one tag (nbformat: unique tags)
+            tags.append("hide-input")
     if placeholders.TAG in tags:
         jupyter.update(source_hidden=True, outputs_hidden=True)
         tags.append("remove-cell")

@@ -4,13 +4,10 @@
 # tokens, FP32 and FP64, 12 configurations (the FP64 runs convert the same weights). `run_control` runs a
 # negative control, a model broken on purpose: the same check on batch 1 in FP32 with chunks of 1, 2 and 5,
 # caught when every run fails. `CONTROLS` collects every negative control of the notebook: its section, the
-# check that judged it, what that check measured, and whether it was caught. Three tables print them:
-# `grid_table` lists the 12 configurations of one grid, `summary_table` gives one row per variant (how many
-# configurations passed, and the largest logit and cache errors in each dtype), and `controls_table` one row
-# per negative control.
+# check that judged it, what that check measured, and whether it was caught.
 
 # %% [markdown] lang="zh"
-# 一种配置说明不了多少：某个错误可能只在某一种分块长度、某一种 batch 大小或某一种精度下才暴露出来。所以每种精确变体都要用 `run_grid` 跑遍本系列的网格 `GRID`：batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64，共 12 种配置（FP64 运行时转换的是同一份权重）。`run_control` 运行一个负对照，也就是故意改坏的模型：在 batch 1、FP32 下，以分块长度 1、2、5 做同样的检查，每次运行都失败才算查出。`CONTROLS` 收集本笔记本的所有负对照：所在的节、评判它的检查、该检查测得的数值，以及是否查出。三种表格用来打印这些结果：`grid_table` 列出一个网格的全部 12 种配置；`summary_table` 每种变体只列一行（通过了几种配置，以及每种精度下 logits 和缓存的最大绝对误差）；`controls_table` 每个负对照列一行。
+# 一种配置说明不了多少：某个错误可能只在某一种分块长度、某一种 batch 大小或某一种精度下才暴露出来。所以每种精确变体都要用 `run_grid` 跑遍本系列的网格 `GRID`：batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64，共 12 种配置（FP64 运行时转换的是同一份权重）。`run_control` 运行一个负对照，也就是故意改坏的模型：在 batch 1、FP32 下，以分块长度 1、2、5 做同样的检查，每次运行都失败才算查出。`CONTROLS` 收集本笔记本的所有负对照：所在的节、评判它的检查、该检查测得的数值，以及是否查出。
 
 # %%
 def run_grid(make, reference=None) -> list[dict]:
@@ -29,12 +26,21 @@ def run_control(make, reference=None, chunks=(1, 2, 5)) -> dict:
             "caught": not any(r["passed"] for r in rows)}
 
 
+# %% [markdown] lang="en"
+# Three tables print these results (the cell only formats them, and can be skipped): `grid_table` lists the 12
+# configurations of one grid, `summary_table` gives one row per variant (how many configurations passed, and the
+# largest logit and cache errors in each dtype), and `controls_table` one row per negative control.
+
+# %% [markdown] lang="zh"
+# 下面三种表格用来打印这些结果（这个单元格只负责排版，可以跳过）：`grid_table` 列出一个网格的全部 12 种配置；`summary_table` 每种变体只列一行（通过了几种配置，以及每种精度下 logits 和缓存的最大绝对误差）；`controls_table` 每个负对照列一行。
+
+# %% tags=["hide-input"]
 def largest(rows: list[dict], dtype: str, key: str = "max_abs_logit_err") -> float:
     return max(r[key] for r in rows if r["dtype"] == dtype)
 
 
 def grid_table(rows: list[dict]) -> None:
-    say_table([[str(r["batch"]), str(r["chunk"]), r["dtype"], f"{r['max_abs_logit_err']:.1e}", f"{r['max_abs_cache_err']:.1e}",
+    say_table([[str(r["batch"]), str(r["chunk"]), r["dtype"].upper(), f"{r['max_abs_logit_err']:.1e}", f"{r['max_abs_cache_err']:.1e}",
                 f"`{r['passed']}`"] for r in rows],
               en=["batch", "chunk", "dtype", "max abs logit error", "max abs cache error", "passed"],
               zh=["batch", "分块长度", "精度", "logits 最大绝对误差", "缓存最大绝对误差", "通过"])

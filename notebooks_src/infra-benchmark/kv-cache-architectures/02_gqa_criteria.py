@@ -2,18 +2,14 @@
 # **Criterion 1: with $H_{kv} = H$ the generalized decoder is the decoder of section 3.** We load the weights
 # of section 3's `model` into `build(ArchConfig())` with `strict=True` (every name must match) and compare the
 # logits of a full call and of a cached run in chunks of 5, and both layers' cached K and V. The two models
-# compute the same function with the same operations in the same order, but they do not hand those
-# operations tensors of the same memory layout: even with as many K/V heads as query heads,
-# `softmax_attention` passes a contiguous copy of the keys (`repeat_interleave` always copies), where
-# section 3's decoder passes a transposed view of the projection. A matrix-multiply kernel may choose its
-# blocking and its order of summation by layout and shape, so the same product can round differently in
-# the last bits, on some CPUs and for some lengths (the aside at the end of this section shows it on the
-# product itself). So we ask for equality within the FP32 tolerance $10^{-5}$, and report whether this run
-# happened to be bit-exact. What does hold bit for bit on any machine is layer 0's cache: its keys and values
+# run the same operations in the same order, but on keys in different memory layouts (`repeat_interleave`
+# copies), and different layouts can round differently in the last bits, so we compare within the FP32
+# tolerance $10^{-5}$ (the aside at the end of this section shows it) and report whether this run happened to
+# be bit-exact. What does hold bit for bit on any machine is layer 0's cache: its keys and values
 # are the same projection of the same inputs, concatenated the same way, before any attention has run.
 
 # %% [markdown] lang="zh"
-# **判据 1：当 $H_{kv} = H$ 时，通用解码器就是第 3 节的解码器。** 我们把第 3 节 `model` 的权重以 `strict=True`（参数名必须一一对应）加载进 `build(ArchConfig())`，比较一次完整调用和一次分块长度为 5 的缓存运行给出的 logits，以及两层缓存中的 K 和 V。两个模型用相同的运算、按相同的顺序计算同一个函数，但交给这些运算的张量内存布局不同：即使 K/V 头与查询头一样多，`softmax_attention` 交给矩阵乘法的仍是键的连续副本（`repeat_interleave` 总会复制），而第 3 节的解码器交出的是投影结果转置后的视图。矩阵乘法内核可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上、对某些长度，同一个乘积的舍入结果可能在最后几个比特上不同（本节末尾的旁注直接在乘积上展示了这一点）。因此我们要求两者在 FP32 容差 $10^{-5}$ 内一致，并报告本次运行是否恰好逐比特相同。在任何机器上都逐比特相同的，是第 0 层的缓存：在任何注意力计算之前，它的 K 和 V 是同样的输入经过同样的投影、以同样的方式拼接得到的。
+# **判据 1：当 $H_{kv} = H$ 时，通用解码器就是第 3 节的解码器。** 我们把第 3 节 `model` 的权重以 `strict=True`（参数名必须一一对应）加载进 `build(ArchConfig())`，比较一次完整调用和一次分块长度为 5 的缓存运行给出的 logits，以及两层缓存中的 K 和 V。两个模型按相同的顺序执行相同的运算，但键的内存布局不同（`repeat_interleave` 会复制），而不同的布局可能在最后几个比特上舍入不同，所以我们在 FP32 容差 $10^{-5}$ 内比较（本节末尾的旁注展示了这一点），并报告本次运行是否恰好逐比特相同。在任何机器上都逐比特相同的，是第 0 层的缓存：在任何注意力计算之前，它的 K 和 V 是同样的输入经过同样的投影、以同样的方式拼接得到的。
 
 # %%
 mha = build(ArchConfig())

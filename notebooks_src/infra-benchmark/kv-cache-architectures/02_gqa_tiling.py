@@ -89,7 +89,7 @@ say(en=f"Head by head (FP64): the real layer differs from the loop by {HEAD_LOOP
 assert HEAD_LOOP["gqa2"] < 1e-10 and HEAD_LOOP["mqa"] < 1e-10 and CONTROLS["tiled_kv_heads"]["caught"]
 
 # %% [markdown] lang="en"
-# > **Aside: why criterion 1 asks for a tolerance.** The rounding difference, shown on the product itself:
+# > **Aside (optional): why criterion 1 asks for a tolerance.** The rounding difference, shown on the product itself:
 # > `q @ k.T` for a batch of 2, with `k` a transposed view of a projection (as section 3's decoder passes it)
 # > and with its contiguous copy (as `repeat_interleave` passes it), for every length from 1 to 24. The two
 # > hold the same values in different layouts. On the machine that ran this notebook,
@@ -98,9 +98,9 @@ assert HEAD_LOOP["gqa2"] < 1e-10 and HEAD_LOOP["mqa"] < 1e-10 and CONTROLS["tile
 # > here would assert a property of the machine, not of the code.
 
 # %% [markdown] lang="zh"
-# > **旁注：判据 1 为什么要用容差。** 下面直接在乘积上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。如果在这里断言逐比特相同，断言的其实是机器的性质，而不是代码的性质。
+# > **旁注（可跳过）：判据 1 为什么要用容差。** 下面直接在乘积上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。如果在这里断言逐比特相同，断言的其实是机器的性质，而不是代码的性质。
 
-# %%
+# %% tags=["hide-input"]
 def by_view_and_by_copy(length: int):
     # [en] q @ k.T with k a transposed view of a projection, and with its contiguous copy.
     # [zh] q @ k.T：k 分别取投影结果转置后的视图和它的连续副本。

@@ -3,14 +3,20 @@
 #
 # Every variant so far was exact: the cache changed shape, but the cached path computed the same function as
 # full recomputation. A quantized cache gives that up on purpose. It stores K and V as small integers with a
-# few full-precision *scales*, to fit more tokens in the same memory. We follow the scheme of KIVI (Liu et al.,
-# 2024), which observed that keys have a few channels with large values while values do not:
+# few full-precision *scales*, to fit more tokens in the same memory. Our scheme is KIVI-style: it takes the
+# quantization axes of KIVI (Liu et al., 2024), which observed that keys have a few channels with large values while
+# values do not:
 #
 # * **K per channel:** the cached keys are cut into groups of $G$ consecutive positions, and each channel of
 #   each group gets its own scale and minimum;
 # * **V per token:** each position of each head gets its own scale and minimum over its $D_h$ channels;
 # * **a full-precision window:** the most recent positions (at least $R$, fewer than $R + G$) stay in the
 #   model's dtype; whenever $G$ positions beyond $R$ have piled up, the oldest $G$ are quantized as a group.
+#
+# The window rule is ours, one rule for K and V. KIVI's differs: with $l$ positions cached, it keeps the newest
+# $l \bmod R$ keys in full precision (the key window empties each time $R$ keys have piled up and are quantized
+# as a block) and exactly the newest $R$ values, quantizing a value token by token as it leaves. Hugging Face's `QuantizedCache` differs again:
+# once its window reaches $R$, it quantizes the whole cache anew and empties the window.
 #
 # Quantization is asymmetric min–max with $b$ bits: $\mathrm{scale} = (\max - \min)/(2^b - 1)$,
 # $\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$, and the model reads
@@ -20,11 +26,13 @@
 # %% [markdown] lang="zh"
 # ## 7. 量化缓存
 #
-# 到目前为止，每种变体都是精确的：缓存的形状变了，但缓存路径计算的仍是与完整重算相同的函数。量化缓存则有意放弃这一点。它把 K 和 V 存成小整数，外加少量全精度的**缩放因子**，以便在同样的内存里放下更多 token。我们采用 Liu 等人（2024）提出的 KIVI 方案。他们观察到，键有少数几个通道的数值很大，值则没有这种现象：
+# 到目前为止，每种变体都是精确的：缓存的形状变了，但缓存路径计算的仍是与完整重算相同的函数。量化缓存则有意放弃这一点。它把 K 和 V 存成小整数，外加少量全精度的**缩放因子**，以便在同样的内存里放下更多 token。我们的方案仿照 Liu 等人（2024）提出的 KIVI，量化所沿的维度与 KIVI 相同。KIVI 的作者观察到，键有少数几个通道的数值很大，值则没有这种现象：
 #
 # * **K 按通道量化**：把缓存中的键按每 $G$ 个相邻位置分成一组，每组的每个通道各有自己的缩放因子和最小值；
 # * **V 按 token 量化**：每个头的每个位置，在它的 $D_h$ 个通道上各有自己的缩放因子和最小值；
 # * **全精度窗口**：最近的若干位置（至少 $R$ 个，少于 $R + G$ 个）保持模型原本的精度；超出 $R$ 的位置每积累满 $G$ 个，就把最旧的 $G$ 个作为一组量化。
+#
+# 这条窗口规则是我们自己的，键和值共用一条。KIVI 的规则与此不同：缓存中有 $l$ 个位置时，它让最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们整块量化，键的窗口随之清空），值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。Hugging Face 的 `QuantizedCache` 又有所不同：窗口一达到 $R$ 个位置，它就把整个缓存重新量化一遍，并清空窗口。
 #
 # 量化采用 $b$ 比特的非对称最小–最大量化：$\mathrm{scale} = (\max - \min)/(2^b - 1)$，$\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$，模型读回的是 $\mathrm{code} \cdot \mathrm{scale} + \min$。4 比特和 2 比特的编码分别每两个、每四个打包进一个字节，这样测得的字节数就是真实实现需要保存的字节数。我们取 $R = 16$、$G = 8$。
 

@@ -30,7 +30,7 @@
 #
 # 既然不再声称精确，**判据**如下：
 #
-# 1. 只要注意力还没有读到任何量化过的位置，量化缓存就是精确的：处理前 $R + G = 24$ 个位置的那些调用，给出的 logits 与精确缓存的逐比特相同；紧接着的下一次调用才第一次读到量化后的键。在这里要求逐比特相同是合理的，而且在任何机器上都成立。原因是：在第一组被量化之前，这个缓存交给注意力的，是 `FullKV` 所交出的那些张量的副本，内存布局也相同，所以每次调用都是在同样的输入上做同样的调用；
+# 1. 只要注意力还没有读到任何量化过的位置，量化缓存就是精确的：处理前 $R + G = 24$ 个位置的那些调用，给出的 logits 与精确缓存的逐比特相同；紧接着的下一次调用才第一次读到量化后的键。在这里要求逐比特相同是合理的，而且在任何机器上都成立。原因是，在第一组被量化之前，这个缓存交给注意力的正是 `FullKV` 那些张量的副本，内存布局也相同，所以每次调用都是在同样的输入上做同样的调用；
 # 2. 此后，误差有界。64 步中 logits 的最大绝对误差必须在 8 比特时低于 0.002，4 比特时低于 0.05，2 比特时低于 0.3；64 个贪心 token 中一致的个数必须分别至少为 64、62、56。这些界是在第一次运行之后定下的，明显高于当时测得的误差，既让这个随机种子下的结果能满足，又仍然能查出真正的错误。本次运行的误差分别为 {{run:quant.int8_err:.1e}}、{{run:quant.int4_err:.1e}} 和 {{run:quant.int2_err:.1e}}，可与这些界对照；
 # 3. 误差随比特数从 2 到 4 再到 8 逐步下降；
 # 4. 内存：按存储布局算出的字节数等于在缓存上实测的字节数。
@@ -90,10 +90,12 @@ say_table([[str(b), f"{r['max_abs_logit_err']:.4f}", f"{BOUNDS[b]['max_abs_logit
 # The four criteria, asserted. For criterion 1 we run the calls that consume the first 24 positions (the
 # prompt, then one token at a time) through each quantized cache and check that their logits are bit for bit
 # those of the exact cache, that the first group has been quantized at the end of the last of these calls,
-# and that the next step's error is no longer zero.
+# and that the next step's error is no longer zero. Counting generation steps from 0: step 0 is the prompt call
+# (16 positions), steps 1 to 8 add one position each (24 in all), so step {{run:quant.exact_steps}} is the first to
+# read a quantized group.
 
 # %% [markdown] lang="zh"
-# 下面用断言核对这四条判据。对判据 1，我们让处理前 24 个位置的那些调用（先是提示，再逐个 token）通过每种量化缓存，确认三点：它们的 logits 与精确缓存的逐比特相同；最后一次这样的调用结束时，第一组已经量化；下一步的误差不再为零。
+# 下面用断言核对这四条判据。对判据 1，我们让处理前 24 个位置的那些调用（先是提示，再逐个 token）通过每种量化缓存，确认三点：它们的 logits 与精确缓存的逐比特相同；最后一次这样的调用结束时，第一组已经量化；下一步的误差不再为零。生成步从 0 开始编号：第 0 步是处理提示的那次调用（16 个位置），第 1 到 8 步各增加一个位置（共 24 个），所以第 {{run:quant.exact_steps}} 步是第一次读到量化组的一步。
 
 # %%
 EXACT_STEPS = RESIDUAL + GROUP - PROMPT_LEN + 1
@@ -238,7 +240,8 @@ plt.show()
 # ("max |logit - exact logit|", log scale) is the largest absolute difference between a step's logits and the
 # exact cache's. One curve per bit width (legend `int2`, `int4`, `int8`); the dotted line ("step
 # {{run:quant.exact_steps}}") marks the first step that reads quantized keys. The fewer the bits, the larger the
-# error (criterion 3).*
+# error (criterion 3). The error does not build up along the steps: each group is quantized once, independently of
+# the others, and every step is fed the exact cache's token, so one step's error is not carried into the next.*
 
 # %% [markdown] lang="zh"
-# *图：量化缓存（标题中的 `QuantKV`，$R = 16$、$G = 8$）在 64 个生成步中每一步的误差，各步送入的都是精确缓存贪心生成的 token（teacher forcing）。横轴 generation step 是生成步的序号；纵轴 max |logit - exact logit|（对数刻度）是这一步的 logits 与精确缓存的 logits 之间的最大绝对误差。每种比特数一条曲线（图例 `int2`、`int4`、`int8`）；点线（图例 step {{run:quant.exact_steps}}）标出第一次读到量化后的键的那一步。比特数越少，误差越大（判据 3）。*
+# *图：量化缓存（标题中的 `QuantKV`，$R = 16$、$G = 8$）在 64 个生成步中每一步的误差，各步送入的都是精确缓存贪心生成的 token（teacher forcing）。横轴 generation step 是生成步的序号；纵轴 max |logit - exact logit|（对数刻度）是这一步的 logits 与精确缓存的 logits 之间的最大绝对误差。每种比特数一条曲线（图例 `int2`、`int4`、`int8`）；点线（图例 step {{run:quant.exact_steps}}）标出第一次读到量化后的键的那一步。比特数越少，误差越大（判据 3）。误差并不随步数累积：每一组只量化一次，与其他组互不相干；每一步送入的又都是精确缓存的 token，所以一步的误差不会带到下一步。*

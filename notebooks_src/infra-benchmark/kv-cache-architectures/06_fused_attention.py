@@ -153,7 +153,7 @@ say_table([[f"`{attention}`", f"{FUSED_TIMING[f'{name}_prefill']['p50_ms']:.2f}"
 # %% [markdown] lang="zh"
 # 在本次运行中，预填充用显式 softmax 耗时 {{run:fused.explicit_prefill:.2f}} 毫秒，用 SDPA 耗时 {{run:fused.sdpa_prefill:.2f}} 毫秒；解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒（均为中位数）。这些差距远不到一个数量级，所以不对它们做断言：换一台 CPU、换一个 PyTorch 构建版本，或者机器上的负载不同，快慢顺序都可能改变。
 #
-# 不过，时间花在哪里是可以展示的。下面的表格用 `torch.profiler` 把一个解码步按算子拆开：每个算子每步运行几次，它自身占用多少时间（每轮 10 步，共 5 轮，每个算子的耗时取各轮中的最小值，这样本进程被暂停的时间不会算到某一个算子头上）。在本次运行中，显式路径的一个解码步调用了 {{run:fused.explicit_calls:.0f}} 次算子，共 {{run:fused.explicit_self_us:.0f}} 微秒；SDPA 路径调用了 {{run:fused.sdpa_calls:.0f}} 次，共 {{run:fused.sdpa_self_us:.0f}} 微秒；没有哪个算子占到一步的 {{run:fused.largest_share:.0%}} 以上。这个小模型的一个解码步由数百次小调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），每次调用都有固定开销，注意力的算术只占其中几次。到了 GPU 上、真实规模的模型中，情况就不同了：融合内核之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
+# 不过，时间花在哪里是可以展示的。下面的表格用 `torch.profiler` 把一个解码步按算子拆开：每个算子每步运行几次，它自身占用多少时间（每轮 10 步，共 5 轮，每个算子的耗时取各轮中的最小值，这样本进程被暂停的时间不会算到某一个算子头上）。在本次运行中，显式路径的一个解码步有 {{run:fused.explicit_calls:.0f}} 次算子调用，共 {{run:fused.explicit_self_us:.0f}} 微秒；SDPA 路径有 {{run:fused.sdpa_calls:.0f}} 次，共 {{run:fused.sdpa_self_us:.0f}} 微秒；没有哪个算子占到一步的 {{run:fused.largest_share:.0%}} 以上。这个小模型的一个解码步由数百次小调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），每次调用都有固定开销，注意力的算术只占其中几次。到了 GPU 上、真实规模的模型中，情况就不同了：融合内核之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
 
 # %%
 import os
@@ -188,8 +188,11 @@ def decode_profile(net, top: int = 6) -> dict:
 
 DECODE_PROFILE = {name: decode_profile(net) for name, net in TIMED.items()}
 for name, prof in DECODE_PROFILE.items():
-    say(en=f"`{name}`: one decode step after {TIMING_PROMPT} tokens, {prof['calls']:.0f} operator calls, {prof['self_us']:.0f} us",
-        zh=f"`{name}`：{TIMING_PROMPT} 个 token 之后的一个解码步，共调用 {prof['calls']:.0f} 次算子，{prof['self_us']:.0f} 微秒")
+    explicit = name == "explicit"
+    say(en=f"{'Explicit softmax path (`softmax_attention`)' if explicit else 'SDPA path (`SDPALowerRight`)'}: one decode step "
+           f"after {TIMING_PROMPT} tokens, {prof['calls']:.0f} operator calls, {prof['self_us']:.0f} us",
+        zh=f"{'显式 softmax 路径（`softmax_attention`）' if explicit else 'SDPA 路径（`SDPALowerRight`）'}：{TIMING_PROMPT} 个 token "
+           f"之后的一个解码步，共 {prof['calls']:.0f} 次算子调用，{prof['self_us']:.0f} 微秒")
     say_table([[f"`{r['op']}`", f"{r['calls_per_step']:g}", f"{r['self_us_per_step']:.0f}", f"{r['share']:.0%}"] for r in prof["top"]],
               en=["operator", "calls per step", "self time per step (us)", "share of the step"],
               zh=["算子", "每步调用次数", "每步自身耗时（微秒）", "占该步的比例"])

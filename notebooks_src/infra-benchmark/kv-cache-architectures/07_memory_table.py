@@ -82,19 +82,20 @@ assert rows["GQA-8"] * 4 == rows["MHA"] == rows["MQA"] * 32 and rows["MHA"] / Gi
 assert 0.5 < MEMORY["int8_fraction"] < 0.55 and 0.25 < MEMORY["int4_fraction"] < 0.3
 
 # %% [markdown] lang="en"
-# The same numbers as a figure (log scale), one bar per variant: the cache of one 32k-token context.
+# The same numbers as a figure, one bar per variant: the cache of one 32k-token context.
 
 # %% [markdown] lang="zh"
-# 同样的数字画成图（对数刻度），每种变体一根柱子：一个 32k token 的上下文的缓存大小。
+# 同样的数字画成图，每种变体一根柱子：一个 32k token 的上下文的缓存大小。
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
-ax.barh([r["variant"] for r in MEMORY_TABLE][::-1], [r["cache_bytes_32k"] / GiB for r in MEMORY_TABLE][::-1], color="tab:blue")
+bars = ax.barh([r["variant"] for r in MEMORY_TABLE][::-1], [r["cache_bytes_32k"] / GiB for r in MEMORY_TABLE][::-1], color="tab:blue")
+ax.bar_label(bars, fmt="%.2f GiB", padding=3, fontsize=8)
 ax.axvline(weights_gib, color="gray", linestyle=":", label="weights, FP16")
-ax.set_xscale("log")
-ax.set_xlabel("GiB (log scale)")
+ax.set_xlim(0, 1.3 * max(weights_gib, max(r["cache_bytes_32k"] for r in MEMORY_TABLE) / GiB))
+ax.set_xlabel("GiB")
 ax.set_title("Llama 3 8B, 32k-token context: K/V cache", fontsize=9)
-ax.legend(fontsize=8)
+ax.legend(fontsize=8, loc="lower right")
 fig.tight_layout()
 MEMORY_PNG = OUT / "memory.png"
 fig.savefig(MEMORY_PNG, dpi=120)
@@ -104,11 +105,11 @@ plt.show()
 # *Figure: the K/V cache of one 32k-token context (32,768 positions, batch 1) for each variant of the table, on
 # Llama 3 8B's shape (title). One bar per variant (the labels on the left are the table's first column:
 # `GQA-8` is Llama 3 8B itself, `W = 4,096` the sliding window, `int8` and `int4` the quantized caches); the
-# horizontal axis is in GiB on a log scale. The dotted line (legend "weights, FP16") marks the model's own FP16
+# horizontal axis is in GiB (linear), and each bar is labelled with its size. The dotted line (legend "weights, FP16") marks the model's own FP16
 # weights: MHA's cache alone is larger.*
 
 # %% [markdown] lang="zh"
-# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 1）下的 K/V 缓存大小。每种变体一根柱子（左侧的标签就是表格的第一列：`GQA-8` 即 Llama 3 8B 本身，`W = 4,096` 表示滑动窗口，`int8` 和 `int4` 是量化缓存）；横轴的单位是 GiB，采用对数刻度。点线（图例 weights, FP16）标出模型自身 FP16 权重的大小：单是 MHA 的缓存就比它还大。*
+# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 1）下的 K/V 缓存大小。每种变体一根柱子（左侧的标签就是表格的第一列：`GQA-8` 即 Llama 3 8B 本身，`W = 4,096` 表示滑动窗口，`int8` 和 `int4` 是量化缓存）；横轴的单位是 GiB（线性刻度），每根柱子旁标出它的大小。点线（图例 weights, FP16）标出模型自身 FP16 权重的大小：单是 MHA 的缓存就比它还大。*
 
 # %% tags=["prose-values"]
 {"memory": MEMORY}

@@ -104,7 +104,7 @@ say(en="Exercise 2 checked: positions 93 to 99, position 99 in slot 1; the query
     zh="练习 2 已核对：保存位置 93–99，位置 99 在第 1 个槽位；位置 100 上的查询读取键 93–100；位置 100 写入第 2 个槽位，取代了位置 93。")
 
 # %% [markdown] lang="en"
-# **Exercise 3: what int4 really costs.** Take one K/V head with $D_h = 128$, the KIVI layout of section 7 with
+# **Exercise 3: what int4 really costs.** Take one K/V head with $D_h = 128$, the layout of section 7 with
 # groups of $G = 32$ positions and FP16 scales and minimums, and a context so long that the full-precision window
 # does not matter. How many bytes does one token cost, and what fraction is that of the 512 bytes of FP16 keys and
 # values?
@@ -119,7 +119,7 @@ say(en="Exercise 2 checked: positions 93 to 99, position 99 in slot 1; the query
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 3：int4 的真实开销。** 取一个 $D_h = 128$ 的 K/V 头，采用第 7 节的 KIVI 存储布局，每组 $G = 32$ 个位置，缩放因子和最小值用 FP16 保存；上下文足够长，全精度窗口可以忽略不计。一个 token 要花多少字节？它占 FP16 的 K 和 V 共 512 字节的百分之几？
+# **练习 3：int4 的真实开销。** 取一个 $D_h = 128$ 的 K/V 头，采用第 7 节的存储布局，每组 $G = 32$ 个位置，缩放因子和最小值用 FP16 保存；上下文足够长，全精度窗口可以忽略不计。一个 token 要花多少字节？它占 FP16 的 K 和 V 共 512 字节的百分之几？
 #
 # <details><summary>查看答案</summary>
 #

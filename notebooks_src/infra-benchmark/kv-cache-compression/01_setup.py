@@ -28,7 +28,7 @@
 #
 # **Scope.** Everything runs on a CPU with tiny random models, so we prove that each cache computes what it
 # claims and count what it stores and computes; we do not measure speed on a GPU, and random weights cannot
-# tell whether an approximate cache keeps a trained model's answers (section 6 says what the papers measured
+# tell whether an approximate cache keeps a trained model's answers (section 7 says what the papers measured
 # instead).
 
 # %% [markdown] lang="zh"
@@ -43,12 +43,12 @@
 #
 # 目录：1 环境设置 · 2 每层一个缓存对象的 Llama 结构解码器（本笔记本从前几份笔记本中沿用的内容）· 3 多头潜在注意力 · 4 局部层、全局层与共享层 · 5 注意力汇聚点 · 6 淘汰策略 · 7 保存结果 · 8 要点与练习。
 #
-# **不涉及的内容**：全部计算都在 CPU 上用很小的随机权重模型完成。因此，我们证明的是每种缓存确实计算了它声称的内容，并统计它存了多少、算了多少；我们不在 GPU 上测速度。随机权重也无法说明一个近似缓存能否保住训练好的模型的答案（第 6 节会说明论文实际测量的是什么）。
+# **不涉及的内容**：全部计算都在 CPU 上用很小的随机权重模型完成。因此，我们证明的是每种缓存确实计算了它声称的内容，并统计它存了多少、算了多少；我们不在 GPU 上测速度。随机权重也无法说明一个近似缓存能否保住训练好的模型的答案（第 7 节会说明论文实际测量的是什么）。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
 #
-# The parameters come first. `QUICK = True` shortens only the eviction sweep of section 6 (fewer budgets,
+# The parameters come first. `QUICK = True` shortens only the eviction sweep of section 7 (fewer budgets,
 # fewer prompts, fewer steps); every exactness check and every negative control runs in full in both modes.
 # Everything runs on the CPU with one thread, in FP32 unless a check asks for FP64; models are in `eval()`
 # mode and all computation happens under `torch.inference_mode()`. The notebook needs only PyTorch, NumPy and
@@ -58,11 +58,11 @@
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 首先是参数。`QUICK = True` 只会缩短第 6 节的淘汰扫描（预算更少、提示（prompt）更少、步数更少）；两种模式下，所有精确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32；模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。Hugging Face 裁判还需要 `transformers`；没有安装它时，每个裁判只用一句话说明跳过，其余内容照常运行。
+# 首先是参数。`QUICK = True` 只会缩短第 7 节的淘汰扫描（预算更少、提示（prompt）更少、步数更少）；两种模式下，所有精确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32；模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。Hugging Face 裁判还需要 `transformers`；没有安装它时，每个裁判只用一句话说明跳过，其余内容照常运行。
 
 # %% tags=["parameters"]
-# [en] QUICK = True: a shorter eviction sweep in section 6; every exactness check stays complete.
-# [zh] QUICK = True：第 6 节的淘汰扫描更短；所有精确性检查保持完整。
+# [en] QUICK = True: a shorter eviction sweep in section 7; every exactness check stays complete.
+# [zh] QUICK = True：第 7 节的淘汰扫描更短；所有精确性检查保持完整。
 QUICK = False
 # [en] Seed of the random weights and of the fixed token streams.
 # [zh] 随机权重和固定 token 序列所用的随机种子。

@@ -28,7 +28,7 @@
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
 #
-# 夹在查询和缓存的潜向量之间的矩阵 $R_{s-t} W^{UK}_i$ 随距离 $s - t$ 而变。没有哪一个矩阵可以并入查询：吸收需要为每个距离各准备一个矩阵，这就等于重建键。DeepSeek-V2 论文正是用这个理由引入解耦的键。
+# 夹在查询和缓存的潜向量之间的矩阵 $R_{s-t} W^{UK}_i$ 随距离 $s - t$ 而变。没有哪一个矩阵可以并入查询：吸收需要为每个距离各准备一个矩阵，这就等于重建键。DeepSeek-V2 论文正是用这个理由引入解耦的 RoPE 键。
 #
 # `RopeOnCompressedPart` 就是这样的模型。它本身是一个合法的模型，它自己的缓存（存完整的键）也是精确的；它不可能有的，是一个精确的吸收形式。一种诱人的“照样吸收”的写法是 `RotatedInLatentSpace`：像 `AbsorbedMLA` 那样把 $W^{UK}_i$ 并入查询；既然旋转已经没法夹在查询和 $W^{UK}_i$ 之间，就把它挪到潜空间里：用一个 $r$ 维的 RoPE $R^{(r)}$ 旋转并入后的查询 $\tilde q_{t,i}$ 和缓存的潜向量 $c_s$。缓存里仍然只有潜向量，分数仍然只取决于距离，模型本身也自洽：它的缓存路径等于它自己的完整重算。但是
 #
@@ -78,15 +78,15 @@ ROPE_ON_COMPRESSED_OWN = {name: run_grid(lambda form=form: build(mla_cfg, lambda
 ROPE_ON_COMPRESSED_ABSORBED = [absorbed_vs_naive(batch, chunk, dtype, naive=RopeOnCompressedPart, absorbed=RotatedInLatentSpace)
                                for dtype, batch, chunk in GRID]
 summary_table({"`RopeOnCompressedPart`": ROPE_ON_COMPRESSED_OWN["naive"], "`RotatedInLatentSpace`": ROPE_ON_COMPRESSED_OWN["absorbed"],
-               "`RotatedInLatentSpace` vs `RopeOnCompressedPart`": ROPE_ON_COMPRESSED_ABSORBED})
+               "`RotatedInLatentSpace` / `RopeOnCompressedPart`": ROPE_ON_COMPRESSED_ABSORBED})
 CONTROLS["rope_on_compressed_part"] = {
     "section": 3, "check": "absorbed_vs_naive", "own_cache_exact": all(r["passed"] for rows in ROPE_ON_COMPRESSED_OWN.values() for r in rows),
     "measured": min(r["max_abs_logit_err"] for r in ROPE_ON_COMPRESSED_ABSORBED),
     "caught": not any(r["logits_passed"] for r in ROPE_ON_COMPRESSED_ABSORBED)}
 say(en=f"Both models pass their own cached-versus-full check; criterion 2 fails in all 12 configurations (smallest logit "
        f"error {CONTROLS['rope_on_compressed_part']['measured']:.2f}): caught.",
-    zh=f"两个模型都通过了各自的“缓存对照完整重算”检查；判据 2 在全部 12 种配置上失败（logits 误差最小也有 "
-       f"{CONTROLS['rope_on_compressed_part']['measured']:.2f}）：已查出。")
+    zh=f"两个模型都通过了各自的“缓存对照完整重算”检查；判据 2 在全部 12 种配置上失败（logits 的最大绝对误差最小也有 "
+       f"{CONTROLS['rope_on_compressed_part']['measured']:.2f}），已查出。")
 assert CONTROLS["rope_on_compressed_part"]["own_cache_exact"] and CONTROLS["rope_on_compressed_part"]["caught"]
 
 # %% [markdown] lang="en"
@@ -115,8 +115,8 @@ with torch.inference_mode():
 WHY_ROPE_SPLIT = {int(d): {name: max_abs_err(defined[..., distance == d], scores[..., distance == d]) for name, scores in absorbed.items()}
                   for d in (0, 1, 2, 4, 8, 16)}
 say_table([[str(d), f"{e['folded']:.1e}", f"{e['rotated_in_latent_space']:.1e}"] for d, e in WHY_ROPE_SPLIT.items()],
-          en=["distance t - s", "`AbsorbedMLA`'s fold: max abs score error (FP64)", "`RotatedInLatentSpace`: max abs score error (FP64)"],
-          zh=["距离 t - s", "`AbsorbedMLA` 的并入方式：分数最大绝对误差（FP64）", "`RotatedInLatentSpace`：分数最大绝对误差（FP64）"])
+          en=["distance $t - s$", "`AbsorbedMLA`'s fold: max abs score error (FP64)", "`RotatedInLatentSpace`: max abs score error (FP64)"],
+          zh=["距离 $t - s$", "`AbsorbedMLA` 的并入方式：分数最大绝对误差（FP64）", "`RotatedInLatentSpace`：分数最大绝对误差（FP64）"])
 CONTROLS["rope_on_compressed_part"]["distance_errors"] = WHY_ROPE_SPLIT
 assert max(WHY_ROPE_SPLIT[0].values()) < TOLERANCE[torch.float64] < 1e-2 < min(min(e.values()) for d, e in WHY_ROPE_SPLIT.items() if d > 0)
 
@@ -143,6 +143,6 @@ CONTROLS["latent_normalized_over_positions"] = {
     "section": 3, **run_control(lambda: build(mla_cfg, lambda i: NormalizedOverPositions(mla_cfg)))}
 say(en=f"Latent normalized over positions: cached vs full fails for chunks of 1, 2 and 5 (smallest logit error "
        f"{CONTROLS['latent_normalized_over_positions']['measured']:.2f}): caught.",
-    zh=f"沿位置维度归一化潜向量：分块长度为 1、2、5 时“缓存对照完整重算”全部失败（logits 误差最小也有 "
-       f"{CONTROLS['latent_normalized_over_positions']['measured']:.2f}）：已查出。")
+    zh=f"沿位置维度归一化潜向量：分块长度为 1、2、5 时“缓存对照完整重算”全部失败（logits 的最大绝对误差最小也有 "
+       f"{CONTROLS['latent_normalized_over_positions']['measured']:.2f}），已查出。")
 assert CONTROLS["latent_normalized_over_positions"]["caught"]

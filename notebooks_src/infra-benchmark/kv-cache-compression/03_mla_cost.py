@@ -1,5 +1,8 @@
 # %% [markdown] lang="en"
-# ### 3.2 What MLA stores, and what it computes
+# ## 4. The cost of MLA: memory, arithmetic and memory traffic
+#
+# Section 3 proved the three forms exact. This section counts what each one stores, computes and moves, first on
+# our small model, then at DeepSeek-V3's size.
 #
 # **Memory, measured.** Per token and layer, the naive form caches $H(d_C + d_R)$ numbers of keys and $H d_v$ of
 # values; the latent and absorbed forms cache $r + d_R$. For comparison, the GQA model of section 2 caches
@@ -8,9 +11,11 @@
 # the formula exactly.
 
 # %% [markdown] lang="zh"
-# ### 3.2 MLA 存了什么，又算了什么
+# ## 4. MLA 的开销：内存、算术与访存
 #
-# **内存，实测。** 每个 token 在每一层，朴素形式缓存 $H(d_C + d_R)$ 个键的数和 $H d_v$ 个值的数；潜向量形式和吸收形式缓存 $r + d_R$ 个数。作为对照，第 2 节的 GQA 模型缓存 $2 H_{kv} D_h$ 个数（即本系列的 `kv_bytes_per_token` 公式）。下面的单元格在 24 个 token 的序列（batch 2，FP32）之后，对真实缓存统计 `numel() * element_size()`，再除以 batch、token 数和层数；结果必须与公式完全相等。
+# 第 3 节证明了三种形式都是精确的。本节统计每种形式存了什么、算了什么、搬运了什么：先在我们的小模型上，再放到 DeepSeek-V3 的规模。
+#
+# **内存，实测。** 每个 token 在每一层，朴素形式为键缓存 $H(d_C + d_R)$ 个数，为值缓存 $H d_v$ 个数；潜向量形式和吸收形式缓存 $r + d_R$ 个数。作为对照，第 2 节的 GQA 模型缓存 $2 H_{kv} D_h$ 个数（即本系列的 `kv_bytes_per_token` 公式）。下面的单元格在 24 个 token 的序列（batch 2，FP32）之后，对真实缓存统计 `numel() * element_size()`，再除以 batch、token 数和层数；结果必须与公式完全相等。
 
 # %%
 def mla_elements(c: MLAConfig) -> int:
@@ -87,7 +92,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # layers.
 
 # %% [markdown] lang="zh"
-# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数：潜向量是被复制的，而不是被切分的。这就是 SGLang 和 vLLM 以**数据并行**方式运行 DeepSeek 注意力的原因（SGLang 文档中称为 “DP attention”；vLLM 的数据并行部署指南也为 MLA 模型推荐这种方式）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
+# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数：潜向量是被复制的，而不是被切分的。这就是 SGLang 和 vLLM 以**数据并行**方式运行 DeepSeek 注意力的原因（SGLang 文档中称为“DP attention”；vLLM 的数据并行部署指南也为 MLA 模型推荐这种方式）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
 
 # %% [markdown] lang="en"
 # **Compute, counted.** Absorption does not make attention cheaper in arithmetic; it moves it. Per decode step
@@ -146,7 +151,7 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # **What each form moves.** Now the counts at DeepSeek-V3's size, per layer and decode step, next to the bytes each
 # form reads from its cache (BF16). The naive form does about one multiply-add per cached number it reads: its
 # attention is bound by memory traffic. The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the
-# attention arithmetic of the naive one per key, but reads {{run:mla.naive_vs_latent_bytes:.0f}} times fewer bytes: it
+# attention arithmetic of the naive one per key, but reads 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it
 # behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
 #
 # The latent form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form, but the
@@ -155,14 +160,13 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # what our `LatentMLA` and, when transformers is installed, Hugging Face's `expand_kv` materialise in one decode step
 # with 24 cached positions; both must equal that formula. At DeepSeek-V3's size and 32,768 keys this is
 # {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step, written and then read: the latent form saves cache
-# capacity, not memory bandwidth, and moves more bytes per step than the naive form reads. The table therefore gives
-# the multiply-adds per byte of cache read, which for the latent form only a fused kernel would reach: one that
-# expands each latent on chip and never writes the expansion to memory.
+# capacity, not memory bandwidth, and moves more bytes per step than the naive form reads (a fused kernel that
+# expanded each latent on chip and never wrote the expansion to memory would avoid that traffic).
 
 # %% [markdown] lang="zh"
-# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受访存限制。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却少 {{run:mla.naive_vs_latent_bytes:.0f}} 倍：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
+# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受限于内存带宽。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都把每个缓存位置展开后的键和值写进新的张量，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中实际生成的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，这就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多。因此，表中给出的是“每读一个缓存字节的乘加次数”；对潜向量形式来说，只有融合算子才能达到这个比值：它在片上展开每个潜向量，从不把展开结果写回内存。
+# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都把每个缓存位置展开后的键和值写进新的张量，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中实际生成的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，这就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多（融合内核若在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存）。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -205,16 +209,16 @@ if HAVE_HF:
     MATERIALISED["DeepseekV3Attention"] = expanded_per_step(
         hf.model.layers[0].self_attn, lambda ids: hf(input_ids=ids, past_key_values=hf_cache, use_cache=True), "expand_kv")
 say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * expanded_elements(mla_cfg):,}"] for name, n in MATERIALISED.items()],
-          en=["latent form", "cached positions", "numbers expanded in one decode step", "formula: T H (d_C + d_R + d_v)"],
-          zh=["潜向量形式", "缓存的位置数", "一个解码步中展开出的数", "公式：T H (d_C + d_R + d_v)"])
+          en=["latent form", "cached positions", "numbers expanded in one decode step", "formula: $T H (d_C + d_R + d_v)$"],
+          zh=["潜向量形式", "缓存的位置数", "一个解码步中展开出的数", "公式：$T H (d_C + d_R + d_v)$"])
 assert all(n == STREAM_LEN * expanded_elements(mla_cfg) for n in MATERIALISED.values())
 
 # %% [markdown] lang="en"
-# The three forms at DeepSeek-V3's size with a context of 32,768 keys. The last column divides the multiply-adds by
-# the cache bytes alone.
+# The three forms at DeepSeek-V3's size with a context of 32,768 keys: multiply-adds, bytes read from the cache, and
+# for the latent form the expanded keys and values it writes and reads back.
 
 # %% [markdown] lang="zh"
-# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字。最后一列只用缓存的字节数去除乘加次数。
+# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字：乘加次数、从缓存读取的字节数，以及潜向量形式写入又读回的展开后的键和值。
 
 # %%
 d, T = DEEPSEEK_V3, 32 * 1024
@@ -223,12 +227,10 @@ per_key_absorbed = d.heads * (2 * d.latent + d.rope_dim)
 MLA_TRADE = {"context": T, "forms": {form: {"macs": decode_macs(d, form, T), "cache_bytes_read": cache_bytes_read(d, form, T),
                                             "expanded_bytes_written": materialised_bytes(d, form, T)}
                                      for form in MLA_FORMS}}
-say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{v['expanded_bytes_written'] / 2 ** 20:,.0f}",
-            f"{v['macs'] / v['cache_bytes_read']:,.1f}"]
+say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{v['expanded_bytes_written'] / 2 ** 20:,.0f}"]
            for form, v in MLA_TRADE["forms"].items()],
-          en=["form (T = 32,768)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB), then read back",
-              "multiply-adds per byte of cache read"],
-          zh=["形式（T = 32,768）", "乘加次数（十亿）", "读取的缓存（MiB）", "写入的展开 K/V（MiB），之后再读回", "每读一个缓存字节的乘加次数"])
+          en=["form ($T = 32{,}768$)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB), then read back"],
+          zh=["形式（$T = 32{,}768$）", "乘加次数（十亿）", "读取的缓存（MiB）", "写入的展开 K/V（MiB），之后再读回"])
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["latent"]["macs"]
 
 # %% [markdown] lang="en"
@@ -259,12 +261,12 @@ fig.savefig(MLA_COST_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys (both axes
-# logarithmic). Left: bytes. The solid lines are the bytes read from the cache; the latent and absorbed forms
+# *Figure: one DeepSeek-V3 attention layer, one decode step, against the context ("context: cached keys T", the
+# number of cached keys; both axes logarithmic). Left: bytes per step (MiB, BF16). The solid lines are the bytes read from the cache; the latent and absorbed forms
 # coincide there (both read the latents and RoPE keys). The dotted line adds what the latent form, as transformers
 # runs it, writes and reads back at every step, the expanded keys and values: it moves about twice the bytes the
 # naive form reads.
-# Right: multiply-adds; "latent" climbs fastest because it re-expands every cached latent.*
+# Right: multiply-adds per step (billions); "latent" climbs fastest because it re-expands every cached latent.*
 #
 # **Which form, when.** The absorbed form's attention does $H(2r + d_R)$ multiply-adds per cached key and decode step
 # and reads $r + d_R$ numbers: {{run:mla.absorbed_flop_per_byte:.0f}} FLOP per byte in BF16 for DeepSeek-V3, close to
@@ -275,14 +277,14 @@ plt.show()
 # Prefill is different: every key meets many queries, the expansion of a key ($r \cdot H(d_C + d_v)$ multiply-adds)
 # is paid once and shared by all of them, and what counts is the work per (query, key) pair, $H(d_C + d_R + d_v)$
 # multiply-adds with expanded keys and values against $H(2r + d_R)$ absorbed, {{run:mla.absorbed_vs_naive_macs:.1f}}
-# times more. So serving engines prefill with the expanded form and decode with the absorbed one; vLLM's MLA backend
+# times as many. So serving engines prefill with the expanded form and decode with the absorbed one; vLLM's MLA backend
 # says so at the top of `vllm/v1/attention/backends/mla/common.py` (a "compute friendly" path for prefill, a
 # "data-movement friendly" one for decode).
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数（两个坐标轴都是对数刻度）。左图：字节数。实线是从缓存读取的字节数，其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即展开后的键和值：它搬运的字节约为朴素形式读取量的两倍。右图：乘加次数；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴 context: cached keys T 是上下文长度，即缓存的键数 $T$（两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数，其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即展开后的键和值：它搬运的字节约为朴素形式读取量的两倍。右图纵轴是每步的乘加次数（单位：十亿）；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
 #
-# **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，算子就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型）。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受访存限制的区域。预填充则不同：每个键都要与许多查询相遇，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，多出 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理引擎用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
+# **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型）。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充则不同：每个键都要与许多查询相遇，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理引擎用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (the reuse notebook uses the same figures).

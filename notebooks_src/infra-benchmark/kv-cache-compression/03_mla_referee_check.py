@@ -42,24 +42,20 @@ if HAVE_HF:
     assert TOLERANCE[torch.float64] < DEEPSEEK_REFEREE["absorbed_pure_fp64"]["full"] < TOLERANCE[torch.float32]
     CONTROLS["rope_on_compressed_part"]["referee_full_logit_err"] = DEEPSEEK_REFEREE["rope_on_compressed_part"]["full"]
     assert CONTROLS["rope_on_compressed_part"]["referee_full_logit_err"] > 1e-2
-    say(en="Hugging Face's DeepSeek-V3 agrees with our MLA within 1e-10 in FP64, full and cached, logits and cached "
+    say(en="Hugging Face's DeepSeek-V3 agrees with our MLA within $10^{-10}$ in FP64, full and cached, logits and cached "
            "latents, once our copy computes its two FP32 steps; `RopeOnCompressedPart` is rejected.",
-        zh="只要我们的副本也在 FP32 下完成那两步，Hugging Face 的 DeepSeek-V3 与我们的 MLA 在 FP64 下的差异就小于 1e-10："
+        zh="只要我们的副本也在 FP32 下完成那两步，Hugging Face 的 DeepSeek-V3 与我们的 MLA 在 FP64 下的最大绝对误差就小于 $10^{-10}$："
            "完整路径和缓存路径、logits 和缓存的潜向量都是如此；`RopeOnCompressedPart` 被判为不一致。")
 else:
     say(en=f"The DeepSeek-V3 referee is skipped: `transformers` is not available here ({HF_SKIP}).",
         zh=f"DeepSeek-V3 裁判已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
 
 # %% [markdown] lang="en"
-# Why are the first two rows exactly 0.0, when the absorbed and naive forms of our own model differ by about
-# {{run:mla.absorbed_vs_naive_fp64:.0e}} in pure FP64 (criterion 2)? Hugging Face's model and our `with_hf_precision`
-# copy compute every RMSNorm in FP32 and cast the result back: before each layer's projections and before the output
-# head, the residual stream is rounded to FP32's 24 significant bits. Differences of order $10^{-16}$, which is all
-# that the other order of arithmetic (absorbed here, expanded in Hugging Face's model) leaves in FP64, almost never
-# survive that rounding (a number would have to lie within $10^{-16}$ of a rounding boundary that is about $10^{-7}$
-# wide, a chance of about one in a billion), so both models hand the same numbers to the same projections, and the
-# logits and cached tensors come out bit for bit equal. Nothing asserts the zero: the check is the FP64 tolerance.
-# The pure FP64 row has no such rounding on our side and shows the FP32-level difference instead.
+# > *Footnote: why the first two rows are exactly 0.0*, although our absorbed and naive forms differ by about
+# > {{run:mla.absorbed_vs_naive_fp64:.0e}} in pure FP64 (criterion 2). Both models round the residual stream to FP32
+# > in every RMSNorm (before each layer's projections and before the `lm_head`), and the differences of order
+# > $10^{-16}$ that the other order of arithmetic leaves almost never survive that rounding, so both hand the same
+# > numbers to the same projections. Nothing asserts the zero: the check is the FP64 tolerance.
 
 # %% [markdown] lang="zh"
-# 为什么前两行恰好是 0.0？要知道，在纯 FP64 下，我们自己模型的吸收形式与朴素形式也相差约 {{run:mla.absorbed_vs_naive_fp64:.0e}}（判据 2）。原因在于 Hugging Face 的模型和我们的 `with_hf_precision` 副本都在 FP32 下计算每个 RMSNorm，再把结果转换回来：在每一层的投影之前、在输出头之前，残差流都被舍入到 FP32 的 24 位有效数字。另一种运算次序（这里是吸收形式，Hugging Face 的模型里是展开形式）在 FP64 下留下的差异只有 $10^{-16}$ 量级，几乎不可能在这次舍入后保留下来（除非某个数恰好落在一个宽约 $10^{-7}$ 的舍入区间边界附近 $10^{-16}$ 之内，概率约为十亿分之一），于是两个模型把同样的数交给同样的投影，logits 和缓存的张量就逐比特相同。这里并没有断言误差为零，检查依据的是 FP64 的容差。纯 FP64 那一行在我们这一侧没有这次舍入，显示的是 FP32 量级的差异。
+# > *脚注：为什么前两行恰好是 0.0？* 在纯 FP64 下，我们自己模型的吸收形式与朴素形式也相差约 {{run:mla.absorbed_vs_naive_fp64:.0e}}（判据 2）。原因是两个模型都在每个 RMSNorm 中把残差流舍入到 FP32（在每一层的投影之前和词表投影 `lm_head` 之前），而另一种运算次序留下的 $10^{-16}$ 量级的差异几乎不可能在这次舍入后保留下来，于是两个模型把同样的数交给同样的投影。这里并没有断言误差为零，检查用的是 FP64 的容差。

@@ -1,7 +1,7 @@
 # %%
 band = band_mask(4 + torch.arange(2), torch.arange(6), 3)                         # [2, 6]
 say_table([[str(4 + i), " ".join(str(int(a)) for a in row)] for i, row in enumerate(band)],
-          en=["query position", "keys 0 to 5 (1 = may read)"], zh=["查询位置", "键 0 到 5（1 表示可以读取）"])
+          en=["query position", "keys 0–5 (1 = may read)"], zh=["查询位置", "键 0–5（1 表示可以读取）"])
 assert band.int().tolist() == [[0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1]]
 WINDOW = 8
 
@@ -48,12 +48,12 @@ class GlobalWithRing(Attention):
         return RingKV(WINDOW - 1)
 
 
-CONTROLS["ring_on_global_layer"] = {"section": 4, **run_control(
+CONTROLS["ring_on_global_layer"] = {"section": 5, **run_control(
     lambda: build(six_cfg, lambda i: WindowAttention(six_cfg, WINDOW) if i < 5 else GlobalWithRing(six_cfg)))}
 say(en=f"A ring buffer on the global layer: the check fails for chunks of 1, 2 and 5 (smallest logit error "
        f"{CONTROLS['ring_on_global_layer']['measured']:.2f}): caught.",
-    zh=f"全局层配上环形缓冲区：分块长度为 1、2、5 时检查全部失败（logits 误差最小也有 "
-       f"{CONTROLS['ring_on_global_layer']['measured']:.2f}）：已查出。")
+    zh=f"全局层配上环形缓冲区：分块长度为 1、2、5 时检查全部失败（logits 的最大绝对误差最小也有 "
+       f"{CONTROLS['ring_on_global_layer']['measured']:.2f}），已查出。")
 assert CONTROLS["ring_on_global_layer"]["caught"]
 
 # %% [markdown] lang="en"
@@ -69,7 +69,7 @@ assert CONTROLS["ring_on_global_layer"]["caught"]
 # {{run:local_global.gemma3_mixed_gib:.2f}} GiB for the 5:1 mix: the global layers hold almost all of it.
 
 # %% [markdown] lang="zh"
-# **内存。** 在 24 个 token 的序列（batch 2，FP32）之后，每个局部层保存 $W - 1 = 7$ 个位置，全局层保存 24 个；由六个全局层组成的统一模型则要保存 $6 \times 24$ 个。下面的单元格测量每一层的字节数，并与 `kv_bytes_per_token` 乘以这一层应保存的位置数相比较。放到 Gemma 3 27B 的规模上（数值取自 Google 的参考实现，即 google/gemma_pytorch 中 `gemma/config.py` 的 `get_config_for_27b_v3`：62 层，16 个 K/V 头、每头 128 维，窗口 1,024，层的类型按“五个局部层、一个全局层”循环，因此有 {{run:local_global.gemma3_local_layers}} 个局部层和 {{run:local_global.gemma3_global_layers}} 个全局层；如果安装了 transformers，单元格还会用它的 `Gemma3TextConfig` 默认的 `layer_types`（第二个来源）核对这个模式），对 128k 上下文、BF16 精度，同一个公式给出：62 个全局层需要 {{run:local_global.gemma3_uniform_gib:.1f}} GiB，5:1 的混合模式只需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而且几乎全部花在全局层上。
+# **内存。** 在 24 个 token 的序列（batch 2，FP32）之后，每个局部层保存 $W - 1 = 7$ 个位置，全局层保存 24 个；由六个全局层组成的统一模型则要保存 $6 \times 24$ 个。下面的单元格测量每一层的字节数，并与 `kv_bytes_per_token` 乘以这一层应保存的位置数相比较。放到 Gemma 3 27B 的规模上。它的数值取自 Google 的参照实现（google/gemma_pytorch 中 `gemma/config.py` 的 `get_config_for_27b_v3`）：62 层，16 个 K/V 头、每头 128 维，窗口 1,024，层的类型按“五个局部层、一个全局层”循环，因此有 {{run:local_global.gemma3_local_layers}} 个局部层和 {{run:local_global.gemma3_global_layers}} 个全局层。如果安装了 transformers，单元格还会用它的 `Gemma3TextConfig` 默认的 `layer_types`（第二个来源）核对这个模式。对 128k 上下文、BF16 精度，同一个公式给出：62 个全局层需要 {{run:local_global.gemma3_uniform_gib:.1f}} GiB，5:1 的混合模式只需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而且几乎全部花在全局层上。
 
 # %%
 def positions_held(pattern: list[str], tokens: int, window: int) -> list[int]:

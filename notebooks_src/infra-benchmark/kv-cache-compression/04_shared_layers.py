@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ### 4.1 Layers that share one cache
+# ### 5.1 Layers that share one cache
 #
 # The first notebook insisted that every layer needs its own cache, because layer $\ell$ projects keys and values
 # from its own input. Cross-layer attention (CLA; Brandon et al., 2024) changes the model instead: in each pair of
@@ -14,9 +14,9 @@
 # contents, which the lower layer has just updated in the same call.
 
 # %% [markdown] lang="zh"
-# ### 4.1 共享同一份缓存的层
+# ### 5.1 共享同一份缓存的层
 #
-# 第一份笔记本强调过：每一层都需要自己的缓存，因为第 $\ell$ 层是从它自己的输入投影出键和值的。跨层注意力（CLA；Brandon 等，2024）则是改动模型本身：在每一对相邻的层中，下层计算键和值并缓存它们，上层根本没有 K/V 投影，它的查询读取下层的键和值。作者用这种方式从头训练了 10 亿和 30 亿参数的模型，报告说两层一组共享（CLA2）能把缓存减半，困惑度只略有上升。transformers 在 Gemma 3n 和 Gemma 4 中实现了一种相近的方案（`num_kv_shared_layers`：最后若干层复用之前最后一个同类型层的键和值）。
+# 第一份笔记本强调过：每一层都需要自己的缓存，因为第 $\ell$ 层是从它自己的输入投影出键和值的。跨层注意力（CLA；Brandon 等人，2024）则是改动模型本身：在每一对相邻的层中，下层计算键和值并缓存它们，上层根本没有 K/V 投影，它的查询读取下层的键和值。作者用这种方式从头训练了 10 亿和 30 亿参数的模型，报告说两层一组共享（CLA2）能把缓存减半，困惑度只略有上升。transformers 在 Gemma 3n 和 Gemma 4 中实现了一种相近的方案（`num_kv_shared_layers`：最后若干层复用之前最后一个同类型层的键和值）。
 #
 # `SharedKVAttention` 是一对层中的上层。它去掉了 K/V 投影；`new_cache` 返回它下面那一层的缓存（即解码器到目前为止已建好的列表中的最后一个）；`forward` 读取这个缓存的内容，而下层刚刚在同一次调用中更新过它。
 
@@ -75,9 +75,9 @@ assert all(r["passed"] for r in SHARED_GRID) and shared_index == [0, 0, 1, 1, 2,
 # whatever the cache counts, the cached path does not, so the check must fail.
 
 # %% [markdown] lang="zh"
-# 共享得到的是另一个模型，而不是普通模型的一个更省的副本。由于 `SharedKVAttention` 先建好 K/V 投影再删掉，用同一个随机种子构建的共享模型，其权重与普通六层模型完全相同，只是少了上层的 K/V 投影；然而它的 logits 与普通模型相差 {{run:shared.vs_ordinary:.2f}}。一层能读取相邻层的缓存，前提是模型就是这样训练出来的，Brandon 等人正是这样做的。
+# 共享得到的是另一个模型，而不是普通模型的一个更省的副本。由于 `SharedKVAttention` 先建好 K/V 投影再删掉，用同一个随机种子构建的共享模型，其权重与普通六层模型完全相同，只是少了上层的 K/V 投影；然而它的 logits 与普通模型相比，最大绝对误差为 {{run:shared.vs_ordinary:.2f}}。一层能读取相邻层的缓存，前提是模型就是这样训练出来的，Brandon 等人正是这样做的。
 #
-# **负对照：上层仍然往共享缓存里写。** 给解码器加上共享的一种诱人写法：让上层拿到下层的缓存对象（`new_cache` 返回 `caches[-1]`），却保留普通的注意力层，连同它的 K/V 投影和 `update` 调用。于是每次调用都把每个 token 追加两次（这一对层各一次），共享缓存把两次都计入：解码器据以给下一个分块编号的 `seen` 以两倍的速度往前跑，上层也会在下层的键旁边读到它自己的键。检查方式与 `shared_pairs` 通过的检查相同，即与模型自己的完整重算比较：完整调用无论缓存计数多少，都把 token 编号为 $0 \dots 23$，缓存路径却不是这样，所以检查必须失败。
+# **负对照：上层仍然往共享缓存里写。** 给解码器加上共享的一种诱人写法：让上层拿到下层的缓存对象（`new_cache` 返回 `caches[-1]`），却保留普通的注意力层，连同它的 K/V 投影和 `update` 调用。于是每次调用都把每个 token 追加两次（这一对层各一次），共享缓存把两次都计入：解码器靠 `seen` 给下一个分块编号，而 `seen` 现在以两倍的速度增长；上层也会在下层的键旁边读到它自己的键。检查方式与 `shared_pairs` 通过的检查相同，即与模型自己的完整重算比较：完整调用无论缓存计数多少，都把 token 编号为 $0 \dots 23$，缓存路径却不是这样，所以检查必须失败。
 
 # %%
 with torch.inference_mode():
@@ -97,14 +97,14 @@ def appends_to_shared(i: int):
 
 
 _, doubled_cache = run_chunked(build(six_cfg, appends_to_shared), STREAM[:1], 1)
-CONTROLS["shared_cache_written_twice"] = {"section": 4, **run_control(lambda: build(six_cfg, appends_to_shared)),
+CONTROLS["shared_cache_written_twice"] = {"section": 5, **run_control(lambda: build(six_cfg, appends_to_shared)),
                                           "seen_after_stream": doubled_cache[0].seen}
 say(en=f"The upper layers append to the shared caches too: after the {STREAM_LEN}-token stream in chunks of 1, the first cache "
        f"has counted {CONTROLS['shared_cache_written_twice']['seen_after_stream']} tokens; the check fails for chunks of 1, 2 and 5 "
        f"(smallest logit error {CONTROLS['shared_cache_written_twice']['measured']:.2f}): caught.",
     zh=f"上层也往共享缓存里追加：{STREAM_LEN} 个 token 的序列按分块长度 1 送入之后，第一个缓存计入了 "
-       f"{CONTROLS['shared_cache_written_twice']['seen_after_stream']} 个 token；分块长度为 1、2、5 时检查全部失败（logits 误差最小也有 "
-       f"{CONTROLS['shared_cache_written_twice']['measured']:.2f}）：已查出。")
+       f"{CONTROLS['shared_cache_written_twice']['seen_after_stream']} 个 token；分块长度为 1、2、5 时检查全部失败（logits 的最大绝对误差最小也有 "
+       f"{CONTROLS['shared_cache_written_twice']['measured']:.2f}），已查出。")
 assert CONTROLS["shared_cache_written_twice"]["caught"] and CONTROLS["shared_cache_written_twice"]["seen_after_stream"] == 2 * STREAM_LEN
 
 # %% [markdown] lang="en"
@@ -151,10 +151,13 @@ fig.savefig(GROWTH_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# *Figure: left, the six layers of the local/global model as tokens arrive: the five local layers (thin, dotted
-# lines, on top of each other) stop at $W - 1 = 7$ positions, the global layer (thick line) keeps growing. Right,
-# the total over all layers for the ordinary model (solid), the local/global model (dashed) and the shared-pairs
+# *Figure: horizontal axis, the tokens consumed so far ("tokens consumed"); vertical axis, the positions the cache holds ("cached
+# positions"). Left (title "local/global model: positions held per layer"), the six layers of the local/global model
+# as tokens arrive, one line per layer (legend "layer i (local)" or "(global)"): the five local layers (thin, dotted
+# lines, on top of each other) stop at $W - 1 = 7$ positions, the global layer (thick line) keeps growing. Right
+# (title "positions held, all layers"), the total over all layers for the ordinary model (solid), the local/global
+# model (dashed) and the shared-pairs
 # model (dotted), which holds half of the ordinary one at every step.*
 
 # %% [markdown] lang="zh"
-# *图：左图是局部/全局模型的六层随 token 到来的变化：五个局部层（细虚线，相互重叠）停在 $W - 1 = 7$ 个位置，全局层（粗实线）则一直增长。右图是所有层加起来的总数：普通模型（实线，ordinary）、局部/全局模型（虚线，local/global）和两两共享的模型（点线，shared pairs）；后者在每一步都恰好是普通模型的一半。*
+# *图：横轴 tokens consumed 是已读入的 token 数，纵轴 cached positions 是缓存保存的位置数。左图（标题 local/global model: positions held per layer）是局部/全局模型的六层随 token 到来的变化，每层一条线，图例 layer 0 (local) … layer 5 (global) 标出层号和类型：五个局部层（细虚线，相互重叠）停在 $W - 1 = 7$ 个位置，全局层（粗实线）则一直增长。右图（标题 positions held, all layers）是所有层加起来的总数：普通模型（实线，ordinary）、局部/全局模型（虚线，local/global）和两两共享的模型（点线，shared pairs）；后者在每一步都恰好是普通模型的一半。*

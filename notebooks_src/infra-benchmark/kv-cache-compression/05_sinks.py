@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 5. Attention sinks: a window that keeps the first tokens
+# ## 6. Attention sinks: a window that keeps the first tokens
 #
 # A sliding window over a long stream has a known failure in trained models: once the first tokens leave the
 # window, the output degrades. StreamingLLM (Xiao et al., 2023) traced it to **attention sinks**: trained models put
@@ -22,9 +22,9 @@
 # the positions the cache gives them.
 
 # %% [markdown] lang="zh"
-# ## 5. 注意力汇聚点：保留开头几个 token 的窗口
+# ## 6. 注意力汇聚点：保留开头几个 token 的窗口
 #
-# 在长序列上使用滑动窗口，训练好的模型会出现一个已知的问题：开头的几个 token 一旦离开窗口，输出就变差。StreamingLLM（Xiao 等，2023）找到了原因，即**注意力汇聚点**（attention sink）：训练好的模型会把每个查询相当大一部分注意力放在开头的几个 token 上，无论这些 token 是什么；softmax 一旦失去它们，就只能把这部分注意力分摊到别处。它的办法是让缓存保留 $S$ 个汇聚 token（论文取 $S = 4$），外加最近的 $W$ 个 token。位于位置 $p$ 的查询读取键 $j < S$ 以及 $p - W < j \le p$。
+# 在长序列上使用滑动窗口，训练好的模型会出现一个已知的问题：开头的几个 token 一旦离开窗口，输出就变差。StreamingLLM（Xiao 等人，2023）找到了原因，即**注意力汇聚点**（attention sink）：训练好的模型会把每个查询相当大一部分注意力放在开头的几个 token 上，无论这些 token 是什么；softmax 一旦失去它们，就只能把这部分注意力分摊到别处。它的办法是让缓存保留 $S$ 个汇聚 token（论文取 $S = 4$），外加最近的 $W$ 个 token。位于位置 $p$ 的查询读取键 $j < S$ 以及 $p - W < j \le p$。
 #
 # 微妙之处在于位置。StreamingLLM **按缓存所见**给键编号：一个查询读取的那些键依次编号为 $0, 1, 2, \dots$，查询本身是最后一个。论文中的例子：缓存里有 token 0、1、2、3、6、7、8，token 9 到来时（四个汇聚点、窗口为四），查询读取的这八个 token 的位置是 0 到 7，而不是它们在文本中的位置 0、1、2、3、6、7、8、9。这样，无论序列多长，RoPE 看到的距离始终小于 $S + W$，不会超出模型训练时见过的范围。但这也意味着，窗口每滑动一次，键的位置就会变，所以不能把键旋转一次就缓存起来：StreamingLLM 缓存的是 RoPE **之前**的键，每次读取时再旋转。
 #
@@ -55,10 +55,10 @@ def read_and_numbered(sinks: int, window: int, query: int) -> tuple[list[int], l
 
 
 SINK_EXAMPLES = {(4, 4, 9): read_and_numbered(4, 4, 9), (SINKS, WINDOW, 20): read_and_numbered(SINKS, WINDOW, 20)}
-say_table([[f"S = {s}, W = {w}, p = {q}", ", ".join(map(str, text)), ", ".join(map(str, cached))]
+say_table([[f"$S = {s}$, $W = {w}$, $p = {q}$", ", ".join(map(str, text)), ", ".join(map(str, cached))]
            for (s, w, q), (text, cached) in SINK_EXAMPLES.items()],
-          en=["sinks, window, query position p", "text positions read", "cache positions"],
-          zh=["汇聚点、窗口、查询位置 p", "读取的文本位置", "缓存位置"])
+          en=["sinks, window, query position $p$", "text positions read", "cache positions"],
+          zh=["汇聚点、窗口、查询位置 $p$", "读取的文本位置", "缓存位置"])
 assert SINK_EXAMPLES[(4, 4, 9)] == ([0, 1, 2, 3, 6, 7, 8, 9], list(range(8)))
 
 # %% [markdown] lang="en"
@@ -173,7 +173,7 @@ def streaming(sinks: int = SINKS, window: int = WINDOW, layer=StreamingAttention
 
 
 STREAMING_GRID = run_grid(lambda: build(llama_cfg, streaming()), reference=lambda: build(llama_cfg, streaming(layer=StreamingByQuery)))
-summary_table({"`StreamingAttention` vs `StreamingByQuery`": STREAMING_GRID})
+summary_table({"`StreamingAttention` / `StreamingByQuery`": STREAMING_GRID})
 with torch.inference_mode():
     _, stream_cache = run_chunked(build(llama_cfg, streaming()), STREAM, 5)
 assert all(r["passed"] for r in STREAMING_GRID)
@@ -201,12 +201,12 @@ class RotatedOnWrite(StreamingAttention):
         return self.proj(merge_heads(softmax_attention(q, keys, values, allowed)))
 
 
-CONTROLS["keys_rotated_once_when_cached"] = {"section": 5, **run_control(lambda: build(llama_cfg, streaming(layer=RotatedOnWrite)),
+CONTROLS["keys_rotated_once_when_cached"] = {"section": 6, **run_control(lambda: build(llama_cfg, streaming(layer=RotatedOnWrite)),
                                                                           reference=lambda: build(llama_cfg, streaming(layer=StreamingByQuery)))}
 say(en=f"Keys rotated once, when cached: the check fails for chunks of 1, 2 and 5 (smallest logit error "
        f"{CONTROLS['keys_rotated_once_when_cached']['measured']:.2f}): caught.",
-    zh=f"键在存入缓存时只旋转一次：分块长度为 1、2、5 时检查全部失败（logits 误差最小也有 "
-       f"{CONTROLS['keys_rotated_once_when_cached']['measured']:.2f}）：已查出。")
+    zh=f"键在存入缓存时只旋转一次：分块长度为 1、2、5 时检查全部失败（logits 的最大绝对误差最小也有 "
+       f"{CONTROLS['keys_rotated_once_when_cached']['measured']:.2f}），已查出。")
 assert CONTROLS["keys_rotated_once_when_cached"]["caught"]
 
 # %% [markdown] lang="en"
@@ -270,7 +270,8 @@ fig.savefig(SINKS_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# *Figure: the largest logit difference from dense attention at each position of the two 96-token streams, for
+# *Figure: the largest logit difference from dense attention (vertical axis, log scale) at each position of the two
+# 96-token streams ("position in the stream"; the title's "random weights" means an untrained model), for
 # sinks plus window (solid, "S = 4, W = 8") and the window alone (dashed, "S = 0, W = 8"). Left of the dotted line
 # both read every earlier key and the difference is FP32 rounding (the window alone leaves that regime at $W$).*
 #
@@ -283,6 +284,6 @@ plt.show()
 # recomputes its keys.
 
 # %% [markdown] lang="zh"
-# *图：两条 96 个 token 的序列上，每个位置与稠密注意力的 logits 最大绝对误差：实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口时，从位置 $W$ 起就离开了这一段）。*
+# *图：横轴 position in the stream 是序列中的位置，纵轴（对数刻度）是两条 96 个 token 的序列上每个位置与稠密注意力（dense）的 logits 最大绝对误差；标题中的 random weights 表示随机权重，即未经训练的模型。实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口时，从位置 $W$ 起就离开了这一段）。*
 #
 # 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以保不保留它们，这里差别不大：精确段之后，贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。

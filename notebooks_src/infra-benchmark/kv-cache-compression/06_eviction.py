@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 6. Eviction policies: heavy hitters (H2O) and an observation window (SnapKV)
+# ## 7. Eviction policies: heavy hitters (H2O) and an observation window (SnapKV)
 #
 # A window decides what to keep by age. Eviction policies decide by attention. **H2O** (Zhang et al., 2023)
 # observed that in trained models a small set of tokens, the *heavy hitters*, receives most of the attention; it
@@ -29,15 +29,15 @@
 # one mask per head, `[B, H, T_new, T_keys]`, as the scores are. `EvictingAttention` is the ordinary attention layer
 # with this cache, a hook that hands it the weights, and a fixed query bias explained below.
 # %% [markdown] lang="zh"
-# ## 6. 淘汰策略：重要 token（H2O）与观察窗口（SnapKV）
+# ## 7. 淘汰策略：重要 token（H2O）与观察窗口（SnapKV）
 #
-# 窗口按新旧决定保留什么，淘汰策略则按注意力来决定。**H2O**（Zhang 等，2023）观察到，在训练好的模型中，一小部分 token（即重要 token，heavy hitter）得到了大部分注意力；它保留累积注意力最大的那些 token，外加最近的 token。**SnapKV**（Li 等，2024）观察到，提示末尾几个 token 对前面 token 的注意力，能够预测生成时会读取哪些内容；它在提示结束时，为每个头保留**观察窗口**（提示的最后几个 token）最关注的那些键（先做一维池化，让相邻的 token 一起保留），外加窗口本身。两者都按头分别选择，也都保留文本中的位置（缓存的是 RoPE 之后的键）。
+# 窗口按新旧决定保留什么，淘汰策略则按注意力来决定。**H2O**（Zhang 等人，2023）观察到，在训练好的模型中，一小部分 token（即重要 token，heavy hitter）得到了大部分注意力；它保留累积注意力最大的那些 token，外加最近的 token。**SnapKV**（Li 等人，2024）观察到，提示末尾几个 token 对前面 token 的注意力，能够预测生成时会读取哪些内容；它在提示结束时，为每个头保留**观察窗口**（提示的最后几个 token）最关注的那些键（先做一维池化，让相邻的 token 一起保留），外加窗口本身。两者都按头分别选择，也都保留文本中的位置（缓存的是 RoPE 之后的键）。
 #
-# 这样的缓存计算的是另一个函数：任何证明都不可能让它们等于稠密注意力。我们像架构笔记本评判量化缓存那样评判它们：以稠密注意力为基准，扫描一系列预算，把误差界写进代码（在第一次运行之后定下，并说明留了多少余量），画一张图，再配一个负对照：**随机淘汰必须更差**。
+# 这样的缓存计算的是另一个函数：任何证明都不可能让它们等于稠密注意力。我们像架构笔记本评判量化缓存那样评判它们：以稠密注意力为基准，扫描一系列预算，把误差界写进代码（在第一次运行之后定下，并说明留了多少余地），画一张图，再配一个负对照：**随机淘汰必须更差**。
 #
 # 所有策略采用同样的设置：4 个各含 64 个 token 的提示，每个都在一次调用中读入；这次调用结束时，每一层的缓存被削减到每个头 $b$ 个位置的**预算**；然后模型逐个解码 32 个 token，新 token 全部保留，输入的是稠密模型贪心选出的 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。H2O 论文是在生成过程中逐步淘汰的；我们只在提示结束时使用一次它的评分，这样所有策略都把同一个提示压缩到同一个预算。模型有四个 K/V 头（即 MHA，与 H2O 评测的模型相同），每个头各自保留自己的位置。
 #
-# `BudgetKV` 是一个 `FullKV`，它在注意力层把提示的注意力权重交给它时（`observe`）压缩自己一次。这时有一样东西改变了形状。到目前为止，一层的位置都只有一行 `[T]`，由所有头、batch 中的所有序列共用。压缩之后，每个（序列，头）都保留各自的位置，所以缓存以 `[B, H, T]` 的形状保存它们；之后的调用在追加新 token 之前，先把新 token 的位置扩展成这个形状。掩码不需要改动：`causal` 比较的是 `key_pos[..., None, :]` 和 `query_pos[:, None]`，广播之后正好每个头一个掩码，形状 `[B, H, T_new, T_keys]`，与分数相同。`EvictingAttention` 就是普通的注意力层，配上这种缓存、一处把注意力权重交给缓存的调用，以及下文解释的一个固定的查询偏置。
+# `BudgetKV` 是一个 `FullKV`，它在注意力层把提示的注意力权重交给它时（`observe`）压缩自己一次。这时，缓存中位置张量的形状变了。到目前为止，一层的位置都只有一行 `[T]`，由所有头、batch 中的所有序列共用。压缩之后，每个（序列，头）都保留各自的位置，所以缓存以 `[B, H, T]` 的形状保存它们；之后的调用在追加新 token 之前，先把新 token 的位置扩展成这个形状。掩码不需要改动：`causal` 比较的是 `key_pos[..., None, :]` 和 `query_pos[:, None]`，广播之后正好每个头一个掩码，形状 `[B, H, T_new, T_keys]`，与分数相同。`EvictingAttention` 就是普通的注意力层，配上这种缓存、一处把注意力权重交给缓存的调用，以及下文解释的一个固定的查询偏置。
 
 # %%
 class BudgetKV(FullKV):
@@ -146,7 +146,7 @@ with torch.inference_mode():
 BUDGET_SHAPES = {"prompt": list(kept.shape), "next_token": list(demo_cache[0].positions.shape)}
 say_table([[f"`{call}`", str(shape)] for call, shape in zip(("net(prompt)", "net(token, cache)"), BUDGET_SHAPES.values())],
           en=["call", "shape of layer 0's cached positions"], zh=["调用", "第 0 层缓存的位置的形状"])
-say_table([[f"h = {h}", ", ".join(map(str, kept[0, h].tolist()))] for h in (0, 1)],
+say_table([[str(h), ", ".join(map(str, kept[0, h].tolist()))] for h in (0, 1)],
           en=["head", "positions kept after the prompt"], zh=["头", "提示之后保留的位置"])
 assert BUDGET_SHAPES == {"prompt": [1, 4, 16], "next_token": [1, 4, 17]}
 assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() == list(range(56, 64)) for h in range(4))
@@ -177,13 +177,13 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 #    worse, not by how much, and another seed could bring a ratio closer to 1.
 
 # %% [markdown] lang="zh"
-# **有所偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：给某个头的每个查询都加上同一个固定向量，就像查询投影带一个很大的偏置那样。于是，指向这个方向的键会吸引每一个查询的注意力。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（与查询的其余部分相比很大），图中把两种情形都画出来。
+# **有偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：给某个头的每个查询都加上同一个固定向量，就像查询投影带一个很大的偏置那样。于是，指向这个方向的键会吸引每一个查询的注意力。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（与查询的其余部分相比很大），图中把两种情形都画出来。
 #
-# 误差界。它们与架构笔记本为量化缓存定下的误差界一样，是在第一次运行之后、留出余量定下的，并不是在任何运行之前预言的；余量窄的地方，我们会直说：
+# 误差界。它们与架构笔记本为量化缓存定下的误差界一样，是在第一次运行之后、留出余地定下的，并不是在任何运行之前预言的；余地窄的地方，我们会直说：
 #
-# 1. 预算等于整个提示时，没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力（这是精确的结论，不需要余量）；
-# 2. 有偏好、预算为提示的一半时，H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}} 和 {{run:eviction.h2o_half_error:.3f}}，SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}} 和 {{run:eviction.snapkv_half_error:.3f}}）：余量很宽；
-# 3. 负对照：有偏好时，在小于提示长度的每个预算下，随机淘汰的平均误差都大于这两种策略各自的平均误差（比值大于 1）。这个余量很窄。在最小的预算下，SnapKV 要把 16 个位置中的一半留给观察窗口，本次运行中随机淘汰的误差只是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 倍（预算为提示的一半时是 {{run:eviction.random_ratio_half:.2f}} 倍）。所以下面的单元格还在另外两组提示上运行有偏好情形的扫描，并在全部三组上断言这条界：那里最小的比值是 {{run:eviction.random_ratio_other_prompts:.2f}}。这条界只说明随机淘汰更差，并不说明差多少；换一个随机种子，比值也可能更接近 1。
+# 1. 预算等于整个提示时，没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力（这是精确的结论，不需要余地）；
+# 2. 有偏好、预算为提示的一半时，H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大绝对误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}} 和 {{run:eviction.h2o_half_error:.3f}}，SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}} 和 {{run:eviction.snapkv_half_error:.3f}}）：余地很宽；
+# 3. 负对照：有偏好时，在小于提示长度的每个预算下，随机淘汰的平均误差都大于这两种策略各自的平均误差（比值大于 1）。这个余地很窄。在最小的预算下，SnapKV 要把 16 个位置中的一半留给观察窗口，本次运行中随机淘汰的误差只是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 倍（预算为提示的一半时是 {{run:eviction.random_ratio_half:.2f}} 倍）。所以下面的单元格还在另外两组提示上运行有偏好情形的扫描，并在全部三组上断言这条界：那里最小的比值是 {{run:eviction.random_ratio_other_prompts:.2f}}。这条界只说明随机淘汰更差，并不说明差多少；换一个随机种子，比值也可能更接近 1。
 
 # %%
 PROMPT_LEN, PROMPTS_N, STEPS = 64, (2 if QUICK else 4), (16 if QUICK else 32)
@@ -208,6 +208,8 @@ def decode(net, prompts, steps: int, tokens=None):
 def eviction_sweep(prompts, steps: int, budgets: list[int], bias: float) -> dict:
     # [en] Every policy at every budget against dense attention, teacher-forced on the dense model's greedy tokens.
     # [zh] 每个策略在每个预算下与稠密注意力比较，输入的是稠密模型贪心选出的 token（teacher forcing）。
+    # [en] The dense baseline: the same layer with the same query_bias, no policy, and a budget of the whole prompt (nothing evicted).
+    # [zh] 稠密基准：同样的层、同样的 query_bias，不设策略，预算等于整个提示（什么都不淘汰）。
     dense, greedy = decode(build(evict_cfg, lambda i: EvictingAttention(evict_cfg, None, PROMPT_LEN, bias)), prompts, steps)
     runs = {}
     for name, policy in POLICIES.items():
@@ -223,10 +225,10 @@ def eviction_sweep(prompts, steps: int, budgets: list[int], bias: float) -> dict
 EVICTION = {case: eviction_sweep(PROMPTS, STEPS, BUDGETS, bias) for case, bias in QUERY_BIASES.items()}
 for case, runs in EVICTION.items():
     say(en=f"`query_bias = {QUERY_BIASES[case]}`: mean largest logit error / greedy agreement, by budget $b$",
-        zh=f"`query_bias = {QUERY_BIASES[case]}`：各预算 $b$ 下 logits 最大误差的平均值 / 贪心 token 一致的比例")
+        zh=f"`query_bias = {QUERY_BIASES[case]}`：各预算 $b$ 下 logits 最大绝对误差的平均值 / 贪心 token 一致的比例")
     say_table([[f"`{name}`"] + [f"{runs[f'{name}/{b}']['mean_max_abs_logit_err']:.3f} / {runs[f'{name}/{b}']['greedy_agreement']:.0%}"
                                 for b in BUDGETS] for name in POLICIES],
-              en=["policy"] + [f"b = {b}" for b in BUDGETS], zh=["策略"] + [f"b = {b}" for b in BUDGETS])
+              en=["policy"] + [f"$b = {b}$" for b in BUDGETS], zh=["策略"] + [f"$b = {b}$" for b in BUDGETS])
 
 # %% [markdown] lang="en"
 # The bounds, asserted on this run.
@@ -250,11 +252,11 @@ OTHER_PROMPTS = {seed: torch.randint(0, evict_cfg.vocab, (2, PROMPT_LEN), genera
 RANDOM_RATIOS = {"main": random_error_ratios(fav)} | {
     f"seed_{seed}": random_error_ratios(eviction_sweep(prompts, 16, [16, 32], QUERY_BIASES["favourites"]))
     for seed, prompts in OTHER_PROMPTS.items()}
-say_table([[f"`{name}`", ", ".join(f"{b}: {ratio:.2f}" for b, ratio in ratios.items()), f"{min(ratios.values()):.2f}"]
-           for name, ratios in RANDOM_RATIOS.items()],
-          en=["prompts (with favourites)", "budget: random eviction's error / the worse policy's", "smallest"],
-          zh=["提示（有偏好）", "预算：随机淘汰的误差 / 较差策略的误差", "最小值"])
-CONTROLS["random_eviction"] = {"section": 6, "check": "eviction_sweep", "measured": min(RANDOM_RATIOS["main"].values()),
+say_table([[str(SEED + 4) if name == "main" else name.removeprefix("seed_"), ", ".join(f"{b}: {ratio:.2f}" for b, ratio in ratios.items()),
+            f"{min(ratios.values()):.2f}"] for name, ratios in RANDOM_RATIOS.items()],
+          en=[f"seed of the prompts (with favourites; {SEED + 4}: this section's)", "budget: random eviction's error / the worse policy's", "smallest"],
+          zh=[f"提示的随机种子（有偏好；{SEED + 4} 为本节的提示）", "预算：随机淘汰的误差 / 较差策略的误差", "最小值"])
+CONTROLS["random_eviction"] = {"section": 7, "check": "eviction_sweep", "measured": min(RANDOM_RATIOS["main"].values()),
                                "other_prompt_sets": min(min(r.values()) for name, r in RANDOM_RATIOS.items() if name != "main"),
                                "caught": min(min(r.values()) for r in RANDOM_RATIOS.values()) > EVICTION_BOUNDS["random_min_error_ratio"]}
 assert all(run["exact"] for case in EVICTION.values() for run in case.values() if run["budget"] == PROMPT_LEN)
@@ -268,7 +270,7 @@ assert CONTROLS["random_eviction"]["caught"]
 # favourites.
 
 # %% [markdown] lang="zh"
-# 把扫描结果画成图：每个策略的 logits 最大误差平均值随预算的变化，左右两幅分别是无偏好和有偏好的情形。
+# 把扫描结果画成图：每个策略的 logits 最大绝对误差平均值随预算的变化，左右两幅分别是无偏好和有偏好的情形。
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4), sharey=True)
@@ -285,8 +287,9 @@ fig.savefig(EVICTION_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# *Figure: how far each compressed cache lands from dense attention, averaged over the prompts and decode steps,
-# as the budget grows to the whole prompt (where every curve reaches zero). Left, plain random weights
+# *Figure: how far each compressed cache lands from dense attention (vertical axis: the largest logit error of a
+# step, averaged over the prompts and decode steps), as the budget $b$ (horizontal axis: positions kept per head, of
+# the 64 of the prompt) grows to the whole prompt (where every curve reaches zero). Left, plain random weights
 # (`query_bias = 0`): H2O ("h2o"), SnapKV ("snapkv") and the random control ("random", dotted) are close, because
 # no key matters more than another. Right, with favourites (`query_bias = 4`): the two policies find the keys every
 # query attends to, and random eviction stays above both at every budget below the prompt, by a factor of
@@ -295,8 +298,8 @@ plt.show()
 # What this does not show: whether H2O or SnapKV keeps a *trained* model's answers. That depends on how a trained
 # model's attention is really distributed, which random weights cannot imitate; our bias only gives the policies
 # something to find. The papers measured quality instead. H2O checked accuracy on OPT, LLaMA and GPT-NeoX models
-# over a range of tasks with 20% of the cache kept, and reports up to 29 times the throughput of the systems it
-# compared with; SnapKV reports accuracy on the LongBench benchmark and the needle-in-a-haystack test, with 3.6 times
+# over a range of tasks with 20% of the cache kept, and reports up to 29 times the throughput of DeepSpeed
+# Zero-Inference and Hugging Face Accelerate, and up to 3 times that of FlexGen; SnapKV reports accuracy on the LongBench benchmark and the needle-in-a-haystack test, with 3.6 times
 # faster generation and 8.2 times better memory efficiency than its baseline on 16k-token inputs.
 #
 # **Why serving engines rarely ship them.** Both policies choose per head: above, heads 0 and 1 of one layer kept
@@ -311,8 +314,8 @@ plt.show()
 # and, in TensorRT-LLM, StreamingLLM's sink tokens (`sink_token_length`).
 
 # %% [markdown] lang="zh"
-# *图：各个压缩缓存偏离稠密注意力的程度（对所有提示和解码步取平均），随预算增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`）：H2O（h2o）、SnapKV（snapkv）和随机淘汰的负对照（random，点线）相差不大，因为没有哪个键比别的键更重要。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了每个查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
+# *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`）：H2O（h2o）、SnapKV（snapkv）和随机淘汰的负对照（random，点线）相差不大，因为没有哪个键比别的键更重要。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了每个查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
 #
-# 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告吞吐量最高可达所比较系统的 29 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
+# 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
 #
-# **为什么推理服务引擎很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出一个块，除非围绕它重新设计块管理器和内存布局。以 vLLM 为例，它既不提供 H2O，也不提供 SnapKV；NVIDIA 的 kvpress 等研究用的库把它们用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样。推理服务引擎真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
+# **为什么推理服务引擎很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计块管理器和内存布局。以 vLLM 为例，它既不提供 H2O，也不提供 SnapKV；NVIDIA 的 kvpress 等研究用的库把它们用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样。推理服务引擎真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。

@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 7. Saved results
+# ## 8. Saved results
 #
 # Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: every
 # grid row of every exact variant, the MLA memory and multiply-add counts, the DeepSeek-V3 and Gemma 3 tables, the
@@ -11,7 +11,7 @@
 # the Ministral referee can see.
 
 # %% [markdown] lang="zh"
-# ## 7. 保存结果
+# ## 8. 保存结果
 #
 # 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起：每种精确变体的每一行网格结果，MLA 的内存与乘加次数，DeepSeek-V3 与 Gemma 3 的表格，流式缓存与淘汰策略的测量结果及其误差界，各裁判的误差（或跳过的原因），以及每个负对照测得的数值和是否查出。文件格式见仓库中的 `docs/kv-cache-compression-results-schema.md`。下面的表格就是由写入文件的同一个字典生成的。其中，“吸收对照朴素”一行比较的是两种形式，而不是缓存路径与它自己的完整调用；只有安装了 `transformers` 才会记录的负对照是错开一层的模式，只有 Ministral 裁判能发现它。
 
@@ -53,3 +53,32 @@ FIGURES = [MLA_COST_PNG.name, GROWTH_PNG.name, SINKS_PNG.name, EVICTION_PNG.name
 RESULTS_JSON = save_results("infra-benchmark/kv-cache-compression", 3, RESULTS, FIGURES)
 REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministral": MINISTRAL_REFEREE["hf_precision"]}
             if HAVE_HF else {})
+
+# %% [markdown] lang="en"
+# *The numbers in the text.* Every number this notebook's text quotes from the run comes from the dict below: when the
+# notebook is built, its text is filled in from this cell's output, so the prose and the run cannot disagree.
+
+# %% [markdown] lang="zh"
+# *正文中的数字*：本笔记本正文引用的每个运行结果都来自下面这个字典：构建笔记本时，正文就是用这个单元格的输出填写的，所以正文与运行结果不会不一致。
+
+# %% tags=["prose-values"]
+{"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive, "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
+         "absorbed_vs_naive_fp64": largest(ABSORBED_VS_NAIVE, "fp64"), "tp8_mha_per_gpu": DEEPSEEK_MEMORY["mha"] // 8,
+         "latent_expanded_gib": materialised_bytes(DEEPSEEK_V3, "latent", MLA_TRADE["context"]) / GiB,
+         "naive_flop_per_byte": MLA_INTENSITY["naive_flop_per_byte"], "absorbed_flop_per_byte": MLA_INTENSITY["absorbed_flop_per_byte"],
+         "h100_ridge": MLA_INTENSITY["h100_ridge"]},
+ "local_global": {"gemma3_uniform_gib": GEMMA3_MEMORY["uniform_gib"], "gemma3_mixed_gib": GEMMA3_MEMORY["mixed_gib"],
+                  "gemma3_local_layers": GEMMA3_MEMORY["local_layers"], "gemma3_global_layers": GEMMA3_MEMORY["global_layers"]},
+ "shared": {"vs_ordinary": SHARED_VS_ORDINARY},
+ "sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
+           "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
+           "agreement_window_only": DENSE_DISTANCE["window_only"]["greedy_agreement"]},
+ "eviction": {"h2o_half_agreement": fav[f"h2o/{half}"]["greedy_agreement"], "h2o_half_error": fav[f"h2o/{half}"]["mean_max_abs_logit_err"],
+              "snapkv_half_agreement": fav[f"snapkv/{half}"]["greedy_agreement"],
+              "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
+              "random_ratio_smallest": RANDOM_RATIOS["main"][min(RANDOM_RATIOS["main"])], "random_ratio_half": RANDOM_RATIOS["main"][half],
+              "random_ratio_largest": max(RANDOM_RATIOS["main"].values()),
+              "random_ratio_other_prompts": CONTROLS["random_eviction"]["other_prompt_sets"]},
+ "takeaways": {"deepseek_latent": DEEPSEEK_MEMORY["mla_latent"], "deepseek_expanded": DEEPSEEK_MEMORY["mla_naive"],
+               "mla_fp32": max(largest(MLA_GRIDS[form], "fp32") for form in MLA_FORMS),
+               "absorbed_vs_naive_fp32": largest(ABSORBED_VS_NAIVE, "fp32")}}

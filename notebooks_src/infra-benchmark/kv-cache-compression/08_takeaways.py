@@ -1,12 +1,13 @@
 # %% [markdown] lang="en"
-# ## 8. Takeaways and exercises
+# ## 9. Takeaways and exercises
 #
 # * **MLA caches a latent, not keys and values**: $r + d_R$ numbers per token and layer, {{run:takeaways.deepseek_latent}}
 #   for DeepSeek-V3 against {{run:takeaways.deepseek_expanded:,}} for its expanded keys and values. It is exact: each form
-#   matched its own full recomputation, and the absorbed form matched the naive one, within rounding (largest FP32 logit
-#   error {{run:takeaways.mla_fp32:.1e}}), and Hugging Face's DeepSeek-V3 agreed in FP64.
+#   matched its own full recomputation (largest FP32 logit error {{run:takeaways.mla_fp32:.1e}}), the absorbed form
+#   matched the naive one within rounding (largest FP32 logit error {{run:takeaways.absorbed_vs_naive_fp32:.1e}}), and
+#   Hugging Face's DeepSeek-V3 agreed in FP64.
 # * **Absorption is what makes the saving pay off at decode time.** Folding $W^{UK}$ into the query and $W^{UV}$ into the
-#   output trades memory traffic for arithmetic: {{run:mla.naive_vs_latent_bytes:.0f}} times fewer bytes read, about
+#   output trades memory traffic for arithmetic: 1/{{run:mla.naive_vs_latent_bytes:.0f}} of the bytes read, about
 #   {{run:mla.absorbed_vs_naive_macs:.1f}} times the attention multiply-adds per key, which is why engines decode with the
 #   absorbed form and prefill with the expanded one. Caching the latent without absorbing it (what transformers 5.23
 #   does) saves cache capacity but neither work nor bandwidth: it writes and reads back every key and value at every step.
@@ -27,15 +28,15 @@
 #   serving engines rarely ship these policies.
 
 # %% [markdown] lang="zh"
-# ## 8. 要点与练习
+# ## 9. 要点与练习
 #
-# * **MLA 缓存的是潜向量，而不是键和值**：每个 token 每层 $r + d_R$ 个数，DeepSeek-V3 为 {{run:takeaways.deepseek_latent}} 个，而展开后的键和值需要 {{run:takeaways.deepseek_expanded:,}} 个。它是精确的：每种形式都与自己的完整重算一致，吸收形式也与朴素形式一致，差异都在舍入误差范围内（FP32 下 logits 最大误差 {{run:takeaways.mla_fp32:.1e}}）；Hugging Face 的 DeepSeek-V3 在 FP64 下也与之一致。
-# * **吸收让这份节省在解码时真正兑现。** 把 $W^{UK}$ 并入查询、把 $W^{UV}$ 移到输出一侧，是用算术运算换访存：读取的字节少 {{run:mla.naive_vs_latent_bytes:.0f}} 倍，每个键的注意力乘加次数约为 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。这也是推理引擎用吸收形式解码、用展开形式预填充的原因。只缓存潜向量而不吸收（transformers 5.23 的做法），省下了缓存容量，却既不省计算，也不省带宽：它每一步都要把每个键和值写出再读回。
+# * **MLA 缓存的是潜向量，而不是键和值**：每个 token 每层 $r + d_R$ 个数，DeepSeek-V3 为 {{run:takeaways.deepseek_latent}} 个，而展开后的键和值需要 {{run:takeaways.deepseek_expanded:,}} 个。它是精确的：每种形式都与自己的完整重算一致（FP32 下 logits 的最大绝对误差为 {{run:takeaways.mla_fp32:.1e}}），吸收形式与朴素形式的差异也在舍入误差范围内（FP32 下 logits 的最大绝对误差为 {{run:takeaways.absorbed_vs_naive_fp32:.1e}}）；Hugging Face 的 DeepSeek-V3 在 FP64 下也与之一致。
+# * **吸收让这份节省在解码时真正兑现。** 把 $W^{UK}$ 并入查询、把 $W^{UV}$ 移到输出一侧，是用算术运算换访存：读取的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，每个键的注意力乘加次数则是它的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍左右。这也是推理引擎用吸收形式解码、用展开形式预填充的原因。只缓存潜向量而不吸收（transformers 5.23 的做法），省下了缓存容量，却既不省计算，也不省带宽：它每一步都要把每个键和值写出再读回。
 # * **位置信息必须留在潜向量之外。** 夹在查询与 $W^{UK}$ 之间的旋转取决于距离，无法并入查询，把它挪到潜空间里也无济于事：两种吸收都只在距离为 0 时与模型一致。这就是单独设一个共享的 RoPE 键的原因。
 # * **在局部/全局模型中，几乎全部缓存都在全局层**：Gemma 3 27B 在 128k token 时需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而不是 {{run:local_global.gemma3_uniform_gib:.1f}} GiB。每一层的缓存都必须与它自己的掩码相配：给全局层配环形缓冲区，检查就失败了。
 # * **层间共享缓存是训练时做出的决定**，不是缓存上的技巧：权重相同时，共享模型的 logits 与普通模型不同。在代码中，上层只读取共享缓存、从不往里写：一个也往里追加的上层，连它自己的“缓存对照完整重算”检查都通不过。
 # * **注意力汇聚点要求按缓存所见来编号位置**：缓存 RoPE 之前的键，每次读取时再旋转。相对于它自己定义的稀疏模式，它是精确的；相对于稠密注意力，它是一种近似。
-# * **淘汰策略是近似**，要以稠密注意力为基准、用第一次运行之后定下的误差界（其中一条余量很窄，我们直说了）和随机淘汰的负对照来评判；随机权重只能说明一个策略找到了它要找的东西，不能说明训练好的模型能保住它的答案。按头选择也与分页缓存格格不入，这是推理服务引擎很少提供这些策略的原因之一。
+# * **淘汰策略是近似**，要以稠密注意力为基准、用第一次运行之后定下的误差界（其中一条余地很窄，我们直说了）和随机淘汰的负对照来评判；随机权重只能说明一个策略找到了它要找的东西，不能说明训练好的模型能保住它的答案。按头选择也与分页缓存格格不入，这是推理服务引擎很少提供这些策略的原因之一。
 
 # %% [markdown] lang="en"
 # **Exercise 1: MLA in a smaller model.** DeepSeek-V2-Lite has 16 attention heads with the same MLA dimensions as
@@ -68,7 +69,7 @@ say(en="Exercise 1 checked: 5,120 and 576 numbers per token and layer, a ratio o
     zh="练习 1 已核对：每个 token 每层分别为 5,120 和 576 个数，比值 8.9（DeepSeek-V3 为 71）。")
 
 # %% [markdown] lang="en"
-# **Exercise 2: a deeper local/global model.** Take section 4's mixed model with twelve layers instead of six (the
+# **Exercise 2: a deeper local/global model.** Take section 5's mixed model with twelve layers instead of six (the
 # same pattern twice: layers 5 and 11 global, the rest local, $W = 8$). After 100 tokens, how many positions do its
 # caches hold in total, and what fraction is that of an all-global model of twelve layers?
 #
@@ -80,7 +81,7 @@ say(en="Exercise 1 checked: 5,120 and 576 numbers per token and layer, a ratio o
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 2：更深的局部/全局模型。** 把第 4 节的混合模型从六层改为十二层（同样的模式重复两次：第 5 层和第 11 层是全局层，其余是局部层，$W = 8$）。送入 100 个 token 之后，它的缓存一共保存多少个位置？这是十二层全部为全局层的模型的百分之几？
+# **练习 2：更深的局部/全局模型。** 把第 5 节的混合模型从六层改为十二层（同样的模式重复两次：第 5 层和第 11 层是全局层，其余是局部层，$W = 8$）。送入 100 个 token 之后，它的缓存一共保存多少个位置？这是十二层全部为全局层的模型的百分之几？
 #
 # <details><summary>查看答案</summary>
 #
@@ -108,7 +109,7 @@ say(en="Exercise 2 checked: 270 cached positions, 22.5% of an all-global model's
 #
 # It reads keys 0–3 and 23–30, twelve keys. Token 3 sits at cache position 3, token 23 at 4, and the query itself at
 # 11. RoPE sees the query and token 0 at distance 11; in the text they are 30 apart. The next cell asks
-# `sink_window_mask` and `cache_positions` of section 5.
+# `sink_window_mask` and `cache_positions` of section 6.
 #
 # </details>
 
@@ -117,7 +118,7 @@ say(en="Exercise 2 checked: 270 cached positions, 22.5% of an all-global model's
 #
 # <details><summary>查看答案</summary>
 #
-# 它读取键 0–3 和 23–30，共十二个键。token 3 位于缓存位置 3，token 23 位于 4，查询自己位于 11。RoPE 看到查询与 token 0 的距离是 11；在文本中两者相距 30。下一个单元格用第 5 节的 `sink_window_mask` 和 `cache_positions` 来核对。
+# 它读取键 0–3 和 23–30，共十二个键。token 3 位于缓存位置 3，token 23 位于 4，查询自己位于 11。RoPE 看到查询与 token 0 的距离是 11；在文本中两者相距 30。下一个单元格用第 6 节的 `sink_window_mask` 和 `cache_positions` 来核对。
 #
 # </details>
 
@@ -129,31 +130,3 @@ assert (int(seen_at[3]), int(seen_at[23]), int(seen_at[30])) == (3, 4, 11)
 assert int(seen_at[30] - seen_at[0]) == 11
 say(en="Exercise 3 checked: keys 0-3 and 23-30; tokens 3, 23 and 30 at cache positions 3, 4 and 11; distance 11 for RoPE, 30 in the text.",
     zh="练习 3 已核对：读取键 0–3 和 23–30；token 3、23、30 的缓存位置分别为 3、4、11；RoPE 看到的距离是 11，文本中的距离是 30。")
-
-# %% [markdown] lang="en"
-# *The numbers in the text.* Every number this notebook's text quotes from the run comes from the dict below: when the
-# notebook is built, its text is filled in from this cell's output, so the prose and the run cannot disagree.
-
-# %% [markdown] lang="zh"
-# *正文中的数字*：本笔记本正文引用的每个运行结果都来自下面这个字典：构建笔记本时，正文就是用这个单元格的输出填写的，所以正文与运行结果不会不一致。
-
-# %% tags=["prose-values"]
-{"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive, "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
-         "absorbed_vs_naive_fp64": largest(ABSORBED_VS_NAIVE, "fp64"), "tp8_mha_per_gpu": DEEPSEEK_MEMORY["mha"] // 8,
-         "latent_expanded_gib": materialised_bytes(DEEPSEEK_V3, "latent", MLA_TRADE["context"]) / GiB,
-         "naive_flop_per_byte": MLA_INTENSITY["naive_flop_per_byte"], "absorbed_flop_per_byte": MLA_INTENSITY["absorbed_flop_per_byte"],
-         "h100_ridge": MLA_INTENSITY["h100_ridge"]},
- "local_global": {"gemma3_uniform_gib": GEMMA3_MEMORY["uniform_gib"], "gemma3_mixed_gib": GEMMA3_MEMORY["mixed_gib"],
-                  "gemma3_local_layers": GEMMA3_MEMORY["local_layers"], "gemma3_global_layers": GEMMA3_MEMORY["global_layers"]},
- "shared": {"vs_ordinary": SHARED_VS_ORDINARY},
- "sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
-           "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
-           "agreement_window_only": DENSE_DISTANCE["window_only"]["greedy_agreement"]},
- "eviction": {"h2o_half_agreement": fav[f"h2o/{half}"]["greedy_agreement"], "h2o_half_error": fav[f"h2o/{half}"]["mean_max_abs_logit_err"],
-              "snapkv_half_agreement": fav[f"snapkv/{half}"]["greedy_agreement"],
-              "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
-              "random_ratio_smallest": RANDOM_RATIOS["main"][min(RANDOM_RATIOS["main"])], "random_ratio_half": RANDOM_RATIOS["main"][half],
-              "random_ratio_largest": max(RANDOM_RATIOS["main"].values()),
-              "random_ratio_other_prompts": CONTROLS["random_eviction"]["other_prompt_sets"]},
- "takeaways": {"deepseek_latent": DEEPSEEK_MEMORY["mla_latent"], "deepseek_expanded": DEEPSEEK_MEMORY["mla_naive"],
-               "mla_fp32": max(largest(MLA_GRIDS[form], "fp32") for form in MLA_FORMS)}}
