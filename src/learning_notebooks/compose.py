@@ -135,15 +135,16 @@ def parameters_source(overrides: dict[str, object]) -> str:
 
 
 def code_metadata(tags: tuple[str, ...], included: bool) -> dict:
-    """A code cell's metadata in an edition: its tags; folded (Jupyter, Colab) and `hide-input` (a
-    toggle on the site) when it belongs to a section included from another notebook; a `prose-values`
-    cell (numbers for the prose, no lesson of its own) folded, output too, and left off the site."""
+    """A code cell's metadata in an edition: its tags; a cell tagged `hide-input` (by its source, or
+    because it belongs to a section included from another notebook) has its code folded in Jupyter
+    and Colab (`jupyter.source_hidden`) and behind a toggle on the site; a `prose-values` cell
+    (numbers for the prose, no lesson of its own) folded, output too, and left off the site."""
     tags = list(tags)
     jupyter = {}
-    if included:
+    if included and "hide-input" not in tags:  # nbformat: tags are unique
+        tags.append("hide-input")
+    if "hide-input" in tags:
         jupyter["source_hidden"] = True
-        if "hide-input" not in tags:  # a cell its home notebook already folds keeps one tag (nbformat: unique tags)
-            tags.append("hide-input")
     if placeholders.TAG in tags:
         jupyter.update(source_hidden=True, outputs_hidden=True)
         tags.append("remove-cell")

@@ -121,9 +121,10 @@ def test_outputs_go_into_an_edition_whose_calls_lost_the_other_texts_but_never_i
         transplant(executed, drifted)  # its own text changed: not the code that ran
 
 
-def test_an_included_cell_its_home_already_folds_keeps_one_hide_input_tag():
+def test_hide_input_folds_the_code_once_whether_tagged_or_included():
     # nbformat requires unique tags: a `hide-input` cell of a section another notebook includes is folded once.
     from learning_notebooks.compose import code_metadata
     assert code_metadata(("hide-input",), True) == {"jupyter": {"source_hidden": True}, "tags": ["hide-input"]}
     assert code_metadata((), True) == {"jupyter": {"source_hidden": True}, "tags": ["hide-input"]}
-    assert code_metadata(("hide-input",), False) == {"tags": ["hide-input"]}
+    assert code_metadata(("hide-input",), False) == {"jupyter": {"source_hidden": True}, "tags": ["hide-input"]}
+    assert code_metadata(("parameters",), False) == {"tags": ["parameters"]}
