@@ -202,10 +202,10 @@ say_table(
 )
 
 # %% [markdown] lang="en"
-# **The headline.** On this run the cached continuation was faster than full recomputation at every
-# prompt length of the table, by a factor (the "full / cached" column) between
-# {{run:timing.speedup_lo:.1f}} (at $P = {{run:timing.speedup_lo_at}}$) and {{run:timing.speedup_hi:.1f}}
-# (at $P = {{run:timing.speedup_hi_at}}$). These factors are this run's, and the whole column, not one row
+# **The headline.** On this run the full window's p50 over the cached window's (the "full / cached"
+# column) ranged from {{run:timing.speedup_lo:.1f}} (at $P = {{run:timing.speedup_lo_at}}$) to
+# {{run:timing.speedup_hi:.1f}} (at $P = {{run:timing.speedup_hi_at}}$) over the prompt lengths of the
+# table. These factors are this run's, and the whole column, not one row
 # of it, is the result. The count leaves the cache a far larger margin: at $P = {{run:timing.p_max}}$
 # the full window feeds {{run:timing.fed_full:,}} positions where the cached one feeds 16, and does
 # {{run:timing.macs_ratio_max:.0f}} times its multiply-adds. Both windows make the same 16 calls through
@@ -234,7 +234,7 @@ say_table(
 # hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **主要结论**：在这次运行中，表中每一种提示长度下，缓存续写都比完整重算快，两者之比（“完整 / 缓存”一列）在 {{run:timing.speedup_lo:.1f}}（$P = {{run:timing.speedup_lo_at}}$ 时）到 {{run:timing.speedup_hi:.1f}}（$P = {{run:timing.speedup_hi_at}}$ 时）之间。这些倍数只属于这次运行；结论是整列数字，而不是其中的某一行。按计数，缓存路径的优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子几乎相同（缓存续写还要用 `torch.cat` 复制缓存），只是完整重算每次的输入大得多。因此下面的单元格只断言在最长的提示下缓存续写确实更快，即倍数大于 1：这个门槛远低于工作量之比 {{run:timing.macs_ratio_max:.0f}}，任何 CPU 都不应抹掉这样大的余地。实测的倍数因机器而异，每次运行也不同（机器同时忙于别的工作时，任何一行都可能变慢），所以只报告，不做断言。它们为什么比工作量之比小得多，是 9.2 要回答的问题。
+# **主要结论**：在这次运行中，对表中的各种提示长度，完整重算窗口与缓存续写窗口的 p50 之比（“完整 / 缓存”一列）在 {{run:timing.speedup_lo:.1f}}（$P = {{run:timing.speedup_lo_at}}$ 时）到 {{run:timing.speedup_hi:.1f}}（$P = {{run:timing.speedup_hi_at}}$ 时）之间。这些倍数只属于这次运行；结论是整列数字，而不是其中的某一行。按计数，缓存路径的优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子几乎相同（缓存续写还要用 `torch.cat` 复制缓存），只是完整重算每次的输入大得多。因此下面的单元格只断言在最长的提示下缓存续写确实更快，即倍数大于 1：这个门槛远低于工作量之比 {{run:timing.macs_ratio_max:.0f}}，任何 CPU 都不应抹掉这样大的余地。实测的倍数因机器而异，每次运行也不同（机器同时忙于别的工作时，任何一行都可能变慢），所以只报告，不做断言。它们为什么比工作量之比小得多，是 9.2 要回答的问题。
 #
 # **如何解读 p95**：15 个样本（`QUICK = True` 时只有 3 个）的 p95 是经验分位数。NumPy 默认用线性插值，它落在第二大和最大的样本之间，所以由一两轮慢的测量决定。这次运行中，缓存续写窗口的 p95 最高达到其 p50 的 {{run:timing.cached_p95_over_p50:.2f}} 倍（在 $P = {{run:timing.cached_p95_over_p50_at}}$ 时），而它的大多数轮次都接近中位数（见“慢轮次”一列）。每一轮都在同样的输入上运行同样的代码，工作量完全相同；因此个别轮次变慢，多花的时间都耗在这些工作之外：操作系统把 CPU 核心让给了别的进程，来了一个中断，或者内存分配器向系统申请了内存。几毫秒的停顿，对于只需几毫秒的窗口（缓存续写正是如此）占比很大，对于长提示下的完整重算窗口则占比很小。中位数几乎不受这些轮次影响，15 个样本的 p95 却会受影响，而且样本远远不够，无法估计一个服务的尾延迟。
 #
