@@ -211,7 +211,10 @@ def test_skip_without_transformers(tmp_path, monkeypatch):
     closing = {"en": "**Closing note.** The comparison with Hugging Face GPT-2 was skipped (see section 4); "
                      "`results.json` records why.",
                "zh": "**结语**：与 Hugging Face GPT-2 的比较已跳过（原因见第 4 节），`results.json` 记录了跳过的原因。"}
-    assert shown[shown.index(note):] == [note, closing]           # section 4, then the closing cell; no table
+    wrote = [s for s in shown if isinstance(s, dict) and str(s.get("en", "")).startswith("Wrote `results.json`")]
+    assert len(wrote) == 1                                            # the results cell says what it wrote
+    # section 4's note, the results cell's line, then the closing cell; no table
+    assert shown[shown.index(note):] == [note, wrote[0], closing]
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert results["peer"] == {"skipped": namespace["SKIP_NOTE"]}
     assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config", "peer"]

@@ -17,7 +17,7 @@
 #
 # 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经让前四个 token 经过了模型，所以缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #
-# 我们需要一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器相同（词表 97、宽度 64、4 个头、每头宽度 16），但只有一层，没有 LayerNorm 和 MLP。第一个单元格生成它的权重，并规定比较结果的方式。带缓存的调用和完整调用以不同的顺序把同样的数相加，在 float64 下结果可能在最后几个比特上不同。`close` 允许的差值最大为 $10^{-10}$：远大于这种舍入误差，又远小于任何真正的错误；`max_abs_err` 给出两者实际相差多少。
+# 我们需要一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器相同（词表 97、宽度 64、4 个头、每头 16 维），但只有一层，没有 LayerNorm 和 MLP。下一个单元格生成它的权重，并规定如何比较结果。带缓存的调用和完整调用以不同的顺序把同样的数相加，在 FP64 下结果可能在最后几个比特上不同。`close` 允许的差值最大为 $10^{-10}$：远大于这种舍入误差，又远小于任何真正的错误；`max_abs_err` 给出两者实际相差多少。
 
 # %%
 VOCAB, WIDTH, HEADS, HEAD_DIM, MAX_POS = 97, 64, 4, 16, 512
@@ -36,7 +36,7 @@ toy = {
 # [en] the last bits: float64 results are compared within 1e-10 (absolute and relative), the
 # [en] tolerance the PyTorch notebooks of this series use for FP64.
 # [zh] 带缓存的调用与完整调用以不同的顺序把同样的数相加，结果可能在最后几个比特上不同：
-# [zh] float64 的结果在 1e-10（绝对与相对）的容差内比较，与本系列 PyTorch 笔记本的 FP64 容差相同。
+# [zh] FP64（`float64`）的结果在 1e-10（绝对与相对）的容差内比较，与本系列 PyTorch 笔记本的 FP64 容差相同。
 TOLERANCE = 1e-10
 
 
@@ -86,7 +86,7 @@ def split_heads(x):
 # [en] (`pos_start`, by default the cache length) and the mask (`mask_fn`). Sections 3 and 4 pass
 # [en] wrong ones on purpose, as negative controls.
 # [zh] 在 `ids` [B, T_new] 上运行玩具层，并读取 `cache`，即此前各位置的 (K, V)。
-# [zh] 返回 (logits [B, T_new, VOCAB], 新缓存, 中间数组组成的字典)。
+# [zh] 返回（logits [B, T_new, VOCAB]，新缓存，中间数组组成的字典）。
 # [zh] 本笔记本讨论的两条约定都是参数：新 token 的起始位置（`pos_start`，默认为缓存长度）和掩码
 # [zh] （`mask_fn`）。第 3、4 节会故意传入错误的约定，作为负对照。
 def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
@@ -124,7 +124,7 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
 # the prefill's cache.
 
 # %% [markdown] lang="zh"
-# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头宽度）。单元格还检查第二次调用没有往预填充得到的缓存里写任何东西。
+# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有往预填充得到的缓存里写任何东西。
 
 # %%
 token_ids = np.array([[12, 7, 31, 4, 9, 18]])               # [B, T] = [1, 6]
@@ -173,14 +173,14 @@ say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以提前看到位置 5。
 #
-# 返回的第一行 logits 是模型对 ID 9 **之后**那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次处理全部六个 token 的完整调用相比较时，缓存结果的第 $i$ 行应当对应完整结果的第 $4 + i$ 行。下面的检查在 float64 容差内逐一比较词表上的全部 logits，以及缓存的 K 和 V。它的负对照是把缓存结果与错开一行的完整结果（第 3、4 行）比较，两者必须对不上：这说明这个比较分得清相邻的两个位置。
+# 返回的第一行 logits 是模型对 ID 9 **之后**那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次处理全部六个 token 的完整调用相比较时，缓存结果的第 $i$ 行应当对应完整结果的第 $4 + i$ 行。下面的检查在 FP64 容差内逐一比较词表上的全部 logits，以及缓存的 K 和 V。它的负对照是把缓存结果与错开一行的完整结果（第 3、4 行）比较，两者必须对不上：这说明这个比较分得清相邻的两个位置。
 #
-# 如果相符的几对显示的误差恰好是 0，不必奇怪。在这里，带缓存的调用和完整调用碰巧以相同的顺序计算每一行的乘积与求和，舍入完全一样；`close` 允许有差异，但并不要求一定有。换一种 CPU 或 BLAS 库，计算顺序可能不同，结果就会在最后几个比特上有差异。练习 1 把预填充拆成几个分块，改变了一部分加法的顺序，不妨把它的误差与这里的比较一下。
+# 如果一致的那几组比较误差恰好为 0，不必奇怪。在这里，带缓存的调用和完整调用碰巧以相同的顺序计算每一行的乘积与求和，舍入完全一样；`close` 允许有差异，但并不要求一定有。换一种 CPU 或 BLAS 库，计算顺序可能不同，结果就会在最后几个比特上有差异。练习 1 把预填充拆成几个分块，改变了一部分加法的顺序，不妨把它的误差与这里的比较一下。
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)
 # [en] (cached, full) pairs; the last one is the negative control: full rows shifted by one.
-# [zh] （缓存结果, 完整结果）成对比较；最后一对是负对照：完整结果错开一行。
+# [zh] （缓存结果，完整结果）成对比较；最后一对是负对照：完整结果错开一行。
 six_token_pairs = {
     ("step_logits", "full_logits[:, 4:6]"): (step_logits, full_logits[:, PAST:]),
     ("step_cache[0]", "full_cache[0]"): (step_cache[0], full_cache[0]),

@@ -129,7 +129,7 @@ MaskFigure(PAST, 2)
 # upper-left triangle, only $i + 1$.
 
 # %% [markdown] lang="zh"
-# 上图以六 token 的例子（$P = 4$，$C = 2$）画出两种掩码。图中的文字是英文：左图标题 lower-right alignment (ours) 意为“右下角对齐（我们的掩码）”，右图标题 upper-left alignment (wrong here) 意为“左上角对齐（在这里是错的）”；标题下面一行写出各自的规则和给出这种掩码的库函数，左图是 $j \le P + i$ 和 `causal_lower_right`，右图是 $j \le i$、`is_causal=True` 和 `np.tri`。每一行是一个新查询，用它的绝对位置标注（q4、q5）；每一列是一个键的位置（0–5），编号写在网格上方。网格下方的色条标出键的来源：灰色条旁的 cache: keys 0–3 意为“缓存：键 0–3”，蓝色条旁的 chunk: keys 4–5 意为“分块：键 4–5”，即分块自己的键。绿色格子表示可以读取，白色格子表示被屏蔽。红色虚线是因果三角形的对角线，红点标出它所对齐的角：左图（我们的掩码）对齐到右下角；右图对齐到左上角，查询 4 只能看到键 0，查询 5 只能看到键 0–1。
+# 上图以六 token 的例子（$P = 4$，$C = 2$）画出两种掩码。图中的文字是英文：左图标题 lower-right alignment (ours) 意为“右下角对齐（我们的掩码）”，右图标题 upper-left alignment (wrong here) 意为“左上角对齐（在这里是错的）”；标题下面一行写出各自的规则和给出这种掩码的库函数，左图是 $j \le P + i$ 和 `causal_lower_right`，右图是 $j \le i$、`is_causal=True` 和 `np.tri`。每一行是一个新查询，用它的绝对位置标注（q4、q5）；每一列是一个键的位置（0–5），编号写在网格上方。网格下方的色条标出键的来源：灰色条旁的 cache: keys 0–3 意为“缓存：键 0–3”，蓝色条旁的 chunk: keys 4–5 意为“分块：键 4–5”，即分块自己的键。绿色格子表示可以读取，白色格子表示不能读取。红色虚线是因果三角形的对角线，红点标出它所对齐的角：左图（我们的掩码）对齐到右下角；右图对齐到左上角，查询 4 只能看到键 0，查询 5 只能看到键 0–1。
 #
 # 下面的单元格统计每个查询可以读取的键数，既看这个分块，也看普通的逐 token 解码（$P = 5$，$C = 1$）：用我们的掩码，查询 $P + i$ 能读取 $P + i + 1$ 个键；用左上角三角形，只能读取 $i + 1$ 个。
 
@@ -137,7 +137,7 @@ MaskFigure(PAST, 2)
 mask_counts = {(past_len, new_len, name): mask_fn(past_len, new_len).sum(axis=1).tolist()
                for past_len, new_len in [(4, 2), (5, 1)]
                for name, mask_fn in [("allowed_keys", allowed_keys), ("upper_left_mask", upper_left_mask)]}
-say_table([[f"$P = {p}$, $C = {c}$", f"`{name}`", f"`{counts}`"] for (p, c, name), counts in mask_counts.items()],
+say_table([[f"$(P, C) = ({p}, {c})$", f"`{name}`", f"`{counts}`"] for (p, c, name), counts in mask_counts.items()],
           en=["cache and chunk", "mask", "keys each query may read"],
           zh=["缓存与分块", "掩码", "每个查询可读取的键数"])
 assert all(counts == [p + i + 1 if name == "allowed_keys" else i + 1 for i in range(c)]
@@ -154,7 +154,7 @@ assert all(counts == [p + i + 1 if name == "allowed_keys" else i + 1 for i in ra
 # The shapes give nothing away; the logits must not match the full pass.
 
 # %% [markdown] lang="zh"
-# 只有一个新 token 时，正确的掩码不屏蔽任何键，因为键里只有过去的位置和这个 token 自己。新分块里有多个 token 时，掩码仍然要挡住同一分块中排在后面的 token。库函数里也藏着同样的陷阱：PyTorch 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 按左上角对齐（完整的 PyTorch 笔记本在它所用的版本上验证了这一点）。所以，把带缓存的新分块交给某个库之前，先确认你所用版本的掩码约定。
+# 只有一个新 token 时，正确的掩码不挡住任何键，因为键里只有过去的位置和这个 token 自己。新分块里有多个 token 时，掩码仍然要挡住同一分块中排在后面的 token。库函数里也藏着同样的陷阱：PyTorch 在文档中写明，分数矩阵不是方阵时，`is_causal=True` 按左上角对齐（完整的 PyTorch 笔记本在它所用的版本上验证了这一点）。所以，把带缓存的新分块交给某个库之前，先确认你所用版本的掩码约定。
 #
 # 左上角三角形会不会改变结果？下面的单元格用它重跑第 2 节中那次送入两个 token 的调用。形状看不出任何问题，但 logits 必须与完整调用对不上。
 

@@ -9,6 +9,9 @@
 # Two claims hold for any `HISTORY ≥ 0` and `CHUNK ≥ 1`, and the cell checks them: the queries read
 # $P + 1, P + 2, \dots, P + C$ keys, so the last query reads every key; and the two alignments agree
 # only when the cache is empty. If one fails, the cell says which.
+#
+# First, a folded helper cell: `check_knobs` stops with a message in this notebook's language when a knob
+# is out of range, and `short` shortens a long list for the table. Neither is part of the lesson.
 
 # %% [markdown] lang="zh"
 # ## 5. 动手试试：历史长度与分块长度
@@ -16,32 +19,36 @@
 # 下一个单元格顶部有两个可调参数：`HISTORY` 是缓存中已有的位置数（$P$），`CHUNK` 是本次调用送入的新 token 数（$C$）。修改它们后重新运行这个单元格；第 6 节沿用同样的两个值，所以接着把第 6 节也运行一遍。单元格按你设定的值重画第 4 节的图（只要屏幕放得下），并统计每个查询可以读取的键数。
 #
 # 对任意 `HISTORY ≥ 0`、`CHUNK ≥ 1`，下面两条结论都成立，单元格会逐一检查：各个查询依次能读取 $P + 1, P + 2, \dots, P + C$ 个键，所以最后一个查询能读取全部键；只有缓存为空时，两种对齐方式才一致。如果某条不成立，单元格会指出是哪一条。
+#
+# 先是一个折叠起来的辅助单元格：参数超出范围时，`check_knobs` 用本笔记本的语言说明原因并停下来；`short` 把过长的列表截短，以便放进表格。两者都不是本节要讲的内容。
 
-# %%
-# [en] P: positions already in the cache; C: new tokens in this call.
-# [zh] P：缓存中已有的位置数；C：本次调用送入的新 token 数。
-HISTORY = 4
-CHUNK = 2
-
+# %% tags=["hide-input"]
 # [en] Out-of-range knobs stop the cell; say() explains why, in the notebook's language.
 # [zh] 参数超出范围时，单元格会停下来，并用 say() 以笔记本的语言说明原因。
-if HISTORY < 0 or CHUNK < 1:
-    say(en=f"`HISTORY` must be at least 0 and `CHUNK` at least 1 (they are {HISTORY} and {CHUNK}).",
-        zh=f"`HISTORY` 至少为 0，`CHUNK` 至少为 1（现在分别是 {HISTORY} 和 {CHUNK}）。")
-    raise ValueError(f"HISTORY = {HISTORY}, CHUNK = {CHUNK}")
-if HISTORY + CHUNK > MAX_POS:
-    say(en=f"The toy has position embeddings for {MAX_POS} positions: `HISTORY + CHUNK` must not exceed {MAX_POS}.",
-        zh=f"玩具模型只有 {MAX_POS} 个位置的位置嵌入：`HISTORY + CHUNK` 不能超过 {MAX_POS}。")
-    raise ValueError(f"HISTORY + CHUNK = {HISTORY + CHUNK} > {MAX_POS}")
-
-good = allowed_keys(HISTORY, CHUNK)
-wrong = upper_left_mask(HISTORY, CHUNK)
+def check_knobs(history, chunk):
+    if history < 0 or chunk < 1:
+        say(en=f"`HISTORY` must be at least 0 and `CHUNK` at least 1 (they are {history} and {chunk}).",
+            zh=f"`HISTORY` 至少为 0，`CHUNK` 至少为 1（现在分别是 {history} 和 {chunk}）。")
+        raise ValueError(f"HISTORY = {history}, CHUNK = {chunk}")
+    if history + chunk > MAX_POS:
+        say(en=f"The toy has position embeddings for {MAX_POS} positions: `HISTORY + CHUNK` must not exceed {MAX_POS}.",
+            zh=f"玩具模型只有 {MAX_POS} 个位置的位置嵌入：`HISTORY + CHUNK` 不能超过 {MAX_POS}。")
+        raise ValueError(f"HISTORY + CHUNK = {history + chunk} > {MAX_POS}")
 
 
 def short(values, limit=12):
     values = [int(v) for v in values]
     return str(values) if len(values) <= limit else str(values[:limit])[:-1] + ", ...]"
 
+# %%
+# [en] P: positions already in the cache; C: new tokens in this call.
+# [zh] P：缓存中已有的位置数；C：本次调用送入的新 token 数。
+HISTORY = 4
+CHUNK = 2
+check_knobs(HISTORY, CHUNK)
+
+good = allowed_keys(HISTORY, CHUNK)
+wrong = upper_left_mask(HISTORY, CHUNK)
 
 say_table([[f"`{short(HISTORY + np.arange(CHUNK))}`", f"`{short(good.sum(axis=1))}`", f"`{short(wrong.sum(axis=1))}`"]],
           en=["absolute query positions", "keys readable per query, lower-right (ours)",
@@ -52,10 +59,10 @@ say_table([[f"`{short(HISTORY + np.arange(CHUNK))}`", f"`{short(good.sum(axis=1)
 # [zh] 两条结论；若有一条不成立，先用笔记本的语言说明是哪一条，再停下来。
 if good.sum(axis=1).tolist() != list(range(HISTORY + 1, HISTORY + CHUNK + 1)):
     say(en="Query $i$ should read exactly $P + i + 1$ keys.", zh="查询 $i$ 应当恰好能读取 $P + i + 1$ 个键。")
-    raise AssertionError("keys per query")
+    raise AssertionError("good.sum(axis=1)")
 if np.array_equal(good, wrong) != (HISTORY == 0):
     say(en="The two alignments should agree only when the cache is empty.", zh="只有缓存为空时，两种对齐方式才应当一致。")
-    raise AssertionError("alignments")
+    raise AssertionError("np.array_equal(good, wrong)")
 
 if HISTORY + CHUNK <= 120 and CHUNK <= 40:
     figure = MaskFigure(HISTORY, CHUNK)
@@ -63,4 +70,6 @@ else:
     figure = None
     say(en="(The grid is too large to draw; the assertions above still checked it.)",
         zh="（网格太大，不再画出；上面的断言照样检查了它。）")
+say(en="Changed `HISTORY` or `CHUNK`? Now run section 6 again: it uses the same two values.",
+    zh="改了 `HISTORY` 或 `CHUNK`？接着把第 6 节再运行一遍：它沿用同样的两个值。")
 figure

@@ -22,7 +22,7 @@
 # - **KV 缓存保存每一层的键和值**（这个玩具模型只有一层；PyTorch 笔记本用两层展示了每层各有一份缓存）。带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}）。
 # - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 的最大绝对误差却达到 {{run:browser.restart_error:.2f}}。
 # - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 的最大绝对误差达到 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
-# - **精确的缓存省下了计算，却不损失精度**（压缩的缓存另当别论）：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 float64 容差内一致。
+# - **精确的缓存省下了计算，却不损失精度**（压缩的缓存另当别论）：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 FP64 容差内一致。
 # - **形状永远暴露不了这些错误。** 只有比较数值，并用负对照证明这个比较确实会失败，才能查出它们。
 
 # %% tags=["prose-values"]
@@ -79,8 +79,12 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 #
 # Query 6 reads keys 4, 5 and 6; query 7 reads keys 5, 6 and 7. Both bounds use the absolute position
 # $P + i$: a window written with the local index $i$ would go wrong in the same way as the upper-left
-# triangle. The next cell builds the window mask from `allowed_keys`, lists the keys each query reads,
-# and checks that one attention head with this mask gives the same output with and without the cache.
+# triangle. The window also lets the cache forget: no query of this chunk or a later one reads a key older
+# than $W - 1$ positions before the chunk, so the cache only needs its last $W - 1 = 2$ keys and values.
+# The next cell builds the window mask from `allowed_keys`, lists the keys each query reads, then runs
+# one attention head three ways: without a cache (all 8 rows projected in one call), with the full cache
+# of the first 6 rows, and with that cache trimmed to its last 2 rows. All three must give the same
+# output; a cache trimmed to 1 row, one too few, must not (the negative control).
 #
 # </details>
 
@@ -89,7 +93,7 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 #
 # <details><summary>查看答案</summary>
 #
-# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口的上下两个边界都要用绝对位置 $P + i$：如果用局部下标 $i$ 来写窗口，就会和左上角三角形错得一样。下一个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，并核对：使用这个掩码时，单个注意力头用缓存和不用缓存得到的输出相同。
+# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口的上下两个边界都要用绝对位置 $P + i$：如果用局部下标 $i$ 来写窗口，就会和左上角三角形错得一样。窗口还让缓存可以丢掉旧的项：这个分块及其后的查询，都不会读取比分块早 $W - 1$ 个位置以上的键，所以缓存只需保留最后 $W - 1 = 2$ 个键和值。下一个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，再用三种方式运行单个注意力头：不用缓存（一次投影全部 8 行）；用前 6 行的完整缓存；用只保留最后 2 行的缓存。三者的输出必须相同；只保留 1 行的缓存少了一行，输出必须不同（负对照）。
 #
 # </details>
 
@@ -105,15 +109,36 @@ def window_keys(past_len, new_len, window):
 window_read = {f"q{6 + i}": np.flatnonzero(row).tolist() for i, row in enumerate(window_keys(6, 2, 3))}
 print(window_read)
 window_input = np.random.default_rng(SEED + 3).normal(size=(8, HEAD_DIM))     # [P + C, Dh]
+# [en] Without a cache: all 8 rows in one call; keep the outputs of queries 6 and 7.
+# [zh] 不用缓存：一次调用处理全部 8 行，只取查询 6 和 7 的输出。
 window_full = single_head_attention(window_input @ Wq1, window_input @ Wk1, window_input @ Wv1,
                                     window_keys(0, 8, 3))[6:]
-window_cached = single_head_attention(window_input[6:] @ Wq1, window_input @ Wk1, window_input @ Wv1,
-                                      window_keys(6, 2, 3))
+# [en] The cache: K and V of the first 6 rows, projected by an earlier call (the prefill).
+# [zh] 缓存：前 6 行的 K 和 V，由更早的一次调用（预填充）投影得到。
+win_k_cache, win_v_cache = window_input[:6] @ Wk1, window_input[:6] @ Wv1         # [6, Dh] each
+new_rows = window_input[6:]                                                       # [2, Dh]
+
+
+def window_step(keep):
+    # [en] The 2 new rows attend to the last `keep` cached rows plus themselves.
+    # [zh] 2 个新行读取缓存的最后 `keep` 行和它们自己。
+    keys = np.concatenate([win_k_cache[6 - keep:], new_rows @ Wk1])                  # [keep + 2, Dh]
+    values = np.concatenate([win_v_cache[6 - keep:], new_rows @ Wv1])
+    return single_head_attention(new_rows @ Wq1, keys, values, window_keys(keep, 2, 3))
+
+
+window_cached, window_trimmed, window_too_short = window_step(6), window_step(2), window_step(1)
 assert window_read == {"q6": [4, 5, 6], "q7": [5, 6, 7]}
-assert close(window_cached, window_full)
-say(en="Exercise 2 checked: query 6 reads keys 4-6, query 7 keys 5-7, and the windowed head gives the same "
-       "output with and without the cache.",
-    zh="练习 2 已核对：查询 6 读取键 4–6，查询 7 读取键 5–7；带窗口的注意力头用缓存和不用缓存得到的输出相同。")
+assert close(window_cached, window_full) and close(window_trimmed, window_full)
+assert not close(window_too_short, window_full)                                  # negative control
+say(en=f"Exercise 2 checked: query 6 reads keys 4-6, query 7 keys 5-7. Largest difference from the run without "
+       f"a cache: {max_abs_err(window_cached, window_full):.1e} with the full cache of 6 rows, "
+       f"{max_abs_err(window_trimmed, window_full):.1e} with the cache trimmed to 2 rows, and "
+       f"{max_abs_err(window_too_short, window_full):.1e} with 1 row (one too few: caught).",
+    zh=f"练习 2 已核对：查询 6 读取键 4–6，查询 7 读取键 5–7。与不用缓存的结果相比，最大绝对误差为："
+       f"用 6 行的完整缓存时 {max_abs_err(window_cached, window_full):.1e}，缓存只保留 2 行时 "
+       f"{max_abs_err(window_trimmed, window_full):.1e}，只保留 1 行时 {max_abs_err(window_too_short, window_full):.1e}"
+       f"（少了一行，被查出）。")
 
 # %% [markdown] lang="en"
 # **Exercise 3: the work of a whole generation.** A prompt of $P = 4$ tokens is prefilled, then

@@ -25,8 +25,8 @@
 # - **8. Why $10^{-10}$ in FP64, not $10^{-5}$ in FP32?** One of the mistakes hides in FP32 rounding.
 # - **9. How does the library keep its cache?** `DynamicCache` is an object the model updates in
 #   place; how to reuse it, and why it can cut itself back (`crop`).
-# - **10. Which is faster, and why?** The same decoding job on both, timed, then one step taken apart
-#   with the profiler: the same arithmetic, different overhead.
+# - **10. Where does a decode step's time go?** The same decoding job on both, timed, then one step
+#   taken apart with the profiler: the same arithmetic, different overhead.
 # - **11–12.** Version notes and saved results; takeaways and exercises.
 #
 # Two terms recur. The *prompt* is the text a generation starts from; the *prefill* is the first call,
@@ -41,13 +41,13 @@
 #
 # 阅读本笔记本需要熟悉 PyTorch（`nn.Linear`、`state_dict`、`load_state_dict`），不需要了解 transformers。每一节回答一个问题：
 #
-# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，直接取自那个笔记本的源文件（代码已折叠）。读过那个笔记本的话，第 2、3 节可以跳过；第 4 节却不能跳过：它定义的 `gpt2_config`、`gpt2_state_dict`、`build_gpt2` 和 `compare_with_gpt2`，正是第 5 到 9 节要逐一剖析的对象，请展开它的代码。第 4 节给出结论：把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。后面各节都在检验这个结论。
+# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，直接取自那个笔记本的源文件（代码已折叠）。读过那个笔记本的话，第 2、3 节可以跳过；第 4 节却不能跳过：它定义的 `gpt2_config`、`gpt2_state_dict`、`build_gpt2` 和 `compare_with_gpt2`，正是第 5–9 节要逐一剖析的对象，请展开它的代码。第 4 节给出结论：把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。后面各节都在检验这个结论。
 # - **第 5 节：什么样的配置描述我们的解码器？** `GPT2Config` 的默认值描述的是公开发布的 GPT-2；我们说明改了哪些配置项，以及为什么要改。
 # - **第 6 节：权重怎样对应？** `nn.Linear` 把矩阵存成 `[out, in]`，GPT-2 的 `Conv1D` 存成 `[in, out]`，而且 GPT-2 用一个矩阵同时算出 Q、K、V。一张图展示这种对应关系。
 # - **第 7 节：映射出错时，比较能查出来吗？** 三个现实中很容易犯的映射错误，以及每个错误最先在哪一层显现。
 # - **第 8 节：为什么在 FP64 下取 $10^{-10}$，而不是在 FP32 下取 $10^{-5}$？** 其中一个错误会藏在 FP32 的舍入误差里。
 # - **第 9 节：库是怎样保存缓存的？** `DynamicCache` 是一个由模型原地更新的对象；怎样重复使用它，它又为什么能把自己截短（`crop`）。
-# - **第 10 节：谁更快？为什么？** 在两个模型上对同一个解码任务计时，再用性能分析器拆开其中一步来看：运算相同，开销不同。
+# - **第 10 节：解码一步的时间花在哪里？** 在两个模型上对同一个解码任务计时，再用性能分析器拆开其中一步来看：运算相同，开销不同。
 # - **第 11–12 节**：版本说明与保存结果；要点与练习。
 #
 # 有两个术语会反复出现。**提示**（prompt）是生成所依据的那段开头文本；**预填充**（prefill）是第一次调用，它把整个提示送进模型，并填满缓存。之后的每次调用都是一个**解码步**，只送入一个新 token。

@@ -1,4 +1,12 @@
 # %% [markdown] lang="en"
+# **What `compare_with_gpt2` returns**, which every later table reads: a dict of largest absolute errors,
+# `{"full_logits": …, "cached_logits": …, "k": [one per layer], "v": [one per layer]}`, and
+# `agrees(errors)` is true when every one of them is at most $10^{-10}$ (`PEER_TOL`).
+
+# %% [markdown] lang="zh"
+# **`compare_with_gpt2` 返回什么**（后面每张表读的都是它）：一个由最大绝对误差组成的字典，`{"full_logits": …, "cached_logits": …, "k": [每层一个], "v": [每层一个]}`；其中每一项都不超过 $10^{-10}$（`PEER_TOL`）时，`agrees(errors)` 为真。
+
+# %% [markdown] lang="en"
 # ## 5. The configuration, field by field
 #
 # `GPT2Config()` with no arguments describes the smallest released GPT-2 (width 768, 12 layers, a

@@ -18,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 9. transformers 的缓存对象：`DynamicCache`
 #
-# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象；一次调用中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`，而这种动态层同样用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
+# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象；一次调用中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`；这种动态层也用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
 #
 # 下面的单元格用一个小例子同时演示这两种方式：先预填充 8 个位置，再送入一个含 2 个 token 的分块。第 0 层在调用之前持有的张量仍然是 8 个位置，数值也没变，而缓存对象已经指向一个 10 个位置的新张量；我们的旧列表仍然只有 8 个位置。
 
@@ -64,7 +64,8 @@ if HAVE_TRANSFORMERS:
 # large model checks them all in one call, which appends K and V for every proposed token to its cache;
 # then it keeps the tokens it agrees with and rejects the rest. Before the next round the cache must
 # forget the rejected positions, and that is what `crop` is for: the assisted decoding loop of
-# transformers 5.23.0 calls `past_key_values.crop(-n)` with $n$ the number of rejected draft tokens.
+# transformers 5.23.0 (`GenerationMixin._assisted_decoding` in `transformers/generation/utils.py`) calls
+# `past_key_values.crop(-n)` with $n$ the number of rejected draft tokens.
 # Exercise 2 at the end replays one such round.
 #
 # The cell runs one experiment on both models: prefill 200 positions of section 4's sequences,
@@ -80,7 +81,7 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="zh"
 # 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”（缓存复用）一节的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。
 #
-# 缓存为什么会需要截短？这是为了**投机解码**（speculative decoding），transformers 称之为**辅助生成**（assisted generation，即 `generate(..., assistant_model=...)`）。一个小的草稿模型先提出若干个 token，目标模型（即大模型）在一次调用中把它们全部验证一遍；这次调用会把每个被提出的 token 的 K 和 V 都追加进目标模型的缓存。随后，目标模型接受与自己一致的 token，拒绝其余的。进入下一轮之前，缓存必须丢掉被拒绝的那些位置，`crop` 正是为此而设：transformers 5.23.0 的辅助生成循环会调用 `past_key_values.crop(-n)`，其中 $n$ 是被拒绝的草稿 token 数。本笔记本最后的练习 2 会重演这样的一轮。
+# 缓存为什么会需要截短？这是为了**投机解码**（speculative decoding），transformers 称之为**辅助生成**（assisted generation，即 `generate(..., assistant_model=...)`）。一个小的草稿模型先提出若干个 token，目标模型（即大模型）在一次调用中把它们全部验证一遍；这次调用会把每个被提出的 token 的 K 和 V 都追加进目标模型的缓存。随后，目标模型接受与自己一致的 token，拒绝其余的。进入下一轮之前，缓存必须丢掉被拒绝的那些位置，`crop` 正是为此而设：transformers 5.23.0 的辅助生成循环（`transformers/generation/utils.py` 中的 `GenerationMixin._assisted_decoding`）会调用 `past_key_values.crop(-n)`，其中 $n$ 是被拒绝的草稿 token 数。本笔记本最后的练习 2 会重演这样的一轮。
 #
 # 下面的单元格在两个模型上做同一个实验：用第 4 节的序列预填充 200 个位置，续写 24 个 token，再把两边的缓存都截回 200 个位置（GPT-2 一侧用 `crop(-24)`，我们这一侧用切片），然后从那里续写另外 24 个 token。它断言三件事：截短后的两份缓存逐层一致；截短后的续写在两边给出相同的 logits；在 GPT-2 一侧，截短后续写得到的 logits 与从预填充后立即做的深拷贝出发得到的完全相同。最后这一条是逐比特相同，而且在任何机器上都成立：截短只是对缓存的张量做切片，深拷贝只是复制它们，下一次调用又都把它们拼接成内存布局相同的新张量，所以两次续写是在相同输入上做的相同调用。作为负对照，它还从一份没有截短的缓存出发续写：这时新 token 的位置整体往后错了 24 个，还会多读 24 个键，比较能查出这个错误。
 
@@ -125,9 +126,9 @@ if HAVE_TRANSFORMERS:
                    "crop_vs_deep_copy": max_abs_err(after_crop, after_copy),
                    "logits_without_crop": max_abs_err(without_crop, ours_after)}
     say_table([[f"{e:.1e}" for e in crop_errors.values()]],
-              en=["cropped K/V vs our sliced cache", "logits after `crop` vs ours", "after `crop` vs deep copy",
+              en=["cropped K/V vs our sliced cache", "logits after `crop` vs ours", "logits after `crop` vs from the deep copy",
                   "no `crop` (negative control) vs ours"],
-              zh=["截短后的 K/V 与我们切片后的缓存", "`crop` 之后的 logits 与我们的", "`crop` 之后与深拷贝",
+              zh=["截短后的 K/V 与我们切片后的缓存", "`crop` 之后的 logits 与我们的", "`crop` 之后与从深拷贝出发的 logits",
                   "不做 `crop`（负对照）与我们的"])
     # [en] Cropped caches and continuations agree; crop equals the deep copy bit for bit; without the crop
     # [en] the comparison fails.

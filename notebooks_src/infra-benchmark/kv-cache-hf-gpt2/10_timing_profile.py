@@ -1,25 +1,18 @@
 # %% [markdown] lang="en"
-# **What one step costs.** If the arithmetic is the same, where does the difference come from? We take
-# one decode step of each model, the token after the race's prompt, and look inside with two profilers.
-# `torch.profiler` records every ATen operation the step launches (ATen is the C++ library behind
-# PyTorch's operators): how many calls, how long each kind took, and, with `with_flops=True`, the
-# floating-point operations of the matrix products (`aten::mm`, `aten::addmm`, `aten::bmm`). Python's own
-# `cProfile` counts the Python function calls. Profilers slow a step down, so their times serve only to
-# compare one kind of operation with another; the time per step comes from the race.
-#
-# The next cell holds the two measurements. `aten_profile` runs the step ten times per profiling session
-# and divides by ten; a session can be slowed down by whatever else the machine does, so it runs a
-# warm-up session and then five more, and keeps each operator's median self time (the counts are the
-# same in every session). `python_calls` runs the step once under `cProfile` and adds up the calls by
-# the file that defines each function, named from the installed package onwards (`torch/...`,
-# `transformers/...`), a standard-library file by its name, functions written in C as `<built-in>` and
-# this notebook's own cells as `<cell>`. Its code is measuring tooling, not part of the lesson, so it is
-# folded.
+# **What one step costs.** If the arithmetic is the same, where does the difference come from? The one
+# lesson of this part: both steps do the same floating-point work, GPT-2's makes many more Python calls
+# around it, and at this toy size that overhead, not the arithmetic, decides the race. We take one decode
+# step of each model, the token after the race's prompt, and look inside with two profilers:
+# `torch.profiler` counts the ATen operations the step launches (ATen is the C++ library behind PyTorch's
+# operators), their time and, with `with_flops=True`, the floating-point operations of the matrix
+# products; Python's `cProfile` counts the Python function calls. Profilers slow a step down, so their
+# times serve only to compare one kind of operation with another; the time per step comes from the race.
+# The next cell defines the two measurements (a warm-up session and five more, the median self time per
+# operator; Python calls grouped by the file that defines each function). It is measuring tooling, not
+# part of the lesson, so it is folded.
 
 # %% [markdown] lang="zh"
-# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看。`torch.profiler` 记录这一步调用的每个 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）：调用了多少次，每类算子耗时多少；打开 `with_flops=True` 后，它还统计矩阵乘法（`aten::mm`、`aten::addmm`、`aten::bmm`）的浮点运算次数。Python 自带的 `cProfile` 则统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。
-#
-# 下一个单元格定义这两种测量。`aten_profile` 在一次性能分析中把这一步执行 10 次，结果除以 10；机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做 5 次，每个算子的自身耗时取中位数（调用次数每次都相同）。`python_calls` 在 `cProfile` 下把这一步执行一次，按定义各函数的文件累加调用次数：文件名从所属的包开始写（`torch/...`、`transformers/...`），标准库的文件只写文件名，用 C 写的函数记为 `<built-in>`，本笔记本自己的单元格记为 `<cell>`。这些代码是测量工具，不是本课的内容，所以折叠起来。
+# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？这一部分只讲一件事：两个解码步的浮点运算完全相同，GPT-2 在运算之外多了许多次 Python 调用；在玩具规模下，决定比赛胜负的是这些开销，而不是运算本身。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）的次数和耗时，打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。下一个单元格定义这两种测量（先预热一次，再分析 5 次，每个算子的自身耗时取中位数；Python 调用按定义函数的文件分组）。这些代码是测量工具，不是本课的内容，所以折叠起来。
 
 # %% tags=["hide-input"]
 import cProfile
@@ -97,7 +90,7 @@ def profile_step(step, sessions=PROFILE_SESSIONS, steps=PROFILE_STEPS):
 # beforehand, and every profiled step reads 256 positions.
 
 # %% [markdown] lang="zh"
-# 下面分析三个解码步：我们的和 GPT-2 的，都带着提示的 256 个位置的缓存；再加上不用缓存、覆盖全部 257 个位置的我们的模型，作为浮点运算次数的负对照。GPT-2 的缓存每调用一次就变长，所以它每次被分析的调用都拿到提示缓存的一份新拷贝（事先准备好 `PROFILE_CALLS` 份），每个被分析的解码步读取的都是 256 个位置。
+# 下面分析三个解码步：我们的和 GPT-2 的，都带着提示的 256 个位置的缓存；另外再分析我们的模型不用缓存、一次处理全部 257 个位置的一次调用，作为浮点运算次数的负对照。GPT-2 的缓存每调用一次就变长，所以它每次被分析的调用都拿到提示缓存的一份新拷贝（事先准备好 `PROFILE_CALLS` 份），每个被分析的解码步读取的都是 256 个位置。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -127,15 +120,14 @@ if HAVE_TRANSFORMERS:
     assert step_profile["gpt2"]["matmul_flops"] == ours_flops and step_profile["ours_no_cache"]["matmul_flops"] > 100 * ours_flops
 
 # %% [markdown] lang="en"
-# Which operations, and where do the Python calls go? The first table lists the ATen operations that
-# took the most time in either step (calls per step and profiled microseconds per step), the second the
-# Python function calls of one step, grouped by the file that defines the function, as `source_of`
-# names it.
+# Which operations, and where do the Python calls go? The next cell, folded, prints two tables: the ATen
+# operations that took the most time in either step (calls per step and profiled microseconds per step),
+# and the Python function calls of one step, grouped by the file that defines the function.
 
 # %% [markdown] lang="zh"
-# 具体是哪些算子？Python 调用又花在了哪里？第一张表列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张表把一步中的 Python 函数调用按定义该函数的文件分组统计，文件的写法由 `source_of` 决定。
+# 具体是哪些算子？Python 调用又花在了哪里？下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张把一步中的 Python 函数调用按定义该函数的文件分组统计。
 
-# %%
+# %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:
     ours_ops, gpt2_ops = step_profile["ours"]["ops"], step_profile["gpt2"]["ops"]
     none = (0, 0.0, 0)
@@ -153,7 +145,7 @@ if HAVE_TRANSFORMERS:
               zh=["Python 函数所在的文件", "我们的：调用次数", "GPT-2：调用次数"])
 
 # %% [markdown] lang="en"
-# How to read these tables. Both steps do exactly the same matrix arithmetic,
+# How to read these tables. **The arithmetic is the same.** Both steps do
 # {{run:profile.matmul_flops:,}} floating-point operations in matrix products, against
 # {{run:profile.no_cache_flops:,}} when the 257 positions are recomputed without a cache
 # ({{run:profile.no_cache_ratio:,.0f}} times as many: the work of recomputing every position this naive
@@ -161,32 +153,30 @@ if HAVE_TRANSFORMERS:
 # ATen operations, {{run:profile.ours_ops}} for ours and {{run:profile.gpt2_ops}} for GPT-2. Ours has more
 # for two reasons: each `nn.Linear` goes through `aten::linear` and a transpose before `aten::addmm`,
 # while `Conv1D` calls `addmm` directly; and GPT-2's `c_attn` computes Q, K and V in one product where
-# ours makes three, the same FLOPs in fewer calls (compare the `addmm` rows of the first table). and the same kinds of operation take the most time in both: the
-# projections, GELU, the concatenation that grows the cache and the attention products. The profiled
-# times inside those operations, {{run:profile.ours_aten_ms:.2f}} ms for ours and
-# {{run:profile.gpt2_aten_ms:.2f}} ms for GPT-2, include the profiler's own overhead, which is why they
-# can exceed the step times of the race above, and the noise of a shared machine; the counts are exact.
+# ours makes three, so GPT-2 does the same FLOPs in fewer calls (compare the `addmm` rows of the first
+# table).
 #
-# What differs, and by a wide margin, is the Python around the operations. One step of `GPT2LMHeadModel` makes
-# {{run:profile.gpt2_python:,}} Python function calls, ours {{run:profile.ours_python:,}}. The second table
-# shows where the extra calls come from, file by file: the general machinery of the library. Every read
-# of a configuration field during the step (`config.use_cache`, say) is a Python call, because the
-# configuration class overrides `__getattribute__` twice: in `transformers/configuration_utils.py`, to map
-# alias names such as `hidden_size` to GPT-2's `n_embd`, and in
-# `transformers/integrations/heterogeneity/configuration_utils.py`, for models whose layers have different
-# configurations. The model's outputs are dataclasses with checks of their own (`dataclasses.py`,
-# `transformers/utils/generic.py`), the cache object has its methods (`transformers/cache_utils.py`), and
-# all of them call built-in functions (`<built-in>`). `torch/nn/modules/module.py`, the machinery of
-# every `nn.Module` call, weighs about the same in both. At this toy size a matrix product
-# takes a few microseconds (first table), so per-call overhead weighs as much as arithmetic, and it
-# decides the race. That is why the race says nothing about speed at real sizes: at GPT-2 small's width
-# of 768, each projection does $(768 / 64)^2 = 144$ times the work of ours, while the Python around it
-# stays the same.
+# **The same kinds of operation take the time.** In both steps the most time goes to the projections,
+# GELU, the concatenation that grows the cache and the attention products. The profiled times inside the
+# operations, {{run:profile.ours_aten_ms:.2f}} ms for ours and {{run:profile.gpt2_aten_ms:.2f}} ms for
+# GPT-2, include the profiler's own overhead (which is why they can exceed the step times of the race)
+# and the noise of a shared machine; the counts are exact.
+#
+# **The Python around the operations differs, by a wide margin.** One step of `GPT2LMHeadModel` makes
+# {{run:profile.gpt2_python:,}} Python function calls, ours {{run:profile.ours_python:,}}. The second
+# table shows where the extra calls come from: the library's general machinery (reads of configuration
+# fields, the output dataclasses, the cache object's methods) runs as Python calls on every step. At this
+# toy size a matrix product takes a few microseconds (first table), so per-call overhead weighs as much
+# as arithmetic, and it decides the race. That is why the race says nothing about speed at real sizes:
+# at GPT-2 small's width of 768, each projection does $(768 / 64)^2 = 144$ times the work of ours, while
+# the Python around it stays the same.
 
 # %% [markdown] lang="zh"
-# 怎样读这几张表？两个解码步做的矩阵运算完全相同：矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；而不用缓存、把 257 个位置全部重算一遍时，则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍，这是用这种朴素方式重算每个位置的计算量，包括稠密的分数矩阵和全部 257 个位置的 logits）。两者调用的 ATen 算子数目相近：我们的 {{run:profile.ours_ops}} 次，GPT-2 的 {{run:profile.gpt2_ops}} 次。我们的多一些，原因有两个：每个 `nn.Linear` 都要先经过 `aten::linear` 和一次转置，再调用 `aten::addmm`，而 `Conv1D` 直接调用 `addmm`；GPT-2 的 `c_attn` 用一次矩阵乘法算出 Q、K、V，我们的要三次，浮点运算相同，调用次数却更少（可比较第一张表中 `addmm` 那一行）。两者耗时最多的也是同几类运算：各个投影、GELU、加长缓存的拼接，以及注意力中的矩阵乘法。在性能分析器下测得的算子内耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒；这些时间包含了分析器自身的开销（所以可能比上面比赛中一步的耗时还长），也受到机器上其他负载的干扰，只有调用次数是精确的。
+# 怎样读这几张表？**运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；而不用缓存、把 257 个位置全部重算一遍时，则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍，这是用这种朴素方式重算每个位置的计算量，包括稠密的分数矩阵和全部 257 个位置的 logits）。两者调用的 ATen 算子数目相近：我们的 {{run:profile.ours_ops}} 次，GPT-2 的 {{run:profile.gpt2_ops}} 次。我们的多一些，原因有两个：每个 `nn.Linear` 都要先经过 `aten::linear` 和一次转置，再调用 `aten::addmm`，而 `Conv1D` 直接调用 `addmm`；GPT-2 的 `c_attn` 用一次矩阵乘法算出 Q、K、V，我们的则要三次：浮点运算次数相同，GPT-2 的调用次数却更少（可比较第一张表中 `addmm` 那一行）。
 #
-# 真正拉开差距的，是算子之外的 Python 代码。`GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表按文件列出了多出来的调用来自哪里：都是库的通用机制。这一步中每读取一次配置项（比如 `config.use_cache`），就是一次 Python 函数调用，因为配置类两次重写了 `__getattribute__`：一次在 `transformers/configuration_utils.py` 中，用来把 `hidden_size` 这类别名映射到 GPT-2 的 `n_embd` 等字段；一次在 `transformers/integrations/heterogeneity/configuration_utils.py` 中，用来支持各层配置不同的模型。模型的输出是带有额外检查的数据类（`dataclasses.py`、`transformers/utils/generic.py`），缓存对象也有自己的方法（`transformers/cache_utils.py`），而它们又都要调用内置函数（`<built-in>`）。`torch/nn/modules/module.py` 是每次调用 `nn.Module` 都要经过的机制，在两边的分量差不多。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当，比赛的胜负就由它决定。正因如此，这场比赛说明不了实际规模下的速度：GPT-2 small（最小的 GPT-2）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
+# **耗时最多的是同几类运算。** 两者的时间都主要花在各个投影、GELU、加长缓存的拼接以及注意力中的矩阵乘法上。在性能分析器下测得的算子内耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒；这些时间包含了分析器自身的开销（所以可能比上面比赛中一步的耗时还长），也受到机器上其他负载的干扰，只有调用次数是精确的。
+#
+# **算子之外的 Python 代码差别很大。** `GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表列出了多出来的调用来自哪里：库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）每一步都以 Python 调用的形式运行。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当，比赛的胜负就由它决定。正因如此，这场比赛说明不了实际规模下的速度：GPT-2 small（最小的 GPT-2）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
 
 # %% tags=["prose-values"]
 {"profile": {

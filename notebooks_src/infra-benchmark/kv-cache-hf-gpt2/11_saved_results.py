@@ -13,8 +13,9 @@
 # an assertion then fails, that version computes something differently.
 #
 # One detail changed between versions: in 5.23.0, `crop` accepts only a negative count of positions to
-# remove, the form section 9 uses, while earlier releases documented a positive argument as the length
-# to keep. The next cell checks the refusal on the pinned version.
+# remove, the form section 9 uses. Its source (`DynamicLayer.crop` in `transformers/cache_utils.py`) still
+# names a positive argument, the final length to keep, as the legacy form, and refuses it with a
+# `ValueError`. The next cell checks the refusal on the pinned version.
 #
 # The results go to `results.json` in `OUTPUT_DIR`: the environment, the decoder's configuration and,
 # in its `peer` block, this notebook's errors, traps, GELU study, cache reuse, timing and profile (or
@@ -28,7 +29,7 @@
 #
 # 本笔记本对这个库只有一个要求：能用 `config=` 构造 `DynamicCache`，并把每一层的 K 和 V 存为 `cache.layers[i].keys` 和 `.values`。第 4 节在做任何别的事之前，先用一个单层模型检查这一点。较早的版本（例如 4.51.3）不满足这个要求，这时的处理与没有安装这个库相同：第 4 节用一句话说明原因，笔记本不再做别的事。换成其他满足要求的版本，笔记本照常运行，并说明没有在该版本上检查过；如果随后有断言失败，说明该版本的某处计算方式不同。
 #
-# 有一处细节在不同版本之间发生了变化：5.23.0 的 `crop` 只接受负数参数，表示要去掉的位置数，第 9 节用的正是这种写法；更早的版本在文档中把正数参数解释为要保留的长度。下一个单元格在锁定的版本上核对：传入正数时，它确实会拒绝。
+# 有一处细节在不同版本之间发生了变化：5.23.0 的 `crop` 只接受负数参数，表示要去掉的位置数，第 9 节用的正是这种写法。它的源代码（`transformers/cache_utils.py` 中的 `DynamicLayer.crop`）仍把正数参数称为旧写法，表示截短后要保留的长度，并以 `ValueError` 拒绝它。下一个单元格在锁定的版本上核对：传入正数时，它确实会拒绝。
 #
 # 结果写入 `OUTPUT_DIR` 下的 `results.json`，内容包括运行环境、解码器的配置，以及 `peer` 部分中本笔记本的各项结果：误差、陷阱、GELU 实验、缓存复用、计时与性能分析；如果比较被跳过，则只记录跳过的原因。最后一个单元格打印结语，列出实测的数值。
 
@@ -105,7 +106,8 @@ else:
 
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-print(f"{RESULTS_JSON.name}: {list(RESULTS)}")
+say(en=f"Wrote `{RESULTS_JSON.name}`, top-level fields: {list(RESULTS)}.",
+    zh=f"已写入 `{RESULTS_JSON.name}`，顶层字段：{list(RESULTS)}。")
 
 if HAVE_TRANSFORMERS:
     worst_kv = max(peer_errors["k"] + peer_errors["v"])

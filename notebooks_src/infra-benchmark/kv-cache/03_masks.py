@@ -54,12 +54,13 @@ print(causal_mask(4, 2).int())
 # `local_triangle_mask(4, 2)`, $j \le i$, on the right. Rows are the two new queries, labelled by their
 # absolute positions (q4, q5); columns are the key positions $j$ = 0–5; a green cell marked 1 may be
 # read, a white cell marked 0 may not. The offset mask (left) lets both new queries read the whole cache;
-# the upper-left triangle (right) lets query 4 read only key 0, and query 5 only keys 0–1.
+# the upper-left triangle (right) lets query 4 read only key 0, and query 5 only keys 0–1. The plotting code
+# is folded.
 
 # %% [markdown] lang="zh"
-# 下图以缓存 $P = 4$ 个位置、分块 $C = 2$ 个 token 为例，画出两种掩码。每幅分图的标题是构造它的函数调用和它的规则：左图是 `causal_mask(4, 2)`，即 $j \le P + i$；右图是 `local_triangle_mask(4, 2)`，即 $j \le i$。每一行是一个新查询，纵轴标签 query position 意为“查询的绝对位置”，各行标为 q4、q5；每一列是一个键，横轴标签 key position j 意为“键的位置 $j$”，取值 0–5。标 1 的绿色格子表示可以读取，标 0 的白色格子表示不能读取。带偏移的掩码（左图）让两个新查询都能读到整个缓存；左上角三角形（右图）却只让查询 4 读到键 0，让查询 5 读到键 0–1。
+# 下图以缓存 $P = 4$ 个位置、分块 $C = 2$ 个 token 为例，画出两种掩码。每幅分图的标题是构造它的函数调用和它的规则：左图是 `causal_mask(4, 2)`，即 $j \le P + i$；右图是 `local_triangle_mask(4, 2)`，即 $j \le i$。每一行是一个新查询，纵轴标签 query position 意为“查询的绝对位置”，各行标为 q4、q5；每一列是一个键，横轴标签 key position j 意为“键的位置 $j$”，取值 0–5。标 1 的绿色格子表示可以读取，标 0 的白色格子表示不能读取。带偏移的掩码（左图）让两个新查询都能读到整个缓存；左上角三角形（右图）却只让查询 4 读到键 0，让查询 5 读到键 0–1。总标题 P = 4, C = 2 即这两个值。绘图代码已折叠。
 
-# %%
+# %% tags=["hide-input"]
 def draw_masks(past_len: int, new_len: int):
     fig, axes = plt.subplots(1, 2, figsize=(8, 2.6))
     panels = [
@@ -106,7 +107,7 @@ plt.show()
 # %% [markdown] lang="zh"
 # **PyTorch 自带的注意力**：分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)`（下称 SDPA）把因果三角形对齐到左上角。对于接在缓存之后的分块，这恰好就是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码相同。下面的单元格在随机张量上（缓存 10 个位置，分块 3 个 token）把这两种对齐方式分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本。
 #
-# 有两点需要注意。第一，PyTorch 文档把 `causal_lower_right` 背后的 `CausalBias` 类标为**原型**（prototype）功能，今后的版本可能改动它的名称和行为。第二，别的内核（kernel）未必采用同样的约定：FlashAttention 在 2.1 版之前把掩码对齐到左上角，从 2.1 版起 `causal=True` 改为对齐到右下角（见其 README 和更新日志）。因此，每当更换内核、库或版本，都应该用类似下面的单元格重新核对一遍对齐方式。
+# 有两点需要注意。第一，PyTorch 文档把 `causal_lower_right` 背后的 `CausalBias` 类标为**原型**（prototype）功能，今后的版本可能改动它的名称和行为。第二，别的内核未必采用同样的约定：FlashAttention 在 2.1 版之前把掩码对齐到左上角，从 2.1 版起 `causal=True` 改为对齐到右下角（见其 README 和更新日志）。因此，每当更换内核、库或版本，都应该用类似下面的单元格重新核对一遍对齐方式。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right

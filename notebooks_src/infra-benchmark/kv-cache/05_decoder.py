@@ -24,7 +24,7 @@
 #
 # 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：$Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，$V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，第 1 层的 K/V 不能拿来充当第 2 层的 K/V。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
 #
-# 那么，旧的缓存项为什么可以复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。只要权重和位置固定、没有 dropout，往序列末尾追加 token 就不会改变第一层在旧位置上的输出；对后面的层逐层套用同样的论证（归纳法），结论对整个网络都成立。反过来，只要改动了某个旧 token、某个权重或位置规则，缓存就过期了。
+# 那么，旧的缓存项为什么可以复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。只要权重和位置固定、没有 dropout（暂退法），往序列末尾追加 token 就不会改变第一层在旧位置上的输出；对后面的层逐层套用同样的论证（归纳法），结论对整个网络都成立。反过来，只要改动了某个旧 token、某个权重或位置规则，缓存就过期了。
 
 # %% [markdown] lang="en"
 # The configuration and the two default *hooks*. The model asks `positions_fn` for the absolute
@@ -233,7 +233,7 @@ assert N_PARAMS == parameter_formula(cfg)
 # tell the two GELUs apart.
 
 # %% [markdown] lang="zh"
-# 代码是否真的做到了上文所说的？我们用 PyTorch 的函数式组件和这个 Transformer 块自己的权重，把它再写一遍：注意力和 MLP 之前各有一个 `F.layer_norm`（前置归一化）；注意力用 `F.scaled_dot_product_attention`，配上 PyTorch 的右下角对齐因果掩码；MLP 用精确 GELU，即 `F.gelu`。无论没有缓存，还是缓存了 2 个位置，我们的 Transformer 块都必须给出相同的输出。两边以不同的顺序把同样的数相加，所以在 FP32 容差内比较。最后一行是负对照：把参照实现中的 GELU 换成 **tanh 近似**（GPT-2 用的正是它），结果必须通不过同样的比较，否则这个检查就分辨不出这两种 GELU。
+# 代码真的像上文说的那样工作吗？我们用 PyTorch 的函数式组件和这个 Transformer 块自己的权重，把它再写一遍：注意力和 MLP 之前各有一个 `F.layer_norm`（前置归一化）；注意力用 `F.scaled_dot_product_attention`，配上 PyTorch 的右下角对齐因果掩码；MLP 用精确 GELU，即 `F.gelu`。无论没有缓存，还是缓存了 2 个位置，我们的 Transformer 块都必须给出相同的输出。两边以不同的顺序把同样的数相加，所以在 FP32 容差内比较。最后一行是负对照：把参照实现中的 GELU 换成 **tanh 近似**（GPT-2 用的正是它），结果必须通不过同样的比较，否则这个检查就分辨不出这两种 GELU。
 
 # %%
 # [en] The same pre-norm block from PyTorch's functions and `block`'s weights; `past` = (K, V) of

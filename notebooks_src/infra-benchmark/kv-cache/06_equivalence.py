@@ -18,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 6. 等价性：缓存路径与完整重算
 #
-# 解码器的缓存路径算出的结果，与完整重算相同吗？我们从三个方面检查：在六个 token 的例子上逐次调用地看（6.1）；在由 batch 大小、分块长度和精度组成的网格上比较全部 logits（6.2）；在自己选择下一个 token 的生成循环中比较（6.3）。
+# 解码器的缓存路径算出的结果，与完整重算相同吗？我们从三个方面检查：在六个 token 的例子上逐次调用检查（6.1）；在由 batch 大小、分块长度和精度组成的网格上比较全部 logits（6.2）；在自己选择下一个 token 的生成循环中比较（6.3）。
 #
 # ### 6.1 缓存如何随调用增长
 #
@@ -55,12 +55,12 @@ assert all(err <= TOLERANCE[torch.float32] for err in call_errors)
 # at the bottom, labelled with the IDs it fed and the cache length $T$ after it; each column is a
 # position, and the number in a cell is the token ID at that position. An orange cell is a row of K and V computed by that call; a blue cell is a row carried over
 # from the cache, read by the new queries but not recomputed; a white cell does not exist yet. The two
-# layers grow in step, but each keeps its own keys and values (section 5).
+# layers grow in step, but each keeps its own keys and values (section 5). The plotting code is folded.
 
 # %% [markdown] lang="zh"
-# 下图把上表的内容画出来，每一层一幅子图。子图标题 layer 0: K and V, [1, 4, T, 16] 意为“第 0 层的 K 和 V，形状为 `[1, 4, T, 16]`”，第 1 层同理。每一行是一次调用，从最上面的预填充到最下面最后一次单 token 调用；行标签 call 1: [12, 7, 31, 4] -> T = 4 意为“第 1 次调用送入 `[12, 7, 31, 4]`，之后缓存长度 $T = 4$”，其余各行依此类推。每一列是一个位置，横轴标签 position (token id in the cell) 意为“位置（格子里的数是该位置的 token ID）”。橙色格子是这次调用新算出的一行 K/V（图例 computed by this call，“由这次调用算出”）；蓝色格子是从缓存中带过来的行，新查询会读取它，但不会重新计算（图例 carried over from the cache (read, not recomputed)，意思正是“从缓存中带过来（只读取，不重新计算）”）；白色格子表示这一行还不存在。两层同步增长，但各自保存自己的键和值（见第 5 节）。
+# 下图把上表的内容画出来，每一层一幅子图。子图标题 layer 0: K and V, [1, 4, T, 16] 意为“第 0 层的 K 和 V，形状为 `[1, 4, T, 16]`”，第 1 层同理。每一行是一次调用，从最上面的预填充到最下面最后一次单 token 调用；行标签 call 1: [12, 7, 31, 4] -> T = 4 意为“第 1 次调用送入 `[12, 7, 31, 4]`，之后缓存长度 $T = 4$”，其余各行依此类推。每一列是一个位置，横轴标签 position (token id in the cell) 意为“位置（格子里的数是该位置的 token ID）”。橙色格子是这次调用新算出的一行 K/V（图例 computed by this call，“由这次调用算出”）；蓝色格子是从缓存中带过来的行，新查询会读取它，但不会重新计算（图例 carried over from the cache (read, not recomputed)，意思正是“从缓存中带过来（只读取，不重新计算）”）；白色格子表示这一行还不存在。两层同步增长，但各自保存自己的键和值（见第 5 节）。绘图代码已折叠。
 
-# %%
+# %% tags=["hide-input"]
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
@@ -209,7 +209,7 @@ def check_equivalence(model: CacheDecoder, stream: torch.Tensor, batch: int, chu
 
 # %%
 def show_results(rows: list[dict]) -> None:
-    say_table([[str(r["batch"]), str(r["chunk"]), r["dtype"], f"{r['max_abs_logit_err']:.3e}",
+    say_table([[str(r["batch"]), str(r["chunk"]), r["dtype"].upper(), f"{r['max_abs_logit_err']:.3e}",
                 f"{r['max_abs_kv_err']:.3e}", f"`{r['passed']}`"] for r in rows],
               en=["batch", "chunk", "dtype", "max abs logit error", "max abs K/V error", "passed"],
               zh=["batch", "分块长度", "精度", "logits 最大绝对误差", "K/V 最大绝对误差", "通过"])

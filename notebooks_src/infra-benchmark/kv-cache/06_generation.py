@@ -54,16 +54,18 @@ for row in range(GEN_PROMPTS.shape[0]):
 
 # %% [markdown] lang="en"
 # The two rows start differently, yet from index {{run:gen_tail.shared_tail_from}} of the generated tokens on they
-# choose the very same tokens. That is not one row leaking into the other. This model is untrained: its
-# random weights hold no pattern that spans the sequence, so once both rows choose the same token at
-# the same position, their next choices coincide from then on. To show that the rows
+# choose the very same tokens. That is not one row leaking into the other. It is an observation about this
+# untrained model, not a logical consequence: the two rows still have different prefixes, which every
+# later query reads, but in this run, once both rows chose the same token at the same position, their
+# next choices coincided from then on: the random weights apparently let the last token and its position
+# dominate each greedy choice. A trained model, or other weights, need not behave so. To show that the rows
 # do not mix, the cell generates each prompt alone, in a batch of one: each row gets the very tokens it
 # got in the batch. The control is the rows' first tokens, which differ: the comparison can tell the two
 # rows apart. (The grid of 6.2 could not show this: a leak between rows would be in the full call as
 # well as in the cached one.)
 
 # %% [markdown] lang="zh"
-# 两行的开头不同，但从生成 token 的下标 {{run:gen_tail.shared_tail_from}} 起，它们选出的 token 完全相同。这并不是一行的内容漏进了另一行。这个模型没有训练过，随机权重里没有贯穿整个序列的规律，所以一旦两行在同一位置选出同一个 token，此后的选择也就一样了。为了说明两行没有互相混杂，下面的单元格把每个提示单独生成一次（batch 为 1）：每一行得到的 token 与它在 batch 中得到的完全相同。对照是两行的第一个 token：它们不同，说明这个比较分得清两行。（6.2 的网格证明不了这一点：两行若互相混杂，完整调用和带缓存的调用会同样混杂。）
+# 两行的开头不同，但从生成 token 的下标 {{run:gen_tail.shared_tail_from}} 起，它们选出的 token 完全相同。这并不是一行的内容漏进了另一行。这是对这个未训练模型的观察，而不是逻辑上的必然：两行的前缀仍然不同，之后的每个查询都会读取它们；只是在这次运行中，两行一旦在同一位置选出同一个 token，此后的选择就一直相同：看来随机权重让最后一个 token 及其位置主导了每一次贪心选择。训练过的模型或换一组权重，都未必如此。为了说明两行没有互相混杂，下面的单元格把每个提示单独生成一次（batch 为 1）：每一行得到的 token 与它在 batch 中得到的完全相同。对照是两行的第一个 token：它们不同，说明这个比较分得清两行。（6.2 的网格证明不了这一点：两行若互相混杂，完整调用和带缓存的调用会同样混杂。）
 
 # %%
 ALONE = [greedy_generate(model, GEN_PROMPTS[row:row + 1], GEN_TOKENS)[0][0] for row in range(GEN_PROMPTS.shape[0])]

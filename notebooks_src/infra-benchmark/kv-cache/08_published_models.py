@@ -90,8 +90,9 @@ assert all(llama2[key] == llama3[key] for key in ("layers", "heads", "head_dim")
 assert llama2["fp16_bytes_per_token"] == 4 * llama3["fp16_bytes_per_token"]
 
 # %% [markdown] lang="en"
-# An asterisk marks a context longer than the model's position table (GPT-2 has 1,024 positions, our
-# decoder 512, Llama 2 4,096): the formula still gives the size such a cache would have. For one
+# An asterisk marks a context longer than the largest number of positions the model supports (GPT-2's
+# learned position table has 1,024 rows, our decoder's 512; Llama 2, which uses RoPE and has no position
+# table, was trained with a context of 4,096): the formula still gives the size such a cache would have. For one
 # sequence of 32,768 tokens, Llama 3.1 8B keeps {{run:published.llama31_32k}} of K and V in FP16, per
 # sequence, on top of its weights; without GQA it would be {{run:published.llama31_32k_mha}}. GQA also
 # settles the second question of 8.2 the other way for this model: one token's K and V in one layer are
@@ -101,7 +102,7 @@ assert llama2["fp16_bytes_per_token"] == 4 * llama3["fp16_bytes_per_token"]
 # on every step, the growth with $T$ of 8.2, becomes a large part of what a decode step costs.
 
 # %% [markdown] lang="zh"
-# 星号表示上下文长度超出了模型的位置嵌入表（GPT-2 有 1,024 个位置，我们的解码器有 512 个，Llama 2 有 4,096 个）：公式给出的仍是这样一份缓存应有的大小。对于一条 32,768 个 token 的序列，Llama 3.1 8B 在 FP16 下要为它保存 {{run:published.llama31_32k}} 的 K/V，这还不算权重；如果不用 GQA，则要 {{run:published.llama31_32k_mha}}。对这个模型来说，GQA 也让 8.2 的第二个问题有了相反的答案：一个 token 在一层中的 K/V 是 $2 \cdot H_{kv} \cdot D_h$ 个数，这里是 {{run:published.llama31_kv_numbers:,}} 个，比它的隐藏状态的 {{run:published.llama31_hidden:,}} 个数还少。顺带一提（这里并未实测）：到了这样的规模，推理服务系统管理缓存就要像管理权重一样精打细算；而每一步都要把整个缓存读一遍（也就是 8.2 中随 $T$ 的增长），这会成为解码一步的开销中很大的一部分。
+# 星号表示上下文长度超出了模型支持的最大位置数（GPT-2 学到的位置嵌入表有 1,024 行，我们的解码器有 512 行；Llama 2 使用 RoPE，没有位置嵌入表，它训练时的上下文长度是 4,096）：公式给出的仍是这样一份缓存应有的大小。对于一条 32,768 个 token 的序列，Llama 3.1 8B 在 FP16 下要为它保存 {{run:published.llama31_32k}} 的 K/V，这还不算权重；如果不用 GQA，则要 {{run:published.llama31_32k_mha}}。对这个模型来说，GQA 也让 8.2 的第二个问题有了相反的答案：一个 token 在一层中的 K/V 是 $2 \cdot H_{kv} \cdot D_h$ 个数，这里是 {{run:published.llama31_kv_numbers:,}} 个，比它的隐藏状态的 {{run:published.llama31_hidden:,}} 个数还少。顺带一提（这里并未实测）：到了这样的规模，推理服务系统管理缓存就要像管理权重一样精打细算；而每一步都要把整个缓存读一遍（也就是 8.2 中随 $T$ 的增长），这会成为解码一步的开销中很大的一部分。
 
 # %% tags=["prose-values"]
 {"published": {"llama31_32k": binary_size(llama3["fp16_bytes_per_context"]["32768"]),

@@ -10,10 +10,16 @@
 # multiply-add count of 8.1 averaged over the 16 steps of the window (dashed, same colour). In both
 # panels only the vertical axis is logarithmic; the prompt-length axis is linear.
 #
-# The prefill curve is not a straight line, and need not be. It divides one call's time by $P$: the
-# call's fixed overhead is shared by more tokens as $P$ grows, which pulls the time per token down, while
-# every token's attention reads the keys of all the tokens before it, which pushes it up at long prompts. Where the two balance moves
-# with the machine, and one slow round more or less moves a point of a window this short.
+# The prefill curve divides one call's time by $P$. Two things move it, and the count says how much
+# each can. The call's fixed overhead is shared by more tokens as $P$ grows, which pulls the time per
+# token down. The work per token grows only slowly: from $P = {{run:clock.p_min}}$ to
+# $P = {{run:clock.p_max}}$ the count of 8.1 goes from {{run:clock.prefill_macs_per_token_min:,.0f}} to
+# {{run:clock.prefill_macs_per_token_max:,.0f}} multiply-adds per prompt token, a factor of
+# {{run:clock.prefill_macs_per_token_growth:.2f}} (the attention term: each token reads the keys of all
+# the tokens before it). A point that rises far more than that is not arithmetic: a prefill window takes a
+# few milliseconds at most, and one round slowed by something outside the model (another process on the
+# core, the allocator) moves its median. 9.4 times the prefill of a {{run:gen_time.prompt}}-token prompt
+# once more, a second reading of that row.
 
 # %% [markdown] lang="zh"
 # ### 9.2 把乘加次数与实测时间放在一起
@@ -24,7 +30,7 @@
 #
 # 右图标题 measured time vs counted multiply-adds 意为“实测时间与乘加计数的对照”，纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”。它画的是两条续写路径的每步耗时随 $P$ 的增长倍数（相对于最短提示）：图例 full: measured time 和 cached: measured time 是带标记的实线，即完整重算和缓存续写的实测时间；full: multiply-adds 和 cached: multiply-adds 是同色虚线，即按 8.1 的乘加次数在窗口 16 步上取平均得到的预测值。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。
 #
-# 预填充那条曲线不是一条直线，也不必是。它是一次调用的时间除以 $P$：随着 $P$ 增大，一次调用的固定开销由更多的 token 分摊，每个 token 的时间随之下降；而每个 token 的注意力都要读取它之前所有 token 的键，提示很长时又会把时间推高。两种作用在哪里相互抵消，因机器而异；窗口这么短，只要多一轮或少一轮偏慢的测量，某个点就会移动。
+# 预填充那条曲线是一次调用的时间除以 $P$。有两个因素影响它，计数告诉我们各自能影响多少。随着 $P$ 增大，一次调用的固定开销由更多的 token 分摊，每个 token 的时间随之下降。每个 token 的工作量则增长得很慢：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，按 8.1 的计数，每个提示 token 的乘加次数从 {{run:clock.prefill_macs_per_token_min:,.0f}} 变为 {{run:clock.prefill_macs_per_token_max:,.0f}}，只增长到原来的 {{run:clock.prefill_macs_per_token_growth:.2f}} 倍（这来自注意力项：每个 token 都要读取它之前所有 token 的键）。如果某个点升高得远比这多，那就不是计算造成的：一个预填充窗口最多只有几毫秒，只要有一轮被模型之外的因素（别的进程占用了 CPU 核心、内存分配器）拖慢，它的中位数就会移动。9.4 会再对 {{run:gen_time.prompt}} 个 token 的提示做一次预填充计时，可以看作对表中那一行的第二次读数。
 
 # %%
 def per_step_ms(row: dict, path: str) -> dict:
@@ -41,6 +47,14 @@ PER_STEP = [{
     "model_cached_macs_per_step": window_macs(r["prompt_tokens"], "cached"),
 } for r in TIMING_ROWS]
 
+# %% [markdown] lang="en"
+# The next cell draws the figure described above and prints its numbers as a table; its plotting code is
+# folded.
+
+# %% [markdown] lang="zh"
+# 下一个单元格画出上面说明的图，并把图中的数字列成表格；绘图代码已折叠。
+
+# %% tags=["hide-input"]
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 fig, (ax_time, ax_growth) = plt.subplots(1, 2, figsize=(11, 4))
@@ -89,8 +103,7 @@ say_table(
 )
 
 # %% [markdown] lang="en"
-# Three numbers summarize what the figure shows; the next cell computes them and hands them to the
-# text below.
+# Three numbers summarize what the figure shows; the next cell computes them for the text below.
 #
 # * **Growth.** From the shortest to the longest prompt, the count predicts each path's per-step work to
 #   grow by some factor; the clock shows by what factor its time changed.
@@ -98,23 +111,27 @@ say_table(
 #   continuation, 16 calls of one token each. Both push 16 positions through the network, and the
 #   continuation even does slightly more multiply-adds ({{run:clock.cached16_extra_macs:.1%}} more: its
 #   queries read more keys).
-# * **How much of a cached step is arithmetic.** The prefill at the longest prompt shows how many
-#   multiply-adds per millisecond this CPU sustains inside one large call. At that rate, the
-#   multiply-adds of one cached step would take some time; the text below puts it next to the time the
-#   step took. Products with a single row run less efficiently than large ones, so this is a rough
+# * **How much of a cached step is arithmetic.** The fastest prefill of the table (in multiply-adds per
+#   millisecond) shows what this CPU sustains inside one large call. At that rate, the multiply-adds of
+#   one cached step would take some time; the text below puts it next to the time the step took, at
+#   every prompt length. Products with a single row run less efficiently than large ones, so this is a rough
 #   estimate, not a decomposition.
 
 # %% [markdown] lang="zh"
-# 图中的信息可以归结为三组数字；下一个单元格把它们算出来，交给后面的正文引用。
+# 图中的信息可以归结为三组数字；下一个单元格把它们算出来，供后文引用。
 #
 # * **增长倍数**：从最短提示到最长提示，乘加计数预测每条路径每步的工作量会增长若干倍；计时则给出它的时间实际变化了多少倍。
 # * **调用次数与 token 数**：在 $P = 16$ 时，比较一次处理 16 个 token 的预填充，与分 16 次调用、每次只处理一个 token 的缓存续写。两者都让 16 个位置经过网络，续写的乘加次数甚至还略多一些（多 {{run:clock.cached16_extra_macs:.1%}}，因为它的查询要读更多的键）。
-# * **缓存路径一步中有多少是计算**：最长提示下的预填充反映了这台 CPU 在一次大调用中每毫秒能完成多少次乘加。按这个速度可以算出缓存路径一步的乘加需要多少时间；后面的正文把它与这一步的实测耗时放在一起比较。只有一行的矩阵乘法效率不如大矩阵乘法，所以这只是粗略的估计，而不是精确的分解。
+# * **缓存路径一步中有多少是计算**：表中最快的预填充（按每毫秒完成的乘加次数计）反映了这台 CPU 在一次大调用中能达到的速度。按这个速度可以算出缓存路径一步的乘加需要多少时间；后面的正文在每一种提示长度下把它与这一步的实测耗时放在一起比较。只有一行的矩阵乘法效率不如大矩阵乘法，所以这只是粗略的估计，而不是精确的分解。
 
 # %% tags=["hide-input"]
 first, last = PER_STEP[0], PER_STEP[-1]
 row16 = next(r for r in TIMING_ROWS if r["prompt_tokens"] == 16)
-prefill_rate = sum(full_step_macs(cfg, last["prompt_tokens"]).values()) / TIMING_ROWS[-1]["prefill_ms"]["p50"]
+# [en] The fastest prefill of the table, in multiply-adds per millisecond (a slow round can only lower a rate).
+# [zh] 表中最快的预填充，单位是每毫秒的乘加次数（偏慢的轮次只会拉低速度）。
+prefill_rate = max(sum(full_step_macs(cfg, r["prompt_tokens"]).values()) / r["prefill_ms"]["p50"] for r in TIMING_ROWS)
+arithmetic_shares = [r["model_cached_macs_per_step"] / prefill_rate / r["cached_ms_per_step"]["p50"] for r in PER_STEP]
+prefill_macs_per_token = [sum(full_step_macs(cfg, r["prompt_tokens"]).values()) / r["prompt_tokens"] for r in PER_STEP]
 TIMING_SUMMARY = {
     "p_min": int(first["prompt_tokens"]),
     "p_max": int(last["prompt_tokens"]),
@@ -131,15 +148,18 @@ TIMING_SUMMARY = {
     "cached16_over_prefill16": float(row16["cached_ms"]["p50"] / row16["prefill_ms"]["p50"]),
     "cached16_extra_macs": CONTINUATION * window_macs(16, "cached") / sum(full_step_macs(cfg, 16).values()) - 1,
     "prefill_macs_per_ms": float(prefill_rate),
-    "cached_step_arithmetic_ms": float(last["model_cached_macs_per_step"] / prefill_rate),
-    "cached_step_arithmetic_share": float(last["model_cached_macs_per_step"] / prefill_rate / last["cached_ms_per_step"]["p50"]),
+    "cached_step_arithmetic_share_lo": float(min(arithmetic_shares)),
+    "cached_step_arithmetic_share_hi": float(max(arithmetic_shares)),
+    "prefill_macs_per_token_min": float(prefill_macs_per_token[0]),
+    "prefill_macs_per_token_max": float(prefill_macs_per_token[-1]),
+    "prefill_macs_per_token_growth": float(prefill_macs_per_token[-1] / prefill_macs_per_token[0]),
 }
 
 # %% tags=["prose-values"]
 {"clock": TIMING_SUMMARY}
 
 # %% [markdown] lang="en"
-# **What this run says.** From $P = {{run:clock.p_min}}$ to $P = {{run:clock.p_max}}$, the count predicts
+# **What this run says** (every number below is this run's). From $P = {{run:clock.p_min}}$ to $P = {{run:clock.p_max}}$, the count predicts
 # the full path's work per step to grow {{run:clock.model_full_growth:.1f}}-fold; its measured time per
 # step changed by a factor of {{run:clock.measured_full_growth:.1f}}, from {{run:clock.full_ms_per_step_min:.3f}}
 # to {{run:clock.full_ms_per_step_max:.3f}} ms. For the cached step the count predicts growth by a factor of
@@ -151,22 +171,24 @@ TIMING_SUMMARY = {
 # On this run, 16 cached one-token calls took {{run:clock.cached16_ms:.3f}} ms,
 # {{run:clock.cached16_over_prefill16:.1f}} times the {{run:clock.prefill16_ms:.3f}} ms of one 16-token
 # prefill call, although both push 16 positions through the network and their counts differ by only
-# {{run:clock.cached16_extra_macs:.1%}}. That gap is not arithmetic. Here it is per-call overhead: every
+# {{run:clock.cached16_extra_macs:.1%}}. The count predicts no such gap, so it is not arithmetic; the code
+# shows what it is, per-call overhead: every
 # call of the model pays for the Python code of its modules, the dispatch of each operator and small
 # allocations (and, on the cached path, the copy in `torch.cat`) whatever the size of its inputs, and
-# the continuation pays it 16 times where the prefill pays it once; 9.3 counts the operator calls. At
-# the rate the largest prefill sustained, a cached step's multiply-adds would take about
-# {{run:clock.cached_step_arithmetic_ms:.4f}} ms, roughly {{run:clock.cached_step_arithmetic_share:.0%}}
-# of the measured step. That estimate is a lower bound, because a decode step's products are slower per
-# multiply-add than a prefill's: they have a single row, matrix-vector products that read every weight and
-# every cached key and value for a single multiply-add each, where a prefill reuses each weight it loads
-# for all its rows. On real
+# the continuation pays it 16 times where the prefill pays it once (the optional 9.3 counts the operator
+# calls). At the rate of the fastest prefill of the table, {{run:clock.prefill_macs_per_ms:,.0f}}
+# multiply-adds per millisecond, a cached step's multiply-adds would take between
+# {{run:clock.cached_step_arithmetic_share_lo:.0%}} and {{run:clock.cached_step_arithmetic_share_hi:.0%}}
+# of the measured step, across the prompt lengths. That estimate is a lower bound, because a decode step's
+# products are slower per multiply-add than a prefill's: they have a single row, matrix-vector products
+# that read every weight and every cached key and value for a single multiply-add each, where a prefill
+# reuses each weight it loads for all its rows. On real
 # hardware, with a real model's width and context (8.3), the per-call overhead shrinks next to the work,
 # and the decode step becomes **memory-bandwidth-bound**: its time is set by how fast the weights and the
 # whole K/V cache can be read, not by how many multiply-adds the processor can do. That is a general
 # remark, not something this CPU run measures.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间的变化倍数是 {{run:clock.measured_full_growth:.1f}}，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.1 中的注意力项；实测每步时间的变化倍数则是 {{run:clock.measured_cached_growth:.2f}}（先是 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒，后是 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。
+# **这次运行说明了什么**（下面的数字都只属于这次运行）：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间则变为原来的 {{run:clock.measured_full_growth:.1f}} 倍，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.1 中的注意力项；实测每步时间则变为原来的 {{run:clock.measured_cached_growth:.2f}} 倍（从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。
 #
-# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算。在这里，它来自每次调用的固定开销：模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次；9.3 会数一数算子调用的次数。按最长提示下预填充达到的速度，缓存路径一步的乘加大约需要 {{run:clock.cached_step_arithmetic_ms:.4f}} 毫秒，约占实测每步时间的 {{run:clock.cached_step_arithmetic_share:.0%}}。这个估计只是下限：解码一步做的是只有一行的矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加，折算到每次乘加上比预填充慢；预填充读进来的每个权重则要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。
+# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。计数预测不到这样的差距，所以它不来自计算；看代码就知道，它来自每次调用的固定开销。模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次（可选的 9.3 会数一数算子调用的次数）。按表中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.0%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.0%}}（随提示长度而不同）。这个估计只是下限，因为解码一步的乘法折算到每次乘加上比预填充慢：它做的是只有一行的矩阵向量乘法，每个权重、每个缓存的键和值读进来只做一次乘加；而预填充读进来的每个权重要用于它的所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。

@@ -69,14 +69,14 @@ say_table(
 # positions for this model, the total grows with the cube of the length (this run ends at
 # {{run:gen_time.final_len}} positions). The curves come from a single run, so a small kink is a call
 # slowed by something outside the cache (the allocator, the operating system, the matrix library), not
-# a property of the cache.
+# a property of the cache. The plotting code is folded.
 
 # %% [markdown] lang="zh"
 # 下图左侧（标题 the first calls of each loop (one bar per call)，意为“每个循环最初的若干次调用，每条横条是一次调用”）把两个循环最初的若干次调用画在同一条时间轴上，横轴 ms since the loop began 是从循环开始算起的毫秒数。用缓存时（上面一行，标签 with cache: prefill, then decode，意为“用缓存：先预填充，再解码”），第一条宽的蓝色横条是对 {{run:gen_time.prompt}} 个提示 token 的预填充，其后每条窄的绿色横条是一个单 token 的解码步；不用缓存时（下面一行，标签 without cache: full pass per token，意为“不用缓存：每个 token 做一次完整调用”），每条橙色横条都是对整个序列的一次计算，序列每次长一个 token。横条之间的空隙是循环自身的工作（argmax、拼接 token ID 的 `torch.cat`）。
 #
-# 右侧（标题 total time, prompt of {{run:gen_time.prompt}} tokens，意为“总时间，提示长 {{run:gen_time.prompt}} 个 token”）画的是第 $g$ 个新 token 就绪所需的总时间随 $g$ 的变化：横轴 new tokens generated g 是已生成的新 token 数 $g$，纵轴 ms until token g is ready 是第 $g$ 个 token 就绪时经过的毫秒数；绿线（图例 with cache）用缓存，橙线（图例 without cache）不用缓存。用缓存时，每个 token 只多一个解码步，预填充之后是一条直线。不用缓存时，每个 token 都要把 $P + g - 1$ 个位置算一遍，比前一个 token 更费时，所以总时间向上弯曲。弯得有多快？每次计算都比上一次多一个位置，所以总时间至少随 token 数的平方增长；而按 8.1 的计数，对 $T$ 个位置做一次计算约需 $TW^2 + T^2W$ 次乘加，一旦注意力项 $T^2W$ 占了上风（对这个模型，约在 {{run:gen_time.crossover}} 个位置以上），总时间就随长度的立方增长（这次运行最后到达 {{run:gen_time.final_len}} 个位置）。这些曲线只来自一次运行，所以曲线上的小拐折是某次调用被缓存之外的因素拖慢了（内存分配器、操作系统或矩阵库），并不是缓存本身的性质。总标题 one greedy generation, CPU, 1 thread, fp32 (prefill in blue, decode steps in green) 意为“一次贪心生成，CPU、单线程、FP32（预填充为蓝色，解码步为绿色）”。
+# 右侧（标题 total time, prompt of {{run:gen_time.prompt}} tokens，意为“总时间，提示长 {{run:gen_time.prompt}} 个 token”）画的是第 $g$ 个新 token 就绪所需的总时间随 $g$ 的变化：横轴 new tokens generated g 是已生成的新 token 数 $g$，纵轴 ms until token g is ready 是第 $g$ 个 token 就绪时经过的毫秒数；绿线（图例 with cache）用缓存，橙线（图例 without cache）不用缓存。用缓存时，每个 token 只多一个解码步，预填充之后是一条直线。不用缓存时，每个 token 都要把 $P + g - 1$ 个位置算一遍，比前一个 token 更费时，所以总时间向上弯曲。弯得有多快？每次计算都比上一次多一个位置，所以总时间至少随 token 数的平方增长；而按 8.1 的计数，对 $T$ 个位置做一次计算约需 $TW^2 + T^2W$ 次乘加，一旦注意力项 $T^2W$ 占了上风（对这个模型，约在 {{run:gen_time.crossover}} 个位置以上），总时间就随长度的立方增长（这次运行最后到达 {{run:gen_time.final_len}} 个位置）。这些曲线只来自一次运行；曲线上的小折点，是某次调用被缓存以外的因素（内存分配器、操作系统或矩阵库）拖慢所致，并不是缓存本身的性质。总标题 one greedy generation, CPU, 1 thread, fp32 (prefill in blue, decode steps in green) 意为“一次贪心生成，CPU、单线程、FP32（预填充为蓝色，解码步为绿色）”。绘图代码已折叠。
 
-# %%
+# %% tags=["hide-input"]
 fig, (ax_line, ax_total) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 2]})
 shown_ms = GEN_TIME["cached"][min(12, GEN_TIME_TOKENS - 1)][1]
 for row, (path, colors) in enumerate((("full", ("tab:orange", "tab:orange")), ("cached", ("tab:blue", "tab:green")))):

@@ -161,14 +161,14 @@ if HAVE_TRANSFORMERS:
 # GPT-2's default `tie_word_embeddings=True`, and must report a disagreement.
 
 # %% [markdown] lang="zh"
-# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几次只送一个 token 的调用、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入；第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, 已缓存 token 数, head_dim]`，与我们的缓存相同。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。
+# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几次只送一个 token 的调用、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入；第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, T, head_dim]`（$T$ 为已缓存的 token 数），与我们的缓存相同。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。
 
 # %%
 PEER_CHUNKS = [128, 1, 1, 61, 1, 64, 255, 1]
 
 
 # [en] Largest |GPT-2 - ours| over full logits, cached logits (chunk by chunk) and each layer's K and V.
-# [zh] 完整 logits、逐个分块的缓存 logits 以及每层 K、V 上的最大 |GPT-2 - ours|。
+# [zh] 完整 logits、逐个分块的缓存 logits 以及每层 K、V 上的最大 |GPT-2 - 我们的实现|。
 def compare_with_gpt2(ours, gpt2, ids, chunks):
     layers = len(ours.blocks)
     errors = {"full_logits": 0.0, "cached_logits": 0.0, "k": [0.0] * layers, "v": [0.0] * layers}
