@@ -134,19 +134,19 @@ plt.show()
 # run, requests are admitted in arrival order and never before they arrive, and the first in line never
 # waits without a reason. No logit can tell whether the scheduler kept its promises: a request's
 # logits are the same whenever it runs. So `check_schedule` reads them from the trace of a run, one
-# verdict each: never more than `max_batch` requests running (`cap_respected`); admissions in arrival
-# order (`first_come_first_served`); none before its arrival (`none_before_arrival`); and no needless wait
-# (`no_needless_wait`). For the last one it looks, at every iteration after admission, at the first request
+# verdict for each promise, in the order above: `cap_respected`, `first_come_first_served`,
+# `none_before_arrival` and `no_needless_wait`. For the last one it looks, at every iteration after admission, at the first request
 # still waiting, and asks why it waits: it has not arrived (`arrival`), the batch is full (`batch`), or its
 # blocks do not fit beside the running requests' reservations (`blocks`). `head_waited_for` counts the
 # iterations for each reason; a wait for none of them counts as `nothing`, and must never happen. The table
 # audits both runs of the loop: the six requests of section 6, where the cap of three running requests made
-# the first in line wait, and the stream above, where the blocks did.
+# the first in line wait, and the stream above, where the blocks did. The code of the audit is folded; its
+# table follows.
 
 # %% [markdown] lang="zh"
-# **调度器的承诺**：一句话概括，在一次运行的迭代记录中，同时运行的请求从不超过 `max_batch` 个，请求按到达顺序接纳、从不在到达之前被接纳，排在最前面的请求从不无故等待。调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，每项给出一个结论：同时运行的请求从不超过 `max_batch` 个（`cap_respected`）；按到达顺序接纳（`first_come_first_served`，先来先服务）；没有请求在到达之前被接纳（`none_before_arrival`）；没有无故的等待（`no_needless_wait`）。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：第 6 节的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。
+# **调度器的承诺**：一句话概括，在一次运行的迭代记录中，同时运行的请求从不超过 `max_batch` 个，请求按到达顺序接纳、从不在到达之前被接纳，排在最前面的请求从不无故等待。调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，按上面的顺序每项给出一个结论：`cap_respected`、`first_come_first_served`（先来先服务）、`none_before_arrival` 和 `no_needless_wait`。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：第 6 节的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。核查的代码默认折叠，下面紧接着是它打印的表格。
 
-# %%
+# %% tags=["hide-input"]
 def check_schedule(requests, trace, num_blocks, block_size, max_batch) -> dict:
     queue = sorted(requests, key=lambda request: (request.arrival, request.rid))
     order = [rid for t in trace for rid in t["admitted"]]
