@@ -65,11 +65,11 @@ if HF_SKIP is None:
            f"`{list(returned_k.shape)}`：整个缓冲区，包括尚未写入的槽位 3。")
     assert returned_k.shape[-2] == 4 and written == [True, True, True, False] and bool(probe_keys[:, 2].eq(7).all())
 elif HF_SKIP["reason"] == "transformers_missing":
-    say(en="transformers is not installed: the appendix is skipped.", zh="未安装 transformers：跳过本附录。")
+    say(en="transformers is not installed: this section is skipped.", zh="未安装 transformers：跳过本节。")
 else:
-    say(en=f"transformers {transformers.__version__} lacks the `StaticCache` API this appendix uses, so the appendix is skipped "
+    say(en=f"transformers {transformers.__version__} lacks the `StaticCache` API this section uses, so the section is skipped "
            f"(`{HF_SKIP['error']}`).",
-        zh=f"所装的 transformers {transformers.__version__} 缺少本附录所用的 `StaticCache` 接口，跳过本附录（`{HF_SKIP['error']}`）。")
+        zh=f"所装的 transformers {transformers.__version__} 缺少本节所用的 `StaticCache` 接口，跳过本节（`{HF_SKIP['error']}`）。")
 
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
