@@ -122,7 +122,7 @@ ax_diff.plot(STEP_PREFIXES, copies_p50, marker="^", label="the copies of a torch
 ax_diff.set_xlabel("prefix length P (tokens)")
 ax_diff.set_ylabel("time (ms)")
 ax_diff.set_title("the difference, magnified", fontsize=10)
-ax_diff.legend(fontsize=8)
+ax_diff.legend(fontsize=8, loc="upper left")
 for ax in (ax_step, ax_diff):
     ax.grid(alpha=0.3)
 fig.suptitle(f"CPU, 1 thread, fp32, batch 1, {STEP_REPEATS} rounds", fontsize=10)
@@ -160,7 +160,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # so the bytes it copies grow in proportion to $P$ (the time also holds a fixed cost per call): on this run the copies took {{run:step.short_copies_p50_ms:.3f}} ms at
 # $P = {{run:step.short_prefix}}$ and {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$. A static
 # step writes one slot per layer instead. Apart from how K and V are kept, the two steps run the same
-# code, and attention reads $P + 1$ keys in both, so both grow a little with $P$ (medians of {{run:step.short_cat_p50_ms:.3f}} and
+# code, and attention reads $P + 1$ keys in both, so both should grow a little with $P$ (medians of {{run:step.short_cat_p50_ms:.3f}} and
 # {{run:step.short_static_p50_ms:.3f}} ms at the shortest prefix, {{run:step.cat_p50_ms:.3f}} and
 # {{run:step.static_p50_ms:.3f}} ms at the longest, `torch.cat` first). The copies are the main difference
 # between the two steps, not the only one (the static step hands attention a slice of its buffer rather
@@ -178,7 +178,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 #
 # 上图画的就是表中的数。左图：标记是每种存储对象一个解码步耗时的中位数，竖线一直画到第 95 百分位数，时间轴从 0 开始；两条曲线几乎重合。右图纵轴更细：画的是两个中位数之差，以及单独计时的 `torch.cat` 解码步中的复制（三角形）。图中的英文标注：横轴 prefix length P (tokens) 是前缀长度（token 数）；左图纵轴 step time (ms): p50, bar to p95 是解码步耗时（毫秒），标记为 p50，竖线画到 p95；右图纵轴 time (ms) 是时间（毫秒）。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，torch.cat step - static step (p50) 是两种解码步中位数之差，the copies of a torch.cat step, alone (p50) 是单独计时的复制。左右两图的标题 one decode step 和 the difference, magnified 分别是“一个解码步”和“放大后的差值”；总标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
 #
-# 代码能预言什么：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。复制是两种解码步的主要区别，但不是唯一的区别（静态缓存的解码步交给注意力的是缓冲区的一个切片，而不是新建的张量），所以两个中位数之差不一定等于复制的耗时；本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
+# 代码能预言什么：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。复制是两种解码步的主要区别，但不是唯一的区别（静态缓存的解码步交给注意力的是缓冲区的一个切片，而不是新建的张量），所以两个中位数之差不一定等于复制的耗时；本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
 #
 # 解码步的耗时在样本之间也有波动：本次运行中，在所有 $P$ 和两种存储对象上，p95 比 p50 高出 {{run:step.spread_min_ms:.3f}} 到 {{run:step.spread_max_ms:.3f}} 毫秒，而复制最多只有 {{run:step.copies_max_ms:.3f}} 毫秒。两个中位数之差如果不超过这个波动，换一次运行就可能变号，所以计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
 
