@@ -21,8 +21,7 @@
 # `serve` is this loop, written for any cache with the interface above: `prefill` runs a new request's
 # prompt on its own, then `decode_step` gives every running request one token in one batched call.
 # `serve` pauses (`yield`) at each iteration's peak, after its decode step and before finished requests
-# leave, and hands over what it decided; `watch` uses the pause to look at the pool. Section 8 runs the
-# same loop on a longer stream of requests.
+# leave, and hands over what it decided; `watch` uses the pause to look at the pool.
 #
 # The checks, in two groups:
 #
@@ -41,7 +40,7 @@
 #
 # 这里六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求的**预留量**是它最多会持有的物理块数：提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。等待中的请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于三个；它的预留量加上运行中各请求的预留量不超过池中的 24 个物理块。这条规则比较的是预留量，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。
 #
-# `serve` 就是这个循环，适用于任何具有上述接口的缓存：`prefill` 单独处理新请求的提示，随后 `decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。`serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来；`watch` 趁这个暂停查看池的状态。第 8 节会用同一个循环处理一个更长的请求流。
+# `serve` 就是这个循环，适用于任何具有上述接口的缓存：`prefill` 单独处理新请求的提示，随后 `decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。`serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来；`watch` 趁这个暂停查看池的状态。
 #
 # 检查分为两组：
 #
