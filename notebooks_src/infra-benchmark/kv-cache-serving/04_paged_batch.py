@@ -72,10 +72,16 @@ class SeqBatchStore:
 
     def begin(self, new_mask):                                         # new_mask: [B, T_new]
         self.new_counts = new_mask.sum(dim=-1).tolist()
+        # [en] Reserve the new positions once per call, before any layer runs: every layer then writes its
+        # [en] K/V to these same addresses, and the lengths below already count the new tokens.
+        # [zh] 每次调用只预留一次新位置，而且在任何一层运行之前：之后每一层都把自己的 K/V
+        # [zh] 写到这些相同的地址，下面的长度也已经算上了新 token。
         self.addresses = [self.cache.reserve(s, n) for s, n in zip(self.seqs, self.new_counts)]
         # [en] Cached plus new positions.
         # [zh] 已缓存的加上新的位置。
         lengths = [self.cache.length(s) for s in self.seqs]
+        # [en] Key columns: the longest cached history (length - new) plus the chunk's T_new columns.
+        # [zh] 键的列数：最长的已缓存历史（length - new）加上这个分块的 T_new 列。
         self.total = max(n - new for n, new in zip(lengths, self.new_counts)) + new_mask.shape[1]
         columns = torch.arange(self.total)
         return columns[None, :] >= (self.total - torch.tensor(lengths))[:, None]   # [B, T_total]
