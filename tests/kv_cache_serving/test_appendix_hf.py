@@ -36,4 +36,4 @@ def test_without_transformers_the_appendix_says_so_and_skips(nb, monkeypatch, ca
     monkeypatch.setitem(sys.modules, "transformers", None)          # import transformers -> ImportError
     exec_sections(namespace, NOTEBOOK, REFEREE, APPENDIX)
     assert namespace["PEER"] == {"skipped": {"reason": "transformers_missing"}}
-    assert "transformers is not installed: the appendix is skipped." in capsys.readouterr().out
+    assert "transformers is not installed: this section is skipped." in capsys.readouterr().out

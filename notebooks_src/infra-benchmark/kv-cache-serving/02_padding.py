@@ -251,7 +251,7 @@ def check_padded(model, dtype=torch.float32, rules=CORRECT_RULES, **options) -> 
 
 
 PADDED = {DTYPE_NAME[d]: check_padded(model, d) for d in TOLERANCE}
-say_table([[name, str(PROMPT_LENGTHS), f"{r['max_abs_logit_err']:.2e}", f"`{r['tokens_identical']}`", f"`{r['passed']}`"]
+say_table([[name.upper(), str(PROMPT_LENGTHS), f"{r['max_abs_logit_err']:.2e}", f"`{r['tokens_identical']}`", f"`{r['passed']}`"]
            for name, r in PADDED.items()],
           en=["dtype", "prompt lengths", "max abs logit error", "tokens identical", "passed"],
           zh=["精度", "提示长度", "logits 的最大绝对误差", "token 一致", "通过"])

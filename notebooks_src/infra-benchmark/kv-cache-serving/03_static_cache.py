@@ -8,19 +8,6 @@
 # not a copy. Nothing is allocated after the first call, so the buffers never move (their `data_ptr()`
 # stays the same).
 #
-# **Why serving systems want this.** The main reason is not the copy. On a GPU, a **CUDA graph** records
-# a decode step once and replays it at every step, saving the launch of each kernel; a replay is only
-# valid if every tensor of the step keeps its shape and its address (`torch.compile(mode="reduce-overhead")`
-# records such graphs for you). `torch.compile` on its own needs stable shapes: when a shape changes, the
-# step is compiled again (and from then on for dynamic shapes, which can be slower). A `torch.cat` cache changes
-# both shape and address at every step; a preallocated buffer changes neither. Hugging Face's
-# `StaticCache`, written for `torch.compile`, goes one step further than ours: attention reads the whole `T_max` buffer at every step, and the mask hides the
-# slots not written yet, so even the shapes inside attention stay fixed (section 10 checks this). Our
-# store reads the valid prefix, a view whose length still grows: simpler to follow, with fixed buffers but
-# not fixed shapes. This notebook runs eagerly on a CPU and compiles nothing, so it shows the fixed
-# buffers, not the speed-up that compilation buys; the timing below measures the one cost the static
-# cache removes in eager mode, the copy.
-#
 # **A forward pass with the storage left open.** To compare ways of keeping K and V, `store_forward`
 # writes out the decoder of section 3 with the same operations in the same order, except that each
 # attention layer hands its new K and V to a *store*. A store has two methods. `begin(new_mask)` takes the
@@ -29,22 +16,29 @@
 # and returns all the K/V to attend over. (`pointers()` lists the addresses of the store's tensors, so we
 # can see which ones move.)
 #
-# The first store is the first notebook's cache again, `torch.cat` behind this interface. With it,
-# `store_forward` must **be** the decoder of section 3: the same logits, bit for bit, on the padded batch.
-# Exact equality is a fair demand here, on any machine: the `torch.cat` store hands attention the very
-# tensors the decoder builds itself, so every kernel receives the same inputs in the same memory layout
-# and repeats the same arithmetic. And the addresses of its K and V must change after every call.
+# In code, a forward pass uses its store in two places:
+# ```python
+# key_mask = store.begin(new_mask)         # once per call: the mask of every slot to read, [B, T_total]
+# k, v = store.write(layer, k_new, v_new)  # in each layer: keep the new K/V, get back all K/V to read
+# ```
+#
+# Which store it is decides where K and V live; `store_forward` itself never changes. Why a serving
+# system wants a preallocated store comes after the first store runs.
 
 # %% [markdown] lang="zh"
 # ## 5. 预分配缓存（静态缓存）
 #
 # `torch.cat` 每次调用都会生成新张量：为了追加一个位置，整个缓存都要复制一遍，缓存也随之换到新的地址。预分配缓存则一次性为每层的 K 和 V 各预留一个形状为 `[B, H, T_max, Dh]` 的缓冲区，并记录当前长度 $L$。一次调用带来 $n$ 个新 token 时，把它们写入第 $L \dots L + n - 1$ 个槽位，再在有效前缀 `buffer[:, :, :L + n]` 上计算注意力；这个前缀是视图，不是副本。第一次调用之后不再分配任何内存，所以缓冲区从不移动，它们的 `data_ptr()` 始终不变。
 #
-# **推理服务系统为什么需要它**：主要原因并不是省掉复制。在 GPU 上，**CUDA 图**把一个解码步记录一次，之后每一步都直接重放，省去逐个启动内核的开销；只有当这一步里每个张量的形状和地址都保持不变时，重放才是正确的（`torch.compile(mode="reduce-overhead")` 会自动录制这样的图）。单用 `torch.compile` 时，要求的是形状稳定：形状一变，这一步就要重新编译（此后改按动态形状编译，生成的代码可能更慢）。`torch.cat` 缓存每一步都会同时改变形状和地址，预分配的缓冲区则两者都不变。Hugging Face 的 `StaticCache` 正是为 `torch.compile` 设计的，它比我们更进一步：每一步的注意力都读取整个长为 `T_max` 的缓冲区，由掩码遮住尚未写入的槽位，这样连注意力内部的形状也固定不变（第 10 节会检查这一点）。我们的存储对象只读取有效前缀，这个视图的长度仍会增长：代码更容易读懂，缓冲区固定了，形状却没有固定。本笔记本在 CPU 上以 eager 模式运行，不做任何编译，所以它能展示固定不动的缓冲区，却展示不了编译带来的加速；下面的计时测量的是静态缓存在 eager 模式下省掉的唯一一项开销：复制。
-#
 # **一个可以更换存储对象的前向计算**：为了比较存放 K 和 V 的不同做法，`store_forward` 把第 3 节的解码器用相同的运算、按相同的顺序重新写了一遍，只有一处不同：每个注意力层把新的 K 和 V 交给一个**存储对象**（store）。存储对象有两个方法。`begin(new_mask)` 接收新 token 的填充掩码，返回注意力要读取的全部槽位的掩码 `[B, T_total]`，所以位置和掩码都沿用第 4 节的规则。`write(layer, k, v)` 保存某一层新的 K/V，并返回参与注意力计算的全部 K/V。（`pointers()` 列出存储对象中各个张量的地址，用来观察哪些张量移动了。）
 #
-# 第一个存储对象还是第一份笔记本的缓存，即套上这个接口的 `torch.cat`。用它时，`store_forward` 必须**就是**第 3 节的解码器：在填充后的 batch 上，logits 逐比特相同。这里要求逐比特相同是合理的，而且在任何机器上都成立：`torch.cat` 存储对象交给注意力的，正是解码器自己构造的那些张量，每个内核收到的输入相同、内存布局也相同，执行的运算也就完全一样。此外，每次调用之后，它的 K 和 V 的地址都必须改变。
+# 写成代码，前向计算在两处用到存储对象：
+# ```python
+# key_mask = store.begin(new_mask)         # 每次调用一次：要读取的全部槽位的掩码，[B, T_total]
+# k, v = store.write(layer, k_new, v_new)  # 每一层：保存新的 K/V，取回要读取的全部 K/V
+# ```
+#
+# 换哪种存储对象，决定 K 和 V 存放在哪里；`store_forward` 本身始终不变。推理服务系统为什么需要预分配的存储对象，放在第一个存储对象运行之后再讲。
 
 # %%
 def attend(attn, x, allowed, write):
@@ -76,9 +70,17 @@ def store_forward(model, ids, new_mask, store):
 # The first store, `CatStore`, and the greedy loop of section 4 written over a store: `generate_with_store`
 # prefills the left-padded batch, then decodes one token per row per call, and records the addresses of
 # the store's tensors after every call.
+#
+# The first store is the first notebook's cache again, `torch.cat` behind this interface. With it,
+# `store_forward` must **be** the decoder of section 3: the same logits, bit for bit, on the padded batch.
+# Exact equality is a fair demand here, on any machine: the `torch.cat` store hands attention the very
+# tensors the decoder builds itself, so every kernel receives the same inputs in the same memory layout
+# and repeats the same arithmetic. And the addresses of its K and V must change after every call.
 
 # %% [markdown] lang="zh"
 # 第一个存储对象 `CatStore`，以及改用存储对象的第 4 节贪心生成循环：`generate_with_store` 先对左填充的 batch 做预填充，然后每次调用为每一行解码一个 token，并在每次调用之后记录存储对象中各张量的地址。
+#
+# 第一个存储对象还是第一份笔记本的缓存，即套上这个接口的 `torch.cat`。用它时，`store_forward` 必须**就是**第 3 节的解码器：在填充后的 batch 上，logits 逐比特相同。这里要求逐比特相同是合理的，而且在任何机器上都成立：`torch.cat` 存储对象交给注意力的，正是解码器自己构造的那些张量，每个内核收到的输入相同、内存布局也相同，执行的运算也就完全一样。此外，每次调用之后，它的 K 和 V 的地址都必须改变。
 
 # %%
 class CatStore:
@@ -134,6 +136,23 @@ say(en=f"`store_forward` with a `torch.cat` store equals the section 3 decoder b
     zh=f"`store_forward` 配合 `torch.cat` 存储对象，与第 3 节的解码器逐比特相同：`{STORE_FORWARD_BIT_EXACT}`；"
        f"在全部 {len(cat_run['pointers'])} 次调用中，每次调用之后它的 K 和 V 都换了地址：`{CAT_MOVES}`。")
 assert STORE_FORWARD_BIT_EXACT and CAT_MOVES
+
+# %% [markdown] lang="en"
+# **Why serving systems want a preallocated cache.** The main reason is not the copy. On a GPU, a **CUDA graph** records
+# a decode step once and replays it at every step, saving the launch of each kernel; a replay is only
+# valid if every tensor of the step keeps its shape and its address (`torch.compile(mode="reduce-overhead")`
+# records such graphs for you). `torch.compile` on its own needs stable shapes: when a shape changes, the
+# step is compiled again (and from then on for dynamic shapes, which can be slower). A `torch.cat` cache changes
+# both shape and address at every step; a preallocated buffer changes neither. Hugging Face's
+# `StaticCache`, written for `torch.compile`, goes one step further than ours: attention reads the whole `T_max` buffer at every step, and the mask hides the
+# slots not written yet, so even the shapes inside attention stay fixed (section 10 checks this). Our
+# store reads the valid prefix, a view whose length still grows: simpler to follow, with fixed buffers but
+# not fixed shapes. This notebook runs eagerly on a CPU and compiles nothing, so it shows the fixed
+# buffers, not the speed-up that compilation buys; the timing below measures the one cost the static
+# cache removes in eager mode, the copy.
+
+# %% [markdown] lang="zh"
+# **推理服务系统为什么需要预分配缓存**：主要原因并不是省掉复制。在 GPU 上，**CUDA 图**把一个解码步记录一次，之后每一步都直接重放，省去逐个启动内核的开销；只有当这一步里每个张量的形状和地址都保持不变时，重放才是正确的（`torch.compile(mode="reduce-overhead")` 会自动录制这样的图）。单用 `torch.compile` 时，要求的是形状稳定：形状一变，这一步就要重新编译（此后改按动态形状编译，生成的代码可能更慢）。`torch.cat` 缓存每一步都会同时改变形状和地址，预分配的缓冲区则两者都不变。Hugging Face 的 `StaticCache` 正是为 `torch.compile` 设计的，它比我们更进一步：每一步的注意力都读取整个长为 `T_max` 的缓冲区，由掩码遮住尚未写入的槽位，这样连注意力内部的形状也固定不变（第 10 节会检查这一点）。我们的存储对象只读取有效前缀，这个视图的长度仍会增长：代码更容易读懂，缓冲区固定了，形状却没有固定。本笔记本在 CPU 上以 eager 模式运行，不做任何编译，所以它能展示固定不动的缓冲区，却展示不了编译带来的加速；下面的计时测量的是静态缓存在 eager 模式下省掉的唯一一项开销：复制。
 
 # %% [markdown] lang="en"
 # The static store. Its buffers start filled with **NaN**, not zeros: a slot that has not been written

@@ -51,7 +51,7 @@ def check_static(store) -> dict:
 
 STATIC = {DTYPE_NAME[d]: check_static(StaticStore(cfg, len(PROMPTS), T_MAX, d)) for d in TOLERANCE}
 STATIC["fp32_spare_slot"] = check_static(StaticStore(cfg, len(PROMPTS), T_MAX + 1))
-say_table([[f"`{r['dtype']}`", str(r["t_max"]), f"{r['max_abs_logit_err']:.1e}", f"`{r['close'] and r['tokens_identical']}`",
+say_table([[r["dtype"].upper(), str(r["t_max"]), f"{r['max_abs_logit_err']:.1e}", f"`{r['close'] and r['tokens_identical']}`",
             f"`{r['bit_exact']}`", f"`{r['pointers_fixed']}`", f"`{r['finite']}`", str(r["t_max"] - r["length"]),
             f"`{r['unused_slots_nan']}`"] for r in STATIC.values()],
           en=["dtype", "`T_max`", "max abs logit error vs `torch.cat`", "within tolerance, same tokens", "bit-exact on this run",

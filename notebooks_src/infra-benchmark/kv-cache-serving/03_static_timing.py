@@ -9,11 +9,17 @@
 # instead of whichever $P$ happened to be timed during a busy moment. We report p50 and p95 and keep the
 # raw samples. Before timing, the two steps must give the same logits at every $P$, within the FP32
 # tolerance (the stores hand attention different memory layouts).
+#
+# The timing harness is folded below: `prepared_stores` builds both stores at length $P$ and a `restore()`
+# that puts them back, `step_calls` the three calls, `time_steps` the rotating rounds. The cell after it
+# runs the harness, checks that the two steps agree at every $P$, and draws the table and the figure.
 
 # %% [markdown] lang="zh"
 # **计时**：接下来看每一步的耗时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时。每次计时之前，都把存储对象恢复到长度 $P$（`torch.cat` 存储对象换回同一组 $P$ 个位置的张量；静态存储对象把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一个解码步。第三项计时只做 `torch.cat` 解码步中的那些复制，别的什么都不做。于是每个 $P$ 有三项调用。每一轮把所有 $P$ 的所有调用各计时一次，先后顺序逐轮轮换：计时要持续好几秒，其间机器的负载会起伏；交错进行，负载的起伏就会同样地落到每个前缀长度上，而不是只拖慢恰好在繁忙时刻计时的那个 $P$。我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上给出的 logits 都必须在 FP32 容差内一致（两种存储对象交给注意力的内存布局不同）。
+#
+# 计时代码默认折叠在下面：`prepared_stores` 构造长度为 $P$ 的两种存储对象，以及把它们恢复到长度 $P$ 的 `restore()`；`step_calls` 给出三项调用；`time_steps` 按逐轮轮换的顺序计时。再下一个单元格运行这些代码，检查两种解码步在每个 $P$ 上一致，并画出表格和图。
 
-# %%
+# %% tags=["hide-input"]
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
 STEP_WARMUPS, STEP_REPEATS = (2, 10) if QUICK else (10, 60)
 gen = torch.Generator().manual_seed(SEED + 2)
@@ -96,18 +102,30 @@ say_table([[str(r["prefix"]), f"{r['cat_ms']['p50']:.3f} / {r['cat_ms']['p95']:.
               "`cat` 写入的 K/V（KiB）", "静态缓存写入的 K/V（字节）"])
 assert all(r["logits_agree"] for r in STEP_TIMING)
 
-fig, ax = plt.subplots(figsize=(6, 3.6))
-for name, marker in (("cat", "o"), ("static", "s"), ("copies", "^")):
+cat_p50, static_p50, copies_p50 = (np.array([r[f"{name}_ms"]["p50"] for r in STEP_TIMING]) for name in ("cat", "static", "copies"))
+fig, (ax_step, ax_diff) = plt.subplots(1, 2, figsize=(9, 3.6))
+for name, marker in (("cat", "o"), ("static", "s")):
     p50 = np.array([r[f"{name}_ms"]["p50"] for r in STEP_TIMING])
     p95 = np.array([r[f"{name}_ms"]["p95"] for r in STEP_TIMING])
-    ax.errorbar(STEP_PREFIXES, p50, yerr=[np.zeros_like(p50), p95 - p50], marker=marker, capsize=3,
-                label={"cat": "torch.cat cache", "static": "static cache", "copies": "the copies of a torch.cat step, alone"}[name])
-ax.set_xlabel("prefix length P (tokens)")
-ax.set_ylabel("time (ms): p50, bar to p95")
-ax.set_yscale("log")
-ax.set_title(f"CPU, 1 thread, fp32, batch 1, {STEP_REPEATS} rounds", fontsize=10)
-ax.legend(fontsize=8)
-ax.grid(alpha=0.3)
+    ax_step.errorbar(STEP_PREFIXES, p50, yerr=[np.zeros_like(p50), p95 - p50], marker=marker, capsize=3,
+                     label={"cat": "torch.cat cache", "static": "static cache"}[name])
+ax_step.set_ylim(bottom=0)
+ax_step.set_xlabel("prefix length P (tokens)")
+ax_step.set_ylabel("step time (ms): p50, bar to p95")
+ax_step.set_title("one decode step", fontsize=10)
+ax_step.legend(fontsize=8, loc="lower right")
+# [en] Right: the difference of the medians, next to the copies timed alone, on a finer scale.
+# [zh] 右图：两个中位数之差，与单独计时的复制并排，纵轴更细。
+ax_diff.axhline(0, color="black", linewidth=0.8)
+ax_diff.plot(STEP_PREFIXES, cat_p50 - static_p50, marker="o", label="torch.cat step - static step (p50)")
+ax_diff.plot(STEP_PREFIXES, copies_p50, marker="^", label="the copies of a torch.cat step, alone (p50)")
+ax_diff.set_xlabel("prefix length P (tokens)")
+ax_diff.set_ylabel("time (ms)")
+ax_diff.set_title("the difference, magnified", fontsize=10)
+ax_diff.legend(fontsize=8, loc="upper left")
+for ax in (ax_step, ax_diff):
+    ax.grid(alpha=0.3)
+fig.suptitle(f"CPU, 1 thread, fp32, batch 1, {STEP_REPEATS} rounds", fontsize=10)
 fig.tight_layout()
 STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
@@ -117,34 +135,52 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
                 "copies_p50_ms": longest["copies_ms"]["p50"], "cat_kib_written": longest["cat_bytes_written"] // 1024,
                 "copies_share_pct": 100 * longest["copies_ms"]["p50"] / longest["cat_ms"]["p50"],
                 "short_prefix": shortest["prefix"], "short_cat_p50_ms": shortest["cat_ms"]["p50"],
-                "short_static_p50_ms": shortest["static_ms"]["p50"], "short_copies_p50_ms": shortest["copies_ms"]["p50"]}
+                "short_static_p50_ms": shortest["static_ms"]["p50"], "short_copies_p50_ms": shortest["copies_ms"]["p50"],
+                # [en] Over the whole table: the copies' share of a torch.cat step, the largest gap between the two
+                # [en] medians, and the spread p95 - p50 of a step.
+                # [zh] 针对整张表：复制在 torch.cat 解码步中所占的比例、两个中位数之差的最大值，以及解码步的 p95 - p50。
+                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50)),
+                "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
+                "spread_min_ms": min(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static")),
+                "spread_max_ms": max(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static"))}
 
 # %% [markdown] lang="en"
-# The figure plots the table: for each store, the median time of one decode step (marker) with a bar up
-# to its 95th percentile, against the prefix length, on a logarithmic time axis; triangles are the
-# copies of a `torch.cat` step timed on their own.
+# **The lesson first.** In eager mode on this CPU, the copies a static cache saves are a small part of a
+# decode step: over the prefix lengths from {{run:step.short_prefix}} to {{run:step.prefix}}, the copies of a
+# `torch.cat` step took {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of the step's
+# median on this run. The static cache's value lies in its fixed addresses, not in eager speed.
 #
-# At the longest prefix, $P = {{run:step.prefix}}$, the median step took {{run:step.cat_p50_ms:.3f}} ms
-# with `torch.cat` and {{run:step.static_p50_ms:.3f}} ms with the static cache on this run; at
-# $P = {{run:step.short_prefix}}$ it took {{run:step.short_cat_p50_ms:.3f}} and {{run:step.short_static_p50_ms:.3f}} ms.
-# A step grows only a little with $P$: attention reads more keys, and a `torch.cat` step copies more.
-# Between neighbouring prefix lengths the medians differ by a few hundredths of a millisecond, which is
-# within the noise of this machine: their order may change from one run to the next. A
-# `torch.cat` step allocates two new tensors per layer and copies the whole history into them,
-# {{run:step.cat_kib_written}} KiB of K/V at the longest prefix; timed alone, those copies took
-# {{run:step.copies_p50_ms:.3f}} ms there ({{run:step.short_copies_p50_ms:.3f}} ms at $P = {{run:step.short_prefix}}$),
-# {{run:step.copies_share_pct:.0f}}% of the `torch.cat` step. The static step writes one slot per layer
-# instead, and hands attention a slice of its buffer rather than a fresh tensor. The copies are the main
-# difference between the two steps, not the only one, and all of it is small next to everything else a
-# step does: the gap between the two medians need not equal the time of the copies. The variation of a step from one sample to the next can be larger than the copies themselves:
-# the gap between p50 and p95 is wide on a busy machine, where the operating system now and then pauses our
-# thread for a few milliseconds to run other programs, and the wall clock counts the pause. So either median
-# may come out ahead on a given run: timing is reported, not asserted. What the rest of a step is made of, a profiler shows.
+# The figure plots the table. Left: for each store, the median time of one decode step (marker) with a
+# bar up to its 95th percentile, on a time axis that starts at zero; the two curves lie almost on top of
+# each other. Right, on a finer scale: the difference of the two medians, and the copies of a `torch.cat`
+# step timed on their own (triangles).
+#
+# What the code predicts. A `torch.cat` step allocates two new tensors per layer and copies the whole
+# history into them, $P + 1$ positions of K/V ({{run:step.cat_kib_written}} KiB at the longest prefix),
+# so the bytes it copies grow in proportion to $P$ (the time also holds a fixed cost per call): on this run the copies took {{run:step.short_copies_p50_ms:.3f}} ms at
+# $P = {{run:step.short_prefix}}$ and {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$. A static
+# step writes one slot per layer instead. Apart from how K and V are kept, the two steps run the same
+# code, and attention reads $P + 1$ keys in both, so both should grow a little with $P$ (medians of {{run:step.short_cat_p50_ms:.3f}} and
+# {{run:step.short_static_p50_ms:.3f}} ms at the shortest prefix, {{run:step.cat_p50_ms:.3f}} and
+# {{run:step.static_p50_ms:.3f}} ms at the longest, `torch.cat` first). The copies are the main difference
+# between the two steps, not the only one (the static step hands attention a slice of its buffer rather
+# than a fresh tensor), so the gap between the two medians need not equal the time of the copies; over
+# the table it was at most {{run:step.median_gap_max_ms:.3f}} ms on this run.
+#
+# A step also varies from one sample to the next: over every $P$ and both stores, its p95 sat
+# {{run:step.spread_min_ms:.3f}} to {{run:step.spread_max_ms:.3f}} ms above its p50 on this run, next to copies
+# of at most {{run:step.copies_max_ms:.3f}} ms. A gap between two medians no larger than that spread can
+# change sign from one run to the next, so timing is reported, not asserted. What the rest of a step is
+# made of, a profiler shows.
 
 # %% [markdown] lang="zh"
-# 上图画的就是表中的数。横轴 prefix length P (tokens) 是前缀长度（token 数），纵轴 time (ms): p50, bar to p95 是对数刻度的时间（毫秒）：标记是一个解码步耗时的中位数，竖线一直画到第 95 百分位数。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，the copies of a torch.cat step, alone（三角形）是单独计时的 `torch.cat` 解码步中的复制。标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
+# **先说结论**：在这台 CPU 上以 eager 模式运行时，静态缓存省下的复制只占解码步的一小部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占这一步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。静态缓存的价值在于固定的地址，而不在 eager 模式下的速度。
 #
-# 在最长的前缀 $P = {{run:step.prefix}}$ 上，本次运行中 `torch.cat` 解码步的中位数耗时为 {{run:step.cat_p50_ms:.3f}} 毫秒，静态缓存为 {{run:step.static_p50_ms:.3f}} 毫秒；$P = {{run:step.short_prefix}}$ 时分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒。解码步的耗时随 $P$ 只增长一点：注意力要读取的键多了，`torch.cat` 解码步要复制的也多了。相邻两个前缀长度的中位数只差零点零几毫秒，落在这台机器的噪声之内：换一次运行，它们的大小顺序可能就变了。`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史复制进去，在最长的前缀上是 {{run:step.cat_kib_written}} KiB 的 K/V；单独计时，这些复制在那里耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（$P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒），占 `torch.cat` 解码步的 {{run:step.copies_share_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位，交给注意力的是缓冲区的一个切片，而不是新建的张量。复制是两种解码步的主要区别，但不是唯一的区别；这些区别与一个解码步要做的其余工作相比都很小，两个中位数之差也不一定等于复制的耗时。解码步耗时在样本之间的波动甚至可能比这些复制本身还大：机器繁忙时，p50 与 p95 相差很大，因为操作系统会不时把我们的线程暂停几毫秒去运行别的程序，而挂钟时间把这段暂停也算了进去。所以在某一次运行中，两个中位数谁大谁小都有可能：计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
+# 上图画的就是表中的数。左图：标记是每种存储对象一个解码步耗时的中位数，竖线一直画到第 95 百分位数，时间轴从 0 开始；两条曲线几乎重合。右图纵轴更细：画的是两个中位数之差，以及单独计时的 `torch.cat` 解码步中的复制（三角形）。图中的英文标注：横轴 prefix length P (tokens) 是前缀长度（token 数）；左图纵轴 step time (ms): p50, bar to p95 是解码步耗时（毫秒），标记为 p50，竖线画到 p95；右图纵轴 time (ms) 是时间（毫秒）。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，torch.cat step - static step (p50) 是两种解码步中位数之差，the copies of a torch.cat step, alone (p50) 是单独计时的复制。左右两图的标题 one decode step 和 the difference, magnified 分别是“一个解码步”和“放大后的差值”；总标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
+#
+# 代码能预言什么：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。复制是两种解码步的主要区别，但不是唯一的区别（静态缓存的解码步交给注意力的是缓冲区的一个切片，而不是新建的张量），所以两个中位数之差不一定等于复制的耗时；本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
+#
+# 解码步的耗时在样本之间也有波动：本次运行中，在所有 $P$ 和两种存储对象上，p95 比 p50 高出 {{run:step.spread_min_ms:.3f}} 到 {{run:step.spread_max_ms:.3f}} 毫秒，而复制最多只有 {{run:step.copies_max_ms:.3f}} 毫秒。两个中位数之差如果不超过这个波动，换一次运行就可能变号，所以计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
 
 # %% tags=["prose-values"]
 {"step": STEP_SUMMARY}
@@ -169,13 +205,17 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # with a large model the picture changes: a decode step reads every weight and the whole cache for little
 # arithmetic, so it is bound by memory bandwidth, and the copies of a `torch.cat` cache become extra memory
 # traffic on the critical path.
+#
+# The profiling code is folded below; its table and the totals under it are the output to read.
 
 # %% [markdown] lang="zh"
 # **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子，表下的一行是全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
 #
 # 本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）耗时 {{run:profile.cat_us:.0f}} 微秒，而这一步的全部算子合计耗时 {{run:profile.cat_total_us:.0f}} 微秒。两种解码步的其余部分完全相同，都是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算，却要花几微秒的分派开销。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
+#
+# 性能分析的代码默认折叠在下面；要看的是它输出的表格和表下的合计。
 
-# %%
+# %% tags=["hide-input"]
 # [en] Kineto, the profiler's engine, prints a line at every start and stop below this log level.
 # [zh] Kineto（性能分析器的底层引擎）在日志级别低于这个值时，每次启动和停止都会打印一行。
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")

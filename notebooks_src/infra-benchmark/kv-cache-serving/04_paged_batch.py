@@ -61,7 +61,7 @@ class ContiguousCache:
 # by the weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
 
 # %% [markdown] lang="zh"
-# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。每次调用时，它在每一层先把新的 K/V 写入缓存，再把每条序列的全部 K/V **收集**出来，放进一个新建的稠密张量，按第 4、5 节的方式左填充。这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这次收集只是为了检验正确性，真实的推理引擎并不这样做：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的 PagedAttention、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V；第 8 节还会回到这个玩具实现没有模拟的部分。
+# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。每次调用时，它在每一层先把新的 K/V 写入缓存，再把每条序列的全部 K/V **收集**出来，放进一个新建的稠密张量，按第 4、5 节的方式左填充。这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这次收集只是为了检验正确性，真实的推理引擎并不这样做：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的分页注意力（PagedAttention）、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V；第 8 节还会回到这个玩具实现没有模拟的部分。
 #
 # batch 的布局是这样的：键轴长度等于最长的**已缓存**历史加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位。设序列 `a` 已缓存 5 个位置，`b` 已缓存 2 个，各来 1 个新 token：`a` 将有 6 个位置，`b` 有 3 个，batch 有 $\max(5, 2) + 1 = 6$ 列键。`a` 这一行的第 0–5 列都是真实位置；`b` 这一行的第 0–2 列是填充位，第 3–5 列是真实位置，它的新 token 和 `a` 的一样在第 5 列。下一个单元格构造的就是这个例子。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 
@@ -72,10 +72,16 @@ class SeqBatchStore:
 
     def begin(self, new_mask):                                         # new_mask: [B, T_new]
         self.new_counts = new_mask.sum(dim=-1).tolist()
+        # [en] Reserve the new positions once per call, before any layer runs: every layer then writes its
+        # [en] K/V to these same addresses, and the lengths below already count the new tokens.
+        # [zh] 每次调用只预留一次新位置，而且在任何一层运行之前：之后每一层都把自己的 K/V
+        # [zh] 写到这些相同的地址，下面的长度也已经算上了新 token。
         self.addresses = [self.cache.reserve(s, n) for s, n in zip(self.seqs, self.new_counts)]
         # [en] Cached plus new positions.
         # [zh] 已缓存的加上新的位置。
         lengths = [self.cache.length(s) for s in self.seqs]
+        # [en] Key columns: the longest cached history (length - new) plus the chunk's T_new columns.
+        # [zh] 键的列数：最长的已缓存历史（length - new）加上这个分块的 T_new 列。
         self.total = max(n - new for n, new in zip(lengths, self.new_counts)) + new_mask.shape[1]
         columns = torch.arange(self.total)
         return columns[None, :] >= (self.total - torch.tensor(lengths))[:, None]   # [B, T_total]
@@ -181,7 +187,7 @@ def check_paged(paged) -> dict:
 PAGED = {DTYPE_NAME[d]: check_paged(PagedCache(BlockPool(cfg, 32, BLOCK_SIZE, d))) for d in TOLERANCE}
 say_table([[str(seq), str(PAGED["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(PAGED["fp32"]["tables"])],
           en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
-say_table([[name, f"`{r['bit_exact_vs_contiguous'] and r['kv_bit_exact_vs_contiguous']}`", f"{r['max_abs_logit_err']:.1e}",
+say_table([[name.upper(), f"`{r['bit_exact_vs_contiguous'] and r['kv_bit_exact_vs_contiguous']}`", f"{r['max_abs_logit_err']:.1e}",
             f"`{r['close_vs_cat'] and r['tokens_identical']}`", f"`{r['bit_exact_vs_cat']}`", f"`{r['pool_fixed']}`",
             f"`{r['contiguous_fixed']}`"] for name, r in PAGED.items()],
           en=["dtype", "bit-exact vs contiguous (logits, K/V)", "max abs logit error vs `torch.cat`",
@@ -204,7 +210,7 @@ assert all(r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and 
 # tolerance, those of one full call; the six blocks must each hold exactly 4 positions, in order.
 
 # %% [markdown] lang="zh"
-# **物理块的边界**：一个分块可能在物理块中间结束，可能恰好填满一个物理块，也可能跨越好几个物理块。把一条 24 个 token 的序列按分块长度 3、4、1、4、9、2、1 依次送入；表中列出每个分块覆盖的位置，以及它写入的逻辑块。其中有比一个物理块短的分块；有恰好一个物理块长、但跨越物理块边界的分块（位置 3–6）；也有同样长、但与物理块边界对齐的分块（位置 8–11）；还有比两个物理块还长的分块（位置 12–20）。它的 logits 必须与同样调用下连续缓存的结果逐比特相同，并在 FP32 容差内等于一次完整调用的结果；六个物理块必须各自恰好存放 4 个位置，而且按顺序排列。
+# **物理块的边界**：一个分块可能在物理块中间结束，可能恰好填满一个物理块，也可能跨越好几个物理块。把一条 24 个 token 的序列按分块长度 3、4、1、4、9、2、1 依次送入；表中列出每个分块覆盖的位置，以及它写入的逻辑块。其中有比一个物理块短的分块；有恰好一个物理块长、但跨越物理块边界的分块（位置 3–6）；也有同样长、但与物理块边界对齐的分块（位置 8–11）；以及比两个物理块还长的分块（位置 12–20）。它的 logits 必须与同样调用下连续缓存的结果逐比特相同，并在 FP32 容差内等于一次完整调用的结果；六个物理块必须各自恰好存放 4 个位置，而且按顺序排列。
 
 # %%
 BOUNDARY_CHUNKS = [3, 4, 1, 4, 9, 2, 1]

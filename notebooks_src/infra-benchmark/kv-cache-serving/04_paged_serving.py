@@ -1,17 +1,27 @@
 # %% [markdown] lang="en"
-# **Second criterion: blocks return and are reused.** Six requests with different prompt and output
-# lengths share a pool of only 24 blocks of 4 positions, at most three running at a time. When a
-# request has generated its tokens it retires and its blocks go back to the pool; a waiting request is
-# admitted when the blocks it may need are free (prompt plus output minus one, since the last token's
-# K/V is never stored, rounded up to whole blocks), and gets blocks that earlier requests used. Requests
-# are admitted first come, first served: in order of arrival (ties by request number), and a request
-# never overtakes the one ahead of it, even if it would fit.
+# **Second criterion: blocks return and are reused.** Requests arrive and finish at different times,
+# and a server does not wait for a whole batch to finish before it starts new ones (a row that finished
+# early would sit idle). It runs **continuous batching**: at every iteration of its loop, waiting
+# requests join, one decode step runs for every request present, and requests that have generated all
+# their tokens leave and give their blocks back. The requests that join later get those blocks, so
+# blocks are reused; this criterion checks that nothing goes wrong when they are. Section 8 runs the same
+# loop on a longer stream and looks at what it buys.
+#
+# Here six requests with different prompt and output lengths share a pool of only 24 blocks of 4
+# positions, at most three running at a time. A request's **reservation** is the most blocks it can ever
+# hold: its prompt plus its output minus one (the last token's K/V is never stored), rounded up to whole
+# blocks (`blocks_needed` above). A waiting request is admitted when it has arrived, fewer than three
+# requests are running, and its reservation plus the reservations of the running requests is at most
+# the 24 blocks of the pool. The rule compares reservations, not free blocks: the pool may hold free
+# blocks and still refuse a request, because the running requests may still need them; in exchange the
+# pool can never run out in the middle of a request. Requests are admitted first come, first served: in
+# order of arrival (ties by request number), and a request never overtakes the one ahead of it, even if
+# it would fit.
 #
 # `serve` is this loop, written for any cache with the interface above: `prefill` runs a new request's
 # prompt on its own, then `decode_step` gives every running request one token in one batched call.
 # `serve` pauses (`yield`) at each iteration's peak, after its decode step and before finished requests
-# leave, and hands over what it decided; `watch` uses the pause to look at the pool. Section 8 runs the
-# same loop on a longer stream of requests.
+# leave, and hands over what it decided; `watch` uses the pause to look at the pool.
 #
 # The checks, in two groups:
 #
@@ -26,9 +36,11 @@
 # Section 8 audits them, on this run and on its longer stream.
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求生成完自己的 token 就退出，它的物理块回到池中。等待中的请求要等到它可能需要的物理块都空闲时才被接纳，拿到的是先前请求用过的物理块。它可能需要的物理块数，等于提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。
+# **第二条判据：物理块能归还、能复用**。请求到达和完成的时刻各不相同，推理服务不会等一整个 batch 都结束才开始处理新请求（提前结束的行只能闲着），而是采用**连续批处理**：循环的每次迭代中，等待的请求加入，为当前所有请求执行一个解码步，已经生成完全部 token 的请求离开并归还它的物理块。之后加入的请求拿到的正是这些物理块，物理块因此被复用；这条判据检查的就是复用时不出错。第 8 节会用同一个循环处理一个更长的请求流，看看它带来了什么。
 #
-# `serve` 就是这个循环，适用于任何具有上述接口的缓存：`prefill` 单独处理新请求的提示，随后 `decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。`serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来；`watch` 趁这个暂停查看池的状态。第 8 节会用同一个循环处理一个更长的请求流。
+# 这里六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求的**预留量**是它最多会持有的物理块数：提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。等待中的请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于三个；它的预留量加上运行中各请求的预留量不超过池中的 24 个物理块。这条规则比较的是预留量，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。
+#
+# `serve` 就是这个循环，适用于任何具有上述接口的缓存：`prefill` 单独处理新请求的提示，随后 `decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。`serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来；`watch` 趁这个暂停查看池的状态。
 #
 # 检查分为两组：
 #
@@ -141,12 +153,13 @@ def request_logits(request):
 # The six requests of this criterion, all arriving at once, and `check_reuse`, which serves them over a
 # given pool and over a contiguous cache and gathers every check of the criterion. In one line: the
 # paged run equals the contiguous one bit for bit, each request's tokens equal its alone run, some blocks
-# are handed out twice, no request exceeds its reservation, and all blocks come back.
+# are handed out twice, no request exceeds its reservation, and all blocks come back. The code is folded;
+# the table it prints follows.
 
 # %% [markdown] lang="zh"
-# 下面是本判据的六个请求（全部同时到达），以及 `check_reuse`：它让这些请求分别在给定的池和连续缓存上运行，并汇总本判据的每一项检查。一句话概括：分页缓存的运行结果与连续缓存逐比特相同，每个请求的 token 与单独运行时相同，有物理块被再次分配，没有请求超出预留量，所有物理块最后都回到池中。
+# 下面是本判据的六个请求（全部同时到达），以及 `check_reuse`：它让这些请求分别在给定的池和连续缓存上运行，并汇总本判据的每一项检查。一句话概括：分页缓存的运行结果与连续缓存逐比特相同，每个请求的 token 与单独运行时相同，有物理块被再次分配，没有请求超出预留量，所有物理块最后都回到池中。代码默认折叠，下面紧接着是它打印的表格。
 
-# %%
+# %% tags=["hide-input"]
 # [en] (prompt tokens, output tokens, arrival iteration)
 # [zh] （提示 token 数，输出 token 数，到达时的迭代）
 REUSE_SPECS = [(9, 6, 0), (14, 12, 0), (5, 3, 0), (11, 8, 0), (7, 10, 0), (13, 5, 0)]

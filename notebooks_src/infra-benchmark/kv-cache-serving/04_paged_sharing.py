@@ -61,12 +61,14 @@ def continue_both(cache, prompt_logits):
 # %% [markdown] lang="en"
 # `check_shared` runs the two requests over a given paged cache and over the contiguous cache, recomputes
 # each in full, and reads the sharing from the block tables: the table of `a` right after the fork, and
-# both tables at the end.
+# both tables at the end. In one line: both sequences equal the contiguous run bit for bit and their full
+# recomputation within the tolerance, the three full prompt blocks stay shared to the end, and the
+# half-filled one is copied once. The code is folded; its table follows.
 
 # %% [markdown] lang="zh"
-# `check_shared` 让两个请求分别在给定的分页缓存和连续缓存上运行，再对每个请求做完整重算，并从块表中读出共享的情况：分叉之后 `a` 的块表，以及结束时两张块表。
+# `check_shared` 让两个请求分别在给定的分页缓存和连续缓存上运行，再对每个请求做完整重算，并从块表中读出共享的情况：分叉之后 `a` 的块表，以及结束时两张块表。一句话概括：两条序列都与连续缓存上的运行逐比特相同，并在容差内等于各自的完整重算；三个填满的提示物理块一直共享到最后，半满的那个只复制一次。代码默认折叠，下面紧接着是它打印的表格。
 
-# %%
+# %% tags=["hide-input"]
 def check_shared(paged) -> dict:
     prompt_logits = prefill_and_fork(paged)
     at_fork = list(paged.tables["a"])

@@ -96,13 +96,15 @@ assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTI
 # the loop iteration: a dotted grey line while it waits after its arrival, a dark blue mark where it is
 # admitted and its prompt is prefilled alone, and an orange bar for the iterations in which it takes part
 # in the batched decode step, up to the iteration in which it finishes. Several orange bars overlap at
-# every iteration: that is the batch. The middle panel follows the pool at each iteration's peak: blocks
-# in use (solid), blocks reserved by the scheduler (dashed) and the pool's size (grey line); the bottom
-# panel, the number of running requests at that peak (its axis goes up to the cap). The gap between the two block curves is the price of the
-# worst-case admission rule: blocks reserved for tokens not generated yet.
+# every iteration: that is the batch. The middle panel follows the pool at each iteration's peak: the
+# blocks reserved by the scheduler (shaded area), the blocks in use (blue line) and the pool's size (black
+# line); the bottom panel, the number of running requests at that peak (its axis goes up to the cap). The
+# shaded area above the blue line is the price of the worst-case admission rule: blocks reserved for
+# tokens not generated yet. Where the shaded area reaches the black line, the reservations fill the pool
+# and a waiting request is refused, although fewer blocks are in use.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；深蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks in use 是使用中的物理块（实线），blocks reserved (worst case) 是调度器按最坏情况预留的物理块（虚线），pool 是池的大小（灰线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。两条物理块曲线之间的差距，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；深蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。阴影一碰到黑线，预留量就占满了池，等待中的请求会被拒绝，尽管实际使用的物理块更少。
 
 # %%
 fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})
@@ -115,11 +117,15 @@ ax_time.set_ylabel("request")
 ax_time.invert_yaxis()
 ax_time.set_title(f"{STREAM_REQUESTS} requests, at most {STREAM_MAX_BATCH} at once: wait (dotted), prefill (blue), decode (orange)", fontsize=9)
 iterations = [t["iteration"] for t in TRACE]
-ax_pool.step(iterations, [t["blocks_used"] for t in TRACE], where="post", label="blocks in use")
-ax_pool.step(iterations, [t["blocks_reserved"] for t in TRACE], where="post", linestyle="--", label="blocks reserved (worst case)")
-ax_pool.axhline(STREAM_BLOCKS, color="grey", linewidth=0.8, label=f"pool ({STREAM_BLOCKS} blocks of {STREAM_BLOCK_SIZE})")
+# [en] Reservations as a shaded area, blocks in use as a line inside it, the pool's size as a black line above.
+# [zh] 预留量画成阴影区域，使用中的物理块画成其中的一条线，池的大小画成上方的一条黑线。
+ax_pool.fill_between(iterations, [t["blocks_reserved"] for t in TRACE], step="post", color="#dd8452", alpha=0.35,
+                     linewidth=0, label="blocks reserved (worst case)")
+ax_pool.step(iterations, [t["blocks_used"] for t in TRACE], where="post", color="#4c72b0", label="blocks in use")
+ax_pool.axhline(STREAM_BLOCKS, color="black", linewidth=1.6, label=f"pool size ({STREAM_BLOCKS} blocks of {STREAM_BLOCK_SIZE} positions)")
+ax_pool.set_ylim(0, STREAM_BLOCKS * 1.45)
 ax_pool.set_ylabel("blocks")
-ax_pool.legend(fontsize=7, loc="lower center", ncol=3)
+ax_pool.legend(fontsize=7, loc="upper center", ncol=3)
 ax_running.step(iterations, [len(t["running"]) for t in TRACE], where="post", color="tab:green")
 ax_running.set_ylim(0, STREAM_MAX_BATCH + 0.5)
 ax_running.set_ylabel("running")
@@ -134,19 +140,19 @@ plt.show()
 # run, requests are admitted in arrival order and never before they arrive, and the first in line never
 # waits without a reason. No logit can tell whether the scheduler kept its promises: a request's
 # logits are the same whenever it runs. So `check_schedule` reads them from the trace of a run, one
-# verdict each: never more than `max_batch` requests running (`cap_respected`); admissions in arrival
-# order (`first_come_first_served`); none before its arrival (`none_before_arrival`); and no needless wait
-# (`no_needless_wait`). For the last one it looks, at every iteration after admission, at the first request
+# verdict for each promise, in the order above: `cap_respected`, `first_come_first_served`,
+# `none_before_arrival` and `no_needless_wait`. For the last one it looks, at every iteration after admission, at the first request
 # still waiting, and asks why it waits: it has not arrived (`arrival`), the batch is full (`batch`), or its
 # blocks do not fit beside the running requests' reservations (`blocks`). `head_waited_for` counts the
 # iterations for each reason; a wait for none of them counts as `nothing`, and must never happen. The table
 # audits both runs of the loop: the six requests of section 6, where the cap of three running requests made
-# the first in line wait, and the stream above, where the blocks did.
+# the first in line wait, and the stream above, where the blocks did. The code of the audit is folded; its
+# table follows.
 
 # %% [markdown] lang="zh"
-# **调度器的承诺**：一句话概括，在一次运行的迭代记录中，同时运行的请求从不超过 `max_batch` 个，请求按到达顺序接纳、从不在到达之前被接纳，排在最前面的请求从不无故等待。调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，每项给出一个结论：同时运行的请求从不超过 `max_batch` 个（`cap_respected`）；按到达顺序接纳（`first_come_first_served`，先来先服务）；没有请求在到达之前被接纳（`none_before_arrival`）；没有无故的等待（`no_needless_wait`）。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：第 6 节的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。
+# **调度器的承诺**：一句话概括，在一次运行的迭代记录中，同时运行的请求从不超过 `max_batch` 个，请求按到达顺序接纳、从不在到达之前被接纳，排在最前面的请求从不无故等待。调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，按上面的顺序每项给出一个结论：`cap_respected`、`first_come_first_served`（先来先服务）、`none_before_arrival` 和 `no_needless_wait`。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：第 6 节的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。核查的代码默认折叠，下面紧接着是它打印的表格。
 
-# %%
+# %% tags=["hide-input"]
 def check_schedule(requests, trace, num_blocks, block_size, max_batch) -> dict:
     queue = sorted(requests, key=lambda request: (request.arrival, request.rid))
     order = [rid for t in trace for rid in t["admitted"]]

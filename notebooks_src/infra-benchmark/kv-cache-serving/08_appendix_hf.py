@@ -65,11 +65,11 @@ if HF_SKIP is None:
            f"`{list(returned_k.shape)}`：整个缓冲区，包括尚未写入的槽位 3。")
     assert returned_k.shape[-2] == 4 and written == [True, True, True, False] and bool(probe_keys[:, 2].eq(7).all())
 elif HF_SKIP["reason"] == "transformers_missing":
-    say(en="transformers is not installed: the appendix is skipped.", zh="未安装 transformers：跳过本附录。")
+    say(en="transformers is not installed: this section is skipped.", zh="未安装 transformers：跳过本节。")
 else:
-    say(en=f"transformers {transformers.__version__} lacks the `StaticCache` API this appendix uses, so the appendix is skipped "
+    say(en=f"transformers {transformers.__version__} lacks the `StaticCache` API this section uses, so the section is skipped "
            f"(`{HF_SKIP['error']}`).",
-        zh=f"所装的 transformers {transformers.__version__} 缺少本附录所用的 `StaticCache` 接口，跳过本附录（`{HF_SKIP['error']}`）。")
+        zh=f"所装的 transformers {transformers.__version__} 缺少本节所用的 `StaticCache` 接口，跳过本节（`{HF_SKIP['error']}`）。")
 
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
@@ -82,11 +82,17 @@ else:
 # A trap shows that the comparison can fail: the same loop **without `position_ids`**. GPT-2 then
 # numbers the slots from `cache_position`, padding included: the `arange` mistake of section 4, made
 # this time with a library. It must be caught.
+#
+# The next cell, folded, runs the three loops and `generate` and checks, in one line: with padding and
+# with `StaticCache`, GPT-2's logits within $10^{-10}$ of ours and its tokens identical (those of
+# `generate` too), the K/V in `StaticCache`'s real slots within $10^{-10}$ of ours, and the trap caught.
 
 # %% [markdown] lang="zh"
 # 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法相同（位置由注意力掩码按 `cumsum - 1` 算出，填充位取一个固定位置：不同版本取的值不同，而第 4 节已经表明取哪个值都没有影响）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
 #
 # 再用一个陷阱说明这项比较确实能失败：同样的循环，但**不传 `position_ids`**。这时 GPT-2 按 `cache_position` 给槽位编号，填充位也算在内：这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来。
+#
+# 下一个单元格默认折叠，它运行这三个循环和 `generate`，并核对（一句话概括）：无论是填充还是 `StaticCache`，GPT-2 的 logits 与我们的相差都不超过 $10^{-10}$，token 完全相同（`generate` 的 token 也是）；`StaticCache` 真实槽位上的 K/V 与我们的相差不超过 $10^{-10}$；陷阱被查出。
 
 # %%
 @torch.inference_mode()
@@ -110,7 +116,7 @@ def gpt2_padded_loop(gpt2, prompts, cache, steps=DECODE_STEPS, pass_positions=Tr
             rows[r].append(logits[r])
     return {"logits": [torch.cat(r) for r in rows], "tokens": tokens}
 
-# %%
+# %% tags=["hide-input"]
 if HF_SKIP is None:
     ours_run = generate_padded(ours64, PROMPTS)
     static64 = STATIC["fp64"]["store"]

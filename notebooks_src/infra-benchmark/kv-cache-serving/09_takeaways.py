@@ -7,10 +7,11 @@
 #   (largest FP32 logit error {{run:takeaways.padding_err:.1e}}), and what sits in a padding slot changes
 #   nothing, bit for bit.
 # * **A static cache** writes K/V in place into one buffer per layer that never moves. Its point is fixed
-#   addresses and shapes: a CUDA graph replays a step only if both stay fixed, and `torch.compile` needs
-#   fixed shapes so as not to compile the step again. In eager mode on this CPU the copy it
-#   saves was a small part of a step made of hundreds of small operators: at $P = {{run:step.prefix}}$ the
-#   copies of a `torch.cat` step took {{run:step.copies_p50_ms:.3f}} ms of its {{run:step.cat_p50_ms:.3f}} ms.
+#   addresses and shapes: a CUDA graph replays a step only if both stay fixed, and `torch.compile`
+#   compiles the step again when a shape changes (and from then on for dynamic shapes). In eager mode on
+#   this CPU the copy it saves was a small part of a step made of hundreds of small operators: over prefix
+#   lengths from {{run:step.short_prefix}} to {{run:step.prefix}}, the copies of a `torch.cat` step took
+#   {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of its median on this run.
 # * **A paged cache** maps each sequence's logical blocks to physical blocks of a shared pool through a
 #   block table. Reading is a gather, so it equals a contiguous cache bit for bit. Blocks return to the
 #   pool and are reused, and `fork` with copy-on-write shares full blocks between sequences.
@@ -29,7 +30,7 @@
 # ## 12. 要点与练习
 #
 # * **填充**让长度不同的序列进入同一个 batch。要在左边填充，从每行的注意力掩码推出位置（`cumsum - 1`），遮住的是填充位上的**键**而不是查询；一个键都看不到的查询要让它读取全部的键，否则 NaN 会经由 V 扩散开。这样每一行都等于它的提示单独运行的结果（FP32 下 logits 的最大绝对误差为 {{run:takeaways.padding_err:.1e}}），而且无论填充位里放什么，结果都逐比特相同。
-# * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区。它的意义在于固定的地址和形状：CUDA 图只有在两者都不变时才能重放一个解码步，`torch.compile` 则需要形状不变，才不必重新编译。在这台 CPU 上以 eager 模式运行时，它省下的复制在由几百个小算子组成的解码步中只占很小一部分：$P = {{run:step.prefix}}$ 时，`torch.cat` 解码步耗时 {{run:step.cat_p50_ms:.3f}} 毫秒，其中的复制只占 {{run:step.copies_p50_ms:.3f}} 毫秒。
+# * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区。它的意义在于固定的地址和形状：CUDA 图只有在两者都不变时才能重放一个解码步；`torch.compile` 则在形状改变时重新编译这一步（此后改按动态形状编译）。在这台 CPU 上以 eager 模式运行时，它省下的复制在由几百个小算子组成的解码步中只占很小一部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占其中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。
 # * **分页缓存**通过块表把每条序列的逻辑块映射到共享池中的物理块。读取只是收集，所以与连续缓存逐比特相同。物理块会归还到池中再被复用；带写时复制的 `fork` 让多条序列共享填满的物理块。
 # * **内存**：在模拟负载上，按最大长度预留浪费了 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存，按最终长度预留浪费了 {{run:memory.contiguous_final:.1f}}%，物理块大小为 16 的分页只浪费 {{run:memory.paged_16:.1f}}%；vLLM 论文测得 Orca 预留的内存中有 20.4% 到 38.2% 在使用，vLLM 为 96.3%。
 # * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。这里它平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而每个请求生成的 token 都与它单独运行时相同。
@@ -103,7 +104,7 @@ assert (position_6, unused_slots, room_without_new_block, free_before - len(exer
 # </details>
 
 # %% [markdown] lang="zh"
-# **2. 并行采样**：一个请求的提示有 10 个 token，作为序列 `p` 预填充，物理块大小为 4。三个样本 `s1`、`s2`、`s3` 从 `p` 分叉出来，然后释放 `p`。接着每个样本各追加一个 token，先 `s1`，再 `s2`，最后 `s3`。追加之前使用中的物理块有几个？追加之后呢？哪个样本是在原处写入提示的最后一个物理块的？如果给三个样本各复制一份提示（各自再加一个新 token），需要多少个物理块？
+# **2. 并行采样**：一个请求的提示有 10 个 token，作为序列 `p` 预填充，物理块大小为 4。三个候选序列（样本）`s1`、`s2`、`s3` 从 `p` 分叉出来，然后释放 `p`。接着每个样本各追加一个 token，先 `s1`，再 `s2`，最后 `s3`。追加之前使用中的物理块有几个？追加之后呢？哪个样本是在原处写入提示的最后一个物理块的？如果给三个样本各复制一份提示（各自再加一个新 token），需要多少个物理块？
 #
 # <details><summary>查看答案</summary>
 #
