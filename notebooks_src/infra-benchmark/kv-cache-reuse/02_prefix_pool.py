@@ -20,7 +20,7 @@
 #
 # <details><summary>Where this differs from vLLM (background, not needed for what follows)</summary>
 #
-# (vLLM here means version 1 of its engine.) We publish only the full blocks of a prompt;
+# (vLLM here means its V1 engine.) We publish only the full blocks of a prompt;
 # vLLM also publishes each block of generated tokens once it is full, so that the next turn of a chat,
 # which sends the whole conversation again, finds the previous answer in the cache too. And we keep two
 # lists: blocks that hold nothing (the free list, used first) and cached blocks that nobody holds (the LRU
@@ -42,7 +42,7 @@
 #
 # <details><summary>与 vLLM 的不同之处（背景知识，读后文不需要）</summary>
 #
-# 以下指 vLLM 引擎的第 1 版。我们只登记提示中填满的物理块；vLLM 还会在生成的 token 填满一个物理块时把它登记进索引，这样多轮对话中的下一个请求（它会把整段对话再发送一遍）也能在缓存中找到上一轮的回答。另外，我们维护两个列表：什么都没存的物理块（空闲列表，优先使用），以及没有请求持有的已缓存物理块（LRU 队列，只有空闲列表用完时才从中淘汰）。vLLM 则只维护一个队列，按淘汰顺序存放所有没有请求持有的物理块：释放的物理块无论是否已缓存，都排到队尾；分配时取队首的物理块，如果它已缓存，就把它从索引中删掉。我们的两个列表让已缓存的物理块保留到空物理块用完为止，这一点更接近 SGLang 的基数树：它也只在内存不够时才淘汰已缓存的内容。
+# 以下说的是 vLLM 的 V1 引擎。我们只登记提示中填满的物理块；vLLM 还会在生成的 token 填满一个物理块时把它登记进索引，这样多轮对话中的下一个请求（它会把整段对话再发送一遍）也能在缓存中找到上一轮的回答。另外，我们维护两个列表：什么都没存的物理块（空闲列表，优先使用），以及没有请求持有的已缓存物理块（LRU 队列，只有空闲列表用完时才从中淘汰）。vLLM 则只维护一个队列，按淘汰顺序存放所有没有请求持有的物理块：释放的物理块无论是否已缓存，都排到队尾；分配时取队首的物理块，如果它已缓存，就把它从索引中删掉。我们的两个列表让已缓存的物理块保留到空物理块用完为止，这一点更接近 SGLang 的基数树：它也只在内存不够时才淘汰已缓存的内容。
 #
 # </details>
 
