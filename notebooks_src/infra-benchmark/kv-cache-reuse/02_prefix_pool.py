@@ -1,4 +1,8 @@
 # %% [markdown] lang="en"
+# What the pool must do, in one story (the demo after the class runs it): a request finishes and leaves its
+# full blocks in the cache; a later request with the same start finds them and computes only the rest; when
+# the pool runs out of free blocks, a cached block that nobody holds is evicted to make room.
+#
 # `PrefixPool` is that `BlockPool` with a content index. It keeps three more records: the index (block hash
 # → block, and back) and, in release order, the cached blocks that no request holds (`evictable`, an
 # `OrderedDict` used as an LRU queue); and it counts evictions.
@@ -20,7 +24,7 @@
 #
 # <details><summary>Where this differs from vLLM (background, not needed for what follows)</summary>
 #
-# (vLLM here means version 1 of its engine.) We publish only the full blocks of a prompt;
+# (vLLM here means its V1 engine.) We publish only the full blocks of a prompt;
 # vLLM also publishes each block of generated tokens once it is full, so that the next turn of a chat,
 # which sends the whole conversation again, finds the previous answer in the cache too. And we keep two
 # lists: blocks that hold nothing (the free list, used first) and cached blocks that nobody holds (the LRU
@@ -32,6 +36,8 @@
 # </details>
 
 # %% [markdown] lang="zh"
+# 池要做的事可以用一个故事说清（类定义之后的演示就是照这个故事运行的）：一个请求结束后，把它填满的物理块留在缓存中；之后开头相同的请求找到这些物理块，只计算其余部分；池中没有空闲物理块时，淘汰一个没有请求持有的已缓存物理块，腾出位置。
+#
 # `PrefixPool` 就是带内容索引的 `BlockPool`。它多维护三项记录：索引（块哈希 → 物理块，以及反向映射），以及按释放顺序排列、没有任何请求持有的已缓存物理块（`evictable`，一个当作 LRU 队列使用的 `OrderedDict`）；它还统计淘汰次数。
 #
 # * `lookup(prompt)` 依次检查提示的各个块哈希，遇到第一个不在索引中的就停下：没有前面的物理块，后面的物理块也用不上。它对 `prompt[:-1]` 计算块哈希，因为提示的最后一个 token 必须计算：要靠它的 logits 选出第一个新 token。
@@ -42,7 +48,7 @@
 #
 # <details><summary>与 vLLM 的不同之处（背景知识，读后文不需要）</summary>
 #
-# 以下指 vLLM 引擎的第 1 版。我们只登记提示中填满的物理块；vLLM 还会在生成的 token 填满一个物理块时把它登记进索引，这样多轮对话中的下一个请求（它会把整段对话再发送一遍）也能在缓存中找到上一轮的回答。另外，我们维护两个列表：什么都没存的物理块（空闲列表，优先使用），以及没有请求持有的已缓存物理块（LRU 队列，只有空闲列表用完时才从中淘汰）。vLLM 则只维护一个队列，按淘汰顺序存放所有没有请求持有的物理块：释放的物理块无论是否已缓存，都排到队尾；分配时取队首的物理块，如果它已缓存，就把它从索引中删掉。我们的两个列表让已缓存的物理块保留到空物理块用完为止，这一点更接近 SGLang 的基数树：它也只在内存不够时才淘汰已缓存的内容。
+# 以下说的是 vLLM 的 V1 引擎。我们只登记提示中填满的物理块；vLLM 还会在生成的 token 填满一个物理块时把它登记进索引，这样多轮对话中的下一个请求（它会把整段对话再发送一遍）也能在缓存中找到上一轮的回答。另外，我们维护两个列表：什么都没存的物理块（空闲列表，优先使用），以及没有请求持有的已缓存物理块（LRU 队列，只有空闲列表用完时才从中淘汰）。vLLM 则只维护一个队列，按淘汰顺序存放所有没有请求持有的物理块：释放的物理块无论是否已缓存，都排到队尾；分配时取队首的物理块，如果它已缓存，就把它从索引中删掉。我们的两个列表让已缓存的物理块保留到空物理块用完为止，这一点更接近 SGLang 的基数树：它也只在内存不够时才淘汰已缓存的内容。
 #
 # </details>
 

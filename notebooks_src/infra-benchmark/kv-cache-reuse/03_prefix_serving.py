@@ -10,15 +10,25 @@
 # * **admit** waiting requests in arrival order: look the prompt up, start its block table with the hit
 #   blocks, and prefill **only the tokens after the hit**, over the K/V read from the hit blocks; `reserve`
 #   puts the new positions into fresh blocks. Then publish the prompt's full blocks. A request is admitted
-#   only if every block it may need is sure to be there: its fresh blocks (`blocks_needed` minus its hits)
-#   must fit in the free and evictable blocks, less the hit blocks it is about to take out of the LRU queue,
-#   and less the blocks the running requests may still take. Otherwise it waits. For example, with blocks of
-#   4 tokens, say 9 blocks are free or evictable, and 2 of the evictable ones hold the new request's first 8
-#   prompt tokens; a running request that may need 7 blocks holds 3, so it may still take 4. The new request
-#   needs 8 blocks in all, 6 of them fresh: $6 > 9 - 2 - 4 = 3$, so it waits. Needing 5 blocks in all (3 fresh),
-#   it would be admitted;
+#   only if every block it may need is sure to be there (the rule below); otherwise it waits;
 # * **decode** one token for every running request, over its K/V read from its block table;
 # * **retire** finished requests: `free` releases their blocks, the last one first.
+#
+# **The admission rule.** A waiting request is admitted when
+#
+# $$\text{fresh} \le \text{available} - \text{hits in LRU} - \text{promised},$$
+#
+# where *fresh* is the number of new blocks it needs (`blocks_needed` minus its hit blocks), *available* the
+# number of free and evictable blocks, *hits in LRU* the hit blocks it is about to take out of the LRU queue
+# (they are evictable now, but not once it holds them), and *promised* the blocks the running requests may still
+# take (each one's `blocks_needed` minus the blocks it holds). An example with blocks of 4 tokens, where 2 of the
+# evictable blocks hold the new request's first 8 prompt tokens, and one running request that may need 7
+# blocks holds 3:
+#
+# | new request needs (blocks) | fresh | available | hits in LRU | promised | right-hand side | admitted |
+# |---|---|---|---|---|---|---|
+# | 8 | 6 | 9 | 2 | 4 | 3 | no, it waits |
+# | 5 | 3 | 9 | 2 | 4 | 3 | yes |
 #
 # As in the serving notebook, `serve` pauses (`yield`) at each iteration's peak, after the decode step and
 # before finished requests leave, and says which requests are running, so that the caller can look at the
@@ -38,9 +48,20 @@
 #
 # 服务循环与服务笔记本一样重复三步：多个请求同时运行，每次迭代让每个请求都前进一步。与服务笔记本不同的是，这里每次调用模型只服务一个请求（batch 为 1）：运行中的请求轮流调用，每次迭代各调用一次，而不是拼成一个 batch 一起调用。这样每次调用的运算与单独服务这个请求时完全相同，唯一的新东西就是缓存：
 #
-# * **接纳**：按到达顺序处理等待中的请求：查找提示，以命中的物理块开始它的块表，并且只对**命中部分之后的 token** 做预填充（prefill），计算时读取命中物理块中的 K/V；新的位置由 `reserve` 放进新的物理块。然后登记提示中填满的物理块。只有当请求可能需要的每个物理块都一定有着落时，才接纳它：它需要的新物理块数（`blocks_needed` 减去命中的物理块数）必须放得进可用的物理块。计算可用的物理块时，从空闲的和可淘汰的物理块中，要扣掉它即将移出 LRU 队列的那些命中物理块，以及运行中的请求还可能取走的物理块。否则请求继续等待。举个例子：物理块大小为 4 个 token，设空闲的和可淘汰的物理块共 9 个，其中 2 个可淘汰的物理块存着新请求提示的前 8 个 token；一个运行中的请求最多可能需要 7 个物理块，已持有 3 个，所以还可能取走 4 个。新请求一共需要 8 个物理块，其中 6 个是新的：$6 > 9 - 2 - 4 = 3$，所以它要等待。如果它一共只需要 5 个物理块（3 个新的），就会被接纳；
+# * **接纳**：按到达顺序处理等待中的请求：查找提示，以命中的物理块开始它的块表，并且只对**命中部分之后的 token** 做预填充（prefill），计算时读取命中物理块中的 K/V；新的位置由 `reserve` 放进新的物理块。然后登记提示中填满的物理块。只有当请求可能需要的每个物理块都一定有着落时，才接纳它（规则见下）；否则请求继续等待；
 # * **解码**：每个运行中的请求生成一个 token，计算时读取它的块表中的 K/V；
 # * **退出**：完成的请求由 `free` 释放它的物理块，从最后一个开始。
+#
+# **接纳规则**：等待中的请求满足
+#
+# $$\text{新块数} \le \text{可用块数} - \text{LRU 中的命中块数} - \text{已预留块数}$$
+#
+# 时才被接纳。其中“新块数”是它需要的新物理块数（`blocks_needed` 减去命中的物理块数）；“可用块数”是空闲的和可淘汰的物理块数；“LRU 中的命中块数”是它即将移出 LRU 队列的命中物理块数（这些物理块现在可以淘汰，一旦被它持有就不能了）；“已预留块数”是运行中的请求还可能取走的物理块数（每个请求的 `blocks_needed` 减去它已持有的物理块数）。举个例子：物理块大小为 4 个 token，其中 2 个可淘汰的物理块存着新请求提示的前 8 个 token；一个运行中的请求最多可能需要 7 个物理块，已持有 3 个：
+#
+# | 新请求共需的物理块数 | 新块数 | 可用块数 | LRU 中的命中块数 | 已预留块数 | 右边的值 | 是否接纳 |
+# |---|---|---|---|---|---|---|
+# | 8 | 6 | 9 | 2 | 4 | 3 | 否，继续等待 |
+# | 5 | 3 | 9 | 2 | 4 | 3 | 是 |
 #
 # 与服务笔记本一样，`serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，并告诉调用者哪些请求正在运行，好让调用者查看池的状态。
 #

@@ -142,7 +142,7 @@ STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
 # 3. 每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；
 # 4. 所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块会被清空（重新填满 NaN，已填计数归 0），如果某张块表仍在使用它，读到的就会是 NaN，或者位置数不够。
 #
-# 只有当没有哪个决策几乎打平时，logits 相近才能推出 token 相同。所以它还报告每个决策的**余量**：冷启动结果中最大的 logit 减去第二大的 logit。只有当 logits 的误差达到余量时，舍入才可能改变贪心选择；我们检查最小余量至少是最大误差的一百倍。
+# logits 相近并不保证 token 相同：只有在没有哪一步的决策几乎打平时，才能这样推断。所以它还报告每个决策的**余量**：冷启动结果中最大的 logit 减去第二大的 logit。只有当 logits 的误差达到余量时，舍入才可能改变贪心选择；我们检查最小余量至少是最大误差的一百倍。
 
 # %%
 # [en] The first notebook's greedy loop: the prompt in one call, then one token per call over the cache.
@@ -196,12 +196,18 @@ def compare_with_cold(requests, block_size) -> dict:
 #
 # 5. at each iteration's peak, no running request holds more blocks than its admission counted for it;
 # 6. at the end no block is held any more, and every block is free or cached.
+#
+# The prefix cache is what could break them: a request now starts with blocks it did not allocate (its hits),
+# and a released block that holds a published prefix goes to the LRU queue instead of the free list, so a
+# miscounted hit, or a released block that lands in neither, would show up here.
 
 # %% [markdown] lang="zh"
 # **扫描**：`run_stream` 用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。另有两项检查针对的是服务循环本身，与服务笔记本中的相同，在下面折叠起来的单元格里进行（`serve_and_check`）：
 #
 # 5. 在每次迭代的峰值时刻，没有哪个运行中的请求持有的物理块超过接纳时为它计入的数量；
 # 6. 最后，没有任何物理块仍被持有，每个物理块不是空闲的，就是已缓存的。
+#
+# 可能破坏这两项的正是前缀缓存：请求现在一开始就持有不是它自己分配的物理块（命中的物理块），释放的物理块如果存着已登记的前缀，也不再回到空闲列表，而是进入 LRU 队列；命中的物理块数错了，或者释放的物理块两边都没进，都会在这里暴露出来。
 
 # %% tags=["hide-input"]
 def serve_and_check(cache, requests) -> dict:

@@ -59,7 +59,7 @@
 # 三种错误如下：
 #
 # * **块哈希不含前缀**：每个物理块的哈希只覆盖它自己的 token。于是在请求 2 中，文档所在的物理块“命中”了请求 0 在系统提示 1 之后算出的那些物理块：token 相同，前缀不同，K/V 也就不同；
-# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读。（请求 3 本身不受影响：填满的物理块不会再被写入，而存储在写入一个未填满的共享物理块之前会先复制它。）
+# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
 # * **被持有的物理块留在 LRU 队列中**：`hold` 把引用计数加一，却忘了把物理块移出队列。当请求 2 需要的物理块比空闲的还多时，池淘汰了请求 1 仍在读取的一个系统提示物理块，请求 2 又把自己的 K/V 写了进去。
 
 # %%
@@ -143,7 +143,9 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # four system prompts must be computed once). With {{run:prefix.smallest_pool}} blocks, barely more than the
 # {{run:prefix.largest_request_blocks}} the largest request needs, the hit rate falls to {{run:prefix.hit_rate_smallest:.1%}}:
 # blocks are evicted before their next use, and requests also wait longer for blocks
-# ({{run:prefix.iterations_smallest}} iterations instead of {{run:prefix.iterations_largest}}).
+# ({{run:prefix.iterations_smallest}} iterations instead of {{run:prefix.iterations_largest}}). Where the hit rate stays flat
+# between two pool sizes while the evictions fall, the extra evictions of the smaller pool cost no hits: the
+# blocks they took held what no later request looked up, such as a question asked only once.
 #
 # *Figure: left, the hit rate (the share of prompt tokens found in the cache) against the number of blocks
 # in the pool; right, two counts against the same pool sizes: the evictions (orange) and the iterations the
@@ -153,7 +155,7 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # %% [markdown] lang="zh"
 # 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大绝对误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1：它仍在读取的物理块被淘汰，又被请求 2 写入了内容。正确的池通过了两个场景，命中的 token 数也与上面的场景表完全一致；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 次迭代，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 次。
 #
-# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 次迭代，而不是 {{run:prefix.iterations_largest}} 次）。
+# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 次迭代，而不是 {{run:prefix.iterations_largest}} 次）。如果两种池大小的命中率相同，而淘汰次数下降，那么较小的池多出的淘汰并没有让命中变少：被淘汰的物理块里存的是之后没有请求会查找的内容，例如只被问过一次的问题。
 #
 # *图：左图是命中率随池中物理块数的变化：横轴 blocks in the pool 是池中的物理块数，纵轴 hit rate (% of prompt tokens) 是在缓存中找到的提示 token 所占的百分比。右图横轴相同，纵轴 count 表示次数，画了两种次数：图例中 evictions（橙色）是淘汰次数，iterations to finish（灰色）是处理完整个请求流所需的迭代次数。总标题 prefix cache: … requests, blocks of 4 tokens 的意思是：前缀缓存，请求流中的请求数，每个物理块 4 个 token。省下的预填充 token 数等于命中率乘以请求流的提示 token 总数（见上表）。*
 

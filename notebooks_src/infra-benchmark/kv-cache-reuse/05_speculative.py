@@ -24,8 +24,10 @@
 # cache, and the draft model's cache holds its own guesses too. After the decision both must be **rolled
 # back** to the confirmed tokens: the entries of rejected drafts are cut off. Hugging Face's
 # `DynamicCache.crop` exists for this (`crop(-n)` removes the last $n$ positions of every layer); for our
-# list of `(K, V)` pairs it is a slice. Why one call over $k + 1$ tokens costs about as much as a call over
-# one is the subject of sections 8 and 9.
+# list of `(K, V)` pairs it is a slice. What a call over $k + 1$ tokens saves: it reads the weights once, the
+# same weight bytes as a call over one token. Where the step is memory-bound (a GPU at small batch, far below
+# its ridge) it then takes about the same time too; sections 8 and 9 count the bytes and measure the times on
+# one core of this CPU.
 #
 # The draft model here is the target's own first layer followed by its final LayerNorm and vocabulary
 # projection, a one-layer decoder that exits early. Self-speculative methods such as LayerSkip train a
@@ -34,18 +36,18 @@
 # advantage that we do not use: its layer is the target's layer 0, so for the confirmed tokens its K/V are
 # the target's layer-0 K/V (up to rounding, since the two models group the tokens into different calls).
 # LayerSkip therefore keeps one cache for the early layers, shared by draft and target, and the verifying
-# call never recomputes them; we keep two separate caches, which makes the rollback of each easier to see.
+# call mostly reuses what the draft computed there instead of recomputing it; we keep two separate caches, which makes the rollback of each easier to see.
 
 # %% [markdown] lang="zh"
 # ## 6. 投机解码与缓存回滚
 #
-# 普通解码每生成一个 token 就要调用一次模型。**投机解码**（speculative decoding，Leviathan 等人和 Chen 等人，2023）先让一个开销小的**草稿模型**逐个提出 $k$ 个 token，再让我们真正要用的**目标模型**读取缓存，在一次调用里给这 $k$ 个位置全部打分。目标模型在这些位置上的概率分布决定保留哪些草稿。在一般形式的**投机采样**（speculative sampling）中，草稿模型以概率 $q(x)$ 提出的草稿 token $x$，以概率 $\min(1, p(x) / q(x))$ 被接受，其中 $p(x)$ 是目标模型给它的概率。遇到第一个被拒绝的草稿时，从调整后的分布 $\max(0, p - q)$（归一化之后）中重新采样一个 token 代替它，这一轮随即结束；如果 $k$ 个草稿全部被接受，再从目标模型在最后一个草稿之后的分布中多采样一个 token（**额外 token**）。这条规则保证每个 token 的分布都与目标模型单独采样时完全相同。本笔记本实现的**贪心解码**是它的特例：$p$ 和 $q$ 把全部概率都放在各自的 argmax 上，于是草稿当且仅当等于目标模型自己的选择时才被接受，被拒绝时就换成目标模型的选择。这样，目标模型每调用一次得到 1 到 $k + 1$ 个 token，而且它们恰好就是目标模型单独生成时会给出的 token。
+# 普通解码每生成一个 token 就要调用一次模型。**投机解码**（speculative decoding）由 Leviathan 等人和 Chen 等人（2023）提出：先让一个开销小的**草稿模型**逐个提出 $k$ 个 token，再让我们真正要用的**目标模型**读取缓存，在一次调用里给这 $k$ 个位置全部打分。目标模型在这些位置上的概率分布决定保留哪些草稿。在一般形式的**投机采样**（speculative sampling）中，草稿模型以概率 $q(x)$ 提出的草稿 token $x$，以概率 $\min(1, p(x) / q(x))$ 被接受，其中 $p(x)$ 是目标模型给它的概率。遇到第一个被拒绝的草稿时，从调整后的分布 $\max(0, p - q)$（归一化之后）中重新采样一个 token 代替它，这一轮随即结束；如果 $k$ 个草稿全部被接受，再从目标模型在最后一个草稿之后的分布中多采样一个 token（**额外 token**）。这条规则保证每个 token 的分布都与目标模型单独采样时完全相同。本笔记本实现的**贪心解码**是它的特例：$p$ 和 $q$ 把全部概率都放在各自的 argmax 上，于是草稿当且仅当等于目标模型自己的选择时才被接受，被拒绝时就换成目标模型的选择。这样，目标模型每调用一次得到 1 到 $k + 1$ 个 token，而且它们恰好就是目标模型单独生成时会给出的 token。
 #
-# 推理服务系统常常一次验证不止一串猜测。SpecInfer、Medusa 和 EAGLE 提出一棵由候选续写组成的**树**，在一次目标模型调用中验证它的所有分支（树形验证），所用的注意力掩码（attention mask）让每个候选只能看到自己的祖先；目标模型认可的最长分支被保留下来。我们只保留一串 $k$ 个草稿。
+# 推理服务系统常常一次验证不止一串猜测。SpecInfer、Medusa 和 EAGLE 会一次给出一棵由候选续写组成的**树**，在一次目标模型调用中验证它的所有分支（树形验证），所用的注意力掩码（attention mask）让每个候选只能看到自己的祖先；目标模型认可的最长分支被保留下来。我们只保留一串 $k$ 个草稿。
 #
-# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。为什么一次处理 $k + 1$ 个 token 的调用与只处理一个 token 的调用开销差不多，是第 8、9 节的主题。
+# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截短去掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。一次处理 $k + 1$ 个 token 的调用省下的是什么：它只读一遍权重，读取的权重字节与只处理一个 token 的调用相同。在解码步受限于内存带宽的地方（batch 较小、远在拐点左侧的 GPU），它的耗时也就差不多相同；第 8、9 节会数出这些字节，并在这台 CPU 的一个核心上测量耗时。
 #
-# 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法专门训练模型，使这种提前退出成为好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。这种草稿模型还有一个我们没有利用的好处：它那一层就是目标模型的第 0 层，所以对已确认的 token，它的 K/V 就是目标模型第 0 层的 K/V（只差舍入误差，因为两个模型把 token 分到不同的调用里计算）。因此 LayerSkip 只为前面几层保留一份缓存，由草稿模型和目标模型共用，验证调用也不必重算这几层；我们保留两份独立的缓存，好让每份缓存的回滚都看得清楚。
+# 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法会专门训练模型，让提前退出得到的输出可以直接当作好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。这种草稿模型还有一个我们没有利用的好处：它那一层就是目标模型的第 0 层，所以对已确认的 token，它的 K/V 就是目标模型第 0 层的 K/V（只差舍入误差，因为两个模型把 token 分到不同的调用里计算）。因此 LayerSkip 只为前面几层保留一份缓存，由草稿模型和目标模型共用，验证调用在这几层上大多直接复用草稿模型算好的结果，而不是重算；我们保留两份独立的缓存，好让每份缓存的回滚都看得清楚。
 
 # %%
 # [en] The target's first `layers` blocks, final LayerNorm and vocabulary projection, in its dtype, loaded strictly.
@@ -193,7 +195,7 @@ class Speculator:
 # 2. `verify`：目标模型在一次调用中读入最新的已确认 token 和 $d_1, d_2, d_3$，于是它的缓存有 $T + 3$ 个位置；它在每个位置之后给出自己的选择 $c_1, \dots, c_4$。设 $c_1 = d_1$，但 $c_2 \ne d_2$：$d_1$ 被接受，$d_2$ 被拒绝，这一轮得到 $d_1$ 和 $c_2$。文本现在有 $T + 2$ 个 token；目标模型的 $c_3$ 和 $c_4$ 被丢弃，因为它们是在被拒绝的 $d_2$ 之后算出来的。
 # 3. `rollback`：截短到 $T + 1$ 个位置，即除最新的 token $c_2$ 之外的全部：目标模型去掉 $d_2$ 和 $d_3$ 的 K/V，草稿模型去掉 $d_2$ 的 K/V。下一轮先把 $c_2$ 送进两个模型。
 #
-# 如果三个草稿全部被接受，这一轮得到 $d_1, d_2, d_3$ 和额外 token $c_4$，回滚时保留 $T + 3$ 个位置。目标模型的缓存恰好是这么多；草稿模型的缓存却只有 $T + 2$ 个位置，因为它从没读过 $d_3$。这就是 `rollback` 把草稿模型的缓存截短到 `min(length, cached_length(self.draft_cache))` 的原因：它的缓存可能比已确认的文本**更短**，这时什么也不截（切片越过末尾本来也会保留全部内容，`min` 把这一点写明），下一次 `propose` 再把 $d_3$ 和 $c_4$ 送进去。下表给出真实运行中的这两种轮次：`TracedSpeculator` 就是同一个循环，只是在每一步之后记下文本的长度和两个缓存的长度。表中略去了第一轮：那时目标模型还没有缓存，它的验证调用同时也在预填充提示。
+# 如果三个草稿全部被接受，这一轮得到 $d_1, d_2, d_3$ 和额外 token $c_4$，回滚时保留 $T + 3$ 个位置。目标模型的缓存恰好是这么多；草稿模型的缓存却只有 $T + 2$ 个位置，因为它从没读过 $d_3$。这就是 `rollback` 把草稿模型的缓存截短到 `min(length, cached_length(self.draft_cache))` 的原因：它的缓存可能比已确认的文本**更短**，这时什么也不截（切片越过末尾本来也会保留全部内容，`min` 把这一点写明），下一次 `propose` 再把 $d_3$ 和 $c_4$ 送进去。下表给出真实运行中这两种情况各一轮：`TracedSpeculator` 就是同一个循环，只是在每一步之后记下文本的长度和两个缓存的长度。表中略去了第一轮：那时目标模型还没有缓存，它的验证调用同时也在预填充提示。
 
 # %%
 class TracedSpeculator(Speculator):
@@ -227,9 +229,9 @@ for prompt in SPEC_PROMPTS:
             TRACE.setdefault(row["accepted"], row)
 say_table([[f"{n} / 3", str(r["text"]), str(r["drafts"]), str(r["choices"]), str(r["new"]), str(r["draft_after_propose"]),
             str(r["target_after_verify"]), f"{r['target_after_rollback']} / {r['draft_after_rollback']}"] for n, r in sorted(TRACE.items())],
-          en=["accepted", "text T", "drafts d", "target's choices c (to the first disagreement)", "new tokens",
+          en=["accepted", "text T", "drafts d", "target's choices c (to the first disagreement; all k + 1 if none)", "new tokens",
               "draft cache after `propose`", "target cache after `verify`", "after `rollback`: target / draft"],
-          zh=["接受数", "文本长度 $T$", "草稿 $d$", "目标模型的选择 $c$（到第一个不一致处）", "新 token",
+          zh=["接受数", "文本长度 $T$", "草稿 $d$", "目标模型的选择 $c$（到第一个不一致处；全部一致时为 $k + 1$ 个）", "新 token",
               "`propose` 之后草稿模型的缓存", "`verify` 之后目标模型的缓存", "`rollback` 之后：目标模型 / 草稿模型"])
 assert sorted(TRACE) == [1, 3] and all(
     r["draft_after_propose"] == r["text"] + 2 and r["target_after_verify"] == r["text"] + 3

@@ -13,22 +13,34 @@
 #
 # $$\mathrm{out} = \frac{\sum_s w_s\, o_s}{\sum_s w_s}, \qquad w_s = l_s\, e^{m_s - M}, \quad M = \max_s m_s.$$
 #
-# (FlashAttention's inner loop keeps $m$ and $l$ as two running numbers while it walks over blocks of keys,
+# Subtracting $M$ keeps the exponentials from overflowing; the factor
+# $e^{m_s - M}$ is the **rescaling** that makes splits with different maxima comparable. A split whose keys are all masked (padding, or slots past the end of a
+# sequence) has no maximum: its weight must be 0 and its output must not be $0/0$.
+#
+# <details><summary>How FlashAttention and Flash-Decoding carry these numbers (optional)</summary>
+#
+# FlashAttention's inner loop keeps $m$ and $l$ as two running numbers while it walks over blocks of keys,
 # rescaling its partial output whenever $m$ grows. What it stores at the end, for the backward pass, is one
 # number per query, the log-sum-exp $\mathrm{LSE} = m + \log l$, and that is also what each split of
 # Flash-Decoding emits next to its output: $e^{\mathrm{LSE}_s - \max_s \mathrm{LSE}_s}$ is the weight $w_s$ above up
-# to a factor common to all splits.) Subtracting $M$ keeps the exponentials from overflowing; the factor
-# $e^{m_s - M}$ is the **rescaling** that makes splits with different maxima comparable. A split whose keys are all masked (padding, or slots past the end of a
-# sequence) has no maximum: its weight must be 0 and its output must not be $0/0$.
+# to a factor common to all splits.
+#
+# </details>
 
 # %% [markdown] lang="zh"
 # ## 7. split-K 解码
 #
-# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 内核（kernel）把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。**Flash-Decoding**（Dao 等人，2023）把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
+# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 内核把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。Dao 等人（2023）提出的 **Flash-Decoding** 把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
 #
 # $$\mathrm{out} = \frac{\sum_s w_s\, o_s}{\sum_s w_s}, \qquad w_s = l_s\, e^{m_s - M}, \quad M = \max_s m_s.$$
 #
-# （FlashAttention 的内层循环逐段遍历键时，把 $m$ 和 $l$ 作为两个滚动更新的数分开保存，每当 $m$ 变大，就重新缩放已累积的部分输出。循环结束后，它为反向传播保存的是每个查询一个数，即指数和的对数（log-sum-exp，LSE）$\mathrm{LSE} = m + \log l$；Flash-Decoding 的每一段在输出之外给出的也是它：$e^{\mathrm{LSE}_s - \max_s \mathrm{LSE}_s}$ 与上面的权重 $w_s$ 只差一个各段共有的因子。）减去 $M$ 是为了防止指数溢出；因子 $e^{m_s - M}$ 就是让最大值不同的各段可以相互比较的**重新缩放**。如果某一段的键全部被掩码遮住（填充，或序列末尾之后的槽位），它就没有最大值：它的权重必须为 0，它的输出也不能是 $0/0$。
+# 减去 $M$ 是为了防止指数溢出；因子 $e^{m_s - M}$ 就是让最大值不同的各段可以相互比较的**重新缩放**。如果某一段的键全部被掩码遮住（填充，或序列末尾之后的槽位），它就没有最大值：它的权重必须为 0，它的输出也不能是 $0/0$。
+#
+# <details><summary>FlashAttention 和 Flash-Decoding 如何传递这些数（选读）</summary>
+#
+# FlashAttention 的内层循环逐段遍历键时，把 $m$ 和 $l$ 作为两个滚动更新的数分开保存，每当 $m$ 变大，就重新缩放已累积的部分输出。循环结束后，它为反向传播保存的是每个查询一个数，即指数和的对数（log-sum-exp，LSE）$\mathrm{LSE} = m + \log l$；Flash-Decoding 的每一段在输出之外给出的也是它：$e^{\mathrm{LSE}_s - \max_s \mathrm{LSE}_s}$ 与上面的权重 $w_s$ 只差一个各段共有的因子。
+#
+# </details>
 
 # %%
 # [en] One split: its normalized output, its maximum score and its sum (q: [..., 1, Dh]; k, v: [..., n, Dh]).

@@ -13,9 +13,15 @@
 # With $s$ bytes per element, the weights contribute $2B / s$ FLOP/byte: batching raises it, because the
 # same bytes serve more tokens. The cache contributes $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$ with
 # $g = H / H_{kv}$ query heads per K/V head: batching does not change it, because every sequence brings its
-# own cache. Grouped-query attention raises it $g$-fold.
+# own cache. Grouped-query attention (GQA) raises it $g$-fold.
 #
-# **Multi-head latent attention** (MLA, used by DeepSeek-V2) raises it further. Per layer and token it caches
+# **Multi-head latent attention** (MLA, used by DeepSeek-V2) raises it further: for DeepSeek-V2-Lite, its cache
+# part does {{run:cost.mla_factor:.1f}} times as many FLOPs per byte as multi-head attention's. The derivation is
+# optional for the rest of this notebook.
+#
+# <details><summary>Where MLA's factor comes from (optional)</summary>
+#
+# Per layer and token MLA caches
 # not a key and a value per head but two vectors that all heads share:
 #
 # * a **latent vector** of $r$ numbers (`kv_lora_rank` in the configuration: $r = 512$ in DeepSeek-V2-Lite), from
@@ -28,12 +34,14 @@
 # $2r + d_R$. Over the $H$ query heads ($H = 16$ in DeepSeek-V2-Lite), that is $H (2r + d_R)$ multiply-adds for
 # the $r + d_R$ numbers read, so the cache part's intensity is $2H(2r + d_R) / ((r + d_R)\, s)$: a factor
 # $H(2r + d_R) / (r + d_R)$ above multi-head attention's $2/s$ ({{run:cost.mla_factor:.1f}} for DeepSeek-V2-Lite).
-# (The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}) builds MLA and its absorbed form
-# with the same notation.)
+# (Another notebook of this series, on [compressing the cache]({{colab:infra-benchmark/kv-cache-compression}}),
+# builds MLA and its absorbed form with the same notation.)
+#
+# </details>
 #
 # The next cell, folded, is bookkeeping to skip on a first read: `ModelShape` holds the fields of a configuration that
 # matter here, and `parameters` counts its parameters matrix by matrix, with biases, tied embeddings, MLA and
-# mixtures of experts. The ideas of this section are in `decode_step_cost`, the cell after it.
+# mixtures of experts (MoE). The ideas of this section are in `decode_step_cost`, the cell after it.
 
 # %% [markdown] lang="zh"
 # ## 8. 一个解码步读了什么、算了什么
@@ -42,16 +50,22 @@
 #
 # $$I = \frac{2 \cdot (\text{乘加次数})}{\text{读取的字节数}} \ \text{FLOP/字节}.$$
 #
-# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力把它提高到原来的 $g$ 倍。
+# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力（GQA）把它提高到原来的 $g$ 倍。
 #
-# **多头潜在注意力**（MLA，DeepSeek-V2 采用）提得更高。它在每层为每个 token 缓存的不是每个头各自的键和值，而是所有头共用的两个向量：
+# **多头潜在注意力**（MLA，DeepSeek-V2 采用）提得更高：对 DeepSeek-V2-Lite，它的缓存部分每个字节的浮点运算次数是多头注意力的 {{run:cost.mla_factor:.1f}} 倍。后文不依赖下面的推导，可以跳过。
+#
+# <details><summary>MLA 的这个倍数从何而来（选读）</summary>
+#
+# MLA 在每层为每个 token 缓存的不是每个头各自的键和值，而是所有头共用的两个向量：
 #
 # * 一个 $r$ 维的**潜向量**（配置中的 `kv_lora_rank`，DeepSeek-V2-Lite 中 $r = 512$），每个头的键和值都由上投影从它算出；
 # * 一个 $d_R$ 维的**解耦的 RoPE 键**，它携带位置信息（`qk_rope_head_dim`，$d_R = 64$）。
 #
-# MLA 的解码内核会**吸收**上投影：键的上投影并入查询，值的上投影在注意力之后再乘，于是每个头直接在缓存的数上计算。对每个缓存位置、每个头，算分数时潜向量部分要 $r$ 次乘加，RoPE 部分要 $d_R$ 次，算输出还要 $r$ 次：共 $2r + d_R$ 次。乘上 $H$ 个查询头（DeepSeek-V2-Lite 中 $H = 16$），就是读取 $r + d_R$ 个数、做 $H (2r + d_R)$ 次乘加，所以缓存部分的算术强度为 $2H(2r + d_R) / ((r + d_R)\, s)$：是多头注意力的 $2/s$ 的 $H(2r + d_R) / (r + d_R)$ 倍（DeepSeek-V2-Lite 为 {{run:cost.mla_factor:.1f}} 倍）。（[压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})用同样的记号实现了 MLA 及其吸收形式。）
+# MLA 的解码内核会**吸收**上投影：键的上投影并入查询，值的上投影在注意力之后再乘，于是每个头直接在缓存的数上计算。对每个缓存位置、每个头，算分数时潜向量部分要 $r$ 次乘加，RoPE 部分要 $d_R$ 次，算输出还要 $r$ 次：共 $2r + d_R$ 次。乘上 $H$ 个查询头（DeepSeek-V2-Lite 中 $H = 16$），就是读取 $r + d_R$ 个数、做 $H (2r + d_R)$ 次乘加，所以缓存部分的算术强度为 $2H(2r + d_R) / ((r + d_R)\, s)$：是多头注意力的 $2/s$ 的 $H(2r + d_R) / (r + d_R)$ 倍（DeepSeek-V2-Lite 为 {{run:cost.mla_factor:.1f}} 倍）。（本系列中讲[压缩缓存]({{colab:infra-benchmark/kv-cache-compression}})的那份笔记本用同样的记号实现了 MLA 及其吸收形式。）
 #
-# 下一个单元格已折叠，只是记账，初读时可以跳过：`ModelShape` 记录配置中与这里有关的字段，`parameters` 逐个矩阵数出参数量，偏置、共享嵌入权重、MLA 和混合专家都考虑在内。本节的要点在它之后的 `decode_step_cost` 里。
+# </details>
+#
+# 下一个单元格已折叠，只是记账，初读时可以跳过：`ModelShape` 记录配置中与这里有关的字段，`parameters` 逐个矩阵数出参数量，偏置、共享嵌入权重、MLA 和混合专家（MoE）都考虑在内。本节的要点在它之后的 `decode_step_cost` 里。
 
 # %% tags=["hide-input"]
 @dataclass
@@ -158,7 +172,7 @@ def decode_step_cost(s: ModelShape, batch: int, context: int, bytes_per_element:
 # functions also count our decoder's parameters, which must come to the {{run:cost.our_parameters:,}} of section 3.
 
 # %% [markdown] lang="zh"
-# 把这些计数用到公开模型上之前，先在我们解码器的真实解码步上核对一遍。PyTorch 的 `FlopCounterMode` 会记录这一步中每次矩阵乘法的浮点运算次数；对几种 batch 大小和缓存长度，它都必须恰好等于我们所数乘加次数的两倍，这一步之后缓存的字节数也必须等于公式给出的值。负对照只把缓存中的位置算作键，忘了新 token 也要关注它自己；它必须与统计结果不符。同样几个函数还能数出我们解码器的参数量，结果必须是第 3 节的 {{run:cost.our_parameters:,}}。
+# 把这些计数用到公开模型上之前，先在我们解码器的真实解码步上核对一遍。PyTorch 的 `FlopCounterMode` 会记录这一步中每次矩阵乘法的浮点运算次数；对几种 batch 大小和缓存长度，它都必须恰好等于我们所数乘加次数的两倍，这一步之后缓存的字节数也必须等于公式给出的值。负对照只把缓存中的位置算作键，忘了新 token 也要读取它自己的键；它必须与统计结果不符。同样几个函数还能数出我们解码器的参数量，结果必须是第 3 节的 {{run:cost.our_parameters:,}}。
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
@@ -203,14 +217,25 @@ assert COUNT_CONTROL_CAUGHT
 # the size the model's Hugging Face page reports, to 0.5%; as a control, Llama 3.1 8B counted with 32 K/V
 # heads instead of 8 must not. The table then gives, at a context of {{run:cost.context:,}} tokens and 16-bit
 # weights and cache (2 bytes), what one decode step reads and its arithmetic intensity at batch 1 and 64;
-# for the mixture of experts, a larger batch touches more experts. With $E$ routed experts per layer, of which
-# each token picks $e$, and uniform routing, one token misses a given expert with probability $1 - e/E$ and all
-# $B$ tokens miss it with probability $(1 - e/E)^B$, so a batch reads $E\,(1 - (1 - e/E)^B)$ experts per layer on
-# average. GPT-2 has
-# only 1,024 positions: its row at 4,096 is what the formulas give.
+# for the mixture of experts, a larger batch touches more experts (a batch of 64 reads nearly all 64 of
+# DeepSeek-V2-Lite's). GPT-2 has only 1,024 positions: its row at 4,096 is what the formulas give.
+#
+# <details><summary>How many experts a batch reads (optional)</summary>
+#
+# With $E$ routed experts per layer, of which each token picks $e$, and uniform routing, one token misses a given
+# expert with probability $1 - e/E$ and all $B$ tokens miss it with probability $(1 - e/E)^B$, so a batch reads
+# $E\,(1 - (1 - e/E)^B)$ experts per layer on average.
+#
+# </details>
 
 # %% [markdown] lang="zh"
-# **公开模型的配置**：下面的尺寸取自各模型在 Hugging Face Hub 上的 `config.json`（每个数的出处都写在代码里；不下载任何东西）：GPT-2（多头注意力，$g = 1$），Llama 2 7B（同样是多头注意力，规模 7B），Llama 3.1 8B 和 70B（分组查询注意力，$g$ 分别为 4 和 8），以及 DeepSeek-V2-Lite（MLA，同时是混合专家模型：在 27 层中的 26 层里，每个 token 使用 64 个路由专家中的 6 个，外加 2 个共享专家）。为了核对录入是否有误，按每组尺寸数出的参数量必须与该模型 Hugging Face 页面上给出的规模相差不超过 0.5%；作为负对照，把 Llama 3.1 8B 的 K/V 头数从 8 改成 32 再数，结果必须对不上。随后的表格给出上下文为 {{run:cost.context:,}} 个 token、权重和缓存都用 16 位（2 字节）时，一个解码步读取的数据量，以及 batch 为 1 和 64 时的算术强度；对混合专家模型，batch 越大，用到的专家越多。设每层有 $E$ 个路由专家，每个 token 从中选 $e$ 个，且路由是均匀的：一个 token 没有选中某个专家的概率为 $1 - e/E$，$B$ 个 token 都没有选中它的概率为 $(1 - e/E)^B$，所以一个 batch 平均每层读取 $E\,(1 - (1 - e/E)^B)$ 个专家。GPT-2 只有 1,024 个位置：它在 4,096 个 token 下的那一行只是公式算出的结果。
+# **公开模型的配置**：下面的尺寸取自各模型在 Hugging Face Hub 上的 `config.json`（每个数的出处都写在代码里；不下载任何东西）：GPT-2（多头注意力，$g = 1$），Llama 2 7B（同样是多头注意力，规模 7B），Llama 3.1 8B 和 70B（分组查询注意力，$g$ 分别为 4 和 8），以及 DeepSeek-V2-Lite（MLA，同时是混合专家模型：在 27 层中的 26 层里，每个 token 使用 64 个路由专家中的 6 个，外加 2 个共享专家）。为了核对录入是否有误，按每组尺寸数出的参数量必须与该模型 Hugging Face 页面上给出的规模相差不超过 0.5%；作为负对照，把 Llama 3.1 8B 的 K/V 头数从 8 改成 32 再数，结果必须对不上。随后的表格给出上下文为 {{run:cost.context:,}} 个 token、权重和缓存都用 16 位（2 字节）时，一个解码步读取的数据量，以及 batch 为 1 和 64 时的算术强度；对混合专家模型，batch 越大，用到的专家越多（64 个 token 的 batch 几乎会用到 DeepSeek-V2-Lite 的全部 64 个专家）。GPT-2 只有 1,024 个位置：它在 4,096 个 token 下的那一行只是公式算出的结果。
+#
+# <details><summary>一个 batch 会读取多少个专家（选读）</summary>
+#
+# 设每层有 $E$ 个路由专家，每个 token 从中选 $e$ 个，且路由是均匀的：一个 token 没有选中某个专家的概率为 $1 - e/E$，$B$ 个 token 都没有选中它的概率为 $(1 - e/E)^B$，所以一个 batch 平均每层读取 $E\,(1 - (1 - e/E)^B)$ 个专家。
+#
+# </details>
 
 # %%
 PUBLISHED = [

@@ -20,12 +20,14 @@
 #   core of this CPU needs {{run:roofline.ridge:.1f}} and an H100 {{run:roofline.gpu_ridge:.0f}} to be busy: by this count
 #   the step is memory-bound. Measured here, for the weights: a batch-1 product streamed them at
 #   {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth while using {{run:roofline.b1_peak_share:.0%}} of the
-#   arithmetic peak. The cache reads sit further left still (0.5 FLOP/byte), but PyTorch's CPU attention read
-#   them at only {{run:roofline.cache_bandwidth_share:.0%}} of STREAM: the same keys, multiplied as a matrix times a
-#   column, were read at {{run:roofline.scores_kq_share:.0%}}, so what held them back was the library's matrix-vector
-#   routine, not the arithmetic. Batching shares the weights' bytes but never the cache's; GQA, MLA and
+#   arithmetic peak. The cache reads sit further left still (0.5 FLOP/byte): PyTorch's CPU attention read
+#   them at {{run:roofline.cache_bandwidth_share:.0%}} of STREAM in this run, and the same keys, multiplied as a matrix
+#   times a column, at {{run:roofline.scores_kq_share:.0%}}; where the second is far higher, what holds attention back
+#   is the layout the library's matrix-vector routine is given, not the arithmetic. Batching shares the weights' bytes but never the cache's; GQA, MLA and
 #   quantization shrink the cache's bytes, and speculative decoding gets several tokens for one read of the
-#   weights.
+#   weights: the same weight bytes, and about the same time only where the step is memory-bound. On this core,
+#   in this run, a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
+#   {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one (section 9).
 # * **Every mechanism here is a place for a silent bug**: a hash without its prefix, a shared partial block,
 #   an evicted block still in use, a missing crop, a merge without rescaling. Each gives plausible numbers, and
 #   only a comparison with the plain computation catches it.
@@ -36,7 +38,7 @@
 # * **缓存之所以能共享，是因为某个位置上的 K/V 只取决于它的前缀**。前缀缓存用一条块哈希链查找共享的前缀（每个物理块的哈希覆盖它的整个前缀），只共享填满的物理块，记录引用计数，并按 LRU 顺序淘汰没有被引用的物理块。在我们的请求流上，池很大时有 {{run:prefix.hit_rate_largest:.0%}} 的提示 token 来自缓存，池最小时为 {{run:prefix.hit_rate_smallest:.0%}}；logits 在 FP32 容差内与冷启动一致。
 # * **投机解码改变的是目标模型被调用的次数，而不是它说出的内容**。草稿模型与目标模型的一致率为 {{run:spec.agreement:.0%}} 时，$k = 1$ 每次目标模型调用得到 {{run:spec.tokens_k1:.2f}} 个 token，$k = {{run:spec.kmax}}$ 时得到 {{run:spec.tokens_kmax:.2f}} 个；这些 token 都是目标模型自己的。不过，只有在精确算术下两者才严格相等：一次验证 $k + 1$ 个 token 的调用与只算一个 token 的解码步求和的分组方式不同（在 GPU 上用 BF16 时，内核的形状也不同），logits 会有舍入差异；最好的两个 logits 几乎相等时，贪心选择就可能翻转。这里每个决策的余量都远大于 logits 的误差。拒绝草稿之后忘了截短目标模型的缓存，会悄无声息地改变生成的文本。
 # * **对长缓存的注意力可以分段计算、再精确合并**，只要每一段都报告自己的最大值和指数和，合并时按 $e^{m_s - M}$ 重新缩放；完全被遮住的一段权重必须为 0，而不是 NaN。
-# * **解码步每读一个字节所做的运算太少，让处理器忙不起来**。batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算，而这台 CPU 的一个核心要 {{run:roofline.ridge:.1f}} 次、H100 要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来：按这个计数，解码步受限于内存带宽。本机实测的是权重部分：batch 为 1 的矩阵乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}，而只用了运算峰值的 {{run:roofline.b1_peak_share:.0%}}。缓存读取的算术强度更低（0.5 FLOP/字节），可是 PyTorch 在 CPU 上算注意力时，读取缓存的速度只有 STREAM 的 {{run:roofline.cache_bandwidth_share:.0%}}；同样的键改写成矩阵乘以列向量，读取速度达到 {{run:roofline.scores_kq_share:.0%}}。可见拖慢它的是数学库的矩阵向量乘法例程，而不是运算。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节，投机解码则读一遍权重就得到好几个 token。
+# * **解码步每读一个字节所做的运算太少，让处理器忙不起来**。batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算，而这台 CPU 的一个核心要 {{run:roofline.ridge:.1f}} 次、H100 要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来：按这个计数，解码步受限于内存带宽。本机实测的是权重部分：batch 为 1 的矩阵乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}，而只用了运算峰值的 {{run:roofline.b1_peak_share:.0%}}。缓存读取的算术强度更低（0.5 FLOP/字节），本次运行中，PyTorch 在 CPU 上算注意力时，读取缓存的速度是 STREAM 的 {{run:roofline.cache_bandwidth_share:.0%}}；同样的键改写成矩阵乘以列向量，读取速度是 {{run:roofline.scores_kq_share:.0%}}。后者远高于前者时，拖慢注意力的是数学库的矩阵向量乘法例程拿到的布局，而不是运算。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节，投机解码则读一遍权重就得到好几个 token：读取的权重字节相同，而耗时只在解码步受限于内存带宽时才差不多相同。在这个核心上，本次运行中一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍（第 9 节）。
 # * **这里的每种机制都可能藏着悄无声息的错误**：不含前缀的块哈希、共享未填满的物理块、仍在使用就被淘汰的物理块、忘了截短缓存、合并时不做重新缩放。它们给出的数字都似是而非，只有与最直接的计算方式比较才能把它们查出来。
 
 # %% [markdown] lang="en"
