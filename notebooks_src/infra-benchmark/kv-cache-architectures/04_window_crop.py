@@ -13,7 +13,7 @@
 # first two rows against each other).
 
 # %% [markdown] lang="zh"
-# **负对照 3：裁剪上下文，而不是使用掩码。** 一个诱人的捷径：要得到位置 $t$ 的 logits，只把最后 $W$ 个 token 当作一条新序列送入模型，位置从 0 重新开始。这种做法错在两处。第一，位置重新开始了，不过 RoPE 恰好看不到这一点（第 5 节的教训：保留真实位置的裁剪给出相同的 logits）。第二，窗口是**逐层**生效的：第 2 层在位置 $t$ 上读取第 1 层直到 $t - W + 1$ 的输出，而这些输出又各自向前读取了 $W - 1$ 个位置，所以两层加起来能回溯 $2(W - 1)$ 个位置，而不是 $W - 1$ 个。裁剪到 $W$ 个 token 就把这部分切掉了。下面的单元格在每个 $t \ge W$ 的位置上（FP64），把裁剪的结果与带缓存的滑动窗口模型（`run_chunked`，每次调用一个 token）相比较，然后验证感受野：裁剪到 $L(W - 1) + 1 = 15$ 个 token 能复现滑动窗口模型，只保留 14 个则不能。表中各行的含义：`crop_W_restart` 是最后 $W$ 个 token、位置从 0 重新编号；`crop_W_true_positions` 是同样的裁剪、保留真实位置；`crop_receptive_field` 和 `crop_receptive_field_minus_1` 分别裁剪到 15 个和 14 个 token，保留真实位置；`restart_vs_true_positions` 是前两行彼此之间的差。
+# **负对照 3：裁剪上下文，而不是使用掩码。** 一条看似省事的捷径：要得到位置 $t$ 的 logits，只把最后 $W$ 个 token 当作一条新序列送入模型，位置从 0 重新开始。这种做法错在两处。第一，位置重新开始了，不过 RoPE 恰好看不到这一点（第 5 节的教训：保留真实位置的裁剪给出相同的 logits）。第二，窗口是**逐层**生效的：第 2 层在位置 $t$ 上读取第 1 层直到 $t - W + 1$ 的输出，而这些输出又各自向前读取了 $W - 1$ 个位置，所以两层加起来能回溯 $2(W - 1)$ 个位置，而不是 $W - 1$ 个。裁剪到 $W$ 个 token 就把这部分切掉了。下面的单元格在每个 $t \ge W$ 的位置上（FP64），把裁剪的结果与带缓存的滑动窗口模型（`run_chunked`，每次调用一个 token）相比较，然后验证感受野：裁剪到 $L(W - 1) + 1 = 15$ 个 token 能复现滑动窗口模型，只保留 14 个则不能。表中各行的含义：`crop_W_restart` 是最后 $W$ 个 token、位置从 0 重新编号；`crop_W_true_positions` 是同样的裁剪、保留真实位置；`crop_receptive_field` 和 `crop_receptive_field_minus_1` 分别裁剪到 15 个和 14 个 token，保留真实位置；`restart_vs_true_positions` 是前两行彼此之间的差。
 
 # %%
 @torch.inference_mode()
