@@ -25,7 +25,7 @@ def crop_logits(net, ids, t: int, length: int, true_positions: bool):
     return net(ids[:, start:t + 1], positions=positions)[0][:, -1]
 
 
-RECEPTIVE_FIELD = cfg.layers * (WINDOW - 1) + 1
+RECEPTIVE_FIELD = LLAMA_CFG.layers * (WINDOW - 1) + 1
 windowed64 = window_model().double()
 reference_logits, _ = run_chunked(windowed64, STREAM[:1], 1)
 crops = {name: torch.stack([crop_logits(windowed64, STREAM[:1], t, length, true) for t in range(WINDOW, STREAM_LEN)], 1)

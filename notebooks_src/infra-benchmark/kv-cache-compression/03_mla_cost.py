@@ -2,7 +2,9 @@
 # ## 4. The cost of MLA: memory, arithmetic and memory traffic
 #
 # Section 3 proved the three forms exact. This section counts what each one stores, computes and moves, first on
-# our small model, then at DeepSeek-V3's size.
+# our small model, then at DeepSeek-V3's size. The result in one sentence: the absorbed form moves the fewest bytes
+# and does more arithmetic per key; the latent form without absorption stores as little, but moves more bytes per
+# step than the naive form reads.
 #
 # **Memory, measured.** Per token and layer, the naive form caches $H(d_C + d_R)$ numbers of keys and $H d_v$ of
 # values; the latent and absorbed forms cache $r + d_R$. For comparison, the GQA model of section 2 caches
@@ -13,7 +15,7 @@
 # %% [markdown] lang="zh"
 # ## 4. MLA 的开销：内存、算术与访存
 #
-# 第 3 节证明了三种形式都是精确的。本节统计每种形式存了什么、算了什么、搬运了什么：先在我们的小模型上，再放到 DeepSeek-V3 的规模。
+# 第 3 节证明了三种形式都是精确的。本节统计每种形式存了什么、算了什么、搬运了什么：先在我们的小模型上，再放到 DeepSeek-V3 的规模。结论一句话：吸收形式搬运的字节最少，对每个键做的算术更多；不做吸收的潜向量形式存得同样少，但每一步搬运的字节比朴素形式读取的还多。
 #
 # **内存，实测。** 每个 token 在每一层，朴素形式为键缓存 $H(d_C + d_R)$ 个数，为值缓存 $H d_v$ 个数；潜向量形式和吸收形式缓存 $r + d_R$ 个数。作为对照，第 2 节的 GQA 模型缓存 $2 H_{kv} D_h$ 个数（即本系列的 `kv_bytes_per_token` 公式）。下面的单元格在 24 个 token 的序列（batch 2，FP32）之后，对真实缓存统计 `numel() * element_size()`，再除以 batch、token 数和层数；结果必须与公式完全相等。
 
@@ -180,7 +182,14 @@ def materialised_bytes(c: MLAConfig, form: str, keys: int, bytes_per_element: in
     # [zh] 潜向量形式每一步写入（并由注意力读回）的展开后的 K/V。
     return keys * expanded_elements(c) * bytes_per_element if form == "latent" else 0
 
+# %% [markdown] lang="en"
+# The next cell (its code folded) checks `materialised_bytes` against real code: it wraps the layer's expanding
+# method so that it records what it returns, runs one decode step after 24 positions, and counts the numbers.
 
+# %% [markdown] lang="zh"
+# 下一个单元格（代码已折叠）用真实的代码核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出展开了多少个数。
+
+# %% tags=["hide-input"]
 def recording(method, record: list):
     # [en] Wrap a bound method so that every call's result is also appended to `record`.
     # [zh] 包装一个绑定方法，把每次调用的结果也追加到 `record` 中。
