@@ -74,8 +74,9 @@ class Attention(nn.Module):
         self.rotary = Rotary(c.head_dim, c.max_positions, c.rope_theta) if c.rope else None
 
     def new_cache(self, caches: list):
-        # [en] The cache of this layer; `caches` holds those of the layers below.
-        # [zh] 本层的缓存；`caches` 中是下面各层的缓存。
+        # [en] The cache of this layer; `caches` holds those of the layers below (no layer here uses it: the
+        # [en] compression notebook's shared layers return a lower layer's cache from it).
+        # [zh] 本层的缓存；`caches` 中是下面各层的缓存（这里没有哪一层用到它：压缩笔记本中共享缓存的层从中取出下面某一层的缓存）。
         return FullKV()
 
     def mask(self, query_pos, key_pos):

@@ -61,4 +61,4 @@ assert HEAD_MAP == {name: [h // (4 // kv) if expand is repeat_kv else h % kv for
 # and 2 read the wrong one.*
 
 # %% [markdown] lang="zh"
-# *图：四种设计下的一个注意力层。各幅的标题先写设计名称（MHA；GQA；用 `tile_kv` 扩展的 GQA，即 GQA, tile_kv；MQA），下面的 $H_{kv}$ 是缓存每层保存的 K/V 头数。上排白色方块是四个查询头 `q0`–`q3`；下排橙色方块是缓存保存的 K/V 头 `kv0`、`kv1`……。每条连线把一个查询头连到它读取的 K/V 头：蓝色实线是 `repeat_kv`（交错，正确的规则），红色虚线是 `tile_kv`（平铺，错误的做法）。平铺时 K/V 头同样是两个，但查询头 1 和 2 读错了头。*
+# *图：四种设计下的一个注意力层。每幅分图的标题先写设计名称（MHA；GQA；用 `tile_kv` 扩展的 GQA，即 GQA, tile_kv；MQA），下面的 $H_{kv}$ 是缓存每层保存的 K/V 头数。上排白色方块是四个查询头 `q0`–`q3`；下排橙色方块是缓存保存的 K/V 头 `kv0`、`kv1`……。每条连线把一个查询头连到它读取的 K/V 头：蓝色实线是 `repeat_kv`（交错，正确的规则），红色虚线是 `tile_kv`（平铺，错误的做法）。平铺时 K/V 头同样是两个，但查询头 1 和 2 读错了头。*

@@ -13,10 +13,13 @@
 # * **a full-precision window:** the most recent positions (at least $R$, fewer than $R + G$) stay in the
 #   model's dtype; whenever $G$ positions beyond $R$ have piled up, the oldest $G$ are quantized as a group.
 #
-# The window rule is ours, one rule for K and V. KIVI's differs: with $l$ positions cached, it keeps the newest
-# $l \bmod R$ keys in full precision (the key window empties each time $R$ keys have piled up and are quantized
-# as a block) and exactly the newest $R$ values, quantizing a value token by token as it leaves. Hugging Face's `QuantizedCache` differs again:
-# once its window reaches $R$, it quantizes the whole cache anew and empties the window.
+# With $R = 16$ and $G = 8$, one token per call, the rule gives this timeline (the state after the call that brings
+# the cache to $l$ positions):
+#
+# | positions cached $l$ | 8 | 16 | 23 | 24 | 31 | 32 | 40 |
+# |---|---|---|---|---|---|---|---|
+# | quantized | — | — | — | 0–7 | 0–7 | 0–15 | 0–23 |
+# | full precision | 0–7 | 0–15 | 0–22 | 8–23 | 8–30 | 16–31 | 24–39 |
 #
 # Quantization is asymmetric min–max with $b$ bits: $\mathrm{scale} = (\max - \min)/(2^b - 1)$,
 # $\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$, and the model reads
@@ -32,7 +35,12 @@
 # * **V 按 token 量化**：每个头的每个位置，在它的 $D_h$ 个通道上各有自己的缩放因子和最小值；
 # * **全精度窗口**：最近的若干位置（至少 $R$ 个，少于 $R + G$ 个）保持模型原本的精度；超出 $R$ 的位置每积累满 $G$ 个，就把最旧的 $G$ 个作为一组量化。
 #
-# 这条窗口规则是我们自己的，键和值共用一条。KIVI 的规则与此不同：缓存中有 $l$ 个位置时，它让最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们整块量化，键的窗口随之清空），值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。Hugging Face 的 `QuantizedCache` 又有所不同：窗口一达到 $R$ 个位置，它就把整个缓存重新量化一遍，并清空窗口。
+# 取 $R = 16$、$G = 8$、每次调用送入一个 token，这条规则给出下面的时间线（表中是使缓存达到 $l$ 个位置的那次调用之后的状态）：
+#
+# | 缓存的位置数 $l$ | 8 | 16 | 23 | 24 | 31 | 32 | 40 |
+# |---|---|---|---|---|---|---|---|
+# | 已量化 | — | — | — | 0–7 | 0–7 | 0–15 | 0–23 |
+# | 全精度 | 0–7 | 0–15 | 0–22 | 8–23 | 8–30 | 16–31 | 24–39 |
 #
 # 量化采用 $b$ 比特的非对称最小–最大量化：$\mathrm{scale} = (\max - \min)/(2^b - 1)$，$\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$，模型读回的是 $\mathrm{code} \cdot \mathrm{scale} + \min$。4 比特和 2 比特的编码分别每两个、每四个打包进一个字节，这样测得的字节数就是真实实现需要保存的字节数。我们取 $R = 16$、$G = 8$。
 
@@ -132,3 +140,23 @@ class QuantAttention(Attention):
 
 def quant_model(bits: int) -> Decoder:
     return build(LLAMA_CFG, lambda i: QuantAttention(LLAMA_CFG, bits))
+
+# %% [markdown] lang="en"
+# The next cell replays that timeline on a real `QuantKV`, one token per call, and checks every column of the table.
+# Other systems use other window rules; ours is one rule for K and V. KIVI's differs: with $l$ positions cached, it keeps the newest
+# $l \bmod R$ keys in full precision (the key window empties each time $R$ keys have piled up and are quantized
+# as a block) and exactly the newest $R$ values, quantizing a value token by token as it leaves. Hugging Face's `QuantizedCache` differs again:
+# once its window reaches $R$, it quantizes the whole cache anew and empties the window.
+
+# %% [markdown] lang="zh"
+# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）。别的系统采用别的窗口规则；我们的规则对键和值是同一条。KIVI 的规则与此不同：缓存中有 $l$ 个位置时，它让最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空），值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。Hugging Face 的 `QuantizedCache` 又有所不同：窗口一达到 $R$ 个位置，它就把整个缓存重新量化一遍，并清空窗口。
+
+# %%
+timeline_cache, timeline = QuantKV(bits=4), {}
+for l in range(1, 41):
+    timeline_cache.update(*torch.zeros(2, 1, 1, 1, 4), torch.tensor([l - 1]))
+    timeline[l] = (timeline_cache.quantized_positions(), timeline_cache.k_recent.shape[-2])
+say_table([[str(l), f"0–{q - 1}" if q else "—", f"{q}–{l - 1}"] for l, (q, _) in timeline.items() if l in (8, 16, 23, 24, 31, 32, 40)],
+          en=["positions cached $l$", "quantized", "full precision"], zh=["缓存的位置数 $l$", "已量化", "全精度"])
+assert {l: timeline[l][0] for l in (8, 16, 23, 24, 31, 32, 40)} == {8: 0, 16: 0, 23: 0, 24: 8, 31: 8, 32: 16, 40: 24}
+assert all(RESIDUAL <= r < RESIDUAL + GROUP for l, (q, r) in timeline.items() if l >= RESIDUAL)

@@ -24,9 +24,9 @@
 # boolean mask such as the band sends it to another, slower backend. That is a limit of SDPA's interface, not of
 # FlashAttention: the FlashAttention library takes a sliding window natively, `window_size=(W - 1, 0)` with
 # `causal=True` (each query reads itself and the $W - 1$ keys before it, the band of section 6, with no mask
-# tensor at all). vLLM's FlashAttention backend passes exactly that for a windowed layer, and Hugging Face's
-# Mistral hands its `sliding_window` to the same parameter when loaded with
-# `attn_implementation="flash_attention_2"`.
+# tensor at all). vLLM's FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral,
+# loaded with `attn_implementation="flash_attention_2"`, hands its `sliding_window` to the same parameter as
+# `window_size=(W - 1, W - 1)` with `causal=True`, which the causal flag makes equivalent to `(W - 1, 0)`.
 # A one-query decode step gives a kernel little to parallelize over, so decode kernels split the cached keys
 # into blocks and combine the partial softmaxes (split-K decoding, as in Flash-Decoding). A paged cache
 # stores K/V in blocks that the kernel must read through a block table (vLLM's PagedAttention). And GQA pays
@@ -42,7 +42,7 @@
 # * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
 # * `SDPACausalIfSeveral`（负对照）：不传掩码，只要这次调用有不止一个查询，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取缓存中的每个键）；但在非空缓存之后，它会让多 token 的分块看不到缓存中的大部分内容。
 #
-# 真实的内核要考虑的不只是掩码。掩码还决定了能用哪个内核。在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制：FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可（每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域），完全不需要掩码张量。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这个参数；Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，也把它的 `sliding_window` 交给同一个参数。单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
+# 真实的内核要考虑的不只是掩码。掩码还决定了能用哪个内核。在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制：FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可（每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域），完全不需要掩码张量。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，也把它的 `sliding_window` 交给同一个参数，不过传入的是 `window_size=(W - 1, W - 1)` 加 `causal=True`；有了因果标志，它与 `(W - 1, 0)` 等价。单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right
@@ -93,15 +93,21 @@ say_table([[str(chunk), f"{error:.2e}", f"`{passed}`"] for chunk, error, passed 
 assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows) and CONTROLS["is_causal_after_cache"]["caught"]
 
 # %% [markdown] lang="en"
-# **Timing, both ways.** A prefill of 256 tokens and one decode step after a 256-token cache, each with the
-# explicit softmax and with `SDPALowerRight`, on section 5's model: one thread, FP32, `inference_mode()`. Every
-# round runs the two paths in alternating order; a decode step starts from a copy of the same prefix cache
-# (copying is outside the timed window). We report medians and keep the raw samples in `results.json`.
+# **An aside on timing (optional).** On this CPU, with a model this small, timing the two paths teaches little, so
+# the two cells below are folded and nothing is asserted about them. The first times a 256-token prefill and one
+# decode step after it with the explicit softmax and with `SDPALowerRight` (section 5's model, one thread, FP32,
+# alternating order, medians; raw samples in `results.json`); the second breaks one decode step down by operator with
+# `torch.profiler`. What they show in any run: a decode step of this tiny model is hundreds of small operator calls
+# (projections, the cache's `torch.cat`, rotary lookups, reshapes), and the attention arithmetic is only a few of
+# them, so changing the attention path changes only a few of those calls (this run: {{run:fused.explicit_calls:.0f}}
+# and {{run:fused.sdpa_calls:.0f}} operator calls, {{run:fused.explicit_decode:.2f}} and
+# {{run:fused.sdpa_decode:.2f}} ms per decode step; another machine may order the times differently). A fused kernel pays off on a GPU at real sizes, where it never writes
+# a $[C, P + C]$ score matrix per head to memory; this measurement cannot show that.
 
 # %% [markdown] lang="zh"
-# **计时：两种方式各测一遍。** 在第 5 节的模型上，分别用显式 softmax 和 `SDPALowerRight`，测量 256 个 token 的预填充，以及在 256 个 token 的缓存之后的一个解码步：单线程、FP32、`inference_mode()`。两条路径的先后顺序逐轮交替；每个解码步都从由同一个前缀算出的缓存的副本出发（复制不计入计时窗口）。我们报告中位数，原始样本保存在 `results.json` 中。
+# **旁注：计时（可选）。** 在这台 CPU 上、对这么小的模型，给两条路径计时说明不了多少，所以下面两个单元格的代码折叠了起来，也不对结果做任何断言。第一个单元格在第 5 节的模型上，分别用显式 softmax 和 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）；第二个单元格用 `torch.profiler` 把一个解码步按算子拆开。无论哪次运行都能看到的是：这个小模型的一个解码步由数百次小的算子调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），注意力的算术只占其中几次，所以换一种注意力路径只改变其中少数几次调用（本次运行：算子调用分别为 {{run:fused.explicit_calls:.0f}} 次和 {{run:fused.sdpa_calls:.0f}} 次，每个解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒；换一台机器，快慢顺序可能不同）。融合内核的好处要到 GPU 上、真实规模的模型中才显现：它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；本次测量无法展示这一点。
 
-# %%
+# %% tags=["hide-input"]
 TIMING_PROMPT = 256
 WARMUPS, REPEATS = (1, 5) if QUICK else (3, 30)
 TIMING_IDS = torch.randint(0, cfg.vocab, (1, TIMING_PROMPT + 1), generator=torch.Generator().manual_seed(SEED + 1))
@@ -133,29 +139,7 @@ say_table([[f"`{attention}`", f"{FUSED_TIMING[f'{name}_prefill']['p50_ms']:.2f}"
           en=["attention", f"prefill of {TIMING_PROMPT} tokens, p50 (ms)", f"decode step after {TIMING_PROMPT}, p50 (ms)"],
           zh=["注意力实现", f"预填充 {TIMING_PROMPT} 个 token，p50（毫秒）", f"{TIMING_PROMPT} 个 token 之后的解码步，p50（毫秒）"])
 
-# %% [markdown] lang="en"
-# In this run the prefill took {{run:fused.explicit_prefill:.2f}} ms with the explicit softmax and
-# {{run:fused.sdpa_prefill:.2f}} ms with SDPA, and the decode step {{run:fused.explicit_decode:.2f}} ms and
-# {{run:fused.sdpa_decode:.2f}} ms (medians). These margins are not orders of magnitude, so nothing is asserted
-# about them: another CPU, another PyTorch build or another load on the machine may order them differently.
-#
-# What costs what can be shown, though. The tables below break one decode step down by operator with
-# `torch.profiler`: how often each operator runs per step, and how long it takes by itself (its smallest time
-# over 5 rounds of 10 steps, so that a pause of this process lands on no single operator). In this run the
-# explicit step made {{run:fused.explicit_calls:.0f}} operator calls in {{run:fused.explicit_self_us:.0f}} µs,
-# the SDPA step {{run:fused.sdpa_calls:.0f}} calls in {{run:fused.sdpa_self_us:.0f}} µs, and no single operator
-# took more than {{run:fused.largest_share:.0%}} of a step. A decode step of this tiny model is hundreds of
-# small calls (the projections, the cache's `torch.cat`, the rotary lookups, reshapes), each with a fixed cost,
-# and the attention arithmetic is only a few of them. On a GPU and at real sizes the balance is different:
-# there a fused kernel matters because it never writes a $[C, P + C]$ score matrix per head to memory, which
-# this measurement cannot show.
-
-# %% [markdown] lang="zh"
-# 在本次运行中，预填充用显式 softmax 耗时 {{run:fused.explicit_prefill:.2f}} 毫秒，用 SDPA 耗时 {{run:fused.sdpa_prefill:.2f}} 毫秒；解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒（均为中位数）。这些差距远不到一个数量级，所以不对它们做断言：换一台 CPU、换一个 PyTorch 构建版本，或者机器上的负载不同，快慢顺序都可能改变。
-#
-# 不过，时间花在哪里是可以展示的。下面的表格用 `torch.profiler` 把一个解码步按算子拆开：每个算子每步运行几次，它自身占用多少时间（每轮 10 步，共 5 轮，每个算子的耗时取各轮中的最小值，这样本进程被暂停的时间不会算到某一个算子头上）。在本次运行中，显式路径的一个解码步有 {{run:fused.explicit_calls:.0f}} 次算子调用，共 {{run:fused.explicit_self_us:.0f}} 微秒；SDPA 路径有 {{run:fused.sdpa_calls:.0f}} 次，共 {{run:fused.sdpa_self_us:.0f}} 微秒；没有哪个算子占到一步的 {{run:fused.largest_share:.0%}} 以上。这个小模型的一个解码步由数百次小调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），每次调用都有固定开销，注意力的算术只占其中几次。到了 GPU 上、真实规模的模型中，情况就不同了：融合内核之所以重要，是因为它不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存，而这一点是本次测量无法展示的。
-
-# %%
+# %% tags=["hide-input"]
 import os
 
 from torch.profiler import ProfilerActivity, profile

@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # The [architectures notebook]({{colab:infra-benchmark/kv-cache-architectures}}) shrank the KV cache in
 # three ways: fewer K/V heads (GQA, MQA), a sliding window, and fewer bits per number. Recent models and
-# inference systems go further. This notebook builds four of their ideas, each small enough to read in one
+# serving systems go further. This notebook builds four of their ideas, each small enough to read in one
 # sitting:
 #
 # * **Multi-head latent attention (MLA)**, from DeepSeek-V2 and DeepSeek-V3: every layer caches one short
@@ -23,8 +23,8 @@
 # attention, as the architectures notebook judged its quantized caches.
 #
 # Sections: 1 setup · 2 a Llama-shaped decoder with one cache object per layer (what this notebook takes from the
-# earlier ones) · 3 multi-head latent attention · 4 local, global and shared layers · 5 attention sinks · 6 eviction
-# policies · 7 saved results · 8 takeaways and exercises.
+# earlier ones) · 3 multi-head latent attention · 4 the cost of MLA · 5 local, global and shared layers · 6 attention
+# sinks · 7 eviction policies · 8 saved results · 9 takeaways and exercises.
 #
 # **Scope.** Everything runs on a CPU with tiny random models, so we prove that each cache computes what it
 # claims and count what it stores and computes; we do not measure speed on a GPU, and random weights cannot
@@ -32,7 +32,7 @@
 # instead).
 
 # %% [markdown] lang="zh"
-# [架构笔记本]({{colab:infra-benchmark/kv-cache-architectures}})用三种办法缩小了 KV 缓存：减少 K/V 头（GQA、MQA）、使用滑动窗口，以及用更少的比特存放每个数。近来的模型和推理系统走得更远。本笔记本实现其中的四种思路，每一种都小到可以一口气读完：
+# [架构笔记本]({{colab:infra-benchmark/kv-cache-architectures}})用三种办法缩小了 KV 缓存：减少 K/V 头（GQA、MQA）、使用滑动窗口，以及用更少的比特存放每个数。近来的模型和推理服务系统走得更远。本笔记本实现其中的四种思路，每一种都小到可以一口气读完：
 #
 # * **多头潜在注意力（MLA）**，出自 DeepSeek-V2 和 DeepSeek-V3：每一层为每个 token 只缓存一个较短的**潜向量**，外加一个携带位置信息的小键，而不是每个头各存一个键和一个值。把潜向量还原成键和值的上投影可以被**吸收**进查询和输出，因此解码时根本不必构造完整的键和值。
 # * **局部层与全局层**，如 Gemma 3：大多数层只读取最近一段窗口内的 token，只保留一个小小的环形缓冲区；少数几层读取全部 token，也保留全部 token。
@@ -41,7 +41,7 @@
 #
 # 前三种改变了模型，但缓存仍是**精确的**：每个模型的缓存路径都必须与它自己的完整重算给出完全相同的结果。我们像前几份笔记本那样证明这一点：比较每个 logit 和每个缓存的张量，batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64；每项检查都配一个负对照；只要 transformers 实现了相应的架构，就再请一个 Hugging Face 模型当裁判。最后一类是**近似的**：淘汰 token 会改变结果，所以我们像架构笔记本评判量化缓存那样，以稠密注意力为基准，测量结果改变了多少。
 #
-# 目录：1 环境设置 · 2 每层一个缓存对象的 Llama 结构解码器（本笔记本从前几份笔记本中沿用的内容）· 3 多头潜在注意力 · 4 局部层、全局层与共享层 · 5 注意力汇聚点 · 6 淘汰策略 · 7 保存结果 · 8 要点与练习。
+# 目录：1 环境设置 · 2 每层一个缓存对象的 Llama 结构解码器（本笔记本从前几份笔记本中沿用的内容）· 3 多头潜在注意力 · 4 MLA 的开销 · 5 局部层、全局层与共享层 · 6 注意力汇聚点 · 7 淘汰策略 · 8 保存结果 · 9 要点与练习。
 #
 # **不涉及的内容**：全部计算都在 CPU 上用很小的随机权重模型完成。因此，我们证明的是每种缓存确实计算了它声称的内容，并统计它存了多少、算了多少；我们不在 GPU 上测速度。随机权重也无法说明一个近似缓存能否保住训练好的模型的答案（第 7 节会说明论文实际测量的是什么）。
 

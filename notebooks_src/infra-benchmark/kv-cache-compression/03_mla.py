@@ -7,14 +7,14 @@
 #
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^C_{t,i} = W^{UK}_i\, c_t, \qquad v_{t,i} = W^{UV}_i\, c_t ,$$
 #
-# (The DeepSeek-V2 paper's equations have no norm here; DeepSeek's released code and Hugging Face's model apply it,
-# as `kv_a_layernorm`, and so do we.)
+# (The MLA equations written out in the DeepSeek-V2 paper have no norm at this point; DeepSeek's released code and
+# Hugging Face's model apply one, as `kv_a_layernorm`, and so do we.)
 #
 # where the *up*-projections $W^{UK}_i$ and $W^{UV}_i$ of head $i$ rebuild that head's key and value from the
 # latent. RoPE cannot rotate the keys rebuilt from the latent without losing the saving described next (negative
 # control 1 below shows why), so MLA adds a small **decoupled RoPE key** of $d_R$ dimensions, shared by all heads,
 # $k^R_t = \mathrm{RoPE}(W^{KR} h_t)$. The queries come from one projection, $W^Q h_t$ (`q` in the code): for head
-# $i$ it gives $d_C + d_R$ numbers, split into an ordinary part $q^C_{t,i}$ and a part $q^R_{t,i}$ that is rotated
+# $i$ it gives $d_C + d_R$ numbers, split into a compressed part $q^C_{t,i}$ (it meets the keys rebuilt from the latent) and a part $q^R_{t,i}$ that is rotated
 # to match the RoPE key. The score of head $i$
 # is the sum of the two dot products, $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$, scaled by
 # $1/\sqrt{d_C + d_R}$. Per token and layer the cache holds $r + d_R$ numbers, whatever the number of heads:
@@ -33,11 +33,11 @@
 # | tensor (per token $t$) | symbol | our model | DeepSeek-V3 | cached by |
 # |---|---|---|---|---|
 # | hidden state, the attention's input | $h_t$ | 64 | 7,168 | none |
-# | query of head $i$, ordinary part | $q^C_{t,i}$ | 16 ($d_C$) | 128 | none |
+# | query of head $i$, compressed part | $q^C_{t,i}$ | 16 ($d_C$) | 128 | none |
 # | query of head $i$, rotated part | $q^R_{t,i}$ | 8 ($d_R$) | 64 | none |
 # | latent, $\mathrm{RMSNorm}(W^{DKV} h_t)$ | $c_t$ | 32 ($r$) | 512 | latent and absorbed forms |
 # | RoPE key, shared by all heads | $k^R_t$ | 8 ($d_R$) | 64 | every form (the naive one once per head) |
-# | key of head $i$, ordinary part, $W^{UK}_i c_t$ | $k^C_{t,i}$ | 16 ($d_C$) | 128 | naive form |
+# | key of head $i$, compressed part, $W^{UK}_i c_t$ | $k^C_{t,i}$ | 16 ($d_C$) | 128 | naive form |
 # | value of head $i$, $W^{UV}_i c_t$ | $v_{t,i}$ | 16 ($d_v$) | 128 | naive form |
 # | heads | $H$ | 4 | 128 | |
 #
@@ -56,26 +56,26 @@
 #
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^C_{t,i} = W^{UK}_i\, c_t, \qquad v_{t,i} = W^{UV}_i\, c_t ,$$
 #
-# （DeepSeek-V2 论文的公式里这里没有归一化；DeepSeek 发布的代码和 Hugging Face 的模型都有这一步，即 `kv_a_layernorm`，我们也照此实现。）
+# （DeepSeek-V2 论文中写出的 MLA 公式在这一处没有归一化；DeepSeek 发布的代码和 Hugging Face 的模型都有这一步，即 `kv_a_layernorm`，我们也照此实现。）
 #
-# 其中第 $i$ 个头的**上投影** $W^{UK}_i$ 和 $W^{UV}_i$ 从潜向量重建出这个头的键和值。如果用 RoPE 去旋转从潜向量重建出的键，下文所说的节省就会落空（下面的负对照 1 说明原因），所以 MLA 额外增加一个 $d_R$ 维的**解耦的 RoPE 键**，由所有头共享：$k^R_t = \mathrm{RoPE}(W^{KR} h_t)$。查询来自同一个投影 $W^Q h_t$（代码中的 `q`）：它为第 $i$ 个头给出 $d_C + d_R$ 个数，拆成普通部分 $q^C_{t,i}$ 和经过旋转、与 RoPE 键配套的部分 $q^R_{t,i}$。第 $i$ 个头的分数是两个点积之和 $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$，再乘以 $1/\sqrt{d_C + d_R}$。每个 token 在每一层只缓存 $r + d_R$ 个数，与头数无关：DeepSeek-V3 有 128 个头，$r = 512$，$d_R = 64$。
+# 其中第 $i$ 个头的**上投影** $W^{UK}_i$ 和 $W^{UV}_i$ 从潜向量重建出这个头的键和值。如果用 RoPE 去旋转从潜向量重建出的键，下文所说的节省就会落空（下面的负对照 1 说明原因），所以 MLA 额外增加一个 $d_R$ 维的**解耦的 RoPE 键**，由所有头共享：$k^R_t = \mathrm{RoPE}(W^{KR} h_t)$。查询来自同一个投影 $W^Q h_t$（代码中的 `q`）：它为第 $i$ 个头给出 $d_C + d_R$ 个数，拆成压缩部分 $q^C_{t,i}$（它与从潜向量重建出的键相乘） 和经过旋转、与 RoPE 键配套的部分 $q^R_{t,i}$。第 $i$ 个头的分数是两个点积之和 $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$，再乘以 $1/\sqrt{d_C + d_R}$。每个 token 在每一层只缓存 $r + d_R$ 个数，与头数无关：DeepSeek-V3 有 128 个头，$r = 512$，$d_R = 64$。
 #
-# 只有当解码时不必重建全部键，这份节省才是真的。事实上确实不必，因为矩阵乘积可以重新结合。对分数而言，$q^C_{t,i} \cdot (W^{UK}_i c_s) = ((W^{UK}_i)^\top q^C_{t,i}) \cdot c_s$：把 $W^{UK}_i$ 一次性并入查询，再用结果与缓存的潜向量做点积。对输出而言，$\sum_s w_s W^{UV}_i c_s = W^{UV}_i \sum_s w_s c_s$：先在潜向量上做注意力，再乘一次 $W^{UV}_i$。这就是**吸收**。它只改变算术运算的先后次序，所以吸收形式必须与朴素形式在舍入误差范围内一致。
+# 只有解码时不必重建全部键，这份节省才算数。而这确实不必：矩阵乘法满足结合律，可以换个次序计算。对分数而言，$q^C_{t,i} \cdot (W^{UK}_i c_s) = ((W^{UK}_i)^\top q^C_{t,i}) \cdot c_s$：把 $W^{UK}_i$ 一次性并入查询，再用结果与缓存的潜向量做点积。对输出而言，$\sum_s w_s W^{UV}_i c_s = W^{UV}_i \sum_s w_s c_s$：先在潜向量上做注意力，再乘一次 $W^{UV}_i$。这就是**吸收**。它只改变算术运算的先后次序，所以吸收形式必须与朴素形式在舍入误差范围内一致。
 #
 # 我们的 MLA 采用解码器的尺寸：$H = 4$ 个头，$d_C = 16$，$d_R = 8$，值的维度 $d_v = 16$，潜向量 $r = 32$ 维。下表汇总了这些记号，并列出我们的尺寸和 DeepSeek-V3 的尺寸（取自它的 `config.json`，见第 4 节）：
 #
 # | 张量（对 token $t$） | 记号 | 我们的模型 | DeepSeek-V3 | 哪些形式缓存它 |
 # |---|---|---|---|---|
 # | 隐藏状态，即注意力的输入 | $h_t$ | 64 | 7,168 | 都不缓存 |
-# | 第 $i$ 个头的查询，普通部分 | $q^C_{t,i}$ | 16（$d_C$） | 128 | 都不缓存 |
+# | 第 $i$ 个头的查询，压缩部分 | $q^C_{t,i}$ | 16（$d_C$） | 128 | 都不缓存 |
 # | 第 $i$ 个头的查询，旋转部分 | $q^R_{t,i}$ | 8（$d_R$） | 64 | 都不缓存 |
 # | 潜向量，$\mathrm{RMSNorm}(W^{DKV} h_t)$ | $c_t$ | 32（$r$） | 512 | 潜向量形式和吸收形式 |
 # | RoPE 键，所有头共享 | $k^R_t$ | 8（$d_R$） | 64 | 每种形式（朴素形式每个头各存一份） |
-# | 第 $i$ 个头的键，普通部分，$W^{UK}_i c_t$ | $k^C_{t,i}$ | 16（$d_C$） | 128 | 朴素形式 |
+# | 第 $i$ 个头的键，压缩部分，$W^{UK}_i c_t$ | $k^C_{t,i}$ | 16（$d_C$） | 128 | 朴素形式 |
 # | 第 $i$ 个头的值，$W^{UV}_i c_t$ | $v_{t,i}$ | 16（$d_v$） | 128 | 朴素形式 |
 # | 头数 | $H$ | 4 | 128 | |
 #
-# 权重就是这些尺寸之间的矩阵：$W^{DKV}$ 在这里是 $r \times 64$（DeepSeek-V3 中是 $512 \times 7{,}168$），$W^{KR}$ 是 $d_R \times 64$，每个头的 $W^{UK}_i$ 和 $W^{UV}_i$ 分别是 $d_C \times r$ 和 $d_v \times r$。权重的布局与 Hugging Face 的 `DeepseekV3Attention` 相同，以便 3.1 节把它们加载进去：`kv_down` 把 $W^{DKV}$ 和 $W^{KR}$ 堆叠在一起（`kv_a_proj_with_mqa`），`kv_norm` 是潜向量的 RMSNorm（`kv_a_layernorm`），`kv_up` 把每个头的 $W^{UK}_i$ 和 $W^{UV}_i$ 堆叠在一起（`kv_b_proj`）。DeepSeek-V3 还把查询也经过一个潜向量压缩；这节省的是激活值的内存，而不是缓存，所以我们略去这一步（对应 Hugging Face 配置中的 `q_lora_rank=None`）。
+# 权重就是这些尺寸之间的矩阵：$W^{DKV}$ 在这里是 $r \times 64$（DeepSeek-V3 中是 $512 \times 7{,}168$），$W^{KR}$ 是 $d_R \times 64$，每个头的 $W^{UK}_i$ 和 $W^{UV}_i$ 分别是 $d_C \times r$ 和 $d_v \times r$。权重的布局与 Hugging Face 的 `DeepseekV3Attention` 相同，以便 3.1 节把它们加载进去：`kv_down` 把 $W^{DKV}$ 和 $W^{KR}$ 堆叠在一起（`kv_a_proj_with_mqa`），`kv_norm` 是潜向量的 RMSNorm（`kv_a_layernorm`），`kv_up` 把每个头的 $W^{UK}_i$ 和 $W^{UV}_i$ 堆叠在一起（`kv_b_proj`）。DeepSeek-V3 对查询也做了一次潜向量压缩；这节省的是激活值的内存，而不是缓存，所以我们略去这一步（对应 Hugging Face 配置中的 `q_lora_rank=None`）。
 
 # %%
 @dataclass
@@ -110,7 +110,9 @@ class MLAttention(nn.Module):
         self.q = nn.Linear(c.width, c.heads * (c.nope_dim + c.rope_dim), bias=False)
         self.kv_down = nn.Linear(c.width, c.latent + c.rope_dim, bias=False)          # [W^DKV; W^KR]
         self.kv_norm = nn.RMSNorm(c.latent, eps=c.eps)
-        self.kv_up = nn.Linear(c.latent, c.heads * (c.nope_dim + c.value_dim), bias=False)   # [W^UK_i; W^UV_i] per head
+        # [en] kv_up stacks [W^UK_i; W^UV_i] for each head i.
+        # [zh] kv_up 把每个头 i 的 [W^UK_i; W^UV_i] 堆叠在一起。
+        self.kv_up = nn.Linear(c.latent, c.heads * (c.nope_dim + c.value_dim), bias=False)
         self.proj = nn.Linear(c.heads * c.value_dim, c.width, bias=False)
         self.rotary = Rotary(c.rope_dim, c.max_positions, c.rope_theta)
         self.scale = (c.nope_dim + c.rope_dim) ** -0.5
@@ -147,7 +149,8 @@ class MLAttention(nn.Module):
 # %% [markdown] lang="en"
 # **Caching the latent, two ways.** Both forms cache two tensors per token, the latent and the RoPE key, and both
 # reuse `FullKV` unchanged: it has two slots, one it calls keys and one it calls values, and it does not care what
-# they hold. The latent goes in the slot for keys and the RoPE key in the slot for values. That is not a slip:
+# they hold. **The latent goes in the slot for keys (`cache.k`) and the RoPE key in the slot for values (`cache.v`);**
+# read every `.k` of these two forms' caches as "latent" and every `.v` as "RoPE key". That is not a slip:
 # Hugging Face's cache for this model does the same (its `keys` hold the latent, its `values` the RoPE key), so
 # section 3.1 can compare the two caches slot by slot. `LatentMLA` (the *latent* form: both forms cache the latent,
 # and what sets this one apart is that it expands it again on every read) rebuilds every head's keys and values from
@@ -160,7 +163,7 @@ class MLAttention(nn.Module):
 # inference code offers both ends: `attn_impl = "naive"` caches keys and values, `"absorb"` caches the latent.
 
 # %% [markdown] lang="zh"
-# **缓存潜向量的两种方式。** 两种形式都为每个 token 缓存两个张量：潜向量和 RoPE 键。它们都原样沿用 `FullKV`。`FullKV` 有两个槽位，一个叫“键”，一个叫“值”，并不关心里面放的是什么。潜向量放在存键的槽位里，RoPE 键放在存值的槽位里。这不是笔误：Hugging Face 为这个模型提供的缓存也是这样放的（它的 `keys` 存潜向量，`values` 存 RoPE 键），所以 3.1 节可以逐个槽位比较两边的缓存。`LatentMLA`（即**潜向量形式**：两种形式缓存的都是潜向量，它的不同之处在于每次读取都要重新展开）每次调用都要用**全部**缓存的潜向量重建每个头的键和值。transformers 5.23 中 Hugging Face 的 `DeepseekV3Attention` 正是这样做的：它的缓存保存压缩后的潜向量和旋转后的 RoPE 键；每一步，它的 `expand_kv` 都对每个缓存的潜向量施加 `kv_b_proj`，把展开后的键和值写进新的张量，再交给注意力读取。这样省下的是缓存的容量，既没有省下计算，也没有省下访存（第 4 节统计这两者）。`AbsorbedMLA` 缓存同样的两个张量，但从不展开它们：它把 $W^{UK}_i$ 并入查询（$\tilde q_i = (W^{UK}_i)^\top q^C_i$，即 `q_c @ w_uk`），对潜向量和 RoPE 键打分，用注意力权重对潜向量加权平均，最后才乘上 $W^{UV}_i$。DeepSeek 自己的推理代码两种做法都提供：`attn_impl = "naive"` 缓存键和值，`"absorb"` 缓存潜向量。
+# **缓存潜向量的两种方式。** 两种形式都为每个 token 缓存两个张量：潜向量和 RoPE 键。它们都原样沿用 `FullKV`。`FullKV` 有两个槽位，一个叫“键”，一个叫“值”，并不关心里面放的是什么。**潜向量放在存键的槽位里（`cache.k`），RoPE 键放在存值的槽位里（`cache.v`）**；读到这两种形式的缓存时，每个 `.k` 都应读作“潜向量”，每个 `.v` 都应读作“RoPE 键”。这不是笔误：Hugging Face 为这个模型提供的缓存也是这样放的（它的 `keys` 存潜向量，`values` 存 RoPE 键），所以 3.1 节可以逐个槽位比较两边的缓存。`LatentMLA`（即**潜向量形式**：两种形式缓存的都是潜向量，它的不同之处在于每次读取都要重新展开）每次调用都要用**全部**缓存的潜向量重建每个头的键和值。transformers 5.23 中 Hugging Face 的 `DeepseekV3Attention` 正是这样做的：它的缓存保存压缩后的潜向量和旋转后的 RoPE 键；每一步，它的 `expand_kv` 都对每个缓存的潜向量施加 `kv_b_proj`，把展开后的键和值写进新的张量，再交给注意力读取。这样省下的是缓存的容量，既没有省下计算，也没有省下访存（第 4 节统计这两者）。`AbsorbedMLA` 缓存同样的两个张量，但从不展开它们：它把 $W^{UK}_i$ 并入查询（$\tilde q_i = (W^{UK}_i)^\top q^C_i$，即 `q_c @ w_uk`），对潜向量和 RoPE 键打分，用注意力权重对潜向量加权平均，最后才乘上 $W^{UV}_i$。DeepSeek 自己的推理代码两种做法都提供：`attn_impl = "naive"` 缓存键和值，`"absorb"` 缓存潜向量。
 
 # %%
 class LatentMLA(MLAttention):
@@ -220,6 +223,8 @@ def absorbed_vs_naive(batch: int, chunk: int, dtype, naive=MLAttention, absorbed
     absorbed_logits, absorbed_cache = run_chunked(absorbed_net, STREAM[:batch], chunk)
     pairs = []
     for layer, latent_cache, kv_cache in zip(absorbed_net.blocks, absorbed_cache, naive_cache):
+        # [en] A latent cache's k slot holds the latents, its v slot the RoPE keys.
+        # [zh] 潜向量缓存的 k 槽位存潜向量，v 槽位存 RoPE 键。
         k, v = layer.attn.expand(latent_cache.k, latent_cache.v)
         pairs += [(k, kv_cache.k), (v, kv_cache.v)]
     logits_passed = close(absorbed_logits, naive_logits)

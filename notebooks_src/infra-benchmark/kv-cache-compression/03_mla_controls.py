@@ -1,7 +1,10 @@
 # %% [markdown] lang="en"
-# **Negative control 1: RoPE on the compressed part, absorbed anyway.** Why does MLA need a separate RoPE key?
-# Suppose it rotated the keys rebuilt from the latent, as ordinary RoPE rotates every key: $k^C_{s,i} =
-# R_s W^{UK}_i c_s$, and the query likewise. The score becomes
+# **Negative control 1: RoPE on the compressed part, absorbed anyway.** What must fail here is criterion 2, the
+# absorbed form against the naive form with the same weights, for a model that rotates its compressed part. Each of
+# the two models involved passes its own cached-versus-full check; only the comparison between them fails.
+#
+# Why does MLA need a separate RoPE key? Suppose it rotated the keys rebuilt from the latent, as ordinary RoPE
+# rotates every key: $k^C_{s,i} = R_s W^{UK}_i c_s$, and the query likewise. The score becomes
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
 #
@@ -9,32 +12,67 @@
 # $s - t$. No single matrix can be folded into the query: absorption would need one per distance, which means
 # rebuilding the keys. The DeepSeek-V2 paper gives this reason for the decoupled key.
 #
-# `RopeOnCompressedPart` is that model. It is a valid model, and its own cache (of full keys) is exact; what it
-# cannot have is an exact absorbed form. The tempting way to absorb it anyway is `RotatedInLatentSpace`: fold
-# $W^{UK}_i$ into the query as `AbsorbedMLA` does, and since the rotation can no longer sit between the query and
-# $W^{UK}_i$, move it into latent space: rotate the folded query $\tilde q_{t,i}$ and the cached latents $c_s$ with
-# an $r$-dimensional RoPE $R^{(r)}$. The cache still holds only latents, the scores still depend only on the
-# distance, and the model is consistent with itself: its cached path equals its own full recomputation. But
-#
-# $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
-#
-# and $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$: rotating the latent is not rotating the key rebuilt from it. So
-# criterion 2, applied to this model (`RotatedInLatentSpace` against `RopeOnCompressedPart`, the same weights), must
-# fail in every configuration. Only the logits are compared: the naive model caches rotated keys, which no latent
-# expands to.
+# First the reason, measured. For layer 0 of an MLA model (FP64, 24 random input vectors), the cell computes the
+# compressed part of every causal score three ways: as defined, with the query and the rebuilt key both rotated
+# (`rotary_c`, RoPE over $d_C$ dimensions); with $W^{UK}_i$ folded into an unrotated query, as `AbsorbedMLA` does;
+# and with the folded query and the latents rotated in latent space instead (`rotary_latent`, RoPE over $r$
+# dimensions, the attempt described after the table). It groups the differences from the definition by the distance
+# $t - s$ between query and key. Both absorptions agree at distance 0, where the rotations cancel, and at no other
+# distance.
 
 # %% [markdown] lang="zh"
-# **负对照 1：对压缩部分施加 RoPE，却照样吸收。** MLA 为什么需要一个单独的 RoPE 键？假设它像普通 RoPE 旋转每个键那样，去旋转从潜向量重建出的键：$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
+# **负对照 1：对压缩部分施加 RoPE，却照样吸收。** 这里必须失败的是判据 2，即在同一份权重下把吸收形式与朴素形式相比较，而比较的对象是一个旋转了压缩部分的模型。涉及的两个模型各自都能通过自己的“缓存对照完整重算”检查；失败的只是两者之间的比较。
+#
+# MLA 为什么需要一个单独的 RoPE 键？假设它像普通 RoPE 旋转每个键那样，去旋转从潜向量重建出的键：$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
 #
 # 夹在查询和缓存的潜向量之间的矩阵 $R_{s-t} W^{UK}_i$ 随距离 $s - t$ 而变。没有哪一个矩阵可以并入查询：吸收需要为每个距离各准备一个矩阵，这就等于重建键。DeepSeek-V2 论文正是用这个理由引入解耦的 RoPE 键。
 #
-# `RopeOnCompressedPart` 就是这样的模型。它本身是一个合法的模型，它自己的缓存（存完整的键）也是精确的；它不可能有的，是一个精确的吸收形式。一种诱人的“照样吸收”的写法是 `RotatedInLatentSpace`：像 `AbsorbedMLA` 那样把 $W^{UK}_i$ 并入查询；既然旋转已经没法夹在查询和 $W^{UK}_i$ 之间，就把它挪到潜空间里：用一个 $r$ 维的 RoPE $R^{(r)}$ 旋转并入后的查询 $\tilde q_{t,i}$ 和缓存的潜向量 $c_s$。缓存里仍然只有潜向量，分数仍然只取决于距离，模型本身也自洽：它的缓存路径等于它自己的完整重算。但是
+# 先把原因量出来。对一个 MLA 模型的第 0 层（FP64，24 个随机输入向量），下面的单元格把每个因果分数中的压缩部分按三种方式各算一遍：按定义，查询和重建出的键都旋转（`rotary_c`，在 $d_C$ 维上做 RoPE）；像 `AbsorbedMLA` 那样，把 $W^{UK}_i$ 并入未经旋转的查询；以及改在潜空间里旋转并入后的查询和潜向量（`rotary_latent`，在 $r$ 维上做 RoPE，即表格之后介绍的那种写法）。然后按查询与键之间的距离 $t - s$ 把它们与定义的差值分组。两种吸收都只在距离为 0（两个旋转相互抵消）时与定义一致，在其他任何距离上都不一致。
+
+# %%
+with torch.inference_mode():
+    attn = build(mla_cfg, lambda i: MLAttention(mla_cfg)).double().blocks[0].attn
+    rotary_c = Rotary(mla_cfg.nope_dim, mla_cfg.max_positions, mla_cfg.rope_theta)
+    rotary_latent = Rotary(mla_cfg.latent, mla_cfg.max_positions, mla_cfg.rope_theta)
+    x = torch.randn(1, STREAM_LEN, mla_cfg.width, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
+    positions = torch.arange(STREAM_LEN)
+    q_c, _ = attn.queries(x, positions)
+    latents, k_r = attn.compress(x, positions)
+    k_c = attn.expand(latents, k_r)[0][..., :mla_cfg.nope_dim]                                    # [1, H, T, d_C]
+    w_uk = attn.up_weights()[0]                                                                    # [H, d_C, r]
+    defined = rotary_c(q_c, positions) @ rotary_c(k_c, positions).transpose(-2, -1)               # [1, H, T, T]
+    absorbed = {"folded": (q_c @ w_uk) @ latents.transpose(-2, -1),
+                "rotated_in_latent_space": rotary_latent(q_c @ w_uk, positions) @ rotary_latent(latents, positions).transpose(-2, -1)}
+    distance = positions[:, None] - positions[None, :]                                              # [T, T]: t - s
+WHY_ROPE_SPLIT = {int(d): {name: max_abs_err(defined[..., distance == d], scores[..., distance == d]) for name, scores in absorbed.items()}
+                  for d in (0, 1, 2, 4, 8, 16)}
+say_table([[str(d), f"{e['folded']:.1e}", f"{e['rotated_in_latent_space']:.1e}"] for d, e in WHY_ROPE_SPLIT.items()],
+          en=["distance $t - s$", "`AbsorbedMLA`'s fold: max abs score error (FP64)", "rotated in latent space: max abs score error (FP64)"],
+          zh=["距离 $t - s$", "`AbsorbedMLA` 的并入方式：分数最大绝对误差（FP64）", "在潜空间里旋转：分数最大绝对误差（FP64）"])
+assert max(WHY_ROPE_SPLIT[0].values()) < TOLERANCE[torch.float64] < 1e-2 < min(min(e.values()) for d, e in WHY_ROPE_SPLIT.items() if d > 0)
+
+# %% [markdown] lang="en"
+# Now the two models. `RopeOnCompressedPart` rotates its compressed part as above. It is a valid model, and its own
+# cache (of full keys) is exact; what it cannot have is an exact absorbed form. The tempting way to absorb it anyway
+# is `RotatedInLatentSpace`: fold $W^{UK}_i$ into the query as `AbsorbedMLA` does, and since the rotation can no
+# longer sit between the query and $W^{UK}_i$, move it into latent space: rotate the folded query $\tilde q_{t,i}$
+# and the cached latents $c_s$ with an $r$-dimensional RoPE $R^{(r)}$. The cache still holds only latents, the
+# scores still depend only on the distance, and the model is consistent with itself: its cached path equals its own
+# full recomputation. But
 #
 # $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
 #
-# 而 $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$：旋转潜向量并不等于旋转由它重建出的键。因此，把判据 2 用到这个模型上（`RotatedInLatentSpace` 对照 `RopeOnCompressedPart`，同一份权重），每种配置都必须失败。这里只比较 logits：朴素模型缓存的是旋转过的键，没有哪个潜向量能展开成它们。
+# and $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$: rotating the latent is not rotating the key rebuilt from it,
+# which is the right-hand column of the table.
+
+# %% [markdown] lang="zh"
+# 下面是这两个模型。`RopeOnCompressedPart` 按上面的方式旋转压缩部分。它本身是一个合法的模型，它自己的缓存（存完整的键）也是精确的；它唯独不可能有精确的吸收形式。一种看似可行的“照样吸收”的写法是 `RotatedInLatentSpace`：像 `AbsorbedMLA` 那样把 $W^{UK}_i$ 并入查询；既然旋转已经没法夹在查询和 $W^{UK}_i$ 之间，就把它挪到潜空间里：用一个 $r$ 维的 RoPE $R^{(r)}$ 旋转并入后的查询 $\tilde q_{t,i}$ 和缓存的潜向量 $c_s$。缓存里仍然只有潜向量，分数仍然只取决于距离，模型本身也自洽：它的缓存路径等于它自己的完整重算。但是
+#
+# $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
+#
+# 而 $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$：旋转潜向量并不等于旋转由它重建出的键，这就是上表最右一列。
 
 # %%
 class RopeOnCompressedPart(MLAttention):
@@ -73,6 +111,15 @@ class RotatedInLatentSpace(RopeOnCompressedPart):
         return self.proj(merge_heads((weights @ latents) @ w_uv.transpose(-2, -1)))
 
 
+# %% [markdown] lang="en"
+# The check. Both models first run their own cached-versus-full grid, which each must pass. Then criterion 2 is
+# applied to them (`RotatedInLatentSpace` against `RopeOnCompressedPart`, the same weights) and must fail in every
+# configuration. Only the logits are compared: the naive model caches rotated keys, which no latent expands to.
+
+# %% [markdown] lang="zh"
+# 检查。两个模型先各自跑一遍“缓存对照完整重算”的网格，每个都必须通过。然后把判据 2 用到它们身上（`RotatedInLatentSpace` 对照 `RopeOnCompressedPart`，同一份权重），每种配置都必须失败。这里只比较 logits：朴素模型缓存的是旋转过的键，没有哪个潜向量能展开成它们。
+
+# %%
 ROPE_ON_COMPRESSED_OWN = {name: run_grid(lambda form=form: build(mla_cfg, lambda i: form(mla_cfg)))
                           for name, form in (("naive", RopeOnCompressedPart), ("absorbed", RotatedInLatentSpace))}
 ROPE_ON_COMPRESSED_ABSORBED = [absorbed_vs_naive(batch, chunk, dtype, naive=RopeOnCompressedPart, absorbed=RotatedInLatentSpace)
@@ -87,38 +134,9 @@ say(en=f"Both models pass their own cached-versus-full check; criterion 2 fails 
        f"error {CONTROLS['rope_on_compressed_part']['measured']:.2f}): caught.",
     zh=f"两个模型都通过了各自的“缓存对照完整重算”检查；判据 2 在全部 12 种配置上失败（logits 的最大绝对误差最小也有 "
        f"{CONTROLS['rope_on_compressed_part']['measured']:.2f}），已查出。")
+CONTROLS["rope_on_compressed_part"]["distance_errors"] = WHY_ROPE_SPLIT
 assert CONTROLS["rope_on_compressed_part"]["own_cache_exact"] and CONTROLS["rope_on_compressed_part"]["caught"]
 
-# %% [markdown] lang="en"
-# The reason, measured. For layer 0 of that model (FP64, 24 random input vectors), the cell computes the compressed
-# part of every causal score three times: as the model defines it, with the query and the rebuilt key rotated; as
-# `AbsorbedMLA` would, with $W^{UK}_i$ folded into an unrotated query; and as `RotatedInLatentSpace` does. It groups
-# the differences from the definition by the distance $t - s$ between query and key. Both absorptions agree at
-# distance 0, where the rotations cancel, and at no other distance.
-
-# %% [markdown] lang="zh"
-# 把原因量出来。对这个模型的第 0 层（FP64，24 个随机输入向量），下面的单元格把每个因果分数中的压缩部分算三遍：一遍按模型的定义，查询和重建出的键都旋转；一遍按 `AbsorbedMLA` 的算法，把 $W^{UK}_i$ 并入未经旋转的查询；一遍按 `RotatedInLatentSpace` 的算法。然后按查询与键之间的距离 $t - s$ 把它们与定义的差值分组。两种吸收都只在距离为 0（两个旋转相互抵消）时与定义一致，在其他任何距离上都不一致。
-
-# %%
-with torch.inference_mode():
-    attn = build(mla_cfg, lambda i: RotatedInLatentSpace(mla_cfg)).double().blocks[0].attn
-    x = torch.randn(1, STREAM_LEN, mla_cfg.width, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
-    positions = torch.arange(STREAM_LEN)
-    q_c, _ = attn.queries(x, positions)
-    latents, k_r = attn.compress(x, positions)
-    k_c = attn.expand(latents, k_r)[0][..., :mla_cfg.nope_dim]                                    # [1, H, T, d_C]
-    w_uk = attn.up_weights()[0]                                                                    # [H, d_C, r]
-    defined = attn.rotary_c(q_c, positions) @ attn.rotary_c(k_c, positions).transpose(-2, -1)     # [1, H, T, T]
-    absorbed = {"folded": (q_c @ w_uk) @ latents.transpose(-2, -1),
-                "rotated_in_latent_space": attn.rotary_latent(q_c @ w_uk, positions) @ attn.rotary_latent(latents, positions).transpose(-2, -1)}
-    distance = positions[:, None] - positions[None, :]                                              # [T, T]: t - s
-WHY_ROPE_SPLIT = {int(d): {name: max_abs_err(defined[..., distance == d], scores[..., distance == d]) for name, scores in absorbed.items()}
-                  for d in (0, 1, 2, 4, 8, 16)}
-say_table([[str(d), f"{e['folded']:.1e}", f"{e['rotated_in_latent_space']:.1e}"] for d, e in WHY_ROPE_SPLIT.items()],
-          en=["distance $t - s$", "`AbsorbedMLA`'s fold: max abs score error (FP64)", "`RotatedInLatentSpace`: max abs score error (FP64)"],
-          zh=["距离 $t - s$", "`AbsorbedMLA` 的并入方式：分数最大绝对误差（FP64）", "`RotatedInLatentSpace`：分数最大绝对误差（FP64）"])
-CONTROLS["rope_on_compressed_part"]["distance_errors"] = WHY_ROPE_SPLIT
-assert max(WHY_ROPE_SPLIT[0].values()) < TOLERANCE[torch.float64] < 1e-2 < min(min(e.values()) for d, e in WHY_ROPE_SPLIT.items() if d > 0)
 
 # %% [markdown] lang="en"
 # **Negative control 2: the latent normalized over the wrong axis.** The cached latent must be a function of its

@@ -2,7 +2,9 @@
 # ## 4. The cost of MLA: memory, arithmetic and memory traffic
 #
 # Section 3 proved the three forms exact. This section counts what each one stores, computes and moves, first on
-# our small model, then at DeepSeek-V3's size.
+# our small model, then at DeepSeek-V3's size. The result in one sentence: the absorbed form moves the fewest bytes
+# and does more arithmetic per key; the latent form without absorption stores as little, but moves more bytes per
+# step than the naive form reads.
 #
 # **Memory, measured.** Per token and layer, the naive form caches $H(d_C + d_R)$ numbers of keys and $H d_v$ of
 # values; the latent and absorbed forms cache $r + d_R$. For comparison, the GQA model of section 2 caches
@@ -13,7 +15,7 @@
 # %% [markdown] lang="zh"
 # ## 4. MLA 的开销：内存、算术与访存
 #
-# 第 3 节证明了三种形式都是精确的。本节统计每种形式存了什么、算了什么、搬运了什么：先在我们的小模型上，再放到 DeepSeek-V3 的规模。
+# 第 3 节证明了三种形式都是精确的。本节统计每种形式存了什么、算了什么、搬运了什么：先在我们的小模型上，再放到 DeepSeek-V3 的规模。结论一句话：吸收形式搬运的字节最少，对每个键做的算术更多；不做吸收的潜向量形式存得同样少，但每一步搬运的字节比朴素形式读取的还多。
 #
 # **内存，实测。** 每个 token 在每一层，朴素形式为键缓存 $H(d_C + d_R)$ 个数，为值缓存 $H d_v$ 个数；潜向量形式和吸收形式缓存 $r + d_R$ 个数。作为对照，第 2 节的 GQA 模型缓存 $2 H_{kv} D_h$ 个数（即本系列的 `kv_bytes_per_token` 公式）。下面的单元格在 24 个 token 的序列（batch 2，FP32）之后，对真实缓存统计 `numel() * element_size()`，再除以 batch、token 数和层数；结果必须与公式完全相等。
 
@@ -78,7 +80,7 @@ assert DEEPSEEK_MEMORY["mha"] * d.layers * BF16 == kv_bytes_per_token(d.layers, 
 say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", f"{n * d.layers * BF16 * CONTEXT_128K / GiB:,.1f}"]
            for name, n in DEEPSEEK_MEMORY.items()],
           en=["cache (DeepSeek-V3 attention)", "numbers per token and layer", "KiB per token (61 layers, BF16)", "GiB per 128k context"],
-          zh=["缓存（DeepSeek-V3 的注意力）", "每个 token 每层的数", "每 token（KiB，61 层，BF16）", "128k 上下文（GiB）"])
+          zh=["缓存（DeepSeek-V3 的注意力）", "每个 token 每层的数", "每个 token（KiB，61 层，BF16）", "128k 上下文（GiB）"])
 
 # %% [markdown] lang="en"
 # **The latent under tensor parallelism.** Tensor parallelism splits attention by heads: on 8 GPUs, each takes 16 of
@@ -92,7 +94,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # layers.
 
 # %% [markdown] lang="zh"
-# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数：潜向量是被复制的，而不是被切分的。这就是 SGLang 和 vLLM 以**数据并行**方式运行 DeepSeek 注意力的原因（SGLang 文档中称为“DP attention”；vLLM 的数据并行部署指南也为 MLA 模型推荐这种方式）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
+# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数。也就是说，潜向量在各块 GPU 上是复制的，而不是切分的。这就是 SGLang 和 vLLM 以**数据并行**方式运行 DeepSeek 注意力的原因（SGLang 文档中称为“DP attention”；vLLM 的数据并行部署指南也为 MLA 模型推荐这种方式）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
 
 # %% [markdown] lang="en"
 # **Compute, counted.** Absorption does not make attention cheaper in arithmetic; it moves it. Per decode step
@@ -122,7 +124,9 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 def decode_macs(c: MLAConfig, form: str, keys: int) -> int:
     H, r, dc, dr, dv, W = c.heads, c.latent, c.nope_dim, c.rope_dim, c.value_dim, c.width
     shared = W * H * (dc + dr) + W * (r + dr) + H * dv * W                       # q, kv_down, o
-    attention = keys * H * (dc + dr + dv)                                          # scores + values over expanded K/V
+    # [en] Scores and the weighted sum of values, over the expanded K/V.
+    # [zh] 在展开后的 K/V 上计算分数和对值的加权求和。
+    attention = keys * H * (dc + dr + dv)
     return shared + {
         "naive": r * H * (dc + dv) + attention,
         "latent": keys * r * H * (dc + dv) + attention,
@@ -166,7 +170,7 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # %% [markdown] lang="zh"
 # **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受限于内存带宽。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都把每个缓存位置展开后的键和值写进新的张量，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中实际生成的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，这就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多（融合内核若在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存）。
+# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都把每个缓存位置展开后的键和值写进新的张量，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中实际生成的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，这就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多（融合内核（fused kernel）若在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存）。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -178,7 +182,14 @@ def materialised_bytes(c: MLAConfig, form: str, keys: int, bytes_per_element: in
     # [zh] 潜向量形式每一步写入（并由注意力读回）的展开后的 K/V。
     return keys * expanded_elements(c) * bytes_per_element if form == "latent" else 0
 
+# %% [markdown] lang="en"
+# The next cell (its code folded) checks `materialised_bytes` against real code: it wraps the layer's expanding
+# method so that it records what it returns, runs one decode step after 24 positions, and counts the numbers.
 
+# %% [markdown] lang="zh"
+# 下一个单元格（代码已折叠）用真实的代码核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出展开了多少个数。
+
+# %% tags=["hide-input"]
 def recording(method, record: list):
     # [en] Wrap a bound method so that every call's result is also appended to `record`.
     # [zh] 包装一个绑定方法，把每次调用的结果也追加到 `record` 中。
@@ -277,14 +288,14 @@ plt.show()
 # Prefill is different: every key meets many queries, the expansion of a key ($r \cdot H(d_C + d_v)$ multiply-adds)
 # is paid once and shared by all of them, and what counts is the work per (query, key) pair, $H(d_C + d_R + d_v)$
 # multiply-adds with expanded keys and values against $H(2r + d_R)$ absorbed, {{run:mla.absorbed_vs_naive_macs:.1f}}
-# times as many. So serving engines prefill with the expanded form and decode with the absorbed one; vLLM's MLA backend
+# times as many. So serving systems prefill with the expanded form and decode with the absorbed one; vLLM's MLA backend
 # says so at the top of `vllm/v1/attention/backends/mla/common.py` (a "compute friendly" path for prefill, a
 # "data-movement friendly" one for decode).
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴 context: cached keys T 是上下文长度，即缓存的键数 $T$（两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数，其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即展开后的键和值：它搬运的字节约为朴素形式读取量的两倍。右图纵轴是每步的乘加次数（单位：十亿）；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销（总标题 DeepSeek-V3 attention, one layer, one decode step），横轴 context: cached keys T 是上下文长度，即缓存的键数 $T$（两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例中的 cache read 即“从缓存读取”），其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线（图例 latent: cache + expansion written and read，即缓存读取量加上写入又读回的展开结果）再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即展开后的键和值：它搬运的字节约为朴素形式读取量的两倍。右图纵轴是每步的乘加次数（单位：十亿）；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
 #
-# **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型）。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充则不同：每个键都要与许多查询相遇，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理引擎用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
+# **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型）。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (the reuse notebook uses the same figures).

@@ -10,7 +10,7 @@
 # layer by layer. The precision is handled as in 3.1 (`with_hf_precision`, `sdpa` attention). We picked Ministral
 # rather than Gemma 3 because Gemma 3 adds parts that do not touch the cache (normalized queries and keys, four
 # norms per layer, scaled embeddings, two RoPE bases). transformers has no model with our shared pairs alone (Gemma
-# 3n and Gemma 4 share K/V inside much larger architectures), so 4.1 has no referee.
+# 3n and Gemma 4 share K/V inside much larger architectures), so 5.1 has no referee.
 
 # %% [markdown] lang="zh"
 # ### 5.2 裁判：按层指定类型的 Hugging Face Ministral（可选）

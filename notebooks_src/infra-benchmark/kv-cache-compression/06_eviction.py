@@ -33,7 +33,7 @@
 #
 # 窗口按新旧决定保留什么，淘汰策略则按注意力来决定。**H2O**（Zhang 等人，2023）观察到，在训练好的模型中，一小部分 token（即重要 token，heavy hitter）得到了大部分注意力；它保留累积注意力最大的那些 token，外加最近的 token。**SnapKV**（Li 等人，2024）观察到，提示末尾几个 token 对前面 token 的注意力，能够预测生成时会读取哪些内容；它在提示结束时，为每个头保留**观察窗口**（提示的最后几个 token）最关注的那些键（先做一维池化，让相邻的 token 一起保留），外加窗口本身。两者都按头分别选择，也都保留文本中的位置（缓存的是 RoPE 之后的键）。
 #
-# 这样的缓存计算的是另一个函数：任何证明都不可能让它们等于稠密注意力。我们像架构笔记本评判量化缓存那样评判它们：以稠密注意力为基准，扫描一系列预算，把误差界写进代码（在第一次运行之后定下，并说明留了多少余地），画一张图，再配一个负对照：**随机淘汰必须更差**。
+# 这样的缓存计算的是另一个函数，根本不可能证明它们等于稠密注意力。我们像架构笔记本评判量化缓存那样评判它们：以稠密注意力为基准，扫描一系列预算，把误差界写进代码（在第一次运行之后定下，并说明留了多少余地），画一张图，再配一个负对照：**随机淘汰必须更差**。
 #
 # 所有策略采用同样的设置：4 个各含 64 个 token 的提示，每个都在一次调用中读入；这次调用结束时，每一层的缓存被削减到每个头 $b$ 个位置的**预算**；然后模型逐个解码 32 个 token，新 token 全部保留，输入的是稠密模型贪心选出的 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。H2O 论文是在生成过程中逐步淘汰的；我们只在提示结束时使用一次它的评分，这样所有策略都把同一个提示压缩到同一个预算。模型有四个 K/V 头（即 MHA，与 H2O 评测的模型相同），每个头各自保留自己的位置。
 #
@@ -61,7 +61,9 @@ class BudgetKV(FullKV):
             return
         self.compressed = True
         if self.k.shape[-2] > self.budget:
-            keep = self.policy(weights, self.budget)                               # [B, H, budget], ascending
+            # [en] keep: [B, H, budget], positions in ascending order.
+            # [zh] keep：[B, H, budget]，位置按升序排列。
+            keep = self.policy(weights, self.budget)
             index = keep[..., None].expand(-1, -1, -1, self.k.shape[-1])
             self.k, self.v, self.positions = self.k.gather(2, index), self.v.gather(2, index), keep
 
@@ -82,7 +84,9 @@ class EvictingAttention(Attention):
         q = self.rotary(split_heads(self.q(x), self.heads) + self.query_bias, positions)
         k = self.rotary(split_heads(self.k(x), self.kv_heads), positions)
         v = split_heads(self.v(x), self.kv_heads)
-        keys, values, key_pos = cache.update(k, v, positions)                     # key_pos: [T] or [B, H, T]
+        # [en] key_pos: [T] before the first eviction, [B, H, T] after it (each head keeps its own positions).
+        # [zh] key_pos：第一次淘汰之前是 [T]，之后是 [B, H, T]（每个头保留各自的位置）。
+        keys, values, key_pos = cache.update(k, v, positions)
         scores = q @ keys.transpose(-2, -1) * self.head_dim ** -0.5
         weights = scores.masked_fill(~causal(positions, key_pos), float("-inf")).softmax(dim=-1)
         cache.observe(weights)
@@ -155,11 +159,15 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 # **A model with favourites.** With random weights, attention has no favourites: any key is about as likely to
 # matter to the next query as any other, and no policy can beat a coin toss. Trained models are different (H2O
 # reports attention that is sparse and concentrated on a few tokens). We give our toy one simple cause of
-# favourites: a fixed vector added to every query of a head, as a large bias on the query projection would. Keys
-# that point along it then attract attention from every query. The sweep runs twice, with that bias set to 0 (plain
+# favourites: a fixed vector $b$ added to every query of a head before RoPE, as a large bias on the query projection
+# would. Its share of the score of query $t$ for key $s$ is $b \cdot R_{s-t}\, k_s$ (RoPE rotates both), which
+# depends on the key and on the distance $t - s$ but not on the query's content. So a key that lines up with $b$
+# gains at the distances where it lines up, for every query at such a distance, and RoPE's slowly turning pairs
+# keep that gain over a long range: such keys attract attention from most queries, not uniformly from all. The
+# sweep runs twice, with that bias set to 0 (plain
 # random weights) and to 4 (large against the rest of a query), so that the figure shows both cases.
 #
-# The bounds. They were set after a first run, with a margin, as the architectures notebook set those of its
+# **The bounds.** They were set after a first run, with a margin, as the architectures notebook set those of its
 # quantized caches; they were not predicted before any run, and where the margin is thin we say so:
 #
 # 1. with a budget of the whole prompt nothing is evicted, and every policy equals dense attention within FP32's
@@ -177,9 +185,9 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 #    worse, not by how much, and another seed could bring a ratio closer to 1.
 
 # %% [markdown] lang="zh"
-# **有偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：给某个头的每个查询都加上同一个固定向量，就像查询投影带一个很大的偏置那样。于是，指向这个方向的键会吸引每一个查询的注意力。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（与查询的其余部分相比很大），图中把两种情形都画出来。
+# **有偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：在 RoPE 之前给某个头的每个查询都加上同一个固定向量 $b$，就像查询投影带一个很大的偏置那样。它在查询 $t$ 对键 $s$ 的分数中贡献 $b \cdot R_{s-t}\, k_s$（RoPE 把两者都旋转了），这一项取决于键和距离 $t - s$，而与查询本身的内容无关。所以与 $b$ 方向一致的键，会在方向一致的那些距离上得到加分，这些距离上的每个查询都如此；RoPE 中转得慢的那些维度对让这份加分在很长的距离内都保持住：这样的键会吸引大多数查询的注意力，但并不是均匀地吸引每一个查询。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（与查询的其余部分相比很大），图中把两种情形都画出来。
 #
-# 误差界。它们与架构笔记本为量化缓存定下的误差界一样，是在第一次运行之后、留出余地定下的，并不是在任何运行之前预言的；余地窄的地方，我们会直说：
+# **误差界。** 与架构笔记本为量化缓存定的界一样，这些界是在第一次运行之后留出余地定下的，并非事先预言；余地窄的地方，我们会直说：
 #
 # 1. 预算等于整个提示时，没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力（这是精确的结论，不需要余地）；
 # 2. 有偏好、预算为提示的一半时，H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大绝对误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}} 和 {{run:eviction.h2o_half_error:.3f}}，SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}} 和 {{run:eviction.snapkv_half_error:.3f}}）：余地很宽；
@@ -291,9 +299,17 @@ plt.show()
 # step, averaged over the prompts and decode steps), as the budget $b$ (horizontal axis: positions kept per head, of
 # the 64 of the prompt) grows to the whole prompt (where every curve reaches zero). Left, plain random weights
 # (`query_bias = 0`): H2O ("h2o"), SnapKV ("snapkv") and the random control ("random", dotted) are close, because
-# no key matters more than another. Right, with favourites (`query_bias = 4`): the two policies find the keys every
-# query attends to, and random eviction stays above both at every budget below the prompt, by a factor of
+# no key matters more than another. Right, with favourites (`query_bias = 4`): the two policies find the keys most
+# queries attend to, and random eviction stays above both at every budget below the prompt, by a factor of
 # {{run:eviction.random_ratio_smallest:.2f}} to {{run:eviction.random_ratio_largest:.2f}} over the worse policy.*
+#
+# **Why H2O and SnapKV swap places.** In this run SnapKV lands a little closer to dense attention than H2O without
+# favourites, and H2O clearly closer with them (the half-budget numbers above). What the code predicts, not a proof:
+# with favourites, a key's pull comes mostly from the bias term, which (above) depends on the key and the distance
+# but not on the query, so every prompt query votes for the same keys; H2O adds 64 such votes, SnapKV only the last
+# 8, and SnapKV also spends 8 of its slots on its window and max-pools, which keeps neighbours of a favoured key
+# that are not favourites themselves. Without favourites no key is favoured by all queries, and the last prompt
+# queries, which sit closest to the decode steps, are the better guide to what those steps will read.
 #
 # What this does not show: whether H2O or SnapKV keeps a *trained* model's answers. That depends on how a trained
 # model's attention is really distributed, which random weights cannot imitate; our bias only gives the policies
@@ -302,20 +318,22 @@ plt.show()
 # Zero-Inference and Hugging Face Accelerate, and up to 3 times that of FlexGen; SnapKV reports accuracy on the LongBench benchmark and the needle-in-a-haystack test, with 3.6 times
 # faster generation and 8.2 times better memory efficiency than its baseline on 16k-token inputs.
 #
-# **Why serving engines rarely ship them.** Both policies choose per head: above, heads 0 and 1 of one layer kept
+# **Why serving systems rarely ship them.** Both policies choose per head: above, heads 0 and 1 of one layer kept
 # different positions. A paged cache, like the one the [serving notebook]({{colab:infra-benchmark/kv-cache-serving}})
 # builds, keeps one block table per sequence, shared by every head (and, in vLLM, by every layer of the same attention
 # type): a block of positions
 # can be given back only when no head still needs any position in it. Per-head eviction scatters the kept positions
 # over all the blocks and frees almost none of them, unless the block manager and the memory layout are redesigned
 # around it. vLLM, for one, offers neither H2O nor SnapKV; research libraries such as NVIDIA's kvpress apply them to
-# Hugging Face models, whose caches are plain per-layer tensors like ours. The eviction that serving engines do ship
+# Hugging Face models, whose caches are plain per-layer tensors like ours. The eviction that serving systems do ship
 # drops whole positions, for every head at once: sliding windows (vLLM frees the blocks that leave a layer's window)
 # and, in TensorRT-LLM, StreamingLLM's sink tokens (`sink_token_length`).
 
 # %% [markdown] lang="zh"
-# *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`）：H2O（h2o）、SnapKV（snapkv）和随机淘汰的负对照（random，点线）相差不大，因为没有哪个键比别的键更重要。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了每个查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
+# *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`）：H2O（h2o）、SnapKV（snapkv）和随机淘汰的负对照（random，点线）相差不大，因为没有哪个键比别的键更重要。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
+#
+# **为什么 H2O 和 SnapKV 互换了名次。** 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近（见上面预算为提示一半时的数值）。下面是代码所预示的原因，并不是证明：有偏好时，一个键吸引注意力主要靠偏置那一项，而（如上文所说）这一项取决于键和距离，与查询无关，所以每个提示查询都投给同样的那些键；H2O 把 64 个这样的投票加起来，SnapKV 只用最后 8 个；SnapKV 还要把 8 个位置留给观察窗口，而且最大池化会连带保留受偏好的键旁边那些本身并不受偏好的键。无偏好时，没有哪个键受到所有查询的偏好；最后几个提示查询离解码步最近，更能预示解码步会读取哪些键。
 #
 # 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
 #
-# **为什么推理服务引擎很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计块管理器和内存布局。以 vLLM 为例，它既不提供 H2O，也不提供 SnapKV；NVIDIA 的 kvpress 等研究用的库把它们用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样。推理服务引擎真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
+# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计块管理器和内存布局。以 vLLM 为例，它既不提供 H2O，也不提供 SnapKV；NVIDIA 的 kvpress 等研究用的库把它们用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。

@@ -25,18 +25,18 @@
 # * **Eviction policies are approximations**, judged against dense attention with bounds set after a first run (one
 #   with a thin margin, said so) and a random control; random weights can show that a policy finds what it looks for,
 #   not that a trained model keeps its answers. Choosing per head also fits badly with paged caches, which is one reason
-#   serving engines rarely ship these policies.
+#   serving systems rarely ship these policies.
 
 # %% [markdown] lang="zh"
 # ## 9. 要点与练习
 #
 # * **MLA 缓存的是潜向量，而不是键和值**：每个 token 每层 $r + d_R$ 个数，DeepSeek-V3 为 {{run:takeaways.deepseek_latent}} 个，而展开后的键和值需要 {{run:takeaways.deepseek_expanded:,}} 个。它是精确的：每种形式都与自己的完整重算一致（FP32 下 logits 的最大绝对误差为 {{run:takeaways.mla_fp32:.1e}}），吸收形式与朴素形式的差异也在舍入误差范围内（FP32 下 logits 的最大绝对误差为 {{run:takeaways.absorbed_vs_naive_fp32:.1e}}）；Hugging Face 的 DeepSeek-V3 在 FP64 下也与之一致。
-# * **吸收让这份节省在解码时真正兑现。** 把 $W^{UK}$ 并入查询、把 $W^{UV}$ 移到输出一侧，是用算术运算换访存：读取的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，每个键的注意力乘加次数则是它的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍左右。这也是推理引擎用吸收形式解码、用展开形式预填充的原因。只缓存潜向量而不吸收（transformers 5.23 的做法），省下了缓存容量，却既不省计算，也不省带宽：它每一步都要把每个键和值写出再读回。
+# * **吸收让这份节省在解码时真正兑现。** 把 $W^{UK}$ 并入查询、把 $W^{UV}$ 移到输出一侧，是用算术运算换访存：读取的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，每个键的注意力乘加次数则是它的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍左右。这也是推理服务系统用吸收形式解码、用展开形式预填充的原因。只缓存潜向量而不吸收（transformers 5.23 的做法），省下了缓存容量，却既不省计算，也不省带宽：它每一步都要把每个键和值写出再读回。
 # * **位置信息必须留在潜向量之外。** 夹在查询与 $W^{UK}$ 之间的旋转取决于距离，无法并入查询，把它挪到潜空间里也无济于事：两种吸收都只在距离为 0 时与模型一致。这就是单独设一个共享的 RoPE 键的原因。
 # * **在局部/全局模型中，几乎全部缓存都在全局层**：Gemma 3 27B 在 128k token 时需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而不是 {{run:local_global.gemma3_uniform_gib:.1f}} GiB。每一层的缓存都必须与它自己的掩码相配：给全局层配环形缓冲区，检查就失败了。
 # * **层间共享缓存是训练时做出的决定**，不是缓存上的技巧：权重相同时，共享模型的 logits 与普通模型不同。在代码中，上层只读取共享缓存、从不往里写：一个也往里追加的上层，连它自己的“缓存对照完整重算”检查都通不过。
 # * **注意力汇聚点要求按缓存所见来编号位置**：缓存 RoPE 之前的键，每次读取时再旋转。相对于它自己定义的稀疏模式，它是精确的；相对于稠密注意力，它是一种近似。
-# * **淘汰策略是近似**，要以稠密注意力为基准、用第一次运行之后定下的误差界（其中一条余地很窄，我们直说了）和随机淘汰的负对照来评判；随机权重只能说明一个策略找到了它要找的东西，不能说明训练好的模型能保住它的答案。按头选择也与分页缓存格格不入，这是推理服务引擎很少提供这些策略的原因之一。
+# * **淘汰策略是近似**，要以稠密注意力为基准、用第一次运行之后定下的误差界（其中一条余地很窄，我们直说了）和随机淘汰的负对照来评判；随机权重只能说明一个策略找到了它要找的东西，不能说明训练好的模型能保住它的答案。按头选择也与分页缓存格格不入，这是推理服务系统很少提供这些策略的原因之一。
 
 # %% [markdown] lang="en"
 # **Exercise 1: MLA in a smaller model.** DeepSeek-V2-Lite has 16 attention heads with the same MLA dimensions as
@@ -47,7 +47,7 @@
 #
 # Naive: $16 \times (128 + 64 + 128) = 5{,}120$. Latent: $512 + 64 = 576$, the same as DeepSeek-V3, because the latent
 # does not depend on the number of heads. The ratio is about 8.9, eight times smaller than DeepSeek-V3's 71: MLA saves
-# the most where there are many heads. The next cell checks these numbers with section 3's formulas.
+# the most where there are many heads. The next cell checks these numbers with section 4's formulas.
 #
 # </details>
 
@@ -56,7 +56,7 @@
 #
 # <details><summary>查看答案</summary>
 #
-# 朴素缓存：$16 \times (128 + 64 + 128) = 5{,}120$。潜向量缓存：$512 + 64 = 576$，与 DeepSeek-V3 相同，因为潜向量与头数无关。两者之比约为 8.9，只有 DeepSeek-V3 的比值 71 的八分之一：头越多，MLA 省得越多。下一个单元格用第 3 节的公式核对这些数字。
+# 朴素缓存：$16 \times (128 + 64 + 128) = 5{,}120$。潜向量缓存：$512 + 64 = 576$，与 DeepSeek-V3 相同，因为潜向量与头数无关。两者之比约为 8.9，只有 DeepSeek-V3 的比值 71 的八分之一：头越多，MLA 省得越多。下一个单元格用第 4 节的公式核对这些数字。
 #
 # </details>
 
