@@ -16,10 +16,11 @@
 # $P = {{run:clock.p_max}}$ the count of 8.1 goes from {{run:clock.prefill_macs_per_token_min:,.0f}} to
 # {{run:clock.prefill_macs_per_token_max:,.0f}} multiply-adds per prompt token, a factor of
 # {{run:clock.prefill_macs_per_token_growth:.2f}} (the attention term: each token reads the keys of all
-# the tokens before it). A point that rises far more than that is not arithmetic: a prefill window takes a
-# few milliseconds at most, and one round slowed by something outside the model (another process on the
-# core, the allocator) moves its median. 9.4 times the prefill of a {{run:gen_time.prompt}}-token prompt
-# once more, a second reading of that row.
+# the tokens before it). A point that rises far more than that is not more arithmetic: either this CPU
+# does the same arithmetic more slowly at that size (larger tensors no longer fit in the core's caches),
+# or the machine was busy with other work during most of those rounds, which a median cannot filter out.
+# 9.4 times the prefill of a {{run:gen_time.prompt}}-token prompt once more, a second reading of that row:
+# {{run:gen_time.cached_first_ms:.2f}} ms there against {{run:clock.prefill_ms_max:.2f}} ms in the table.
 
 # %% [markdown] lang="zh"
 # ### 9.2 把乘加次数与实测时间放在一起
@@ -30,7 +31,7 @@
 #
 # 右图标题 measured time vs counted multiply-adds 意为“实测时间与乘加计数的对照”，纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”。它画的是两条续写路径的每步耗时随 $P$ 的增长倍数（相对于最短提示）：图例 full: measured time 和 cached: measured time 是带标记的实线，即完整重算和缓存续写的实测时间；full: multiply-adds 和 cached: multiply-adds 是同色虚线，即按 8.1 的乘加次数在窗口 16 步上取平均得到的预测值。两幅图都只有纵轴是对数刻度，提示长度轴是线性的。
 #
-# 预填充那条曲线是一次调用的时间除以 $P$。有两个因素影响它，计数告诉我们各自能影响多少。随着 $P$ 增大，一次调用的固定开销由更多的 token 分摊，每个 token 的时间随之下降。每个 token 的工作量则增长得很慢：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，按 8.1 的计数，每个提示 token 的乘加次数从 {{run:clock.prefill_macs_per_token_min:,.0f}} 变为 {{run:clock.prefill_macs_per_token_max:,.0f}}，只增长到原来的 {{run:clock.prefill_macs_per_token_growth:.2f}} 倍（这来自注意力项：每个 token 都要读取它之前所有 token 的键）。如果某个点升高得远比这多，那就不是计算造成的：一个预填充窗口最多只有几毫秒，只要有一轮被模型之外的因素（别的进程占用了 CPU 核心、内存分配器）拖慢，它的中位数就会移动。9.4 会再对 {{run:gen_time.prompt}} 个 token 的提示做一次预填充计时，可以看作对表中那一行的第二次读数。
+# 预填充那条曲线是一次调用的时间除以 $P$。有两个因素影响它，计数告诉我们各自能影响多少。随着 $P$ 增大，一次调用的固定开销由更多的 token 分摊，每个 token 的时间随之下降。每个 token 的工作量则增长得很慢：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，按 8.1 的计数，每个提示 token 的乘加次数从 {{run:clock.prefill_macs_per_token_min:,.0f}} 变为 {{run:clock.prefill_macs_per_token_max:,.0f}}，只增长到原来的 {{run:clock.prefill_macs_per_token_growth:.2f}} 倍（这来自注意力项：每个 token 都要读取它之前所有 token 的键）。如果某个点升高得远比这多，多出来的就不是计算量：要么是这颗 CPU 在这个规模上做同样的计算变慢了（更大的张量装不进核心的缓存），要么是在其中大多数轮次里机器正忙于别的工作，而中位数滤不掉这种情况。9.4 会再对 {{run:gen_time.prompt}} 个 token 的提示做一次预填充计时，可以看作对表中那一行的第二次读数：那里是 {{run:gen_time.cached_first_ms:.2f}} 毫秒，表中是 {{run:clock.prefill_ms_max:.2f}} 毫秒。
 
 # %%
 def per_step_ms(row: dict, path: str) -> dict:
@@ -144,6 +145,7 @@ TIMING_SUMMARY = {
     "model_cached_growth": float(last["model_cached_macs_per_step"] / first["model_cached_macs_per_step"]),
     "measured_cached_growth": float(last["cached_ms_per_step"]["p50"] / first["cached_ms_per_step"]["p50"]),
     "prefill16_ms": float(row16["prefill_ms"]["p50"]),
+    "prefill_ms_max": float(TIMING_ROWS[-1]["prefill_ms"]["p50"]),
     "cached16_ms": float(row16["cached_ms"]["p50"]),
     "cached16_over_prefill16": float(row16["cached_ms"]["p50"] / row16["prefill_ms"]["p50"]),
     "cached16_extra_macs": CONTINUATION * window_macs(16, "cached") / sum(full_step_macs(cfg, 16).values()) - 1,
