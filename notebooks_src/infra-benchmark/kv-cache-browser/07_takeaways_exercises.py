@@ -124,6 +124,13 @@ def window_step(keep):
     # [zh] 2 个新行读取缓存的最后 `keep` 行和它们自己。
     keys = np.concatenate([win_k_cache[6 - keep:], new_rows @ Wk1])                  # [keep + 2, Dh]
     values = np.concatenate([win_v_cache[6 - keep:], new_rows @ Wv1])
+    # [en] The mask numbers positions from the start of the trimmed cache (0 .. keep + 1), not from the
+    # [en] true positions (6 - keep .. 7). That is safe because a window depends only on the distance
+    # [en] between query and key, which renumbering does not change. Position embeddings (or RoPE) would
+    # [en] still need the true absolute positions.
+    # [zh] 这里的掩码从截短后的缓存开头编号位置（0 .. keep + 1），而不是用真实位置（6 - keep .. 7）。
+    # [zh] 这样做没有问题：窗口只取决于查询与键之间的距离，重新编号不改变这个距离。
+    # [zh] 但位置嵌入（或 RoPE）仍然需要真实的绝对位置。
     return single_head_attention(new_rows @ Wq1, keys, values, window_keys(keep, 2, 3))
 
 
