@@ -13,7 +13,7 @@
 # and `max_abs_err` says how large the difference is.
 
 # %% [markdown] lang="zh"
-# ## 2. 一个六 token 的例子
+# ## 2. 六个 token 的例子
 #
 # 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经让前四个 token 经过了模型，所以缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #

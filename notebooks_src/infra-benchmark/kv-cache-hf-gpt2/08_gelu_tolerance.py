@@ -50,11 +50,11 @@ if HAVE_TRANSFORMERS:
 # The next two cells run the correct mapping and the GELU trap in FP32, judged with the FP32 tolerance
 # $10^{-5}$, and in FP64, judged with $10^{-10}$, for two sets of weights: the decoder as it is, and the
 # same decoder with the weights and biases of both MLP input layers (`mlp.fc`) multiplied by 0.1, which
-# pulls the MLP inputs towards zero. The first cell builds that second set of weights; the second runs the
+# pulls the MLP inputs towards zero (the table calls them `model` and `mlp_fc_x0.1`). The first cell builds that second set of weights; the second runs the
 # eight comparisons and asserts the four verdicts that the text after the table reads.
 
 # %% [markdown] lang="zh"
-# 下面两个单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢。第一个单元格构造第二组权重；第二个单元格做这 8 次比较，并断言表格之后的正文读出的四个判定。
+# 下面两个单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢（表中分别记作 `model` 和 `mlp_fc_x0.1`）。第一个单元格构造第二组权重；第二个单元格做这 8 次比较，并断言表格之后的正文读出的四个判定。
 
 # %%
 if HAVE_TRANSFORMERS:

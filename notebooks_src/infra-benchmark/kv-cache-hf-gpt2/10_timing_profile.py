@@ -122,10 +122,12 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="en"
 # Which operations, and where do the Python calls go? The next cell, folded, prints two tables: the ATen
 # operations that took the most time in either step (calls per step and profiled microseconds per step),
-# and the Python function calls of one step, grouped by the file that defines the function.
+# and the Python function calls of one step, grouped by the file that defines the function (`<built-in>`:
+# functions implemented in C, with no Python source file; `<cell>`: functions defined in this notebook's
+# cells).
 
 # %% [markdown] lang="zh"
-# 具体是哪些算子？Python 调用又花在了哪里？下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张把一步中的 Python 函数调用按定义该函数的文件分组统计。
+# 具体是哪些算子？Python 调用又花在了哪里？下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张把一步中的 Python 函数调用按定义该函数的文件分组统计：表中 `<built-in>` 指内置函数（用 C 实现，没有 Python 源文件），`<cell>` 指本笔记本单元格里定义的函数。
 
 # %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:

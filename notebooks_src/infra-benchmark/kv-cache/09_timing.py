@@ -138,7 +138,7 @@ say_table([["`full_continuation`", f"{WORK['full']:,}", f"{projected_positions(P
 say(en=f"Max abs error between the two paths over the {CONTINUATION} steps: {max_abs_err(cached_out, full_out):.3e}. "
        f"K/V payload at batch 1, $T = {P + CONTINUATION}$, fp32: {cache_bytes(ref_final_cache):,} bytes measured, "
        f"{PAYLOAD:,} from the formula.",
-    zh=f"{CONTINUATION} 步中两条路径的最大绝对误差：{max_abs_err(cached_out, full_out):.3e}。batch 1、$T = {P + CONTINUATION}$、"
+    zh=f"{CONTINUATION} 步中两条路径的最大绝对误差：{max_abs_err(cached_out, full_out):.3e}。batch 为 1、$T = {P + CONTINUATION}$、"
        f"FP32 时 K/V 的数据量：实测 {cache_bytes(ref_final_cache):,} 字节，按公式 {PAYLOAD:,} 字节。")
 assert close(cached_out, full_out) and cache_bytes(ref_final_cache) == PAYLOAD
 assert {"full": WORK["full"], "cached": WORK["cached"]} == projected_positions(P, CONTINUATION) == {
@@ -290,7 +290,7 @@ say_table(
 # hardware and workloads.
 
 # %% [markdown] lang="zh"
-# **主要结论**：在这次运行中，对表中的各种提示长度，完整重算窗口与缓存续写窗口的 p50 之比（“完整 / 缓存”一列）在 {{run:timing.speedup_lo:.1f}}（$P = {{run:timing.speedup_lo_at}}$ 时）到 {{run:timing.speedup_hi:.1f}}（$P = {{run:timing.speedup_hi_at}}$ 时）之间。这些倍数只属于这次运行；结论是整列数字，而不是其中的某一行。按计数，缓存路径的优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子几乎相同（缓存续写还要用 `torch.cat` 复制缓存），只是完整重算每次的输入大得多。因此下面的单元格只断言在最长的提示下缓存续写确实更快，即倍数大于 1：这个门槛远低于工作量之比 {{run:timing.macs_ratio_max:.0f}}，任何 CPU 都不应抹掉这样大的余地。实测的倍数因机器而异，每次运行也不同（机器同时忙于别的工作，或者发生缺页，都可能让任何一行变慢），所以只报告，不做断言。它们为什么比工作量之比小得多，是 9.2 要回答的问题。
+# **主要结论**：在这次运行中，对表中的各种提示长度，完整重算窗口与缓存续写窗口的 p50 之比（“完整 / 缓存”一列）在 {{run:timing.speedup_lo:.1f}}（$P = {{run:timing.speedup_lo_at}}$ 时）到 {{run:timing.speedup_hi:.1f}}（$P = {{run:timing.speedup_hi_at}}$ 时）之间。这些倍数只属于这次运行；结论是整列数字，而不是其中的某一行。按计数，缓存路径的优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子几乎相同（缓存续写还要用 `torch.cat` 复制缓存），只是完整重算每次的输入大得多。因此下面的单元格只断言：在最长的提示下，缓存续写确实更快，即倍数大于 1。这个门槛比 {{run:timing.macs_ratio_max:.0f}} 的工作量之比低得多，余地之大，换哪颗 CPU 都不该跌破。实测的倍数因机器而异，每次运行也不同（机器同时忙于别的工作，或者发生缺页，都可能让任何一行变慢），所以只报告，不做断言。它们为什么比工作量之比小得多，是 9.2 要回答的问题。
 #
 # **这次运行中的缺页与等待**：表中各窗口的次缺页次数（p50）在 {{run:timing.faults_min:,}} 到 {{run:timing.faults_max:,}} 之间，得到的 CPU 时间占时钟时间的 {{run:timing.cpu_share_min:.0%}} 到 {{run:timing.cpu_share_max:.0%}}；它们分别落在哪些提示长度、哪些路径上，见这两列。每个窗口缺页数千次的行，或者 CPU 时间占比明显低于其他行的行，不能直接与其余各行比较：它的时间有一部分属于分配器或别的程序。9.2 读这张表时会考虑这一点。
 #
