@@ -30,8 +30,8 @@ BUGS = {
     # ---- section 8: the GELU study -------------------------------------------------------------------------
     "GELU study: the second weight set left unscaled": bug(
         "08_gelu_tolerance.py",
-        ("            block.mlp.fc.weight.mul_(0.1)\n            block.mlp.fc.bias.mul_(0.1)\n",
-         "            block.mlp.fc.weight.mul_(1.0)\n            block.mlp.fc.bias.mul_(1.0)\n"),
+        ("            block.mlp.fc.weight.mul_(0.1)\n            block.mlp.fc.bias.mul_(0.1)",
+         "            block.mlp.fc.weight.mul_(1.0)\n            block.mlp.fc.bias.mul_(1.0)"),
         only_referee=True),
     # ---- section 9: DynamicCache and crop ------------------------------------------------------------------
     "crop: one position too few removed": bug(

@@ -22,8 +22,11 @@
 # - section 6 repeats the comparison for one attention head, counting the work each path does;
 # - section 7 sums up, and ends with exercises.
 #
-# Each claim is checked by one `assert` in the cell that makes it, next to a *negative control*: the
-# same check on a deliberately wrong variant, which must fail. If you change something and a claim
+# Each claim is checked in the cell that makes it, by an `assert` (in section 5, by an `if` that raises an
+# error). Each claim that the cached path equals
+# the full pass (or that a mask or window is the right one) sits next to a *negative control*: the same
+# check on a deliberately wrong variant, which must fail. The shape tables, the key counts and the knob
+# checks of section 5 check plain counts and have no such control. If you change something and a claim
 # stops being true, the cell says so.
 
 # %% [markdown] lang="zh"
@@ -35,14 +38,14 @@
 #
 # 内容安排如下：
 #
-# - 第 2 节用一个六 token 的例子，分别在用缓存和不用缓存时计算，并比较两者；
+# - 第 2 节用一个六个 token 的例子，分别在用缓存和不用缓存时计算，并比较两者；
 # - 第 3 节说明为什么新 token 的位置要从缓存长度接着数，而不是从零开始；
 # - 第 4 节画出接在缓存之后的分块所用的掩码，并比较在非方阵的分数网格上对齐因果三角形的两种方式；
 # - 第 5 节让你改变缓存长度和分块长度，再看一遍；
 # - 第 6 节在单个注意力头上重复这个比较，并统计两条路径各做了多少计算；
 # - 第 7 节总结要点，最后是练习。
 #
-# 每条结论都由给出它的那个单元格中的一条 `assert` 检查，旁边还配有一个**负对照**（negative control）：对一个故意改错的版本做同样的检查，它必须通不过。如果你改了某处，导致某个结论不再成立，相应的单元格就会报错。
+# 每条结论都在给出它的那个单元格中检查：用 `assert`（第 5 节用一个会报错的 `if`）。凡是断言缓存路径与完整调用一致（或者某个掩码、某个窗口正确）的结论，旁边都配有一个**负对照**（negative control）：对一个故意改错的版本做同样的检查，它必须通不过。形状表、键的计数和第 5 节对参数的检查核对的是简单的计数，没有这样的对照。如果你改了某处，导致某个结论不再成立，相应的单元格就会报错。
 
 # %% tags=["parameters"]
 # [en] Seed for the random toy weights and inputs.

@@ -13,7 +13,7 @@
 # and `max_abs_err` says how large the difference is.
 
 # %% [markdown] lang="zh"
-# ## 2. 一个六 token 的例子
+# ## 2. 六个 token 的例子
 #
 # 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经让前四个 token 经过了模型，所以缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #
@@ -164,18 +164,21 @@ say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the
 # the full rows shifted by one (full rows 3 and 4), which must not match: the comparison can tell one
 # position from the next.
 #
-# Do not be surprised if the matching pairs show an error of exactly 0. Here the cached call and the
-# full pass happen to compute each row's products and sums in the same order, so nothing is rounded
-# differently; `close` allows a difference but does not require one. Another CPU or BLAS library may
-# order them differently and show a difference in the last bits. Exercise 1 splits a prefill into
-# chunks, which changes the order of some additions; compare its difference with these.
+# Do not be surprised if the matching pairs show an error of exactly 0, nor if exercises 1 and 3 show
+# differences in the last bits. The products go through NumPy's BLAS library, which picks a routine and
+# a blocking for each matrix shape, and with them the order in which each sum is added up. The cached
+# call multiplies matrices of 2 rows and the full pass of 6, so whether the two orders coincide depends on
+# the routine chosen for each shape, not on the way the sequence is split: on this run, for these shapes,
+# they coincided. It cannot be predicted from the code, and another CPU or BLAS library may choose
+# differently. That is why every check uses a tolerance: `close` allows a difference in the last bits
+# but does not require one.
 
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以提前看到位置 5。
 #
 # 返回的第一行 logits 是模型对 ID 9 **之后**那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次处理全部六个 token 的完整调用相比较时，缓存结果的第 $i$ 行应当对应完整结果的第 $4 + i$ 行。下面的检查在 FP64 容差内逐一比较词表上的全部 logits，以及缓存的 K 和 V。它的负对照是把缓存结果与错开一行的完整结果（第 3、4 行）比较，两者必须对不上：这说明这个比较分得清相邻的两个位置。
 #
-# 如果一致的那几组比较误差恰好为 0，不必奇怪。在这里，带缓存的调用和完整调用碰巧以相同的顺序计算每一行的乘积与求和，舍入完全一样；`close` 允许有差异，但并不要求一定有。换一种 CPU 或 BLAS 库，计算顺序可能不同，结果就会在最后几个比特上有差异。练习 1 把预填充拆成几个分块，改变了一部分加法的顺序，不妨把它的误差与这里的比较一下。
+# 如果一致的那几组比较误差恰好为 0，不必奇怪；练习 1 和练习 3 的误差出现在最后几个比特上，也不必奇怪。矩阵乘法由 NumPy 调用的 BLAS 库完成，它会针对每种矩阵形状选择一个例程和一种分块方式，每个和式的相加顺序也随之确定。带缓存的调用相乘的矩阵有 2 行，完整调用的有 6 行，所以两者的相加顺序是否一致，取决于为每种形状选中的例程，而不是序列的切分方式：在这次运行中，对这两种形状，两者的顺序恰好一致。这一点无法从代码推断，换一种 CPU 或 BLAS 库也可能选得不同。正因如此，每项检查都使用容差：`close` 允许最后几个比特有差异，但并不要求一定有。
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)

@@ -115,7 +115,7 @@ window_full = single_head_attention(window_input @ Wq1, window_input @ Wk1, wind
                                     window_keys(0, 8, 3))[6:]
 # [en] The cache: K and V of the first 6 rows, projected by an earlier call (the prefill).
 # [zh] 缓存：前 6 行的 K 和 V，由更早的一次调用（预填充）投影得到。
-win_k_cache, win_v_cache = window_input[:6] @ Wk1, window_input[:6] @ Wv1         # [6, Dh] each
+win_k_cache, win_v_cache = window_input[:6] @ Wk1, window_input[:6] @ Wv1         # [6, Dh], [6, Dh]
 new_rows = window_input[6:]                                                       # [2, Dh]
 
 
@@ -124,13 +124,22 @@ def window_step(keep):
     # [zh] 2 个新行读取缓存的最后 `keep` 行和它们自己。
     keys = np.concatenate([win_k_cache[6 - keep:], new_rows @ Wk1])                  # [keep + 2, Dh]
     values = np.concatenate([win_v_cache[6 - keep:], new_rows @ Wv1])
+    # [en] The mask numbers positions from the start of the trimmed cache (0 .. keep + 1), not from the
+    # [en] true positions (6 - keep .. 7). That is safe because a window depends only on the distance
+    # [en] between query and key, which renumbering does not change. Position embeddings (or RoPE) would
+    # [en] still need the true absolute positions.
+    # [zh] 这里的掩码从截短后的缓存开头编号位置（0 .. keep + 1），而不是用真实位置（6 - keep .. 7）。
+    # [zh] 这样做没有问题：窗口只取决于查询与键之间的距离，重新编号不改变这个距离。
+    # [zh] 但位置嵌入（或 RoPE）仍然需要真实的绝对位置。
     return single_head_attention(new_rows @ Wq1, keys, values, window_keys(keep, 2, 3))
 
 
 window_cached, window_trimmed, window_too_short = window_step(6), window_step(2), window_step(1)
 assert window_read == {"q6": [4, 5, 6], "q7": [5, 6, 7]}
 assert close(window_cached, window_full) and close(window_trimmed, window_full)
-assert not close(window_too_short, window_full)                                  # negative control
+# [en] The negative control: one cached row too few.
+# [zh] 负对照：缓存少了一行。
+assert not close(window_too_short, window_full)
 say(en=f"Exercise 2 checked: query 6 reads keys 4-6, query 7 keys 5-7. Largest difference from the run without "
        f"a cache: {max_abs_err(window_cached, window_full):.1e} with the full cache of 6 rows, "
        f"{max_abs_err(window_trimmed, window_full):.1e} with the cache trimmed to 2 rows, and "
@@ -201,4 +210,4 @@ say(en=f"Exercise 3 checked: 12 rows with the cache, 72 without; the last logits
 # %% [markdown] lang="zh"
 # ## 下一步
 #
-# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是《从零实现 KV 缓存》（[打开]({{colab:infra-benchmark/kv-cache}})）。它实现了完整的两层解码器，每层各有一份缓存；在不同的 batch 大小、分块长度和精度下，逐个 logit 地对比缓存路径与完整重算；故意把位置和掩码改错；并在 CPU 上对预填充、完整重算和缓存续写计时。最后还有简短的一节，把解码器的权重复制进 Hugging Face 的 GPT-2，请它当外部裁判；配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）则把这个比较做得更深入。这两个笔记本都依赖 PyTorch（这个比较还需要 `transformers`），因此要在 Jupyter 或 Colab 中运行，无法在浏览器里运行。
+# 本笔记本只讲到单个注意力层，对比部分也只用了一个头。完整的 PyTorch 笔记本是《从零实现 KV 缓存》（[打开]({{colab:infra-benchmark/kv-cache}})）。它实现了完整的两层解码器，每层各有一份缓存；在不同的 batch 大小、分块长度和精度下，逐个 logit 地对比缓存路径与完整重算；故意把位置和掩码改错；并在 CPU 上对预填充、完整重算和缓存续写计时。最后还有简短的一节，把解码器的权重复制进 Hugging Face 的 GPT-2，请它当外部裁判；配套笔记本《用 Hugging Face GPT-2 检验我们的解码器》（[打开]({{colab:infra-benchmark/kv-cache-hf-gpt2}})）则把这个比较做得更深入。这两份笔记本都依赖 PyTorch（与 GPT-2 的比较还需要 `transformers`），只能在 Jupyter 或 Colab 中运行，不能在浏览器里运行。

@@ -47,32 +47,14 @@ if HAVE_TRANSFORMERS:
            f"MLP 的输入：$|x|$ 的中位数为 {mlp_inputs.abs().median().item():.2f}，在这些值上差距的中位数为 {median_gap:.1e}。")
 
 # %% [markdown] lang="en"
-# The next cell runs the correct mapping and the GELU trap in FP32, judged with the FP32 tolerance
+# The next two cells run the correct mapping and the GELU trap in FP32, judged with the FP32 tolerance
 # $10^{-5}$, and in FP64, judged with $10^{-10}$, for two sets of weights: the decoder as it is, and the
 # same decoder with the weights and biases of both MLP input layers (`mlp.fc`) multiplied by 0.1, which
-# pulls the MLP inputs towards zero. What to read in the table:
-#
-# - In FP32 even the correct mapping differs by rounding noise, {{run:gelu.fp32_correct:.1e}}, far above
-#   $10^{-10}$: an FP32 comparison has to allow something like $10^{-5}$.
-# - With the decoder as it is, that FP32 tolerance still catches the GELU trap
-#   ({{run:gelu.fp32_trap:.1e}}), but by a factor of only {{run:gelu.fp32_margin:.0f}}.
-# - With the scaled weights, the trap's FP32 error, {{run:gelu.fp32_small_trap:.1e}}, is of the order of the
-#   correct mapping's rounding noise and passes: in FP32 the wrong GELU is invisible.
-# - In FP64 the correct mapping stays at rounding level, and the trap is caught with both sets of
-#   weights.
-#
-# The other two traps of section 7 are at least {{run:gelu.other_over_gelu:,.0f}} times larger than the
-# GELU trap: of the three, this is the only one that an FP32 comparison can let through.
+# pulls the MLP inputs towards zero (the table calls them `model` and `mlp_fc_x0.1`). The first cell builds that second set of weights; the second runs the
+# eight comparisons and asserts the four verdicts that the text after the table reads.
 
 # %% [markdown] lang="zh"
-# 下面的单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢。表中要看的是：
-#
-# - 在 FP32 下，即使映射完全正确，也有 {{run:gelu.fp32_correct:.1e}} 的舍入噪声，远大于 $10^{-10}$：FP32 的比较必须留出 $10^{-5}$ 左右的容差。
-# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但误差只有容差的 {{run:gelu.fp32_margin:.0f}} 倍。
-# - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
-# - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
-#
-# 第 7 节的另外两个陷阱，误差至少是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
+# 下面两个单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢（表中分别记作 `model` 和 `mlp_fc_x0.1`）。第一个单元格构造第二组权重；第二个单元格做这 8 次比较，并断言表格之后的正文读出的四个判定。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -83,6 +65,9 @@ if HAVE_TRANSFORMERS:
         for block in small_mlp.blocks:
             block.mlp.fc.weight.mul_(0.1)
             block.mlp.fc.bias.mul_(0.1)
+
+# %%
+if HAVE_TRANSFORMERS:
     tolerance_of = {"fp32": TOLERANCE[torch.float32], "fp64": TOLERANCE[torch.float64]}
     gelu_rows = {}
     for label, fp32_model in zip(WEIGHT_SETS, (model, small_mlp)):
@@ -111,6 +96,31 @@ if HAVE_TRANSFORMERS:
     fp32_noise = min(worst_logit_error(row[("fp32", "correct")]) for row in gelu_rows.values())
     other_traps = min(worst_logit_error(trap_errors[name]) for name in ["tied_embeddings", "square_without_transpose"])
     assert fp32_noise > TOLERANCE[torch.float64] and other_traps > 1000 * TOLERANCE[torch.float32]
+
+# %% [markdown] lang="en"
+# What to read in the table:
+#
+# - In FP32 even the correct mapping differs by rounding noise, {{run:gelu.fp32_correct:.1e}}, far above
+#   $10^{-10}$: an FP32 comparison has to allow something like $10^{-5}$.
+# - With the decoder as it is, that FP32 tolerance still catches the GELU trap
+#   ({{run:gelu.fp32_trap:.1e}}), but by a factor of only {{run:gelu.fp32_margin:.0f}}.
+# - With the scaled weights, the trap's FP32 error, {{run:gelu.fp32_small_trap:.1e}}, is of the order of the
+#   correct mapping's rounding noise and passes: in FP32 the wrong GELU is invisible.
+# - In FP64 the correct mapping stays at rounding level, and the trap is caught with both sets of
+#   weights.
+#
+# The other two traps of section 7 are at least {{run:gelu.other_over_gelu:,.0f}} times larger than the
+# GELU trap: of the three, this is the only one that an FP32 comparison can let through.
+
+# %% [markdown] lang="zh"
+# 表中要看的是：
+#
+# - 在 FP32 下，即使映射完全正确，也有 {{run:gelu.fp32_correct:.1e}} 的舍入噪声，远大于 $10^{-10}$：FP32 的比较必须留出 $10^{-5}$ 左右的容差。
+# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但误差只有容差的 {{run:gelu.fp32_margin:.0f}} 倍。
+# - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
+# - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
+#
+# 第 7 节的另外两个陷阱，误差至少是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。
 
 # %% tags=["prose-values"]
 {"gelu": {

@@ -18,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 9. transformers 的缓存对象：`DynamicCache`
 #
-# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象；一次调用中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`；这种动态层也用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
+# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象。一次调用中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`。这种动态层同样用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量本身原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
 #
 # 下面的单元格用一个小例子同时演示这两种方式：先预填充 8 个位置，再送入一个含 2 个 token 的分块。第 0 层在调用之前持有的张量仍然是 8 个位置，数值也没变，而缓存对象已经指向一个 10 个位置的新张量；我们的旧列表仍然只有 8 个位置。
 
@@ -68,32 +68,23 @@ if HAVE_TRANSFORMERS:
 # `past_key_values.crop(-n)` with $n$ the number of rejected draft tokens.
 # Exercise 2 at the end replays one such round.
 #
-# The cell runs one experiment on both models: prefill 200 positions of section 4's sequences,
-# continue with 24 tokens, cut both caches back to 200 positions (`crop(-24)` on GPT-2's side, slicing
-# on ours), and continue from there with 24 different tokens. It asserts that the cropped caches agree
-# with each other layer by layer, that the continuation after the crop gives the same logits on both
-# sides, and that on GPT-2's side it gives exactly the logits obtained from a deep copy taken right
-# after the prefill. That last claim is bit for bit, and holds on any machine: the crop slices the cached
-# tensors and the deep copy copies them, and the next call concatenates either into a fresh tensor of the
-# same layout, so both continuations make the same calls on the same inputs. As a negative control, it also continues from a cache that was not cropped: the new tokens
-# then sit 24 positions too late and read 24 extra keys, and the comparison catches it.
+# The experiment takes two cells. The first runs on GPT-2 alone: prefill 200 positions of section 4's
+# sequences, take a deep copy of the cache, continue with 24 tokens, cut the cache back to 200 positions
+# with `crop(-24)`, and continue from there with 24 different tokens. It asserts that the cropped cache
+# gives exactly the logits obtained from the deep copy. That claim is bit for bit, and holds on any
+# machine: the crop slices the cached tensors and the deep copy copies them, and the next call
+# concatenates either into a fresh tensor of the same layout, so both continuations make the same calls on
+# the same inputs.
 
 # %% [markdown] lang="zh"
 # 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”（缓存复用）一节的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。
 #
 # 缓存为什么会需要截短？这是为了**投机解码**（speculative decoding），transformers 称之为**辅助生成**（assisted generation，即 `generate(..., assistant_model=...)`）。一个小的草稿模型先提出若干个 token，目标模型（即大模型）在一次调用中把它们全部验证一遍；这次调用会把每个被提出的 token 的 K 和 V 都追加进目标模型的缓存。随后，目标模型接受与自己一致的 token，拒绝其余的。进入下一轮之前，缓存必须丢掉被拒绝的那些位置，`crop` 正是为此而设：transformers 5.23.0 的辅助生成循环（`transformers/generation/utils.py` 中的 `GenerationMixin._assisted_decoding`）会调用 `past_key_values.crop(-n)`，其中 $n$ 是被拒绝的草稿 token 数。本笔记本最后的练习 2 会重演这样的一轮。
 #
-# 下面的单元格在两个模型上做同一个实验：用第 4 节的序列预填充 200 个位置，续写 24 个 token，再把两边的缓存都截回 200 个位置（GPT-2 一侧用 `crop(-24)`，我们这一侧用切片），然后从那里续写另外 24 个 token。它断言三件事：截短后的两份缓存逐层一致；截短后的续写在两边给出相同的 logits；在 GPT-2 一侧，截短后续写得到的 logits 与从预填充后立即做的深拷贝出发得到的完全相同。最后这一条是逐比特相同，而且在任何机器上都成立：截短只是对缓存的张量做切片，深拷贝只是复制它们，下一次调用又都把它们拼接成内存布局相同的新张量，所以两次续写是在相同输入上做的相同调用。作为负对照，它还从一份没有截短的缓存出发续写：这时新 token 的位置整体往后错了 24 个，还会多读 24 个键，比较能查出这个错误。
+# 这个实验分两个单元格。第一个只在 GPT-2 上运行：用第 4 节的序列预填充 200 个位置，把缓存深拷贝一份，续写 24 个 token，再用 `crop(-24)` 把缓存截回 200 个位置，然后从那里续写另外 24 个 token。它断言：从截短后的缓存出发得到的 logits，与从深拷贝出发得到的完全相同。这一条是逐比特相同，而且在任何机器上都成立：截短只是对缓存的张量做切片，深拷贝只是复制它们，下一次调用又都把它们拼接成内存布局相同的新张量，所以两次续写是在相同输入上做的相同调用。
 
 # %%
 CROP_PREFIX, CROP_TOKENS = 200, 24
-
-
-# [en] Our cache cut back to its first `length` positions: every layer's K and V sliced.
-# [zh] 把我们的缓存截回前 `length` 个位置：每层的 K 和 V 都做切片。
-def truncate(cache, length):
-    return [(k[:, :, :length], v[:, :, :length]) for k, v in cache]
-
 
 if HAVE_TRANSFORMERS:
     prefix = peer_ids[:, :CROP_PREFIX]
@@ -104,40 +95,66 @@ if HAVE_TRANSFORMERS:
         gpt2_64(input_ids=prefix, past_key_values=hf_cache, use_cache=True)
         snapshot = copy.deepcopy(hf_cache)
         gpt2_64(input_ids=first, past_key_values=hf_cache, use_cache=True)
+        # [en] A copy that is not cropped, for the negative control of the next cell.
+        # [zh] 一份不截短的副本，供下一个单元格的负对照使用。
         uncropped = copy.deepcopy(hf_cache)
         hf_cache.crop(-CROP_TOKENS)
         lengths = [c.get_seq_length() for c in (hf_cache, snapshot, uncropped)]
         # [en] crop(-24) left the 200 prefix positions, like the snapshot; the uncropped copy holds 224.
         # [zh] crop(-24) 留下了前缀的 200 个位置，与快照相同；没有截短的副本有 224 个位置。
         assert lengths == [CROP_PREFIX, CROP_PREFIX, CROP_PREFIX + CROP_TOKENS]
+        # [en] The cropped K/V, kept for the next cell: the continuation below appends to the cache.
+        # [zh] 截短后的 K/V，留给下一个单元格：下面的续写会往缓存里追加。
+        cropped_kv = [(layer.keys.clone(), layer.values.clone()) for layer in hf_cache.layers]
+        after_crop = gpt2_64(input_ids=second, past_key_values=hf_cache, use_cache=True).logits
+        after_copy = gpt2_64(input_ids=second, past_key_values=snapshot, use_cache=True).logits
+    say(en=f"Cache lengths after `crop`, of the deep copy and of the uncropped copy: {lengths}. Continuation after "
+           f"`crop` against the one from the deep copy: max abs error {max_abs_err(after_crop, after_copy):.1e}, "
+           f"bit for bit equal: {torch.equal(after_crop, after_copy)}.",
+        zh=f"`crop` 之后、深拷贝、未截短副本的缓存长度：{'、'.join(map(str, lengths))}。`crop` 之后的续写与从深拷贝"
+           f"出发的续写相比：最大绝对误差 {max_abs_err(after_crop, after_copy):.1e}，逐比特相同：{torch.equal(after_crop, after_copy)}。")
+    # [en] Same calls on the same inputs: bit for bit.
+    # [zh] 相同输入上的相同调用：逐比特相同。
+    assert torch.equal(after_crop, after_copy)
 
+# %% [markdown] lang="en"
+# The second cell cuts our cache back the same way, by slicing every layer to its first 200 positions,
+# and compares it with GPT-2's cropped cache layer by layer, then the continuations of both. As a negative
+# control, it also continues GPT-2 from the copy that was not cropped: the new tokens then sit 24
+# positions too late and read 24 extra keys, and the comparison with ours catches it.
+
+# %% [markdown] lang="zh"
+# 第二个单元格用同样的方式截短我们的缓存：把每一层切片，只保留前 200 个位置；然后把它与 GPT-2 截短后的缓存逐层比较，再比较两边的续写结果。作为负对照，它还让 GPT-2 从没有截短的那份副本出发续写：这时新 token 的位置整体往后错了 24 个，还会多读 24 个键，与我们的结果一比就能查出来。
+
+# %%
+# [en] Our cache cut back to its first `length` positions: every layer's K and V sliced.
+# [zh] 把我们的缓存截回前 `length` 个位置：每层的 K 和 V 都做切片。
+def truncate(cache, length):
+    return [(k[:, :, :length], v[:, :, :length]) for k, v in cache]
+
+
+if HAVE_TRANSFORMERS:
+    with torch.inference_mode():
         _, our_cache = ours64(prefix)
         _, our_cache = ours64(first, our_cache)
         our_cache = truncate(our_cache, CROP_PREFIX)
-
-        crop_kv_error = max(max(max_abs_err(layer.keys, k), max_abs_err(layer.values, v))
-                            for layer, (k, v) in zip(hf_cache.layers, our_cache))
-        after_crop = gpt2_64(input_ids=second, past_key_values=hf_cache, use_cache=True).logits
-        after_copy = gpt2_64(input_ids=second, past_key_values=snapshot, use_cache=True).logits
-        without_crop = gpt2_64(input_ids=second, past_key_values=uncropped, use_cache=True).logits
+        crop_kv_error = max(max(max_abs_err(hf_k, k), max_abs_err(hf_v, v))
+                            for (hf_k, hf_v), (k, v) in zip(cropped_kv, our_cache))
         ours_after, _ = ours64(second, our_cache)
+        without_crop = gpt2_64(input_ids=second, past_key_values=uncropped, use_cache=True).logits
 
     crop_errors = {"cropped_kv": crop_kv_error, "logits_after_crop": max_abs_err(after_crop, ours_after),
                    "crop_vs_deep_copy": max_abs_err(after_crop, after_copy),
                    "logits_without_crop": max_abs_err(without_crop, ours_after)}
-    say_table([[f"{e:.1e}" for e in crop_errors.values()]],
-              en=["cropped K/V vs our sliced cache", "logits after `crop` vs ours", "logits after `crop` vs from the deep copy",
-                  "no `crop` (negative control) vs ours"],
-              zh=["截短后的 K/V 与我们切片后的缓存", "`crop` 之后的 logits 与我们的", "`crop` 之后与从深拷贝出发的 logits",
-                  "不做 `crop`（负对照）与我们的"])
-    # [en] Cropped caches and continuations agree; crop equals the deep copy bit for bit; without the crop
-    # [en] the comparison fails.
-    # [zh] 截短后的缓存和续写结果都一致；截短与深拷贝逐比特相同；不截短则比较失败。
+    say_table([[f"{crop_errors[key]:.1e}" for key in ("cropped_kv", "logits_after_crop", "logits_without_crop")]],
+              en=["cropped K/V vs our sliced cache", "logits after `crop` vs ours", "no `crop` (negative control) vs ours"],
+              zh=["截短后的 K/V 与我们切片后的缓存", "`crop` 之后的 logits 与我们的", "不做 `crop`（负对照）与我们的"])
+    # [en] Cropped caches and continuations agree; without the crop the comparison fails.
+    # [zh] 截短后的缓存和续写结果都一致；不截短则比较失败。
     crop_verdicts = [crop_kv_error <= TOLERANCE[torch.float64], close(after_crop, ours_after),
-                     torch.equal(after_crop, after_copy), close(without_crop, ours_after)]
-    assert crop_verdicts == [True, True, True, False]
-    say(en=f"After `crop(-{CROP_TOKENS})` the library's cache and ours agree within $10^{{-10}}$, and the "
-           "continuation equals, bit for bit, the one from a deep copy of the prefix cache. Without the crop, "
-           "the same comparison fails.",
-        zh=f"执行 `crop(-{CROP_TOKENS})` 之后，库的缓存与我们的在 $10^{{-10}}$ 的容差内一致，"
-           "而且续写结果与从前缀缓存的深拷贝出发所得的结果逐比特相同。不做截短，同样的比较就会失败。")
+                     close(without_crop, ours_after)]
+    assert crop_verdicts == [True, True, False]
+    say(en=f"After `crop(-{CROP_TOKENS})` the library's cache and ours agree within $10^{{-10}}$, and so do the "
+           "continuations. Without the crop, the same comparison fails.",
+        zh=f"执行 `crop(-{CROP_TOKENS})` 之后，库的缓存与我们的在 $10^{{-10}}$ 的容差内一致，续写结果也一致。"
+           "不做截短，同样的比较就会失败。")

@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # **What one step costs.** If the arithmetic is the same, where does the difference come from? The one
 # lesson of this part: both steps do the same floating-point work, GPT-2's makes many more Python calls
-# around it, and at this toy size that overhead, not the arithmetic, decides the race. We take one decode
+# around it, and at this toy size that overhead, not the arithmetic, is what separates the two. We take one decode
 # step of each model, the token after the race's prompt, and look inside with two profilers:
 # `torch.profiler` counts the ATen operations the step launches (ATen is the C++ library behind PyTorch's
 # operators), their time and, with `with_flops=True`, the floating-point operations of the matrix
@@ -12,7 +12,7 @@
 # part of the lesson, so it is folded.
 
 # %% [markdown] lang="zh"
-# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？这一部分只讲一件事：两个解码步的浮点运算完全相同，GPT-2 在运算之外多了许多次 Python 调用；在玩具规模下，决定比赛胜负的是这些开销，而不是运算本身。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）的次数和耗时，打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。下一个单元格定义这两种测量（先预热一次，再分析 5 次，每个算子的自身耗时取中位数；Python 调用按定义函数的文件分组）。这些代码是测量工具，不是本课的内容，所以折叠起来。
+# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？这一部分只讲一件事：两个解码步的浮点运算完全相同，GPT-2 在运算之外多了许多次 Python 调用；在玩具规模下，拉开两者差距的是这些开销，而不是运算本身。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）的次数和耗时，打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。下一个单元格定义这两种测量（先预热一次，再分析 5 次，每个算子的自身耗时取中位数；Python 调用按定义函数的文件分组）。这些代码是测量工具，不是本课的内容，所以折叠起来。
 
 # %% tags=["hide-input"]
 import cProfile
@@ -122,10 +122,12 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="en"
 # Which operations, and where do the Python calls go? The next cell, folded, prints two tables: the ATen
 # operations that took the most time in either step (calls per step and profiled microseconds per step),
-# and the Python function calls of one step, grouped by the file that defines the function.
+# and the Python function calls of one step, grouped by the file that defines the function (`<built-in>`:
+# functions implemented in C, with no Python source file; `<cell>`: functions defined in this notebook's
+# cells).
 
 # %% [markdown] lang="zh"
-# 具体是哪些算子？Python 调用又花在了哪里？下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张把一步中的 Python 函数调用按定义该函数的文件分组统计。
+# 具体是哪些算子？Python 调用又花在了哪里？下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张把一步中的 Python 函数调用按定义该函数的文件分组统计：表中 `<built-in>` 指内置函数（用 C 实现，没有 Python 源文件），`<cell>` 指本笔记本单元格里定义的函数。
 
 # %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:
@@ -167,7 +169,13 @@ if HAVE_TRANSFORMERS:
 # table shows where the extra calls come from: the library's general machinery (reads of configuration
 # fields, the output dataclasses, the cache object's methods) runs as Python calls on every step. At this
 # toy size a matrix product takes a few microseconds (first table), so per-call overhead weighs as much
-# as arithmetic, and it decides the race. That is why the race says nothing about speed at real sizes:
+# as arithmetic. That the Python is what separates the two steps is an inference from these counts, not a
+# timing: the two steps do the same FLOPs and launch about as many ATen operations, GPT-2's makes about
+# {{run:profile.python_ratio:.0f}} times as many Python function calls, and its step took
+# {{run:race.ratio:.2f}} times as long in the race. We do not time the Python on its own, because no tool
+# here can without distorting it: `cProfile` adds a cost to every Python call it counts, and under
+# `torch.profiler` the time left outside the operators also holds the profiler's own bookkeeping for
+# every operator. That is why the race says nothing about speed at real sizes:
 # at GPT-2 small's width of 768, each projection does $(768 / 64)^2 = 144$ times the work of ours, while
 # the Python around it stays the same.
 
@@ -176,7 +184,7 @@ if HAVE_TRANSFORMERS:
 #
 # **耗时最多的是同几类运算。** 两者的时间都主要花在各个投影、GELU、加长缓存的拼接以及注意力中的矩阵乘法上。在性能分析器下测得的算子内耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒；这些时间包含了分析器自身的开销（所以可能比上面比赛中一步的耗时还长），也受到机器上其他负载的干扰，只有调用次数是精确的。
 #
-# **算子之外的 Python 代码差别很大。** `GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表列出了多出来的调用来自哪里：库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）每一步都以 Python 调用的形式运行。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当，比赛的胜负就由它决定。正因如此，这场比赛说明不了实际规模下的速度：GPT-2 small（最小的 GPT-2）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
+# **算子之外的 Python 代码差别很大。** `GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表列出了多出来的调用来自哪里：库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）每一步都以 Python 调用的形式运行。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当。说拉开两步差距的是 Python 代码，这是从上面的计数推断出来的，而不是计时得到的：两步的浮点运算相同，调用的 ATen 算子数相近，GPT-2 的 Python 函数调用次数约为我们的 {{run:profile.python_ratio:.0f}} 倍，而在比赛中它每步的耗时是我们的 {{run:race.ratio:.2f}} 倍。我们没有单独给 Python 代码计时，因为这里没有哪种工具能做到而不扭曲结果：`cProfile` 给它统计的每次 Python 调用都加上一份开销；在 `torch.profiler` 下，算子之外剩下的时间又包含了性能分析器为每个算子所做的记录工作。正因如此，这场比赛说明不了实际规模下的速度：GPT-2 small（最小的 GPT-2）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
 
 # %% tags=["prose-values"]
 {"profile": {
@@ -185,4 +193,5 @@ if HAVE_TRANSFORMERS:
     "ours_ops": step_profile["ours"]["aten_calls"], "gpt2_ops": step_profile["gpt2"]["aten_calls"],
     "ours_python": step_profile["ours"]["python_calls"], "gpt2_python": step_profile["gpt2"]["python_calls"],
     "ours_aten_ms": step_profile["ours"]["aten_ms"], "gpt2_aten_ms": step_profile["gpt2"]["aten_ms"],
+    "python_ratio": step_profile["gpt2"]["python_calls"] / step_profile["ours"]["python_calls"],
 }} if HAVE_TRANSFORMERS else {}

@@ -107,7 +107,7 @@ plt.show()
 # %% [markdown] lang="zh"
 # **PyTorch 自带的注意力**：分数矩阵不是方阵时，`F.scaled_dot_product_attention(..., is_causal=True)`（下称 SDPA）把因果三角形对齐到左上角。对于接在缓存之后的分块，这恰好就是上面那个错误的掩码。`torch.nn.attention.bias.causal_lower_right` 则把三角形对齐到右下角，与我们带偏移的掩码相同。下面的单元格在随机张量上（缓存 10 个位置，分块 3 个 token）把这两种对齐方式分别与我们自己写的注意力比较，并打印所用的 PyTorch 版本。
 #
-# 有两点需要注意。第一，PyTorch 文档把 `causal_lower_right` 背后的 `CausalBias` 类标为**原型**（prototype）功能，今后的版本可能改动它的名称和行为。第二，别的内核未必采用同样的约定：FlashAttention 在 2.1 版之前把掩码对齐到左上角，从 2.1 版起 `causal=True` 改为对齐到右下角（见其 README 和更新日志）。因此，每当更换内核、库或版本，都应该用类似下面的单元格重新核对一遍对齐方式。
+# 有两点需要注意。第一，PyTorch 文档把 `causal_lower_right` 背后的 `CausalBias` 类标为**原型**（prototype）功能，今后的版本可能改动它的名称和行为。第二，别的内核（kernel）未必采用同样的约定：FlashAttention 在 2.1 版之前把掩码对齐到左上角，从 2.1 版起 `causal=True` 改为对齐到右下角（见其说明文档和更新日志）。因此，每当更换内核、库或版本，都应该用类似下面的单元格重新核对一遍对齐方式。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right

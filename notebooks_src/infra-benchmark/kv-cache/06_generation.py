@@ -54,18 +54,14 @@ for row in range(GEN_PROMPTS.shape[0]):
 
 # %% [markdown] lang="en"
 # The two rows start differently, yet from index {{run:gen_tail.shared_tail_from}} of the generated tokens on they
-# choose the very same tokens. That is not one row leaking into the other. It is an observation about this
-# untrained model, not a logical consequence: the two rows still have different prefixes, which every
-# later query reads, but in this run, once both rows chose the same token at the same position, their
-# next choices coincided from then on: the random weights apparently let the last token and its position
-# dominate each greedy choice. A trained model, or other weights, need not behave so. To show that the rows
-# do not mix, the cell generates each prompt alone, in a batch of one: each row gets the very tokens it
-# got in the batch. The control is the rows' first tokens, which differ: the comparison can tell the two
-# rows apart. (The grid of 6.2 could not show this: a leak between rows would be in the full call as
-# well as in the cached one.)
+# choose the same tokens; this happens with these random weights and need not happen with others. To
+# show that it is not one row leaking into the other, the cell generates each prompt alone, in a batch of
+# one: each row must get the very tokens it got in the batch. The control is the rows' first tokens,
+# which differ, so the comparison can tell the two rows apart. (The grid of 6.2 could not show this: a
+# leak between rows would be in the full call as well as in the cached one.)
 
 # %% [markdown] lang="zh"
-# 两行的开头不同，但从生成 token 的下标 {{run:gen_tail.shared_tail_from}} 起，它们选出的 token 完全相同。这并不是一行的内容漏进了另一行。这是对这个未训练模型的观察，而不是逻辑上的必然：两行的前缀仍然不同，之后的每个查询都会读取它们；只是在这次运行中，两行一旦在同一位置选出同一个 token，此后的选择就一直相同：看来随机权重让最后一个 token 及其位置主导了每一次贪心选择。训练过的模型或换一组权重，都未必如此。为了说明两行没有互相混杂，下面的单元格把每个提示单独生成一次（batch 为 1）：每一行得到的 token 与它在 batch 中得到的完全相同。对照是两行的第一个 token：它们不同，说明这个比较分得清两行。（6.2 的网格证明不了这一点：两行若互相混杂，完整调用和带缓存的调用会同样混杂。）
+# 两行的开头不同，但从生成 token 的下标 {{run:gen_tail.shared_tail_from}} 起，它们选出的 token 完全相同；这是这组随机权重下的现象，换一组权重未必如此。为了说明这不是一行的内容漏进了另一行，下面的单元格把每个提示单独生成一次（batch 为 1）：每一行得到的 token 必须与它在 batch 中得到的完全相同。对照是两行的第一个 token：它们不同，说明这个比较分得清两行。（6.2 的网格证明不了这一点：两行若互相混杂，完整调用和带缓存的调用会同样混杂。）
 
 # %%
 ALONE = [greedy_generate(model, GEN_PROMPTS[row:row + 1], GEN_TOKENS)[0][0] for row in range(GEN_PROMPTS.shape[0])]
@@ -86,14 +82,14 @@ say(en=f"Each row generated alone matches its batch row: {[torch.equal(a, GEN_CA
 {"gen_tail": {"shared_tail_from": SHARED_TAIL_FROM}}
 
 # %% [markdown] lang="en"
-# The checks: the very same 40 tokens in both rows, logits within tolerance at every step,
+# The checks: the very same 40 tokens in both runs (cached and full) for each row, logits within tolerance at every step,
 # and a decision margin that dwarfs the difference. A negative control completes the picture: with the
 # upper-left mask swapped in through the hook, the cached run reads the wrong keys and the comparison
 # fails. (The run without a cache has no past, and without a cache the two masks are the same triangle,
 # as section 3 showed: the hook leaves that run correct.)
 
 # %% [markdown] lang="zh"
-# 接下来的检查包括：两行都生成了完全相同的 40 个 token；每一步的 logits 都在容差之内；选择的余量远大于两次运行的差异。最后再加一个负对照：通过钩子换上左上角三角形掩码后，用缓存的运行读错了键，比较随即失败。（不用缓存的运行没有缓存可读；第 3 节已经说明，没有缓存时两种掩码是同一个三角形，所以换上这个钩子后它仍然正确。）
+# 接下来的检查包括：对每一行，两次运行（用缓存与不用缓存）生成了完全相同的 40 个 token；每一步的 logits 都在容差之内；选择的余量远大于两次运行的差异。最后再加一个负对照：通过钩子换上左上角三角形掩码后，用缓存的运行读错了键，比较随即失败。（不用缓存的运行没有缓存可读；第 3 节已经说明，没有缓存时两种掩码是同一个三角形，所以换上这个钩子后它仍然正确。）
 
 # %%
 GEN_TOL = TOLERANCE[torch.float32]

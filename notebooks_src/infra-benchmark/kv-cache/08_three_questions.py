@@ -28,9 +28,9 @@ with torch.inference_mode():
 say(en=f"Changing queries 0 to 6 moved their own output rows by up to {max_abs_err(out_changed[:, :, :7], out[:, :, :7]):.3f} "
        f"and the last row by {max_abs_err(out_changed[:, :, 7], out[:, :, 7]):.1e}; the last row computed from its own "
        f"query alone differs from the computation over all 8 positions by {max_abs_err(last_alone[:, :, 0], out[:, :, 7]):.1e}.",
-    zh=f"改动查询 0–6 后，它们各自的输出行最多变化 {max_abs_err(out_changed[:, :, :7], out[:, :, :7]):.3f}，"
-       f"最后一行只变化 {max_abs_err(out_changed[:, :, 7], out[:, :, 7]):.1e}；只用最后一个位置自己的查询算出的那一行，"
-       f"与 8 个位置一起计算的结果相差 {max_abs_err(last_alone[:, :, 0], out[:, :, 7]):.1e}。")
+    zh=f"改动查询 0–6 后，它们各自的输出行的最大绝对误差为 {max_abs_err(out_changed[:, :, :7], out[:, :, :7]):.3f}，"
+       f"最后一行的最大绝对误差为 {max_abs_err(out_changed[:, :, 7], out[:, :, 7]):.1e}；只用最后一个位置自己的查询算出的那一行，"
+       f"与 8 个位置一起计算的结果之间的最大绝对误差为 {max_abs_err(last_alone[:, :, 0], out[:, :, 7]):.1e}。")
 assert close(out_changed[:, :, 7], out[:, :, 7]) and close(last_alone[:, :, 0], out[:, :, 7])
 assert not close(out_changed[:, :, :7], out[:, :, :7])
 

@@ -46,9 +46,9 @@ GEN_TIME = {("cached" if use_cache else "full"): timed_generation(model, GEN_TIM
             for use_cache in (True, False)}
 decode_ms = [end - start for start, end in GEN_TIME["cached"][1:]]
 say_table(
-    [["`use_cache=True`", f"{GEN_TIME['cached'][0][1]:.2f}", f"{np.median(decode_ms):.3f}", f"{GEN_TIME['cached'][-1][1]:.1f}"],
+    [["`use_cache=True`", f"{GEN_TIME['cached'][0][1]:.2f}", f"{np.median(decode_ms):.3f}", f"{GEN_TIME['cached'][-1][1]:,.1f}"],
      ["`use_cache=False`", f"{GEN_TIME['full'][0][1]:.2f}",
-      f"{np.median([end - start for start, end in GEN_TIME['full'][1:]]):.3f}", f"{GEN_TIME['full'][-1][1]:.1f}"]],
+      f"{np.median([end - start for start, end in GEN_TIME['full'][1:]]):.3f}", f"{GEN_TIME['full'][-1][1]:,.1f}"]],
     en=["loop", "first token, ms", "each later call, ms (median)", f"all {GEN_TIME_TOKENS} tokens, ms"],
     zh=["循环", "第一个 token（毫秒）", "之后每次调用（毫秒，中位数）", f"全部 {GEN_TIME_TOKENS} 个 token（毫秒）"],
 )
@@ -101,15 +101,15 @@ fig.savefig(GENERATION_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# On this run, {{run:gen_time.tokens}} tokens took {{run:gen_time.cached_total_ms:.0f}} ms with the cache
-# and {{run:gen_time.full_total_ms:.0f}} ms without it, {{run:gen_time.ratio:.1f}} times as long. With the
+# On this run, {{run:gen_time.tokens}} tokens took {{run:gen_time.cached_total_ms:,.0f}} ms with the cache
+# and {{run:gen_time.full_total_ms:,.0f}} ms without it, {{run:gen_time.ratio:.1f}} times as long. With the
 # cache the first token waited for the prefill ({{run:gen_time.cached_first_ms:.2f}} ms) and every later
 # one for a decode step (median {{run:gen_time.decode_ms:.3f}} ms). That split, the wait for the first token
 # and the wait between tokens, is what serving systems report as time to first token (TTFT) and
 # inter-token latency (ITL); here it is one sequence on one CPU thread, not a served request.
 
 # %% [markdown] lang="zh"
-# 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:.0f}} 毫秒，是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）。等第一个 token 的时间和 token 之间的间隔，正是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL）；不过这里测的是单线程 CPU 上的一条序列，而不是一个被服务的请求。
+# 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒，是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）。等第一个 token 的时间和 token 之间的间隔，正是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL）；不过这里测的是单线程 CPU 上的一条序列，而不是一个被服务的请求。
 
 # %% tags=["prose-values"]
 {"gen_time": {"prompt": int(GEN_TIME_PROMPT.shape[1]), "tokens": GEN_TIME_TOKENS,

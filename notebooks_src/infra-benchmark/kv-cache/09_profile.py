@@ -20,9 +20,12 @@
 # session. The first table lists the operators that take the most time in any of the three, and those
 # the text names, with their calls and self time per call of the model, in microseconds; the second gives the totals per call: the
 # operators the Python code called directly, all operator calls (nested ones included) and the self
-# time of all of them. The profiler adds its own overhead to every operator, so compare these times with
-# each other, not with the tables of 9.1. The cell's code, profiler plumbing, is folded; its tables are
-# what the text below reads.
+# time of all of them. Compare these times with each other, not with the tables of 9.1, and the
+# difference can go either way. The profiler adds its own cost to every operator call, which makes
+# calls of many small operators look slower. And it repeats one call on the same input, so the memory one
+# call frees can serve the next, where a window of 9.1 changes sizes from step to step and may pay page
+# faults; a large call can then look faster here than the same call inside a 9.1 window. The cell's code,
+# profiler plumbing, is folded; its tables are what the text below reads.
 
 # %% [markdown] lang="zh"
 # ### 9.3 可选：解码一步的时间花在哪里
@@ -35,7 +38,7 @@
 # * **16 个 token 的预填充**：一次调用，让 16 个位置经过网络；
 # * **完整重算的一步**：把 {{run:profile.full_len}} 个 token 的整个序列送入模型，即完整重算的一步。
 #
-# 每种调用在一次性能分析中连续执行 10 次，结果除以 10。机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做 {{run:profile.sessions}} 次分析，每个算子的自身耗时取各次分析的中位数；调用次数则每次都相同。第一张表列出在任一种调用中耗时最多的算子和正文提到的算子，以及模型每被调用一次时它们的调用次数和自身耗时（微秒）；第二张表给出每次调用的总数：Python 代码直接调用的算子数、全部算子调用次数（含嵌套调用）以及全部算子的自身耗时。性能分析器会给每个算子加上它自己的开销，所以这些时间只宜相互比较，不宜与 9.1 的表格比较。这个单元格的代码只是调用性能分析器的辅助代码，已折叠；后文解读的是它输出的两张表。
+# 每种调用在一次性能分析中连续执行 10 次，结果除以 10。机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做 {{run:profile.sessions}} 次分析，每个算子的自身耗时取各次分析的中位数；调用次数则每次都相同。第一张表列出在任一种调用中耗时最多的算子和正文提到的算子，以及模型每被调用一次时它们的调用次数和自身耗时（微秒）；第二张表给出每次调用的总数：Python 代码直接调用的算子数、全部算子调用次数（含嵌套调用）以及全部算子的自身耗时。这些时间只宜相互比较，不宜与 9.1 的表格比较，而且两者的差别可能朝任一方向。性能分析器会给每次算子调用加上它自己的开销，由许多小算子组成的调用因此显得更慢。另一方面，它在同一个输入上重复同一次调用，一次调用释放的内存可以直接留给下一次使用；而 9.1 的窗口每一步的张量大小都在变，可能要付出缺页的代价。所以一次大的调用在这里可能比在 9.1 的窗口中显得更快。这个单元格的代码只是调用性能分析器的辅助代码，已折叠；后文解读的是它输出的两张表。
 
 # %% tags=["hide-input"]
 from torch.profiler import ProfilerActivity, profile
@@ -126,7 +129,7 @@ say_table([[f"`{label}`", str(run["top_level"]), f"{sum(c for c, _ in run['ops']
 # %% [markdown] lang="zh"
 # 怎样读这两张表？先看缓存路径的一步与 16 个 token 的预填充。两者执行的算子几乎完全相同：Python 代码直接调用的算子，缓存路径一步为 {{run:profile.top_cached}} 个，预填充为 {{run:profile.top_prefill}} 个（差别来自缓存，即它的 `torch.cat` 调用）。两者注意力部分的工作量也相同：缓存路径一步中唯一的查询读取 {{run:profile.full_len}} 个键，预填充的 16 个查询各读取 16 个键（稠密的分数矩阵，包括被遮住的那一半），每个头分别是 {{run:profile.full_len}} 个和 256 个分数。预填充的投影和 MLP 要处理 16 行而不是 1 行，可是大多数算子不论输入多大，都要花几微秒：缓存路径的一步在算子上花了 {{run:profile.us_cached:,.0f}} 微秒，预填充花了 {{run:profile.us_prefill:,.0f}} 微秒。缓存路径有而预填充没有的，是缓存本身：`aten::cat` 要把两层缓存的 K 和 V 的 {{run:profile.past}} 行复制进新张量，这一步中它花了 {{run:profile.cat_cached:,.0f}} 微秒。16 个缓存步的算子调用次数是一次预填充的 16 倍，这一点再加上外围的 Python 代码，就是 9.2 中那个差距的来源。
 #
-# 完整重算的一步调用算子的次数同样不多，但时间花在大的算子上：共 {{run:profile.us_full:,.0f}} 微秒。其中投影和注意力中的矩阵乘法（`aten::addmm`、`aten::bmm`）占 {{run:profile.full_products:,.0f}} 微秒；对 8.1 所说的稠密 $[H, T, T]$ 分数矩阵逐元素扫描的几遍运算（缩放用的 `aten::div`、`aten::masked_fill_` 和 `aten::_softmax`）占 {{run:profile.full_score_passes:,.0f}} 微秒，而注意力本身的两次矩阵乘法（`aten::bmm`）占 {{run:profile.full_bmm:,.0f}} 微秒。8.1 的乘加计数完全看不到这几遍运算：它们不做乘加，却要把每个分数（包括被遮住的那一半）读一遍、写一遍。下面的单元格断言 9.2 的解释所依据的事实：缓存路径的一步执行的算子至少和整个预填充一样多。
+# 完整重算的一步调用算子的次数同样不多，但时间花在大的算子上：共 {{run:profile.us_full:,.0f}} 微秒。其中投影和注意力中的矩阵乘法（`aten::addmm`、`aten::bmm`）占 {{run:profile.full_products:,.0f}} 微秒；逐元素扫过 8.1 所说的稠密分数矩阵（形状为 $[H, T, T]$）的几遍运算（缩放用的 `aten::div`、`aten::masked_fill_` 和 `aten::_softmax`）共占 {{run:profile.full_score_passes:,.0f}} 微秒，注意力本身的两次矩阵乘法（`aten::bmm`）则占 {{run:profile.full_bmm:,.0f}} 微秒。8.1 的乘加计数完全看不到这几遍运算：它们不做乘加，却要把每个分数（包括被遮住的那一半）读一遍、写一遍。下面的单元格断言 9.2 的解释所依据的事实：缓存路径的一步执行的算子至少和整个预填充一样多。
 
 # %% tags=["prose-values"]
 full_ops, cached_ops = PROFILES["full_step"]["ops"], PROFILES["cached_step"]["ops"]
@@ -139,6 +142,9 @@ def self_us(ops: dict, *names: str) -> float:
 {"profile": {"past": int(profiled_cache[0][0].shape[-2]), "full_len": int(PROFILED_IDS.shape[1]),
              "sessions": PROFILE_SESSIONS,
              "top_cached": PROFILES["cached_step"]["top_level"], "top_prefill": PROFILES["prefill_16"]["top_level"],
+             "top_full": PROFILES["full_step"]["top_level"],
+             "top_min": min(PROFILES[name]["top_level"] for name in PROFILES),
+             "top_max": max(PROFILES[name]["top_level"] for name in PROFILES),
              "us_cached": self_us(cached_ops, *cached_ops), "cat_cached": self_us(cached_ops, "aten::cat"),
              "us_prefill": self_us(PROFILES["prefill_16"]["ops"], *PROFILES["prefill_16"]["ops"]),
              "us_full": self_us(full_ops, *full_ops), "full_bmm": self_us(full_ops, "aten::bmm"),
@@ -146,4 +152,9 @@ def self_us(ops: dict, *names: str) -> float:
              "full_score_passes": self_us(full_ops, "aten::div", "aten::masked_fill_", "aten::_softmax")}}
 
 # %%
-assert PROFILES["cached_step"]["top_level"] >= PROFILES["prefill_16"]["top_level"]
+top_calls = {name: PROFILES[name]["top_level"] for name in ("cached_step", "prefill_16", "full_step")}
+say(en=f"Operator calls from Python per call of the model: cached step {top_calls['cached_step']}, "
+       f"16-token prefill {top_calls['prefill_16']}, full step {top_calls['full_step']}.",
+    zh=f"每次调用模型时 Python 代码直接调用的算子数：缓存路径一步 {top_calls['cached_step']} 个，"
+       f"16 个 token 的预填充 {top_calls['prefill_16']} 个，完整重算一步 {top_calls['full_step']} 个。")
+assert top_calls["cached_step"] >= top_calls["prefill_16"]

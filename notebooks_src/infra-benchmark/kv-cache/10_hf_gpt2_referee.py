@@ -11,17 +11,20 @@
 # and V. We compare in FP64 within $10^{-10}$: two correct implementations of the same arithmetic differ
 # in FP64 only by rounding, far below that, while a mistake in the copy is far above it.
 #
-# The section needs the `transformers` library (Colab ships it). Without it, the next cell says so in
-# one sentence and the rest of the section does nothing.
+# The section needs the `transformers` library (Colab ships it). The next cell, folded, imports it and
+# checks that this version has the cache interface the section uses (`DynamicCache(config=...)` and each
+# layer's K/V as `cache.layers[i].keys`); it prints the version it found. Without the library, or with a
+# version that lacks that interface, the cell says so in one sentence and the rest of the section does
+# nothing.
 
 # %% [markdown] lang="zh"
 # ## {{section}}. 外部裁判：Hugging Face GPT-2
 #
 # 拿缓存路径对照完整重算，是拿我们的解码器和它自己比：比较的双方都出自我们之手，如果两边有同一个理解上的错误，这样的比较是发现不了的。本节请来一位外部裁判：一份不是我们编写的实现，`transformers.GPT2LMHeadModel`。我们的解码器就是玩具尺寸的 GPT-2 结构，只有两处设置不同，而这两处都能用 GPT-2 的配置项表达：MLP 使用精确 GELU（GPT-2 用的是 tanh 近似）；词表投影（`lm_head`）有自己独立的矩阵（GPT-2 让它与 token 嵌入表共享权重）。因此可以把我们的权重复制进去；只要复制无误，下面三样东西都必须一致：一次完整调用得到的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存里的 K 和 V。比较在 FP64 下进行，容差取 $10^{-10}$：同一套运算的两种正确实现，在 FP64 下只差舍入误差，远小于这个容差；复制中的错误则远大于它。
 #
-# 本节需要 `transformers` 库（Colab 已预装）。如果没有安装，下一个单元格会用一句话说明，本节其余部分不做任何事。
+# 本节需要 `transformers` 库（Colab 已预装）。下一个单元格（已折叠）导入这个库，并检查当前版本是否具备本节用到的缓存接口（`DynamicCache(config=...)`，以及以 `cache.layers[i].keys` 的形式给出每层的 K/V），然后打印找到的版本。如果没有安装这个库，或者版本缺少这些接口，这个单元格会用一句话说明，本节其余部分不做任何事。
 
-# %%
+# %% tags=["hide-input"]
 import copy
 import warnings
 
@@ -76,7 +79,7 @@ elif not HAVE_TRANSFORMERS:
         zh=f"transformers {transformers.__version__} 缺少这里用到的缓存接口（`{API_PROBLEM}`）；"
            f"本比较在 {'、'.join(CHECKED_TRANSFORMERS)} 上检查过，因此跳过与 Hugging Face GPT-2 的比较。")
 elif transformers.__version__ in CHECKED_TRANSFORMERS:
-    print(f"transformers {transformers.__version__}")
+    say(en=f"transformers version: {transformers.__version__}.", zh=f"transformers 版本：{transformers.__version__}。")
 else:
     say(en=f"transformers {transformers.__version__}: not one of the versions this comparison was checked with "
            f"({', '.join(CHECKED_TRANSFORMERS)}); if an assertion below fails, this version computes something differently.",
@@ -204,6 +207,8 @@ if HAVE_TRANSFORMERS:
     peer_errors = compare_with_gpt2(ours64, gpt2_64, peer_ids, PEER_CHUNKS)
     values = [peer_errors["full_logits"], peer_errors["cached_logits"]]
     values += [e for pair in zip(peer_errors["k"], peer_errors["v"]) for e in pair]
+    say(en="Max abs error of GPT-2 against our decoder, per quantity:",
+        zh="下表各列是 GPT-2 与我们的解码器之间的最大绝对误差：")
     say_table([[f"{e:.1e}" for e in values]],
               en=["full call logits", "cached path logits"] + [f"layer {i} {t}" for i in range(cfg.layers) for t in "KV"],
               zh=["完整调用的 logits", "缓存路径的 logits"] + [f"第 {i} 层 {t}" for i in range(cfg.layers) for t in "KV"])
