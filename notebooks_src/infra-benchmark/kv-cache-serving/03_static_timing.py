@@ -192,26 +192,48 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # times each operator was called and its self time. Self time is the time in the operator itself, not in
 # the operators it calls; we take the median time of one call times the calls per step, so that a call
 # stalled by another process on the machine does not count. The table lists the operators that took longest
-# in the `torch.cat` step, and the line under it the total over all operators. The profiler adds a
+# in the `torch.cat` step, with `aten::cat` and `aten::copy_` always among them, and the lines under it the
+# total over all operators and how far apart the two columns are for the same operator. The profiler adds a
 # little bookkeeping to every call, so read the times as shares of a step rather than as exact durations.
 #
-# In this run a `torch.cat` step called {{run:profile.cat_calls:.0f}} operators and a static step
-# {{run:profile.static_calls:.0f}}. The {{run:profile.cat_ops:.0f}} concatenations of the `torch.cat` step
-# (`aten::cat`: K and V in each layer, and the padding mask) took {{run:profile.cat_us:.0f}} µs of the
-# {{run:profile.cat_total_us:.0f}} µs that all its operators took together. The rest of both steps is the same
-# few hundred small operators: the linear layers, the LayerNorms, the attention's products, softmax and
-# masking, and many views and reshapes, each costing microseconds of dispatch for very little arithmetic
-# on a model this small. Per-call overhead, not arithmetic, is where such a step spends its time. On a GPU
-# with a large model the picture changes: a decode step reads every weight and the whole cache for little
-# arithmetic, so it is bound by memory bandwidth, and the copies of a `torch.cat` cache become extra memory
-# traffic on the critical path.
+# **The counts.** In this run a `torch.cat` step called {{run:profile.cat_calls:.0f}} operators and a
+# static step {{run:profile.static_calls:.0f}}. Two of the differences the code predicts, and the cell checks
+# them: the {{run:profile.cat_ops:.0f}} concatenations of the `torch.cat` step (`aten::cat`: K and V in each
+# layer, and the padding mask) are missing from the static step, which instead calls `aten::copy_`
+# {{run:profile.copy_extra:.0f}} more times ({{run:profile.static_copies:.0f}} against
+# {{run:profile.cat_copies:.0f}}): its in-place writes of K and V in each layer and of the new slot of the
+# padding mask. The rest of a step is a few hundred small operators: the linear layers, the LayerNorms,
+# the attention's products, softmax and masking, and many views and reshapes, each doing very little
+# arithmetic on a model this small ({{run:profile.us_per_op:.1f}} µs per operator on average in the
+# `torch.cat` step on this run). Per-call overhead, not arithmetic, is where such a step spends its time.
+#
+# **The times, and what they cannot resolve.** The concatenations took {{run:profile.cat_us:.0f}} µs of the
+# {{run:profile.cat_total_us:.0f}} µs of the `torch.cat` step, and the static step's operators took
+# {{run:profile.static_total_us:.0f}} µs together on this run. Does the difference of the two totals equal
+# the concatenations' time, less the extra copies? The table shows why this profile cannot say: operators that do the same arithmetic on the same shapes in
+# both steps, called as often (`aten::addmm`, `aten::gelu`, ...), differ between the two columns: on this
+# run the static column's time was {{run:profile.same_op_diff_min_pct:+.0f}}% to
+# {{run:profile.same_op_diff_max_pct:+.0f}}% off the `torch.cat` column's. Such differences come from the measurement
+# (the load of the machine, the processor's caches, the profiler's own bookkeeping), not from the code,
+# and summed over a few hundred operators they can be as large as the concatenations themselves, in
+# either direction. So this profile shows what a step is made of,
+# and how much each part costs roughly; it cannot tell which of the two steps is faster. The medians of
+# the timing above compare whole steps.
+#
+# On a GPU with a large model the picture changes: a decode step reads every weight and the whole cache
+# for little arithmetic, so it is bound by memory bandwidth, and the copies of a `torch.cat` cache become
+# extra memory traffic on the critical path.
 #
 # The profiling code is folded below; its table and the totals under it are the output to read.
 
 # %% [markdown] lang="zh"
-# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子，表下的一行是全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
+# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子（`aten::cat` 和 `aten::copy_` 总在其中），表下两行分别是全部算子的合计，以及同一个算子在两栏之间的耗时相差多少。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
 #
-# 本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）耗时 {{run:profile.cat_us:.0f}} 微秒，而这一步的全部算子合计耗时 {{run:profile.cat_total_us:.0f}} 微秒。两种解码步的其余部分完全相同，都是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算，却要花几微秒的分派开销。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **调用次数**：本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。其中两处不同是代码能推算出来的，单元格也会核对：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（{{run:profile.static_copies:.0f}} 次，`torch.cat` 解码步为 {{run:profile.cat_copies:.0f}} 次），也就是在原处写入每一层的 K 和 V，以及填充掩码中新的槽位。解码步的其余部分是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算（本次运行中，`torch.cat` 解码步平均每个算子 {{run:profile.us_per_op:.1f}} 微秒）。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。
+#
+# **耗时，以及它分辨不了的东西**：拼接耗时 {{run:profile.cat_us:.0f}} 微秒，`torch.cat` 解码步的全部算子合计 {{run:profile.cat_total_us:.0f}} 微秒；静态缓存的解码步在本次运行中全部算子合计 {{run:profile.static_total_us:.0f}} 微秒。两个合计之差，是否等于拼接的耗时减去多出的复制？表中就能看出这份性能分析为什么回答不了：在两种解码步中做同样运算、形状相同、调用次数也相同的算子（`aten::addmm`、`aten::gelu` 等），两栏的耗时并不相同：本次运行中，静态缓存一栏与 `torch.cat` 一栏相差 {{run:profile.same_op_diff_min_pct:+.0f}}% 到 {{run:profile.same_op_diff_max_pct:+.0f}}%。这种差别来自测量（机器的负载、处理器的缓存、性能分析器自己的记录开销），而不是来自代码；几百个算子加在一起，这种差别可能与拼接本身的耗时一样大，正负都有可能。所以这份性能分析能说明一个解码步由哪些部分组成、各部分大致花多少时间，却分辨不出两种解码步哪个更快；比较整个解码步，要看上面计时得到的中位数。
+#
+# 换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
 #
 # 性能分析的代码默认折叠在下面；要看的是它输出的表格和表下的合计。
 
@@ -249,18 +271,35 @@ def profile_step(prefix_len) -> dict:
 
 PROFILE = profile_step(STEP_PREFIXES[-1])
 top = sorted(PROFILE["cat"], key=lambda op: -PROFILE["cat"][op][1])[:8]
-top += ["aten::cat"] if "aten::cat" not in top else []
+top += [op for op in ("aten::cat", "aten::copy_") if op not in top]
 totals = {name: (sum(c for c, _ in ops.values()), sum(t for _, t in ops.values())) for name, ops in PROFILE.items()}
 profile_rows = [[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[i]:{fmt}}" for name in ("cat", "static") for i, fmt in ((0, ".0f"), (1, ".1f")))]
                 for op in top]
 say_table(profile_rows,
-          en=["operator", "`torch.cat` step: calls", "self time (µs)", "static step: calls", "self time (µs)"],
-          zh=["算子", "`torch.cat` 解码步：调用次数", "自身耗时（微秒）", "静态缓存解码步：调用次数", "自身耗时（微秒）"])
+          en=["operator", "`torch.cat` step: calls", "`torch.cat` step: self time (µs)", "static step: calls", "static step: self time (µs)"],
+          zh=["算子", "`torch.cat` 解码步：调用次数", "`torch.cat` 解码步：自身耗时（微秒）", "静态缓存解码步：调用次数", "静态缓存解码步：自身耗时（微秒）"])
 say(en=f"All operators together: {totals['cat'][0]:.0f} calls and {totals['cat'][1]:.1f} µs in a `torch.cat` step, "
        f"{totals['static'][0]:.0f} calls and {totals['static'][1]:.1f} µs in a static step.",
     zh=f"全部算子合计：`torch.cat` 解码步调用 {totals['cat'][0]:.0f} 次，耗时 {totals['cat'][1]:.1f} 微秒；"
        f"静态缓存解码步调用 {totals['static'][0]:.0f} 次，耗时 {totals['static'][1]:.1f} 微秒。")
+# [en] The counts the code predicts: no concatenation in a static step, one in-place copy in its place (K and V
+# [en] in each layer, and the mask's new slot).
+# [zh] 代码推算出的调用次数：静态缓存的解码步没有拼接，每次拼接都换成一次原处复制（每层的 K 和 V，以及掩码的新槽位）。
+copies = {name: PROFILE[name].get("aten::copy_", (0, 0))[0] for name in PROFILE}
+assert PROFILE["cat"]["aten::cat"][0] == 2 * cfg.layers + 1 and PROFILE["static"].get("aten::cat", (0, 0))[0] == 0
+assert copies["static"] - copies["cat"] == 2 * cfg.layers + 1
+# [en] Operators in the table doing the same arithmetic in both steps, as often: how far apart their two times are.
+# [zh] 表中在两种解码步里做同样运算、调用次数也相同的算子：两栏耗时相差多少。
+same_ops = [op for op in top if op not in ("aten::cat", "aten::copy_") and PROFILE["cat"][op][0] == PROFILE["static"].get(op, (0, 0))[0]]
+same_op_diff_pct = [100 * (PROFILE["static"][op][1] / PROFILE["cat"][op][1] - 1) for op in same_ops]
+say(en=f"Operators of the table called as often in both steps ({', '.join(f'`{op}`' for op in same_ops)}): "
+       f"the static column's time is {min(same_op_diff_pct):+.0f}% to {max(same_op_diff_pct):+.0f}% off the `torch.cat` column's.",
+    zh=f"表中在两种解码步里调用次数相同的算子（{'、'.join(f'`{op}`' for op in same_ops)}）："
+       f"静态缓存一栏的耗时与 `torch.cat` 一栏相差 {min(same_op_diff_pct):+.0f}% 到 {max(same_op_diff_pct):+.0f}%。")
 
 # %% tags=["prose-values"]
 {"profile": {"steps": PROFILE_STEPS, "cat_calls": totals["cat"][0], "static_calls": totals["static"][0],
-             "cat_ops": PROFILE["cat"]["aten::cat"][0], "cat_us": PROFILE["cat"]["aten::cat"][1], "cat_total_us": totals["cat"][1]}}
+             "cat_ops": PROFILE["cat"]["aten::cat"][0], "cat_us": PROFILE["cat"]["aten::cat"][1], "cat_total_us": totals["cat"][1],
+             "static_total_us": totals["static"][1], "cat_copies": copies["cat"], "static_copies": copies["static"],
+             "copy_extra": copies["static"] - copies["cat"], "us_per_op": totals["cat"][1] / totals["cat"][0],
+             "same_op_diff_min_pct": min(same_op_diff_pct), "same_op_diff_max_pct": max(same_op_diff_pct)}}
