@@ -97,7 +97,7 @@ PADDING_CONTROLS = {
     "no_empty_row_guard": dict(CORRECT_RULES, mask=no_guard),
 }
 PADDING_CONTROL_RUNS = {name: check_padded(model, torch.float32, rules) for name, rules in PADDING_CONTROLS.items()}
-say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}", f"`{r['tokens_identical']}`", f"`{r['finite']}`", f"`{not r['passed']}`"]
+say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}".replace("nan", "NaN"), f"`{r['tokens_identical']}`", f"`{r['finite']}`", f"`{not r['passed']}`"]
            for name, r in PADDING_CONTROL_RUNS.items()],
           en=["broken variant", "max abs logit error", "tokens identical", "finite", "caught"],
           zh=["改坏的版本", "logits 的最大绝对误差", "token 一致", "数值有限", "查出"])

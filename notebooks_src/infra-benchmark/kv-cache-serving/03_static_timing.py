@@ -12,12 +12,12 @@
 #
 # The timing harness is folded below: `prepared_stores` builds both stores at length $P$ and a `restore()`
 # that puts them back, `step_calls` the three calls, `time_steps` the rotating rounds. The cell after it
-# runs the harness, checks that the two steps agree at every $P$, and draws the table and the figure.
+# runs the harness, checks that the two steps agree at every $P$ and prints the table; a figure of it follows.
 
 # %% [markdown] lang="zh"
 # **计时**：接下来看每一步的耗时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时。每次计时之前，都把存储对象恢复到长度 $P$（`torch.cat` 存储对象换回同一组 $P$ 个位置的张量；静态存储对象把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一个解码步。第三项计时只做 `torch.cat` 解码步中的那些复制，别的什么都不做。于是每个 $P$ 有三项调用。每一轮把所有 $P$ 的所有调用各计时一次，先后顺序逐轮轮换：计时要持续好几秒，其间机器的负载会起伏；交错进行，负载的起伏就会同样地落到每个前缀长度上，而不是只拖慢恰好在繁忙时刻计时的那个 $P$。我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上给出的 logits 都必须在 FP32 容差内一致（两种存储对象交给注意力的内存布局不同）。
 #
-# 计时代码默认折叠在下面：`prepared_stores` 构造长度为 $P$ 的两种存储对象，以及把它们恢复到长度 $P$ 的 `restore()`；`step_calls` 给出三项调用；`time_steps` 按逐轮轮换的顺序计时。再下一个单元格运行这些代码，检查两种解码步在每个 $P$ 上一致，并画出表格和图。
+# 计时代码默认折叠在下面：`prepared_stores` 构造长度为 $P$ 的两种存储对象，以及把它们恢复到长度 $P$ 的 `restore()`；`step_calls` 给出三项调用；`time_steps` 按逐轮轮换的顺序计时。再下一个单元格运行这些代码，检查两种解码步在每个 $P$ 上一致，并列出表格；之后再把表格画成图。
 
 # %% tags=["hide-input"]
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
@@ -102,6 +102,16 @@ say_table([[str(r["prefix"]), f"{r['cat_ms']['p50']:.3f} / {r['cat_ms']['p95']:.
               "`cat` 写入的 K/V（KiB）", "静态缓存写入的 K/V（字节）"])
 assert all(r["logits_agree"] for r in STEP_TIMING)
 
+# %% [markdown] lang="en"
+# The figure plots the table. Left: for each store, the median time of one decode step (marker) with a
+# bar up to its 95th percentile, on a time axis that starts at zero; the two curves lie almost on top of
+# each other. Right, on a finer scale: the difference of the two medians, and the copies of a `torch.cat`
+# step timed on their own (triangles).
+
+# %% [markdown] lang="zh"
+# 下图画的是表中的数。左图：标记是每种存储对象一个解码步耗时的中位数，竖线一直画到第 95 百分位数，时间轴从 0 开始；两条曲线几乎重合。右图纵轴更细：画的是两个中位数之差，以及单独计时的 `torch.cat` 解码步中的复制（三角形）。图中的英文标注：横轴 prefix length P (tokens) 是前缀长度（token 数）；左图纵轴 step time (ms): p50, bar to p95 是解码步耗时（毫秒），标记为 p50，竖线画到 p95；右图纵轴 time (ms) 是时间（毫秒）。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，torch.cat step - static step (p50) 是两种解码步中位数之差，the copies of a torch.cat step, alone (p50) 是单独计时的复制。左右两图的标题 one decode step 和 the difference, magnified 分别是“一个解码步”和“放大后的差值”；总标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
+
+# %%
 cat_p50, static_p50, copies_p50 = (np.array([r[f"{name}_ms"]["p50"] for r in STEP_TIMING]) for name in ("cat", "static", "copies"))
 fig, (ax_step, ax_diff) = plt.subplots(1, 2, figsize=(9, 3.6))
 for name, marker in (("cat", "o"), ("static", "s")):
@@ -130,19 +140,6 @@ fig.tight_layout()
 STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
-shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
-STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p50"], "static_p50_ms": longest["static_ms"]["p50"],
-                "copies_p50_ms": longest["copies_ms"]["p50"], "cat_kib_written": longest["cat_bytes_written"] // 1024,
-                "copies_share_pct": 100 * longest["copies_ms"]["p50"] / longest["cat_ms"]["p50"],
-                "short_prefix": shortest["prefix"], "short_cat_p50_ms": shortest["cat_ms"]["p50"],
-                "short_static_p50_ms": shortest["static_ms"]["p50"], "short_copies_p50_ms": shortest["copies_ms"]["p50"],
-                # [en] Over the whole table: the copies' share of a torch.cat step, the largest gap between the two
-                # [en] medians, and the spread p95 - p50 of a step.
-                # [zh] 针对整张表：复制在 torch.cat 解码步中所占的比例、两个中位数之差的最大值，以及解码步的 p95 - p50。
-                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50)),
-                "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
-                "spread_min_ms": min(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static")),
-                "spread_max_ms": max(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static"))}
 
 # %% [markdown] lang="en"
 # **The lesson first.** In eager mode on this CPU, the copies a static cache saves are a small part of a
@@ -150,12 +147,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # `torch.cat` step took {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of the step's
 # median on this run. The static cache's value lies in its fixed addresses, not in eager speed.
 #
-# The figure plots the table. Left: for each store, the median time of one decode step (marker) with a
-# bar up to its 95th percentile, on a time axis that starts at zero; the two curves lie almost on top of
-# each other. Right, on a finer scale: the difference of the two medians, and the copies of a `torch.cat`
-# step timed on their own (triangles).
-#
-# What the code predicts. A `torch.cat` step allocates two new tensors per layer and copies the whole
+# **What the code predicts.** A `torch.cat` step allocates two new tensors per layer and copies the whole
 # history into them, $P + 1$ positions of K/V ({{run:step.cat_kib_written}} KiB at the longest prefix),
 # so the bytes it copies grow in proportion to $P$ (the time also holds a fixed cost per call): on this run the copies took {{run:step.short_copies_p50_ms:.3f}} ms at
 # $P = {{run:step.short_prefix}}$ and {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$. A static
@@ -176,13 +168,24 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # %% [markdown] lang="zh"
 # **先说结论**：在这台 CPU 上以 eager 模式运行时，静态缓存省下的复制只占解码步的一小部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占这一步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。静态缓存的价值在于固定的地址，而不在 eager 模式下的速度。
 #
-# 上图画的就是表中的数。左图：标记是每种存储对象一个解码步耗时的中位数，竖线一直画到第 95 百分位数，时间轴从 0 开始；两条曲线几乎重合。右图纵轴更细：画的是两个中位数之差，以及单独计时的 `torch.cat` 解码步中的复制（三角形）。图中的英文标注：横轴 prefix length P (tokens) 是前缀长度（token 数）；左图纵轴 step time (ms): p50, bar to p95 是解码步耗时（毫秒），标记为 p50，竖线画到 p95；右图纵轴 time (ms) 是时间（毫秒）。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，torch.cat step - static step (p50) 是两种解码步中位数之差，the copies of a torch.cat step, alone (p50) 是单独计时的复制。左右两图的标题 one decode step 和 the difference, magnified 分别是“一个解码步”和“放大后的差值”；总标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
-#
-# 代码能预言什么：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。复制是两种解码步的主要区别，但不是唯一的区别（静态缓存的解码步交给注意力的是缓冲区的一个切片，而不是新建的张量），所以两个中位数之差不一定等于复制的耗时；本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
+# 按代码推算：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。复制是两种解码步的主要区别，但不是唯一的区别（静态缓存的解码步交给注意力的是缓冲区的一个切片，而不是新建的张量），所以两个中位数之差不一定等于复制的耗时；本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
 #
 # 解码步的耗时在样本之间也有波动：本次运行中，在所有 $P$ 和两种存储对象上，p95 比 p50 高出 {{run:step.spread_min_ms:.3f}} 到 {{run:step.spread_max_ms:.3f}} 毫秒，而复制最多只有 {{run:step.copies_max_ms:.3f}} 毫秒。两个中位数之差如果不超过这个波动，换一次运行就可能变号，所以计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
 
 # %% tags=["prose-values"]
+shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
+STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p50"], "static_p50_ms": longest["static_ms"]["p50"],
+                "copies_p50_ms": longest["copies_ms"]["p50"], "cat_kib_written": longest["cat_bytes_written"] // 1024,
+                "copies_share_pct": 100 * longest["copies_ms"]["p50"] / longest["cat_ms"]["p50"],
+                "short_prefix": shortest["prefix"], "short_cat_p50_ms": shortest["cat_ms"]["p50"],
+                "short_static_p50_ms": shortest["static_ms"]["p50"], "short_copies_p50_ms": shortest["copies_ms"]["p50"],
+                # [en] Over the whole table: the copies' share of a torch.cat step, the largest gap between the two
+                # [en] medians, and the spread p95 - p50 of a step.
+                # [zh] 针对整张表：复制在 torch.cat 解码步中所占的比例、两个中位数之差的最大值，以及解码步的 p95 - p50。
+                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50)),
+                "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
+                "spread_min_ms": min(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static")),
+                "spread_max_ms": max(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static"))}
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
