@@ -88,17 +88,17 @@ else:
 # must be caught, and if that is the mechanism, GPT-2's trap must also agree, within $10^{-10}$, with our
 # decoder run with section 4's broken `arange_positions`.
 #
-# The next cell, folded, runs the three loops and `generate` and checks, in one line: with padding and
-# with `StaticCache`, GPT-2's logits within $10^{-10}$ of ours and its tokens identical (those of
-# `generate` too), the K/V in `StaticCache`'s real slots within $10^{-10}$ of ours, and the trap caught,
-its logits within $10^{-10}$ of our `arange_positions` run.
+# The next cell, folded, runs the three GPT-2 loops, `generate` and our `arange_positions` run, and
+# checks, in one line: with padding and with `StaticCache`, GPT-2's logits within $10^{-10}$ of ours and
+# its tokens identical (those of `generate` too), the K/V in `StaticCache`'s real slots within $10^{-10}$
+# of ours, and the trap caught, its logits within $10^{-10}$ of our `arange_positions` run.
 
 # %% [markdown] lang="zh"
 # 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码和显式的 `position_ids` 交给 GPT-2。`position_ids` 的算法与 transformers 5.23 中 `generate` 的相同（`generation/utils.py` 里的 `_prepare_position_ids_for_generation`）：由注意力掩码按 `cumsum - 1` 算出，填充位取位置 0（第 4 节已经表明填充位取什么位置都没有影响），此后每一步取上一个位置加 1。新的 K/V 写进哪个槽位由缓存自己决定，不由参数指定：`DynamicCache` 接在末尾，`StaticCache` 用计数器 `cumulative_length` 记下已写入的槽位数，接着往后写（`cache_utils.py` 里的 `StaticLayer.update`）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
 #
 # 再用一个陷阱说明这项比较确实能失败：同样的循环，但**不传 `position_ids`**。这时 `GPT2Model.forward`（`models/gpt2/modeling_gpt2.py`）把新 token 的位置取为 `arange(T_new) + cache.get_seq_length()`，即从缓存已有的槽位数接着编号，填充槽位也算在内，于是左填充的行得到的位置比应有的大，多出的正好是它的填充长度。这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来；而且如果机制确实如此，GPT-2 的这个陷阱还必须与我们的解码器换用第 4 节故意写错的 `arange_positions` 后的结果相差不超过 $10^{-10}$。
 #
-# 下一个单元格默认折叠，它运行这三个循环和 `generate`，并核对（一句话概括）：无论是填充还是 `StaticCache`，GPT-2 的 logits 与我们的相差都不超过 $10^{-10}$，token 完全相同（`generate` 的 token 也是）；`StaticCache` 真实槽位上的 K/V 与我们的相差不超过 $10^{-10}$；陷阱被查出，而且它的 logits 与我们 `arange_positions` 那次运行的相差不超过 $10^{-10}$。
+# 下一个单元格默认折叠，它运行 GPT-2 的三个循环、`generate` 以及我们 `arange_positions` 的那次运行，并核对（一句话概括）：无论是填充还是 `StaticCache`，GPT-2 的 logits 与我们的相差都不超过 $10^{-10}$，token 完全相同（`generate` 的 token 也是）；`StaticCache` 真实槽位上的 K/V 与我们的相差不超过 $10^{-10}$；陷阱被查出，而且它的 logits 与我们 `arange_positions` 那次运行的相差不超过 $10^{-10}$。
 
 # %%
 @torch.inference_mode()
