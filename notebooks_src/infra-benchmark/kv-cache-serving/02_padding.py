@@ -228,10 +228,10 @@ def generate_alone(model, prompt, steps=DECODE_STEPS):
 # prompt alone, unpadded, followed by the tokens it generated alone: within $10^{-5}$ in FP32 and
 # $10^{-10}$ in FP64 (`atol = rtol`, as in the first notebook). The greedy tokens must be identical. A
 # NaN anywhere fails the check (`allclose` treats NaN as unequal). The FP64 run converts the same
-# weights. `compare`, one of the helpers of section 1, makes the comparison.
+# weights. `compare`, a helper folded in section 1, makes the comparison.
 
 # %% [markdown] lang="zh"
-# **判据**：每一行在真实位置上的 logits（预填充加上全部 20 个解码步；提示有 $n$ 个 token 时共 $n + 20$ 个位置）必须等于完整重算的结果。完整重算的输入是该提示单独一条、不加填充，后面接上它单独运行时生成的 token；容差在 FP32 下为 $10^{-5}$，在 FP64 下为 $10^{-10}$（`atol = rtol`，与第一份笔记本相同）。贪心生成的 token 必须完全一致。任何位置出现 NaN 都算失败（`allclose` 认为 NaN 与任何值都不相等）。FP64 运行用的还是同一份权重，只是转换成了 FP64。比较由第 1 节的小工具 `compare` 完成。
+# **判据**：每一行在真实位置上的 logits（预填充加上全部 20 个解码步；提示有 $n$ 个 token 时共 $n + 20$ 个位置）必须等于完整重算的结果。完整重算的输入是该提示单独一条、不加填充，后面接上它单独运行时生成的 token；容差在 FP32 下为 $10^{-5}$，在 FP64 下为 $10^{-10}$（`atol = rtol`，与第一份笔记本相同）。贪心生成的 token 必须完全一致。任何位置出现 NaN 都算失败（`allclose` 认为 NaN 与任何值都不相等）。FP64 运行用的还是同一份权重，只是转换成了 FP64。比较由第 1 节折叠起来的小工具 `compare` 完成。
 
 # %%
 def in_dtype(model, dtype):

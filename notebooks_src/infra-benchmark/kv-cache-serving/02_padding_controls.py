@@ -3,13 +3,17 @@
 # instead of 0, must give **bit-identical** logits at real positions. The padding keys' scores are
 # replaced by $-\infty$ before the softmax, their weights are exactly 0, and $0 \cdot v = 0$ for any
 # finite $v$. Every other number in the computation is unchanged, and so are the shape and memory layout
-# of every call, so each kernel repeats the very same arithmetic: this equality holds on any machine, which
-# is why we may ask for it bit for bit. A row that holds no token at all (an empty slot of the batch) is
+# of every call. What this needs of the kernels: that each is deterministic and adds up its sums in an
+# order fixed by the shapes and layout it is given, never by the values, so that the real positions go
+# through the very same arithmetic. The CPU kernels this run calls, pinned to one thread, behave this way,
+# which is why we ask for the equality bit for bit (the cell checks it on your machine); a kernel that
+# picked its order from the data, or split a sum among threads differently from one call to the next,
+# could change the last bits. A row that holds no token at all (an empty slot of the batch) is
 # padding from end to end: the guard keeps it finite as well, and the other rows do not notice it (here
 # the comparison uses the tolerance, since the batch around them holds other numbers).
 
 # %% [markdown] lang="zh"
-# 填充位里放什么，不应产生任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$。计算中其余的数一个都没变，每次调用的形状和内存布局也都不变，所以每个内核执行的运算与原来完全一样。这个相等关系在任何机器上都成立，所以这里可以要求逐比特相同。一个 token 都没有的行（batch 中的空位）从头到尾都是填充位：`guard_empty_rows` 同样让它保持有限值，其他行也察觉不到它的存在（这里用容差比较，因为它们所在的 batch 里装的是别的数）。
+# 填充位里放什么，不应产生任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$。计算中其余的数一个都没变，每次调用的形状和内存布局也都不变。这对内核的要求是：每个内核都是确定性的，累加的顺序只由传给它的形状和内存布局决定，与数值无关，这样真实位置经过的运算就与原来完全一样。本次运行调用的 CPU 内核限定在一个线程上，满足这个要求，所以这里要求逐比特相同（单元格会在你的机器上核对）；如果某个内核按数据选择累加顺序，或者每次调用时把一个求和在线程之间拆分的方式不同，最后几位就可能改变。一个 token 都没有的行（batch 中的空位）从头到尾都是填充位：`guard_empty_rows` 同样让它保持有限值，其他行也察觉不到它的存在（这里用容差比较，因为它们所在的 batch 里装的是别的数）。
 
 # %%
 with torch.inference_mode():
@@ -93,7 +97,7 @@ PADDING_CONTROLS = {
     "no_empty_row_guard": dict(CORRECT_RULES, mask=no_guard),
 }
 PADDING_CONTROL_RUNS = {name: check_padded(model, torch.float32, rules) for name, rules in PADDING_CONTROLS.items()}
-say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}", f"`{r['tokens_identical']}`", f"`{r['finite']}`", f"`{not r['passed']}`"]
+say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}".replace("nan", "NaN"), f"`{r['tokens_identical']}`", f"`{r['finite']}`", f"`{not r['passed']}`"]
            for name, r in PADDING_CONTROL_RUNS.items()],
           en=["broken variant", "max abs logit error", "tokens identical", "finite", "caught"],
           zh=["改坏的版本", "logits 的最大绝对误差", "token 一致", "数值有限", "查出"])

@@ -124,7 +124,7 @@ def check_reuse_static(reset: bool) -> dict:
 REUSE_WITH_RESET = check_reuse_static(reset=True)
 STATIC_CONTROLS = {"write_at_offset_plus_one": check_static(OffByOneStore(cfg, len(PROMPTS), T_MAX)),
                    "reuse_without_reset": check_reuse_static(reset=False)}
-say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}", f"`{r['finite']}`", f"`{r['close']}`"]
+say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}".replace("nan", "NaN"), f"`{r['finite']}`", f"`{r['close']}`"]
            for name, r in {"reset()": REUSE_WITH_RESET, **STATIC_CONTROLS}.items()],
           en=["variant", "max abs logit error vs `torch.cat`", "finite", "within tolerance"],
           zh=["版本", "与 `torch.cat` 相比 logits 的最大绝对误差", "数值有限", "在容差之内"])

@@ -12,12 +12,12 @@
 #
 # The timing harness is folded below: `prepared_stores` builds both stores at length $P$ and a `restore()`
 # that puts them back, `step_calls` the three calls, `time_steps` the rotating rounds. The cell after it
-# runs the harness, checks that the two steps agree at every $P$, and draws the table and the figure.
+# runs the harness, checks that the two steps agree at every $P$ and prints the table; a figure of it follows.
 
 # %% [markdown] lang="zh"
 # **计时**：接下来看每一步的耗时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时。每次计时之前，都把存储对象恢复到长度 $P$（`torch.cat` 存储对象换回同一组 $P$ 个位置的张量；静态存储对象把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一个解码步。第三项计时只做 `torch.cat` 解码步中的那些复制，别的什么都不做。于是每个 $P$ 有三项调用。每一轮把所有 $P$ 的所有调用各计时一次，先后顺序逐轮轮换：计时要持续好几秒，其间机器的负载会起伏；交错进行，负载的起伏就会同样地落到每个前缀长度上，而不是只拖慢恰好在繁忙时刻计时的那个 $P$。我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上给出的 logits 都必须在 FP32 容差内一致（两种存储对象交给注意力的内存布局不同）。
 #
-# 计时代码默认折叠在下面：`prepared_stores` 构造长度为 $P$ 的两种存储对象，以及把它们恢复到长度 $P$ 的 `restore()`；`step_calls` 给出三项调用；`time_steps` 按逐轮轮换的顺序计时。再下一个单元格运行这些代码，检查两种解码步在每个 $P$ 上一致，并画出表格和图。
+# 计时代码默认折叠在下面：`prepared_stores` 构造长度为 $P$ 的两种存储对象，以及把它们恢复到长度 $P$ 的 `restore()`；`step_calls` 给出三项调用；`time_steps` 按逐轮轮换的顺序计时。再下一个单元格运行这些代码，检查两种解码步在每个 $P$ 上一致，并列出表格；之后再把表格画成图。
 
 # %% tags=["hide-input"]
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
@@ -102,6 +102,16 @@ say_table([[str(r["prefix"]), f"{r['cat_ms']['p50']:.3f} / {r['cat_ms']['p95']:.
               "`cat` 写入的 K/V（KiB）", "静态缓存写入的 K/V（字节）"])
 assert all(r["logits_agree"] for r in STEP_TIMING)
 
+# %% [markdown] lang="en"
+# The figure plots the table. Left: for each store, the median time of one decode step (marker) with a
+# bar up to its 95th percentile, on a time axis that starts at zero; the two curves lie almost on top of
+# each other. Right, on a finer scale: the difference of the two medians, and the copies of a `torch.cat`
+# step timed on their own (triangles).
+
+# %% [markdown] lang="zh"
+# 下图画的是表中的数。左图：标记是每种存储对象一个解码步耗时的中位数，竖线一直画到第 95 百分位数，时间轴从 0 开始；两条曲线几乎重合。右图纵轴更细：画的是两个中位数之差，以及单独计时的 `torch.cat` 解码步中的复制（三角形）。图中的英文标注：横轴 prefix length P (tokens) 是前缀长度（token 数）；左图纵轴 step time (ms): p50, bar to p95 是解码步耗时（毫秒），标记为 p50，竖线画到 p95；右图纵轴 time (ms) 是时间（毫秒）。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，torch.cat step - static step (p50) 是两种解码步中位数之差，the copies of a torch.cat step, alone (p50) 是单独计时的复制。左右两图的标题 one decode step 和 the difference, magnified 分别是“一个解码步”和“放大后的差值”；总标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
+
+# %%
 cat_p50, static_p50, copies_p50 = (np.array([r[f"{name}_ms"]["p50"] for r in STEP_TIMING]) for name in ("cat", "static", "copies"))
 fig, (ax_step, ax_diff) = plt.subplots(1, 2, figsize=(9, 3.6))
 for name, marker in (("cat", "o"), ("static", "s")):
@@ -130,19 +140,6 @@ fig.tight_layout()
 STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
-shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
-STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p50"], "static_p50_ms": longest["static_ms"]["p50"],
-                "copies_p50_ms": longest["copies_ms"]["p50"], "cat_kib_written": longest["cat_bytes_written"] // 1024,
-                "copies_share_pct": 100 * longest["copies_ms"]["p50"] / longest["cat_ms"]["p50"],
-                "short_prefix": shortest["prefix"], "short_cat_p50_ms": shortest["cat_ms"]["p50"],
-                "short_static_p50_ms": shortest["static_ms"]["p50"], "short_copies_p50_ms": shortest["copies_ms"]["p50"],
-                # [en] Over the whole table: the copies' share of a torch.cat step, the largest gap between the two
-                # [en] medians, and the spread p95 - p50 of a step.
-                # [zh] 针对整张表：复制在 torch.cat 解码步中所占的比例、两个中位数之差的最大值，以及解码步的 p95 - p50。
-                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50)),
-                "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
-                "spread_min_ms": min(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static")),
-                "spread_max_ms": max(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static"))}
 
 # %% [markdown] lang="en"
 # **The lesson first.** In eager mode on this CPU, the copies a static cache saves are a small part of a
@@ -150,12 +147,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # `torch.cat` step took {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of the step's
 # median on this run. The static cache's value lies in its fixed addresses, not in eager speed.
 #
-# The figure plots the table. Left: for each store, the median time of one decode step (marker) with a
-# bar up to its 95th percentile, on a time axis that starts at zero; the two curves lie almost on top of
-# each other. Right, on a finer scale: the difference of the two medians, and the copies of a `torch.cat`
-# step timed on their own (triangles).
-#
-# What the code predicts. A `torch.cat` step allocates two new tensors per layer and copies the whole
+# **What the code predicts.** A `torch.cat` step allocates two new tensors per layer and copies the whole
 # history into them, $P + 1$ positions of K/V ({{run:step.cat_kib_written}} KiB at the longest prefix),
 # so the bytes it copies grow in proportion to $P$ (the time also holds a fixed cost per call): on this run the copies took {{run:step.short_copies_p50_ms:.3f}} ms at
 # $P = {{run:step.short_prefix}}$ and {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$. A static
@@ -176,13 +168,24 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # %% [markdown] lang="zh"
 # **先说结论**：在这台 CPU 上以 eager 模式运行时，静态缓存省下的复制只占解码步的一小部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占这一步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。静态缓存的价值在于固定的地址，而不在 eager 模式下的速度。
 #
-# 上图画的就是表中的数。左图：标记是每种存储对象一个解码步耗时的中位数，竖线一直画到第 95 百分位数，时间轴从 0 开始；两条曲线几乎重合。右图纵轴更细：画的是两个中位数之差，以及单独计时的 `torch.cat` 解码步中的复制（三角形）。图中的英文标注：横轴 prefix length P (tokens) 是前缀长度（token 数）；左图纵轴 step time (ms): p50, bar to p95 是解码步耗时（毫秒），标记为 p50，竖线画到 p95；右图纵轴 time (ms) 是时间（毫秒）。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，torch.cat step - static step (p50) 是两种解码步中位数之差，the copies of a torch.cat step, alone (p50) 是单独计时的复制。左右两图的标题 one decode step 和 the difference, magnified 分别是“一个解码步”和“放大后的差值”；总标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
-#
-# 代码能预言什么：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。复制是两种解码步的主要区别，但不是唯一的区别（静态缓存的解码步交给注意力的是缓冲区的一个切片，而不是新建的张量），所以两个中位数之差不一定等于复制的耗时；本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
+# 按代码推算：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。复制是两种解码步的主要区别，但不是唯一的区别（静态缓存的解码步交给注意力的是缓冲区的一个切片，而不是新建的张量），所以两个中位数之差不一定等于复制的耗时；本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
 #
 # 解码步的耗时在样本之间也有波动：本次运行中，在所有 $P$ 和两种存储对象上，p95 比 p50 高出 {{run:step.spread_min_ms:.3f}} 到 {{run:step.spread_max_ms:.3f}} 毫秒，而复制最多只有 {{run:step.copies_max_ms:.3f}} 毫秒。两个中位数之差如果不超过这个波动，换一次运行就可能变号，所以计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
 
 # %% tags=["prose-values"]
+shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
+STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p50"], "static_p50_ms": longest["static_ms"]["p50"],
+                "copies_p50_ms": longest["copies_ms"]["p50"], "cat_kib_written": longest["cat_bytes_written"] // 1024,
+                "copies_share_pct": 100 * longest["copies_ms"]["p50"] / longest["cat_ms"]["p50"],
+                "short_prefix": shortest["prefix"], "short_cat_p50_ms": shortest["cat_ms"]["p50"],
+                "short_static_p50_ms": shortest["static_ms"]["p50"], "short_copies_p50_ms": shortest["copies_ms"]["p50"],
+                # [en] Over the whole table: the copies' share of a torch.cat step, the largest gap between the two
+                # [en] medians, and the spread p95 - p50 of a step.
+                # [zh] 针对整张表：复制在 torch.cat 解码步中所占的比例、两个中位数之差的最大值，以及解码步的 p95 - p50。
+                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50)),
+                "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
+                "spread_min_ms": min(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static")),
+                "spread_max_ms": max(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static"))}
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
@@ -192,26 +195,48 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # times each operator was called and its self time. Self time is the time in the operator itself, not in
 # the operators it calls; we take the median time of one call times the calls per step, so that a call
 # stalled by another process on the machine does not count. The table lists the operators that took longest
-# in the `torch.cat` step, and the line under it the total over all operators. The profiler adds a
+# in the `torch.cat` step, with `aten::cat` and `aten::copy_` always among them, and the lines under it the
+# total over all operators and how far apart the two columns are for the same operator. The profiler adds a
 # little bookkeeping to every call, so read the times as shares of a step rather than as exact durations.
 #
-# In this run a `torch.cat` step called {{run:profile.cat_calls:.0f}} operators and a static step
-# {{run:profile.static_calls:.0f}}. The {{run:profile.cat_ops:.0f}} concatenations of the `torch.cat` step
-# (`aten::cat`: K and V in each layer, and the padding mask) took {{run:profile.cat_us:.0f}} µs of the
-# {{run:profile.cat_total_us:.0f}} µs that all its operators took together. The rest of both steps is the same
-# few hundred small operators: the linear layers, the LayerNorms, the attention's products, softmax and
-# masking, and many views and reshapes, each costing microseconds of dispatch for very little arithmetic
-# on a model this small. Per-call overhead, not arithmetic, is where such a step spends its time. On a GPU
-# with a large model the picture changes: a decode step reads every weight and the whole cache for little
-# arithmetic, so it is bound by memory bandwidth, and the copies of a `torch.cat` cache become extra memory
-# traffic on the critical path.
+# **The counts.** In this run a `torch.cat` step called {{run:profile.cat_calls:.0f}} operators and a
+# static step {{run:profile.static_calls:.0f}}. Two of the differences the code predicts, and the cell checks
+# them: the {{run:profile.cat_ops:.0f}} concatenations of the `torch.cat` step (`aten::cat`: K and V in each
+# layer, and the padding mask) are missing from the static step, which instead calls `aten::copy_`
+# {{run:profile.copy_extra:.0f}} more times ({{run:profile.static_copies:.0f}} against
+# {{run:profile.cat_copies:.0f}}): its in-place writes of K and V in each layer and of the new slot of the
+# padding mask. The rest of a step is a few hundred small operators: the linear layers, the LayerNorms,
+# the attention's products, softmax and masking, and many views and reshapes, each doing very little
+# arithmetic on a model this small ({{run:profile.us_per_op:.1f}} µs per operator on average in the
+# `torch.cat` step on this run). Per-call overhead, not arithmetic, is where such a step spends its time.
+#
+# **The times, and what they cannot resolve.** The concatenations took {{run:profile.cat_us:.0f}} µs of the
+# {{run:profile.cat_total_us:.0f}} µs of the `torch.cat` step, and the static step's operators took
+# {{run:profile.static_total_us:.0f}} µs together on this run. Does the difference of the two totals equal
+# the concatenations' time, less the extra copies? The table shows why this profile cannot say: operators that do the same arithmetic on the same shapes in
+# both steps, called as often (`aten::addmm`, `aten::gelu`, ...), differ between the two columns: on this
+# run the static column's time was {{run:profile.same_op_diff_min_pct:+.0f}}% to
+# {{run:profile.same_op_diff_max_pct:+.0f}}% off the `torch.cat` column's. Such differences come from the measurement
+# (the load of the machine, the processor's caches, the profiler's own bookkeeping), not from the code,
+# and summed over a few hundred operators they can be as large as the concatenations themselves, in
+# either direction. So this profile shows what a step is made of,
+# and how much each part costs roughly; it cannot tell which of the two steps is faster. The medians of
+# the timing above compare whole steps.
+#
+# On a GPU with a large model the picture changes: a decode step reads every weight and the whole cache
+# for little arithmetic, so it is bound by memory bandwidth, and the copies of a `torch.cat` cache become
+# extra memory traffic on the critical path.
 #
 # The profiling code is folded below; its table and the totals under it are the output to read.
 
 # %% [markdown] lang="zh"
-# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子，表下的一行是全部算子的合计。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
+# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子（`aten::cat` 和 `aten::copy_` 总在其中），表下两行分别是全部算子的合计，以及同一个算子在两栏之间的耗时相差多少。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
 #
-# 本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）耗时 {{run:profile.cat_us:.0f}} 微秒，而这一步的全部算子合计耗时 {{run:profile.cat_total_us:.0f}} 微秒。两种解码步的其余部分完全相同，都是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算，却要花几微秒的分派开销。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **调用次数**：本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。其中两处不同是代码能推算出来的，单元格也会核对：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（{{run:profile.static_copies:.0f}} 次，`torch.cat` 解码步为 {{run:profile.cat_copies:.0f}} 次），也就是在原处写入每一层的 K 和 V，以及填充掩码中新的槽位。解码步的其余部分是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算（本次运行中，`torch.cat` 解码步平均每个算子 {{run:profile.us_per_op:.1f}} 微秒）。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。
+#
+# **耗时，以及它分辨不了的东西**：拼接耗时 {{run:profile.cat_us:.0f}} 微秒，`torch.cat` 解码步的全部算子合计 {{run:profile.cat_total_us:.0f}} 微秒；静态缓存的解码步在本次运行中全部算子合计 {{run:profile.static_total_us:.0f}} 微秒。两个合计之差，是否等于拼接的耗时减去多出的复制？表中就能看出这份性能分析为什么回答不了：在两种解码步中做同样运算、形状相同、调用次数也相同的算子（`aten::addmm`、`aten::gelu` 等），两栏的耗时并不相同：本次运行中，静态缓存一栏与 `torch.cat` 一栏相差 {{run:profile.same_op_diff_min_pct:+.0f}}% 到 {{run:profile.same_op_diff_max_pct:+.0f}}%。这种差别来自测量（机器的负载、处理器的缓存、性能分析器自己的记录开销），而不是来自代码；几百个算子加在一起，这种差别可能与拼接本身的耗时一样大，正负都有可能。所以这份性能分析能说明一个解码步由哪些部分组成、各部分大致花多少时间，却分辨不出两种解码步哪个更快；比较整个解码步，要看上面计时得到的中位数。
+#
+# 换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
 #
 # 性能分析的代码默认折叠在下面；要看的是它输出的表格和表下的合计。
 
@@ -249,18 +274,35 @@ def profile_step(prefix_len) -> dict:
 
 PROFILE = profile_step(STEP_PREFIXES[-1])
 top = sorted(PROFILE["cat"], key=lambda op: -PROFILE["cat"][op][1])[:8]
-top += ["aten::cat"] if "aten::cat" not in top else []
+top += [op for op in ("aten::cat", "aten::copy_") if op not in top]
 totals = {name: (sum(c for c, _ in ops.values()), sum(t for _, t in ops.values())) for name, ops in PROFILE.items()}
 profile_rows = [[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[i]:{fmt}}" for name in ("cat", "static") for i, fmt in ((0, ".0f"), (1, ".1f")))]
                 for op in top]
 say_table(profile_rows,
-          en=["operator", "`torch.cat` step: calls", "self time (µs)", "static step: calls", "self time (µs)"],
-          zh=["算子", "`torch.cat` 解码步：调用次数", "自身耗时（微秒）", "静态缓存解码步：调用次数", "自身耗时（微秒）"])
+          en=["operator", "`torch.cat` step: calls", "`torch.cat` step: self time (µs)", "static step: calls", "static step: self time (µs)"],
+          zh=["算子", "`torch.cat` 解码步：调用次数", "`torch.cat` 解码步：自身耗时（微秒）", "静态缓存解码步：调用次数", "静态缓存解码步：自身耗时（微秒）"])
 say(en=f"All operators together: {totals['cat'][0]:.0f} calls and {totals['cat'][1]:.1f} µs in a `torch.cat` step, "
        f"{totals['static'][0]:.0f} calls and {totals['static'][1]:.1f} µs in a static step.",
     zh=f"全部算子合计：`torch.cat` 解码步调用 {totals['cat'][0]:.0f} 次，耗时 {totals['cat'][1]:.1f} 微秒；"
        f"静态缓存解码步调用 {totals['static'][0]:.0f} 次，耗时 {totals['static'][1]:.1f} 微秒。")
+# [en] The counts the code predicts: no concatenation in a static step, one in-place copy in its place (K and V
+# [en] in each layer, and the mask's new slot).
+# [zh] 代码推算出的调用次数：静态缓存的解码步没有拼接，每次拼接都换成一次原处复制（每层的 K 和 V，以及掩码的新槽位）。
+copies = {name: PROFILE[name].get("aten::copy_", (0, 0))[0] for name in PROFILE}
+assert PROFILE["cat"]["aten::cat"][0] == 2 * cfg.layers + 1 and PROFILE["static"].get("aten::cat", (0, 0))[0] == 0
+assert copies["static"] - copies["cat"] == 2 * cfg.layers + 1
+# [en] Operators in the table doing the same arithmetic in both steps, as often: how far apart their two times are.
+# [zh] 表中在两种解码步里做同样运算、调用次数也相同的算子：两栏耗时相差多少。
+same_ops = [op for op in top if op not in ("aten::cat", "aten::copy_") and PROFILE["cat"][op][0] == PROFILE["static"].get(op, (0, 0))[0]]
+same_op_diff_pct = [100 * (PROFILE["static"][op][1] / PROFILE["cat"][op][1] - 1) for op in same_ops]
+say(en=f"Operators of the table called as often in both steps ({', '.join(f'`{op}`' for op in same_ops)}): "
+       f"the static column's time is {min(same_op_diff_pct):+.0f}% to {max(same_op_diff_pct):+.0f}% off the `torch.cat` column's.",
+    zh=f"表中在两种解码步里调用次数相同的算子（{'、'.join(f'`{op}`' for op in same_ops)}）："
+       f"静态缓存一栏的耗时与 `torch.cat` 一栏相差 {min(same_op_diff_pct):+.0f}% 到 {max(same_op_diff_pct):+.0f}%。")
 
 # %% tags=["prose-values"]
 {"profile": {"steps": PROFILE_STEPS, "cat_calls": totals["cat"][0], "static_calls": totals["static"][0],
-             "cat_ops": PROFILE["cat"]["aten::cat"][0], "cat_us": PROFILE["cat"]["aten::cat"][1], "cat_total_us": totals["cat"][1]}}
+             "cat_ops": PROFILE["cat"]["aten::cat"][0], "cat_us": PROFILE["cat"]["aten::cat"][1], "cat_total_us": totals["cat"][1],
+             "static_total_us": totals["static"][1], "cat_copies": copies["cat"], "static_copies": copies["static"],
+             "copy_extra": copies["static"] - copies["cat"], "us_per_op": totals["cat"][1] / totals["cat"][0],
+             "same_op_diff_min_pct": min(same_op_diff_pct), "same_op_diff_max_pct": max(same_op_diff_pct)}}

@@ -7,47 +7,13 @@
 # blocks are reused; this criterion checks that nothing goes wrong when they are. Section 8 runs the same
 # loop on a longer stream and looks at what it buys.
 #
-# Here six requests with different prompt and output lengths share a pool of only 24 blocks of 4
-# positions, at most three running at a time. A request's **reservation** is the most blocks it can ever
-# hold: its prompt plus its output minus one (the last token's K/V is never stored), rounded up to whole
-# blocks (`blocks_needed` above). A waiting request is admitted when it has arrived, fewer than three
-# requests are running, and its reservation plus the reservations of the running requests is at most
-# the 24 blocks of the pool. The rule compares reservations, not free blocks: the pool may hold free
-# blocks and still refuse a request, because the running requests may still need them; in exchange the
-# pool can never run out in the middle of a request. Requests are admitted first come, first served: in
-# order of arrival (ties by request number), and a request never overtakes the one ahead of it, even if
-# it would fit.
-#
-# `serve` is this loop, written for any cache with the interface above: `prefill` runs a new request's
-# prompt on its own, then `decode_step` gives every running request one token in one batched call.
-# `serve` pauses (`yield`) at each iteration's peak, after its decode step and before finished requests
-# leave, and hands over what it decided; `watch` uses the pause to look at the pool.
-#
-# The checks, in two groups:
-#
-# * **the numbers**: the paged run must equal, bit for bit, the same schedule over the contiguous cache
-#   (the same calls on the same inputs, as in the first criterion), and every request's tokens must equal
-#   what it generates alone;
-# * **the bookkeeping**: at each iteration's peak no request holds more blocks than were reserved for it,
-#   blocks used earlier are handed out again, and at the end every block is back in the pool.
-#
-# The scheduler's own promises (never more than three running, first come first served, no request kept
-# waiting without a reason) no logit can reveal, since a request's logits are the same whenever it runs.
-# Section 8 audits them, on this run and on its longer stream.
+# The two model calls of the loop come first: `prefill` runs a new request's prompt on its own, and
+# `decode_step` gives every running request one token in one batched call.
 
 # %% [markdown] lang="zh"
 # **第二条判据：物理块能归还、能复用**。请求到达和完成的时刻各不相同，推理服务不会等一整个 batch 都结束才开始处理新请求（提前结束的行只能闲着），而是采用**连续批处理**：循环的每次迭代中，等待的请求加入，为当前所有请求执行一个解码步，已经生成完全部 token 的请求离开并归还它的物理块。之后加入的请求拿到的正是这些物理块，物理块因此被复用；这条判据检查的就是复用时不出错。第 8 节会用同一个循环处理一个更长的请求流，看看它带来了什么。
 #
-# 这里六个请求的提示长度和输出长度各不相同，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。一个请求的**预留量**是它最多会持有的物理块数：提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。等待中的请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于三个；它的预留量加上运行中各请求的预留量不超过池中的 24 个物理块。这条规则比较的是预留量，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。
-#
-# `serve` 就是这个循环，适用于任何具有上述接口的缓存：`prefill` 单独处理新请求的提示，随后 `decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。`serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来；`watch` 趁这个暂停查看池的状态。
-#
-# 检查分为两组：
-#
-# * **数值**：分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同（与第一条判据一样，这是同样的输入上的同样的调用），而且每个请求生成的 token 都必须与它单独运行时完全相同；
-# * **记账**：在每次迭代的峰值时刻，没有哪个请求持有的物理块超过为它预留的数量；先前用过的物理块会被再次分配出去；运行结束时，所有物理块都已回到池中。
-#
-# 调度器自己的承诺（同时运行的请求从不超过三个、先来先服务、没有请求无故等待），任何 logits 都反映不出来，因为一个请求无论何时运行，logits 都一样。第 8 节会在这次运行和它那个更长的请求流上逐项核查这些承诺。
+# 先看循环中的两次模型调用：`prefill` 单独处理新请求的提示，`decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。
 
 # %%
 def prefill(model, cache, request):
@@ -70,10 +36,24 @@ def decode_step(model, cache, requests):
         r.tokens.append(int(logits[row, -1].argmax()))
 
 # %% [markdown] lang="en"
-# The loop itself. A `for` loop over `serve(...)` runs it.
+# The loop itself, `serve`, written for any cache with the interface above. Its **admission rule**, which
+# section 8 uses as well, rests on a request's **reservation**: the most blocks it can ever hold, its
+# prompt plus its output minus one (the last token's K/V is never stored), rounded up to whole blocks
+# (`blocks_needed` above). A waiting request is admitted when it has arrived, fewer than `max_batch`
+# requests are running, and its reservation plus the reservations of the running requests is at most
+# the `num_blocks` of the pool. The rule compares reservations, not free blocks: the pool may hold free
+# blocks and still refuse a request, because the running requests may still need them; in exchange the
+# pool can never run out in the middle of a request. Requests are admitted first come, first served: in
+# order of arrival (ties by request number), and a request never overtakes the one ahead of it, even if
+# it would fit.
+#
+# `serve` pauses (`yield`) at each iteration's peak, after its decode step and before finished requests
+# leave, and hands over what it decided; a `for` loop over `serve(...)` runs it.
 
 # %% [markdown] lang="zh"
-# 下面是循环本身。用 `for` 循环遍历 `serve(...)` 就能运行它。
+# 下面是循环本身 `serve`，适用于任何具有上述接口的缓存。它的**接纳规则**（第 8 节也用它）建立在请求的**预留量**之上：预留量是一个请求最多会持有的物理块数，即提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。等待中的请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于 `max_batch` 个；它的预留量加上运行中各请求的预留量不超过池中的 `num_blocks` 个物理块。这条规则比较的是预留量，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。
+#
+# `serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来。用 `for` 循环遍历 `serve(...)` 就能运行它。
 
 # %%
 def serve(model, cache, requests, num_blocks, block_size, max_batch):
@@ -150,14 +130,29 @@ def request_logits(request):
     return torch.cat(request.logits)                                    # [prompt + max_new - 1, vocab]
 
 # %% [markdown] lang="en"
-# The six requests of this criterion, all arriving at once, and `check_reuse`, which serves them over a
-# given pool and over a contiguous cache and gathers every check of the criterion. In one line: the
-# paged run equals the contiguous one bit for bit, each request's tokens equal its alone run, some blocks
-# are handed out twice, no request exceeds its reservation, and all blocks come back. The code is folded;
-# the table it prints follows.
+# The six requests of this criterion, with different prompt and output lengths, all arrive at once and
+# share a pool of only 24 blocks of 4 positions, at most three running at a time. `check_reuse` serves
+# them over a given pool and over a contiguous cache and gathers the checks of the criterion, in two
+# groups:
+#
+# * **the numbers**: the paged run must equal, bit for bit, the same schedule over the contiguous cache
+#   (the same calls on the same inputs, as in the first criterion), and every request's tokens must equal
+#   what it generates alone;
+# * **the bookkeeping**: at each iteration's peak no request holds more blocks than were reserved for it,
+#   blocks used earlier are handed out again, and at the end every block is back in the pool.
+#
+# The scheduler's own promises (never more than three running, first come first served, no request kept
+# waiting without a reason) no logit can reveal, since a request's logits are the same whenever it runs.
+# Section 8 audits them, on this run and on its longer stream. The code is folded; the table it prints
+# follows.
 
 # %% [markdown] lang="zh"
-# 下面是本判据的六个请求（全部同时到达），以及 `check_reuse`：它让这些请求分别在给定的池和连续缓存上运行，并汇总本判据的每一项检查。一句话概括：分页缓存的运行结果与连续缓存逐比特相同，每个请求的 token 与单独运行时相同，有物理块被再次分配，没有请求超出预留量，所有物理块最后都回到池中。代码默认折叠，下面紧接着是它打印的表格。
+# 本判据的六个请求提示长度和输出长度各不相同，全部同时到达，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。`check_reuse` 让这些请求分别在给定的池和连续缓存上运行，并汇总本判据的各项检查，分为两组：
+#
+# * **数值**：分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同（与第一条判据一样，这是同样的输入上的同样的调用），而且每个请求生成的 token 都必须与它单独运行时完全相同；
+# * **记账**：在每次迭代的峰值时刻，没有哪个请求持有的物理块超过为它预留的数量；先前用过的物理块会被再次分配出去；运行结束时，所有物理块都已回到池中。
+#
+# 调度器自己的承诺（同时运行的请求从不超过三个、先来先服务、没有请求无故等待），任何 logits 都反映不出来，因为一个请求无论何时运行，logits 都一样。第 8 节会在这次运行和它那个更长的请求流上逐项核查这些承诺。代码默认折叠，下面紧接着是它打印的表格。
 
 # %% tags=["hide-input"]
 # [en] (prompt tokens, output tokens, arrival iteration)

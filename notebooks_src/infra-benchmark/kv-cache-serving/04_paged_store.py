@@ -2,18 +2,21 @@
 # **The block pool.** `BlockPool` holds, per layer, one tensor for K and one for V of shape
 # `[num_blocks, block_size, H, Dh]`, addressed as `block * block_size + slot`. Each physical block records
 # how many of its slots are filled (its fill count) and how many sequences hold it (its reference count),
-# so that sequences can share blocks. (vLLM's blocks keep a reference count too, and a block hash for
-# prefix caching; how many slots of a sequence's last block are filled, vLLM derives from the number of
-# tokens the request has computed, so a block needs no fill count of its own there.) `hold` counts one more holder and
-# `release` one fewer; a block whose reference count drops to 0 goes to `reclaim`, which empties it and
+# so that sequences can share blocks. `hold` counts one more holder and `release` one fewer; a block whose reference count drops to 0 goes to `reclaim`, which empties it and
 # puts it back on the free list (a subclass may keep it instead: a prefix cache keeps its K/V for later
 # requests). Two test instruments: the pool starts filled with NaN, and a released
 # block is filled with NaN again (a real engine would not spend the time), so any read of a slot the
 # reader did not write turns the logits into NaN. The free list is shuffled with a seeded generator, so
 # block tables are random, not consecutive. A pool with no free block raises a `RuntimeError`.
+#
+# *An aside, how vLLM differs:* its blocks keep a reference count too, and a block hash for prefix
+# caching; how many slots of a sequence's last block are filled, vLLM derives from the number of tokens
+# the request has computed, so a block needs no fill count of its own there.
 
 # %% [markdown] lang="zh"
-# **物理块池**：`BlockPool` 在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。每个物理块记录自己已填了多少个槽位（已填计数），以及有几条序列持有它（引用计数），这样多条序列才能共享物理块。（vLLM 的物理块同样记录引用计数，为前缀缓存（prefix caching）还记录块哈希；序列最后一个物理块填到了第几个槽位，vLLM 由请求已计算的 token 数推出，所以它的物理块本身不需要已填计数。）`hold` 把持有者数加一，`release` 把它减一；引用计数降到 0 的物理块交给 `reclaim`，由它清空这个物理块并放回空闲列表（子类可以改为保留它：前缀缓存就把其中的 K/V 留给以后的请求）。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会在这上面花时间）。这样，只要读到不是自己写入的槽位，logits 就会变成 NaN。空闲列表用固定种子的随机数打乱，所以块表里的编号是随机的，而不是连续的。池中没有空闲物理块时，分配会抛出 `RuntimeError`。
+# **物理块池**：`BlockPool` 在每一层各有一个 K 张量和一个 V 张量，形状为 `[num_blocks, block_size, H, Dh]`，按 `block * block_size + slot` 寻址。每个物理块记录自己已填了多少个槽位（已填计数），以及有几条序列持有它（引用计数），这样多条序列才能共享物理块。`hold` 把持有者数加一，`release` 把它减一；引用计数降到 0 的物理块交给 `reclaim`，由它清空这个物理块并放回空闲列表（子类可以改为保留它：前缀缓存（prefix caching）就把其中的 K/V 留给以后的请求）。另有两个检测手段：池一开始填满 NaN；物理块被释放时再次填满 NaN（真正的推理引擎不会在这上面花时间）。这样，只要读到不是自己写入的槽位，logits 就会变成 NaN。空闲列表用固定种子的随机数打乱，所以块表里的编号是随机的，而不是连续的。池中没有空闲物理块时，分配会抛出 `RuntimeError`。
+#
+# *附带一提，vLLM 的不同之处*：它的物理块同样记录引用计数，为前缀缓存还记录块哈希；序列最后一个物理块填到了第几个槽位，vLLM 由请求已计算的 token 数推出，所以它的物理块本身不需要已填计数。
 
 # %%
 class BlockPool:

@@ -9,9 +9,8 @@
 # {{run:stream.prompt_max}} tokens, {{run:stream.output_min}} to {{run:stream.output_max}} output tokens,
 # arrivals spread over the first iterations) on a pool of {{run:stream.blocks}} blocks of
 # {{run:stream.block_size}} positions, at most {{run:stream.max_batch}} requests at once. Its scheduler is
-# simple and safe: a request is admitted only if the blocks it may need in the worst case (prompt plus
-# output minus one, rounded up to whole blocks) fit beside the reservations of the running ones, so the
-# pool can never run out in the middle of a request. On this stream the pool, not the cap, is the tighter
+# the admission rule of section 6: a request's reservation must fit beside those of the running requests,
+# first come, first served. On this stream the pool, not the cap, is the tighter
 # limit: the reservations fill the pool before {{run:stream.max_batch}} requests run, so at most
 # {{run:continuous.max_running}} run at once (the audit after the figure shows which limit made requests wait).
 #
@@ -25,7 +24,7 @@
 # %% [markdown] lang="zh"
 # ## 8. 一个小小的连续批处理循环
 #
-# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每次迭代都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：{{run:stream.requests}} 个请求（提示 {{run:stream.prompt_min}} 到 {{run:stream.prompt_max}} 个 token，输出 {{run:stream.output_min}} 到 {{run:stream.output_max}} 个 token，在开头若干次迭代内陆续到达）；池中有 {{run:stream.blocks}} 个物理块，每个物理块 {{run:stream.block_size}} 个位置；同时最多运行 {{run:stream.max_batch}} 个请求。它的调度器简单而稳妥：只有当一个请求在最坏情况下可能需要的物理块（提示长度加输出长度再减一，向上取整到整数个物理块）能与运行中请求的预留量一起放进池中时，才接纳这个请求，所以池不会在某个请求中途耗尽。在这个请求流上，起限制作用的是池而不是上限：还没有 {{run:stream.max_batch}} 个请求在运行，它们的预留量就已占满了池，所以同时最多只有 {{run:continuous.max_running}} 个请求运行（图之后的核查会列出请求因哪种限制而等待）。
+# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每次迭代都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：{{run:stream.requests}} 个请求（提示 {{run:stream.prompt_min}} 到 {{run:stream.prompt_max}} 个 token，输出 {{run:stream.output_min}} 到 {{run:stream.output_max}} 个 token，在开头若干次迭代内陆续到达）；池中有 {{run:stream.blocks}} 个物理块，每个物理块 {{run:stream.block_size}} 个位置；同时最多运行 {{run:stream.max_batch}} 个请求。它的调度器就是第 6 节的接纳规则：一个请求的预留量必须能与运行中各请求的预留量一起放进池中，按先来先服务的顺序接纳。在这个请求流上，起限制作用的是池而不是上限：还没有 {{run:stream.max_batch}} 个请求在运行，它们的预留量就已占满了池，所以同时最多只有 {{run:continuous.max_running}} 个请求运行（图之后的核查会列出请求因哪种限制而等待）。
 #
 # **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每次迭代的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。调度器的承诺放在图之后核查。
 
@@ -104,7 +103,7 @@ assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTI
 # and a waiting request is refused, although fewer blocks are in use.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；深蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。阴影一碰到黑线，预留量就占满了池，等待中的请求会被拒绝，尽管实际使用的物理块更少。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。阴影一碰到黑线，预留量就占满了池，等待中的请求会被拒绝，尽管实际使用的物理块更少。
 
 # %%
 fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})

@@ -42,8 +42,7 @@ if HAVE_TRANSFORMERS:
         from transformers import StaticCache
         probe = StaticCache(config=gpt2_64.config, max_cache_len=4)
         with torch.inference_mode():
-            gpt2_64(input_ids=torch.zeros(1, 2, dtype=torch.long), past_key_values=probe, use_cache=True,
-                    cache_position=torch.arange(2))
+            gpt2_64(input_ids=torch.zeros(1, 2, dtype=torch.long), past_key_values=probe, use_cache=True)
             marker = torch.full((1, cfg.heads, 1, cfg.head_dim), 7.0, dtype=torch.float64)
             returned_k, _ = probe.update(marker, marker, 0)
         if tuple(probe.layers[0].keys.shape) != (1, cfg.heads, 4, cfg.head_dim):
@@ -73,26 +72,33 @@ else:
 
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
-# far, explicit `position_ids` and `cache_position` (the slots to write), as
-# `GPT2LMHeadModel.generate` does internally (positions `cumsum - 1` from the attention mask, padding
-# slots at a fixed position: releases differ on which one, and section 4 showed that it cannot matter). We drive the loop by hand because `generate` hands back its logits in FP32 even for
-# an FP64 model (the cell checks this), too coarse for an FP64 comparison; its greedy tokens are
-# checked as well.
+# far and explicit `position_ids`, computed as `generate` computes them in transformers 5.23
+# (`_prepare_position_ids_for_generation` in `generation/utils.py`): `cumsum - 1` over the attention
+# mask, padding slots at position 0 (section 4 showed that the padding slots' position cannot matter),
+# and after each step the last position plus one. Which slot a new K/V goes to is the cache's own
+# business, not an argument: `DynamicCache` appends, and `StaticCache` keeps a counter of the slots it has
+# written, `cumulative_length`, and writes the next ones (`StaticLayer.update` in `cache_utils.py`). We
+# drive the loop by hand because `generate` hands back its logits in FP32 even for an FP64 model (the cell
+# checks this), too coarse for an FP64 comparison; its greedy tokens are checked as well.
 #
-# A trap shows that the comparison can fail: the same loop **without `position_ids`**. GPT-2 then
-# numbers the slots from `cache_position`, padding included: the `arange` mistake of section 4, made
-# this time with a library. It must be caught.
+# A trap shows that the comparison can fail: the same loop **without `position_ids`**. `GPT2Model.forward`
+# (`models/gpt2/modeling_gpt2.py`) then numbers the new tokens `arange(T_new) + cache.get_seq_length()`:
+# from the number of slots the cache holds, padding slots included, so a left-padded row gets positions
+# too large by its padding. That is the `arange` mistake of section 4, made this time with a library. It
+# must be caught, and if that is the mechanism, GPT-2's trap must also agree, within $10^{-10}$, with our
+# decoder run with section 4's broken `arange_positions`.
 #
-# The next cell, folded, runs the three loops and `generate` and checks, in one line: with padding and
-# with `StaticCache`, GPT-2's logits within $10^{-10}$ of ours and its tokens identical (those of
-# `generate` too), the K/V in `StaticCache`'s real slots within $10^{-10}$ of ours, and the trap caught.
+# The next cell, folded, runs the three GPT-2 loops, `generate` and our `arange_positions` run, and
+# checks, in one line: with padding and with `StaticCache`, GPT-2's logits within $10^{-10}$ of ours and
+# its tokens identical (those of `generate` too), the K/V in `StaticCache`'s real slots within $10^{-10}$
+# of ours, and the trap caught, its logits within $10^{-10}$ of our `arange_positions` run.
 
 # %% [markdown] lang="zh"
-# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码、显式的 `position_ids` 和 `cache_position`（要写入的槽位）交给 GPT-2，与 `GPT2LMHeadModel.generate` 内部的做法相同（位置由注意力掩码按 `cumsum - 1` 算出，填充位取一个固定位置：不同版本取的值不同，而第 4 节已经表明取哪个值都没有影响）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
+# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码和显式的 `position_ids` 交给 GPT-2。`position_ids` 的算法与 transformers 5.23 中 `generate` 的相同（`generation/utils.py` 里的 `_prepare_position_ids_for_generation`）：由注意力掩码按 `cumsum - 1` 算出，填充位取位置 0（第 4 节已经表明填充位取什么位置都没有影响），此后每一步取上一个位置加 1。新的 K/V 写进哪个槽位由缓存自己决定，不由参数指定：`DynamicCache` 接在末尾，`StaticCache` 用计数器 `cumulative_length` 记下已写入的槽位数，接着往后写（`cache_utils.py` 里的 `StaticLayer.update`）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
 #
-# 再用一个陷阱说明这项比较确实能失败：同样的循环，但**不传 `position_ids`**。这时 GPT-2 按 `cache_position` 给槽位编号，填充位也算在内：这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来。
+# 再用一个陷阱说明这项比较确实能失败：同样的循环，但**不传 `position_ids`**。这时 `GPT2Model.forward`（`models/gpt2/modeling_gpt2.py`）把新 token 的位置取为 `arange(T_new) + cache.get_seq_length()`，即从缓存已有的槽位数接着编号，填充槽位也算在内，于是左填充的行得到的位置比应有的大，多出的正好是它的填充长度。这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来；而且如果机制确实如此，GPT-2 的这个陷阱还必须与我们的解码器换用第 4 节故意写错的 `arange_positions` 后的结果相差不超过 $10^{-10}$。
 #
-# 下一个单元格默认折叠，它运行这三个循环和 `generate`，并核对（一句话概括）：无论是填充还是 `StaticCache`，GPT-2 的 logits 与我们的相差都不超过 $10^{-10}$，token 完全相同（`generate` 的 token 也是）；`StaticCache` 真实槽位上的 K/V 与我们的相差不超过 $10^{-10}$；陷阱被查出。
+# 下一个单元格默认折叠，它运行 GPT-2 的三个循环、`generate` 以及我们 `arange_positions` 的那次运行，并核对（一句话概括）：无论是填充还是 `StaticCache`，GPT-2 的 logits 与我们的相差都不超过 $10^{-10}$，token 完全相同（`generate` 的 token 也是）；`StaticCache` 真实槽位上的 K/V 与我们的相差不超过 $10^{-10}$；陷阱被查出，而且它的 logits 与我们 `arange_positions` 那次运行的相差不超过 $10^{-10}$。
 
 # %%
 @torch.inference_mode()
@@ -101,7 +107,7 @@ def gpt2_padded_loop(gpt2, prompts, cache, steps=DECODE_STEPS, pass_positions=Tr
     mask = key_mask.long()
     position_ids = (lambda m, n: padded_positions(m, n)) if pass_positions else (lambda m, n: None)
     logits = gpt2(input_ids=ids, attention_mask=mask, position_ids=position_ids(key_mask, ids.shape[1]),
-                  past_key_values=cache, use_cache=True, cache_position=torch.arange(ids.shape[1])).logits
+                  past_key_values=cache, use_cache=True).logits
     rows, tokens = [[logits[r, key_mask[r]]] for r in range(len(prompts))], [[] for _ in prompts]
     for step in range(steps + 1):
         next_ids = logits[:, -1].argmax(dim=-1)
@@ -111,7 +117,7 @@ def gpt2_padded_loop(gpt2, prompts, cache, steps=DECODE_STEPS, pass_positions=Tr
             break
         mask = torch.cat((mask, torch.ones(len(prompts), 1, dtype=mask.dtype)), dim=1)
         logits = gpt2(input_ids=next_ids[:, None], attention_mask=mask, position_ids=position_ids(mask.bool(), 1),
-                      past_key_values=cache, use_cache=True, cache_position=torch.tensor([mask.shape[1] - 1])).logits
+                      past_key_values=cache, use_cache=True).logits
         for r in range(len(prompts)):
             rows[r].append(logits[r])
     return {"logits": [torch.cat(r) for r in rows], "tokens": tokens}
@@ -119,6 +125,7 @@ def gpt2_padded_loop(gpt2, prompts, cache, steps=DECODE_STEPS, pass_positions=Tr
 # %% tags=["hide-input"]
 if HF_SKIP is None:
     ours_run = generate_padded(ours64, PROMPTS)
+    ours_arange = generate_padded(ours64, PROMPTS, rules=dict(CORRECT_RULES, positions=arange_positions))
     static64 = STATIC["fp64"]["store"]
     hf_dynamic = gpt2_padded_loop(gpt2_64, PROMPTS, DynamicCache(config=gpt2_64.config))
     hf_no_positions = gpt2_padded_loop(gpt2_64, PROMPTS, DynamicCache(config=gpt2_64.config), pass_positions=False)
@@ -137,6 +144,7 @@ if HF_SKIP is None:
     versus_dynamic = compare(hf_dynamic["logits"], ours_run["logits"])
     versus_static = compare(hf_static["logits"], ours_run["logits"])
     versus_trap = compare(hf_no_positions["logits"], ours_run["logits"])
+    trap_versus_arange = compare(hf_no_positions["logits"], ours_arange["logits"])
     PEER = {
         "transformers": transformers.__version__,
         "padding": {"max_abs_logit_err": versus_dynamic["max_abs_logit_err"],
@@ -146,12 +154,16 @@ if HF_SKIP is None:
                          "tokens_identical": hf_static["tokens"] == ours_run["tokens"],
                          "max_abs_kv_err_real_slots": kv_err,
                          "buffer_shape": list(hf_static_cache.layers[0].keys.shape)},
-        "trap_no_position_ids": {"max_abs_logit_err": versus_trap["max_abs_logit_err"], "detected": not versus_trap["close"]},
+        "trap_no_position_ids": {"max_abs_logit_err": versus_trap["max_abs_logit_err"], "detected": not versus_trap["close"],
+                                 "max_abs_logit_err_vs_our_arange": trap_versus_arange["max_abs_logit_err"],
+                                 "tokens_identical_to_our_arange": hf_no_positions["tokens"] == ours_arange["tokens"]},
     }
     say_table([["`attention_mask`, `DynamicCache`", f"{PEER['padding']['max_abs_logit_err']:.1e}", "-", f"`{PEER['padding']['tokens_identical']}`"],
                ["`StaticCache`", f"{PEER['static_cache']['max_abs_logit_err']:.1e}", f"{kv_err:.1e}", f"`{PEER['static_cache']['tokens_identical']}`"],
                ["`generate()`", "-", "-", f"`{PEER['padding']['generate_tokens_identical']}`"],
-               ["`position_ids=None`", f"{PEER['trap_no_position_ids']['max_abs_logit_err']:.1e}", "-", "-"]],
+               ["`position_ids=None`", f"{PEER['trap_no_position_ids']['max_abs_logit_err']:.1e}", "-", "-"],
+               ["`position_ids=None` / `arange_positions`", f"{trap_versus_arange['max_abs_logit_err']:.1e}", "-",
+                f"`{PEER['trap_no_position_ids']['tokens_identical_to_our_arange']}`"]],
               en=["GPT-2 (FP64)", "max abs logit error vs ours", "max abs K/V error, real slots", "tokens identical"],
               zh=["GPT-2（FP64）", "与我们相比 logits 的最大绝对误差", "真实槽位上 K/V 的最大绝对误差", "token 一致"])
     padding_agrees = PEER["padding"]["max_abs_logit_err"] <= HF_TOL and PEER["padding"]["tokens_identical"]
@@ -161,5 +173,8 @@ if HF_SKIP is None:
     # [en] The comparison can fail.
     # [zh] 这项比较确实能失败。
     assert PEER["trap_no_position_ids"]["detected"]
+    # [en] The trap is section 4's `arange` mistake: it agrees with our decoder run with `arange_positions`.
+    # [zh] 这个陷阱就是第 4 节的 `arange` 错误：它与我们的解码器换用 `arange_positions` 后的结果一致。
+    assert trap_versus_arange["close"] and PEER["trap_no_position_ids"]["tokens_identical_to_our_arange"]
 else:
     PEER = {"skipped": HF_SKIP}

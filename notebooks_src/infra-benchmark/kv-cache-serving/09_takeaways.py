@@ -80,9 +80,9 @@ free_before = len(exercise_pool.free)
 exercise.reserve("x", 2)
 room_without_new_block = free_before - len(exercise_pool.free)
 exercise.reserve("x", 1)
-say(en=f"Block table {[b0, b1, b2]}: position 6 at address {position_6} = 4 * {b1} + 2; {unused_slots} reserved slots empty; "
+say(en=f"Block table `{[b0, b1, b2]}`: position 6 at address `{position_6} = 4 * {b1} + 2`; {unused_slots} reserved slots empty; "
        f"2 more positions took {room_without_new_block} new blocks, the next one took {free_before - len(exercise_pool.free)}.",
-    zh=f"块表为 {[b0, b1, b2]}：位置 6 的地址为 {position_6} = 4 * {b1} + 2；预留的槽位中有 {unused_slots} 个空着；"
+    zh=f"块表为 `{[b0, b1, b2]}`：位置 6 的地址为 `{position_6} = 4 * {b1} + 2`；预留的槽位中有 {unused_slots} 个空着；"
        f"再预留 2 个位置用了 {room_without_new_block} 个新物理块，再下一个位置用了 {free_before - len(exercise_pool.free)} 个。")
 assert (position_6, unused_slots, room_without_new_block, free_before - len(exercise_pool.free)) == (4 * b1 + 2, 2, 0, 1)
 
@@ -130,9 +130,9 @@ separate = PagedCache(BlockPool(cfg, num_blocks=16, block_size=4, seed=SEED + 10
 for sample in ("s1", "s2", "s3"):
     separate.add(sample)
     separate.reserve(sample, 11)
-say(en=f"Blocks in use: {in_use_before} before the appends, {sampling.pool.used()} after; written in place by {in_place}; "
+say(en=f"Blocks in use: {in_use_before} before the appends, {sampling.pool.used()} after; written in place by {', '.join(f'`{s}`' for s in in_place)}; "
        f"three separate copies: {separate.pool.used()} blocks.",
-    zh=f"使用中的物理块：追加之前 {in_use_before} 个，追加之后 {sampling.pool.used()} 个；在原处写入的样本：{in_place}；"
+    zh=f"使用中的物理块：追加之前 {in_use_before} 个，追加之后 {sampling.pool.used()} 个；在原处写入的样本：{'、'.join(f'`{s}`' for s in in_place)}；"
        f"三份独立的副本：{separate.pool.used()} 个物理块。")
 assert (in_use_before, sampling.pool.used(), in_place, separate.pool.used()) == (3, 5, ["s3"], 9)
 
