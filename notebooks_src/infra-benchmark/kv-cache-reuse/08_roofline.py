@@ -164,8 +164,8 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
           zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "达到屋顶线的比例", "每个 token 的毫秒数", "波动范围"])
 
 # %% [markdown] lang="en"
-# **Below the roof.** Only the call over one row came close to its roof in this run
-# ({{run:roofline.b1_roof_share:.0%}} of it). The calls over {{run:roofline.small_batch_lo}} to
+# **Below the roof.** In this run the call over one row reached {{run:roofline.b1_roof_share:.0%}} of its roof
+# (the column "share of the roof"). The calls over {{run:roofline.small_batch_lo}} to
 # {{run:roofline.small_batch_hi}} rows reached only {{run:roofline.small_roof_share_min:.0%}} to
 # {{run:roofline.small_roof_share_max:.0%}} of theirs, and they sag well below the roof in the figure at the end
 # of this section. Their intensities lie left of the ridge or just past it, where the roof is what the memory
@@ -174,7 +174,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # not that a call reaches it.
 
 # %% [markdown] lang="zh"
-# **屋顶线之下**：本次运行中，只有单行调用接近它所在位置的屋顶线（达到 {{run:roofline.b1_roof_share:.0%}}）。处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用只达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}，在本节末尾的图中明显低于屋顶线。它们的算术强度在拐点左侧或刚过拐点，在那里屋顶线是内存允许的速度（刚过拐点处则是运算峰值）。在这个核心上，决定它们耗时的不是这两个上限中的任何一个：矩阵乘法例程处理这么少几行时，比这两个上限都慢。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到这个上限。
+# **屋顶线之下**：本次运行中，单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}（见表中“达到屋顶线的比例”一列）。处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用只达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}，在本节末尾的图中明显低于屋顶线。它们的算术强度在拐点左侧或刚过拐点，在那里屋顶线是内存允许的速度（刚过拐点处则是运算峰值）。在这个核心上，决定它们耗时的不是这两个上限中的任何一个：矩阵乘法例程处理这么少几行时，比这两个上限都慢。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到这个上限。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per
