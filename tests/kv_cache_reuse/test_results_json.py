@@ -49,8 +49,8 @@ def test_sections(quick_run):
     assert all("config.json" in p["source"] and set(p["decode_step"]) == {"1", "64"} for p in cost["published"])
     roof = results["roofline"]
     assert list(roof) == ["protocol", "stream", "matmul", "roof", "weight_sweep", "cache_sweep", "batch_1", "cache_batch_1",
-                          "score_product", "checks", "gpu_reference"]
-    assert set(roof["score_product"]["forms"]) == {"q @ k^T", "k @ q^T"} and isinstance(roof["cache_batch_1"]["memory_bound"], bool)
+                          "score_product", "value_product", "checks", "gpu_reference"]
+    assert set(roof["score_product"]["forms"]) == {"q @ k^T", "k @ q^T"} and set(roof["value_product"]["forms"]) == {"w @ v"} and isinstance(roof["cache_batch_1"]["memory_bound"], bool)
     assert [prefix["scenarios"][name]["hit_tokens"] for name in ("shared_documents", "full_pool")] == [[0, 0, 8, 0, 12], [0, 8, 0]]
     assert roof["roof"]["ridge_flop_per_byte"] == roof["roof"]["flops_per_s"] / roof["roof"]["bandwidth_bytes_per_s"]
     assert roof["roof"]["bandwidth_bytes_per_s"] == max(roof["stream"]["bytes_per_s"].values())

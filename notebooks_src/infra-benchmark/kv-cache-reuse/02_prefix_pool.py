@@ -36,7 +36,7 @@
 # </details>
 
 # %% [markdown] lang="zh"
-# 池要做的事可以用一个故事说清（类定义之后的演示就是照这个故事运行的）：一个请求结束后，把它填满的物理块留在缓存中；之后开头相同的请求找到这些物理块，只计算其余部分；池中没有空闲物理块时，淘汰一个没有请求持有的已缓存物理块，腾出位置。
+# 池要做的事可以概括为下面这个过程（类定义之后的演示就按这个过程运行）：一个请求结束后，把它填满的物理块留在缓存中；之后开头相同的请求找到这些物理块，只计算其余部分；池中没有空闲物理块时，淘汰一个没有请求持有的已缓存物理块，腾出位置。
 #
 # `PrefixPool` 就是带内容索引的 `BlockPool`。它多维护三项记录：索引（块哈希 → 物理块，以及反向映射），以及按释放顺序排列、没有任何请求持有的已缓存物理块（`evictable`，一个当作 LRU 队列使用的 `OrderedDict`）；它还统计淘汰次数。
 #
@@ -77,6 +77,10 @@ class PrefixPool(BlockPool):
             if block_hash not in self.index:
                 break
             hits.append(self.index[block_hash])
+        # [en] With hashes of full blocks only, the min never binds; it keeps the hit inside `usable` for a pool that
+        # [en] also hashes a partly filled last block (the negative control `SharesPartialBlock` of section 5).
+        # [zh] 只对填满的物理块计算哈希时，min 不起作用；池若把未填满的最后一个物理块也算出哈希（第 5 节的负对照
+        # [zh] `SharesPartialBlock`），min 保证命中不超出 `usable`。
         return hits, min(len(hits) * self.block_size, len(usable))
 
     def publish(self, block, block_hash):

@@ -244,6 +244,6 @@ assert all(r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SWEEP) and SW
 say(en=f"All six checks passed for each of the {len(SWEEP)} pool sizes. Every request's tokens equal its cold run's and its logits "
        f"are within the FP32 tolerance, requests without a hit are bit-identical, only whole blocks are shared and every logit is "
        f"finite. No request outgrew its admission, and every block is free or cached at the end.",
-    zh=f"{len(SWEEP)} 种池大小下，六项检查全部通过。每个请求生成的 token 都与冷启动相同，logits 都在 FP32 容差之内；"
+    zh=f"在全部 {len(SWEEP)} 种池大小下，6 项检查都通过了。每个请求生成的 token 都与冷启动相同，logits 都在 FP32 容差之内；"
        f"没有命中的请求逐比特相同；只共享填满的物理块；所有 logits 都是有限数。没有请求超出接纳时的预留，"
        f"最后每个物理块不是空闲的，就是已缓存的。")

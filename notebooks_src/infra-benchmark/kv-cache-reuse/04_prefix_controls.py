@@ -22,20 +22,6 @@
 # | `full_pool` | 0 | system prompt 1 + 2 tokens | 3 | 0 | nothing |
 # | | 1 | system prompt 1 + 2 other tokens | 7 | 4 | system prompt 1 (8 tokens) |
 # | | 2 | 36 new tokens | 4 | 7 | nothing; it needs 10 blocks, and request 1 may take 4 of the 12 |
-#
-# The mistakes:
-#
-# * **block hashed without its prefix**: each block's hash covers its own tokens only. In request 2 the
-#   document's blocks then "hit" the blocks that request 0 computed after system prompt 1: same tokens,
-#   other prefix, other K/V;
-# * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too. Request 4
-#   then shares request 3's last block, but by the time it arrives, request 3 has written its first
-#   generated tokens into the free slots of that block: request 4 reads them as if they were part of its
-#   own prompt. (Request 3 itself is safe: a full block is never written again, and the store copies a
-#   shared block that is not full before writing into it.)
-# * **held block left in the LRU queue**: `hold` raises the count but forgets to take the block out of
-#   the queue. When request 2 needs more blocks than are free, the pool evicts a system-prompt block that
-#   request 1 still reads, and request 2 writes its own K/V into it.
 
 # %% [markdown] lang="zh"
 # **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixPool` 一个方法的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
@@ -55,8 +41,39 @@
 # | `full_pool` | 0 | 系统提示 1 + 2 个 token | 3 | 0 | 无 |
 # | | 1 | 系统提示 1 + 另外 2 个 token | 7 | 4 | 系统提示 1（8 个 token） |
 # | | 2 | 36 个新 token | 4 | 7 | 无；它需要 10 个物理块，而请求 1 可能占用 12 个中的 4 个 |
+
+# %%
+def scenario_specs(seed):
+    rng = random.Random(seed)
+    tokens = lambda n: [rng.randrange(cfg.vocab) for _ in range(n)]
+    system_1, system_2, document, text, long_prompt = tokens(8), tokens(8), tokens(8), tokens(14), tokens(24)
+    shared_documents = [(system_1 + document + tokens(3), 6, 0), (system_2 + tokens(3), 6, 0),
+                        (system_2 + document + tokens(3), 6, 8), (text, 8, 8), (text + tokens(1), 6, 10)]
+    # [en] Request 2: 36 tokens, more blocks than are free while request 1 runs.
+    # [zh] 请求 2：36 个 token，在请求 1 运行期间需要的物理块比空闲的还多。
+    full_pool = [(system_1 + tokens(2), 3, 0), (system_1 + tokens(2), 7, 4), (long_prompt + tokens(12), 4, 7)]
+    return {"shared_documents": (shared_documents, 64), "full_pool": (full_pool, 12)}
+
+
+SCENARIOS = scenario_specs(SEED + 2)
+
+# %% [markdown] lang="en"
+# **The three mistakes**, each a subclass that changes one method of `PrefixPool`:
 #
-# 三种错误如下：
+# * **block hashed without its prefix**: each block's hash covers its own tokens only. In request 2 the
+#   document's blocks then "hit" the blocks that request 0 computed after system prompt 1: same tokens,
+#   other prefix, other K/V;
+# * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too. Request 4
+#   then shares request 3's last block, but by the time it arrives, request 3 has written its first
+#   generated tokens into the free slots of that block: request 4 reads them as if they were part of its
+#   own prompt. (Request 3 itself is safe: a full block is never written again, and the store copies a
+#   shared block that is not full before writing into it.)
+# * **held block left in the LRU queue**: `hold` raises the count but forgets to take the block out of
+#   the queue. When request 2 needs more blocks than are free, the pool evicts a system-prompt block that
+#   request 1 still reads, and request 2 writes its own K/V into it.
+
+# %% [markdown] lang="zh"
+# **三种错误**，每种都是只改动 `PrefixPool` 一个方法的子类：
 #
 # * **块哈希不含前缀**：每个物理块的哈希只覆盖它自己的 token。于是在请求 2 中，文档所在的物理块“命中”了请求 0 在系统提示 1 之后算出的那些物理块：token 相同，前缀不同，K/V 也就不同；
 # * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
@@ -88,20 +105,16 @@ class EvictsHeldBlocks(PrefixPool):
         # [zh] 故意写错：被持有的物理块仍留在 LRU 队列中。
         self.refs[block] += 1
 
+# %% [markdown] lang="en"
+# **The runs.** The correct pool serves both scenarios, each faulty pool the scenario that exposes it; the
+# table gives, per run, the prompt tokens each request found in the cache and the requests whose logits are not
+# those of a cold run. The checks: the correct pool matches the cold runs everywhere and finds the hits of the scenarios'
+# table; every faulty pool is caught, with finite logits, in the request named above.
 
-def scenario_specs(seed):
-    rng = random.Random(seed)
-    tokens = lambda n: [rng.randrange(cfg.vocab) for _ in range(n)]
-    system_1, system_2, document, text, long_prompt = tokens(8), tokens(8), tokens(8), tokens(14), tokens(24)
-    shared_documents = [(system_1 + document + tokens(3), 6, 0), (system_2 + tokens(3), 6, 0),
-                        (system_2 + document + tokens(3), 6, 8), (text, 8, 8), (text + tokens(1), 6, 10)]
-    # [en] Request 2: 36 tokens, more blocks than are free while request 1 runs.
-    # [zh] 请求 2：36 个 token，在请求 1 运行期间需要的物理块比空闲的还多。
-    full_pool = [(system_1 + tokens(2), 3, 0), (system_1 + tokens(2), 7, 4), (long_prompt + tokens(12), 4, 7)]
-    return {"shared_documents": (shared_documents, 64), "full_pool": (full_pool, 12)}
+# %% [markdown] lang="zh"
+# **运行**：正确的池运行两个场景，每个有错的池运行能暴露它的那个场景；下表按每次运行给出每个请求在缓存中找到的提示 token 数，以及 logits 与冷启动不一致的请求。检查的内容是：正确的池处处与冷启动一致，命中的 token 数与场景表相同；每个有错的池都被查出，logits 仍是有限值，出错的正是上面指出的那个请求。
 
-
-SCENARIOS = scenario_specs(SEED + 2)
+# %%
 CONTROL_CASES = {"correct": (PrefixPool, list(SCENARIOS)), "hash_without_prefix": (HashWithoutPrefix, ["shared_documents"]),
                  "partial_block_shared": (SharesPartialBlock, ["shared_documents"]), "held_block_evicted": (EvictsHeldBlocks, ["full_pool"])}
 CONTROL_RUNS = {name: {scenario: run_stream(*SCENARIOS[scenario], pool_class=pool_class) for scenario in scenarios}

@@ -25,9 +25,10 @@
 # back** to the confirmed tokens: the entries of rejected drafts are cut off. Hugging Face's
 # `DynamicCache.crop` exists for this (`crop(-n)` removes the last $n$ positions of every layer); for our
 # list of `(K, V)` pairs it is a slice. What a call over $k + 1$ tokens saves: it reads the weights once, the
-# same weight bytes as a call over one token. Where the step is memory-bound (a GPU at small batch, far below
-# its ridge) it then takes about the same time too; sections 8 and 9 count the bytes and measure the times on
-# one core of this CPU.
+# same weight bytes as a call over one token. It also takes about the same time only where both calls run at
+# the memory roof, streaming their bytes at the full bandwidth (what decode kernels on a GPU far below its
+# ridge are written to do); the roof is a ceiling, and a routine can fall short of it at a few rows.
+# Sections 8 and 9 count the bytes, and section 9 measures what such calls cost on one core of this CPU.
 #
 # The draft model here is the target's own first layer followed by its final LayerNorm and vocabulary
 # projection, a one-layer decoder that exits early. Self-speculative methods such as LayerSkip train a
@@ -45,7 +46,7 @@
 #
 # 推理服务系统常常一次验证不止一串猜测。SpecInfer、Medusa 和 EAGLE 会一次给出一棵由候选续写组成的**树**，在一次目标模型调用中验证它的所有分支（树形验证），所用的注意力掩码（attention mask）让每个候选只能看到自己的祖先；目标模型认可的最长分支被保留下来。我们只保留一串 $k$ 个草稿。
 #
-# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截短去掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。一次处理 $k + 1$ 个 token 的调用省下的是什么：它只读一遍权重，读取的权重字节与只处理一个 token 的调用相同。在解码步受限于内存带宽的地方（batch 较小、远在拐点左侧的 GPU），它的耗时也就差不多相同；第 8、9 节会数出这些字节，并在这台 CPU 的一个核心上测量耗时。
+# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截短去掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。一次处理 $k + 1$ 个 token 的调用省下的是什么：它只读一遍权重，读取的权重字节与只处理一个 token 的调用相同。只有两次调用都以全部内存带宽读取字节、跑到内存那一侧的屋顶线时（远在拐点左侧的 GPU 上，解码内核正是为此而写的），它们的耗时才差不多相同；屋顶线只是上限，例程处理几行时可能达不到它。第 8、9 节会数出这些字节，第 9 节还会测量这种调用在这台 CPU 的一个核心上的耗时。
 #
 # 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法会专门训练模型，让提前退出得到的输出可以直接当作好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。这种草稿模型还有一个我们没有利用的好处：它那一层就是目标模型的第 0 层，所以对已确认的 token，它的 K/V 就是目标模型第 0 层的 K/V（只差舍入误差，因为两个模型把 token 分到不同的调用里计算）。因此 LayerSkip 只为前面几层保留一份缓存，由草稿模型和目标模型共用，验证调用在这几层上大多直接复用草稿模型算好的结果，而不是重算；我们保留两份独立的缓存，好让每份缓存的回滚都看得清楚。
 
@@ -105,7 +106,7 @@ say(en=f"The one-layer draft chooses the target's token at {DRAFT_AGREEMENT:.1%}
 # how many target calls the draft saves.
 
 # %% [markdown] lang="zh"
-# 这个草稿模型的规模为什么达到目标模型的 {{run:spec.draft_share:.0%}}？我们的玩具解码器只有两个 Transformer 块，Transformer 块之外的部分，即嵌入表（含 {{run:spec.positions}} 个可学习的位置）、最终 LayerNorm 和词表投影，占了全部参数的 {{run:spec.outside_share:.0%}}。草稿模型把这些全部保留，只去掉了第二个 Transformer 块。实际使用的草稿模型是同一系列中另一个小得多的模型（它必须与目标模型共用分词器）：Leviathan 等人为 T5-XXL（110 亿参数）配的草稿模型是 T5-small（7,700 万参数）；又如 10 亿参数的 Llama 3.2 可以为 Llama 3.1 70B 起草。只有这样，草稿模型的一次调用才会比目标模型便宜得多。本笔记本统计的是调用次数和 token 数，而不是时间：草稿模型与目标模型规模如此接近，投机解码在这里省不下时间。它展示的是：生成的 token 正是目标模型自己的，以及草稿模型省下了多少次目标模型调用。
+# 这个草稿模型的规模为什么达到目标模型的 {{run:spec.draft_share:.0%}}？我们的玩具解码器只有两个 Transformer 块，Transformer 块之外的部分，即嵌入表（含 {{run:spec.positions}} 个可学习的位置）、最终 LayerNorm 和词表投影，占了全部参数的 {{run:spec.outside_share:.0%}}。草稿模型把这些全部保留，只去掉了第二个 Transformer 块。实际使用的草稿模型是同一系列中另一个小得多的模型（它必须与目标模型共用分词器）：Leviathan 等人为 T5-XXL（110 亿参数）配的草稿模型是 T5-small（7,700 万参数）；又如 10 亿参数的 Llama 3.2 可以给 Llama 3.1 70B 当草稿模型。只有这样，草稿模型的一次调用才会比目标模型便宜得多。本笔记本统计的是调用次数和 token 数，而不是时间：草稿模型与目标模型规模如此接近，投机解码在这里省不下时间。它展示的是：生成的 token 正是目标模型自己的，以及草稿模型省下了多少次目标模型调用。
 
 # %% [markdown] lang="en"
 # `Speculator` is the loop. Each round, `propose` feeds the draft model the confirmed tokens its cache
@@ -220,7 +221,7 @@ class TracedSpeculator(Speculator):
 
 
 # [en] The first full round (3 drafts) of each kind: rejection at the second draft, and all three accepted.
-# [zh] 每种轮次各取第一个完整的轮次（3 个草稿）：在第二个草稿处拒绝，以及三个全部接受。
+# [zh] 两种情况各取第一个完整的一轮（3 个草稿）：在第二个草稿处拒绝的一轮，以及三个草稿全部被接受的一轮。
 traced, TRACE = TracedSpeculator(model, draft, 3), {}
 for prompt in SPEC_PROMPTS:
     traced.generate(prompt, SPEC_NEW)

@@ -4,7 +4,7 @@
 # In a decode step each sequence has a single query per head, and it reads the whole cache. A GPU kernel
 # that gives each (sequence, head) pair to one group of threads leaves most of the GPU idle when the batch
 # is small and the cache long: a few groups walk through thousands of keys while the rest wait.
-# **Flash-Decoding** (Dao et al., 2023) splits the keys of one query into $S$ **splits**, computes each split's
+# **Flash-Decoding** ([Dao, Haziza, Massa and Sizov, 2023](https://crfm.stanford.edu/2023/10/12/flashdecoding.html), a blog post) splits the keys of one query into $S$ **splits**, computes each split's
 # attention in parallel, and merges the partial results. The merge must reproduce the softmax over *all*
 # keys, although each split normalized over its own keys only. Each split reports three things about its
 # scores $x_j$: the maximum $m_s$, the sum $l_s = \sum_{j \in s} e^{x_j - m_s}$, and its normalized output
@@ -30,7 +30,7 @@
 # %% [markdown] lang="zh"
 # ## 7. split-K 解码
 #
-# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 内核把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。Dao 等人（2023）提出的 **Flash-Decoding** 把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
+# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 内核把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。Dao、Haziza、Massa 和 Sizov 在 2023 年的一篇[博客文章](https://crfm.stanford.edu/2023/10/12/flashdecoding.html)中提出的 **Flash-Decoding** 把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
 #
 # $$\mathrm{out} = \frac{\sum_s w_s\, o_s}{\sum_s w_s}, \qquad w_s = l_s\, e^{m_s - M}, \quad M = \max_s m_s.$$
 #
@@ -71,28 +71,13 @@ def split_k_attention(q, k, v, allowed, num_splits, merge=merge_splits):
 # **The criterion.** One query per head against a cache of {{run:splitk.keys:,}} keys, for two sequences: the
 # second is left-padded with {{run:splitk.padding}} masked slots, so that with many splits the first ones are
 # entirely masked. For $S$ from 1 (no split at all) to one key per split, split-K must equal plain attention
-# within the tolerance, in FP32 and in FP64 (plain attention is `masked_attention` of section 2). The next
-# column runs the same code inside our decoder: layer 0's
-# real cache after a {{run:splitk.prompt}}-token prompt and the query of the next token (at least one key per
-# split), compared with the output of the decoder's own `SelfAttention` for that token.
-#
-# **Negative control: merging without rescaling.** `merge_without_rescaling` weights each split by its sum
-# $l_s$ alone, forgetting $e^{m_s - M}$. It is right only when every split has the same maximum, as with a
-# single split.
+# within the tolerance, in FP32 and in FP64 (plain attention is `masked_attention` of section 2). The data first:
+# random queries, keys and values in FP64, and the mask of the padded sequence.
 
 # %% [markdown] lang="zh"
-# **判据**：两条序列的每个头都只有一个查询，面对一个含 {{run:splitk.keys:,}} 个键的缓存；第二条序列左侧有 {{run:splitk.padding}} 个被遮住的填充位，所以段数多时，前面几段会完全被遮住。段数 $S$ 从 1（根本不切分）一直到每段一个键，split-K 都必须在容差内等于普通注意力（第 2 节的 `masked_attention`），FP32 和 FP64 都要满足。下一列把同一段代码放进我们的解码器中运行：取第 0 层在一个 {{run:splitk.prompt}} 个 token 的提示之后的真实缓存，以及下一个 token 的查询（每段至少一个键），与解码器自己的 `SelfAttention` 对这个 token 的输出比较。
-#
-# **负对照：合并时不做重新缩放**。`merge_without_rescaling` 只用指数和 $l_s$ 给每一段加权，漏掉了 $e^{m_s - M}$。只有各段的最大值都相同时（例如只有一段时），它才是对的。
+# **判据**：两条序列的每个头都只有一个查询，面对一个含 {{run:splitk.keys:,}} 个键的缓存；第二条序列左侧有 {{run:splitk.padding}} 个被遮住的填充位，所以段数多时，前面几段会完全被遮住。段数 $S$ 从 1（根本不切分）一直到每段一个键，split-K 都必须在容差内等于普通注意力（第 2 节的 `masked_attention`），FP32 和 FP64 都要满足。先准备数据：FP64 的随机查询、键和值，以及带填充的那条序列的掩码。
 
 # %%
-def merge_without_rescaling(outputs, maxima, sums):
-    # [en] WRONG on purpose: the sums of splits with different maxima are added as if comparable.
-    # [zh] 故意写错：把最大值不同的各段的指数和当作可比的直接相加。
-    o, l = torch.stack(outputs), torch.stack(sums)
-    return (l * o).sum(dim=0) / l.sum(dim=0)
-
-
 SPLIT_KEYS, SPLIT_PADDING, SPLIT_PROMPT = 1000, 300, 400
 SPLIT_COUNTS = (1, 2, 3, 4, 8, 16, 64, SPLIT_KEYS)
 gen = torch.Generator().manual_seed(SEED + 30)
@@ -100,6 +85,15 @@ split_q, split_k, split_v = (torch.randn(2, cfg.heads, n, cfg.head_dim, generato
 split_allowed = torch.ones(2, 1, 1, SPLIT_KEYS, dtype=torch.bool)
 split_allowed[1, ..., :SPLIT_PADDING] = False
 
+# %% [markdown] lang="en"
+# **Inside our decoder.** The table also runs the same code on real data: layer 0's cache after a
+# {{run:splitk.prompt}}-token prompt and the query of the next token, compared with the output of the decoder's own
+# `SelfAttention` for that token. `in_layer` applies the layer's output projection to a merged result.
+
+# %% [markdown] lang="zh"
+# **放进我们的解码器**：表中还有一列，用真实数据运行同一段代码：取第 0 层在一个 {{run:splitk.prompt}} 个 token 的提示之后的缓存，以及下一个 token 的查询，与解码器自己的 `SelfAttention` 对这个 token 的输出比较。`in_layer` 把这一层的输出投影作用在合并结果上。
+
+# %%
 with torch.inference_mode():
     # [en] Layer 0 of our decoder at position SPLIT_PROMPT: its cache, the new token's query, its own output.
     # [zh] 我们的解码器第 0 层在位置 SPLIT_PROMPT 处：它的缓存、新 token 的查询，以及它自己的输出。
@@ -114,6 +108,18 @@ def in_layer(context):                                                          
     return attn.proj(context.transpose(1, 2).reshape(1, 1, cfg.width))
 
 
+def in_layer(context):                                                                                 # [1, H, 1, Dh] -> [1, 1, W]
+    return attn.proj(context.transpose(1, 2).reshape(1, 1, cfg.width))
+
+# %% [markdown] lang="en"
+# `split_k_row` computes one row of the table for $S$ splits: the number of fully masked splits, the error
+# against plain attention in FP32 and in FP64, and the error inside layer 0 (there with no more splits than
+# keys, since that cache is shorter). Its `merge` argument lets the control below swap in another merge.
+
+# %% [markdown] lang="zh"
+# `split_k_row` 计算表中 $S$ 段对应的一行：完全被遮住的段数，FP32 和 FP64 下与普通注意力相比的误差，以及第 0 层中的误差（那里的缓存更短，所以段数不超过键数）。它的参数 `merge` 让下面的负对照换用另一种合并方式。
+
+# %%
 @torch.inference_mode()
 def split_k_row(num_splits, merge=merge_splits) -> dict:
     row = {"splits": num_splits, "fully_masked": sum(not a.any() for a in split_allowed[1].tensor_split(num_splits, dim=-1))}
@@ -128,7 +134,30 @@ def split_k_row(num_splits, merge=merge_splits) -> dict:
     row["decoder"] = {"max_abs_err": max_abs_err(layer, layer_output), "close": close(layer, layer_output)}
     return row
 
+# %% [markdown] lang="en"
+# **Negative control: merging without rescaling.** `merge_without_rescaling` weights each split by its sum
+# $l_s$ alone, forgetting $e^{m_s - M}$. It is right only when every split has the same maximum, as with a
+# single split.
 
+# %% [markdown] lang="zh"
+# **负对照：合并时不做重新缩放**。`merge_without_rescaling` 只用指数和 $l_s$ 给每一段加权，漏掉了 $e^{m_s - M}$。只有各段的最大值都相同时（例如只有一段时），它才是对的。
+
+# %%
+def merge_without_rescaling(outputs, maxima, sums):
+    # [en] WRONG on purpose: the sums of splits with different maxima are added as if comparable.
+    # [zh] 故意写错：把最大值不同的各段的指数和当作可比的直接相加。
+    o, l = torch.stack(outputs), torch.stack(sums)
+    return (l * o).sum(dim=0) / l.sum(dim=0)
+
+# %% [markdown] lang="en"
+# **The sweep**: every $S$, with the correct merge and with the control. The checks: the correct merge is within
+# the tolerance everywhere and some split is fully masked; the control passes with one split and is caught
+# with every larger $S$.
+
+# %% [markdown] lang="zh"
+# **扫描**：每个 $S$ 都用正确的合并和负对照各算一遍。检查的内容是：正确的合并处处都在容差之内，且至少有一段完全被遮住；负对照只有一段时能通过，段数更多时每次都被查出。
+
+# %%
 SPLIT_K = [split_k_row(n) for n in SPLIT_COUNTS]
 SPLIT_K_CONTROL = [split_k_row(n, merge_without_rescaling) for n in SPLIT_COUNTS]
 say_table([[f"{r['splits']:,}", str(r["fully_masked"])] + [f"{r[name]['max_abs_err']:.1e}" for name in ("fp32", "fp64", "decoder")]

@@ -273,7 +273,7 @@ say_table([[s.name, f"{c['counted'] / 1e9:.3f}", f"{c['published'] / 1e9:.3g}", 
               "K/V read, B = 1 (GB)", "intensity B = 1", "intensity B = 64", "cache-part intensity"],
           zh=["模型", "数出的参数量（十亿）", "公开的规模（十亿）", "每个 token 用到的矩阵参数量（十亿）",
               "读取的权重，$B = 1$（GB）", "每个 token 的 K/V（KiB）",
-              "读取的 K/V，$B = 1$（GB）", "强度，$B = 1$", "强度，$B = 64$", "缓存部分的强度"])
+              "读取的 K/V，$B = 1$（GB）", "算术强度，$B = 1$", "算术强度，$B = 64$", "缓存部分的算术强度"])
 say_table([[s.name, f"`{s.source}`"] for s in SHAPES], en=["model", "source"], zh=["模型", "出处"])
 assert all(c["matches"] for c in SIZE_CHECK) and SIZE_CONTROL["caught"]
 assert all(0.5 < COSTS[s.name][1]["intensity"] < 2 for s in SHAPES)
@@ -302,6 +302,6 @@ OUR_COSTS = [decode_step_cost(OURS, batch, 256, 4) for batch in OUR_BATCHES]
 say_table([[str(b), f"{c['weight_bytes']:,}", f"{c['kv_bytes']:,}", f"{c['weight_intensity']:.2f}", f"{c['cache_intensity']:.2f}",
             f"{c['intensity']:.2f}"] for b, c in zip(OUR_BATCHES, OUR_COSTS)],
           en=["batch B", "weight bytes", "K/V bytes", "weights' intensity", "cache's intensity", "step's intensity"],
-          zh=["batch $B$", "权重字节数", "K/V 字节数", "权重部分的强度", "缓存部分的强度", "整步的强度"])
+          zh=["batch $B$", "权重字节数", "K/V 字节数", "权重部分的算术强度", "缓存部分的算术强度", "整步的算术强度"])
 assert all(a["weight_intensity"] < b["weight_intensity"] and a["cache_intensity"] == b["cache_intensity"]
            for a, b in zip(OUR_COSTS, OUR_COSTS[1:]))

@@ -29,11 +29,12 @@
 # larger L3 among all their cores (a few recent Intel Xeons have several hundred MiB); there part of a
 # repeated call's bytes can come from L3, and the rates below would then overstate what memory delivers.
 #
-# By the roofline's count both parts are memory-bound at batch 1, but a count is not a measurement. The
-# batch-1 weight product must also pass a measured test (below). The cache reads, as PyTorch's CPU attention
-# computes them, can stay well below the bandwidth (the tables below show how far on this machine), so the
-# cache is measured twice: as attention computes it, and its score product alone, written in the layout in
-# which the library reads the keys straight through memory.
+# The roof is a **ceiling, not a prediction**: it says how fast a call can run at best (a lower bound on its
+# time), not how fast it does run. A routine that falls short of the roof at some shape is simply slower than the
+# roof allows. By the roofline's count both parts are memory-bound at batch 1, but a count is not a
+# measurement: the batch-1 weight product must also pass a measured test (below). The cache reads, as
+# PyTorch's CPU attention computes them, can stay well below the bandwidth (the tables below show how far on
+# this machine), so the cache is measured twice: as attention computes it, and its two matrix products alone.
 
 # %% [markdown] lang="zh"
 # ## 9. 本机单个核心的 Roofline 模型
@@ -50,7 +51,7 @@
 #
 # 每次调用都必须从内存读取它的字节，而不是从处理器的缓存中读取，所以这里每份工作集（至少 128 MiB）都大于 AMD EPYC 处理器上单个核心能用到的末级缓存：EPYC 的每个核心复合体（core complex）各有自己的 L3 缓存，最多 32 MiB，采用 3D V-Cache 时为 96 MiB。有些服务器处理器让全部核心共用更大的 L3（近年的几款 Intel Xeon 有几百 MiB）；在这样的处理器上，重复调用的一部分字节可能来自 L3，下面的速率就会高估内存实际提供的带宽。
 #
-# 按 Roofline 模型的计数，batch 为 1 时两个部分都受限于内存带宽，但计数不等于测量。batch 为 1 的权重乘法还必须通过一项实测判断（见下文）。按 PyTorch 在 CPU 上的注意力写法，缓存读取的速度可能远低于带宽（下面的表格给出本机上的情况），所以缓存要测两次：一次按注意力的写法；另一次只测其中的分数乘法，并改写成数学库能顺着内存逐行读取键的布局。
+# 屋顶线是一个**上限，而不是预测**：它给出一次调用最快能跑多快（即耗时的下界），而不是实际跑多快。某个例程在某种形状下达不到屋顶线，只说明它比屋顶线允许的慢。按 Roofline 模型的计数，batch 为 1 时两个部分都受限于内存带宽，但计数不等于测量：batch 为 1 的权重乘法还必须通过一项实测判断（见下文）。按 PyTorch 在 CPU 上的注意力写法，缓存读取的速度可能远低于带宽（下面的表格给出本机上的情况），所以缓存要测两次：一次按注意力的写法，另一次单独测其中的两次矩阵乘法。
 
 # %% [markdown] lang="en"
 # **Timing on a shared machine.** The machine that builds this notebook may be running other programs, so a
@@ -101,10 +102,12 @@ bench_gen = torch.Generator().manual_seed(SEED + 50)
 
 # %% [markdown] lang="en"
 # **The roof.** STREAM's two kernels give the bandwidth $\beta$, the square matrix product the peak $\pi$, and
-# their ratio the ridge point.
+# their ratio the ridge point. Copy can come out slower than triad: an ordinary store first reads the cache line
+# it overwrites, a transfer STREAM does not credit, and it weighs more in copy (one read per write) than in
+# triad (two reads per write).
 
 # %% [markdown] lang="zh"
-# **屋顶线**：STREAM 的两个内核给出带宽 $\beta$，方阵乘法给出峰值 $\pi$，两者之比就是拐点。
+# **屋顶线**：STREAM 的两个内核给出带宽 $\beta$，方阵乘法给出峰值 $\pi$，两者之比就是拐点。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计；copy 每写一次只读一次，triad 读两次，所以这部分不计的传输在 copy 中占的比重更大。
 
 # %%
 # [en] Bytes STREAM credits per element: copy reads b and writes a; triad reads b and c and writes a.
@@ -132,12 +135,14 @@ say(en=f"One core of this machine (one thread), FP32: STREAM copy {STREAM_RATES[
        f"方阵乘法达到 {PEAK / 1e9:.1f} GFLOP/s（波动范围 {spread(SECONDS['matmul']):.2f}）。拐点：{RIDGE:.2f} FLOP/字节。")
 
 # %% [markdown] lang="en"
-# **The weights.** A call over $B$ token vectors does $2 B W^2$ FLOPs ($W$ = 6144) and reads the $W^2$ weights
+# **The weights.** A call over $B$ token vectors does $2 B W^2$ FLOPs ($W = 6{,}144$) and reads the $W^2$ weights
 # once, plus $B$ inputs and $B$ outputs of $W$ numbers each: the intensity $2BW^2 / (4(W^2 + 2BW))$ grows with
-# $B$. The column "ms per token" is the call's time divided by $B$.
+# $B$. The column "ms per token" is the call's time divided by $B$; the column "share of the roof" divides the
+# call's FLOP/s by the roof at its intensity, $\min(\pi, \beta I)$: 100% would mean the call ran as fast as the
+# roof allows.
 
 # %% [markdown] lang="zh"
-# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W$ = 6144），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$。
+# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$：100% 表示这次调用跑到了屋顶线允许的最快速度。
 
 # %%
 with torch.inference_mode():
@@ -152,23 +157,40 @@ for batch in WEIGHT_BATCHES:
     flops, bytes_read = 2 * batch * WIDTH * WIDTH, FP32 * (WIDTH * WIDTH + 2 * batch * WIDTH)
     WEIGHT_SWEEP.append({"batch": batch, "intensity": flops / bytes_read, "gflops": flops / median(seconds) / 1e9,
                          "gbs": bytes_read / median(seconds) / 1e9, "ms_per_token": 1e3 * median(seconds) / batch,
-                         "spread": spread(seconds)})
-say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['ms_per_token']:.3f}", f"{r['spread']:.2f}"]
-           for r in WEIGHT_SWEEP],
-          en=["weights: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "ms per token", "spread"],
-          zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "每个 token 的毫秒数", "波动范围"])
+                         "roof_share": flops / median(seconds) / min(PEAK, BANDWIDTH * flops / bytes_read), "spread": spread(seconds)})
+say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['roof_share']:.0%}",
+            f"{r['ms_per_token']:.3f}", f"{r['spread']:.2f}"] for r in WEIGHT_SWEEP],
+          en=["weights: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "share of the roof", "ms per token", "spread"],
+          zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "达到屋顶线的比例", "每个 token 的毫秒数", "波动范围"])
+
+# %% [markdown] lang="en"
+# **Below the roof.** In this run the call over one row reached {{run:roofline.b1_roof_share:.0%}} of its roof
+# (the column "share of the roof"). The calls over {{run:roofline.small_batch_lo}} to
+# {{run:roofline.small_batch_hi}} rows reached only {{run:roofline.small_roof_share_min:.0%}} to
+# {{run:roofline.small_roof_share_max:.0%}} of theirs, and they sag well below the roof in the figure at the end
+# of this section. Their intensities lie left of the ridge or just past it, where the roof is what the memory
+# allows (just past the ridge, the arithmetic peak). Neither limit set their time on this core: the matrix
+# routine ran slower than both at these few rows. To be memory-bound by the count says where the ceiling is,
+# not that a call reaches it.
+
+# %% [markdown] lang="zh"
+# **屋顶线之下**：本次运行中，单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}（见表中“达到屋顶线的比例”一列）。处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用只达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}，在本节末尾的图中明显低于屋顶线。它们的算术强度在拐点左侧或刚过拐点，在那里屋顶线是内存允许的速度（刚过拐点处则是运算峰值）。在这个核心上，决定它们耗时的不是这两个上限中的任何一个：矩阵乘法例程处理这么少几行时，比这两个上限都慢。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到这个上限。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per
 # number read (a multiply and an add) in each of its two products: 0.5 FLOP per 4-byte number, whatever the
 # batch, since every sequence has its own cache. The first table times `masked_attention` as our decoder calls
-# it. The second times its score product alone, at batch {{run:roofline.cache_batch_max}}, written two ways
-# that read the same keys and do the same multiply-adds: as attention writes it, a row times a transposed
-# matrix (`q @ k^T`), and as a matrix times a column (`k @ q^T`), the layout in which a matrix-vector routine
-# reads the keys row after row, straight through memory.
+# it. The second times its two products alone, at batch {{run:roofline.cache_batch_max}}. The score product is
+# written two ways that read the same keys and do the same multiply-adds: as attention writes it, a row times a
+# transposed matrix (`q @ k^T`), and as a matrix times a column (`k @ q^T`). Both read the same contiguous buffer
+# of keys; what differs is the shape in which PyTorch hands it to the math library: the keys are the wide
+# second operand of a one-row product in the first form, the tall first operand of a one-column product in the
+# second. On the machine that built this notebook both go to the same routine, oneMKL's `SGEMM_BATCH`
+# (`MKL_VERBOSE=1` prints each call), whose speed differs between the two shapes. The value product is timed
+# as attention writes it, the softmax weights times the values (`w @ v`).
 
 # %% [markdown] lang="zh"
-# **缓存**：每个头一个查询的注意力把每条序列的 K 和 V 各读一遍，它的两次乘法中，每读一个数做 2 次浮点运算（一次乘、一次加）：每个 4 字节的数 0.5 次浮点运算，与 batch 无关，因为每条序列都有自己的缓存。第一张表给我们的解码器所调用的 `masked_attention` 计时。第二张表在 batch 为 {{run:roofline.cache_batch_max}} 时单独给其中的分数乘法计时，用两种写法，读取的键相同，乘加次数也相同：一种是注意力里的写法，行向量乘以转置的矩阵（`q @ k^T`）；另一种是矩阵乘以列向量（`k @ q^T`），矩阵向量乘法的例程按这种布局逐行读取键，顺着内存一路读下去。
+# **缓存**：每个头一个查询的注意力把每条序列的 K 和 V 各读一遍，它的两次乘法中，每读一个数做 2 次浮点运算（一次乘、一次加）：每个 4 字节的数 0.5 次浮点运算，与 batch 无关，因为每条序列都有自己的缓存。第一张表给我们的解码器所调用的 `masked_attention` 计时。第二张表在 batch 为 {{run:roofline.cache_batch_max}} 时单独给其中的两次乘法计时。分数乘法用两种写法，读取的键相同，乘加次数也相同：一种是注意力里的写法，行向量乘以转置的矩阵（`q @ k^T`）；另一种是矩阵乘以列向量（`k @ q^T`）。两种写法读的是同一块连续存放的键；不同的是 PyTorch 把它交给数学库时的形状：第一种写法中，键是单行乘法里宽的第二个操作数；第二种写法中，键是单列乘法里高的第一个操作数。在构建本笔记本的机器上，两者调用的是同一个例程，即 oneMKL 的 `SGEMM_BATCH`（设置 `MKL_VERBOSE=1` 就会打印每次调用），它在这两种形状下的速度不同。值乘法按注意力里的写法计时，即 softmax 权重乘以值（`w @ v`）。
 
 # %%
 with torch.inference_mode():
@@ -177,11 +199,15 @@ with torch.inference_mode():
     caches = {batch: (torch.full((batch, CACHE_HEADS, 1, CACHE_DIM), 0.1), *torch.full((2, batch, CACHE_HEADS, CACHE_KEYS, CACHE_DIM), 0.1))
               for batch in CACHE_BATCHES}
     everything = torch.ones(1, 1, 1, CACHE_KEYS, dtype=torch.bool)
-    q_big, k_big, _ = caches[CACHE_BATCHES[-1]]
+    # [en] The largest batch's query, keys and values, and softmax weights of the same shape as its scores: [B, 8, 1, CACHE_KEYS].
+    # [zh] 最大 batch 的查询、键和值，以及与其分数形状相同的 softmax 权重：[B, 8, 1, CACHE_KEYS]。
+    q_big, k_big, v_big = caches[CACHE_BATCHES[-1]]
+    w_big = torch.full((CACHE_BATCHES[-1], CACHE_HEADS, 1, CACHE_KEYS), 1 / CACHE_KEYS)
     SECONDS.update(timed_rounds({**{("cache", batch): (lambda kv=kv: masked_attention(*kv, everything)) for batch, kv in caches.items()},
-                                 "q @ k^T": lambda: q_big @ k_big.transpose(-2, -1), "k @ q^T": lambda: k_big @ q_big.transpose(-2, -1)},
+                                 "q @ k^T": lambda: q_big @ k_big.transpose(-2, -1), "k @ q^T": lambda: k_big @ q_big.transpose(-2, -1),
+                                 "w @ v": lambda: w_big @ v_big},
                                 ROUNDS))
-    del caches, q_big, k_big
+    del caches, q_big, k_big, v_big, w_big
 
 CACHE_SWEEP = []
 for batch in CACHE_BATCHES:
@@ -190,20 +216,33 @@ for batch in CACHE_BATCHES:
     CACHE_SWEEP.append({"batch": batch, "intensity": flops / bytes_read, "gflops": flops / median(seconds) / 1e9,
                         "gbs": bytes_read / median(seconds) / 1e9, "ms_per_sequence": 1e3 * median(seconds) / batch,
                         "spread": spread(seconds)})
-# [en] The score product alone reads the keys only, half of the cache's bytes, at the same 0.5 FLOP/byte.
-# [zh] 单独的分数乘法只读取键，即缓存字节数的一半，算术强度同样是 0.5 FLOP/字节。
-SCORE_BYTES = FP32 * CACHE_BATCHES[-1] * CACHE_HEADS * CACHE_KEYS * CACHE_DIM
-SCORES = {form: {"gbs": SCORE_BYTES / median(SECONDS[form]) / 1e9, "gflops": 0.5 * SCORE_BYTES / median(SECONDS[form]) / 1e9,
-                 "ms": 1e3 * median(SECONDS[form]), "spread": spread(SECONDS[form])}
-          for form in ("q @ k^T", "k @ q^T")}
 say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['ms_per_sequence']:.2f}", f"{r['spread']:.2f}"]
            for r in CACHE_SWEEP],
           en=["cache: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "ms per sequence", "spread"],
           zh=["缓存：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "每条序列的毫秒数", "波动范围"])
-say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['spread']:.2f}"]
-           for form, r in SCORES.items()],
-          en=[f"scores, batch {CACHE_BATCHES[-1]}", "ms", "GB/s (keys read)", "share of STREAM", "spread"],
-          zh=[f"分数，batch 为 {CACHE_BATCHES[-1]}", "毫秒", "GB/s（读取键）", "占 STREAM 的比例", "波动范围"])
+
+# %% [markdown] lang="en"
+# The two products alone, at batch {{run:roofline.cache_batch_max}}. Each reads half of the cache's bytes (the keys,
+# or the values) at the same 0.5 FLOP/byte; the last column divides the product's time by the time of the
+# attention call at the same batch, which also computes the softmax.
+
+# %% [markdown] lang="zh"
+# 单独的两次乘法，batch 为 {{run:roofline.cache_batch_max}}。每次乘法读取缓存字节数的一半（键或值），算术强度同样是 0.5 FLOP/字节；最后一列是这次乘法的耗时除以同一 batch 下注意力调用的耗时（注意力调用还要算 softmax）。
+
+# %%
+# [en] Bytes of the keys (or of the values) of the largest batch; the attention call's seconds at that batch.
+# [zh] 最大 batch 的键（或值）的字节数；该 batch 下注意力调用的秒数。
+SCORE_BYTES = FP32 * CACHE_BATCHES[-1] * CACHE_HEADS * CACHE_KEYS * CACHE_DIM
+attention_seconds = median(SECONDS[("cache", CACHE_BATCHES[-1])])
+PRODUCTS = {form: {"gbs": SCORE_BYTES / median(SECONDS[form]) / 1e9, "gflops": 0.5 * SCORE_BYTES / median(SECONDS[form]) / 1e9,
+                   "ms": 1e3 * median(SECONDS[form]), "attention_share": median(SECONDS[form]) / attention_seconds,
+                   "spread": spread(SECONDS[form])}
+            for form in ("q @ k^T", "k @ q^T", "w @ v")}
+SCORES = {form: PRODUCTS[form] for form in ("q @ k^T", "k @ q^T")}
+say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['attention_share']:.0%}", f"{r['spread']:.2f}"]
+           for form, r in PRODUCTS.items()],
+          en=[f"product, batch {CACHE_BATCHES[-1]}", "ms", "GB/s (keys or values read)", "share of STREAM", "share of the attention call's time", "spread"],
+          zh=[f"乘法，batch 为 {CACHE_BATCHES[-1]}", "毫秒", "GB/s（读取键或值）", "占 STREAM 的比例", "占注意力调用耗时的比例", "波动范围"])
 
 # %% [markdown] lang="en"
 # **The criteria**, two, each with its control:
@@ -220,10 +259,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 #   The control is the cache's test applied to the weight product, where it must fail.
 #
 # Only these coarse properties are asserted, each with about a factor of two to spare in this run (the table
-# below gives the shares); the numbers themselves are this run's. The table also applies the measured test to
-# the cache, as attention reads it at batch 1 and as the score product `k @ q^T` reads the keys at batch
-# {{run:roofline.cache_batch_max}}: these two rows are reported, not asserted, since how fast a library reads a
-# cache depends on its routines (the note after the table).
+# after the check gives the shares); the numbers themselves are this run's.
 
 # %% [markdown] lang="zh"
 # **判据**共两条，各有一个负对照：
@@ -231,7 +267,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # * **实测表明，batch 为 1 的权重乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个实测值，它们都不由我们的任何公式算出：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为**方阵乘法的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
 # * **batch 分摊了权重的开销，却分摊不了缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
 #
-# 这里只断言这些粗略的性质，在本次运行中每条都留有大约两倍的余地（下表给出了各项比例）；具体数值是本次运行的结果。下表还把同样的实测判断用在缓存上：一行是 batch 为 1 时按注意力的写法读取缓存，一行是 batch 为 {{run:roofline.cache_batch_max}} 时分数乘法 `k @ q^T` 读取键。这两行只报告，不做断言，因为数学库读取缓存有多快取决于它的例程（见表后的说明）。
+# 这里只断言这些粗略的性质，在本次运行中每条都留有大约两倍的余地（检查之后的表格给出了各项比例）；具体数值是本次运行的结果。
 
 # %%
 def memory_bound(row) -> bool:
@@ -250,6 +286,22 @@ ROOFLINE_CHECKS = {"classified": first["intensity"] < RIDGE < last["intensity"],
 ROOFLINE_CONTROLS = {"largest_batch_memory_bound": {"batch": last["batch"], "bandwidth_share": last["gbs"] * 1e9 / BANDWIDTH,
                                                     "peak_share": last["gflops"] * 1e9 / PEAK, "caught": not memory_bound(last)},
                      "weights_not_amortized": {"caught": amortized(weight_ms)}}
+assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTROLS.values())
+say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight_ms[0]:.3f} ms to {weight_ms[-1]:.3f} ms per token; "
+       f"cache: from {cache_ms[0]:.2f} ms to {cache_ms[-1]:.2f} ms per sequence.",
+    zh=f"两条判据都成立，两个负对照都被查出。权重：每个 token 从 {weight_ms[0]:.3f} 毫秒降到 {weight_ms[-1]:.3f} 毫秒；"
+       f"缓存：每条序列从 {cache_ms[0]:.2f} 毫秒变为 {cache_ms[-1]:.2f} 毫秒。")
+
+# %% [markdown] lang="en"
+# **The shares behind the test.** For each call, the two measured shares the test compares with a third. The
+# table also applies the test to the cache, as attention reads it at batch 1 and as the score product
+# `k @ q^T` reads the keys at batch {{run:roofline.cache_batch_max}}: these two rows are reported, not asserted,
+# since how fast a library reads a cache depends on its routines (the note after the table).
+
+# %% [markdown] lang="zh"
+# **判断所依据的比例**：下表给出每个调用的两个实测比例，判断就是把它们与三分之一比较。表中还把同样的判断用在缓存上：一行是 batch 为 1 时按注意力的写法读取缓存，一行是 batch 为 {{run:roofline.cache_batch_max}} 时分数乘法 `k @ q^T` 读取键。这两行只报告，不做断言，因为数学库读取缓存有多快取决于它的例程（见表后的说明）。
+
+# %%
 # [en] Each row names the call that was timed; the last two rows (the cache) are reported, not asserted.
 # [zh] 每一行写明被计时的调用；最后两行（缓存）只报告，不做断言。
 say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['gflops'] * 1e9 / PEAK:.0%}", f"`{memory_bound(r)}`"]
@@ -260,11 +312,6 @@ say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['
               "memory-bound (bytes share >= 1/3, FLOP/s share <= 1/3)"],
           zh=["调用", "batch $B$", "每秒字节数占 STREAM 的比例", "FLOP/s 占矩阵乘法的比例",
               "受限于内存带宽（带宽占比 ≥ 1/3 且算力占比 ≤ 1/3）"])
-assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTROLS.values())
-say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight_ms[0]:.3f} ms to {weight_ms[-1]:.3f} ms per token; "
-       f"cache: from {cache_ms[0]:.2f} ms to {cache_ms[-1]:.2f} ms per sequence.",
-    zh=f"两条判据都成立，两个负对照都被查出。权重：每个 token 从 {weight_ms[0]:.3f} 毫秒降到 {weight_ms[-1]:.3f} 毫秒；"
-       f"缓存：每条序列从 {cache_ms[0]:.2f} 毫秒变为 {cache_ms[-1]:.2f} 毫秒。")
 
 # %% [markdown] lang="en"
 # **A note on the cache reads.** The roofline classifies the cache reads as memory-bound: at 0.5 FLOP/byte
@@ -272,25 +319,29 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # {{run:roofline.cache_bandwidth_share:.0%}} of the STREAM bandwidth while using {{run:roofline.cache_peak_share:.0%}} of
 # the arithmetic peak; the score product alone, written `k @ q^T`, read its keys at
 # {{run:roofline.scores_kq_share:.0%}} of the STREAM bandwidth, and written `q @ k^T`, as attention writes it, at
-# {{run:roofline.scores_qk_share:.0%}}. Where `k @ q^T` is far faster than the attention call, what holds the
-# attention call back is neither side of the roof but the layout in which
-# PyTorch's CPU matrix product is handed the keys; the fixed cost of a call is not the reason, each call taking
-# milliseconds. How much the layout matters depends on the math library and the processor, so these numbers
-# are reported, not asserted. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is written
+# {{run:roofline.scores_qk_share:.0%}}. The value product `w @ v` read the values at
+# {{run:roofline.values_share:.0%}} of the STREAM bandwidth; at batch {{run:roofline.cache_batch_max}} the score
+# product as attention writes it took {{run:roofline.scores_qk_attention_share:.0%}} of the attention call's time and
+# the value product {{run:roofline.values_attention_share:.0%}}, so both halves count. Where `k @ q^T` is far faster
+# than `q @ k^T`, what holds the score half back is neither side of the roof nor the data's layout (the same
+# buffer), but how fast the library's routine runs for the shape it is handed; we found no such faster form for
+# the value half here. The fixed cost of a call is not the reason, each call taking milliseconds. How much the
+# shape matters depends on the math library and the processor, so these numbers are reported, not asserted. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is written
 # for exactly this job: to stream the whole cache through at the memory bandwidth. (A kernel that only reads
 # can even pass the STREAM figure: STREAM credits each kernel with the bytes its loop names, but an ordinary
 # store first reads the cache line it overwrites, a transfer STREAM does not count.)
 
 # %% [markdown] lang="zh"
-# **关于缓存读取的说明**：Roofline 模型把缓存读取归类为受限于内存带宽：它的算术强度只有 0.5 FLOP/字节，远在拐点左侧。按注意力的写法，batch 为 1 时，它搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，同时用了运算峰值的 {{run:roofline.cache_peak_share:.0%}}；单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力里的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。如果 `k @ q^T` 远快于注意力调用，那么拖慢注意力调用的既不是屋顶线的斜边，也不是水平边，而是 PyTorch 在 CPU 上做矩阵乘法时拿到的键的布局；每次调用的固定开销不是原因，因为每次调用都要几毫秒。布局的影响有多大取决于数学库和处理器，所以这些数只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。（只读不写的内核甚至可以超过 STREAM 的数字：STREAM 只给每个内核记它的循环中写明的字节，而普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计。）
+# **关于缓存读取的说明**：Roofline 模型把缓存读取归类为受限于内存带宽：它的算术强度只有 0.5 FLOP/字节，远在拐点左侧。按注意力的写法，batch 为 1 时，它搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，同时用了运算峰值的 {{run:roofline.cache_peak_share:.0%}}；单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力里的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。值乘法 `w @ v` 读取值的速度是 STREAM 带宽的 {{run:roofline.values_share:.0%}}；batch 为 {{run:roofline.cache_batch_max}} 时，按注意力写法的分数乘法占注意力调用耗时的 {{run:roofline.scores_qk_attention_share:.0%}}，值乘法占 {{run:roofline.values_attention_share:.0%}}，两半都不可忽略。如果 `k @ q^T` 远快于 `q @ k^T`，那么拖慢分数这一半的既不是屋顶线的斜边或水平边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快；对值这一半，我们在这里没有找到更快的写法。每次调用的固定开销不是原因，因为每次调用都要几毫秒。形状的影响有多大取决于数学库和处理器，所以这些数只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。（只读不写的内核甚至可以超过 STREAM 的数字：STREAM 只给每个内核记它的循环中写明的字节，而普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计。）
 
 # %% [markdown] lang="en"
 # **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one,
-# which is what speculative decoding's verifying call over $k + 1$ tokens saves. Whether it also takes about the
-# same time depends on where the call sits on the roof and on the routine. The counts alone do not predict the
-# time of a given row: on the machine that built this notebook every
+# which is what speculative decoding's verifying call over $k + 1$ tokens saves. It would also take about the
+# same time only if both calls ran at the memory roof; the roof is a ceiling, so the counts alone do not predict
+# the time of a given row. On the machine that built this notebook every
 # batch size calls the same routine, oneMKL's `SGEMM` (setting the environment variable `MKL_VERBOSE=1` prints
-# each call), but how fast it reads the matrix depends on the number of rows, not only on the bytes. In this run
+# each call), but how fast it reads the matrix depends on the number of rows, not only on the bytes: the calls
+# over a few rows sat below the roof (above). In this run
 # a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
 # {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one (the table
 # below). A ratio below $B$ means each token's share of the time fell; a ratio near 1 would mean the call cost
@@ -298,7 +349,7 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # another library or processor gives other ratios.
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，投机解码中验证 $k + 1$ 个 token 的那次调用省下的正是这些字节。它的耗时是否也差不多相同，取决于这次调用在屋顶线上的位置，也取决于所用的例程。单凭计数并不能预言某一行的耗时：在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`（设置环境变量 `MKL_VERBOSE=1` 就会打印每次调用），但这个例程读取矩阵的速度不只取决于字节数，也取决于行数。本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍（见下表）。比值小于 $B$，说明每个 token 分到的耗时下降了；比值接近 1，才说明这次调用只花了一次单行调用的时间。这些是一次运行的结果，运行时机器上可能还有别的任务；换一个数学库或处理器，比值也会不同。
+# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，投机解码中验证 $k + 1$ 个 token 的那次调用省下的正是这些字节。只有两次调用都跑到内存那一侧的屋顶线时，它们的耗时才会差不多相同；屋顶线只是上限，所以单凭计数预测不了表中某一行的耗时。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`（设置环境变量 `MKL_VERBOSE=1` 就会打印每次调用），但这个例程读取矩阵的速度不只取决于字节数，也取决于行数：处理几行的调用都低于屋顶线（见上文）。本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍（见下表）。比值小于 $B$，说明每个 token 分到的耗时下降了；比值接近 1，才说明这次调用只花了一次单行调用的时间。这些是一次运行的结果，运行时机器上可能还有别的任务；换一个数学库或处理器，比值也会不同。
 
 # %%
 # [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.
@@ -325,17 +376,22 @@ say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
 # {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a hundred times below a data-centre
 # GPU's ridge: an NVIDIA H100 SXM offers {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s in dense BF16 and
 # {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s (its datasheet), a ridge at {{run:roofline.gpu_ridge:.0f}} FLOP/byte. There a
-# call over $k + 1$ rows instead of one still lies far below the ridge, so by the roofline's count it takes
-# about the time of reading its bytes, the same for both. This is why a decode step is as fast as memory lets
-# it be, and why the mechanisms of this series pay off: batching shares the weights' bytes, GQA, MLA and
-# quantization shrink the cache's bytes, and speculative decoding verifies $k + 1$ tokens for the weight bytes
-# of one.
+# call over $k + 1$ rows instead of one still lies far below the ridge, so by the roofline's count both calls
+# have the same floor on their time, the time of reading their bytes; they take about that time only where
+# the kernel streams its bytes at the memory bandwidth, which is what GPU decode kernels are written to do,
+# and which this core's matrix routine did at one row but not at a few. This is why a decode step can be at
+# best as fast as memory lets it be, and why the mechanisms of this series pay off: batching shares the
+# weights' bytes, GQA, MLA and quantization shrink the cache's bytes, and speculative decoding verifies $k + 1$
+# tokens for the weight bytes of one.
 #
 # *Figure: left, measurements only, on one core of this machine (`measured on one core`): the roof (black:
 # $\min(\pi, \beta I)$, with $\beta$ from STREAM and $\pi$ from the square matrix product, `matmul` in the legend,
-# both in FP32), the weight product at each batch size (blue circles, batch size written beside each), the cache
+# both in FP32), the weight product at each batch size (blue circles, batch size written beside each; the
+# points for {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows sag below the roof, at
+# {{run:roofline.small_roof_share_min:.0%}} to {{run:roofline.small_roof_share_max:.0%}} of it in this run, because the
+# matrix routine, not the memory, set their time), the cache
 # reads as attention computes them (orange triangles), and the score product alone written `k @ q^T` at batch
-# {{run:roofline.cache_batch_max}} (hollow orange triangle): the same keys, read in the layout that streams them.
+# {{run:roofline.cache_batch_max}} (hollow orange triangle): the same keys, handed to the library in the other shape.
 # Right, predictions, not measurements (`predicted from the published configurations (bf16)`): the decode step's
 # intensity against the batch size for the published models, counted from their configurations with 16-bit
 # weights and cache at a context of 4,096 tokens, with the ridge points of this core (black, dashed,
@@ -345,9 +401,9 @@ say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
 # %% [markdown] lang="zh"
 # **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由方阵乘法决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有峰值的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
 #
-# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以按 Roofline 模型的计数，两者的耗时都约等于读取各自字节的时间，也就差不多相同。这就是为什么解码步的速度只取决于内存能有多快，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花一个 token 的权重字节，验证 $k + 1$ 个 token。
+# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以按 Roofline 模型的计数，两次调用耗时的下界相同，都是读取各自字节的时间；只有内核以内存带宽读取字节时，耗时才接近这个下界。GPU 上的解码内核正是为此而写的；而这个核心的矩阵乘法例程处理一行时做到了，处理几行时没有做到。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花一个 token 的权重字节，验证 $k + 1$ 个 token。
 #
-# *图：左图只有测量值，都是在本机的一个核心上测得的（标题 measured on one core）。黑线是屋顶线 $\min(\pi, \beta I)$，$\beta$ 取自 STREAM，$\pi$ 取自方阵乘法，都是 FP32；图例中的 roof 给出这两个数（matmul 即方阵乘法）。weights x B tokens（蓝色圆点，旁边标注 batch 大小）是各种 batch 大小下的权重乘法；cache reads, B sequences（橙色三角形）是按注意力的写法读取缓存；scores alone as k @ q^T, B = {{run:roofline.cache_batch_max}}（空心橙色三角形）是 batch 为 {{run:roofline.cache_batch_max}} 时单独的分数乘法写成 `k @ q^T` 的结果：同样的键，按顺着内存读取的布局读出。横轴 arithmetic intensity (FLOP/byte) 是算术强度（FLOP/字节），纵轴 GFLOP/s (1 thread, fp32) 是单线程 FP32 下每秒的十亿次浮点运算数。右图是预测值，不是测量值（标题 predicted from the published configurations (bf16) 的意思是“由公开模型的配置算出，16 位”）：按各公开模型的配置、16 位权重和缓存、4,096 个 token 的上下文，算出解码步的算术强度（纵轴 decode step intensity (FLOP/byte)）随 batch 大小（横轴 batch size B）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，它是用 FP32 测出的，对 16 位数值只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)，取自其数据手册）。*
+# *图：左图只有测量值，都是在本机的一个核心上测得的（标题 measured on one core）。黑线是屋顶线 $\min(\pi, \beta I)$，$\beta$ 取自 STREAM，$\pi$ 取自方阵乘法，都是 FP32；图例中的 roof 给出这两个数（matmul 即方阵乘法）。weights x B tokens（蓝色圆点，旁边标注 batch 大小）是各种 batch 大小下的权重乘法，其中 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的点明显低于屋顶线，本次运行中只达到屋顶线的 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}，因为决定它们耗时的是矩阵乘法例程，而不是内存；cache reads, B sequences（橙色三角形）是按注意力的写法读取缓存；scores alone as k @ q^T, B = {{run:roofline.cache_batch_max}}（空心橙色三角形）是 batch 为 {{run:roofline.cache_batch_max}} 时单独的分数乘法写成 `k @ q^T` 的结果：同样的键，以另一种形状交给数学库。横轴 arithmetic intensity (FLOP/byte) 是算术强度（FLOP/字节），纵轴 GFLOP/s (1 thread, fp32) 是单线程 FP32 下每秒的十亿次浮点运算数。右图是预测值，不是测量值（标题 predicted from the published configurations (bf16) 的意思是“由公开模型的配置算出，16 位”）：按各公开模型的配置、16 位权重和缓存、4,096 个 token 的上下文，算出解码步的算术强度（纵轴 decode step intensity (FLOP/byte)）随 batch 大小（横轴 batch size B）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，它是用 FP32 测出的，对 16 位数值只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)，取自其数据手册）。*
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
