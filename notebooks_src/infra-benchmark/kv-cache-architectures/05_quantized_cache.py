@@ -145,11 +145,14 @@ def quant_model(bits: int) -> Decoder:
 # The next cell replays that timeline on a real `QuantKV`, one token per call, and checks every column of the table.
 # Other systems use other window rules; ours is one rule for K and V. KIVI's differs: with $l$ positions cached, it keeps the newest
 # $l \bmod R$ keys in full precision (the key window empties each time $R$ keys have piled up and are quantized
-# as a block) and exactly the newest $R$ values, quantizing a value token by token as it leaves. Hugging Face's `QuantizedCache` differs again:
-# once its window reaches $R$, it quantizes the whole cache anew and empties the window.
+# as a block) and exactly the newest $R$ values, quantizing a value token by token as it leaves. Hugging Face's `QuantizedCache` differs again
+# (transformers 5.23, `cache_utils.py`, `QuantizedLayer.update`): its first call quantizes the whole prompt at once
+# (that call attends over the prompt's full-precision keys and values, but keeps only the quantized copy), so after
+# the prompt its full-precision window is empty, not $R$ tokens long; after that, each call adds its tokens to the
+# window, and when the window would reach $R$ tokens it quantizes the whole cache anew and empties the window.
 
 # %% [markdown] lang="zh"
-# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）。别的系统采用别的窗口规则；我们的规则对键和值是同一条。KIVI 的规则与此不同：缓存中有 $l$ 个位置时，它让最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空），值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。Hugging Face 的 `QuantizedCache` 又有所不同：窗口一达到 $R$ 个位置，它就把整个缓存重新量化一遍，并清空窗口。
+# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）。别的系统采用别的窗口规则；我们的规则对键和值是同一条。KIVI 的规则与此不同：缓存中有 $l$ 个位置时，它让最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空），值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。Hugging Face 的 `QuantizedCache` 又有所不同（transformers 5.23，`cache_utils.py` 中的 `QuantizedLayer.update`）：第一次调用就把整个提示一次性量化（这次调用本身用提示的全精度键和值计算注意力，但只保存量化后的副本），所以处理完提示后，它的全精度窗口是空的，而不是 $R$ 个 token；此后每次调用把新的 token 加入窗口，窗口即将达到 $R$ 个 token 时，就把整个缓存重新量化一遍，并清空窗口。
 
 # %%
 timeline_cache, timeline = QuantKV(bits=4), {}

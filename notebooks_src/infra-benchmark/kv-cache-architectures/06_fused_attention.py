@@ -74,22 +74,29 @@ SDPA_MODELS = {"sdpa_bool_mask": lambda: build(LLAMA_CFG, lambda i: SDPABoolMask
 # **Criterion: each SDPA path equals the explicit-softmax path** (full recomputation of section 5's model)
 # over the 12 configurations, with the usual tolerances ($10^{-5}$ in FP32, $10^{-10}$ in FP64). The two compute the
 # same sums in a different order, so equality within rounding is all we can ask for. **Negative control:
-# `is_causal=True` after a non-empty cache.** Chunks of 2 and 5 tokens must fail, and the one-token run must
-# pass: every call after the prefill has one query and no mask, which is correct, and the prefill call itself
-# is square. That is exactly why this bug survives in code that is only ever tested with a prefill followed by
-# one-token decoding.
+# `is_causal=True` after a non-empty cache.** It runs four schedules. Two must pass: one token per call (every
+# call has one query and no mask, which is correct), and a prefill of 16 tokens followed by one-token steps (the
+# same schedule as section 6's `RING_CHUNKS`: the prefill call is square, so `is_causal=True` is right there, and
+# every later call has one query). Chunks of 2 and of 5 tokens must fail. So a test suite that only ever runs a
+# prefill and then one-token decoding passes this bug; only a multi-token chunk after a non-empty cache catches it.
 
 # %% [markdown] lang="zh"
-# **判据：两种 SDPA 路径都与显式 softmax 路径一致**（以第 5 节模型的完整重算为参照），覆盖 12 种配置，容差照旧（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$）。两者以不同的顺序计算同样的求和，所以只能要求在舍入误差范围内相等。**负对照：在非空缓存之后使用 `is_causal=True`。** 分块长度为 2 和 5 时必须失败，逐 token 的运行则必须通过：预填充之后的每次调用都只有一个查询、不加掩码，这是对的；预填充调用本身的分数矩阵又是方阵。正因如此，如果代码只在“预填充加逐 token 解码”的情形下测试过，这个错误就会一直藏在那里。
+# **判据：两种 SDPA 路径都与显式 softmax 路径一致**（以第 5 节模型的完整重算为参照），覆盖 12 种配置，容差照旧（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$）。两者以不同的顺序计算同样的求和，所以只能要求在舍入误差范围内相等。**负对照：在非空缓存之后使用 `is_causal=True`。** 它按四种调用方式运行。其中两种必须通过：每次调用送入一个 token（每次调用都只有一个查询、不加掩码，这是对的）；先用 16 个 token 做预填充，再逐个 token 解码（与第 6 节 `RING_CHUNKS` 中的方式相同：预填充调用的分数矩阵是方阵，`is_causal=True` 在这里是对的，之后的每次调用都只有一个查询）。分块长度为 2 和 5 时则必须失败。所以，只测试“预填充后逐 token 解码”的测试集查不出这个错误；只有在非空缓存之后送入多 token 的分块，才能查出它。
 
 # %%
 SDPA_GRIDS = {name: run_grid(SDPA_MODELS[name], reference=lambda: build(LLAMA_CFG)) for name in ("sdpa_bool_mask", "sdpa_lower_right")}
-sdpa_control = run_control(SDPA_MODELS["sdpa_causal_if_several"], reference=lambda: build(LLAMA_CFG))
-CONTROLS["is_causal_after_cache"] = {"section": 8, **sdpa_control, "measured": min(sdpa_control["errors"][1:]),
-                                     "caught": sdpa_control["passed"] == [True, False, False]}
+PREFILL_THEN_DECODE = [16] + [1] * (STREAM_LEN - 16)                             # RING_CHUNKS[2] of section 6
+sdpa_control = run_control(SDPA_MODELS["sdpa_causal_if_several"], reference=lambda: build(LLAMA_CFG),
+                           chunks=(1, PREFILL_THEN_DECODE, 2, 5))
+CONTROLS["is_causal_after_cache"] = {"section": 8, **sdpa_control, "measured": min(sdpa_control["errors"][2:]),
+                                     "caught": sdpa_control["passed"] == [True, True, False, False]}
 summary_table({"`SDPABoolMask`": SDPA_GRIDS["sdpa_bool_mask"], "`SDPALowerRight`": SDPA_GRIDS["sdpa_lower_right"]})
-say_table([[str(chunk), f"{error:.2e}", f"`{passed}`"] for chunk, error, passed in zip(sdpa_control["chunks"], sdpa_control["errors"], sdpa_control["passed"])],
-          en=["`SDPACausalIfSeveral`, chunk", "max abs logit error", "passed"], zh=["`SDPACausalIfSeveral`，分块长度", "logits 最大绝对误差", "通过"])
+SCHEDULES = {"en": ["1", f"16, then 1 × {STREAM_LEN - 16} (prefill, then one-token steps)", "2", "5"],
+             "zh": ["1", f"先 16，再 {STREAM_LEN - 16} 次 1（预填充后逐 token 解码）", "2", "5"]}
+for lang, header in {"en": ["`SDPACausalIfSeveral`, chunks", "max abs logit error", "passed"],
+                     "zh": ["`SDPACausalIfSeveral`，分块方式", "logits 最大绝对误差", "通过"]}.items():
+    say_table([[schedule, f"{error:.2e}", f"`{passed}`"]
+               for schedule, error, passed in zip(SCHEDULES[lang], sdpa_control["errors"], sdpa_control["passed"])], **{lang: header})
 assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows) and CONTROLS["is_causal_after_cache"]["caught"]
 
 # %% [markdown] lang="en"
