@@ -115,6 +115,8 @@ class QuantKV:
             v_codes, v_scale, v_low = quantize(v_old, self.bits, dim=-1)    # scale [B, H_kv, G, 1]
             self.k_groups.append((pack(k_codes, self.bits), k_scale, k_low))
             self.v_groups.append((pack(v_codes, self.bits), v_scale, v_low))
+        # [en] The positions are not stored: this cache assumes every call continues from position 0 without gaps.
+        # [zh] 这里不保存位置：这个缓存假定各次调用从位置 0 起连续送入，中间没有空缺。
         return keys, values, torch.arange(self.seen)
 
     def read(self, stored):
