@@ -55,7 +55,9 @@ def summary_table(grids: dict) -> None:
               zh=["变体", "通过", "logits（FP32）", "logits（FP64）", "缓存（FP32）", "缓存（FP64）"])
 
 
-MEASURED_WHAT = {  # [en] What each check's number is, for the controls table.  [zh] 每种检查的测得值是什么，供负对照表使用。
+# [en] What each check's number is, for the controls table.
+# [zh] 每种检查的测得值是什么，供负对照表使用。
+MEASURED_WHAT = {
     "check_cached": ("max abs logit error, smallest of its failing runs", "logits 最大绝对误差，各次失败运行中最小的"),
     "heads_by_loop": ("max abs difference from the head-by-head loop (FP64)", "与逐头循环之间的最大绝对误差（FP64）"),
     "rope_by_formula": ("max abs difference from the rotation formula (FP64)", "与旋转公式之间的最大绝对误差（FP64）"),
@@ -71,7 +73,12 @@ MEASURED_WHAT = {  # [en] What each check's number is, for the controls table.  
 
 
 def controls_table(controls: dict) -> None:
-    for lang, header in {"en": ["control", "section", "check", "measured", "what was measured", "caught"],
-                         "zh": ["负对照", "节", "检查", "测得值", "测得的是什么", "查出"]}.items():
-        say_table([[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}",
-                    MEASURED_WHAT[c["check"]][lang == "zh"], f"`{c['caught']}`"] for name, c in controls.items()], **{lang: header})
+    def table(header: list[str], zh: bool) -> str:
+        # [en] One Markdown table; the "what" column in one language (say_table's rows are shared by both).
+        # [zh] 生成一张 Markdown 表格；“是什么”一列只用一种语言（say_table 的各行由两种语言共用）。
+        rows = [[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}", MEASURED_WHAT[c["check"]][zh],
+                 f"`{c['caught']}`"] for name, c in controls.items()]
+        return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header)] + rows)
+
+    say(en=table(["control", "section", "check", "measured", "what was measured", "caught"], zh=False),
+        zh=table(["负对照", "节", "检查", "测得值", "测得的是什么", "查出"], zh=True))
