@@ -24,7 +24,7 @@
 # Quantization is asymmetric min–max with $b$ bits: $\mathrm{scale} = (\max - \min)/(2^b - 1)$,
 # $\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$, and the model reads
 # back $\mathrm{code} \cdot \mathrm{scale} + \min$. Codes of 4 and 2 bits are packed two and four to a byte,
-# so that the bytes we measure are the bytes a real implementation would hold. We use $R = 16$ and $G = 8$.
+# so that the bytes we measure are the bytes a real implementation would hold.
 
 # %% [markdown] lang="zh"
 # ## 7. 量化缓存
@@ -42,7 +42,7 @@
 # | 已量化 | — | — | — | 0–7 | 0–7 | 0–15 | 0–23 |
 # | 全精度 | 0–7 | 0–15 | 0–22 | 8–23 | 8–30 | 16–31 | 24–39 |
 #
-# 量化采用 $b$ 比特的非对称最小–最大量化：$\mathrm{scale} = (\max - \min)/(2^b - 1)$，$\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$，模型读回的是 $\mathrm{code} \cdot \mathrm{scale} + \min$。4 比特和 2 比特的编码分别每两个、每四个打包进一个字节，这样测得的字节数就是真实实现需要保存的字节数。我们取 $R = 16$、$G = 8$。
+# 量化采用 $b$ 比特的非对称最小–最大量化：$\mathrm{scale} = (\max - \min)/(2^b - 1)$，$\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$，模型读回的是 $\mathrm{code} \cdot \mathrm{scale} + \min$。4 比特和 2 比特的编码分别每两个、每四个打包进一个字节，这样测得的字节数就是真实实现需要保存的字节数。
 
 # %%
 def quantize(x, bits: int, dim: int):
@@ -95,7 +95,7 @@ class QuantKV:
     def __init__(self, bits: int, residual: int = RESIDUAL, group: int = GROUP):
         self.bits, self.residual, self.group = bits, residual, group
         # [en] Quantized groups as (packed codes, scale, low); the full-precision window [B, H_kv, r, D].
-        # [zh] 量化后的各组存为 (打包的编码, 缩放因子, 最小值)；全精度窗口的形状为 [B, H_kv, r, D]。
+        # [zh] 量化后的各组存为（打包的编码、缩放因子、最小值）；全精度窗口的形状为 [B, H_kv, r, D]。
         self.k_groups, self.v_groups = [], []
         self.k_recent = self.v_recent = None
         self.seen = 0

@@ -231,7 +231,7 @@ def round_trip_steps(x, bits: int, dim: int) -> dict:
 group_like = torch.randn(1, LLAMA_CFG.n_kv, 8, LLAMA_CFG.head_dim, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
 QUANT_ROUND_TRIP = {f"int{bits}_{axis}": round_trip_steps(group_like, bits, dim)
                     for bits in QUANT_BITS for axis, dim in (("per_channel", -2), ("per_token", -1))}
-say_table([[f"`{name}`", f"{r['dequantize']:.3f}", f"{r['scale_forgotten']:.1f}"] for name, r in QUANT_ROUND_TRIP.items()],
+say_table([[f"`{name}`", f"{r['dequantize']:.3f}", f"{r['scale_forgotten']:,.1f}"] for name, r in QUANT_ROUND_TRIP.items()],
           en=["bits, statistics", "largest error in steps: `dequantize`", "without the scale"],
           zh=["比特数、统计方式", "最大绝对误差（以步长为单位）：`dequantize`", "漏乘缩放因子"])
 assert all(r["dequantize"] <= 0.5 + 1e-9 and r["scale_forgotten"] > 0.5 for r in QUANT_ROUND_TRIP.values())

@@ -19,19 +19,22 @@
 #   a one-token decode step (a single query may read every cached key), but after a non-empty cache it hides
 #   most of the cache from a multi-token chunk.
 #
-# The mask is not the only question a real kernel raises. The mask also decides which kernel may run. On a GPU,
-# PyTorch's SDPA uses its FlashAttention backend only when no mask tensor is passed (a causal flag at most), so a
-# boolean mask such as the band sends it to another, slower backend. That is a limit of SDPA's interface, not of
-# FlashAttention: the FlashAttention library takes a sliding window natively, `window_size=(W - 1, 0)` with
-# `causal=True` (each query reads itself and the $W - 1$ keys before it, the band of section 6, with no mask
-# tensor at all). vLLM's FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral,
-# loaded with `attn_implementation="flash_attention_2"`, hands its `sliding_window` to the same parameter as
-# `window_size=(W - 1, W - 1)` with `causal=True`, which the causal flag makes equivalent to `(W - 1, 0)`.
-# A one-query decode step gives a kernel little to parallelize over, so decode kernels split the cached keys
-# into blocks and combine the partial softmaxes (split-K decoding, as in Flash-Decoding). A paged cache
-# stores K/V in blocks that the kernel must read through a block table (vLLM's PagedAttention). And GQA pays
-# off only if the kernel indexes the shared K/V heads instead of copying them. None of this changes the
-# numbers the check compares; all of it decides the speed.
+# What a real kernel adds (optional reading). None of it changes the numbers the check compares; all of it decides
+# the speed.
+#
+# * **The mask decides which kernel may run.** On a GPU, PyTorch's SDPA uses its FlashAttention backend only when no
+#   mask tensor is passed (a causal flag at most), so a boolean mask such as the band sends it to another, slower
+#   backend. That is a limit of SDPA's interface, not of FlashAttention.
+# * **Sliding windows without a mask.** The FlashAttention library takes a window natively, `window_size=(W - 1, 0)`
+#   with `causal=True`: each query reads itself and the $W - 1$ keys before it, the band of section 6. vLLM's
+#   FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral, loaded with
+#   `attn_implementation="flash_attention_2"`, passes `window_size=(W - 1, W - 1)` with `causal=True`, which the
+#   causal flag makes equivalent to `(W - 1, 0)`.
+# * **Split-K decoding.** A one-query decode step gives a kernel little to parallelize over, so decode kernels split
+#   the cached keys into blocks and combine the partial softmaxes (as in Flash-Decoding).
+# * **Paged caches.** A paged cache stores K/V in blocks that the kernel must read through a block table (vLLM's
+#   PagedAttention).
+# * **GQA by indexing.** GQA pays off only if the kernel indexes the shared K/V heads instead of copying them.
 
 # %% [markdown] lang="zh"
 # ## 8. 融合注意力
@@ -42,7 +45,13 @@
 # * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
 # * `SDPACausalIfSeveral`（负对照）：不传掩码，只要这次调用有不止一个查询，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取缓存中的每个键）；但在非空缓存之后，它会让多 token 的分块看不到缓存中的大部分内容。
 #
-# 真实的内核要考虑的不只是掩码。掩码还决定了能用哪个内核。在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制：FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可（每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域），完全不需要掩码张量。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，也把它的 `sliding_window` 交给同一个参数，不过传入的是 `window_size=(W - 1, W - 1)` 加 `causal=True`；有了因果标志，它与 `(W - 1, 0)` 等价。单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
+# 除了掩码的对齐方式，真实的内核还牵涉别的问题（可选阅读）。它们都不会改变检查所比较的数值，却决定了速度。
+#
+# * **掩码本身就决定了能用哪个内核。** 在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制。
+# * **不用掩码的滑动窗口。** FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可：每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，传入的是 `window_size=(W - 1, W - 1)` 加 `causal=True`；有了因果标志，它与 `(W - 1, 0)` 等价。
+# * **split-K 解码。** 单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（例如 Flash-Decoding）。
+# * **分页缓存。** 分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。
+# * **按下标读取的 GQA。** 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，GQA 才能真正省下访存。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right
@@ -179,9 +188,9 @@ DECODE_PROFILE = {name: decode_profile(net) for name, net in TIMED.items()}
 for name, prof in DECODE_PROFILE.items():
     explicit = name == "explicit"
     say(en=f"{'Explicit softmax path (`softmax_attention`)' if explicit else 'SDPA path (`SDPALowerRight`)'}: one decode step "
-           f"after {TIMING_PROMPT} tokens, {prof['calls']:.0f} operator calls, {prof['self_us']:.0f} us",
+           f"after {TIMING_PROMPT} tokens: {prof['calls']:.0f} operator calls, {prof['self_us']:.0f} us of self time in all",
         zh=f"{'显式 softmax 路径（`softmax_attention`）' if explicit else 'SDPA 路径（`SDPALowerRight`）'}：{TIMING_PROMPT} 个 token "
-           f"之后的一个解码步，共 {prof['calls']:.0f} 次算子调用，{prof['self_us']:.0f} 微秒")
+           f"之后的一个解码步，共 {prof['calls']:.0f} 次算子调用，自身耗时合计 {prof['self_us']:.0f} 微秒")
     say_table([[f"`{r['op']}`", f"{r['calls_per_step']:g}", f"{r['self_us_per_step']:.0f}", f"{r['share']:.0%}"] for r in prof["top"]],
               en=["operator", "calls per step", "self time per step (us)", "share of the step"],
               zh=["算子", "每步调用次数", "每步自身耗时（微秒）", "占该步的比例"])

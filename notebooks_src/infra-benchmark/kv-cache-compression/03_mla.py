@@ -153,18 +153,26 @@ class MLAttention(nn.Module):
 # they hold. **The latent goes in the slot for keys (`cache.k`) and the RoPE key in the slot for values (`cache.v`);**
 # read every `.k` of these two forms' caches as "latent" and every `.v` as "RoPE key". That is not a slip:
 # Hugging Face's cache for this model does the same (its `keys` hold the latent, its `values` the RoPE key), so
-# section 3.1 can compare the two caches slot by slot. `LatentMLA` (the *latent* form: both forms cache the latent,
-# and what sets this one apart is that it expands it again on every read) rebuilds every head's keys and values from
-# *all* cached latents at every call. This is what Hugging Face's `DeepseekV3Attention` does in transformers 5.23: its
+# section 3.1 can compare the two caches slot by slot.
+#
+# The two forms differ in what they do with the cached latents. `LatentMLA`, the **latent form** (read it as "the
+# re-expanding form": both forms cache the latent, and this one expands it again on every read), rebuilds every
+# head's keys and values from *all* cached latents at every call. This is what Hugging Face's `DeepseekV3Attention` does in transformers 5.23: its
 # cache holds the compressed latent and the rotated RoPE key, and at each step its `expand_kv` applies `kv_b_proj`
 # to every cached latent and writes the expanded keys and values into new tensors, which attention then reads. It
-# saves cache capacity, not work, and not memory traffic either (section 4 counts both). `AbsorbedMLA` caches the same two tensors and never expands them: it folds
+# saves cache capacity, not work, and not memory traffic either (section 4 counts both).
+#
+# `AbsorbedMLA`, the **absorbed form**, caches the same two tensors and never expands them: it folds
 # $W^{UK}_i$ into the query ($\tilde q_i = (W^{UK}_i)^\top q^C_i$, `q_c @ w_uk`), scores the latents and the RoPE
 # keys, averages the latents with the attention weights, and only then applies $W^{UV}_i$. DeepSeek's own
 # inference code offers both ends: `attn_impl = "naive"` caches keys and values, `"absorb"` caches the latent.
 
 # %% [markdown] lang="zh"
-# **缓存潜向量的两种方式。** 两种形式都为每个 token 缓存两个张量：潜向量和 RoPE 键。它们都原样沿用 `FullKV`。`FullKV` 有两个槽位，一个叫“键”，一个叫“值”，并不关心里面放的是什么。**潜向量放在存键的槽位里（`cache.k`），RoPE 键放在存值的槽位里（`cache.v`）**；读到这两种形式的缓存时，每个 `.k` 都应读作“潜向量”，每个 `.v` 都应读作“RoPE 键”。这不是笔误：Hugging Face 为这个模型提供的缓存也是这样放的（它的 `keys` 存潜向量，`values` 存 RoPE 键），所以 3.1 节可以逐个槽位比较两边的缓存。`LatentMLA`（即**潜向量形式**：两种形式缓存的都是潜向量，它的不同之处在于每次读取都要重新展开）每次调用都要用**全部**缓存的潜向量重建每个头的键和值。transformers 5.23 中 Hugging Face 的 `DeepseekV3Attention` 正是这样做的：它的缓存保存压缩后的潜向量和旋转后的 RoPE 键；每一步，它的 `expand_kv` 都对每个缓存的潜向量施加 `kv_b_proj`，把展开后的键和值写进新的张量，再交给注意力读取。这样省下的是缓存的容量，既没有省下计算，也没有省下访存（第 4 节统计这两者）。`AbsorbedMLA` 缓存同样的两个张量，但从不展开它们：它把 $W^{UK}_i$ 并入查询（$\tilde q_i = (W^{UK}_i)^\top q^C_i$，即 `q_c @ w_uk`），对潜向量和 RoPE 键打分，用注意力权重对潜向量加权平均，最后才乘上 $W^{UV}_i$。DeepSeek 自己的推理代码两种做法都提供：`attn_impl = "naive"` 缓存键和值，`"absorb"` 缓存潜向量。
+# **缓存潜向量的两种方式。** 两种形式都为每个 token 缓存两个张量：潜向量和 RoPE 键。它们都原样沿用 `FullKV`。`FullKV` 有两个槽位，一个叫“键”，一个叫“值”，并不关心里面放的是什么。**潜向量放在存键的槽位里（`cache.k`），RoPE 键放在存值的槽位里（`cache.v`）**；读到这两种形式的缓存时，每个 `.k` 都应读作“潜向量”，每个 `.v` 都应读作“RoPE 键”。这不是笔误：Hugging Face 为这个模型提供的缓存也是这样放的（它的 `keys` 存潜向量，`values` 存 RoPE 键），所以 3.1 节可以逐个槽位比较两边的缓存。
+#
+# 两种形式的区别在于如何使用缓存的潜向量。`LatentMLA` 即**潜向量形式**（也可以理解为“重新展开的形式”）。两种形式缓存的都是潜向量，它的不同之处在于：每次调用都要用**全部**缓存的潜向量重新展开出每个头的键和值。transformers 5.23 中 Hugging Face 的 `DeepseekV3Attention` 正是这样做的：它的缓存保存压缩后的潜向量和旋转后的 RoPE 键；每一步，它的 `expand_kv` 都对每个缓存的潜向量施加 `kv_b_proj`，把展开后的键和值写进新的张量，再交给注意力读取。这样省下的是缓存的容量，既没有省下计算，也没有省下访存（第 4 节统计这两者）。
+#
+# `AbsorbedMLA` 即**吸收形式**，缓存同样的两个张量，但从不展开它们：它把 $W^{UK}_i$ 并入查询（$\tilde q_i = (W^{UK}_i)^\top q^C_i$，即 `q_c @ w_uk`），对潜向量和 RoPE 键打分，用注意力权重对潜向量加权平均，最后才乘上 $W^{UV}_i$。DeepSeek 自己的推理代码两种做法都提供：`attn_impl = "naive"` 缓存键和值，`"absorb"` 缓存潜向量。
 
 # %%
 class LatentMLA(MLAttention):
