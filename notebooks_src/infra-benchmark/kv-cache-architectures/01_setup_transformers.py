@@ -1,12 +1,13 @@
 # %% [markdown] lang="en"
 # The Hugging Face referees (models from `transformers` that check ours weight for weight) are optional.
 # The next cell looks for `transformers`; this code was written against version 5.23.0, the version pinned
-# for this repository. Each referee imports the classes it needs where it runs.
+# for this repository. Each referee imports the classes it needs where it runs. The
+# cell (folded) only sets `HAVE_HF`, and says so if the installed version differs.
 
 # %% [markdown] lang="zh"
-# Hugging Face 裁判是可选内容：它们是 `transformers` 中的模型，载入与我们相同的权重，用来核对我们的模型。下一个单元格检查能否导入 `transformers`；这部分代码是按本仓库锁定的 5.23.0 版编写的。每个裁判在用到的地方再导入自己需要的类。
+# Hugging Face 裁判是可选内容：它们是 `transformers` 中的模型，载入与我们相同的权重，用来核对我们的模型。下一个单元格检查能否导入 `transformers`；这部分代码是按本仓库锁定的 5.23.0 版编写的。每个裁判在用到的地方再导入自己需要的类。这个单元格（已折叠）只设置 `HAVE_HF`；如果安装的版本与此不同，它会给出提示。
 
-# %%
+# %% tags=["hide-input"]
 import warnings
 
 # [en] transformers imports tqdm, whose notice about missing Jupyter widgets is noise here (no progress bars).

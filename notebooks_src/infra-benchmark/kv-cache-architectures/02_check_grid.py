@@ -56,6 +56,30 @@ def summary_table(grids: dict) -> None:
 
 
 def controls_table(controls: dict) -> None:
-    say_table([[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}", f"`{c['caught']}`"]
-               for name, c in controls.items()],
-              en=["control", "section", "check", "measured", "caught"], zh=["负对照", "节", "检查", "测得值", "查出"])
+    def table(header: list[str], what: dict) -> str:
+        # [en] One Markdown table; `what` says, per check, what its measured number is.
+        # [zh] 生成一张 Markdown 表格；`what` 按检查说明测得值是什么。
+        rows = [[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}", what[c["check"]], f"`{c['caught']}`"]
+                for name, c in controls.items()]
+        return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header)] + rows)
+
+    say(en=table(["control", "section", "check", "measured", "what was measured", "caught"], {
+            "check_cached": "max abs logit error, smallest of its failing runs",
+            "heads_by_loop": "max abs difference from the head-by-head loop (FP64)",
+            "rope_by_formula": "max abs difference from the rotation formula (FP64)",
+            "keys_read": "number of queries reading a wrong number of keys (a count)",
+            "crop_vs_windowed": "max abs logit difference from the windowed model (FP64)",
+            "BOUNDS[8]": "max abs logit error over the 64 steps",
+            "absorbed_vs_naive": "max abs logit difference, absorbed vs naive form, smallest of 12 configurations",
+            "hf_ministral": "max abs logit difference from the Ministral referee (FP64)",
+            "eviction_sweep": "random eviction's error / the worse policy's (a ratio), smallest over budgets"}),
+        zh=table(["负对照", "节", "检查", "测得值", "测得的是什么", "查出"], {
+            "check_cached": "logits 最大绝对误差，各次失败运行中最小的",
+            "heads_by_loop": "与逐头循环之间的最大绝对误差（FP64）",
+            "rope_by_formula": "与旋转公式之间的最大绝对误差（FP64）",
+            "keys_read": "读取的键数不对的查询个数（计数）",
+            "crop_vs_windowed": "与滑动窗口模型之间 logits 的最大绝对误差（FP64）",
+            "BOUNDS[8]": "64 步中 logits 的最大绝对误差",
+            "absorbed_vs_naive": "吸收形式与朴素形式之间 logits 的最大绝对误差，12 种配置中最小的",
+            "hf_ministral": "与 Ministral 裁判之间 logits 的最大绝对误差（FP64）",
+            "eviction_sweep": "随机淘汰的误差与较差策略的误差之比，各预算中最小的"}))

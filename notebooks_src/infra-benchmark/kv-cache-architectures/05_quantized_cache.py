@@ -24,7 +24,7 @@
 # Quantization is asymmetric min–max with $b$ bits: $\mathrm{scale} = (\max - \min)/(2^b - 1)$,
 # $\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$, and the model reads
 # back $\mathrm{code} \cdot \mathrm{scale} + \min$. Codes of 4 and 2 bits are packed two and four to a byte,
-# so that the bytes we measure are the bytes a real implementation would hold. We use $R = 16$ and $G = 8$.
+# so that the bytes we measure are the bytes a real implementation would hold.
 
 # %% [markdown] lang="zh"
 # ## 7. 量化缓存
@@ -42,7 +42,7 @@
 # | 已量化 | — | — | — | 0–7 | 0–7 | 0–15 | 0–23 |
 # | 全精度 | 0–7 | 0–15 | 0–22 | 8–23 | 8–30 | 16–31 | 24–39 |
 #
-# 量化采用 $b$ 比特的非对称最小–最大量化：$\mathrm{scale} = (\max - \min)/(2^b - 1)$，$\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$，模型读回的是 $\mathrm{code} \cdot \mathrm{scale} + \min$。4 比特和 2 比特的编码分别每两个、每四个打包进一个字节，这样测得的字节数就是真实实现需要保存的字节数。我们取 $R = 16$、$G = 8$。
+# 量化采用 $b$ 比特的非对称最小–最大量化：$\mathrm{scale} = (\max - \min)/(2^b - 1)$，$\mathrm{code} = \mathrm{round}((x - \min)/\mathrm{scale}) \in \{0, \dots, 2^b - 1\}$，模型读回的是 $\mathrm{code} \cdot \mathrm{scale} + \min$。4 比特和 2 比特的编码分别每两个、每四个打包进一个字节，这样测得的字节数就是真实实现需要保存的字节数。
 
 # %%
 def quantize(x, bits: int, dim: int):
@@ -95,7 +95,7 @@ class QuantKV:
     def __init__(self, bits: int, residual: int = RESIDUAL, group: int = GROUP):
         self.bits, self.residual, self.group = bits, residual, group
         # [en] Quantized groups as (packed codes, scale, low); the full-precision window [B, H_kv, r, D].
-        # [zh] 量化后的各组存为 (打包的编码, 缩放因子, 最小值)；全精度窗口的形状为 [B, H_kv, r, D]。
+        # [zh] 量化后的各组存为（打包的编码、缩放因子、最小值）；全精度窗口的形状为 [B, H_kv, r, D]。
         self.k_groups, self.v_groups = [], []
         self.k_recent = self.v_recent = None
         self.seen = 0
@@ -115,6 +115,8 @@ class QuantKV:
             v_codes, v_scale, v_low = quantize(v_old, self.bits, dim=-1)    # scale [B, H_kv, G, 1]
             self.k_groups.append((pack(k_codes, self.bits), k_scale, k_low))
             self.v_groups.append((pack(v_codes, self.bits), v_scale, v_low))
+        # [en] The positions are not stored: this cache assumes every call continues from position 0 without gaps.
+        # [zh] 这里不保存位置：这个缓存假定各次调用从位置 0 起连续送入，中间没有空缺。
         return keys, values, torch.arange(self.seen)
 
     def read(self, stored):
@@ -145,11 +147,14 @@ def quant_model(bits: int) -> Decoder:
 # The next cell replays that timeline on a real `QuantKV`, one token per call, and checks every column of the table.
 # Other systems use other window rules; ours is one rule for K and V. KIVI's differs: with $l$ positions cached, it keeps the newest
 # $l \bmod R$ keys in full precision (the key window empties each time $R$ keys have piled up and are quantized
-# as a block) and exactly the newest $R$ values, quantizing a value token by token as it leaves. Hugging Face's `QuantizedCache` differs again:
-# once its window reaches $R$, it quantizes the whole cache anew and empties the window.
+# as a block) and exactly the newest $R$ values, quantizing a value token by token as it leaves. Hugging Face's `QuantizedCache` differs again
+# (transformers 5.23, `cache_utils.py`, `QuantizedLayer.update`): its first call quantizes the whole prompt at once
+# (that call attends over the prompt's full-precision keys and values, but keeps only the quantized copy), so after
+# the prompt its full-precision window is empty, not $R$ tokens long; after that, each call adds its tokens to the
+# window, and when the window would reach $R$ tokens it quantizes the whole cache anew and empties the window.
 
 # %% [markdown] lang="zh"
-# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）。别的系统采用别的窗口规则；我们的规则对键和值是同一条。KIVI 的规则与此不同：缓存中有 $l$ 个位置时，它让最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空），值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。Hugging Face 的 `QuantizedCache` 又有所不同：窗口一达到 $R$ 个位置，它就把整个缓存重新量化一遍，并清空窗口。
+# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）。别的系统采用别的窗口规则；我们的规则对键和值是同一条。KIVI 的规则与此不同：缓存中有 $l$ 个位置时，它让最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空），值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。Hugging Face 的 `QuantizedCache` 又有所不同（transformers 5.23，`cache_utils.py` 中的 `QuantizedLayer.update`）：第一次调用就把整个提示一次性量化（这次调用本身用提示的全精度键和值计算注意力，但只保存量化后的副本），所以处理完提示后，它的全精度窗口是空的，而不是 $R$ 个 token；此后每次调用把新的 token 加入窗口，窗口即将达到 $R$ 个 token 时，就把整个缓存重新量化一遍，并清空窗口。
 
 # %%
 timeline_cache, timeline = QuantKV(bits=4), {}

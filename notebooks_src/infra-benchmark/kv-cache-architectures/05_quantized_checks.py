@@ -87,7 +87,7 @@ say_table([[str(b), f"{r['max_abs_logit_err']:.4f}", f"{BOUNDS[b]['max_abs_logit
           zh=["比特数", "logits 最大绝对误差（64 步）", "上界", "每步最大绝对误差的均值", "贪心 token 一致数", "下界"])
 
 # %% [markdown] lang="en"
-# The four criteria, asserted. For criterion 1 we run the calls that consume the first 24 positions (the
+# **Criterion 1, asserted.** We run the calls that consume the first 24 positions (the
 # prompt, then one token at a time) through each quantized cache and check that their logits are bit for bit
 # those of the exact cache, that the first group has been quantized at the end of the last of these calls,
 # and that the next step's error is no longer zero. Counting generation steps from 0: step 0 is the prompt call
@@ -95,7 +95,7 @@ say_table([[str(b), f"{r['max_abs_logit_err']:.4f}", f"{BOUNDS[b]['max_abs_logit
 # read a quantized group.
 
 # %% [markdown] lang="zh"
-# 下面用断言核对这四条判据。对判据 1，我们让处理前 24 个位置的那些调用（先是提示，再逐个 token）通过每种量化缓存，确认三点：它们的 logits 与精确缓存的逐比特相同；最后一次这样的调用结束时，第一组已经量化；下一步的误差不再为零。生成步从 0 开始编号：第 0 步是处理提示的那次调用（16 个位置），第 1 到 8 步各增加一个位置（共 24 个），所以第 {{run:quant.exact_steps}} 步是第一次读到量化组的一步。
+# **断言判据 1。** 我们让处理前 24 个位置的那些调用（先是提示，再逐个 token）通过每种量化缓存，确认三点：它们的 logits 与精确缓存的逐比特相同；最后一次这样的调用结束时，第一组已经量化；下一步的误差不再为零。生成步从 0 开始编号：第 0 步是处理提示的那次调用（16 个位置），第 1 到 8 步各增加一个位置（共 24 个），所以第 {{run:quant.exact_steps}} 步是第一次读到量化组的一步。
 
 # %%
 EXACT_STEPS = RESIDUAL + GROUP - PROMPT_LEN + 1
@@ -105,12 +105,36 @@ for bits in QUANT_BITS:
     QUANT_EXACT_WINDOW[bits] = {"bit_exact": torch.equal(window_logits, exact_logits[:, :EXACT_STEPS]),
                                 "quantized_positions": window_cache[0].quantized_positions(),
                                 "next_step_err": QUANT[bits]["per_step_max_abs_logit_err"][EXACT_STEPS]}
+say_table([[str(b), f"`{w['bit_exact']}`", str(w["quantized_positions"]), f"{w['next_step_err']:.1e}"] for b, w in QUANT_EXACT_WINDOW.items()],
+          en=["bits", f"steps 0 to {EXACT_STEPS - 1} bit-exact", "quantized positions after them", f"error at step {EXACT_STEPS}"],
+          zh=["比特数", f"第 0 到 {EXACT_STEPS - 1} 步逐比特相同", "此后已量化的位置数", f"第 {EXACT_STEPS} 步的误差"])
 assert all(w["bit_exact"] and w["quantized_positions"] == GROUP and w["next_step_err"] > 0 for w in QUANT_EXACT_WINDOW.values())
+
+# %% [markdown] lang="en"
+# **Criteria 2 and 3, asserted** on the table of the 64 steps above: every bit width stays within its error bound
+# and its agreement bound, and the error falls from 2 to 4 to 8 bits, both the largest error and the mean of the
+# per-step largest errors.
+
+# %% [markdown] lang="zh"
+# **断言判据 2 和 3**，依据的是上面 64 步的那张表：每种比特数都不超出它的误差界，一致数也不低于下界；误差随比特数从 2 到 4 再到 8 逐步下降，最大绝对误差和每步最大绝对误差的均值都是如此。
+
+# %%
 assert all(QUANT[b]["max_abs_logit_err"] < bound["max_abs_logit_err"] and QUANT[b]["agreement"] >= bound["min_agreement"]
            for b, bound in BOUNDS.items())
 assert (QUANT[2]["max_abs_logit_err"] > QUANT[4]["max_abs_logit_err"] > QUANT[8]["max_abs_logit_err"] > 0
         and QUANT[2]["mean_max_abs_logit_err"] > QUANT[4]["mean_max_abs_logit_err"] > QUANT[8]["mean_max_abs_logit_err"])
 
+# %% [markdown] lang="en"
+# **Criterion 4: the memory.** `quant_bytes` counts the bytes of the layout after `length` positions: the codes of
+# every quantized position ($D_h$ codes of `bits` bits per head, for K and for V), K's scale and minimum per channel
+# and group, V's scale and minimum per token, and the full-precision window. The cell compares it, and the exact
+# cache's `kv_bytes_per_token` formula, with `nbytes()` of the caches the run above
+# left behind: {{run:quant.positions}} positions (the 64th generated token is predicted, never fed back).
+
+# %% [markdown] lang="zh"
+# **判据 4：内存。** `quant_bytes` 计算处理完 `length` 个位置后存储布局占用的字节数：每个已量化位置的编码（对 K 和 V，每个头各 $D_h$ 个 `bits` 比特的编码），K 每组每通道的缩放因子和最小值，V 每个 token 的缩放因子和最小值，以及全精度窗口。下面的单元格把它（以及精确缓存的 `kv_bytes_per_token` 公式）与上面那次运行结束后缓存的 `nbytes()` 相比较：缓存中有 {{run:quant.positions}} 个位置（第 64 个生成的 token 只被预测出来，没有再送回模型）。
+
+# %%
 T_TOTAL = PROMPT_LEN + GEN_STEPS - 1
 
 
@@ -138,6 +162,8 @@ say_table([["FP32", f"{QUANT_MEMORY['exact_bytes']:,}", "1.00"]]
 assert all(QUANT_MEMORY[f"{name}_bytes"] == QUANT_MEMORY[f"{name}_formula_bytes"] for name in ["exact"] + [f"int{b}" for b in QUANT_BITS])
 
 # %% tags=["prose-values"]
+# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
+# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
 {"quant": {**{f"int{b}_err": float(QUANT[b]["max_abs_logit_err"]) for b in QUANT_BITS},
            **{f"int{b}_fraction": QUANT_MEMORY[f"int{b}_bytes"] / QUANT_MEMORY["exact_bytes"] for b in QUANT_BITS},
            "positions": T_TOTAL, "window_positions": T_TOTAL - QUANT[4]["cache"][0].quantized_positions(),
@@ -205,7 +231,7 @@ def round_trip_steps(x, bits: int, dim: int) -> dict:
 group_like = torch.randn(1, LLAMA_CFG.n_kv, 8, LLAMA_CFG.head_dim, generator=torch.Generator().manual_seed(SEED), dtype=torch.float64)
 QUANT_ROUND_TRIP = {f"int{bits}_{axis}": round_trip_steps(group_like, bits, dim)
                     for bits in QUANT_BITS for axis, dim in (("per_channel", -2), ("per_token", -1))}
-say_table([[f"`{name}`", f"{r['dequantize']:.3f}", f"{r['scale_forgotten']:.1f}"] for name, r in QUANT_ROUND_TRIP.items()],
+say_table([[f"`{name}`", f"{r['dequantize']:.3f}", f"{r['scale_forgotten']:,.1f}"] for name, r in QUANT_ROUND_TRIP.items()],
           en=["bits, statistics", "largest error in steps: `dequantize`", "without the scale"],
           zh=["比特数、统计方式", "最大绝对误差（以步长为单位）：`dequantize`", "漏乘缩放因子"])
 assert all(r["dequantize"] <= 0.5 + 1e-9 and r["scale_forgotten"] > 0.5 for r in QUANT_ROUND_TRIP.values())

@@ -19,19 +19,22 @@
 #   a one-token decode step (a single query may read every cached key), but after a non-empty cache it hides
 #   most of the cache from a multi-token chunk.
 #
-# The mask is not the only question a real kernel raises. The mask also decides which kernel may run. On a GPU,
-# PyTorch's SDPA uses its FlashAttention backend only when no mask tensor is passed (a causal flag at most), so a
-# boolean mask such as the band sends it to another, slower backend. That is a limit of SDPA's interface, not of
-# FlashAttention: the FlashAttention library takes a sliding window natively, `window_size=(W - 1, 0)` with
-# `causal=True` (each query reads itself and the $W - 1$ keys before it, the band of section 6, with no mask
-# tensor at all). vLLM's FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral,
-# loaded with `attn_implementation="flash_attention_2"`, hands its `sliding_window` to the same parameter as
-# `window_size=(W - 1, W - 1)` with `causal=True`, which the causal flag makes equivalent to `(W - 1, 0)`.
-# A one-query decode step gives a kernel little to parallelize over, so decode kernels split the cached keys
-# into blocks and combine the partial softmaxes (split-K decoding, as in Flash-Decoding). A paged cache
-# stores K/V in blocks that the kernel must read through a block table (vLLM's PagedAttention). And GQA pays
-# off only if the kernel indexes the shared K/V heads instead of copying them. None of this changes the
-# numbers the check compares; all of it decides the speed.
+# What a real kernel adds (optional reading). None of it changes the numbers the check compares; all of it decides
+# the speed.
+#
+# * **The mask decides which kernel may run.** On a GPU, PyTorch's SDPA uses its FlashAttention backend only when no
+#   mask tensor is passed (a causal flag at most), so a boolean mask such as the band sends it to another, slower
+#   backend. That is a limit of SDPA's interface, not of FlashAttention.
+# * **Sliding windows without a mask.** The FlashAttention library takes a window natively, `window_size=(W - 1, 0)`
+#   with `causal=True`: each query reads itself and the $W - 1$ keys before it, the band of section 6. vLLM's
+#   FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral, loaded with
+#   `attn_implementation="flash_attention_2"`, passes `window_size=(W - 1, W - 1)` with `causal=True`, which the
+#   causal flag makes equivalent to `(W - 1, 0)`.
+# * **Split-K decoding.** A one-query decode step gives a kernel little to parallelize over, so decode kernels split
+#   the cached keys into blocks and combine the partial softmaxes (as in Flash-Decoding).
+# * **Paged caches.** A paged cache stores K/V in blocks that the kernel must read through a block table (vLLM's
+#   PagedAttention).
+# * **GQA by indexing.** GQA pays off only if the kernel indexes the shared K/V heads instead of copying them.
 
 # %% [markdown] lang="zh"
 # ## 8. 融合注意力
@@ -42,7 +45,13 @@
 # * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
 # * `SDPACausalIfSeveral`（负对照）：不传掩码，只要这次调用有不止一个查询，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取缓存中的每个键）；但在非空缓存之后，它会让多 token 的分块看不到缓存中的大部分内容。
 #
-# 真实的内核要考虑的不只是掩码。掩码还决定了能用哪个内核。在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制：FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可（每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域），完全不需要掩码张量。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，也把它的 `sliding_window` 交给同一个参数，不过传入的是 `window_size=(W - 1, W - 1)` 加 `causal=True`；有了因果标志，它与 `(W - 1, 0)` 等价。单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（split-K 解码，例如 Flash-Decoding）。分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。而 GQA 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，才能真正省下访存。这些都不会改变检查所比较的数值，却决定了速度。
+# 除了掩码的对齐方式，真实的内核还牵涉别的问题（可选阅读）。它们都不会改变检查所比较的数值，却决定了速度。
+#
+# * **掩码本身就决定了能用哪个内核。** 在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制。
+# * **不用掩码的滑动窗口。** FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可：每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，传入的是 `window_size=(W - 1, W - 1)` 加 `causal=True`；有了因果标志，它与 `(W - 1, 0)` 等价。
+# * **split-K 解码。** 单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（例如 Flash-Decoding）。
+# * **分页缓存。** 分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。
+# * **按下标读取的 GQA。** 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，GQA 才能真正省下访存。
 
 # %%
 from torch.nn.attention.bias import causal_lower_right
@@ -74,22 +83,27 @@ SDPA_MODELS = {"sdpa_bool_mask": lambda: build(LLAMA_CFG, lambda i: SDPABoolMask
 # **Criterion: each SDPA path equals the explicit-softmax path** (full recomputation of section 5's model)
 # over the 12 configurations, with the usual tolerances ($10^{-5}$ in FP32, $10^{-10}$ in FP64). The two compute the
 # same sums in a different order, so equality within rounding is all we can ask for. **Negative control:
-# `is_causal=True` after a non-empty cache.** Chunks of 2 and 5 tokens must fail, and the one-token run must
-# pass: every call after the prefill has one query and no mask, which is correct, and the prefill call itself
-# is square. That is exactly why this bug survives in code that is only ever tested with a prefill followed by
-# one-token decoding.
+# `is_causal=True` after a non-empty cache.** It runs four schedules. Two must pass: one token per call (every
+# call has one query and no mask, which is correct), and a prefill of 16 tokens followed by one-token steps (the
+# same schedule as section 6's `RING_CHUNKS`: the prefill call is square, so `is_causal=True` is right there, and
+# every later call has one query). Chunks of 2 and of 5 tokens must fail. So a test suite that only ever runs a
+# prefill and then one-token decoding passes this bug; only a multi-token chunk after a non-empty cache catches it.
 
 # %% [markdown] lang="zh"
-# **判据：两种 SDPA 路径都与显式 softmax 路径一致**（以第 5 节模型的完整重算为参照），覆盖 12 种配置，容差照旧（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$）。两者以不同的顺序计算同样的求和，所以只能要求在舍入误差范围内相等。**负对照：在非空缓存之后使用 `is_causal=True`。** 分块长度为 2 和 5 时必须失败，逐 token 的运行则必须通过：预填充之后的每次调用都只有一个查询、不加掩码，这是对的；预填充调用本身的分数矩阵又是方阵。正因如此，如果代码只在“预填充加逐 token 解码”的情形下测试过，这个错误就会一直藏在那里。
+# **判据：两种 SDPA 路径都与显式 softmax 路径一致**（以第 5 节模型的完整重算为参照），覆盖 12 种配置，容差照旧（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$）。两者以不同的顺序计算同样的求和，所以只能要求在舍入误差范围内相等。**负对照：在非空缓存之后使用 `is_causal=True`。** 它按四种调用方式运行。其中两种必须通过：每次调用送入一个 token（每次调用都只有一个查询、不加掩码，这是对的）；先用 16 个 token 做预填充，再逐个 token 解码（与第 6 节 `RING_CHUNKS` 中的方式相同：预填充调用的分数矩阵是方阵，`is_causal=True` 在这里是对的，之后的每次调用都只有一个查询）。分块长度为 2 和 5 时则必须失败。所以，只测试“预填充后逐 token 解码”的测试集查不出这个错误；只有在非空缓存之后送入多 token 的分块，才能查出它。
 
 # %%
 SDPA_GRIDS = {name: run_grid(SDPA_MODELS[name], reference=lambda: build(LLAMA_CFG)) for name in ("sdpa_bool_mask", "sdpa_lower_right")}
-sdpa_control = run_control(SDPA_MODELS["sdpa_causal_if_several"], reference=lambda: build(LLAMA_CFG))
-CONTROLS["is_causal_after_cache"] = {"section": 8, **sdpa_control, "measured": min(sdpa_control["errors"][1:]),
-                                     "caught": sdpa_control["passed"] == [True, False, False]}
+PREFILL_THEN_DECODE = [16] + [1] * (STREAM_LEN - 16)                             # RING_CHUNKS[2] of section 6
+sdpa_control = run_control(SDPA_MODELS["sdpa_causal_if_several"], reference=lambda: build(LLAMA_CFG),
+                           chunks=(1, PREFILL_THEN_DECODE, 2, 5))
+CONTROLS["is_causal_after_cache"] = {"section": 8, **sdpa_control, "measured": min(sdpa_control["errors"][2:]),
+                                     "caught": sdpa_control["passed"] == [True, True, False, False]}
 summary_table({"`SDPABoolMask`": SDPA_GRIDS["sdpa_bool_mask"], "`SDPALowerRight`": SDPA_GRIDS["sdpa_lower_right"]})
-say_table([[str(chunk), f"{error:.2e}", f"`{passed}`"] for chunk, error, passed in zip(sdpa_control["chunks"], sdpa_control["errors"], sdpa_control["passed"])],
-          en=["`SDPACausalIfSeveral`, chunk", "max abs logit error", "passed"], zh=["`SDPACausalIfSeveral`，分块长度", "logits 最大绝对误差", "通过"])
+SCHEDULES = ["1", f"`[16] + [1] * {STREAM_LEN - 16}`", "2", "5"]
+say_table([[schedule, f"{error:.2e}", f"`{passed}`"] for schedule, error, passed in zip(SCHEDULES, sdpa_control["errors"], sdpa_control["passed"])],
+          en=["`SDPACausalIfSeveral`, chunks (`[16] + [1] * 8`: a prefill, then one-token steps)", "max abs logit error", "passed"],
+          zh=["`SDPACausalIfSeveral`，分块方式（`[16] + [1] * 8`：预填充后逐 token 解码）", "logits 最大绝对误差", "通过"])
 assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows) and CONTROLS["is_causal_after_cache"]["caught"]
 
 # %% [markdown] lang="en"
@@ -174,14 +188,16 @@ DECODE_PROFILE = {name: decode_profile(net) for name, net in TIMED.items()}
 for name, prof in DECODE_PROFILE.items():
     explicit = name == "explicit"
     say(en=f"{'Explicit softmax path (`softmax_attention`)' if explicit else 'SDPA path (`SDPALowerRight`)'}: one decode step "
-           f"after {TIMING_PROMPT} tokens, {prof['calls']:.0f} operator calls, {prof['self_us']:.0f} us",
+           f"after {TIMING_PROMPT} tokens: {prof['calls']:.0f} operator calls, {prof['self_us']:.0f} us of self time in all",
         zh=f"{'显式 softmax 路径（`softmax_attention`）' if explicit else 'SDPA 路径（`SDPALowerRight`）'}：{TIMING_PROMPT} 个 token "
-           f"之后的一个解码步，共 {prof['calls']:.0f} 次算子调用，{prof['self_us']:.0f} 微秒")
+           f"之后的一个解码步，共 {prof['calls']:.0f} 次算子调用，自身耗时合计 {prof['self_us']:.0f} 微秒")
     say_table([[f"`{r['op']}`", f"{r['calls_per_step']:g}", f"{r['self_us_per_step']:.0f}", f"{r['share']:.0%}"] for r in prof["top"]],
               en=["operator", "calls per step", "self time per step (us)", "share of the step"],
               zh=["算子", "每步调用次数", "每步自身耗时（微秒）", "占该步的比例"])
 
 # %% tags=["prose-values"]
+# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
+# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
 {"fused": {**{f"{name}_{what}": FUSED_TIMING[f"{name}_{what}"]["p50_ms"] for name in ("explicit", "sdpa") for what in ("prefill", "decode")},
            **{f"{name}_calls": float(prof["calls"]) for name, prof in DECODE_PROFILE.items()},
            **{f"{name}_self_us": float(prof["self_us"]) for name, prof in DECODE_PROFILE.items()},

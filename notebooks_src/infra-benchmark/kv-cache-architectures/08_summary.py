@@ -11,12 +11,12 @@ summary_table({f"`{name}`": rows for name, rows in EXACT_GRIDS.items()})
 
 # %% [markdown] lang="en"
 # The negative controls: each broke one thing on purpose, and each was caught by the check named in its row. The
-# measured column is the number that check judged (for a `check_cached` control, the smallest logit error of its
-# failing runs). Last, the Hugging Face referees: for each, the largest FP64 difference from our model, logits and
+# measured column is the number that check judged, and the next column says what that number is: most are logit
+# differences, and a count or a ratio is labelled as such. Last, the Hugging Face referees: for each, the largest FP64 difference from our model, logits and
 # caches, full and cached (or why they were skipped).
 
 # %% [markdown] lang="zh"
-# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值（对 `check_cached` 类的负对照，是各次失败运行的 logits 最大绝对误差中最小的那个）。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对误差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
+# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值，下一列说明这个数值是什么：大多是 logits 的误差，计数或比值都会注明。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对误差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
 
 # %%
 controls_table(CONTROLS)

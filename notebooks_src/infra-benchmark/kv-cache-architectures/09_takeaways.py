@@ -20,7 +20,8 @@
 #   Random weights show that the cache reads back what it stored, not that a trained model keeps its quality,
 #   which is what KIVI measured.
 # * **Fused attention changes the arithmetic's order, not the result**, as long as the mask is right:
-#   `is_causal=True` after a cache hides behind prefill-plus-one-token tests and fails for every longer chunk.
+#   `is_causal=True` after a cache passes a prefill followed by one-token steps and fails for chunks of 2 and 5
+#   tokens.
 # * **At 7–8B scale the choice matters**: one 32k-token context costs {{run:memory.mha_gib:.0f}} GiB with MHA,
 #   more than the model's weights, and a quarter of that with Llama 3's eight K/V heads.
 #
@@ -35,7 +36,7 @@
 # * **RoPE 的键在旋转之后缓存，旋转用的是它自己的绝对位置**；每个新分块都必须按真实位置旋转。由于 RoPE 只看得到距离，基于平移的检验分不清正确的旋转和反向的旋转，所以要直接核对公式本身。
 # * **滑动窗口只需要最后 $W - 1$ 个位置**，存在一个先读后写的环形缓冲区里。“$W$ 的窗口”究竟是 $W$ 个键还是 $W + 1$ 个键，Mistral 论文与 Hugging Face 的代码说法不一；宽了一个键的窗口通不过缓存检查，窄了一个键的窗口只有键数检查能查出。把上下文裁剪到 $W$ 个 token 并不等于滑动窗口：多层叠加之后，能回看 $L(W - 1)$ 个位置。
 # * **量化缓存是一种近似**，要用明确写出的误差界和一个必须违反这些界的负对照来评判。这些界是在第一次运行之后定下的，明显高于当时测得的误差，此后每次运行都必须落在界内。随机权重只能说明这个缓存读回了它存下的内容，不能说明训练好的模型能保持质量，而后者才是 KIVI 所测量的。
-# * **融合注意力改变的是运算次序，而不是结果**，前提是掩码正确：在缓存之后使用 `is_causal=True` 的错误，藏在“预填充加逐 token 解码”的测试背后，对任何更长的分块都会失败。
+# * **融合注意力改变的是运算次序，而不是结果**，前提是掩码正确：在缓存之后使用 `is_causal=True` 的错误，能通过“预填充后逐 token 解码”的运行，而在分块长度为 2 和 5 时失败。
 # * **到了 7B 到 8B 的规模，这些选择举足轻重**：一个 32k token 的上下文，用 MHA 需要 {{run:memory.mha_gib:.0f}} GiB，比模型权重还大；用 Llama 3 的 8 个 K/V 头，只需要它的四分之一。
 #
 # [压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})在这个解码器的基础上更进一步：多头潜在注意力（MLA）、局部层与全局层、跨层共享的缓存、注意力汇聚点以及淘汰策略。

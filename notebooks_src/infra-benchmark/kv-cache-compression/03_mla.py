@@ -7,8 +7,9 @@
 #
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^C_{t,i} = W^{UK}_i\, c_t, \qquad v_{t,i} = W^{UV}_i\, c_t ,$$
 #
-# (The MLA equations written out in the DeepSeek-V2 paper have no norm at this point; DeepSeek's released code and
-# Hugging Face's model apply one, as `kv_a_layernorm`, and so do we.)
+# (The MLA equations of the DeepSeek-V2 paper do not show this norm, but the paper's text on its model
+# hyper-parameters adds it: "we employ additional RMS Norm layers after the compressed latent vectors". DeepSeek's
+# released code and Hugging Face's model apply it as `kv_a_layernorm`, and so do we.)
 #
 # where the *up*-projections $W^{UK}_i$ and $W^{UV}_i$ of head $i$ rebuild that head's key and value from the
 # latent. RoPE cannot rotate the keys rebuilt from the latent without losing the saving described next (negative
@@ -56,9 +57,9 @@
 #
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^C_{t,i} = W^{UK}_i\, c_t, \qquad v_{t,i} = W^{UV}_i\, c_t ,$$
 #
-# （DeepSeek-V2 论文中写出的 MLA 公式在这一处没有归一化；DeepSeek 发布的代码和 Hugging Face 的模型都有这一步，即 `kv_a_layernorm`，我们也照此实现。）
+# （DeepSeek-V2 论文的 MLA 公式里没有写出这个归一化，但论文介绍模型超参数的正文补充了它：在压缩后的潜向量之后另加 RMSNorm 层（原文为“we employ additional RMS Norm layers after the compressed latent vectors”）。DeepSeek 发布的代码和 Hugging Face 的模型都以 `kv_a_layernorm` 实现这一步，我们也照此实现。）
 #
-# 其中第 $i$ 个头的**上投影** $W^{UK}_i$ 和 $W^{UV}_i$ 从潜向量重建出这个头的键和值。如果用 RoPE 去旋转从潜向量重建出的键，下文所说的节省就会落空（下面的负对照 1 说明原因），所以 MLA 额外增加一个 $d_R$ 维的**解耦的 RoPE 键**，由所有头共享：$k^R_t = \mathrm{RoPE}(W^{KR} h_t)$。查询来自同一个投影 $W^Q h_t$（代码中的 `q`）：它为第 $i$ 个头给出 $d_C + d_R$ 个数，拆成压缩部分 $q^C_{t,i}$（它与从潜向量重建出的键相乘） 和经过旋转、与 RoPE 键配套的部分 $q^R_{t,i}$。第 $i$ 个头的分数是两个点积之和 $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$，再乘以 $1/\sqrt{d_C + d_R}$。每个 token 在每一层只缓存 $r + d_R$ 个数，与头数无关：DeepSeek-V3 有 128 个头，$r = 512$，$d_R = 64$。
+# 其中第 $i$ 个头的**上投影** $W^{UK}_i$ 和 $W^{UV}_i$ 从潜向量重建出这个头的键和值。如果用 RoPE 去旋转从潜向量重建出的键，下文所说的节省就会落空（下面的负对照 1 说明原因），所以 MLA 额外增加一个 $d_R$ 维的**解耦的 RoPE 键**，由所有头共享：$k^R_t = \mathrm{RoPE}(W^{KR} h_t)$。查询来自同一个投影 $W^Q h_t$（代码中的 `q`）：它为第 $i$ 个头给出 $d_C + d_R$ 个数，拆成压缩部分 $q^C_{t,i}$（它与从潜向量重建出的键相乘）和经过旋转、与 RoPE 键配套的部分 $q^R_{t,i}$。第 $i$ 个头的分数是两个点积之和 $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$，再乘以 $1/\sqrt{d_C + d_R}$。每个 token 在每一层只缓存 $r + d_R$ 个数，与头数无关：DeepSeek-V3 有 128 个头，$r = 512$，$d_R = 64$。
 #
 # 只有解码时不必重建全部键，这份节省才算数。而这确实不必：矩阵乘法满足结合律，可以换个次序计算。对分数而言，$q^C_{t,i} \cdot (W^{UK}_i c_s) = ((W^{UK}_i)^\top q^C_{t,i}) \cdot c_s$：把 $W^{UK}_i$ 一次性并入查询，再用结果与缓存的潜向量做点积。对输出而言，$\sum_s w_s W^{UV}_i c_s = W^{UV}_i \sum_s w_s c_s$：先在潜向量上做注意力，再乘一次 $W^{UV}_i$。这就是**吸收**。它只改变算术运算的先后次序，所以吸收形式必须与朴素形式在舍入误差范围内一致。
 #
@@ -152,18 +153,26 @@ class MLAttention(nn.Module):
 # they hold. **The latent goes in the slot for keys (`cache.k`) and the RoPE key in the slot for values (`cache.v`);**
 # read every `.k` of these two forms' caches as "latent" and every `.v` as "RoPE key". That is not a slip:
 # Hugging Face's cache for this model does the same (its `keys` hold the latent, its `values` the RoPE key), so
-# section 3.1 can compare the two caches slot by slot. `LatentMLA` (the *latent* form: both forms cache the latent,
-# and what sets this one apart is that it expands it again on every read) rebuilds every head's keys and values from
-# *all* cached latents at every call. This is what Hugging Face's `DeepseekV3Attention` does in transformers 5.23: its
+# section 3.1 can compare the two caches slot by slot.
+#
+# The two forms differ in what they do with the cached latents. `LatentMLA`, the **latent form** (read it as "the
+# re-expanding form": both forms cache the latent, and this one expands it again on every read), rebuilds every
+# head's keys and values from *all* cached latents at every call. This is what Hugging Face's `DeepseekV3Attention` does in transformers 5.23: its
 # cache holds the compressed latent and the rotated RoPE key, and at each step its `expand_kv` applies `kv_b_proj`
 # to every cached latent and writes the expanded keys and values into new tensors, which attention then reads. It
-# saves cache capacity, not work, and not memory traffic either (section 4 counts both). `AbsorbedMLA` caches the same two tensors and never expands them: it folds
+# saves cache capacity, not work, and not memory traffic either (section 4 counts both).
+#
+# `AbsorbedMLA`, the **absorbed form**, caches the same two tensors and never expands them: it folds
 # $W^{UK}_i$ into the query ($\tilde q_i = (W^{UK}_i)^\top q^C_i$, `q_c @ w_uk`), scores the latents and the RoPE
 # keys, averages the latents with the attention weights, and only then applies $W^{UV}_i$. DeepSeek's own
 # inference code offers both ends: `attn_impl = "naive"` caches keys and values, `"absorb"` caches the latent.
 
 # %% [markdown] lang="zh"
-# **缓存潜向量的两种方式。** 两种形式都为每个 token 缓存两个张量：潜向量和 RoPE 键。它们都原样沿用 `FullKV`。`FullKV` 有两个槽位，一个叫“键”，一个叫“值”，并不关心里面放的是什么。**潜向量放在存键的槽位里（`cache.k`），RoPE 键放在存值的槽位里（`cache.v`）**；读到这两种形式的缓存时，每个 `.k` 都应读作“潜向量”，每个 `.v` 都应读作“RoPE 键”。这不是笔误：Hugging Face 为这个模型提供的缓存也是这样放的（它的 `keys` 存潜向量，`values` 存 RoPE 键），所以 3.1 节可以逐个槽位比较两边的缓存。`LatentMLA`（即**潜向量形式**：两种形式缓存的都是潜向量，它的不同之处在于每次读取都要重新展开）每次调用都要用**全部**缓存的潜向量重建每个头的键和值。transformers 5.23 中 Hugging Face 的 `DeepseekV3Attention` 正是这样做的：它的缓存保存压缩后的潜向量和旋转后的 RoPE 键；每一步，它的 `expand_kv` 都对每个缓存的潜向量施加 `kv_b_proj`，把展开后的键和值写进新的张量，再交给注意力读取。这样省下的是缓存的容量，既没有省下计算，也没有省下访存（第 4 节统计这两者）。`AbsorbedMLA` 缓存同样的两个张量，但从不展开它们：它把 $W^{UK}_i$ 并入查询（$\tilde q_i = (W^{UK}_i)^\top q^C_i$，即 `q_c @ w_uk`），对潜向量和 RoPE 键打分，用注意力权重对潜向量加权平均，最后才乘上 $W^{UV}_i$。DeepSeek 自己的推理代码两种做法都提供：`attn_impl = "naive"` 缓存键和值，`"absorb"` 缓存潜向量。
+# **缓存潜向量的两种方式。** 两种形式都为每个 token 缓存两个张量：潜向量和 RoPE 键。它们都原样沿用 `FullKV`。`FullKV` 有两个槽位，一个叫“键”，一个叫“值”，并不关心里面放的是什么。**潜向量放在存键的槽位里（`cache.k`），RoPE 键放在存值的槽位里（`cache.v`）**；读到这两种形式的缓存时，每个 `.k` 都应读作“潜向量”，每个 `.v` 都应读作“RoPE 键”。这不是笔误：Hugging Face 为这个模型提供的缓存也是这样放的（它的 `keys` 存潜向量，`values` 存 RoPE 键），所以 3.1 节可以逐个槽位比较两边的缓存。
+#
+# 两种形式的区别在于如何使用缓存的潜向量。`LatentMLA` 即**潜向量形式**（也可以理解为“重新展开的形式”）。两种形式缓存的都是潜向量，它的不同之处在于：每次调用都要用**全部**缓存的潜向量重新展开出每个头的键和值。transformers 5.23 中 Hugging Face 的 `DeepseekV3Attention` 正是这样做的：它的缓存保存压缩后的潜向量和旋转后的 RoPE 键；每一步，它的 `expand_kv` 都对每个缓存的潜向量施加 `kv_b_proj`，把展开后的键和值写进新的张量，再交给注意力读取。这样省下的是缓存的容量，既没有省下计算，也没有省下访存（第 4 节统计这两者）。
+#
+# `AbsorbedMLA` 即**吸收形式**，缓存同样的两个张量，但从不展开它们：它把 $W^{UK}_i$ 并入查询（$\tilde q_i = (W^{UK}_i)^\top q^C_i$，即 `q_c @ w_uk`），对潜向量和 RoPE 键打分，用注意力权重对潜向量加权平均，最后才乘上 $W^{UV}_i$。DeepSeek 自己的推理代码两种做法都提供：`attn_impl = "naive"` 缓存键和值，`"absorb"` 缓存潜向量。
 
 # %%
 class LatentMLA(MLAttention):

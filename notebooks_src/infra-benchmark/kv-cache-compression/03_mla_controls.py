@@ -1,7 +1,6 @@
 # %% [markdown] lang="en"
-# **Negative control 1: RoPE on the compressed part, absorbed anyway.** What must fail here is criterion 2, the
-# absorbed form against the naive form with the same weights, for a model that rotates its compressed part. Each of
-# the two models involved passes its own cached-versus-full check; only the comparison between them fails.
+# **Negative control 1: RoPE on the compressed part, absorbed anyway.** It comes in two steps: a measurement of why
+# the rotation cannot be absorbed, then two models on which criterion 2 must fail.
 #
 # Why does MLA need a separate RoPE key? Suppose it rotated the keys rebuilt from the latent, as ordinary RoPE
 # rotates every key: $k^C_{s,i} = R_s W^{UK}_i c_s$, and the query likewise. The score becomes
@@ -12,16 +11,25 @@
 # $s - t$. No single matrix can be folded into the query: absorption would need one per distance, which means
 # rebuilding the keys. The DeepSeek-V2 paper gives this reason for the decoupled key.
 #
-# First the reason, measured. For layer 0 of an MLA model (FP64, 24 random input vectors), the cell computes the
-# compressed part of every causal score three ways: as defined, with the query and the rebuilt key both rotated
-# (`rotary_c`, RoPE over $d_C$ dimensions); with $W^{UK}_i$ folded into an unrotated query, as `AbsorbedMLA` does;
-# and with the folded query and the latents rotated in latent space instead (`rotary_latent`, RoPE over $r$
-# dimensions, the attempt described after the table). It groups the differences from the definition by the distance
-# $t - s$ between query and key. Both absorptions agree at distance 0, where the rotations cancel, and at no other
-# distance.
+# Two ways to absorb anyway are tempting. The first ignores the rotation: fold $W^{UK}_i$ into an unrotated query,
+# as `AbsorbedMLA` does. The second moves the rotation into latent space, since it can no longer sit between the
+# query and $W^{UK}_i$: rotate the folded query $\tilde q_{t,i} = (W^{UK}_i)^\top q^C_{t,i}$ and the cached latents
+# $c_s$ with an $r$-dimensional RoPE $R^{(r)}$ (we call this **rotated in latent space**). The scores then still
+# depend only on the distance, but
+#
+# $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
+#
+# and $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$: rotating the latent is not rotating the key rebuilt from it.
+#
+# **Step 1, the reason measured.** For layer 0 of an MLA model (FP64, 24 random input vectors), the cell computes
+# the compressed part of every causal score three ways: as defined, with the query and the rebuilt key both rotated
+# (`rotary_c`, RoPE over $d_C$ dimensions); folded as `AbsorbedMLA` does; and rotated in latent space
+# (`rotary_latent`, RoPE over $r$ dimensions). It groups the differences from the definition by the distance
+# $t - s$ between query and key. Both absorptions must agree at distance 0, where the rotations cancel, and at no
+# other distance.
 
 # %% [markdown] lang="zh"
-# **负对照 1：对压缩部分施加 RoPE，却照样吸收。** 这里必须失败的是判据 2，即在同一份权重下把吸收形式与朴素形式相比较，而比较的对象是一个旋转了压缩部分的模型。涉及的两个模型各自都能通过自己的“缓存对照完整重算”检查；失败的只是两者之间的比较。
+# **负对照 1：对压缩部分施加 RoPE，却照样吸收。** 它分两步：先量出这种旋转为什么无法吸收，再构造两个模型，判据 2 在它们身上必须失败。
 #
 # MLA 为什么需要一个单独的 RoPE 键？假设它像普通 RoPE 旋转每个键那样，去旋转从潜向量重建出的键：$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
 #
@@ -29,7 +37,13 @@
 #
 # 夹在查询和缓存的潜向量之间的矩阵 $R_{s-t} W^{UK}_i$ 随距离 $s - t$ 而变。没有哪一个矩阵可以并入查询：吸收需要为每个距离各准备一个矩阵，这就等于重建键。DeepSeek-V2 论文正是用这个理由引入解耦的 RoPE 键。
 #
-# 先把原因量出来。对一个 MLA 模型的第 0 层（FP64，24 个随机输入向量），下面的单元格把每个因果分数中的压缩部分按三种方式各算一遍：按定义，查询和重建出的键都旋转（`rotary_c`，在 $d_C$ 维上做 RoPE）；像 `AbsorbedMLA` 那样，把 $W^{UK}_i$ 并入未经旋转的查询；以及改在潜空间里旋转并入后的查询和潜向量（`rotary_latent`，在 $r$ 维上做 RoPE，即表格之后介绍的那种写法）。然后按查询与键之间的距离 $t - s$ 把它们与定义的差值分组。两种吸收都只在距离为 0（两个旋转相互抵消）时与定义一致，在其他任何距离上都不一致。
+# 有两种“照样吸收”的写法看似可行。第一种不管旋转：像 `AbsorbedMLA` 那样，把 $W^{UK}_i$ 并入未经旋转的查询。第二种把旋转挪到潜空间里，因为旋转已经没法夹在查询和 $W^{UK}_i$ 之间：用一个 $r$ 维的 RoPE $R^{(r)}$ 旋转并入后的查询 $\tilde q_{t,i} = (W^{UK}_i)^\top q^C_{t,i}$ 和缓存的潜向量 $c_s$（我们称之为**在潜空间里旋转**）。这样分数仍然只取决于距离，但是
+#
+# $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
+#
+# 而 $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$：旋转潜向量并不等于旋转由它重建出的键。
+#
+# **第一步：把原因量出来。** 对一个 MLA 模型的第 0 层（FP64，24 个随机输入向量），下面的单元格把每个因果分数中的压缩部分按三种方式各算一遍：按定义，查询和重建出的键都旋转（`rotary_c`，在 $d_C$ 维上做 RoPE）；像 `AbsorbedMLA` 那样并入；以及在潜空间里旋转（`rotary_latent`，在 $r$ 维上做 RoPE）。然后按查询与键之间的距离 $t - s$ 把它们与定义的差值分组。两种吸收都必须只在距离为 0（两个旋转相互抵消）时与定义一致，在其他任何距离上都不一致。
 
 # %%
 with torch.inference_mode():
@@ -54,25 +68,12 @@ say_table([[str(d), f"{e['folded']:.1e}", f"{e['rotated_in_latent_space']:.1e}"]
 assert max(WHY_ROPE_SPLIT[0].values()) < TOLERANCE[torch.float64] < 1e-2 < min(min(e.values()) for d, e in WHY_ROPE_SPLIT.items() if d > 0)
 
 # %% [markdown] lang="en"
-# Now the two models. `RopeOnCompressedPart` rotates its compressed part as above. It is a valid model, and its own
-# cache (of full keys) is exact; what it cannot have is an exact absorbed form. The tempting way to absorb it anyway
-# is `RotatedInLatentSpace`: fold $W^{UK}_i$ into the query as `AbsorbedMLA` does, and since the rotation can no
-# longer sit between the query and $W^{UK}_i$, move it into latent space: rotate the folded query $\tilde q_{t,i}$
-# and the cached latents $c_s$ with an $r$-dimensional RoPE $R^{(r)}$. The cache still holds only latents, the
-# scores still depend only on the distance, and the model is consistent with itself: its cached path equals its own
-# full recomputation. But
-#
-# $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
-#
-# and $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$: rotating the latent is not rotating the key rebuilt from it,
-# which is the right-hand column of the table.
+# **Step 2, the two models, one at a time.** First `RopeOnCompressedPart`: MLA as if it had no decoupled key, RoPE
+# rotating its compressed part as above. It is a valid model, and its own cache (of full, rotated keys) is exact;
+# what it cannot have is an exact absorbed form. It plays the naive form here.
 
 # %% [markdown] lang="zh"
-# 下面是这两个模型。`RopeOnCompressedPart` 按上面的方式旋转压缩部分。它本身是一个合法的模型，它自己的缓存（存完整的键）也是精确的；它唯独不可能有精确的吸收形式。一种看似可行的“照样吸收”的写法是 `RotatedInLatentSpace`：像 `AbsorbedMLA` 那样把 $W^{UK}_i$ 并入查询；既然旋转已经没法夹在查询和 $W^{UK}_i$ 之间，就把它挪到潜空间里：用一个 $r$ 维的 RoPE $R^{(r)}$ 旋转并入后的查询 $\tilde q_{t,i}$ 和缓存的潜向量 $c_s$。缓存里仍然只有潜向量，分数仍然只取决于距离，模型本身也自洽：它的缓存路径等于它自己的完整重算。但是
-#
-# $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s),$$
-#
-# 而 $W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i$：旋转潜向量并不等于旋转由它重建出的键，这就是上表最右一列。
+# **第二步：两个模型，逐个介绍。** 先是 `RopeOnCompressedPart`：仿佛没有解耦键的 MLA，RoPE 按上面的方式旋转它的压缩部分。它本身是一个合法的模型，它自己的缓存（存旋转过的完整键）也是精确的；它唯独不可能有精确的吸收形式。在这里它充当朴素形式。
 
 # %%
 class RopeOnCompressedPart(MLAttention):
@@ -92,6 +93,16 @@ class RopeOnCompressedPart(MLAttention):
         return self.proj(merge_heads(context))
 
 
+# %% [markdown] lang="en"
+# Then `RotatedInLatentSpace`, its absorbed form as the second tempting way above writes it: $W^{UK}_i$ folded into
+# the query, the folded query and the cached latents rotated in latent space. The cache still holds only latents,
+# and the model is consistent with itself: its cached path equals its own full recomputation. Only the comparison
+# with `RopeOnCompressedPart` can show that it computes something else.
+
+# %% [markdown] lang="zh"
+# 然后是 `RotatedInLatentSpace`，即按上面第二种看似可行的写法得到的吸收形式：把 $W^{UK}_i$ 并入查询，再在潜空间里旋转并入后的查询和缓存的潜向量。缓存里仍然只有潜向量，模型本身也自洽：它的缓存路径等于它自己的完整重算。只有与 `RopeOnCompressedPart` 相比较，才能看出它算的是另一回事。
+
+# %%
 class RotatedInLatentSpace(RopeOnCompressedPart):
     # [en] WRONG on purpose: absorbs W^UK anyway, and rotates the folded query and the cached latents in latent space.
     # [zh] 故意写错：照样吸收 W^UK，并在潜空间里旋转并入后的查询和缓存的潜向量。
@@ -112,12 +123,12 @@ class RotatedInLatentSpace(RopeOnCompressedPart):
 
 
 # %% [markdown] lang="en"
-# The check. Both models first run their own cached-versus-full grid, which each must pass. Then criterion 2 is
-# applied to them (`RotatedInLatentSpace` against `RopeOnCompressedPart`, the same weights) and must fail in every
+# **The check, and what must fail.** Both models first run their own cached-versus-full grid, which each must pass.
+# Then criterion 2 is applied to them (`RotatedInLatentSpace` against `RopeOnCompressedPart`, the same weights) and must fail in every
 # configuration. Only the logits are compared: the naive model caches rotated keys, which no latent expands to.
 
 # %% [markdown] lang="zh"
-# 检查。两个模型先各自跑一遍“缓存对照完整重算”的网格，每个都必须通过。然后把判据 2 用到它们身上（`RotatedInLatentSpace` 对照 `RopeOnCompressedPart`，同一份权重），每种配置都必须失败。这里只比较 logits：朴素模型缓存的是旋转过的键，没有哪个潜向量能展开成它们。
+# **检查，以及必须失败的是什么。** 两个模型先各自跑一遍“缓存对照完整重算”的网格，每个都必须通过。必须失败的是判据 2：对这个旋转了压缩部分的模型，在同一份权重下比较它的吸收形式（`RotatedInLatentSpace`）与朴素形式（`RopeOnCompressedPart`），每种配置都必须失败。这里只比较 logits：朴素模型缓存的是旋转过的键，没有哪个潜向量能展开成它们。
 
 # %%
 ROPE_ON_COMPRESSED_OWN = {name: run_grid(lambda form=form: build(mla_cfg, lambda i: form(mla_cfg)))

@@ -32,11 +32,16 @@ with torch.inference_mode():
     measured = {name: sum(c.nbytes() for c in build(mla_cfg, lambda i: form(mla_cfg))(STREAM)[1])
                 for name, form in MLA_FORMS.items()}
     measured["gqa"] = sum(c.nbytes() for c in build(llama_cfg)(STREAM)[1])
-per_token_layer = 2 * STREAM_LEN * mla_cfg.layers * 4
+# [en] Dividing a cache's bytes by this gives numbers per token and layer.
+# [zh] 缓存的字节数除以它，就得到每个 token 每层的数的个数。
+BATCH, FP32_BYTES = STREAM.shape[0], 4
+per_token_layer = BATCH * STREAM_LEN * mla_cfg.layers * FP32_BYTES
 MLA_MEMORY = {
     "naive": {"formula_elements": expanded_elements(mla_cfg), "measured_elements": measured["naive"] / per_token_layer},
     "latent": {"formula_elements": mla_elements(mla_cfg), "measured_elements": measured["latent"] / per_token_layer},
     "absorbed": {"formula_elements": mla_elements(mla_cfg), "measured_elements": measured["absorbed"] / per_token_layer},
+    # [en] The series' formula with 1 byte per number and 1 layer counts numbers per token and layer.
+    # [zh] 本系列的公式取每个数 1 字节、1 层，得到的就是每个 token 每层的数的个数。
     "gqa": {"formula_elements": kv_bytes_per_token(1, llama_cfg.kv_heads, llama_cfg.head_dim, 1),
             "measured_elements": measured["gqa"] / per_token_layer},
 }
@@ -94,7 +99,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # layers.
 
 # %% [markdown] lang="zh"
-# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数。也就是说，潜向量在各块 GPU 上是复制的，而不是切分的。这就是 SGLang 和 vLLM 以**数据并行**方式运行 DeepSeek 注意力的原因（SGLang 文档中称为“DP attention”；vLLM 的数据并行部署指南也为 MLA 模型推荐这种方式）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
+# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数。也就是说，潜向量在各块 GPU 上是复制的，而不是切分的。这就是 SGLang 和 vLLM 以**数据并行注意力**的方式运行 DeepSeek 注意力层的原因（SGLang 的文档就用这个名称；vLLM 的数据并行部署指南也为 MLA 模型推荐这种方式）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
 
 # %% [markdown] lang="en"
 # **Compute, counted.** Absorption does not make attention cheaper in arithmetic; it moves it. Per decode step
@@ -108,7 +113,8 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 #   latents ($T \cdot H r$), apply $W^{UV}$ ($H r d_v$).
 #
 # `decode_macs` writes these counts down; `counted_macs` runs one decode step of a real layer under PyTorch's
-# `FlopCounterMode`, which counts the multiply-adds of every matrix product (two floating-point operations each).
+# `FlopCounterMode`, which counts the floating-point operations of every matrix product (two per multiply-add, so the
+# cell halves them).
 # The two must be equal, for each form, at 16, 64 and 256 cached positions.
 
 # %% [markdown] lang="zh"
@@ -118,7 +124,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # * 潜向量形式：注意力部分相同，但每次调用都要展开**全部** $T$ 个缓存的潜向量，多出 $T \cdot r \cdot H(d_C + d_v)$；
 # * 吸收形式：并入查询（$H d_C r$），对潜向量和 RoPE 键打分（$T \cdot H(r + d_R)$），对潜向量加权平均（$T \cdot H r$），再乘上 $W^{UV}$（$H r d_v$）。
 #
-# `decode_macs` 把这些次数写成公式；`counted_macs` 在 PyTorch 的 `FlopCounterMode` 下让一个真实的注意力层跑一个解码步，它会统计每个矩阵乘积的乘加次数（每次乘加算两次浮点运算）。对每种形式，在缓存 16、64、256 个位置时，两者都必须相等。
+# `decode_macs` 把这些次数写成公式；`counted_macs` 在 PyTorch 的 `FlopCounterMode` 下让一个真实的注意力层跑一个解码步，它统计每个矩阵乘积的浮点运算次数（一次乘加算两次浮点运算），除以 2 即乘加次数。对每种形式，在缓存 16、64、256 个位置时，两者都必须相等。
 
 # %%
 def decode_macs(c: MLAConfig, form: str, keys: int) -> int:
@@ -164,13 +170,13 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # what our `LatentMLA` and, when transformers is installed, Hugging Face's `expand_kv` materialise in one decode step
 # with 24 cached positions; both must equal that formula. At DeepSeek-V3's size and 32,768 keys this is
 # {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step, written and then read: the latent form saves cache
-# capacity, not memory bandwidth, and moves more bytes per step than the naive form reads (a fused kernel that
-# expanded each latent on chip and never wrote the expansion to memory would avoid that traffic).
+# capacity, not memory bandwidth, and moves more bytes per step than the naive form reads. A fused kernel that
+# expanded each latent on chip and never wrote the expansion to memory would avoid that traffic.
 
 # %% [markdown] lang="zh"
 # **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受限于内存带宽。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都把每个缓存位置展开后的键和值写进新的张量，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中实际生成的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，这就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多（融合内核（fused kernel）若在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存）。
+# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都把每个缓存位置展开后的键和值写进新的张量，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中实际生成的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，这就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -295,7 +301,7 @@ plt.show()
 # %% [markdown] lang="zh"
 # *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销（总标题 DeepSeek-V3 attention, one layer, one decode step），横轴 context: cached keys T 是上下文长度，即缓存的键数 $T$（两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例中的 cache read 即“从缓存读取”），其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线（图例 latent: cache + expansion written and read，即缓存读取量加上写入又读回的展开结果）再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即展开后的键和值：它搬运的字节约为朴素形式读取量的两倍。右图纵轴是每步的乘加次数（单位：十亿）；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
 #
-# **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型）。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
+# **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型（屋顶线模型））。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (the reuse notebook uses the same figures).

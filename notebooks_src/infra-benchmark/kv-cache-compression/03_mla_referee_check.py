@@ -6,7 +6,7 @@
 # this referee can fail.
 
 # %% [markdown] lang="zh"
-# 正式比较。`hf_deepseek` 构造那个很小的 `DeepseekV3ForCausalLM`，并把我们的权重加载进去。对这个模型，Hugging Face 的缓存每层保存潜向量（`keys`，形状 `[B, 1, T, r]`）和旋转后的 RoPE 键（`values`，形状 `[B, 1, T, d_R]`）：这正是 `AbsorbedMLA` 和 `LatentMLA` 缓存的内容，所以可以直接比较缓存的张量。纯 FP64 的模型只差 FP32 量级的舍入误差。最后一行是负对照 1 中的模型 `RopeOnCompressedPart`，裁判对它的键的旋转方式不同，必须把它判为不一致，这说明这个裁判确实可能判为不一致。
+# 正式比较。`hf_deepseek` 构造那个很小的 `DeepseekV3ForCausalLM`，并把我们的权重加载进去。对这个模型，Hugging Face 的缓存每层保存潜向量（`keys`，形状 `[B, 1, T, r]`）和旋转后的 RoPE 键（`values`，形状 `[B, 1, T, d_R]`）：这正是 `AbsorbedMLA` 和 `LatentMLA` 缓存的内容，所以可以直接比较缓存的张量。纯 FP64 的模型只差 FP32 量级的舍入误差。最后一行是负对照 1 中的模型 `RopeOnCompressedPart`：它旋转键的方式与裁判不同，裁判必须把它判为不一致，这也说明这个裁判确实会判出不一致。
 
 # %%
 DEEPSEEK_REFEREE = None
@@ -52,10 +52,10 @@ else:
 
 # %% [markdown] lang="en"
 # > *Aside: why the first two rows are exactly 0.0*, although our absorbed and naive forms differ by about
-# > {{run:mla.absorbed_vs_naive_fp64:.0e}} in pure FP64 (criterion 2). Both models round the residual stream to FP32
+# > $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$ in pure FP64 (criterion 2). Both models round the residual stream to FP32
 # > in every RMSNorm (before each layer's projections and before the `lm_head`), and the differences of order
 # > $10^{-16}$ that the other order of arithmetic leaves almost never survive that rounding, so both hand the same
 # > numbers to the same projections. Nothing asserts the zero: the check is the FP64 tolerance.
 
 # %% [markdown] lang="zh"
-# > *旁注：为什么前两行恰好是 0.0？* 在纯 FP64 下，我们自己模型的吸收形式与朴素形式也相差约 {{run:mla.absorbed_vs_naive_fp64:.0e}}（判据 2）。原因是两个模型都在每个 RMSNorm 中把残差流舍入到 FP32（在每一层的投影之前和词表投影 `lm_head` 之前），而另一种运算次序留下的 $10^{-16}$ 量级的差异几乎不可能在这次舍入后保留下来，于是两个模型把同样的数交给同样的投影。这里并没有断言误差为零，检查用的是 FP64 的容差。
+# > *旁注：为什么前两行恰好是 0.0？* 要知道，即使在纯 FP64 下，我们自己模型的吸收形式与朴素形式之间也相差约 $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$（判据 2）。原因是两个模型都在每个 RMSNorm 中把残差流舍入到 FP32（在每一层的投影之前和词表投影 `lm_head` 之前），而另一种运算次序留下的 $10^{-16}$ 量级的差异几乎不可能在这次舍入后保留下来，于是两个模型把同样的数交给同样的投影。这里并没有断言误差为零，检查用的是 FP64 的容差。

@@ -24,7 +24,7 @@
 # %% [markdown] lang="zh"
 # ## 6. 注意力汇聚点：保留开头几个 token 的窗口
 #
-# 在长序列上使用滑动窗口，训练好的模型会出现一个已知的问题：开头的几个 token 一旦离开窗口，输出就变差。StreamingLLM（Xiao 等人，2023）找到了原因，即**注意力汇聚点**（attention sink）：训练好的模型会把每个查询相当大一部分注意力放在开头的几个 token 上，无论这些 token 是什么；softmax 一旦失去它们，就只能把这部分注意力分摊到别处。它的办法是让缓存保留 $S$ 个汇聚 token（论文取 $S = 4$），外加最近的 $W$ 个 token。位于位置 $p$ 的查询读取键 $j < S$ 以及 $p - W < j \le p$。
+# 在长序列上使用滑动窗口，训练好的模型会出现一个已知的问题：开头的几个 token 一旦离开窗口，输出就变差。StreamingLLM（Xiao 等人，2023）找到了原因，即**注意力汇聚点**（attention sink）：训练好的模型会把每个查询相当大一部分注意力放在开头的几个 token 上，无论这些 token 是什么；softmax 一旦失去它们，就只能把这部分注意力分散到别处。它的办法是让缓存保留 $S$ 个汇聚 token（论文取 $S = 4$），外加最近的 $W$ 个 token。位于位置 $p$ 的查询读取键 $j < S$ 以及 $p - W < j \le p$。
 #
 # 微妙之处在于位置。StreamingLLM **按缓存所见**给键编号：一个查询读取的那些键依次编号为 $0, 1, 2, \dots$，查询本身是最后一个。论文中的例子：缓存里有 token 0、1、2、3、6、7、8，token 9 到来时（四个汇聚点、窗口为四），查询读取的这八个 token 的位置是 0 到 7，而不是它们在文本中的位置 0、1、2、3、6、7、8、9。这样，无论序列多长，RoPE 看到的距离始终小于 $S + W$，不会超出模型训练时见过的范围。但这也意味着，窗口每滑动一次，键的位置就会变，所以不能把键旋转一次就缓存起来：StreamingLLM 缓存的是 RoPE **之前**的键，每次读取时再旋转。
 #
@@ -239,7 +239,7 @@ DENSE_DISTANCE = {name: {"exact_positions": exact_until[name],
                   for name, logits in approx_logits.items()}
 all_pairs = sink_window_mask(SINKS, WINDOW)(torch.arange(DENSE_LEN), torch.arange(DENSE_LEN))
 SINK_DISTANCES = {"max_cache_distance": int((all_pairs.sum(dim=-1) - 1).max()), "max_text_distance": DENSE_LEN - 1}
-say_table([[f"`{STREAMING_LABELS[name]}`", str(d["exact_positions"]), f"{d['exact_max_abs_logit_err']:.1e}", f"{d['max_abs_logit_err']:.2f}",
+say_table([["$" + STREAMING_LABELS[name].replace(", ", r",\ ") + "$", str(d["exact_positions"]), f"{d['exact_max_abs_logit_err']:.1e}", f"{d['max_abs_logit_err']:.2f}",
             f"{d['greedy_agreement']:.0%}"] for name, d in DENSE_DISTANCE.items()],
           en=["cache", "positions read in full", "their max logit difference", "max logit difference, all positions",
               "greedy agreement after them"],

@@ -167,6 +167,50 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 # sweep runs twice, with that bias set to 0 (plain
 # random weights) and to 4 (large against the rest of a query), so that the figure shows both cases.
 #
+# **The favourites, shown.** The next cell reads the same four 64-token prompts with each bias and records every
+# layer's prompt attention. For each (layer, prompt, head) it takes the queries of the prompt's second half, finds
+# the 8 keys (one eighth of the prompt) that receive the most attention from them, and reports two numbers: the
+# share of those queries' attention that goes to these 8 keys, and the fraction of the queries whose own
+# most-attended key is one of them. With the bias, both must be large (a share above one half); without it, the
+# share must stay below a quarter. These thresholds were set after a first run.
+
+# %% [markdown] lang="zh"
+# **有偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：在 RoPE 之前给某个头的每个查询都加上同一个固定向量 $b$，就像查询投影带一个很大的偏置那样。它在查询 $t$ 对键 $s$ 的分数中贡献 $b \cdot R_{s-t}\, k_s$（RoPE 把两者都旋转了），这一项取决于键和距离 $t - s$，而与查询本身的内容无关。所以与 $b$ 方向一致的键，会在方向一致的那些距离上得到加分，这些距离上的每个查询都如此；RoPE 中旋转较慢的那几对坐标，能让这份加分在很远的距离上仍然保持：这样的键会吸引大多数查询的注意力，但并不是均匀地吸引每一个查询。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（与查询的其余部分相比很大），图中把两种情形都画出来。
+#
+# **把偏好展示出来。** 下一个单元格用两种偏置分别读入同样的四个 64 token 的提示，记录每一层在提示上的注意力。对每个（层，提示，头），取提示后一半的查询，找出从这些查询得到注意力最多的 8 个键（提示的八分之一），报告两个数：这些查询的注意力中落在这 8 个键上的比例，以及自己最关注的键恰好是其中之一的查询所占的比例。有偏置时，两者都必须很大（比例超过一半）；没有偏置时，比例必须低于四分之一。这些阈值是在第一次运行之后定下的。
+
+# %%
+@torch.inference_mode()
+def prompt_attention(prompts, bias: float):
+    # [en] Every layer's attention weights on the prompt, [L, B, H, P, P], taken by a policy that records them (its cache is discarded).
+    # [zh] 每一层在提示上的注意力权重，形状 [L, B, H, P, P]；由一个只负责记录的策略取得（它削减过的缓存随即丢弃）。
+    seen = []
+
+    def record(weights, budget: int):
+        seen.append(weights)
+        return keep_top(weights.sum(dim=-2), budget, newest=budget)
+
+    build(evict_cfg, lambda i: EvictingAttention(evict_cfg, record, prompts.shape[-1] - 1, bias))(prompts)
+    return torch.stack(seen)
+
+
+def favourites(weights, top: int = 8) -> dict:
+    late = weights[..., weights.shape[-1] // 2:, :]                                  # [L, B, H, P/2, P]: second-half queries
+    received = late.sum(dim=-2)                                                     # [L, B, H, P]
+    favoured = received.topk(top, dim=-1).indices                                   # [L, B, H, top]
+    own_top = late.argmax(dim=-1)                                                   # [L, B, H, P/2]
+    return {"share": float((received.gather(-1, favoured).sum(-1) / received.sum(-1)).mean()),
+            "queries_agreeing": float((own_top[..., None] == favoured[..., None, :]).any(-1).float().mean())}
+
+
+FAVOURITE_PROMPTS = torch.randint(0, evict_cfg.vocab, (4, 64), generator=torch.Generator().manual_seed(SEED + 4))
+FAVOURITES = {bias: favourites(prompt_attention(FAVOURITE_PROMPTS, bias)) for bias in (0.0, 4.0)}
+say_table([[f"`query_bias = {bias}`", f"{f['share']:.0%}", f"{f['queries_agreeing']:.0%}"] for bias, f in FAVOURITES.items()],
+          en=["model", "attention share of the 8 most-attended keys", "queries whose top key is one of the 8"],
+          zh=["模型", "最受关注的 8 个键得到的注意力比例", "最关注的键在这 8 个之中的查询比例"])
+assert FAVOURITES[4.0]["share"] > 0.5 > 0.25 > FAVOURITES[0.0]["share"]
+
+# %% [markdown] lang="en"
 # **The bounds.** They were set after a first run, with a margin, as the architectures notebook set those of its
 # quantized caches; they were not predicted before any run, and where the margin is thin we say so:
 #
@@ -179,19 +223,19 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 # 3. the control: with favourites, at every budget below the prompt, random eviction's mean error is larger than each
 #    policy's (a ratio above 1). This margin is thin. At the smallest budget, where SnapKV spends half of its 16
 #    positions on its observation window, random eviction's error is only {{run:eviction.random_ratio_smallest:.2f}}
-#    times the worse policy's in this run (at half the prompt, {{run:eviction.random_ratio_half:.2f}} times). So the
+#    times the worse policy's in this run (at half the prompt, {{run:eviction.random_ratio_half:.2f}} times). The ratio
+#    also compares slightly different recency budgets: the control keeps H2O's newest $b/2$ positions, SnapKV its newest 8,
+#    which coincide only at $b = 16$. So the
 #    cell also runs the favourites sweep on two more sets of prompts and asserts the bound on all three; the smallest
 #    ratio there is {{run:eviction.random_ratio_other_prompts:.2f}}. The bound says only that random eviction does
 #    worse, not by how much, and another seed could bring a ratio closer to 1.
 
 # %% [markdown] lang="zh"
-# **有偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：在 RoPE 之前给某个头的每个查询都加上同一个固定向量 $b$，就像查询投影带一个很大的偏置那样。它在查询 $t$ 对键 $s$ 的分数中贡献 $b \cdot R_{s-t}\, k_s$（RoPE 把两者都旋转了），这一项取决于键和距离 $t - s$，而与查询本身的内容无关。所以与 $b$ 方向一致的键，会在方向一致的那些距离上得到加分，这些距离上的每个查询都如此；RoPE 中转得慢的那些维度对让这份加分在很长的距离内都保持住：这样的键会吸引大多数查询的注意力，但并不是均匀地吸引每一个查询。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（与查询的其余部分相比很大），图中把两种情形都画出来。
-#
 # **误差界。** 与架构笔记本为量化缓存定的界一样，这些界是在第一次运行之后留出余地定下的，并非事先预言；余地窄的地方，我们会直说：
 #
 # 1. 预算等于整个提示时，没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力（这是精确的结论，不需要余地）；
 # 2. 有偏好、预算为提示的一半时，H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大绝对误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}} 和 {{run:eviction.h2o_half_error:.3f}}，SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}} 和 {{run:eviction.snapkv_half_error:.3f}}）：余地很宽；
-# 3. 负对照：有偏好时，在小于提示长度的每个预算下，随机淘汰的平均误差都大于这两种策略各自的平均误差（比值大于 1）。这个余地很窄。在最小的预算下，SnapKV 要把 16 个位置中的一半留给观察窗口，本次运行中随机淘汰的误差只是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 倍（预算为提示的一半时是 {{run:eviction.random_ratio_half:.2f}} 倍）。所以下面的单元格还在另外两组提示上运行有偏好情形的扫描，并在全部三组上断言这条界：那里最小的比值是 {{run:eviction.random_ratio_other_prompts:.2f}}。这条界只说明随机淘汰更差，并不说明差多少；换一个随机种子，比值也可能更接近 1。
+# 3. 负对照：有偏好时，在小于提示长度的每个预算下，随机淘汰的平均误差都大于这两种策略各自的平均误差（比值大于 1）。这个余地很窄。在最小的预算下，SnapKV 要把 16 个位置中的一半留给观察窗口，本次运行中随机淘汰的误差只是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 倍（预算为提示的一半时是 {{run:eviction.random_ratio_half:.2f}} 倍）。这个比值比较的，其实还是新旧程度上略有不同的预算：负对照与 H2O 一样保留最新的 $b/2$ 个位置，SnapKV 保留最新的 8 个，两者只在 $b = 16$ 时相同。所以下面的单元格还在另外两组提示上运行有偏好情形的扫描，并在全部三组上断言这条界：那里最小的比值是 {{run:eviction.random_ratio_other_prompts:.2f}}。这条界只说明随机淘汰更差，并不说明差多少；换一个随机种子，比值也可能更接近 1。
 
 # %%
 PROMPT_LEN, PROMPTS_N, STEPS = 64, (2 if QUICK else 4), (16 if QUICK else 32)
@@ -324,16 +368,17 @@ plt.show()
 # type): a block of positions
 # can be given back only when no head still needs any position in it. Per-head eviction scatters the kept positions
 # over all the blocks and frees almost none of them, unless the block manager and the memory layout are redesigned
-# around it. vLLM, for one, offers neither H2O nor SnapKV; research libraries such as NVIDIA's kvpress apply them to
-# Hugging Face models, whose caches are plain per-layer tensors like ours. The eviction that serving systems do ship
+# around it. vLLM, for one, offers neither H2O nor SnapKV; research libraries apply such policies to Hugging Face
+# models, whose caches are plain per-layer tensors like ours: NVIDIA's kvpress, for example, ships SnapKV
+# (`SnapKVPress`) and an H2O-style score of observed attention (`ObservedAttentionPress`), not H2O itself. The eviction that serving systems do ship
 # drops whole positions, for every head at once: sliding windows (vLLM frees the blocks that leave a layer's window)
 # and, in TensorRT-LLM, StreamingLLM's sink tokens (`sink_token_length`).
 
 # %% [markdown] lang="zh"
 # *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`）：H2O（h2o）、SnapKV（snapkv）和随机淘汰的负对照（random，点线）相差不大，因为没有哪个键比别的键更重要。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
 #
-# **为什么 H2O 和 SnapKV 互换了名次。** 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近（见上面预算为提示一半时的数值）。下面是代码所预示的原因，并不是证明：有偏好时，一个键吸引注意力主要靠偏置那一项，而（如上文所说）这一项取决于键和距离，与查询无关，所以每个提示查询都投给同样的那些键；H2O 把 64 个这样的投票加起来，SnapKV 只用最后 8 个；SnapKV 还要把 8 个位置留给观察窗口，而且最大池化会连带保留受偏好的键旁边那些本身并不受偏好的键。无偏好时，没有哪个键受到所有查询的偏好；最后几个提示查询离解码步最近，更能预示解码步会读取哪些键。
+# **为什么 H2O 和 SnapKV 互换了名次。** 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近（见上面预算为提示一半时的数值）。以下只是从代码推断出的原因，并非证明：有偏好时，一个键吸引注意力主要靠偏置那一项，而（如上文所说）这一项取决于键和距离，与查询无关，所以每个提示查询都投给同样的那些键；H2O 把 64 个这样的投票加起来，SnapKV 只用最后 8 个；SnapKV 还要把 8 个位置留给观察窗口，而且最大池化会连带保留受偏好的键旁边那些本身并不受偏好的键。无偏好时，没有哪个键受到所有查询的偏好；最后几个提示查询离解码步最近，更能预示解码步会读取哪些键。
 #
 # 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
 #
-# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计块管理器和内存布局。以 vLLM 为例，它既不提供 H2O，也不提供 SnapKV；NVIDIA 的 kvpress 等研究用的库把它们用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
+# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计块管理器和内存布局。以 vLLM 为例，它既不提供 H2O，也不提供 SnapKV；研究用的库把这类策略用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样：例如 NVIDIA 的 kvpress 提供了 SnapKV（`SnapKVPress`）和一种按实际注意力打分、与 H2O 思路相同的策略（`ObservedAttentionPress`），但并没有 H2O 本身。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
