@@ -23,9 +23,10 @@
 # - section 7 sums up, and ends with exercises.
 #
 # Each claim is checked in the cell that makes it, by an `assert` (in section 5, by an `if` that raises an
-# error). Each claim that the cached path equals
+# error). In sections 2 to 6 and exercise 2, each claim that the cached path equals
 # the full pass (or that a mask or window is the right one) sits next to a *negative control*: the same
-# check on a deliberately wrong variant, which must fail. The shape tables, the key counts and the knob
+# check on a deliberately wrong variant, which must fail. Exercises 1 and 3 use the same tolerance check
+# as section 2, whose control has already been shown, and add none of their own. The shape tables, the key counts and the knob
 # checks of section 5 check plain counts and have no such control. If you change something and a claim
 # stops being true, the cell says so.
 
@@ -45,7 +46,7 @@
 # - 第 6 节在单个注意力头上重复这个比较，并统计两条路径各做了多少计算；
 # - 第 7 节总结要点，最后是练习。
 #
-# 每条结论都在给出它的那个单元格中检查：用 `assert`（第 5 节用一个会报错的 `if`）。凡是断言缓存路径与完整调用一致（或者某个掩码、某个窗口正确）的结论，旁边都配有一个**负对照**（negative control）：对一个故意改错的版本做同样的检查，它必须通不过。形状表、键的计数和第 5 节对参数的检查核对的是简单的计数，没有这样的对照。如果你改了某处，导致某个结论不再成立，相应的单元格就会报错。
+# 每条结论都在给出它的那个单元格中检查：用 `assert`（第 5 节用一个会报错的 `if`）。在第 2–6 节和练习 2 中，凡是断言缓存路径与完整调用一致（或者某个掩码、某个窗口正确）的结论，旁边都配有一个**负对照**（negative control）：对一个故意改错的版本做同样的检查，它必须通不过。练习 1 和练习 3 使用与第 2 节相同的容差检查（它的负对照前面已经演示过），不再另配负对照。形状表、键的计数和第 5 节对参数的检查核对的是简单的计数，没有这样的对照。如果你改了某处，导致某个结论不再成立，相应的单元格就会报错。
 
 # %% tags=["parameters"]
 # [en] Seed for the random toy weights and inputs.
@@ -62,7 +63,8 @@ rng = np.random.default_rng(SEED)
 # [en] Pyodide, the Python inside JupyterLite, reports the platform "emscripten".
 # [zh] JupyterLite 里的 Python（Pyodide）报告的平台是 "emscripten"。
 in_browser = sys.platform == "emscripten"
-print(f"Python {sys.version.split()[0]}, NumPy {np.__version__}")
+say(en=f"Python {sys.version.split()[0]}, NumPy {np.__version__}.",
+    zh=f"Python 版本：{sys.version.split()[0]}；NumPy 版本：{np.__version__}。")
 if in_browser:
     say(en="Running in the browser (Pyodide).", zh="正在浏览器中运行（Pyodide）。")
 else:

@@ -4,7 +4,7 @@
 # - **A KV cache stores each layer's keys and values** (this toy has one layer; the PyTorch notebook
 #   shows a cache per layer with two). A cached call projects only its new tokens,
 #   and its logits equal those of a full pass over the whole sequence, up to rounding (largest
-#   difference here {{run:browser.cached_vs_full:.2g}}).
+#   difference here {{run:browser.cached_vs_full:.2g}}; other splits, as in exercises 1 and 3, can differ in the last bits).
 # - **Positions continue from the cache length.** Restarting them at zero kept every shape legal and
 #   moved the logits by up to {{run:browser.restart_error:.2f}}.
 # - **A chunk that follows a cache needs the lower-right alignment**, $j \le P + i$ (`causal_lower_right`
@@ -19,7 +19,7 @@
 # %% [markdown] lang="zh"
 # ## 7. 要点与练习
 #
-# - **KV 缓存保存每一层的键和值**（这个玩具模型只有一层；PyTorch 笔记本用两层展示了每层各有一份缓存）。带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}）。
+# - **KV 缓存保存每一层的键和值**（这个玩具模型只有一层；PyTorch 笔记本用两层展示了每层各有一份缓存）。带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}；换一种切分方式，如练习 1 和练习 3，最后几个比特可能不同）。
 # - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 的最大绝对误差却达到 {{run:browser.restart_error:.2f}}。
 # - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 的最大绝对误差达到 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
 # - **精确的缓存省下了计算，却不损失精度**（压缩的缓存另当别论）：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 FP64 容差内一致。
@@ -93,7 +93,7 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 #
 # <details><summary>查看答案</summary>
 #
-# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口的上下两个边界都要用绝对位置 $P + i$：如果用局部下标 $i$ 来写窗口，就会和左上角三角形错得一样。窗口还让缓存可以丢掉旧的项：这个分块及其后的查询，都不会读取比分块早 $W - 1$ 个位置以上的键，所以缓存只需保留最后 $W - 1 = 2$ 个键和值。下一个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，再用三种方式运行单个注意力头：不用缓存（一次投影全部 8 行）；用前 6 行的完整缓存；用只保留最后 2 行的缓存。三者的输出必须相同；只保留 1 行的缓存少了一行，输出必须不同（负对照）。
+# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口的上下两个边界都要用绝对位置 $P + i$：如果用局部下标 $i$ 来写窗口，就会和左上角三角形错得一样。窗口还让缓存可以淘汰旧的项：这个分块及其后的查询，都不会读取比分块早 $W - 1$ 个位置以上的键，所以缓存只需保留最后 $W - 1 = 2$ 个键和值。下一个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，再用三种方式运行单个注意力头：不用缓存（一次投影全部 8 行）；用前 6 行的完整缓存；用只保留最后 2 行的缓存。三者的输出必须相同；只保留 1 行的缓存少了一行，输出必须不同（负对照）。
 #
 # </details>
 
@@ -128,7 +128,7 @@ def window_step(keep):
     # [en] true positions (6 - keep .. 7). That is safe because a window depends only on the distance
     # [en] between query and key, which renumbering does not change. Position embeddings (or RoPE) would
     # [en] still need the true absolute positions.
-    # [zh] 这里的掩码从截短后的缓存开头编号位置（0 .. keep + 1），而不是用真实位置（6 - keep .. 7）。
+    # [zh] 这里的掩码从只保留最后几行的缓存开头编号位置（0 .. keep + 1），而不是用真实位置（6 - keep .. 7）。
     # [zh] 这样做没有问题：窗口只取决于查询与键之间的距离，重新编号不改变这个距离。
     # [zh] 但位置嵌入（或 RoPE）仍然需要真实的绝对位置。
     return single_head_attention(new_rows @ Wq1, keys, values, window_keys(keep, 2, 3))

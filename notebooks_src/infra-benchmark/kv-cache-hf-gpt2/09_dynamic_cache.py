@@ -18,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 9. transformers 的缓存对象：`DynamicCache`
 #
-# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象。一次调用中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`。这种动态层同样用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量本身原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
+# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象。一次调用中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`。`DynamicCache` 的每个层对象（`DynamicLayer`）同样用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量本身原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
 #
 # 下面的单元格用一个小例子同时演示这两种方式：先预填充 8 个位置，再送入一个含 2 个 token 的分块。第 0 层在调用之前持有的张量仍然是 8 个位置，数值也没变，而缓存对象已经指向一个 10 个位置的新张量；我们的旧列表仍然只有 8 个位置。
 
@@ -77,7 +77,7 @@ if HAVE_TRANSFORMERS:
 # the same inputs.
 
 # %% [markdown] lang="zh"
-# 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中“Re-use Cache”（缓存复用）一节的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。
+# 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中讲缓存复用的一节（标题为 `Re-use Cache`）的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。
 #
 # 缓存为什么会需要截短？这是为了**投机解码**（speculative decoding），transformers 称之为**辅助生成**（assisted generation，即 `generate(..., assistant_model=...)`）。一个小的草稿模型先提出若干个 token，目标模型（即大模型）在一次调用中把它们全部验证一遍；这次调用会把每个被提出的 token 的 K 和 V 都追加进目标模型的缓存。随后，目标模型接受与自己一致的 token，拒绝其余的。进入下一轮之前，缓存必须丢掉被拒绝的那些位置，`crop` 正是为此而设：transformers 5.23.0 的辅助生成循环（`transformers/generation/utils.py` 中的 `GenerationMixin._assisted_decoding`）会调用 `past_key_values.crop(-n)`，其中 $n$ 是被拒绝的草稿 token 数。本笔记本最后的练习 2 会重演这样的一轮。
 #
@@ -112,7 +112,7 @@ if HAVE_TRANSFORMERS:
            f"`crop` against the one from the deep copy: max abs error {max_abs_err(after_crop, after_copy):.1e}, "
            f"bit for bit equal: {torch.equal(after_crop, after_copy)}.",
         zh=f"`crop` 之后、深拷贝、未截短副本的缓存长度：{'、'.join(map(str, lengths))}。`crop` 之后的续写与从深拷贝"
-           f"出发的续写相比：最大绝对误差 {max_abs_err(after_crop, after_copy):.1e}，逐比特相同：{torch.equal(after_crop, after_copy)}。")
+           f"出发的续写相比：最大绝对误差 {max_abs_err(after_crop, after_copy):.1e}，逐比特相同：{'是' if torch.equal(after_crop, after_copy) else '否'}。")
     # [en] Same calls on the same inputs: bit for bit.
     # [zh] 相同输入上的相同调用：逐比特相同。
     assert torch.equal(after_crop, after_copy)

@@ -1,7 +1,8 @@
 # %% [markdown] lang="en"
 # **What one step costs.** If the arithmetic is the same, where does the difference come from? The one
 # lesson of this part: both steps do the same floating-point work, GPT-2's makes many more Python calls
-# around it, and at this toy size that overhead, not the arithmetic, is what separates the two. We take one decode
+# around it, and at this toy size that overhead, not the arithmetic, is what separates the two. That last
+# part is an inference from the counts below, not a timing (the end of this section says why). We take one decode
 # step of each model, the token after the race's prompt, and look inside with two profilers:
 # `torch.profiler` counts the ATen operations the step launches (ATen is the C++ library behind PyTorch's
 # operators), their time and, with `with_flops=True`, the floating-point operations of the matrix
@@ -12,7 +13,7 @@
 # part of the lesson, so it is folded.
 
 # %% [markdown] lang="zh"
-# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？这一部分只讲一件事：两个解码步的浮点运算完全相同，GPT-2 在运算之外多了许多次 Python 调用；在玩具规模下，拉开两者差距的是这些开销，而不是运算本身。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）的次数和耗时，打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。下一个单元格定义这两种测量（先预热一次，再分析 5 次，每个算子的自身耗时取中位数；Python 调用按定义函数的文件分组）。这些代码是测量工具，不是本课的内容，所以折叠起来。
+# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？这一部分只讲一件事：两个解码步的浮点运算完全相同，GPT-2 在运算之外多了许多次 Python 调用；在玩具规模下，拉开两者差距的是这些开销，而不是运算本身。最后这一点是从下面的计数推断出来的，而不是计时得到的（原因见本节末尾）。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）的次数和耗时，打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。下一个单元格定义这两种测量（先预热一次，再分析 5 次，每个算子的自身耗时取中位数；Python 调用按定义函数的文件分组）。这些代码是测量工具，不是本课的内容，所以折叠起来。
 
 # %% tags=["hide-input"]
 import cProfile
@@ -184,7 +185,7 @@ if HAVE_TRANSFORMERS:
 #
 # **耗时最多的是同几类运算。** 两者的时间都主要花在各个投影、GELU、加长缓存的拼接以及注意力中的矩阵乘法上。在性能分析器下测得的算子内耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒；这些时间包含了分析器自身的开销（所以可能比上面比赛中一步的耗时还长），也受到机器上其他负载的干扰，只有调用次数是精确的。
 #
-# **算子之外的 Python 代码差别很大。** `GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表列出了多出来的调用来自哪里：库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）每一步都以 Python 调用的形式运行。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当。说拉开两步差距的是 Python 代码，这是从上面的计数推断出来的，而不是计时得到的：两步的浮点运算相同，调用的 ATen 算子数相近，GPT-2 的 Python 函数调用次数约为我们的 {{run:profile.python_ratio:.0f}} 倍，而在比赛中它每步的耗时是我们的 {{run:race.ratio:.2f}} 倍。我们没有单独给 Python 代码计时，因为这里没有哪种工具能做到而不扭曲结果：`cProfile` 给它统计的每次 Python 调用都加上一份开销；在 `torch.profiler` 下，算子之外剩下的时间又包含了性能分析器为每个算子所做的记录工作。正因如此，这场比赛说明不了实际规模下的速度：GPT-2 small（最小的 GPT-2）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
+# **算子之外的 Python 代码差别很大。** `GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表列出了多出来的调用来自哪里：库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）每一步都以 Python 调用的形式运行。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当。说拉开两步差距的是 Python 代码，这是从上面的计数推断出来的，而不是计时得到的：两步的浮点运算相同，调用的 ATen 算子数相近，GPT-2 的 Python 函数调用次数约为我们的 {{run:profile.python_ratio:.0f}} 倍，而在比赛中它每步的耗时是我们的 {{run:race.ratio:.2f}} 倍。我们没有单独给 Python 代码计时，因为这里没有哪种工具能做到而不扭曲结果：`cProfile` 给它统计的每次 Python 调用都加上一份开销；在 `torch.profiler` 下，算子之外剩下的时间又包含了性能分析器为每个算子所做的记录工作。正因如此，这场比赛说明不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
 
 # %% tags=["prose-values"]
 {"profile": {

@@ -106,8 +106,8 @@ else:
 
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-say(en=f"Wrote `{RESULTS_JSON.name}`, top-level fields: {list(RESULTS)}.",
-    zh=f"已写入 `{RESULTS_JSON.name}`，顶层字段：{list(RESULTS)}。")
+say(en=f"Wrote `{RESULTS_JSON.name}`, top-level fields: {', '.join(f'`{k}`' for k in RESULTS)}.",
+    zh=f"已写入 `{RESULTS_JSON.name}`，顶层字段：{'、'.join(f'`{k}`' for k in RESULTS)}。")
 
 if HAVE_TRANSFORMERS:
     worst_kv = max(peer_errors["k"] + peer_errors["v"])

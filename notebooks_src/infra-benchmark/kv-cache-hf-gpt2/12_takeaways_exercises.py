@@ -140,11 +140,11 @@ if HAVE_TRANSFORMERS:
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 3：缓存有多大？** 第 10 节的比赛把 256 个 token 的提示预填充进了一个 `DynamicCache`。在 FP32 下，它的键和值共占多少字节？公开发布的 GPT-2 small（12 层，12 个头，每头 64 维）在 FP16 下，每个 token 的缓存占多少字节？整个 1,024 个 token 的上下文又占多少？
+# **练习 3：缓存有多大？** 第 10 节的比赛把 256 个 token 的提示预填充进了一个 `DynamicCache`。在 FP32 下，它的键和值共占多少字节？公开发布的最小的 GPT-2（124M；12 层，12 个头，每头 64 维）在 FP16 下，每个 token 的缓存占多少字节？整个 1,024 个 token 的上下文又占多少？
 #
 # <details><summary>查看答案</summary>
 #
-# 每个 token 在每一层、每个头上各缓存一个 K 向量和一个 V 向量：共 $2 \cdot L \cdot H \cdot D_h \cdot s$ 字节，也就是 `kv_bytes_per_token` 的公式。我们的解码器在 FP32 下每个 token 占 $2 \cdot 2 \cdot 4 \cdot 16 \cdot 4 = 1{,}024$ 字节，256 个 token 共 262,144 字节（256 KiB）。GPT-2 small 在 FP16 下每个 token 占 $2 \cdot 12 \cdot 12 \cdot 64 \cdot 2 = 36{,}864$ 字节，1,024 个 token 共 37,748,736 字节（36 MiB）。下一个单元格统计比赛所用缓存中各张量的字节数，并与公式比较。
+# 每个 token 在每一层、每个头上各缓存一个 K 向量和一个 V 向量：共 $2 \cdot L \cdot H \cdot D_h \cdot s$ 字节，也就是 `kv_bytes_per_token` 的公式。我们的解码器在 FP32 下每个 token 占 $2 \cdot 2 \cdot 4 \cdot 16 \cdot 4 = 1{,}024$ 字节，256 个 token 共 262,144 字节（256 KiB）。最小的 GPT-2（124M）在 FP16 下每个 token 占 $2 \cdot 12 \cdot 12 \cdot 64 \cdot 2 = 36{,}864$ 字节，1,024 个 token 共 37,748,736 字节（36 MiB）。下一个单元格统计比赛所用缓存中各张量的字节数，并与公式比较。
 #
 # </details>
 
@@ -158,5 +158,5 @@ if HAVE_TRANSFORMERS:
     say(en=f"Exercise 3 checked: {race_cache_bytes:,} bytes in the race's cache, {ours_per_token:,} per token; GPT-2 small "
            f"in FP16 needs {gpt2_small_per_token:,} bytes per token, {1024 * gpt2_small_per_token / 2**20:.0f} MiB "
            f"for 1,024 tokens.",
-        zh=f"练习 3 已核对：比赛所用的缓存共 {race_cache_bytes:,} 字节，每个 token {ours_per_token:,} 字节；GPT-2 small "
+        zh=f"练习 3 已核对：比赛所用的缓存共 {race_cache_bytes:,} 字节，每个 token {ours_per_token:,} 字节；最小的 GPT-2（124M）"
            f"在 FP16 下每个 token 需要 {gpt2_small_per_token:,} 字节，1,024 个 token 共 {1024 * gpt2_small_per_token / 2**20:.0f} MiB。")

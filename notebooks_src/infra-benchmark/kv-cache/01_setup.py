@@ -37,7 +37,7 @@
 #
 # 目录：1 环境设置 · 2 六个 token 的例子 · 3 由绝对位置推出掩码 · 4 单头注意力 · 5 解码器 · 6 等价性，以及用缓存与不用缓存的贪心生成 · 7 故意改坏的版本 · 8 缓存省掉了什么，又留下了什么：乘加计数、学习者常问的三个问题、公开模型的缓存大小 · 9 在这台 CPU 上计时：主要结论、计数与实测时间的对照、一个解码步的性能分析、一次完整的生成 · 10 保存结果 · 11 外部裁判 Hugging Face GPT-2（选读；完整的比较见配套笔记本） · 12 要点与练习。
 #
-# **不涉及的内容**：这里的解码器有意写得很朴素。同一 batch 内的序列长度相同，每个注意力头对应一个 K/V 头，位置用可学习的绝对位置嵌入，缓存靠拼接增长，生成循环也是最直接的写法。以下内容不在本笔记本的范围内，由本系列的配套笔记本讨论：填充、预分配缓存与分页缓存、连续批处理（`infra-benchmark/kv-cache-serving`，[打开]({{colab:infra-benchmark/kv-cache-serving}})）；分组查询注意力（GQA）、旋转位置编码（RoPE）、滑动窗口、量化缓存和融合注意力内核（kernel）（`infra-benchmark/kv-cache-architectures`，[打开]({{colab:infra-benchmark/kv-cache-architectures}})）；多头潜在注意力（MLA）、局部层与共享层、注意力汇聚点和淘汰（`infra-benchmark/kv-cache-compression`，[打开]({{colab:infra-benchmark/kv-cache-compression}})）。这些笔记本都复用第 3 节的掩码和第 5 节的解码器。
+# **不涉及的内容**：这里的解码器有意写得很朴素。同一 batch 内的序列长度相同，每个注意力头对应一个 K/V 头，位置用可学习的绝对位置嵌入，缓存靠拼接增长，生成循环也是最直接的写法。以下内容不在本笔记本的范围内，由本系列的配套笔记本讨论：填充、预分配缓存与分页缓存、连续批处理（`infra-benchmark/kv-cache-serving`，[打开]({{colab:infra-benchmark/kv-cache-serving}})）；分组查询注意力（GQA）、旋转位置编码（RoPE）、滑动窗口、量化缓存和融合注意力（`infra-benchmark/kv-cache-architectures`，[打开]({{colab:infra-benchmark/kv-cache-architectures}})）；多头潜在注意力（MLA）、局部层与共享层、注意力汇聚点和淘汰（`infra-benchmark/kv-cache-compression`，[打开]({{colab:infra-benchmark/kv-cache-compression}})）。这些笔记本都复用第 3 节的掩码和第 5 节的解码器。
 
 # %% [markdown] lang="en"
 # ## 1. Setup

@@ -132,7 +132,7 @@ with torch.inference_mode():
     sdpa_lower_right = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(3, 13))
     sdpa_is_causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-print(f"torch {torch.__version__}")
+say(en=f"PyTorch version: `{torch.__version__}`.", zh=f"PyTorch 版本：`{torch.__version__}`。")
 say_table(
     [["`causal_lower_right(3, 13)`", "`causal_mask(10, 3)`", f"{max_abs_err(sdpa_lower_right, ours):.3e}"],
      ["`is_causal=True`", "`causal_mask(10, 3)`", f"{max_abs_err(sdpa_is_causal, ours):.3e}"],

@@ -73,9 +73,9 @@ same = (GEN_CACHED[0] == GEN_CACHED[1]).tolist()
 # [en] The first index from which the two rows agree to the end.
 # [zh] 两行从这个下标起一直相同，直到结尾。
 SHARED_TAIL_FROM = len(same) - same[::-1].index(False)
-say(en=f"Each row generated alone matches its batch row: {[torch.equal(a, GEN_CACHED[r]) for r, a in enumerate(ALONE)]}; "
+say(en=f"Each of the {len(ALONE)} rows generated alone matches its batch row token for token; "
        f"the rows share their tokens from index {SHARED_TAIL_FROM} on.",
-    zh=f"每一行单独生成的结果都与它在 batch 中的那一行相同：{[torch.equal(a, GEN_CACHED[r]) for r, a in enumerate(ALONE)]}；"
+    zh=f"{len(ALONE)} 行单独生成的结果都与 batch 中对应的行逐个 token 相同；"
        f"两行从下标 {SHARED_TAIL_FROM} 起 token 相同。")
 
 # %% tags=["prose-values"]

@@ -170,7 +170,7 @@ say_table(
         "CPU time / clock time, full / cached (9.1)"],
     zh=["提示长度 $P$", "完整重算：计数增长倍数", "完整重算：实测增长倍数", "缓存续写：计数增长倍数",
         "缓存续写：实测增长倍数", "每个窗口的缺页次数，完整重算 / 缓存续写（9.1）",
-        "CPU 时间 / 时钟时间，完整重算 / 缓存续写（9.1）"],
+        "CPU 时间 / 挂钟时间，完整重算 / 缓存续写（9.1）"],
 )
 
 # %% tags=["prose-values"]
@@ -187,7 +187,10 @@ say_table(
 # reported, not asserted. Two endpoints hide the shape, so read the growth table row by row. Where a
 # path's measured growth stays below its count, fixed per-call costs that do not grow with $P$ make up
 # much of the step (next paragraph). Where it jumps above the count from one row to the next, the count
-# does not explain the jump: look at that row's page faults and CPU share. An endpoint factor taken at such a row inherits its extra time.
+# does not explain the jump. Two things the count leaves out can: that row's page faults (9.1), and the
+# elementwise passes over the $[H, T, T]$ score matrix that the optional 9.3 times, which grow with $T^2$ and
+# do no multiply-adds. This run does not separate the two. An endpoint factor taken at such a row inherits
+# its extra time.
 #
 # On this run, 16 cached one-token calls took {{run:clock.cached16_ms:.3f}} ms,
 # {{run:clock.cached16_over_prefill16:.1f}} times the {{run:clock.prefill16_ms:.3f}} ms of one 16-token
@@ -205,11 +208,11 @@ say_table(
 # that read every weight and every cached key and value for a single multiply-add each, where a prefill
 # reuses each weight it loads for all its rows. On real
 # hardware, with a real model's width and context (8.3), the per-call overhead shrinks next to the work,
-# and the decode step becomes **memory-bandwidth-bound**: its time is set by how fast the weights and the
+# and at small batch sizes the decode step becomes **memory-bandwidth-bound**: its time is set by how fast the weights and the
 # whole K/V cache can be read, not by how many multiply-adds the processor can do. That is a general
 # remark, not something this CPU run measures.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**（下面的数字都只属于这次运行）：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间则变为原来的 {{run:clock.measured_full_growth:.1f}} 倍，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.1 中的注意力项；实测每步时间则变为原来的 {{run:clock.measured_cached_growth:.2f}} 倍（从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。只看两端会掩盖曲线的形状，所以要逐行读增长倍数表。某条路径的实测增长低于计数时，说明这一步的时间有很大一部分是不随 $P$ 增长的每次调用固定开销（见下一段）。如果实测增长从某一行起跳到计数之上，这一跳就不是计数能解释的：先看那一行的缺页次数和 CPU 时间占比。在这样的行上取端点算出的倍数，也就带上了这部分额外的时间。
+# **这次运行说明了什么**（下面的数字都只属于这次运行）：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，乘加计数预测完整路径每步的工作量增长到原来的 {{run:clock.model_full_growth:.1f}} 倍；实测每步时间则变为原来的 {{run:clock.measured_full_growth:.1f}} 倍，从 {{run:clock.full_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.full_ms_per_step_max:.3f}} 毫秒。对缓存路径的一步，计数预测的增长倍数是 {{run:clock.model_cached_growth:.2f}}，来自 8.1 中的注意力项；实测每步时间则变为原来的 {{run:clock.measured_cached_growth:.2f}} 倍（从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒变为 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。实测的倍数每次运行都会有所不同，所以只报告，不做断言。只看两端会掩盖曲线的形状，所以要逐行读增长倍数表。某条路径的实测增长低于计数时，说明这一步的时间有很大一部分是不随 $P$ 增长的每次调用固定开销（见下一段）。如果实测增长从某一行起跳到计数之上，这一跳就不是计数能解释的。计数漏掉的两样东西可以解释它：那一行的缺页（见 9.1），以及可选的 9.3 计时的、逐元素扫过 $[H, T, T]$ 分数矩阵的几遍运算，它们随 $T^2$ 增长，却不做乘加。这次运行没有把两者分开。在这样的行上取端点算出的倍数，也就带上了这部分额外的时间。
 #
-# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。计数预测不到这样的差距，所以它不来自计算；看代码就知道，它来自每次调用的固定开销。模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次（可选的 9.3 会数一数算子调用的次数）。按表中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.0%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.0%}}（随提示长度而不同）。这个比例只是下限：解码一步的乘法，平均到每次乘加上比预填充慢。它做的是只有一行的矩阵向量乘法，每个权重、每个缓存的键和值读进来只用于一次乘加；预填充则把读进来的每个权重用于所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。
+# 在这次运行中，16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。计数预测不到这样的差距，所以它不来自计算；看代码就知道，它来自每次调用的固定开销。模型每被调用一次，不论输入多大，都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 中的复制）。缓存续写要付 16 次这样的开销，预填充只付一次（可选的 9.3 会数一数算子调用的次数）。按表中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.0%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.0%}}（随提示长度而不同）。这个比例只是下限：解码一步的乘法，平均到每次乘加上比预填充慢。它做的是只有一行的矩阵向量乘法，每个权重、每个缓存的键和值读进来只用于一次乘加；预填充则把读进来的每个权重用于所有行。在真实硬件上，换成真实模型的宽度和上下文长度（见 8.3），每次调用的固定开销相对于工作量就微不足道了，批量较小时，解码一步就会**受限于内存带宽**（memory-bandwidth-bound）：它的耗时取决于读完全部权重和整个 K/V 缓存要多快，而不是处理器每秒能做多少次乘加。这是一般性的说明，并不是这次 CPU 运行测出来的。

@@ -67,14 +67,17 @@ say_table(
 # the number of tokens; and by the count of 8.1 a pass over $T$ positions costs about $TW^2 + T^2W$
 # multiply-adds, so once the attention term $T^2W$ dominates, beyond about {{run:gen_time.crossover}}
 # positions for this model, the total grows with the cube of the length (this run ends at
-# {{run:gen_time.final_len}} positions). The curves come from a single run, so a small kink is a call
-# slowed by something outside the cache (the allocator, the operating system, the matrix library), not
-# a property of the cache. The plotting code is folded.
+# {{run:gen_time.final_len}} positions). The curves come from a single run: without the cache, the slowest pass (over {{run:gen_time.slowest_len}} positions) took
+# {{run:gen_time.slowest_over_first:.1f}} times as long as the first (over {{run:gen_time.prompt}}), where
+# the count of 8.1 grows {{run:gen_time.slowest_count_growth:.2f}}-fold. Whatever a pass takes beyond its
+# count is time the count does not model (the allocator, the operating system, the matrix library, the
+# score passes of 9.3), not a property of the cache, and the total time without the cache includes it.
+# The plotting code is folded.
 
 # %% [markdown] lang="zh"
 # 下图左侧（标题 the first calls of each loop (one bar per call)，意为“每个循环最初的若干次调用，每条横条是一次调用”）把两个循环最初的若干次调用画在同一条时间轴上，横轴 ms since the loop began 是从循环开始算起的毫秒数。用缓存时（上面一行，标签 with cache: prefill, then decode，意为“用缓存：先预填充，再解码”），第一条宽的蓝色横条是对 {{run:gen_time.prompt}} 个提示 token 的预填充，其后每条窄的绿色横条是一个单 token 的解码步；不用缓存时（下面一行，标签 without cache: full pass per token，意为“不用缓存：每个 token 做一次完整调用”），每条橙色横条都是对整个序列的一次计算，序列每次长一个 token。横条之间的空隙是循环自身的工作（argmax、拼接 token ID 的 `torch.cat`）。
 #
-# 右侧（标题 total time, prompt of {{run:gen_time.prompt}} tokens，意为“总时间，提示长 {{run:gen_time.prompt}} 个 token”）画的是第 $g$ 个新 token 就绪所需的总时间随 $g$ 的变化：横轴 new tokens generated g 是已生成的新 token 数 $g$，纵轴 ms until token g is ready 是第 $g$ 个 token 就绪时经过的毫秒数；绿线（图例 with cache）用缓存，橙线（图例 without cache）不用缓存。用缓存时，每个 token 只多一个解码步，预填充之后是一条直线。不用缓存时，每个 token 都要把 $P + g - 1$ 个位置算一遍，比前一个 token 更费时，所以总时间向上弯曲。弯得有多快？每次计算都比上一次多一个位置，所以总时间至少随 token 数的平方增长；而按 8.1 的计数，对 $T$ 个位置做一次计算约需 $TW^2 + T^2W$ 次乘加，一旦注意力项 $T^2W$ 占了上风（对这个模型，约在 {{run:gen_time.crossover}} 个位置以上），总时间就随长度的立方增长（这次运行最后到达 {{run:gen_time.final_len}} 个位置）。这些曲线只来自一次运行；曲线上的小折点，是某次调用被缓存以外的因素（内存分配器、操作系统或矩阵库）拖慢所致，并不是缓存本身的性质。总标题 one greedy generation, CPU, 1 thread, fp32 (prefill in blue, decode steps in green) 意为“一次贪心生成，CPU、单线程、FP32（预填充为蓝色，解码步为绿色）”。绘图代码已折叠。
+# 右侧（标题 total time, prompt of {{run:gen_time.prompt}} tokens，意为“总时间，提示长 {{run:gen_time.prompt}} 个 token”）画的是第 $g$ 个新 token 就绪所需的总时间随 $g$ 的变化：横轴 new tokens generated g 是已生成的新 token 数 $g$，纵轴 ms until token g is ready 是第 $g$ 个 token 就绪时经过的毫秒数；绿线（图例 with cache）用缓存，橙线（图例 without cache）不用缓存。用缓存时，每个 token 只多一个解码步，预填充之后是一条直线。不用缓存时，每个 token 都要把 $P + g - 1$ 个位置算一遍，比前一个 token 更费时，所以总时间向上弯曲。弯得有多快？每次计算都比上一次多一个位置，所以总时间至少随 token 数的平方增长；而按 8.1 的计数，对 $T$ 个位置做一次计算约需 $TW^2 + T^2W$ 次乘加，一旦注意力项 $T^2W$ 占了上风（对这个模型，约在 {{run:gen_time.crossover}} 个位置以上），总时间就随长度的立方增长（这次运行最后到达 {{run:gen_time.final_len}} 个位置）。这些曲线只来自一次运行：不用缓存时，最慢的一次计算（对 {{run:gen_time.slowest_len}} 个位置）耗时是第一次（对 {{run:gen_time.prompt}} 个位置）的 {{run:gen_time.slowest_over_first:.1f}} 倍，而按 8.1 的计数，工作量只增长到 {{run:gen_time.slowest_count_growth:.2f}} 倍。一次计算超出其计数的那部分时间，是计数没有建模的开销（内存分配器、操作系统、矩阵库，以及 9.3 中扫过分数矩阵的几遍运算），并不是缓存本身的性质；不用缓存的总时间也包含了它。总标题 one greedy generation, CPU, 1 thread, fp32 (prefill in blue, decode steps in green) 意为“一次贪心生成，CPU、单线程、FP32（预填充为蓝色，解码步为绿色）”。绘图代码已折叠。
 
 # %% tags=["hide-input"]
 fig, (ax_line, ax_total) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 2]})
@@ -112,9 +115,20 @@ plt.show()
 # 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒，是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）。等第一个 token 的时间和 token 之间的间隔，正是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL）；不过这里测的是单线程 CPU 上的一条序列，而不是一个被服务的请求。
 
 # %% tags=["prose-values"]
+def slowest_pass() -> dict:
+    # [en] The slowest call without the cache, against the first: time ratio and count ratio.
+    # [zh] 不用缓存时最慢的一次调用与第一次调用相比：耗时之比与计数之比。
+    times = [end - start for start, end in GEN_TIME["full"]]
+    i = int(np.argmax(times))
+    P = int(GEN_TIME_PROMPT.shape[1])
+    return {"slowest_len": P + i, "slowest_over_first": times[i] / times[0],
+            "slowest_count_growth": sum(full_step_macs(cfg, P + i).values()) / sum(full_step_macs(cfg, P).values())}
+
+
 {"gen_time": {"prompt": int(GEN_TIME_PROMPT.shape[1]), "tokens": GEN_TIME_TOKENS,
               "cached_total_ms": GEN_TIME["cached"][-1][1], "full_total_ms": GEN_TIME["full"][-1][1],
               "ratio": GEN_TIME["full"][-1][1] / GEN_TIME["cached"][-1][1], "cached_first_ms": GEN_TIME["cached"][0][1],
               "decode_ms": float(np.median(decode_ms)), "final_len": int(GEN_TIME_PROMPT.shape[1]) + GEN_TIME_TOKENS - 1,
+              **slowest_pass(),
               "crossover": next(T for T in range(1, 100 * cfg.max_positions) if full_step_macs(cfg, T)["attention"]
                                 > sum(macs for part, macs in full_step_macs(cfg, T).items() if part != "attention"))}}

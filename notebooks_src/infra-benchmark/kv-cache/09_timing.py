@@ -172,7 +172,7 @@ assert {"full": WORK["full"], "cached": WORK["cached"]} == projected_positions(P
 #
 # 另有一列统计内存分配器在每个窗口内做的事。每次调用都要为临时张量分配内存，返回时再释放；其中最大的张量随序列变长：一层的 $[H, T, T]$ 分数矩阵在 $T = 256$、FP32 时就有 1 MiB。释放一大块内存时，C 库的内存分配器（Linux 上是 glibc）可能把这些内存页交还给操作系统。下一次需要这么多内存的调用就会拿到新的内存页，而对每个 4 KiB 内存页的第一次写入都会引发一次*次缺页*（minor page fault）：操作系统暂停程序，取一个清零的内存页映射进来。这种情况是否发生，取决于分配器的阈值和此前分配的先后顺序，与模型无关；所以它可能只落在某个提示长度或某条路径上，每次运行也可能不同。这一列给出每个窗口次缺页次数的中位数，在窗口前后用 `resource.getrusage` 读取（没有 `resource` 模块的系统上显示“–”，例如 Windows）。一个窗口如果发生成千上万次缺页，它就有一部分时间花在分配器上，因此会比乘加计数预测的更慢。
 #
-# 最后一个计时列用来识别机器是否繁忙。`time.process_time_ns` 统计窗口期间本进程得到的 CPU 时间（缺页也算在内，因为那时操作系统在为我们工作），`perf_counter_ns` 统计墙上时钟走过的时间。比值接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等待核心运行别的程序，窗口的耗时也把这段等待算了进去。
+# 最后一个计时列用来识别机器是否繁忙。`time.process_time_ns` 统计窗口期间本进程得到的 CPU 时间（缺页也算在内，因为那时操作系统在为我们工作），`perf_counter_ns` 统计挂钟时间，即墙上时钟走过的时间。比值接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等待核心运行别的程序，窗口的耗时也把这段等待算了进去。
 
 # %%
 def percentile_summary(samples_ns: list[int]) -> dict:
@@ -223,7 +223,7 @@ def time_prompt(model, prompt_len: int) -> dict:
         # [zh] 每个窗口的次缺页次数，取正式测量轮次的中位数（没有 `resource` 时为 None）。
         **{f"{path}_faults": int(np.median(faults[path])) if faults[path] else None for path in PATHS},
         # [en] CPU time of the process over clock time, per window, median of the measured rounds.
-        # [zh] 每个窗口中进程的 CPU 时间与时钟时间之比，取正式测量轮次的中位数。
+        # [zh] 每个窗口中进程的 CPU 时间与挂钟时间之比，取正式测量轮次的中位数。
         **{f"{path}_cpu_share": float(np.median(cpu_share[path])) for path in PATHS},
         "kv_bytes": (prompt_len + CONTINUATION) * kv_bytes_per_token(cfg.layers, cfg.heads, cfg.head_dim, FP32_BYTES),
         "projected_positions": projected_positions(prompt_len, CONTINUATION),
@@ -247,7 +247,7 @@ say_table(
         "minor page faults per window (p50)", "CPU time / clock time (p50)", "positions fed, full / cached"],
     zh=["提示长度 $P$", "预填充（毫秒，p50 / p95）", "完整重算 16 步（毫秒，p50 / p95）",
         "缓存续写 16 步（毫秒，p50 / p95）", "完整 / 缓存（p50）", f"{REPEATS} 轮中的慢轮次",
-        "每个窗口的次缺页次数（p50）", "CPU 时间 / 时钟时间（p50）", "送入的位置数（完整重算 / 缓存续写）"],
+        "每个窗口的次缺页次数（p50）", "CPU 时间 / 挂钟时间（p50）", "送入的位置数（完整重算 / 缓存续写）"],
 )
 
 # %% [markdown] lang="en"
@@ -264,6 +264,12 @@ say_table(
 # should erase. The measured factors move from machine to machine and from run to run (a machine busy with
 # other work, or page faults, can slow any single row); they are reported, not asserted. Why they are so
 # much smaller than the work ratio is the subject of 9.2.
+#
+# The top of that range rests on one row, $P = {{run:timing.speedup_hi_at}}$, whose full window took
+# {{run:timing.speedup_hi_full_faults}} minor page faults (p50); rows where any window faulted on this
+# run: {{run:timing.faulted_rows_en}}. The count of 8.1 does not see those faults, nor the elementwise
+# passes over the score matrix that 9.3 times; either may be part of that row's factor. This run does
+# not measure what a fault costs, so it cannot say how much of the factor each one explains.
 #
 # **Faults and waits on this run.** The windows of the table took between {{run:timing.faults_min:,}} and
 # {{run:timing.faults_max:,}} minor page faults (p50), and received between
@@ -292,7 +298,9 @@ say_table(
 # %% [markdown] lang="zh"
 # **主要结论**：在这次运行中，对表中的各种提示长度，完整重算窗口与缓存续写窗口的 p50 之比（“完整 / 缓存”一列）在 {{run:timing.speedup_lo:.1f}}（$P = {{run:timing.speedup_lo_at}}$ 时）到 {{run:timing.speedup_hi:.1f}}（$P = {{run:timing.speedup_hi_at}}$ 时）之间。这些倍数只属于这次运行；结论是整列数字，而不是其中的某一行。按计数，缓存路径的优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子几乎相同（缓存续写还要用 `torch.cat` 复制缓存），只是完整重算每次的输入大得多。因此下面的单元格只断言：在最长的提示下，缓存续写确实更快，即倍数大于 1。这个门槛比 {{run:timing.macs_ratio_max:.0f}} 的工作量之比低得多，余地之大，换哪颗 CPU 都不该跌破。实测的倍数因机器而异，每次运行也不同（机器同时忙于别的工作，或者发生缺页，都可能让任何一行变慢），所以只报告，不做断言。它们为什么比工作量之比小得多，是 9.2 要回答的问题。
 #
-# **这次运行中的缺页与等待**：表中各窗口的次缺页次数（p50）在 {{run:timing.faults_min:,}} 到 {{run:timing.faults_max:,}} 之间，得到的 CPU 时间占时钟时间的 {{run:timing.cpu_share_min:.0%}} 到 {{run:timing.cpu_share_max:.0%}}；它们分别落在哪些提示长度、哪些路径上，见这两列。每个窗口缺页数千次的行，或者 CPU 时间占比明显低于其他行的行，不能直接与其余各行比较：它的时间有一部分属于分配器或别的程序。9.2 读这张表时会考虑这一点。
+# 这个范围的上端只取决于一行，即 $P = {{run:timing.speedup_hi_at}}$：这一行的完整重算窗口发生了 {{run:timing.speedup_hi_full_faults}} 次次缺页（p50）；这次运行中有窗口发生缺页的行：{{run:timing.faulted_rows_zh}}。8.1 的计数既看不到这些缺页，也看不到 9.3 计时的、逐元素扫过分数矩阵的几遍运算，两者都可能是这一行倍数的一部分。这次运行没有测量一次缺页要花多少时间，所以说不清这个倍数中各有多少来自哪一个。
+#
+# **这次运行中的缺页与等待**：表中各窗口的次缺页次数（p50）在 {{run:timing.faults_min:,}} 到 {{run:timing.faults_max:,}} 之间，得到的 CPU 时间占挂钟时间的 {{run:timing.cpu_share_min:.0%}} 到 {{run:timing.cpu_share_max:.0%}}；它们分别落在哪些提示长度、哪些路径上，见这两列。每个窗口缺页数千次的行，或者 CPU 时间占比明显低于其他行的行，不能直接与其余各行比较：它的时间有一部分属于分配器或别的程序。9.2 读这张表时会考虑这一点。
 #
 # **如何解读 p95**：15 个样本（`QUICK = True` 时只有 3 个）的 p95 是经验分位数。NumPy 默认用线性插值，它落在第二大和最大的样本之间，所以由一两轮慢的测量决定。这次运行中，缓存续写窗口的 p95 最高达到其 p50 的 {{run:timing.cached_p95_over_p50:.2f}} 倍（在 $P = {{run:timing.cached_p95_over_p50_at}}$ 时），而它的大多数轮次都接近中位数（见“慢轮次”一列）。每一轮都在同样的输入上运行同样的代码，工作量完全相同；因此个别轮次变慢，多花的时间都耗在这些工作之外：操作系统把 CPU 核心让给了别的进程，来了一个中断，或者内存分配器向系统申请了内存。几毫秒的停顿，对于只需几毫秒的窗口（缓存续写正是如此）占比很大，对于长提示下的完整重算窗口则占比很小。中位数几乎不受这些轮次影响，15 个样本的 p95 却会受影响，而且样本远远不够，无法估计一个服务的尾延迟。
 #
@@ -328,10 +336,15 @@ say(en=f"Multiply-adds per step at $P = {longest['prompt_tokens']}$, full / cach
 # %% tags=["prose-values"]
 speedups = [(r["full_ms"]["p50"] / r["cached_ms"]["p50"], r["prompt_tokens"]) for r in TIMING_ROWS]
 p95_ratios = [(r["cached_ms"]["p95"] / r["cached_ms"]["p50"], r["prompt_tokens"]) for r in TIMING_ROWS]
+hi_row = next(r for r in TIMING_ROWS if r["prompt_tokens"] == max(speedups)[1])
+faulted = [str(r["prompt_tokens"]) for r in TIMING_ROWS if any(r[f"{path}_faults"] for path in PATHS)]
 window_faults = [r[f"{path}_faults"] for r in TIMING_ROWS for path in PATHS if r[f"{path}_faults"] is not None] or [0]
 {"timing": {"p_max": longest["prompt_tokens"], "p_min": TIMING_ROWS[0]["prompt_tokens"],
             "speedup_lo": min(speedups)[0], "speedup_lo_at": min(speedups)[1],
-            "speedup_hi": max(speedups)[0], "speedup_hi_at": max(speedups)[1], "fed_full": WORK["full"], "fed_cached": WORK["cached"], "payload": PAYLOAD,
+            "speedup_hi": max(speedups)[0], "speedup_hi_at": max(speedups)[1],
+            "speedup_hi_full_faults": "–" if hi_row["full_faults"] is None else f"{hi_row['full_faults']:,}",
+            "faulted_rows_en": ", ".join(f"$P = {p}$" for p in faulted) or "none",
+            "faulted_rows_zh": "、".join(f"$P = {p}$" for p in faulted) or "无", "fed_full": WORK["full"], "fed_cached": WORK["cached"], "payload": PAYLOAD,
             "macs_ratio_max": WORK_RATIO,
             "cached_p95_over_p50": max(p95_ratios)[0], "cached_p95_over_p50_at": max(p95_ratios)[1],
             "faults_min": min(window_faults), "faults_max": max(window_faults),
