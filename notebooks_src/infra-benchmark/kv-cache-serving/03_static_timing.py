@@ -8,14 +8,16 @@
 # load drifts over the seconds this takes, and interleaving lets it slow every prefix length alike,
 # instead of whichever $P$ happened to be timed during a busy moment. We report p50 and p95 and keep the
 # raw samples. Before timing, the two steps must give the same logits at every $P$, within the FP32
-# tolerance (the stores hand attention different memory layouts).
+# tolerance: during the prefill the static store hands attention the first $P$ positions of its
+# $(P + 1)$-position buffer, a strided view, while the `torch.cat` store passes on the new K and V themselves,
+# and a kernel may sum two layouts in different orders.
 #
 # The timing harness is folded below: `prepared_stores` builds both stores at length $P$ and a `restore()`
 # that puts them back, `step_calls` the three calls, `time_steps` the rotating rounds. The cell after it
 # runs the harness, checks that the two steps agree at every $P$ and prints the table; a figure of it follows.
 
 # %% [markdown] lang="zh"
-# **计时**：接下来看每一步的耗时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时。每次计时之前，都把存储对象恢复到长度 $P$（`torch.cat` 存储对象换回同一组 $P$ 个位置的张量；静态存储对象把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一个解码步。第三项计时只做 `torch.cat` 解码步中的那些复制，别的什么都不做。于是每个 $P$ 有三项调用。每一轮把所有 $P$ 的所有调用各计时一次，先后顺序逐轮轮换：计时要持续好几秒，其间机器的负载会起伏；交错进行，负载的起伏就会同样地落到每个前缀长度上，而不是只拖慢恰好在繁忙时刻计时的那个 $P$。我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上给出的 logits 都必须在 FP32 容差内一致（两种存储对象交给注意力的内存布局不同）。
+# **计时**：接下来看每一步的耗时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时。每次计时之前，都把存储对象恢复到长度 $P$（`torch.cat` 存储对象换回同一组 $P$ 个位置的张量；静态存储对象把长度设回 $P$，同一个槽位再写一次），这样每个样本测的都是同一个解码步。第三项计时只做 `torch.cat` 解码步中的那些复制，别的什么都不做。这样，每个 $P$ 要计时三项调用。每一轮把所有 $P$ 的所有调用各计时一次，先后顺序逐轮轮换：计时要持续好几秒，其间机器的负载会起伏；交错进行，负载的起伏就会同样地落到每个前缀长度上，而不是只拖慢恰好在繁忙时刻计时的那个 $P$。我们报告 p50 和 p95，并保留原始样本。计时之前，两种做法在每个 $P$ 上给出的 logits 都必须在 FP32 容差内一致：预填充时，静态存储对象交给注意力的是它那个 $P + 1$ 个位置的缓冲区中前 $P$ 个位置，是一个跨步视图，而 `torch.cat` 存储对象直接交出新算出的 K 和 V；内存布局不同，内核求和的顺序就可能不同。
 #
 # 计时代码默认折叠在下面：`prepared_stores` 构造长度为 $P$ 的两种存储对象，以及把它们恢复到长度 $P$ 的 `restore()`；`step_calls` 给出三项调用；`time_steps` 按逐轮轮换的顺序计时。再下一个单元格运行这些代码，检查两种解码步在每个 $P$ 上一致，并列出表格；之后再把表格画成图。
 
@@ -142,8 +144,11 @@ fig.savefig(STEP_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# **The lesson first.** In eager mode on this CPU, the copies a static cache saves are a small part of a
-# decode step: over the prefix lengths from {{run:step.short_prefix}} to {{run:step.prefix}}, the copies of a
+# **The lesson first.** On this machine the saving is {{run:step.vs_noise_en}} the sample-to-sample noise
+# of a step: at {{run:step.below_noise_count}} of the {{run:step.prefix_count}} prefix lengths, the copies a static cache
+# saves (at most {{run:step.copies_max_ms:.3f}} ms) took less time than the p95 − p50 spread of either step at
+# that length ({{run:step.spread_min_ms:.3f}} to {{run:step.spread_max_ms:.3f}} ms over the table, on this run). In eager mode
+# on this CPU those copies are a small part of a decode step: over the prefix lengths from {{run:step.short_prefix}} to {{run:step.prefix}}, the copies of a
 # `torch.cat` step took {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of the step's
 # median on this run. The static cache's value lies in its fixed addresses, not in eager speed.
 #
@@ -154,23 +159,22 @@ plt.show()
 # step writes one slot per layer instead. Apart from how K and V are kept, the two steps run the same
 # code, and attention reads $P + 1$ keys in both, so both should grow a little with $P$ (medians of {{run:step.short_cat_p50_ms:.3f}} and
 # {{run:step.short_static_p50_ms:.3f}} ms at the shortest prefix, {{run:step.cat_p50_ms:.3f}} and
-# {{run:step.static_p50_ms:.3f}} ms at the longest, `torch.cat` first). The copies are the main difference
-# between the two steps, not the only one (the static step hands attention a slice of its buffer rather
-# than a fresh tensor), so the gap between the two medians need not equal the time of the copies; over
-# the table it was at most {{run:step.median_gap_max_ms:.3f}} ms on this run.
+# {{run:step.static_p50_ms:.3f}} ms at the longest, `torch.cat` first). In the timed setup the static buffer
+# holds exactly $P + 1$ positions, so attention gets the whole buffer, as contiguous as the fresh `torch.cat`
+# tensor. The copies are the main difference between the two steps, yet the gap between the two medians
+# need not equal their time: over the table it was at most {{run:step.median_gap_max_ms:.3f}} ms on this run.
 #
-# A step also varies from one sample to the next: over every $P$ and both stores, its p95 sat
-# {{run:step.spread_min_ms:.3f}} to {{run:step.spread_max_ms:.3f}} ms above its p50 on this run, next to copies
-# of at most {{run:step.copies_max_ms:.3f}} ms. A gap between two medians no larger than that spread can
+# A step also varies from one sample to the next, by the p95 − p50 spread given above,
+# next to copies of at most {{run:step.copies_max_ms:.3f}} ms. A gap between two medians no larger than that spread can
 # change sign from one run to the next, so timing is reported, not asserted. What the rest of a step is
 # made of, a profiler shows.
 
 # %% [markdown] lang="zh"
-# **先说结论**：在这台 CPU 上以 eager 模式运行时，静态缓存省下的复制只占解码步的一小部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占这一步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。静态缓存的价值在于固定的地址，而不在 eager 模式下的速度。
+# **主要结论**：在这台机器上，省下的时间{{run:step.vs_noise_zh}}解码步在样本之间的波动：本次运行的 {{run:step.prefix_count}} 个前缀长度中，有 {{run:step.below_noise_count}} 个长度上，静态缓存省下的复制（最多 {{run:step.copies_max_ms:.3f}} 毫秒）比同一长度上两种解码步的 p95 与 p50 之差都小（整张表上这个差为 {{run:step.spread_min_ms:.3f}} 到 {{run:step.spread_max_ms:.3f}} 毫秒）。在这台 CPU 上以 eager 模式运行时，这些复制只占解码步的一小部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占这一步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。静态缓存的价值在于固定的地址，而不在 eager 模式下的速度。
 #
-# 按代码推算：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。复制是两种解码步的主要区别，但不是唯一的区别（静态缓存的解码步交给注意力的是缓冲区的一个切片，而不是新建的张量），所以两个中位数之差不一定等于复制的耗时；本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
+# **按代码推算**：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。计时时静态缓冲区正好容纳 $P + 1$ 个位置，所以注意力拿到的是整个缓冲区，与 `torch.cat` 新建的张量一样是连续的。复制是两种解码步的主要区别，但两个中位数之差不一定等于复制的耗时：本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
 #
-# 解码步的耗时在样本之间也有波动：本次运行中，在所有 $P$ 和两种存储对象上，p95 比 p50 高出 {{run:step.spread_min_ms:.3f}} 到 {{run:step.spread_max_ms:.3f}} 毫秒，而复制最多只有 {{run:step.copies_max_ms:.3f}} 毫秒。两个中位数之差如果不超过这个波动，换一次运行就可能变号，所以计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
+# 解码步的耗时在样本之间也有起伏，幅度就是上面给出的 p95 与 p50 之差，而复制最多只有 {{run:step.copies_max_ms:.3f}} 毫秒。两个中位数之差如果不超过这个波动，换一次运行就可能变号，所以计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
@@ -186,6 +190,13 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
                 "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
                 "spread_min_ms": min(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static")),
                 "spread_max_ms": max(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for r in STEP_TIMING for n in ("cat", "static"))}
+# [en] The headline's verdict: at how many prefix lengths did the copies take less than both steps' p95 - p50?
+# [zh] 主要结论的判断：在几个前缀长度上，复制的耗时比两种解码步的 p95 - p50 都小？
+below_noise = sum(r["copies_ms"]["p50"] < min(r[f"{n}_ms"]["p95"] - r[f"{n}_ms"]["p50"] for n in ("cat", "static"))
+                  for r in STEP_TIMING)
+everywhere = below_noise == len(STEP_TIMING)
+STEP_SUMMARY |= {"below_noise_count": below_noise, "prefix_count": len(STEP_TIMING),
+                 "vs_noise_en": "below" if everywhere else "not always below", "vs_noise_zh": "低于" if everywhere else "并不总是低于"}
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
@@ -232,7 +243,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # %% [markdown] lang="zh"
 # **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子（`aten::cat` 和 `aten::copy_` 总在其中），表下两行分别是全部算子的合计，以及同一个算子在两栏之间的耗时相差多少。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
 #
-# **调用次数**：本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。其中两处不同是代码能推算出来的，单元格也会核对：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（{{run:profile.static_copies:.0f}} 次，`torch.cat` 解码步为 {{run:profile.cat_copies:.0f}} 次），也就是在原处写入每一层的 K 和 V，以及填充掩码中新的槽位。解码步的其余部分是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算（本次运行中，`torch.cat` 解码步平均每个算子 {{run:profile.us_per_op:.1f}} 微秒）。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。
+# **调用次数**：本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。其中有两处差别可以从代码推算出来，单元格也会核对：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（{{run:profile.static_copies:.0f}} 次，`torch.cat` 解码步为 {{run:profile.cat_copies:.0f}} 次），也就是原地写入每一层的 K 和 V，以及填充掩码中新的槽位。解码步的其余部分是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算（本次运行中，`torch.cat` 解码步平均每个算子 {{run:profile.us_per_op:.1f}} 微秒）。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。
 #
 # **耗时，以及它分辨不了的东西**：拼接耗时 {{run:profile.cat_us:.0f}} 微秒，`torch.cat` 解码步的全部算子合计 {{run:profile.cat_total_us:.0f}} 微秒；静态缓存的解码步在本次运行中全部算子合计 {{run:profile.static_total_us:.0f}} 微秒。两个合计之差，是否等于拼接的耗时减去多出的复制？表中就能看出这份性能分析为什么回答不了：在两种解码步中做同样运算、形状相同、调用次数也相同的算子（`aten::addmm`、`aten::gelu` 等），两栏的耗时并不相同：本次运行中，静态缓存一栏与 `torch.cat` 一栏相差 {{run:profile.same_op_diff_min_pct:+.0f}}% 到 {{run:profile.same_op_diff_max_pct:+.0f}}%。这种差别来自测量（机器的负载、处理器的缓存、性能分析器自己的记录开销），而不是来自代码；几百个算子加在一起，这种差别可能与拼接本身的耗时一样大，正负都有可能。所以这份性能分析能说明一个解码步由哪些部分组成、各部分大致花多少时间，却分辨不出两种解码步哪个更快；比较整个解码步，要看上面计时得到的中位数。
 #
@@ -287,7 +298,7 @@ say(en=f"All operators together: {totals['cat'][0]:.0f} calls and {totals['cat']
        f"静态缓存解码步调用 {totals['static'][0]:.0f} 次，耗时 {totals['static'][1]:.1f} 微秒。")
 # [en] The counts the code predicts: no concatenation in a static step, one in-place copy in its place (K and V
 # [en] in each layer, and the mask's new slot).
-# [zh] 代码推算出的调用次数：静态缓存的解码步没有拼接，每次拼接都换成一次原处复制（每层的 K 和 V，以及掩码的新槽位）。
+# [zh] 代码推算出的调用次数：静态缓存的解码步没有拼接，每次拼接都换成一次原地复制（每层的 K 和 V，以及掩码的新槽位）。
 copies = {name: PROFILE[name].get("aten::copy_", (0, 0))[0] for name in PROFILE}
 assert PROFILE["cat"]["aten::cat"][0] == 2 * cfg.layers + 1 and PROFILE["static"].get("aten::cat", (0, 0))[0] == 0
 assert copies["static"] - copies["cat"] == 2 * cfg.layers + 1

@@ -5,13 +5,14 @@
 # requests join, one decode step runs for every request present, and requests that have generated all
 # their tokens leave and give their blocks back. The requests that join later get those blocks, so
 # blocks are reused; this criterion checks that nothing goes wrong when they are. Section 8 runs the same
-# loop on a longer stream and looks at what it buys.
+# loop on a longer stream and counts the tokens it produces per decode step, against serving one request
+# at a time (not against static batching, which this notebook does not run).
 #
 # The two model calls of the loop come first: `prefill` runs a new request's prompt on its own, and
 # `decode_step` gives every running request one token in one batched call.
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。请求到达和完成的时刻各不相同，推理服务不会等一整个 batch 都结束才开始处理新请求（提前结束的行只能闲着），而是采用**连续批处理**：循环的每次迭代中，等待的请求加入，为当前所有请求执行一个解码步，已经生成完全部 token 的请求离开并归还它的物理块。之后加入的请求拿到的正是这些物理块，物理块因此被复用；这条判据检查的就是复用时不出错。第 8 节会用同一个循环处理一个更长的请求流，看看它带来了什么。
+# **第二条判据：物理块能归还、能复用**。请求到达和完成的时刻各不相同，推理服务不会等一整个 batch 都结束才开始处理新请求（提前结束的行只能闲着），而是采用**连续批处理**：循环的每次迭代中，等待的请求加入，为当前所有请求执行一个解码步，已经生成完全部 token 的请求离开并归还它的物理块。之后加入的请求拿到的正是这些物理块，物理块因此被复用；这条判据检查的就是复用时不出错。第 8 节会用同一个循环处理一个更长的请求流，统计每个解码步生成的 token 数，并与一次只处理一个请求相比（不与静态批处理相比，本笔记本没有运行静态批处理）。
 #
 # 先看循环中的两次模型调用：`prefill` 单独处理新请求的提示，`decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。
 

@@ -192,8 +192,9 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 # %% [markdown] lang="en"
 # On this run the loop produced {{run:continuous.tokens_per_decode_step:.2f}} tokens per decode step on
 # average, where one request at a time would produce exactly 1 (the first token of each request comes
-# from its prefill and is not counted here). That is the number that matters to a
-# server: on a GPU, a decode step reads every weight and the whole cache to do little arithmetic, so it is
+# from its prefill and is not counted here). This compares batching with no batching at all, not
+# continuous batching with static batching, which this notebook does not measure. Tokens per step
+# matter to a server because on a GPU, a decode step reads every weight and the whole cache to do little arithmetic, so it is
 # bound by memory bandwidth. The weights are read once for the whole batch, but each sequence's K/V is still
 # read for that sequence alone. So a batch of a few sequences costs little more than one sequence only while
 # the weights make up most of the bytes a step reads; with long contexts and large batches the caches
@@ -212,7 +213,7 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 # * Nor does it model sampling, stop tokens, priorities or fairness, or the cost of Python in the loop.
 
 # %% [markdown] lang="zh"
-# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个（每个请求的第一个 token 来自它的预填充，不计在内）。对推理服务来说，这才是关键的数字。在 GPU 上，一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽。权重只需为整个 batch 读取一次，但每条序列的 K/V 仍要为这条序列单独读取。因此，只有当权重在一步读取的字节中占大头时，由几条序列组成的 batch 才只比单条序列略慢；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
+# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个（每个请求的第一个 token 来自它的预填充，不计在内）。这是批处理与完全不做批处理的比较，而不是连续批处理与静态批处理的比较，后者本笔记本没有测量。每步的 token 数对推理服务很重要，因为在 GPU 上，一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽。权重只需为整个 batch 读取一次，但每条序列的 K/V 仍要为这条序列单独读取。因此，只有当权重在一步读取的字节中占大头时，由几条序列组成的 batch 才只比单条序列略慢；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
 #
 # **这个小例子没有模拟的东西**：
 #

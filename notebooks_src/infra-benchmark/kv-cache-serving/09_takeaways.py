@@ -14,7 +14,8 @@
 #   {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of its median on this run.
 # * **A paged cache** maps each sequence's logical blocks to physical blocks of a shared pool through a
 #   block table. Reading is a gather, so it equals a contiguous cache bit for bit. Blocks return to the
-#   pool and are reused, and `fork` with copy-on-write shares full blocks between sequences.
+#   pool and are reused. `fork` shares all of a sequence's blocks, partly filled ones included; a
+#   sequence that writes into a block it still shares copies that block first (copy-on-write).
 # * **Memory**: on the simulated workload, reserving the maximum length wasted
 #   {{run:memory.contiguous_max:.1f}}% of the reserved K/V memory, reserving the final length
 #   {{run:memory.contiguous_final:.1f}}%, paging with blocks of 16 positions {{run:memory.paged_16:.1f}}%;
@@ -31,7 +32,7 @@
 #
 # * **填充**让长度不同的序列进入同一个 batch。要在左边填充，从每行的注意力掩码推出位置（`cumsum - 1`），遮住的是填充位上的**键**而不是查询；一个键都看不到的查询要让它读取全部的键，否则 NaN 会经由 V 扩散开。这样每一行都等于它的提示单独运行的结果（FP32 下 logits 的最大绝对误差为 {{run:takeaways.padding_err:.1e}}），而且无论填充位里放什么，结果都逐比特相同。
 # * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区。它的意义在于固定的地址和形状：CUDA 图只有在两者都不变时才能重放一个解码步；`torch.compile` 则在形状改变时重新编译这一步（此后改按动态形状编译）。在这台 CPU 上以 eager 模式运行时，它省下的复制在由几百个小算子组成的解码步中只占很小一部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占其中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。
-# * **分页缓存**通过块表把每条序列的逻辑块映射到共享池中的物理块。读取只是收集，所以与连续缓存逐比特相同。物理块会归还到池中再被复用；带写时复制的 `fork` 让多条序列共享填满的物理块。
+# * **分页缓存**通过块表把每条序列的逻辑块映射到共享池中的物理块。读取只是收集，所以与连续缓存逐比特相同。物理块会归还到池中再被复用；`fork` 让新序列共享原序列的全部物理块，包括没填满的；序列要写入一个仍与别人共享的物理块时，先复制一份再写（写时复制）。
 # * **内存**：在模拟负载上，按最大长度预留浪费了 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存，按最终长度预留浪费了 {{run:memory.contiguous_final:.1f}}%，物理块大小为 16 的分页只浪费 {{run:memory.paged_16:.1f}}%；vLLM 论文测得 Orca 预留的内存中有 20.4% 到 38.2% 在使用，vLLM 为 96.3%。
 # * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。这里它平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而每个请求生成的 token 都与它单独运行时相同。
 # * **每项检查都能失败**：全部 {{run:takeaways.controls}} 个负对照都被查出。只有在按构造必然成立的地方（同样的输入上的同样的调用、收集和复制）才要求逐比特相同；其余一律在该精度的容差内比较。
@@ -104,11 +105,11 @@ assert (position_6, unused_slots, room_without_new_block, free_before - len(exer
 # </details>
 
 # %% [markdown] lang="zh"
-# **2. 并行采样**：一个请求的提示有 10 个 token，作为序列 `p` 预填充，物理块大小为 4。三个候选序列（样本）`s1`、`s2`、`s3` 从 `p` 分叉出来，然后释放 `p`。接着每个样本各追加一个 token，先 `s1`，再 `s2`，最后 `s3`。追加之前使用中的物理块有几个？追加之后呢？哪个样本是在原处写入提示的最后一个物理块的？如果给三个样本各复制一份提示（各自再加一个新 token），需要多少个物理块？
+# **2. 并行采样**：一个请求的提示有 10 个 token，作为序列 `p` 预填充，物理块大小为 4。三个候选序列（样本）`s1`、`s2`、`s3` 从 `p` 分叉出来，然后释放 `p`。接着每个样本各追加一个 token，先 `s1`，再 `s2`，最后 `s3`。追加之前使用中的物理块有几个？追加之后呢？哪个样本直接原地写入提示的最后一个物理块？如果给三个样本各复制一份提示（各自再加一个新 token），需要多少个物理块？
 #
 # <details><summary>查看答案</summary>
 #
-# 追加之前：3 个物理块（分别存放 4、4、2 个位置），每个都由三个样本共同持有。`s1` 发现半满的第三个物理块是共享的（引用计数为 3），于是复制它；`s2` 发现它仍是共享的（引用计数为 2），也复制了一份；这时 `s3` 成了它唯一的持有者，直接在原处写入。追加之后：两个填满的物理块仍由三个样本共享，再加上每个样本各自的第三个物理块（共 3 个），总共 5 个。三份独立的副本则需要 $3 \cdot \lceil 11 / 4 \rceil = 9$ 个。
+# 追加之前：3 个物理块（分别存放 4、4、2 个位置），每个都由三个样本共同持有。`s1` 发现半满的第三个物理块是共享的（引用计数为 3），于是复制它；`s2` 发现它仍是共享的（引用计数为 2），也复制了一份；这时 `s3` 成了它唯一的持有者，直接原地写入。追加之后：两个填满的物理块仍由三个样本共享，再加上每个样本各自的第三个物理块（共 3 个），总共 5 个。三份独立的副本则需要 $3 \cdot \lceil 11 / 4 \rceil = 9$ 个。
 #
 # </details>
 
@@ -132,7 +133,7 @@ for sample in ("s1", "s2", "s3"):
     separate.reserve(sample, 11)
 say(en=f"Blocks in use: {in_use_before} before the appends, {sampling.pool.used()} after; written in place by {', '.join(f'`{s}`' for s in in_place)}; "
        f"three separate copies: {separate.pool.used()} blocks.",
-    zh=f"使用中的物理块：追加之前 {in_use_before} 个，追加之后 {sampling.pool.used()} 个；在原处写入的样本：{'、'.join(f'`{s}`' for s in in_place)}；"
+    zh=f"使用中的物理块：追加之前 {in_use_before} 个，追加之后 {sampling.pool.used()} 个；原地写入的样本：{'、'.join(f'`{s}`' for s in in_place)}；"
        f"三份独立的副本：{separate.pool.used()} 个物理块。")
 assert (in_use_before, sampling.pool.used(), in_place, separate.pool.used()) == (3, 5, ["s3"], 9)
 
