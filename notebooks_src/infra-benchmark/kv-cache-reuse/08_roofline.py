@@ -14,7 +14,10 @@
 #   the standard memory benchmark, on arrays of 256 MiB each. As STREAM does, we credit copy with 8 bytes per
 #   element and triad with 12, each array element read or written once, and take the faster of the two as $\beta$;
 # * **the flat side, the peak $\pi$**: a square matrix product `[1024, 1024] @ [1024, 1024]`, whose
-#   {{run:roofline.matmul_intensity:.0f}} FLOP per byte lie far to the right of this core's ridge.
+#   {{run:roofline.matmul_intensity:.0f}} FLOP per byte lie far to the right of this core's ridge. A 1024 product
+#   need not be this core's fastest, and the weight products at large batches can run faster, so $\pi$ is the
+#   **largest FLOP rate this run measured**: the square product's or any weight product's, whichever is higher.
+#   A point can then touch the flat side but never lie above it.
 #
 # Then two sweeps stand for the two parts of a decode step, each over several batch sizes $B$:
 #
@@ -42,7 +45,7 @@
 # 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的峰值 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边各用一个独立的基准测试在本机上测出，单线程，FP32。单个线程运行在一个核心上，所以这是**单个核心**的 Roofline 模型：一个核心能从内存读取的带宽，以及一个核心的运算能力。用上全部核心时，峰值算力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点比这里测出的更靠右：
 #
 # * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB。与 STREAM 的做法相同，copy 每个元素记 8 字节，triad 记 12 字节，即每个数组元素读或写一次；$\beta$ 取两者中较快的那个；
-# * **水平边，即峰值 $\pi$**：一个方阵乘法 `[1024, 1024] @ [1024, 1024]`，其算术强度为 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在这个核心的拐点右侧。
+# * **水平边，即峰值 $\pi$**：一个方阵乘法 `[1024, 1024] @ [1024, 1024]`，其算术强度为 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在这个核心的拐点右侧。1024 阶的方阵乘法未必是这个核心最快的运算，batch 较大的权重乘法可能跑得更快，所以 $\pi$ 取**本次运行测得的最大 FLOP 速率**：方阵乘法与各次权重乘法中最快的那个。这样，测量点可以碰到水平边，但绝不会高于它。
 #
 # 接着用两组扫描分别代表解码步的两个部分，每组都扫过几种 batch 大小 $B$：
 #
@@ -101,13 +104,13 @@ SECONDS = {}
 bench_gen = torch.Generator().manual_seed(SEED + 50)
 
 # %% [markdown] lang="en"
-# **The roof.** STREAM's two kernels give the bandwidth $\beta$, the square matrix product the peak $\pi$, and
-# their ratio the ridge point. Copy can come out slower than triad: an ordinary store first reads the cache line
+# **The roof.** STREAM's two kernels give the bandwidth $\beta$, the square matrix product a first value of the
+# peak $\pi$ (the weight products below may raise it), and their ratio the ridge point. Copy can come out slower than triad: an ordinary store first reads the cache line
 # it overwrites, a transfer STREAM does not credit, and it weighs more in copy (one read per write) than in
 # triad (two reads per write).
 
 # %% [markdown] lang="zh"
-# **屋顶线**：STREAM 的两个内核给出带宽 $\beta$，方阵乘法给出峰值 $\pi$，两者之比就是拐点。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计；copy 每写一次只读一次，triad 读两次，所以这部分不计的传输在 copy 中占的比重更大。
+# **屋顶线**：STREAM 的两个内核给出带宽 $\beta$，方阵乘法给出峰值 $\pi$ 的初值（下面的权重乘法可能把它调高），两者之比就是拐点。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计；copy 每写一次只读一次，triad 读两次，所以这部分不计的传输在 copy 中占的比重更大。
 
 # %%
 # [en] Bytes STREAM credits per element: copy reads b and writes a; triad reads b and c and writes a.
@@ -124,15 +127,13 @@ with torch.inference_mode():
 
 STREAM_RATES = {name: STREAM_ELEMENTS * STREAM_BYTES[name] / median(SECONDS[name]) for name in STREAM_BYTES}
 BANDWIDTH = max(STREAM_RATES.values())
-PEAK = 2 * MATMUL_SIZE**3 / median(SECONDS["matmul"])
-RIDGE = PEAK / BANDWIDTH
+MATMUL_RATE = 2 * MATMUL_SIZE**3 / median(SECONDS["matmul"])
 say(en=f"One core of this machine (one thread), FP32: STREAM copy {STREAM_RATES['copy'] / 1e9:.1f} GB/s and triad {STREAM_RATES['triad'] / 1e9:.1f} GB/s "
        f"(spreads {spread(SECONDS['copy']):.2f} and {spread(SECONDS['triad']):.2f}), so the bandwidth is {BANDWIDTH / 1e9:.1f} GB/s; "
-       f"the square matrix product reaches {PEAK / 1e9:.1f} GFLOP/s (spread {spread(SECONDS['matmul']):.2f}). "
-       f"Ridge point: {RIDGE:.2f} FLOP/byte.",
+       f"the square matrix product reaches {MATMUL_RATE / 1e9:.1f} GFLOP/s (spread {spread(SECONDS['matmul']):.2f}).",
     zh=f"本机的一个核心（单线程），FP32：STREAM copy 为 {STREAM_RATES['copy'] / 1e9:.1f} GB/s，triad 为 {STREAM_RATES['triad'] / 1e9:.1f} GB/s"
        f"（波动范围分别为 {spread(SECONDS['copy']):.2f} 和 {spread(SECONDS['triad']):.2f}），所以带宽取 {BANDWIDTH / 1e9:.1f} GB/s；"
-       f"方阵乘法达到 {PEAK / 1e9:.1f} GFLOP/s（波动范围 {spread(SECONDS['matmul']):.2f}）。拐点：{RIDGE:.2f} FLOP/字节。")
+       f"方阵乘法达到 {MATMUL_RATE / 1e9:.1f} GFLOP/s（波动范围 {spread(SECONDS['matmul']):.2f}）。")
 
 # %% [markdown] lang="en"
 # **The weights.** A call over $B$ token vectors does $2 B W^2$ FLOPs ($W = 6{,}144$) and reads the $W^2$ weights
@@ -156,8 +157,18 @@ for batch in WEIGHT_BATCHES:
     seconds = SECONDS[("weights", batch)]
     flops, bytes_read = 2 * batch * WIDTH * WIDTH, FP32 * (WIDTH * WIDTH + 2 * batch * WIDTH)
     WEIGHT_SWEEP.append({"batch": batch, "intensity": flops / bytes_read, "gflops": flops / median(seconds) / 1e9,
-                         "gbs": bytes_read / median(seconds) / 1e9, "ms_per_token": 1e3 * median(seconds) / batch,
-                         "roof_share": flops / median(seconds) / min(PEAK, BANDWIDTH * flops / bytes_read), "spread": spread(seconds)})
+                         "gbs": bytes_read / median(seconds) / 1e9, "ms_per_token": 1e3 * median(seconds) / batch, "spread": spread(seconds)})
+# [en] The flat side of the roof: the largest FLOP rate this run measured, the square product's or a weight product's.
+# [zh] 屋顶线的水平边：本次运行测得的最大 FLOP 速率，取方阵乘法与各次权重乘法中最快的那个。
+PEAK = max(MATMUL_RATE, max(r["gflops"] * 1e9 for r in WEIGHT_SWEEP))
+RIDGE = PEAK / BANDWIDTH
+for r in WEIGHT_SWEEP:
+    r["roof_share"] = r["gflops"] * 1e9 / min(PEAK, BANDWIDTH * r["intensity"])
+# [en] No point lies above the flat side: it is the largest of these rates.
+# [zh] 没有哪个点高于水平边：它就是这些速率中最大的那个。
+assert all(r["gflops"] * 1e9 <= PEAK for r in WEIGHT_SWEEP) and MATMUL_RATE <= PEAK
+say(en=f"Flat side of the roof: π = {PEAK / 1e9:.1f} GFLOP/s, the largest FLOP rate measured so far; ridge point: {RIDGE:.2f} FLOP/byte.",
+    zh=f"屋顶线的水平边：π = {PEAK / 1e9:.1f} GFLOP/s，即目前测得的最大 FLOP 速率；拐点：{RIDGE:.2f} FLOP/字节。")
 say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['roof_share']:.0%}",
             f"{r['ms_per_token']:.3f}", f"{r['spread']:.2f}"] for r in WEIGHT_SWEEP],
           en=["weights: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "share of the roof", "ms per token", "spread"],
@@ -216,6 +227,7 @@ for batch in CACHE_BATCHES:
     CACHE_SWEEP.append({"batch": batch, "intensity": flops / bytes_read, "gflops": flops / median(seconds) / 1e9,
                         "gbs": bytes_read / median(seconds) / 1e9, "ms_per_sequence": 1e3 * median(seconds) / batch,
                         "spread": spread(seconds)})
+assert all(r["gflops"] * 1e9 <= PEAK for r in CACHE_SWEEP)
 say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['ms_per_sequence']:.2f}", f"{r['spread']:.2f}"]
            for r in CACHE_SWEEP],
           en=["cache: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "ms per sequence", "spread"],
@@ -239,6 +251,7 @@ PRODUCTS = {form: {"gbs": SCORE_BYTES / median(SECONDS[form]) / 1e9, "gflops": 0
                    "spread": spread(SECONDS[form])}
             for form in ("q @ k^T", "k @ q^T", "w @ v")}
 SCORES = {form: PRODUCTS[form] for form in ("q @ k^T", "k @ q^T")}
+assert all(r["gflops"] * 1e9 <= PEAK for r in PRODUCTS.values())
 say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['attention_share']:.0%}", f"{r['spread']:.2f}"]
            for form, r in PRODUCTS.items()],
           en=[f"product, batch {CACHE_BATCHES[-1]}", "ms", "GB/s (keys or values read)", "share of STREAM", "share of the attention call's time", "spread"],
@@ -251,8 +264,8 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 #   memory-bound and the largest batch as compute-bound: their intensities, {{run:roofline.intensity_b1:.2f}} and
 #   {{run:roofline.intensity_bmax:.0f}} FLOP/byte, lie on either side of the ridge. For batch 1 the measurement must
 #   agree, by two measured numbers, neither of which any formula of ours computes: the product moves its bytes at
-#   **at least a third** of the STREAM bandwidth, and does **at most a third** of the FLOP/s of the square matrix
-#   product. Its time is set by the bytes it reads, not by its arithmetic. The control applies the same measured
+#   **at least a third** of the STREAM bandwidth, and does **at most a third** of the peak $\pi$.
+#   Its time is set by the bytes it reads, not by its arithmetic. The control applies the same measured
 #   test to the largest batch, which must fail it;
 # * **batching amortizes the weights, not the cache**: from the smallest to the largest batch, the time per
 #   token of the weight product falls below half, while the time per sequence of the cache reads does not.
@@ -264,7 +277,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # %% [markdown] lang="zh"
 # **判据**共两条，各有一个负对照：
 #
-# * **实测表明，batch 为 1 的权重乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个实测值，它们都不由我们的任何公式算出：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为**方阵乘法的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
+# * **实测表明，batch 为 1 的权重乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个实测值，它们都不由我们的任何公式算出：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为**峰值 $\pi$ 的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
 # * **batch 分摊了权重的开销，却分摊不了缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
 #
 # 这里只断言这些粗略的性质，在本次运行中每条都留有大约两倍的余地（检查之后的表格给出了各项比例）；具体数值是本次运行的结果。
@@ -308,9 +321,9 @@ say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['
            for call, batch, r in (("F.linear(x, weight)", first["batch"], first), ("F.linear(x, weight)", last["batch"], last),
                                   ("masked_attention(q, k, v, ...)", CACHE_SWEEP[0]["batch"], CACHE_SWEEP[0]),
                                   ("k @ q^T", CACHE_BATCHES[-1], SCORES["k @ q^T"]))],
-          en=["call", "batch B", "bytes per second, share of STREAM", "FLOP/s, share of the matmul",
+          en=["call", "batch B", "bytes per second, share of STREAM", "FLOP/s, share of π",
               "memory-bound (bytes share >= 1/3, FLOP/s share <= 1/3)"],
-          zh=["调用", "batch $B$", "每秒字节数占 STREAM 的比例", "FLOP/s 占矩阵乘法的比例",
+          zh=["调用", "batch $B$", "每秒字节数占 STREAM 的比例", "FLOP/s 占 π 的比例",
               "受限于内存带宽（带宽占比 ≥ 1/3 且算力占比 ≤ 1/3）"])
 
 # %% [markdown] lang="en"
@@ -322,21 +335,24 @@ say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['
 # {{run:roofline.scores_qk_share:.0%}}. The value product `w @ v` read the values at
 # {{run:roofline.values_share:.0%}} of the STREAM bandwidth; at batch {{run:roofline.cache_batch_max}} the score
 # product as attention writes it took {{run:roofline.scores_qk_attention_share:.0%}} of the attention call's time and
-# the value product {{run:roofline.values_attention_share:.0%}}, so both halves count. Where `k @ q^T` is far faster
+# the value product {{run:roofline.values_attention_share:.0%}}, so both halves count. (Each product was timed as a
+# call of its own, outside the attention call, so the two shares need not add up to 100%.) Where `k @ q^T` is far faster
 # than `q @ k^T`, what holds the score half back is neither side of the roof nor the data's layout (the same
 # buffer), but how fast the library's routine runs for the shape it is handed; we found no such faster form for
-# the value half here. The fixed cost of a call is not the reason, each call taking milliseconds. How much the
+# the value half here. Nor is the fixed cost of a call the reason: each product, timed alone, takes milliseconds
+# (the table's column "ms"). How much the
 # shape matters depends on the math library and the processor, so these numbers are reported, not asserted. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is written
 # for exactly this job: to stream the whole cache through at the memory bandwidth. (A kernel that only reads
 # can even pass the STREAM figure: STREAM credits each kernel with the bytes its loop names, but an ordinary
 # store first reads the cache line it overwrites, a transfer STREAM does not count.)
 
 # %% [markdown] lang="zh"
-# **关于缓存读取的说明**：Roofline 模型把缓存读取归类为受限于内存带宽：它的算术强度只有 0.5 FLOP/字节，远在拐点左侧。按注意力的写法，batch 为 1 时，它搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，同时用了运算峰值的 {{run:roofline.cache_peak_share:.0%}}；单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力里的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。值乘法 `w @ v` 读取值的速度是 STREAM 带宽的 {{run:roofline.values_share:.0%}}；batch 为 {{run:roofline.cache_batch_max}} 时，按注意力写法的分数乘法占注意力调用耗时的 {{run:roofline.scores_qk_attention_share:.0%}}，值乘法占 {{run:roofline.values_attention_share:.0%}}，两半都不可忽略。如果 `k @ q^T` 远快于 `q @ k^T`，那么拖慢分数这一半的既不是屋顶线的斜边或水平边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快；对值这一半，我们在这里没有找到更快的写法。每次调用的固定开销不是原因，因为每次调用都要几毫秒。形状的影响有多大取决于数学库和处理器，所以这些数只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。（只读不写的内核甚至可以超过 STREAM 的数字：STREAM 只给每个内核记它的循环中写明的字节，而普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计。）
+# **关于缓存读取的说明**：Roofline 模型把缓存读取归类为受限于内存带宽：它的算术强度只有 0.5 FLOP/字节，远在拐点左侧。按注意力的写法，batch 为 1 时，它搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，同时用了运算峰值的 {{run:roofline.cache_peak_share:.0%}}；单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力里的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。值乘法 `w @ v` 读取值的速度是 STREAM 带宽的 {{run:roofline.values_share:.0%}}；batch 为 {{run:roofline.cache_batch_max}} 时，按注意力写法的分数乘法占注意力调用耗时的 {{run:roofline.scores_qk_attention_share:.0%}}，值乘法占 {{run:roofline.values_attention_share:.0%}}，两半都不可忽略。（每次乘法都是在注意力调用之外单独计时的，所以这两个比例相加不必等于 100%。）如果 `k @ q^T` 远快于 `q @ k^T`，那么拖慢分数这一半的既不是屋顶线的斜边或水平边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快；对值这一半，我们在这里没有找到更快的写法。每次调用的固定开销也不是原因：单独计时的每次乘法都要几毫秒（见表中“毫秒”一列）。形状的影响有多大取决于数学库和处理器，所以这些数只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。（只读不写的内核甚至可以超过 STREAM 的数字：STREAM 只给每个内核记它的循环中写明的字节，而普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计。）
 
 # %% [markdown] lang="en"
 # **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one,
-# which is what speculative decoding's verifying call over $k + 1$ tokens saves. It would also take about the
+# which is what speculative decoding's verifying call over $k + 1$ tokens saves on the weights (it also reads the
+# sequence's cache once for its $k + 1$ queries, section 6). It would also take about the
 # same time only if both calls ran at the memory roof; the roof is a ceiling, so the counts alone do not predict
 # the time of a given row. On the machine that built this notebook every
 # batch size calls the same routine, oneMKL's `SGEMM` (setting the environment variable `MKL_VERBOSE=1` prints
@@ -349,7 +365,7 @@ say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['
 # another library or processor gives other ratios.
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，投机解码中验证 $k + 1$ 个 token 的那次调用省下的正是这些字节。只有两次调用都跑到内存那一侧的屋顶线时，它们的耗时才会差不多相同；屋顶线只是上限，所以单凭计数预测不了表中某一行的耗时。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`（设置环境变量 `MKL_VERBOSE=1` 就会打印每次调用），但这个例程读取矩阵的速度不只取决于字节数，也取决于行数：处理几行的调用都低于屋顶线（见上文）。本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍（见下表）。比值小于 $B$，说明每个 token 分到的耗时下降了；比值接近 1，才说明这次调用只花了一次单行调用的时间。这些是一次运行的结果，运行时机器上可能还有别的任务；换一个数学库或处理器，比值也会不同。
+# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，投机解码中验证 $k + 1$ 个 token 的那次调用在权重上省下的正是这些字节（它还只读一遍这条序列的缓存，供 $k + 1$ 个查询使用，见第 6 节）。只有两次调用都跑到内存那一侧的屋顶线时，它们的耗时才会差不多相同；屋顶线只是上限，所以单凭计数预测不了表中某一行的耗时。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`（设置环境变量 `MKL_VERBOSE=1` 就会打印每次调用），但这个例程读取矩阵的速度不只取决于字节数，也取决于行数：处理几行的调用都低于屋顶线（见上文）。本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍（见下表）。比值小于 $B$，说明每个 token 分到的耗时下降了；比值接近 1，才说明这次调用只花了一次单行调用的时间。这些是一次运行的结果，运行时机器上可能还有别的任务；换一个数学库或处理器，比值也会不同。
 
 # %%
 # [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.
@@ -362,7 +378,7 @@ say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
 
 # %% [markdown] lang="en"
 # **The picture.** The roof of this core has a sloped side set by STREAM, $\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s,
-# and a flat side set by the square matrix product, $\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s; the ridge lies at
+# and a flat side set by the largest FLOP rate this run measured, $\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s; the ridge lies at
 # {{run:roofline.ridge:.1f}} FLOP/byte. The batch-1 product, at {{run:roofline.intensity_b1:.2f}} FLOP/byte, streamed its
 # weights at {{run:roofline.weight_gbs_b1:.1f}} GB/s, {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth, and did
 # {{run:roofline.gflops_b1:.1f}} GFLOP/s, {{run:roofline.b1_peak_share:.0%}} of the peak. At batch
@@ -382,10 +398,10 @@ say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
 # and which this core's matrix routine did at one row but not at a few. This is why a decode step can be at
 # best as fast as memory lets it be, and why the mechanisms of this series pay off: batching shares the
 # weights' bytes, GQA, MLA and quantization shrink the cache's bytes, and speculative decoding verifies $k + 1$
-# tokens for the weight bytes of one.
+# tokens for the weight bytes of one and one read of the sequence's cache.
 #
 # *Figure: left, measurements only, on one core of this machine (`measured on one core`): the roof (black:
-# $\min(\pi, \beta I)$, with $\beta$ from STREAM and $\pi$ from the square matrix product, `matmul` in the legend,
+# $\min(\pi, \beta I)$, with $\beta$ from STREAM and $\pi$ the largest FLOP rate measured, `peak` in the legend,
 # both in FP32), the weight product at each batch size (blue circles, batch size written beside each; the
 # points for {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows sag below the roof, at
 # {{run:roofline.small_roof_share_min:.0%}} to {{run:roofline.small_roof_share_max:.0%}} of it in this run, because the
@@ -399,11 +415,11 @@ say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
 # dotted, from its datasheet).*
 
 # %% [markdown] lang="zh"
-# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由方阵乘法决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有峰值的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
+# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由本次运行测得的最大 FLOP 速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有峰值的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
 #
-# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以按 Roofline 模型的计数，两次调用耗时的下界相同，都是读取各自字节的时间；只有内核以内存带宽读取字节时，耗时才接近这个下界。GPU 上的解码内核正是为此而写的；而这个核心的矩阵乘法例程处理一行时做到了，处理几行时没有做到。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花一个 token 的权重字节，验证 $k + 1$ 个 token。
+# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以按 Roofline 模型的计数，两次调用耗时的下界相同，都是读取各自字节的时间；只有内核以内存带宽读取字节时，耗时才接近这个下界。GPU 上的解码内核正是为此而写的；而这个核心的矩阵乘法例程处理一行时做到了，处理几行时没有做到。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花一个 token 的权重字节和一遍这条序列的缓存读取，验证 $k + 1$ 个 token。
 #
-# *图：左图只有测量值，都是在本机的一个核心上测得的（标题 measured on one core）。黑线是屋顶线 $\min(\pi, \beta I)$，$\beta$ 取自 STREAM，$\pi$ 取自方阵乘法，都是 FP32；图例中的 roof 给出这两个数（matmul 即方阵乘法）。weights x B tokens（蓝色圆点，旁边标注 batch 大小）是各种 batch 大小下的权重乘法，其中 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的点明显低于屋顶线，本次运行中只达到屋顶线的 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}，因为决定它们耗时的是矩阵乘法例程，而不是内存；cache reads, B sequences（橙色三角形）是按注意力的写法读取缓存；scores alone as k @ q^T, B = {{run:roofline.cache_batch_max}}（空心橙色三角形）是 batch 为 {{run:roofline.cache_batch_max}} 时单独的分数乘法写成 `k @ q^T` 的结果：同样的键，以另一种形状交给数学库。横轴 arithmetic intensity (FLOP/byte) 是算术强度（FLOP/字节），纵轴 GFLOP/s (1 thread, fp32) 是单线程 FP32 下每秒的十亿次浮点运算数。右图是预测值，不是测量值（标题 predicted from the published configurations (bf16) 的意思是“由公开模型的配置算出，16 位”）：按各公开模型的配置、16 位权重和缓存、4,096 个 token 的上下文，算出解码步的算术强度（纵轴 decode step intensity (FLOP/byte)）随 batch 大小（横轴 batch size B）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，它是用 FP32 测出的，对 16 位数值只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)，取自其数据手册）。*
+# *图：左图只有测量值，都是在本机的一个核心上测得的（标题 measured on one core）。黑线是屋顶线 $\min(\pi, \beta I)$，$\beta$ 取自 STREAM，$\pi$ 是本次运行测得的最大 FLOP 速率，都是 FP32；图例中的 roof 给出这两个数（peak 即峰值 $\pi$）。weights x B tokens（蓝色圆点，旁边标注 batch 大小）是各种 batch 大小下的权重乘法，其中 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的点明显低于屋顶线，本次运行中只达到屋顶线的 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}，因为决定它们耗时的是矩阵乘法例程，而不是内存；cache reads, B sequences（橙色三角形）是按注意力的写法读取缓存；scores alone as k @ q^T, B = {{run:roofline.cache_batch_max}}（空心橙色三角形）是 batch 为 {{run:roofline.cache_batch_max}} 时单独的分数乘法写成 `k @ q^T` 的结果：同样的键，以另一种形状交给数学库。横轴 arithmetic intensity (FLOP/byte) 是算术强度（FLOP/字节），纵轴 GFLOP/s (1 thread, fp32) 是单线程 FP32 下每秒的十亿次浮点运算数。右图是预测值，不是测量值（标题 predicted from the published configurations (bf16) 的意思是“由公开模型的配置算出，16 位”）：按各公开模型的配置、16 位权重和缓存、4,096 个 token 的上下文，算出解码步的算术强度（纵轴 decode step intensity (FLOP/byte)）随 batch 大小（横轴 batch size B）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，它是用 FP32 测出的，对 16 位数值只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)，取自其数据手册）。*
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
@@ -416,7 +432,7 @@ colors = plt.rcParams["axes.prop_cycle"].by_key()["color"][2:]
 fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4))
 xs = np.logspace(-1.3, 3, 200)
 left.loglog(xs, np.minimum(PEAK, BANDWIDTH * xs) / 1e9, color="black",
-            label=f"roof: STREAM {BANDWIDTH / 1e9:.1f} GB/s, matmul {PEAK / 1e9:.0f} GFLOP/s")
+            label=f"roof: STREAM {BANDWIDTH / 1e9:.1f} GB/s, peak {PEAK / 1e9:.0f} GFLOP/s")
 left.plot([r["intensity"] for r in WEIGHT_SWEEP], [r["gflops"] for r in WEIGHT_SWEEP], "o", color="tab:blue", label="weights x B tokens")
 for r in WEIGHT_SWEEP:
     left.annotate(str(r["batch"]), (r["intensity"], r["gflops"]), textcoords="offset points", xytext=(4, -10), fontsize=7)

@@ -79,7 +79,7 @@ RESULTS = {
                      "order": "rotating", "clock": "time.process_time"},
         "stream": {"elements": STREAM_ELEMENTS, "bytes_per_element": STREAM_BYTES,
                    "bytes_per_s": STREAM_RATES, "spread": {name: spread(SECONDS[name]) for name in STREAM_BYTES}},
-        "matmul": {"size": MATMUL_SIZE, "flops_per_s": PEAK, "spread": spread(SECONDS["matmul"])},
+        "matmul": {"size": MATMUL_SIZE, "flops_per_s": MATMUL_RATE, "spread": spread(SECONDS["matmul"])},
         "roof": {"bandwidth_bytes_per_s": BANDWIDTH, "flops_per_s": PEAK, "ridge_flop_per_byte": RIDGE},
         "weight_sweep": WEIGHT_SWEEP, "cache_sweep": CACHE_SWEEP,
         "batch_1": {"bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK},
