@@ -28,8 +28,9 @@
 # * **Sliding windows without a mask.** The FlashAttention library takes a window natively, `window_size=(W - 1, 0)`
 #   with `causal=True`: each query reads itself and the $W - 1$ keys before it, the band of section 6. vLLM's
 #   FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral, loaded with
-#   `attn_implementation="flash_attention_2"`, passes `window_size=(W - 1, W - 1)` with `causal=True`, which the
-#   causal flag makes equivalent to `(W - 1, 0)`.
+#   `attn_implementation="flash_attention_2"`, passes `window_size=(W - 1, W - 1)` with `causal=True` whenever the
+#   call has more than $W$ keys (with fewer, every key is inside the window and it passes no window); the causal flag
+#   makes that equivalent to `(W - 1, 0)`.
 # * **Split-K decoding.** A one-query decode step gives a kernel little to parallelize over, so decode kernels split
 #   the cached keys into blocks and combine the partial softmaxes (as in Flash-Decoding).
 # * **Paged caches.** A paged cache stores K/V in blocks that the kernel must read through a block table (vLLM's
@@ -48,7 +49,7 @@
 # 除了掩码的对齐方式，真实的内核还牵涉别的问题（可选阅读）。它们都不会改变检查所比较的数值，却决定了速度。
 #
 # * **掩码本身就决定了能用哪个内核。** 在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制。
-# * **不用掩码的滑动窗口。** FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可：每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，传入的是 `window_size=(W - 1, W - 1)` 加 `causal=True`；有了因果标志，它与 `(W - 1, 0)` 等价。
+# * **不用掩码的滑动窗口。** FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可：每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，只要这次调用的键多于 $W$ 个，就传入 `window_size=(W - 1, W - 1)` 加 `causal=True`（键不多于 $W$ 个时，每个键都在窗口之内，它就不传窗口）；有了因果标志，它与 `(W - 1, 0)` 等价。
 # * **split-K 解码。** 单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（例如 Flash-Decoding）。
 # * **分页缓存。** 分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。
 # * **按下标读取的 GQA。** 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，GQA 才能真正省下访存。
@@ -94,7 +95,9 @@ SDPA_MODELS = {"sdpa_bool_mask": lambda: build(LLAMA_CFG, lambda i: SDPABoolMask
 
 # %%
 SDPA_GRIDS = {name: run_grid(SDPA_MODELS[name], reference=lambda: build(LLAMA_CFG)) for name in ("sdpa_bool_mask", "sdpa_lower_right")}
-PREFILL_THEN_DECODE = [16] + [1] * (STREAM_LEN - 16)                             # RING_CHUNKS[2] of section 6
+# [en] The same chunking as RING_CHUNKS[2] of section 6.
+# [zh] 与第 6 节的 RING_CHUNKS[2] 分块方式相同。
+PREFILL_THEN_DECODE = [16] + [1] * (STREAM_LEN - 16)
 sdpa_control = run_control(SDPA_MODELS["sdpa_causal_if_several"], reference=lambda: build(LLAMA_CFG),
                            chunks=(1, PREFILL_THEN_DECODE, 2, 5))
 CONTROLS["is_causal_after_cache"] = {"section": 8, **sdpa_control, "measured": min(sdpa_control["errors"][2:]),

@@ -18,7 +18,9 @@
 # $i$ it gives $d_C + d_R$ numbers, split into a compressed part $q^C_{t,i}$ (it meets the keys rebuilt from the latent) and a part $q^R_{t,i}$ that is rotated
 # to match the RoPE key. The score of head $i$
 # is the sum of the two dot products, $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$, scaled by
-# $1/\sqrt{d_C + d_R}$. Per token and layer the cache holds $r + d_R$ numbers, whatever the number of heads:
+# $1/\sqrt{d_C + d_R}$ (the DeepSeek-V2 formula; DeepSeek-V3's released configuration extends its context with YaRN,
+# which multiplies this scale by a further factor, `yarn_apply_mscale` in Hugging Face's code, and leaves the cache
+# unchanged). Per token and layer the cache holds $r + d_R$ numbers, whatever the number of heads:
 # DeepSeek-V3 has $r = 512$ and $d_R = 64$ for 128 heads.
 #
 # The saving is only real if decoding never rebuilds all the keys. It need not, because matrix products
@@ -57,9 +59,9 @@
 #
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^C_{t,i} = W^{UK}_i\, c_t, \qquad v_{t,i} = W^{UV}_i\, c_t ,$$
 #
-# （DeepSeek-V2 论文的 MLA 公式里没有写出这个归一化，但论文介绍模型超参数的正文补充了它：在压缩后的潜向量之后另加 RMSNorm 层（原文为“we employ additional RMS Norm layers after the compressed latent vectors”）。DeepSeek 发布的代码和 Hugging Face 的模型都以 `kv_a_layernorm` 实现这一步，我们也照此实现。）
+# （DeepSeek-V2 论文的 MLA 公式里没有写出这个归一化，但论文介绍模型超参数的正文补充了它：在压缩后的潜向量之后另加 RMSNorm 层。DeepSeek 发布的代码和 Hugging Face 的模型都以 `kv_a_layernorm` 实现这一步，我们也照此实现。）
 #
-# 其中第 $i$ 个头的**上投影** $W^{UK}_i$ 和 $W^{UV}_i$ 从潜向量重建出这个头的键和值。如果用 RoPE 去旋转从潜向量重建出的键，下文所说的节省就会落空（下面的负对照 1 说明原因），所以 MLA 额外增加一个 $d_R$ 维的**解耦的 RoPE 键**，由所有头共享：$k^R_t = \mathrm{RoPE}(W^{KR} h_t)$。查询来自同一个投影 $W^Q h_t$（代码中的 `q`）：它为第 $i$ 个头给出 $d_C + d_R$ 个数，拆成压缩部分 $q^C_{t,i}$（它与从潜向量重建出的键相乘）和经过旋转、与 RoPE 键配套的部分 $q^R_{t,i}$。第 $i$ 个头的分数是两个点积之和 $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$，再乘以 $1/\sqrt{d_C + d_R}$。每个 token 在每一层只缓存 $r + d_R$ 个数，与头数无关：DeepSeek-V3 有 128 个头，$r = 512$，$d_R = 64$。
+# 其中第 $i$ 个头的**上投影** $W^{UK}_i$ 和 $W^{UV}_i$ 从潜向量重建出这个头的键和值。如果用 RoPE 去旋转从潜向量重建出的键，下文所说的节省就会落空（下面的负对照 1 说明原因），所以 MLA 额外增加一个 $d_R$ 维的**解耦的 RoPE 键**，由所有头共享：$k^R_t = \mathrm{RoPE}(W^{KR} h_t)$。查询来自同一个投影 $W^Q h_t$（代码中的 `q`）：它为第 $i$ 个头给出 $d_C + d_R$ 个数，拆成压缩部分 $q^C_{t,i}$（它与从潜向量重建出的键相乘）和经过旋转、与 RoPE 键配套的部分 $q^R_{t,i}$。第 $i$ 个头的分数是两个点积之和 $q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s$，再乘以 $1/\sqrt{d_C + d_R}$（这是 DeepSeek-V2 的公式；DeepSeek-V3 发布的配置用 YaRN 扩展上下文，会给这个缩放再乘上一个系数，即 Hugging Face 代码中的 `yarn_apply_mscale`，缓存则不受影响）。每个 token 在每一层只缓存 $r + d_R$ 个数，与头数无关：DeepSeek-V3 有 128 个头，$r = 512$，$d_R = 64$。
 #
 # 只有解码时不必重建全部键，这份节省才算数。而这确实不必：矩阵乘法满足结合律，可以换个次序计算。对分数而言，$q^C_{t,i} \cdot (W^{UK}_i c_s) = ((W^{UK}_i)^\top q^C_{t,i}) \cdot c_s$：把 $W^{UK}_i$ 一次性并入查询，再用结果与缓存的潜向量做点积。对输出而言，$\sum_s w_s W^{UV}_i c_s = W^{UV}_i \sum_s w_s c_s$：先在潜向量上做注意力，再乘一次 $W^{UV}_i$。这就是**吸收**。它只改变算术运算的先后次序，所以吸收形式必须与朴素形式在舍入误差范围内一致。
 #

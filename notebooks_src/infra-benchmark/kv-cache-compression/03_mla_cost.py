@@ -99,7 +99,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # layers.
 
 # %% [markdown] lang="zh"
-# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数。也就是说，潜向量在各块 GPU 上是复制的，而不是切分的。这就是 SGLang 和 vLLM 以**数据并行注意力**的方式运行 DeepSeek 注意力层的原因（SGLang 的文档就用这个名称；vLLM 的数据并行部署指南也为 MLA 模型推荐这种方式）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
+# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数。也就是说，潜向量在各块 GPU 上是复制的，而不是切分的。这就是 SGLang 和 vLLM 以**数据并行注意力**的方式运行 DeepSeek 注意力层的原因（SGLang 的文档专门介绍了这种方式；vLLM 的数据并行部署指南也为 MLA 模型推荐它）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
 
 # %% [markdown] lang="en"
 # **Compute, counted.** Absorption does not make attention cheaper in arithmetic; it moves it. Per decode step
@@ -165,18 +165,21 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
 #
 # The latent form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form, but the
-# cache is not all it moves. At every step, `expand_kv` writes the expanded keys and values of every cached position
-# into new tensors, $H(d_C + d_R + d_v)$ numbers per position, and attention reads them back. The cell below counts
-# what our `LatentMLA` and, when transformers is installed, Hugging Face's `expand_kv` materialise in one decode step
-# with 24 cached positions; both must equal that formula. At DeepSeek-V3's size and 32,768 keys this is
-# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step, written and then read: the latent form saves cache
-# capacity, not memory bandwidth, and moves more bytes per step than the naive form reads. A fused kernel that
-# expanded each latent on chip and never wrote the expansion to memory would avoid that traffic.
+# cache is not all it moves. At every step, `expand_kv` returns the expanded keys and values of every cached
+# position as new tensors, $H(d_C + d_R + d_v)$ numbers per position, and attention reads them back. That is a lower
+# bound on what it writes: it first writes the whole `kv_b_proj` output, $H(d_C + d_v)$ numbers per position (the
+# values are a view into it), then copies each head's $k^C$ into a new key tensor beside the RoPE key, so it writes
+# about $H(2d_C + d_R + d_v)$ numbers per position (our `expand` does the same with `torch.cat`). The cell below
+# counts what our `LatentMLA` and, when transformers is installed, Hugging Face's `expand_kv` return in one decode
+# step with 24 cached positions; both must equal that formula. At DeepSeek-V3's size and 32,768 keys the returned
+# keys and values alone are {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step, written and then read: the
+# latent form saves cache capacity, not memory bandwidth, and moves more bytes per step than the naive form reads. A
+# fused kernel that expanded each latent on chip and never wrote the expansion to memory would avoid that traffic.
 
 # %% [markdown] lang="zh"
 # **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受限于内存带宽。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都把每个缓存位置展开后的键和值写进新的张量，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中实际生成的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，这就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
+# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都以新张量的形式返回每个缓存位置展开后的键和值，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。这只是它写入量的下限：它先写出 `kv_b_proj` 的全部输出，每个位置 $H(d_C + d_v)$ 个数（值只是其中的一个视图），再把每个头的 $k^C$ 复制到一个新的键张量里，与 RoPE 键拼在一起，所以每个位置实际写入约 $H(2d_C + d_R + d_v)$ 个数（我们的 `expand` 用 `torch.cat` 做了同样的事）。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中返回的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，仅返回的键和值就有每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -184,8 +187,8 @@ def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int 
 
 
 def materialised_bytes(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
-    # [en] The expanded K/V the latent form writes at every step (and attention reads back).
-    # [zh] 潜向量形式每一步写入（并由注意力读回）的展开后的 K/V。
+    # [en] The expanded K/V the latent form returns at every step (and attention reads back): a lower bound on what it writes.
+    # [zh] 潜向量形式每一步返回（并由注意力读回）的展开后的 K/V：这是它写入量的下限。
     return keys * expanded_elements(c) * bytes_per_element if form == "latent" else 0
 
 # %% [markdown] lang="en"
@@ -281,8 +284,8 @@ plt.show()
 # *Figure: one DeepSeek-V3 attention layer, one decode step, against the context ("context: cached keys T", the
 # number of cached keys; both axes logarithmic). Left: bytes per step (MiB, BF16). The solid lines are the bytes read from the cache; the latent and absorbed forms
 # coincide there (both read the latents and RoPE keys). The dotted line adds what the latent form, as transformers
-# runs it, writes and reads back at every step, the expanded keys and values: it moves about twice the bytes the
-# naive form reads.
+# runs it, writes and reads back at every step, the expanded keys and values it returns: counting only those, it
+# moves about twice the bytes the naive form reads (the intermediate `kv_b_proj` output adds more).
 # Right: multiply-adds per step (billions); "latent" climbs fastest because it re-expands every cached latent.*
 #
 # **Which form, when.** The absorbed form's attention does $H(2r + d_R)$ multiply-adds per cached key and decode step
@@ -299,7 +302,7 @@ plt.show()
 # "data-movement friendly" one for decode).
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销（总标题 DeepSeek-V3 attention, one layer, one decode step），横轴 context: cached keys T 是上下文长度，即缓存的键数 $T$（两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例中的 cache read 即“从缓存读取”），其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线（图例 latent: cache + expansion written and read，即缓存读取量加上写入又读回的展开结果）再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即展开后的键和值：它搬运的字节约为朴素形式读取量的两倍。右图纵轴是每步的乘加次数（单位：十亿）；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销（总标题 DeepSeek-V3 attention, one layer, one decode step），横轴 context: cached keys T 是上下文长度，即缓存的键数 $T$（两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例中的 cache read 即“从缓存读取”），其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线（图例 latent: cache + expansion written and read，即缓存读取量加上写入又读回的展开结果）再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即它返回的展开后的键和值：仅计这部分，它搬运的字节就约为朴素形式读取量的两倍（`kv_b_proj` 的中间输出还要再多写一些）。右图纵轴是每步的乘加次数（单位：十亿）；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
 #
 # **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型（屋顶线模型））。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
 

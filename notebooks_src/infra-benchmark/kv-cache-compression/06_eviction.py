@@ -31,7 +31,7 @@
 # %% [markdown] lang="zh"
 # ## 7. 淘汰策略：重要 token（H2O）与观察窗口（SnapKV）
 #
-# 窗口按新旧决定保留什么，淘汰策略则按注意力来决定。**H2O**（Zhang 等人，2023）观察到，在训练好的模型中，一小部分 token（即重要 token，heavy hitter）得到了大部分注意力；它保留累积注意力最大的那些 token，外加最近的 token。**SnapKV**（Li 等人，2024）观察到，提示末尾几个 token 对前面 token 的注意力，能够预测生成时会读取哪些内容；它在提示结束时，为每个头保留**观察窗口**（提示的最后几个 token）最关注的那些键（先做一维池化，让相邻的 token 一起保留），外加窗口本身。两者都按头分别选择，也都保留文本中的位置（缓存的是 RoPE 之后的键）。
+# 窗口按新旧决定保留什么，淘汰策略则按注意力来决定。**H2O**（Zhang 等人，2023）观察到，在训练好的模型中，一小部分 token（即重要 token）得到了大部分注意力；它保留累积注意力最大的那些 token，外加最近的 token。**SnapKV**（Li 等人，2024）观察到，提示末尾几个 token 对前面 token 的注意力，能够预测生成时会读取哪些内容；它在提示结束时，为每个头保留**观察窗口**（提示的最后几个 token）最关注的那些键（先做一维池化，让相邻的 token 一起保留），外加窗口本身。两者都按头分别选择，也都保留文本中的位置（缓存的是 RoPE 之后的键）。
 #
 # 这样的缓存计算的是另一个函数，根本不可能证明它们等于稠密注意力。我们像架构笔记本评判量化缓存那样评判它们：以稠密注意力为基准，扫描一系列预算，把误差界写进代码（在第一次运行之后定下，并说明留了多少余地），画一张图，再配一个负对照：**随机淘汰必须更差**。
 #
@@ -195,7 +195,9 @@ def prompt_attention(prompts, bias: float):
 
 
 def favourites(weights, top: int = 8) -> dict:
-    late = weights[..., weights.shape[-1] // 2:, :]                                  # [L, B, H, P/2, P]: second-half queries
+    # [en] The queries of the prompt's second half: [L, B, H, P/2, P].
+    # [zh] 提示后一半的查询：[L, B, H, P/2, P]。
+    late = weights[..., weights.shape[-1] // 2:, :]
     received = late.sum(dim=-2)                                                     # [L, B, H, P]
     favoured = received.topk(top, dim=-1).indices                                   # [L, B, H, top]
     own_top = late.argmax(dim=-1)                                                   # [L, B, H, P/2]
@@ -368,7 +370,7 @@ plt.show()
 # type): a block of positions
 # can be given back only when no head still needs any position in it. Per-head eviction scatters the kept positions
 # over all the blocks and frees almost none of them, unless the block manager and the memory layout are redesigned
-# around it. vLLM, for one, offers neither H2O nor SnapKV; research libraries apply such policies to Hugging Face
+# around it. vLLM, for one, offered neither H2O nor SnapKV when this was written; research libraries apply such policies to Hugging Face
 # models, whose caches are plain per-layer tensors like ours: NVIDIA's kvpress, for example, ships SnapKV
 # (`SnapKVPress`) and an H2O-style score of observed attention (`ObservedAttentionPress`), not H2O itself. The eviction that serving systems do ship
 # drops whole positions, for every head at once: sliding windows (vLLM frees the blocks that leave a layer's window)
@@ -381,4 +383,4 @@ plt.show()
 #
 # 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
 #
-# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计块管理器和内存布局。以 vLLM 为例，它既不提供 H2O，也不提供 SnapKV；研究用的库把这类策略用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样：例如 NVIDIA 的 kvpress 提供了 SnapKV（`SnapKVPress`）和一种按实际注意力打分、与 H2O 思路相同的策略（`ObservedAttentionPress`），但并没有 H2O 本身。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
+# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计物理块的管理器和内存布局。以 vLLM 为例，撰写本文时它既不提供 H2O，也不提供 SnapKV；研究用的库把这类策略用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样：例如 NVIDIA 的 kvpress 提供了 SnapKV（`SnapKVPress`）和一种按实际注意力打分、与 H2O 思路相同的策略（`ObservedAttentionPress`），但并没有 H2O 本身。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
