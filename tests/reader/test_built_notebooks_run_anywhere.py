@@ -39,7 +39,7 @@ EXPECTED = {
     "kv-cache-serving": {
         "files": ["block_table.png", "continuous_batching.png", "masks.png", "memory_use.png", "padding_mask.png",
                   "results.json", "static_vs_cat_step.png"],
-        "skip": {"en": "the appendix is skipped", "zh": "跳过本附录"},
+        "skip": {"en": "this section is skipped", "zh": "跳过本节"},
     },
     "kv-cache-architectures": {
         "files": ["gqa_heads.png", "masks.png", "memory.png", "quantized_cache_error.png", "results.json", "sliding_window.png"],
