@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import re
 from pathlib import Path
 
 import nbformat
@@ -40,6 +41,19 @@ def test_every_built_edition_gives_say_its_own_language_only(path):
     lang = notebook.metadata["learning_notebooks"]["language"]
     calls = say_keywords(notebook)
     assert calls and all(keywords == {lang} for keywords in calls), path.name
+
+
+CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
+
+
+@pytest.mark.parametrize("path", [p for p in BUILT if ".en." in p.name], ids=lambda p: p.name)
+def test_the_code_of_every_english_edition_holds_no_chinese(path):
+    """Not in say() texts, comments, strings, nor in a folded prose-values cell: a value the prose of
+    only one language needs is a number or a code-like string, and each language's prose words it."""
+    notebook = nbformat.read(path, as_version=4)
+    bad = [f"cell {cell.id}: {line.strip()[:80]}" for cell in notebook.cells if cell.cell_type == "code"
+           for line in cell.source.splitlines() if CJK.search(line)]
+    assert bad == []
 
 
 def rerun(notebook) -> str:

@@ -266,8 +266,8 @@ say_table(
 # much smaller than the work ratio is the subject of 9.2.
 #
 # The top of that range rests on one row, $P = {{run:timing.speedup_hi_at}}$, whose full window took
-# {{run:timing.speedup_hi_full_faults}} minor page faults (p50); rows where any window faulted on this
-# run: {{run:timing.faulted_rows_en}}. The count of 8.1 does not see those faults, nor the elementwise
+# {{run:timing.speedup_hi_full_faults}} minor page faults (p50); on this run {{run:timing.faulted_rows}} of the
+# {{run:timing.rows}} rows had a window that faulted (the fault columns of the table). The count of 8.1 does not see those faults, nor the elementwise
 # passes over the score matrix that 9.3 times; either may be part of that row's factor. This run does
 # not measure what a fault costs, so it cannot say how much of the factor each one explains.
 #
@@ -298,7 +298,7 @@ say_table(
 # %% [markdown] lang="zh"
 # **主要结论**：在这次运行中，对表中的各种提示长度，完整重算窗口与缓存续写窗口的 p50 之比（“完整 / 缓存”一列）在 {{run:timing.speedup_lo:.1f}}（$P = {{run:timing.speedup_lo_at}}$ 时）到 {{run:timing.speedup_hi:.1f}}（$P = {{run:timing.speedup_hi_at}}$ 时）之间。这些倍数只属于这次运行；结论是整列数字，而不是其中的某一行。按计数，缓存路径的优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口送入 {{run:timing.fed_full:,}} 个位置，缓存续写窗口只送入 16 个；前者的乘加次数是后者的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用模型 16 次，经过的算子几乎相同（缓存续写还要用 `torch.cat` 复制缓存），只是完整重算每次的输入大得多。因此下面的单元格只断言：在最长的提示下，缓存续写确实更快，即倍数大于 1。这个门槛比 {{run:timing.macs_ratio_max:.0f}} 的工作量之比低得多，余地之大，换哪颗 CPU 都不该跌破。实测的倍数因机器而异，每次运行也不同（机器同时忙于别的工作，或者发生缺页，都可能让任何一行变慢），所以只报告，不做断言。它们为什么比工作量之比小得多，是 9.2 要回答的问题。
 #
-# 这个范围的上端只取决于一行，即 $P = {{run:timing.speedup_hi_at}}$：这一行的完整重算窗口发生了 {{run:timing.speedup_hi_full_faults}} 次次缺页（p50）；这次运行中有窗口发生缺页的行：{{run:timing.faulted_rows_zh}}。8.1 的计数既看不到这些缺页，也看不到 9.3 计时的、逐元素扫过分数矩阵的几遍运算，两者都可能是这一行倍数的一部分。这次运行没有测量一次缺页要花多少时间，所以说不清这个倍数中各有多少来自哪一个。
+# 这个范围的上端只取决于一行，即 $P = {{run:timing.speedup_hi_at}}$：这一行的完整重算窗口发生了 {{run:timing.speedup_hi_full_faults}} 次次缺页（p50）；这次运行的 {{run:timing.rows}} 行中，有 {{run:timing.faulted_rows}} 行的窗口发生了缺页（见表中的缺页列）。8.1 的计数既看不到这些缺页，也看不到 9.3 计时的、逐元素扫过分数矩阵的几遍运算，两者都可能是这一行倍数的一部分。这次运行没有测量一次缺页要花多少时间，所以说不清这个倍数中各有多少来自哪一个。
 #
 # **这次运行中的缺页与等待**：表中各窗口的次缺页次数（p50）在 {{run:timing.faults_min:,}} 到 {{run:timing.faults_max:,}} 之间，得到的 CPU 时间占挂钟时间的 {{run:timing.cpu_share_min:.0%}} 到 {{run:timing.cpu_share_max:.0%}}；它们分别落在哪些提示长度、哪些路径上，见这两列。每个窗口缺页数千次的行，或者 CPU 时间占比明显低于其他行的行，不能直接与其余各行比较：它的时间有一部分属于分配器或别的程序。9.2 读这张表时会考虑这一点。
 #
@@ -343,8 +343,7 @@ window_faults = [r[f"{path}_faults"] for r in TIMING_ROWS for path in PATHS if r
             "speedup_lo": min(speedups)[0], "speedup_lo_at": min(speedups)[1],
             "speedup_hi": max(speedups)[0], "speedup_hi_at": max(speedups)[1],
             "speedup_hi_full_faults": "–" if hi_row["full_faults"] is None else f"{hi_row['full_faults']:,}",
-            "faulted_rows_en": ", ".join(f"$P = {p}$" for p in faulted) or "none",
-            "faulted_rows_zh": "、".join(f"$P = {p}$" for p in faulted) or "无", "fed_full": WORK["full"], "fed_cached": WORK["cached"], "payload": PAYLOAD,
+            "faulted_rows": len(faulted), "rows": len(TIMING_ROWS), "fed_full": WORK["full"], "fed_cached": WORK["cached"], "payload": PAYLOAD,
             "macs_ratio_max": WORK_RATIO,
             "cached_p95_over_p50": max(p95_ratios)[0], "cached_p95_over_p50_at": max(p95_ratios)[1],
             "faults_min": min(window_faults), "faults_max": max(window_faults),
