@@ -56,7 +56,7 @@ def test_equivalence(results):
 
 def test_negative_controls(results):
     controls = results["negative_controls"]
-    assert set(controls) == {"restart_positions", "local_triangle_mask", "no_mask_with_cache"}
+    assert set(controls) == {"restart_positions", "local_triangle_mask", "no_mask_with_cache", "swapped_layer_caches"}
     for control in controls.values():
         assert isinstance(control["max_abs_logit_err"], float) and control["detected"] is True
         assert all({"scenario", "chunk", "max_abs_logit_err", "max_abs_kv_err", "passed"} <= set(s)

@@ -14,8 +14,8 @@
 # Sections: 1 setup · 2 a six-token example · 3 masks from absolute positions · 4 one attention head
 # · 5 the decoder · 6 equivalence, and greedy generation with and without the cache · 7 broken variants
 # · 8 what caching removes and what remains: the count, three questions learners ask, the cache of
-# published models · 9 timing on this CPU: the headline, the count next to the clock, a profile of one
-# decode step, a whole generation · 10 saved results · 11 an outside referee, Hugging Face GPT-2
+# published models · 9 timing on this CPU: the headline, why the cache wins by less than the work ratio,
+# a whole generation, and an optional appendix (measurement notes, a profile of one decode step) · 10 saved results · 11 an outside referee, Hugging Face GPT-2
 # (optional; the full comparison has its own companion notebook) · 12 takeaways and exercises.
 #
 # **Scope.** The decoder here is deliberately plain: one sequence length per batch, one K/V head per
@@ -35,7 +35,7 @@
 #
 # 这份笔记本只回答一个很具体的问题：**一个多层 Transformer 如果每次只输入最新的 token，能否与重算整个前缀的模型给出相同的结果**？要做到这一点，有三件事必须对得上：每个缓存项属于哪一层；新 token 的绝对位置是多少；每个查询可以读取哪些键。我们会实现一个未经训练的两层小解码器，用断言检查它与完整重算的结果是否一致，再故意把它改坏，看这些检查能不能查出问题。随机权重就够了：我们比较的是同一个函数的两种计算方式，而不是它写出的文本好不好。
 #
-# 目录：1 环境设置 · 2 六个 token 的例子 · 3 由绝对位置推出掩码 · 4 单头注意力 · 5 解码器 · 6 等价性，以及用缓存与不用缓存的贪心生成 · 7 故意改坏的版本 · 8 缓存省掉了什么，又留下了什么：乘加计数、学习者常问的三个问题、公开模型的缓存大小 · 9 在这台 CPU 上计时：主要结论、计数与实测时间的对照、一个解码步的性能分析、一次完整的生成 · 10 保存结果 · 11 外部裁判 Hugging Face GPT-2（选读；完整的比较见配套笔记本） · 12 要点与练习。
+# 目录：1 环境设置 · 2 六个 token 的例子 · 3 由绝对位置推出掩码 · 4 单头注意力 · 5 解码器 · 6 等价性，以及用缓存与不用缓存的贪心生成 · 7 故意改坏的版本 · 8 缓存省掉了什么，又留下了什么：乘加计数、学习者常问的三个问题、公开模型的缓存大小 · 9 在这台 CPU 上计时：主要结论、缓存的优势为什么远小于工作量之比、一次完整的生成，以及可选的附录（测量说明、一个解码步的性能分析） · 10 保存结果 · 11 外部裁判 Hugging Face GPT-2（选读；完整的比较见配套笔记本） · 12 要点与练习。
 #
 # **不涉及的内容**：这里的解码器有意写得很朴素。同一 batch 内的序列长度相同，每个注意力头对应一个 K/V 头，位置用可学习的绝对位置嵌入，缓存靠拼接增长，生成循环也是最直接的写法。以下内容不在本笔记本的范围内，由本系列的配套笔记本讨论：填充、预分配缓存与分页缓存、连续批处理（`infra-benchmark/kv-cache-serving`，[打开]({{colab:infra-benchmark/kv-cache-serving}})）；分组查询注意力（GQA）、旋转位置编码（RoPE）、滑动窗口、量化缓存和融合注意力（`infra-benchmark/kv-cache-architectures`，[打开]({{colab:infra-benchmark/kv-cache-architectures}})）；多头潜在注意力（MLA）、局部层与共享层、注意力汇聚点和淘汰（`infra-benchmark/kv-cache-compression`，[打开]({{colab:infra-benchmark/kv-cache-compression}})）。这些笔记本都复用第 3 节的掩码和第 5 节的解码器。
 

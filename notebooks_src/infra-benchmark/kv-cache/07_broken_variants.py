@@ -13,6 +13,9 @@
 # positions). In a multi-token chunk, however, it lets a query read positions of the same chunk that
 # lie in its future.
 #
+# The fourth breaks the first convention, layer ownership: **swapped layer caches**
+# (`swapped_layer_caches`): every call hands layer 0's cache entry to layer 1 and layer 1's to layer 0.
+#
 # Each variant runs on the six-token example (prefix 4, then 2 tokens, as in section 2) and on the
 # stream of section 6 with chunks of 1, 2 and 5 (batch 1, FP32).
 
@@ -25,6 +28,8 @@
 # * **掩码缺少偏移**（`local_triangle_mask`）：即第 3 节中的左上角三角形。
 #
 # 第三个错误更隐蔽，它说明了为什么必须测试含多个 token 的分块：**一旦有了缓存就不再加掩码**（`no_mask_with_cache`：只在预填充时使用掩码）。每次只输入一个新 token 时，这样做并无害处，因为键里只有过去和当前的位置，单个新查询本来就可以读取全部键。但在含多个 token 的分块里，它会让查询读到同一分块中位于自己“未来”的位置。
+
+第四个错误破坏的是第一个约定，即缓存项归哪一层所有：**两层的缓存互换**（`swapped_layer_caches`）：每次调用都把第 0 层的缓存项交给第 1 层，把第 1 层的交给第 0 层。
 #
 # 每个版本都在两种输入上运行：六个 token 的例子（与第 2 节一样，先预填充 4 个，再输入 2 个），以及第 6 节的序列按分块长度 1、2、5 切分的情形（batch 为 1，FP32）。
 
@@ -43,6 +48,17 @@ def mask_only_without_cache(past_len: int, new_len: int) -> torch.Tensor:
     return torch.ones(new_len, past_len + new_len, dtype=torch.bool)
 
 
+# [en] WRONG on purpose: layer l receives the cache entry of the other layer (the list reversed).
+# [zh] 故意写错：第 l 层拿到的是另一层的缓存项（列表被反转）。
+class SwappedLayerCaches(torch.nn.Module):
+    def __init__(self, model: CacheDecoder):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, cache=None):
+        return self.model(ids, None if cache is None else cache[::-1])
+
+
 VARIANTS = {
     "restart_positions": {"positions_fn": restart_positions},
     "local_triangle_mask": {"mask_fn": local_triangle_mask},
@@ -54,12 +70,13 @@ SIX_TOKENS = torch.tensor([IDS])
 SCENARIOS = [("SIX_TOKENS", SIX_TOKENS, [4, 2])] + [("STREAM", STREAM, c) for c in (1, 2, 5)]
 
 
-def run_variant(model: CacheDecoder, hooks: dict) -> list[dict]:
+def run_variant(net, hooks: dict) -> list[dict]:
     with model.hooks(**hooks):
-        return [{"scenario": name, **check_equivalence(model, stream, 1, chunk)} for name, stream, chunk in SCENARIOS]
+        return [{"scenario": name, **check_equivalence(net, stream, 1, chunk)} for name, stream, chunk in SCENARIOS]
 
 
-CONTROL_RUNS = {"correct": run_variant(model, {})} | {name: run_variant(model, hooks) for name, hooks in VARIANTS.items()}
+CONTROL_RUNS = ({"correct": run_variant(model, {})} | {name: run_variant(model, hooks) for name, hooks in VARIANTS.items()}
+                | {"swapped_layer_caches": run_variant(SwappedLayerCaches(model), {})})
 say_table([[f"`{variant}`", f"`{r['scenario']}`, {r['chunk']}", f"{r['max_abs_logit_err']:.3e}", f"`{r['passed']}`"]
            for variant, runs in CONTROL_RUNS.items() for r in runs],
           en=["variant", "input, chunk length", "max abs logit error", "passed"],
@@ -68,12 +85,13 @@ say_table([[f"`{variant}`", f"`{r['scenario']}`, {r['chunk']}", f"{r['max_abs_lo
 # %% [markdown] lang="en"
 # The correct model passes every scenario. Resetting the positions and dropping the offset are caught
 # everywhere, including the one-token steps: with one new token, the upper-left triangle lets it see
-# key 0 only. Dropping the mask after prefill passes the one-token run (its errors are rounding
-# noise) and is caught only once a chunk holds several tokens. The cell below writes this prediction
+# key 0 only. Swapping the layers' caches is caught everywhere too: from the second call on, each
+# layer attends to keys and values the other layer projected. Dropping the mask after prefill passes
+# the one-token run (its errors are rounding noise) and is caught only once a chunk holds several tokens. The cell below writes this prediction
 # down, scenario by scenario, and asserts that the table above matches it.
 
 # %% [markdown] lang="zh"
-# 正确的模型通过了所有场景。位置从零重新开始、掩码缺少偏移这两个错误在所有场景中都被查了出来，包括每次只输入一个 token 的情形：只有一个新 token 时，左上角三角形只让它看到键 0。预填充之后丢掉掩码的版本在逐 token 运行时能够通过（误差只是舍入噪声），直到一个分块里有多个 token 时才会被查出。下面的单元格把这个预测逐个场景写下来，并断言上表与它一致。
+# 正确的模型通过了所有场景。位置从零重新开始、掩码缺少偏移这两个错误在所有场景中都被查了出来，包括每次只输入一个 token 的情形：只有一个新 token 时，左上角三角形只让它看到键 0。两层缓存互换也在所有场景中被查了出来：从第二次调用起，每一层关注的都是另一层投影出的键和值。预填充之后丢掉掩码的版本在逐 token 运行时能够通过（误差只是舍入噪声），直到一个分块里有多个 token 时才会被查出。下面的单元格把这个预测逐个场景写下来，并断言上表与它一致。
 
 # %%
 # [en] The prediction, in the order of SCENARIOS: SIX_TOKENS as 4 + 2, then STREAM in chunks of 1, 2, 5.
@@ -85,6 +103,7 @@ PREDICTED = {
     "restart_positions": [False, False, False, False],
     "local_triangle_mask": [False, False, False, False],
     "no_mask_with_cache": [False, True, False, False],
+    "swapped_layer_caches": [False, False, False, False],
 }
 assert {variant: [r["passed"] for r in runs] for variant, runs in CONTROL_RUNS.items()} == PREDICTED
 
@@ -95,7 +114,7 @@ NEGATIVE_CONTROLS = {
         "scenarios": [{k: r[k] for k in ("scenario", "chunk", "max_abs_logit_err", "max_abs_kv_err", "passed")}
                       for r in CONTROL_RUNS[variant]],
     }
-    for variant in VARIANTS
+    for variant in CONTROL_RUNS if variant != "correct"
 }
 say(en="Every broken variant was caught. Largest logit error on the six-token example (4 + 2 tokens): "
        + ", ".join(f"`{name}` {c['max_abs_logit_err']:.3e}" for name, c in NEGATIVE_CONTROLS.items()) + ".",

@@ -105,11 +105,13 @@ def with_total(parts: dict) -> dict:
 # A forward hook on every attention module catches the K and V that the step really multiplied. A step
 # reads the **whole** cache, every step. Our `torch.cat` adds a copy on top: the hook also confirms that
 # each step's K lives in new memory, so the step reads the old $T - 1$ rows once more to copy them.
+# Three cells: the hook's plumbing (folded), the measurement at the four lengths, then the table and
+# its assertions.
 
 # %% [markdown] lang="zh"
-# 下面的单元格在 $T = 16$、64、128、256 时，对两条路径分别比较公式与实测计数（缓存路径的一步带着 $T - 1$ 个位置的缓存）。顺便再测一个公式能预测的量：缓存路径每一步读取的 K/V 字节数。一个 token 在所有层上的 K/V 占 `kv_bytes_per_token` 字节，即 $2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$，其中 $s$ 是每个元素的字节数（第 1 节辅助工具中的公式）；长度为 $T$、batch 大小为 $B$ 时，一步读取的字节数是它的 $B \cdot T$ 倍。每个注意力模块上都挂了一个前向钩子，截下这一步真正参与乘法的 K 和 V。每一步都要把**整个**缓存读一遍，而我们的 `torch.cat` 还额外多了一次复制：钩子同时确认了每一步的 K 都位于新分配的内存中，也就是说，这一步为了复制，又把旧的 $T - 1$ 行读了一遍。
+# 下面的单元格在 $T = 16$、64、128、256 时，对两条路径分别比较公式与实测计数（缓存路径的一步带着 $T - 1$ 个位置的缓存）。顺便再测一个公式能预测的量：缓存路径每一步读取的 K/V 字节数。一个 token 在所有层上的 K/V 占 `kv_bytes_per_token` 字节，即 $2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$，其中 $s$ 是每个元素的字节数（第 1 节辅助工具中的公式）；长度为 $T$、batch 大小为 $B$ 时，一步读取的字节数是它的 $B \cdot T$ 倍。每个注意力模块上都挂了一个前向钩子，截下这一步真正参与乘法的 K 和 V。每一步都要把**整个**缓存读一遍，而我们的 `torch.cat` 还额外多了一次复制：钩子同时确认了每一步的 K 都位于新分配的内存中，也就是说，这一步为了复制，又把旧的 $T - 1$ 行读了一遍。下面分三个单元格：钩子的辅助代码（已折叠）、在四个长度上的测量，以及表格和断言。
 
-# %%
+# %% tags=["hide-input"]
 COST_LENGTHS = (16, 64, 128, 256)
 gen = torch.Generator().manual_seed(SEED + 2)
 COST_STREAM = torch.randint(0, cfg.vocab, (1, max(COST_LENGTHS)), generator=gen)
@@ -130,7 +132,7 @@ def catch_kv(module, args, output):
     caught_bytes.append(k.numel() * k.element_size() + v.numel() * v.element_size())
     caught_fresh.append(k.data_ptr() != past_k.data_ptr())
 
-
+# %%
 COST_ROWS = []
 for T in COST_LENGTHS:
     ids = COST_STREAM[:, :T]
@@ -149,6 +151,7 @@ for T in COST_LENGTHS:
     COST_ROWS.append({"T": T, "full": counted_macs(lambda: model(ids)), "cached": cached,
                       "kv_read_bytes": sum(caught_bytes), "fresh_storage": all(caught_fresh)})
 
+# %%
 say_table(
     [[str(r["T"]), f"{r['full']['total']:,}", f"{r['cached']['total']:,}", f"{r['full']['total'] / r['cached']['total']:g}",
       f"{r['cached']['attention'] / r['cached']['total']:.0%}", f"{r['kv_read_bytes']:,}"] for r in COST_ROWS],

@@ -1,44 +1,23 @@
 # %% [markdown] lang="en"
-# ### 9.3 Optional: where the time of a decode step goes
+# ### 9.5 Optional appendix: where the time of a decode step goes
 #
-# *This subsection is optional: it opens a profiler to check the explanation of 9.2, and nothing after it
-# depends on it. On a first read, skip to 9.4.*
+# *Optional, like 9.4: a profiler checks the explanation of 9.2.*
 #
-# One measurement above is far from the count: sixteen cached calls took
-# {{run:clock.cached16_over_prefill16:.1f}} times as long as one 16-token prefill, though their
-# multiply-adds differ by {{run:clock.cached16_extra_macs:.1%}}. A profiler shows what each call ran.
-# `torch.profiler` records every PyTorch operator (`aten::...`) a call executes, how many times, and the
-# time spent inside it (its *self* time, without the operators it called). We profile three calls:
-#
-# * **cached step:** one token with a cache of {{run:profile.past}} positions, a decode step at the longest prompt;
-# * **prefill of 16 tokens:** one call that pushes 16 positions through the network;
-# * **full step:** the whole sequence of {{run:profile.full_len}} tokens, one step of full recomputation.
-#
-# Each call runs ten times in a profiling session, and we divide by ten. A session can be slowed down by
-# whatever else the machine does, so there are {{run:profile.sessions}} sessions after a warm-up one, and
-# each operator's self time is the median over the sessions; the counts of calls are the same in every
-# session. The first table lists the operators that take the most time in any of the three, and those
-# the text names, with their calls and self time per call of the model, in microseconds; the second gives the totals per call: the
-# operators the Python code called directly, all operator calls (nested ones included) and the self
-# time of all of them. Compare these times with each other, not with the tables of 9.1, and the
-# difference can go either way. The profiler adds its own cost to every operator call, which makes
-# calls of many small operators look slower. And it repeats one call on the same input, so the memory one
-# call frees can serve the next, where a window of 9.1 changes sizes from step to step and may pay page
-# faults; a large call can then look faster here than the same call inside a 9.1 window. The cell's code,
-# profiler plumbing, is folded; its tables are what the text below reads.
+# `torch.profiler` records every PyTorch operator (`aten::...`) a call executes, how many times, and its
+# *self* time (without the operators it called). We profile three calls: a **cached step** (one token, a
+# cache of {{run:profile.past}} positions), a **prefill of 16 tokens**, and a **full step** over
+# {{run:profile.full_len}} tokens. Each runs ten times per session; after a warm-up session there are
+# {{run:profile.sessions}} more, and each self time is the median over them (in microseconds per call of
+# the model). The first table lists the busiest operators and those the text names; the second gives
+# totals per call. The profiler adds its own cost to every operator call, so compare these times with
+# each other, not with 9.1. The profiler plumbing is folded.
 
 # %% [markdown] lang="zh"
-# ### 9.3 可选：解码一步的时间花在哪里
+# ### 9.5 可选附录：解码一步的时间花在哪里
 #
-# *本小节是可选内容：它用性能分析器检验 9.2 的解释，后面的内容都不依赖它。初读时可以直接跳到 9.4。*
+# *与 9.4 一样是可选内容：用性能分析器检验 9.2 的解释。*
 #
-# 上面有一处测量结果与计数相去甚远：16 次缓存调用的耗时是一次 16 个 token 的预填充的 {{run:clock.cached16_over_prefill16:.1f}} 倍，而两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。性能分析器（profiler）能告诉我们每次调用实际执行了什么。`torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、它被调用了多少次，以及花在它内部的时间（*自身*耗时，不含它再调用的算子）。我们分析三种调用：
-#
-# * **缓存路径的一步**：一个 token，带着 {{run:profile.past}} 个位置的缓存，即最长提示下的一个解码步；
-# * **16 个 token 的预填充**：一次调用，让 16 个位置经过网络；
-# * **完整重算的一步**：把 {{run:profile.full_len}} 个 token 的整个序列送入模型，即完整重算的一步。
-#
-# 每种调用在一次性能分析中连续执行 10 次，结果除以 10。机器上的其他负载可能拖慢某一次分析，所以先做一次预热，再做 {{run:profile.sessions}} 次分析，每个算子的自身耗时取各次分析的中位数；调用次数则每次都相同。第一张表列出在任一种调用中耗时最多的算子和正文提到的算子，以及模型每被调用一次时它们的调用次数和自身耗时（微秒）；第二张表给出每次调用的总数：Python 代码直接调用的算子数、全部算子调用次数（含嵌套调用）以及全部算子的自身耗时。这些时间只宜相互比较，不宜与 9.1 的表格比较，而且两者的差别可能朝任一方向。性能分析器会给每次算子调用加上它自己的开销，由许多小算子组成的调用因此显得更慢。另一方面，它在同一个输入上重复同一次调用，一次调用释放的内存可以直接留给下一次使用；而 9.1 的窗口每一步的张量大小都在变，可能要付出缺页的代价。所以一次大的调用在这里可能比在 9.1 的窗口中显得更快。这个单元格的代码只是调用性能分析器的辅助代码，已折叠；后文解读的是它输出的两张表。
+# `torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、调用次数以及*自身*耗时（不含它再调用的算子）。我们分析三种调用：**缓存路径的一步**（一个 token，带 {{run:profile.past}} 个位置的缓存）、**16 个 token 的预填充**，以及对 {{run:profile.full_len}} 个 token 的**完整重算一步**。每种调用在一次性能分析中执行 10 次；先做一次预热，再做 {{run:profile.sessions}} 次分析，自身耗时取各次的中位数（单位是模型每被调用一次的微秒数）。第一张表列出最忙的算子和正文提到的算子，第二张表给出每次调用的总数。性能分析器会给每次算子调用加上它自己的开销，所以这些时间只宜相互比较，不宜与 9.1 比较。调用性能分析器的辅助代码已折叠。
 
 # %% tags=["hide-input"]
 from torch.profiler import ProfilerActivity, profile
@@ -122,14 +101,15 @@ say_table([[f"`{label}`", str(run["top_level"]), f"{sum(c for c, _ in run['ops']
 # matrix of 8.1 (`aten::div` for the scaling, `aten::masked_fill_`, `aten::_softmax`)
 # {{run:profile.full_score_passes:,.0f}} µs, against {{run:profile.full_bmm:,.0f}} µs for the two attention
 # products (`aten::bmm`) themselves. The multiply-add count of 8.1 does not see those passes at all: they
-# do no multiply-adds, yet they read and write every score, the masked half included. The cell asserts
+# do no multiply-adds, yet they read and write every score, the masked half included. They grow with $T^2$: with page faults, they are the
+# time the count misses in 9.1's row of $P = {{run:timing.p_max}}$. The cell asserts
 # the claim the explanation of 9.2 rests on: a cached step runs at least as many operators as the whole
 # prefill.
 
 # %% [markdown] lang="zh"
 # 怎样读这两张表？先看缓存路径的一步与 16 个 token 的预填充。两者执行的算子几乎完全相同：Python 代码直接调用的算子，缓存路径一步为 {{run:profile.top_cached}} 个，预填充为 {{run:profile.top_prefill}} 个（差别来自缓存，即它的 `torch.cat` 调用）。两者注意力部分的工作量也相同：缓存路径一步中唯一的查询读取 {{run:profile.full_len}} 个键，预填充的 16 个查询各读取 16 个键（稠密的分数矩阵，包括被遮住的那一半），每个头分别是 {{run:profile.full_len}} 个和 256 个分数。预填充的投影和 MLP 要处理 16 行而不是 1 行，可是大多数算子不论输入多大，都要花几微秒：缓存路径的一步在算子上花了 {{run:profile.us_cached:,.0f}} 微秒，预填充花了 {{run:profile.us_prefill:,.0f}} 微秒。缓存路径有而预填充没有的，是缓存本身：`aten::cat` 要把两层缓存的 K 和 V 的 {{run:profile.past}} 行复制进新张量，这一步中它花了 {{run:profile.cat_cached:,.0f}} 微秒。16 个缓存步的算子调用次数是一次预填充的 16 倍，这一点再加上外围的 Python 代码，就是 9.2 中那个差距的来源。
 #
-# 完整重算的一步调用算子的次数同样不多，但时间花在大的算子上：共 {{run:profile.us_full:,.0f}} 微秒。其中投影和注意力中的矩阵乘法（`aten::addmm`、`aten::bmm`）占 {{run:profile.full_products:,.0f}} 微秒；逐元素扫过 8.1 所说的稠密分数矩阵（形状为 $[H, T, T]$）的几遍运算（缩放用的 `aten::div`、`aten::masked_fill_` 和 `aten::_softmax`）共占 {{run:profile.full_score_passes:,.0f}} 微秒，注意力本身的两次矩阵乘法（`aten::bmm`）则占 {{run:profile.full_bmm:,.0f}} 微秒。8.1 的乘加计数完全看不到这几遍运算：它们不做乘加，却要把每个分数（包括被遮住的那一半）读一遍、写一遍。下面的单元格断言 9.2 的解释所依据的事实：缓存路径的一步执行的算子至少和整个预填充一样多。
+# 完整重算的一步调用算子的次数同样不多，但时间花在大的算子上：共 {{run:profile.us_full:,.0f}} 微秒。其中投影和注意力中的矩阵乘法（`aten::addmm`、`aten::bmm`）占 {{run:profile.full_products:,.0f}} 微秒；逐元素扫过 8.1 所说的稠密分数矩阵（形状为 $[H, T, T]$）的几遍运算（缩放用的 `aten::div`、`aten::masked_fill_` 和 `aten::_softmax`）共占 {{run:profile.full_score_passes:,.0f}} 微秒，注意力本身的两次矩阵乘法（`aten::bmm`）则占 {{run:profile.full_bmm:,.0f}} 微秒。8.1 的乘加计数完全看不到这几遍运算：它们不做乘加，却要把每个分数（包括被遮住的那一半）读一遍、写一遍。它们随 $T^2$ 增长：和缺页一起，正是 9.1 中 $P = {{run:timing.p_max}}$ 那一行里计数漏掉的时间。下面的单元格断言 9.2 的解释所依据的事实：缓存路径的一步执行的算子至少和整个预填充一样多。
 
 # %% tags=["prose-values"]
 full_ops, cached_ops = PROFILES["full_step"]["ops"], PROFILES["cached_step"]["ops"]

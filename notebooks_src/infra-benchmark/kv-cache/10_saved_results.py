@@ -6,7 +6,7 @@
 # the growing cache and the 12 equivalence configurations, the causality and cache checks, the greedy
 # generation, the broken variants, the cost model (counts, K/V sizes of published models, the count next
 # to the measured time per step), the timing protocol with the raw samples of every path and its
-# headline, the profile of 9.3 and the call times of the whole generation of 9.4. The file's fields are
+# headline, the call times of the whole generation of 9.3 and the profile of 9.5. The file's fields are
 # documented in the repository (`docs/kv-cache-results-schema.md`). On Colab the cell also offers the
 # files for download. Sections 11 and 12 write nothing; the Hugging Face comparison's own results file
 # belongs to the companion notebook `infra-benchmark/kv-cache-hf-gpt2`. The cell is bookkeeping, one
@@ -15,7 +15,7 @@
 # %% [markdown] lang="zh"
 # ## 10. 保存结果
 #
-# 本次运行的结果写入 `OUTPUT_DIR` 下的 `results.json`，与四幅图（`masks.png`、`cache_growth.png`、`timing.png`、`generation.png`）放在一起，包括：运行环境、模型配置、逐步增长的缓存和 12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加次数、公开模型的 K/V 大小、乘加次数与实测每步时间的对照）、计时规程和每条路径的原始样本及主要结论、9.3 的性能分析结果，以及 9.4 中一次完整生成里每次调用的时刻。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会把这些文件下载到本地。第 11、12 节不写任何文件；与 Hugging Face 比较的结果文件属于配套笔记本 `infra-benchmark/kv-cache-hf-gpt2`。这个单元格只做记录：它用一个字典汇总前面各节算出的结果，不做新的计算，也不做新的检查。
+# 本次运行的结果写入 `OUTPUT_DIR` 下的 `results.json`，与四幅图（`masks.png`、`cache_growth.png`、`timing.png`、`generation.png`）放在一起，包括：运行环境、模型配置、逐步增长的缓存和 12 种等价性配置、因果性与缓存检查、贪心生成、改坏的版本、开销模型（乘加次数、公开模型的 K/V 大小、乘加次数与实测每步时间的对照）、计时规程和每条路径的原始样本及主要结论、9.3 中一次完整生成里每次调用的时刻，以及 9.5 的性能分析结果。各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`。在 Colab 上，这个单元格还会把这些文件下载到本地。第 11、12 节不写任何文件；与 Hugging Face 比较的结果文件属于配套笔记本 `infra-benchmark/kv-cache-hf-gpt2`。这个单元格只做记录：它用一个字典汇总前面各节算出的结果，不做新的计算，也不做新的检查。
 
 # %% tags=["hide-input"]
 RESULTS = {
