@@ -172,7 +172,7 @@ def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object
     notebook that executes, without prose."""
     cells = []
     for ordinal, section in zip(section_numbers(source.sections), source.sections):
-        note = lang is not None and section.home is not None and has_heading(section)
+        note = lang is not None and section.folded and has_heading(section)
         for cell in section.cells:
             if cell.kind == "markdown":
                 if cell.lang == lang:
@@ -181,7 +181,7 @@ def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object
                         cells.append(shared_note(section, lang, cell.id, link))
                         note = False
                 continue
-            metadata = code_metadata(cell.tags, section.home is not None) if lang is not None else (
+            metadata = code_metadata(cell.tags, section.folded) if lang is not None else (
                 {"tags": list(cell.tags)} if cell.tags else {})
             if not any(c.cell_type == "code" for c in cells):
                 cells.append(prelude_cell(lang))

@@ -24,7 +24,7 @@ from .localize import PairingError, check_comment_pairs, check_say_calls
 CONFIG_FILE = "config.toml"
 MANIFEST_FILE = "notebook.toml"
 CONFIG_KEYS = ("languages", "repository", "branch")
-MANIFEST_KEYS = ("sections", "title", "quick")
+MANIFEST_KEYS = ("sections", "unfolded", "title", "quick")
 SECTION_PATTERN = re.compile(r"^\d\d_[A-Za-z0-9_]+\.py$")
 CELL_MARKER = re.compile(r"^# %%(?!%)")
 WELL_FORMED_MARKER = re.compile(r"^# %%( .*)?$")
@@ -72,12 +72,19 @@ class Cell:
 @dataclass(frozen=True)
 class Section:
     """One section file. `home`: for a section included from another notebook, that notebook
-    (series, name) and its titles by language; None for the notebook's own sections."""
+    (series, name) and its titles by language; None for the notebook's own sections. `unfolded`: an
+    included section this notebook teaches (manifest key `unfolded`), shown like its own sections."""
 
     file: Path
     cells: tuple[Cell, ...]
     home: tuple[str, str] | None = None
     home_titles: dict[str, str] = field(default_factory=dict)
+    unfolded: bool = False
+
+    @property
+    def folded(self) -> bool:
+        """Whether the editions fold its code and open it with the shared-section note."""
+        return self.home is not None and not self.unfolded
 
     @property
     def name(self) -> str:
@@ -225,9 +232,10 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
 
     listed = _require(manifest, "sections", list, manifest_path)
     paths = section_paths(src_root, folder, listed, manifest_path)
+    unfolded = _unfolded(manifest, listed, paths, manifest_path)
     sections = tuple(
         read_section(path, config.languages, id_prefix="" if path.parent == folder else f"{path.parent.name}-")
-        if path.parent == folder else _included(src_root, path, config.languages)
+        if path.parent == folder else replace(_included(src_root, path, config.languages), unfolded=path in unfolded)
         for path in paths
     )
     duplicates = _duplicate_ids(sections)
@@ -250,6 +258,27 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
     for cell in (c for c in cells if c.kind == "markdown"):
         placeholders.check_prose(cell.source, cell.file, cell.first_line, notebooks, bool(producers))
     return NotebookSource(series, name, folder, dict(titles), quick, sections)
+
+
+def _unfolded(manifest: dict, listed: list, paths: list[Path], manifest_path: Path) -> set[Path]:
+    """The included sections named by the manifest's optional `unfolded` list: sections this notebook
+    teaches, so its editions show their code open and without the shared-section note. Each entry
+    must be an include listed in `sections`; a problem names the entry's manifest line."""
+    entries = manifest.get("unfolded", [])
+    if not isinstance(entries, list):
+        raise SourceError("'unfolded' must be a list of included section paths", manifest_path,
+                          _key_line(manifest_path.read_text(encoding="utf-8"), "unfolded"))
+    by_entry = dict(zip(listed, paths))
+    found = set()
+    for index, entry in enumerate(entries):
+        line = _manifest_line(manifest_path, entry, listed.count(entry) + entries[: index + 1].count(entry))
+        if not isinstance(entry, str) or entry not in by_entry:
+            raise SourceError(f"unfolded section '{entry}' is not listed in 'sections'", manifest_path, line)
+        if "/" not in entry:
+            raise SourceError(f"unfolded section '{entry}' is this notebook's own (only includes are folded)",
+                              manifest_path, line)
+        found.add(by_entry[entry])
+    return found
 
 
 def _included(src_root: Path, path: Path, languages: tuple[str, ...]) -> Section:

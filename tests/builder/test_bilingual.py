@@ -152,6 +152,34 @@ def test_an_included_section_is_copied_numbered_and_keyed(project: Project):
     assert "demo/bye: executed" in project.build("--only", "demo/bye", "--execute").log
 
 
+def test_an_unfolded_include_is_shown_like_the_notebooks_own(project: Project):
+    # A notebook that teaches an included section lists it under `unfolded`: its code stays open and
+    # no shared-section note opens it; the code, and so the run, are the same.
+    add_bye(project, BYE_MANIFEST.replace("[title]", 'unfolded = ["../hello/02_compute.py"]\n\n[title]'))
+    run = project.build("--only", "demo/bye", "--execute")
+    assert run.code == 0, run.log
+    for lang in ("en", "zh"):
+        edition = nbformat.read(bye(project, lang), as_version=4)
+        copied = [c for c in edition.cells if c.cell_type == "code" and "total = sum(range(STEPS))" in c.source]
+        assert copied and not any(c.metadata.get("jupyter") or "hide-input" in c.metadata.get("tags", [])
+                                  for c in copied)
+        assert not any(c.id.endswith("-shared") for c in edition.cells)
+    assert project.build("--only", "demo/bye", "--check").code == 0
+
+
+@pytest.mark.parametrize(
+    "entry, words",
+    [("../hello/09_gone.py", "is not listed in 'sections'"), ("01_bye.py", "this notebook's own")],
+)
+def test_a_bad_unfolded_entry_names_its_manifest_line(project: Project, entry, words):
+    add_bye(project, BYE_MANIFEST.replace("[title]", f'unfolded = ["{entry}"]\n\n[title]'))
+    src = project.root / "notebooks_src"
+    with pytest.raises(SourceError) as caught:
+        load_notebook(src, "demo", "bye", load_config(src))
+    assert caught.value.file.name == "notebook.toml" and caught.value.line == 6
+    assert words in str(caught.value)
+
+
 @pytest.mark.parametrize(
     "entry, line, words",
     [

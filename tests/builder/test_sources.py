@@ -164,7 +164,7 @@ def test_two_parameters_cells_are_refused(tmp_path):
 @pytest.mark.parametrize(
     "manifest, line, words",
     [
-        (MANIFEST + "[qiuck]\nN = 2\n", 7, "unknown key 'qiuck' (allowed: sections, title, quick)"),
+        (MANIFEST + "[qiuck]\nN = 2\n", 7, "unknown key 'qiuck' (allowed: sections, unfolded, title, quick)"),
         (MANIFEST.replace("N = 2", "import = 1"), 6, "[quick] key 'import' is not a name a Python variable can have"),
         (MANIFEST.replace("N = 2", "N = 1979-05-27"), 6, "[quick] value of 'N' cannot be written as Python code"),
         (MANIFEST.replace("N = 2", "N = nan"), 6, "cannot be written as Python code"),

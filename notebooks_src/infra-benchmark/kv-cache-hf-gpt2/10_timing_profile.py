@@ -1,19 +1,17 @@
 # %% [markdown] lang="en"
-# **What one step costs.** If the arithmetic is the same, where does the difference come from? The one
-# lesson of this part: both steps do the same floating-point work, GPT-2's makes many more Python calls
-# around it, and at this toy size that overhead, not the arithmetic, is what separates the two. That last
-# part is an inference from the counts below, not a timing (the end of this section says why). We take one decode
+# **What one step costs.** If the arithmetic is the same, where does the difference come from? What this
+# part finds: both steps do the same floating-point work, GPT-2's makes many more Python calls around it,
+# and the counts point to that overhead, not the arithmetic, as what separates the two (an inference, not
+# a timing: the end of this section says why). We take one decode
 # step of each model, the token after the race's prompt, and look inside with two profilers:
 # `torch.profiler` counts the ATen operations the step launches (ATen is the C++ library behind PyTorch's
 # operators), their time and, with `with_flops=True`, the floating-point operations of the matrix
-# products; Python's `cProfile` counts the Python function calls. Profilers slow a step down, so their
-# times serve only to compare one kind of operation with another; the time per step comes from the race.
-# The next cell defines the two measurements (a warm-up session and five more, the median self time per
+# products; Python's `cProfile` counts the Python function calls. The next cell defines the two measurements (a warm-up session and five more, the median self time per
 # operator; Python calls grouped by the file that defines each function). It is measuring tooling, not
 # part of the lesson, so it is folded.
 
 # %% [markdown] lang="zh"
-# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？这一部分只讲一件事：两个解码步的浮点运算完全相同，GPT-2 在运算之外多了许多次 Python 调用；在玩具规模下，拉开两者差距的是这些开销，而不是运算本身。最后这一点是从下面的计数推断出来的，而不是计时得到的（原因见本节末尾）。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）的次数和耗时，打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计 Python 函数的调用次数。性能分析器会拖慢被测的那一步，所以它给出的时间只用来比较不同算子之间的相对开销；每步的耗时以比赛的结果为准。下一个单元格定义这两种测量（先预热一次，再分析 5 次，每个算子的自身耗时取中位数；Python 调用按定义函数的文件分组）。这些代码是测量工具，不是本课的内容，所以折叠起来。
+# **一步的开销都花在哪里。** 既然运算相同，差距从何而来？这一部分的发现是：两个解码步的浮点运算完全相同，GPT-2 在运算之外多了许多次 Python 调用；下面的计数表明，拉开两者差距的是这些开销，而不是运算本身（这是推断，不是计时，原因见本节末尾）。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器拆开来看：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）的次数和耗时，打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计 Python 函数的调用次数。下一个单元格定义这两种测量（先预热一次，再分析 5 次，每个算子的自身耗时取中位数；Python 调用按定义函数的文件分组）。这些代码是测量工具，不是本课的内容，所以折叠起来。
 
 # %% tags=["hide-input"]
 import cProfile
@@ -96,6 +94,10 @@ def profile_step(step, sessions=PROFILE_SESSIONS, steps=PROFILE_STEPS):
 # %%
 if HAVE_TRANSFORMERS:
     next_token = race_continuation[:, :1]                                                 # [1, 1]
+    # [en] Each profiled GPT-2 call extends the cache it is given, so each gets its own copy of the
+    # [en] prompt's cache: every profiled step then reads 256 positions, like ours.
+    # [zh] 每次被分析的 GPT-2 调用都会加长传给它的缓存，所以每次都拿到提示缓存的一份独立拷贝：
+    # [zh] 这样每个被分析的解码步都和我们的一样，读取 256 个位置。
     gpt2_caches = [copy.deepcopy(gpt2_prefix) for _ in range(PROFILE_CALLS)]
     with torch.inference_mode():
         step_profile = {
@@ -159,40 +161,51 @@ if HAVE_TRANSFORMERS:
 # ours makes three, so GPT-2 does the same FLOPs in fewer calls (compare the `addmm` rows of the first
 # table).
 #
-# **The same kinds of operation take the time.** In both steps the most time goes to the projections,
-# GELU, the concatenation that grows the cache and the attention products. The profiled times inside the
-# operations, {{run:profile.ours_aten_ms:.2f}} ms for ours and {{run:profile.gpt2_aten_ms:.2f}} ms for
-# GPT-2, include the profiler's own overhead (which is why they can exceed the step times of the race)
-# and the noise of a shared machine; the counts are exact.
+# **The time outside the operations is what differs.** In both steps the most time goes to the same
+# operations: the projections, GELU, the concatenation that grows the cache and the attention products.
+# Yet the profiled time inside all ATen operations is {{run:profile.ours_aten_ms:.2f}} ms for ours and
+# {{run:profile.gpt2_aten_ms:.2f}} ms for GPT-2 (GPT-2's minus ours: {{run:profile.aten_diff_ms:+.2f}} ms),
+# while in the race GPT-2's step took {{run:race.gap_step_ms:.2f}} ms longer than ours. Even if all of a
+# positive difference inside the operations were real, at least {{run:profile.outside_ms:.2f}} ms of the
+# gap lies outside them, around the operations. (Profiled times include the profiler's own cost per
+# operation, so they serve only for comparisons like this one and can exceed the race's step times; the
+# counts are exact.)
 #
-# **The Python around the operations differs, by a wide margin.** One step of `GPT2LMHeadModel` makes
-# {{run:profile.gpt2_python:,}} Python function calls, ours {{run:profile.ours_python:,}}. The second
-# table shows where the extra calls come from: the library's general machinery (reads of configuration
-# fields, the output dataclasses, the cache object's methods) runs as Python calls on every step. At this
-# toy size a matrix product takes a few microseconds (first table), so per-call overhead weighs as much
-# as arithmetic. That the Python is what separates the two steps is an inference from these counts, not a
-# timing: the two steps do the same FLOPs and launch about as many ATen operations, GPT-2's makes about
-# {{run:profile.python_ratio:.0f}} times as many Python function calls, and its step took
-# {{run:race.ratio:.2f}} times as long in the race. We do not time the Python on its own, because no tool
-# here can without distorting it: `cProfile` adds a cost to every Python call it counts, and under
-# `torch.profiler` the time left outside the operators also holds the profiler's own bookkeeping for
-# every operator. That is why the race says nothing about speed at real sizes:
-# at GPT-2 small's width of 768, each projection does $(768 / 64)^2 = 144$ times the work of ours, while
-# the Python around it stays the same.
+# **Around the operations: Python.** One step of `GPT2LMHeadModel` makes {{run:profile.gpt2_python:,}}
+# Python function calls, ours {{run:profile.ours_python:,}}. The second table shows where the extra calls
+# come from: the library's general machinery (reads of configuration fields, the output dataclasses, the
+# cache object's methods). A rough check: {{run:profile.outside_ms:.2f}} ms spread over
+# {{run:profile.extra_python:,}} extra calls is {{run:profile.us_per_extra_call:.1f}} µs per call, a
+# plausible cost for a Python function call plus the little work each does (reading a configuration
+# field, filling an output dataclass). That is the inference announced above, not a timing: we do not time
+# the Python on its own, because no tool here can without distorting it (`cProfile` adds a cost to every
+# call it counts; under `torch.profiler` the time outside the operators also holds the profiler's
+# bookkeeping). It is also why the race says nothing about speed at real sizes: at GPT-2 small's width of
+# 768, each projection does $(768 / 64)^2 = 144$ times the work of ours, while the Python around it stays
+# the same.
 
 # %% [markdown] lang="zh"
 # 怎样读这几张表？**运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；而不用缓存、把 257 个位置全部重算一遍时，则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍，这是用这种朴素方式重算每个位置的计算量，包括稠密的分数矩阵和全部 257 个位置的 logits）。两者调用的 ATen 算子数目相近：我们的 {{run:profile.ours_ops}} 次，GPT-2 的 {{run:profile.gpt2_ops}} 次。我们的多一些，原因有两个：每个 `nn.Linear` 都要先经过 `aten::linear` 和一次转置，再调用 `aten::addmm`，而 `Conv1D` 直接调用 `addmm`；GPT-2 的 `c_attn` 用一次矩阵乘法算出 Q、K、V，我们的则要三次：浮点运算次数相同，GPT-2 的调用次数却更少（可比较第一张表中 `addmm` 那一行）。
 #
-# **耗时最多的是同几类运算。** 两者的时间都主要花在各个投影、GELU、加长缓存的拼接以及注意力中的矩阵乘法上。在性能分析器下测得的算子内耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒；这些时间包含了分析器自身的开销（所以可能比上面比赛中一步的耗时还长），也受到机器上其他负载的干扰，只有调用次数是精确的。
+# **不同的是算子之外的时间。** 两个解码步的时间都主要花在同样的运算上：各个投影、GELU、加长缓存的拼接以及注意力中的矩阵乘法。然而在性能分析器下，全部 ATen 算子内的耗时，我们的为 {{run:profile.ours_aten_ms:.2f}} 毫秒，GPT-2 的为 {{run:profile.gpt2_aten_ms:.2f}} 毫秒（GPT-2 减去我们的：{{run:profile.aten_diff_ms:+.2f}} 毫秒）；而在比赛中，GPT-2 每步比我们的多用 {{run:race.gap_step_ms:.2f}} 毫秒。即使把算子之内测得的差值全部算作真实差距，这段差距中也至少有 {{run:profile.outside_ms:.2f}} 毫秒落在算子之外。（分析器下的耗时包含分析器为每个算子付出的开销，所以只适合做这样的比较，也可能比比赛中一步的耗时还长；只有调用次数是精确的。）
 #
-# **算子之外的 Python 代码差别很大。** `GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表列出了多出来的调用来自哪里：库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）每一步都以 Python 调用的形式运行。在玩具规模下，一次矩阵乘法只需几微秒（见第一张表），每次调用的固定开销与运算本身的分量相当。说拉开两步差距的是 Python 代码，这是从上面的计数推断出来的，而不是计时得到的：两步的浮点运算相同，调用的 ATen 算子数相近，GPT-2 的 Python 函数调用次数约为我们的 {{run:profile.python_ratio:.0f}} 倍，而在比赛中它每步的耗时是我们的 {{run:race.ratio:.2f}} 倍。我们没有单独给 Python 代码计时，因为这里没有哪种工具能做到而不扭曲结果：`cProfile` 给它统计的每次 Python 调用都加上一份开销；在 `torch.profiler` 下，算子之外剩下的时间又包含了性能分析器为每个算子所做的记录工作。正因如此，这场比赛说明不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
+# **算子之外：Python 代码。** `GPT2LMHeadModel` 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次。第二张表列出了多出来的调用来自哪里：库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）。粗略核算一下：{{run:profile.outside_ms:.2f}} 毫秒分摊到多出的 {{run:profile.extra_python:,}} 次调用上，每次约 {{run:profile.us_per_extra_call:.1f}} 微秒；对一次 Python 函数调用再加上它所做的一点点工作（读取一个配置项、填写一个输出数据类）来说，这个开销是合理的。这就是前面说的推断，而不是计时：我们没有单独给 Python 代码计时，因为这里没有哪种工具能做到而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销；在 `torch.profiler` 下，算子之外的时间又包含了分析器的记录工作）。也正因如此，这场比赛说明不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的 Python 代码并不随之增加。
 
 # %% tags=["prose-values"]
+# [en] The part of the race's per-step gap that even the profiled ATen difference cannot account for.
+# [zh] 比赛中每步的差距里，连分析器测得的 ATen 差值也解释不了的那一部分。
+profile_outside_ms = ((race_timing["gpt2"]["p50"] - race_timing["ours"]["p50"]) / CONTINUATION
+                      - max(step_profile["gpt2"]["aten_ms"] - step_profile["ours"]["aten_ms"], 0.0)
+                      ) if HAVE_TRANSFORMERS else None
 {"profile": {
     "matmul_flops": step_profile["ours"]["matmul_flops"], "no_cache_flops": step_profile["ours_no_cache"]["matmul_flops"],
     "no_cache_ratio": step_profile["ours_no_cache"]["matmul_flops"] / step_profile["ours"]["matmul_flops"],
     "ours_ops": step_profile["ours"]["aten_calls"], "gpt2_ops": step_profile["gpt2"]["aten_calls"],
     "ours_python": step_profile["ours"]["python_calls"], "gpt2_python": step_profile["gpt2"]["python_calls"],
     "ours_aten_ms": step_profile["ours"]["aten_ms"], "gpt2_aten_ms": step_profile["gpt2"]["aten_ms"],
-    "python_ratio": step_profile["gpt2"]["python_calls"] / step_profile["ours"]["python_calls"],
+    "aten_diff_ms": step_profile["gpt2"]["aten_ms"] - step_profile["ours"]["aten_ms"],
+    "extra_python": step_profile["gpt2"]["python_calls"] - step_profile["ours"]["python_calls"],
+    "outside_ms": profile_outside_ms,
+    "us_per_extra_call": 1e3 * profile_outside_ms
+                         / (step_profile["gpt2"]["python_calls"] - step_profile["ours"]["python_calls"]),
 }} if HAVE_TRANSFORMERS else {}

@@ -21,9 +21,9 @@
 # - **Same arithmetic, different overhead.** Both decode steps do the same
 #   {{run:profile.matmul_flops:,}} matrix-product FLOPs; the library's step makes
 #   {{run:profile.gpt2_python:,}} Python function calls against our {{run:profile.ours_python:,}}, and its
-#   time was {{run:race.ratio:.2f}} times ours here. We infer from these counts, without timing the Python
-#   on its own, that at toy size per-call overhead is what separates the two; it says nothing about speed
-#   at real sizes.
+#   time was {{run:race.ratio:.2f}} times ours here, and at least {{run:profile.outside_ms:.2f}} ms per step
+#   of the gap lies outside the ATen operations. The counts point to per-call Python overhead (an
+#   inference, section 10); it says nothing about speed at real sizes.
 
 # %% [markdown] lang="zh"
 # ## 12. 要点与练习
@@ -33,7 +33,7 @@
 # - **逐层的误差能指出错误所在的位置**：发生在某一层注意力之后的错误，不影响这一层的缓存，要到下一层的缓存才显现出来。
 # - **容差决定了比较能看见什么。** 用错 GELU 只让 logits 偏离了 {{run:takeaways.gelu_error:.1e}}：远高于 FP64 的舍入误差；FP32 下也能查出，但误差只是容差的 {{run:gelu.fp32_margin:.0f}} 倍。把 MLP 的输入缩小到十分之一，它在 FP32 下的误差 {{run:gelu.fp32_small_trap:.1e}} 就落在 FP32 的舍入误差之内。要分辨微小的系统性差异，就在 FP64 下比较。
 # - **库的缓存是一个被原地更新的对象。** 要复用某个前缀，先做一份深拷贝；或者用 `crop(-n)` 把缓存截短，辅助生成（投机解码）正是这样丢掉被拒绝的草稿 token 的。我们的张量列表两种办法都用不着。
-# - **运算相同，开销不同。** 两个模型的一个解码步都做了 {{run:profile.matmul_flops:,}} 次矩阵乘法浮点运算；库的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次，这里库所用的时间是我们的 {{run:race.ratio:.2f}} 倍。我们据这些计数推断（并没有单独给 Python 代码计时）：在玩具规模下，拉开两者差距的是每次调用的固定开销；它说明不了实际规模下的速度。
+# - **运算相同，开销不同。** 两个模型的一个解码步都做了 {{run:profile.matmul_flops:,}} 次矩阵乘法浮点运算；库的一个解码步要调用 {{run:profile.gpt2_python:,}} 次 Python 函数，我们的只有 {{run:profile.ours_python:,}} 次，这里库所用的时间是我们的 {{run:race.ratio:.2f}} 倍，每步的差距中至少有 {{run:profile.outside_ms:.2f}} 毫秒在 ATen 算子之外。这些计数表明差距来自每次 Python 调用的固定开销（这是推断，见第 10 节）；它说明不了实际规模下的速度。
 
 # %% tags=["prose-values"]
 {"takeaways": {"worst_error": worst_error(peer_errors),
