@@ -156,17 +156,12 @@ plt.show()
 # history into them, $P + 1$ positions of K/V ({{run:step.cat_kib_written}} KiB at the longest prefix),
 # so the bytes it copies grow in proportion to $P$ (the time also holds a fixed cost per call): on this run the copies took {{run:step.short_copies_p50_ms:.3f}} ms at
 # $P = {{run:step.short_prefix}}$ and {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$. A static
-# step writes one slot per layer instead. Apart from how K and V are kept, the two steps run the same
-# code, and attention reads $P + 1$ keys in both, so both should grow a little with $P$ (medians of {{run:step.short_cat_p50_ms:.3f}} and
-# {{run:step.short_static_p50_ms:.3f}} ms at the shortest prefix, {{run:step.cat_p50_ms:.3f}} and
-# {{run:step.static_p50_ms:.3f}} ms at the longest, `torch.cat` first). In the timed setup the static buffer
-# holds exactly $P + 1$ positions, so attention gets the whole buffer, as contiguous as the fresh `torch.cat`
-# tensor. The copies are the main difference between the two steps, yet the gap between the two medians
-# need not equal their time: over the table it was at most {{run:step.median_gap_max_ms:.3f}} ms on this run.
-#
-# A step also varies from one sample to the next, by the p95 − p50 spread given above,
-# next to copies of at most {{run:step.copies_max_ms:.3f}} ms. A gap between two medians no larger than that spread can
-# change sign from one run to the next, so timing is reported, not asserted. On a GPU with a large model
+# step writes one slot per layer instead; otherwise the two steps run the same code on the same
+# contiguous layout (in the timed setup the static buffer holds exactly $P + 1$ positions). The copies
+# are the only difference, yet the gap between the two medians (at most
+# {{run:step.median_gap_max_ms:.3f}} ms over the table on this run) need not equal their time: a gap no
+# larger than the p95 − p50 spread above can change sign from one run to the next, so timing is
+# reported, not asserted. On a GPU with a large model
 # the picture changes: a decode step is bound by memory bandwidth, and the copies of a `torch.cat` cache
 # become extra memory traffic on the critical path. What the rest of a step is made of on this CPU, the
 # optional profile below shows.
@@ -174,9 +169,7 @@ plt.show()
 # %% [markdown] lang="zh"
 # **主要结论**：在这台机器上，本次运行的 {{run:step.prefix_count}} 个前缀长度中，有 {{run:step.below_noise_count}} 个长度上省下的时间低于解码步在样本之间的波动：在这些长度上，静态缓存省下的复制（最多 {{run:step.copies_max_ms:.3f}} 毫秒）比同一长度上两种解码步的 p95 与 p50 之差都小（整张表上这个差为 {{run:step.spread_min_ms:.3f}} 到 {{run:step.spread_max_ms:.3f}} 毫秒）。在这台 CPU 上以 eager 模式运行时，这些复制只占解码步的一小部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占这一步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。静态缓存的价值在于固定的地址，而不在 eager 模式下的速度。
 #
-# **按代码推算**：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。计时时静态缓冲区正好容纳 $P + 1$ 个位置，所以注意力拿到的是整个缓冲区，与 `torch.cat` 新建的张量一样是连续的。复制是两种解码步的主要区别，但两个中位数之差不一定等于复制的耗时：本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
-#
-# 解码步的耗时在样本之间也有起伏，幅度就是上面给出的 p95 与 p50 之差，而复制最多只有 {{run:step.copies_max_ms:.3f}} 毫秒。两个中位数之差如果不超过这个波动，换一次运行就可能变号，所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。在这台 CPU 上，一个解码步的其余部分由什么构成，见下面的选读性能分析。
+# **按代码推算**：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位；除此之外，两种解码步在同样连续的内存布局上执行同样的代码（计时时静态缓冲区正好容纳 $P + 1$ 个位置）。复制是唯一的区别，但两个中位数之差（本次运行中整张表上最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒）不一定等于复制的耗时：不超过上面 p95 与 p50 之差的差值，换一次运行就可能变号，所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。在这台 CPU 上，一个解码步的其余部分由什么构成，见下面的选读性能分析。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
