@@ -14,7 +14,7 @@ from serving_shared_bugs import REQUEST_BUGS, STORE_BUGS
 from .notebook import NOTEBOOK
 
 PAD, STATIC, MEMORY = "02_padding.py", "03_static_cache.py", "05_memory.py"
-BATCH, SERVING = "04_paged_batch.py", "04_paged_serving.py"
+BATCH, SERVING = "04_paged_batch.py", "06_serve_loop.py"
 FULL = "ValueError: length + new_len > T_max"          # the static store refusing what does not fit
 EXHAUSTED = "RuntimeError: free == []"                   # the block pool with no free block
 BUGS = {

@@ -8,9 +8,10 @@
 # not a copy. Nothing is allocated after the first call, so the buffers never move (their `data_ptr()`
 # stays the same).
 #
-# **A forward pass with the storage left open.** To compare ways of keeping K and V, `store_forward`
-# writes out the decoder of section 3 with the same operations in the same order, except that each
-# attention layer hands its new K and V to a *store*. A store has two methods. `begin(new_mask)` takes the
+# **A forward pass with the storage left open.** The decoder of section 3 cannot take a different
+# cache: its attention concatenates the new K/V onto the cache with `torch.cat` and returns the new cache
+# by value. So, to compare ways of keeping K and V, `store_forward` writes out that decoder with the same
+# operations in the same order, except that each attention layer hands its new K and V to a *store*. A store has two methods. `begin(new_mask)` takes the
 # padding mask of the new tokens and returns the mask of every slot attention will read, `[B, T_total]`,
 # so positions and masks come from the rules of section 4. `write(layer, k, v)` keeps one layer's new K/V
 # and returns all the K/V to attend over. (`pointers()` lists the addresses of the store's tensors, so we
@@ -30,7 +31,7 @@
 #
 # `torch.cat` 每次调用都会生成新张量：为了追加一个位置，整个缓存都要复制一遍，缓存也随之换到新的地址。预分配缓存则一次性为每层的 K 和 V 各预留一个形状为 `[B, H, T_max, Dh]` 的缓冲区，并记录当前长度 $L$。一次调用带来 $n$ 个新 token 时，把它们写入第 $L \dots L + n - 1$ 个槽位，再在有效前缀 `buffer[:, :, :L + n]` 上计算注意力；这个前缀是视图，不是副本。第一次调用之后不再分配任何内存，所以缓冲区从不移动，它们的 `data_ptr()` 始终不变。
 #
-# **一个可以更换存储对象的前向计算**：为了比较存放 K 和 V 的不同做法，`store_forward` 把第 3 节的解码器用相同的运算、按相同的顺序重新写了一遍，只有一处不同：每个注意力层把新的 K 和 V 交给一个**存储对象**（store）。存储对象有两个方法。`begin(new_mask)` 接收新 token 的填充掩码，返回注意力要读取的全部槽位的掩码 `[B, T_total]`，所以位置和掩码都沿用第 4 节的规则。`write(layer, k, v)` 保存某一层新的 K/V，并返回参与注意力计算的全部 K/V。（`pointers()` 列出存储对象中各个张量的地址，用来观察哪些张量移动了。）
+# **一个可以更换存储对象的前向计算**：第 3 节的解码器换不了缓存：它的注意力用 `torch.cat` 把新的 K/V 拼接到缓存后面，再把新的缓存作为返回值交出来。所以，为了比较存放 K 和 V 的不同做法，`store_forward` 把第 3 节的解码器用相同的运算、按相同的顺序重新写了一遍，只有一处不同：每个注意力层把新的 K 和 V 交给一个**存储对象**（store）。存储对象有两个方法。`begin(new_mask)` 接收新 token 的填充掩码，返回注意力要读取的全部槽位的掩码 `[B, T_total]`，所以位置和掩码都沿用第 4 节的规则。`write(layer, k, v)` 保存某一层新的 K/V，并返回参与注意力计算的全部 K/V。（`pointers()` 列出存储对象中各个张量的地址，用来观察哪些张量移动了。）
 #
 # 写成代码，前向计算在两处用到存储对象：
 # ```python

@@ -156,25 +156,20 @@ plt.show()
 # history into them, $P + 1$ positions of K/V ({{run:step.cat_kib_written}} KiB at the longest prefix),
 # so the bytes it copies grow in proportion to $P$ (the time also holds a fixed cost per call): on this run the copies took {{run:step.short_copies_p50_ms:.3f}} ms at
 # $P = {{run:step.short_prefix}}$ and {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$. A static
-# step writes one slot per layer instead. Apart from how K and V are kept, the two steps run the same
-# code, and attention reads $P + 1$ keys in both, so both should grow a little with $P$ (medians of {{run:step.short_cat_p50_ms:.3f}} and
-# {{run:step.short_static_p50_ms:.3f}} ms at the shortest prefix, {{run:step.cat_p50_ms:.3f}} and
-# {{run:step.static_p50_ms:.3f}} ms at the longest, `torch.cat` first). In the timed setup the static buffer
-# holds exactly $P + 1$ positions, so attention gets the whole buffer, as contiguous as the fresh `torch.cat`
-# tensor. The copies are the main difference between the two steps, yet the gap between the two medians
-# need not equal their time: over the table it was at most {{run:step.median_gap_max_ms:.3f}} ms on this run.
-#
-# A step also varies from one sample to the next, by the p95 − p50 spread given above,
-# next to copies of at most {{run:step.copies_max_ms:.3f}} ms. A gap between two medians no larger than that spread can
-# change sign from one run to the next, so timing is reported, not asserted. What the rest of a step is
-# made of, a profiler shows.
+# step writes one slot per layer instead; otherwise the two steps run the same code on the same
+# contiguous layout (in the timed setup the static buffer holds exactly $P + 1$ positions). The copies
+# are the only difference, yet the gap between the two medians (at most
+# {{run:step.median_gap_max_ms:.3f}} ms over the table on this run) need not equal their time: a gap no
+# larger than the p95 − p50 spread above can change sign from one run to the next, so timing is
+# reported, not asserted. On a GPU with a large model
+# the picture changes: a decode step is bound by memory bandwidth, and the copies of a `torch.cat` cache
+# become extra memory traffic on the critical path. What the rest of a step is made of on this CPU, the
+# optional profile below shows.
 
 # %% [markdown] lang="zh"
 # **主要结论**：在这台机器上，本次运行的 {{run:step.prefix_count}} 个前缀长度中，有 {{run:step.below_noise_count}} 个长度上省下的时间低于解码步在样本之间的波动：在这些长度上，静态缓存省下的复制（最多 {{run:step.copies_max_ms:.3f}} 毫秒）比同一长度上两种解码步的 p95 与 p50 之差都小（整张表上这个差为 {{run:step.spread_min_ms:.3f}} 到 {{run:step.spread_max_ms:.3f}} 毫秒）。在这台 CPU 上以 eager 模式运行时，这些复制只占解码步的一小部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占这一步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。静态缓存的价值在于固定的地址，而不在 eager 模式下的速度。
 #
-# **按代码推算**：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位。除了 K 和 V 的保存方式，两种解码步执行的代码相同，注意力都要读取 $P + 1$ 个键，所以两者的耗时都应随 $P$ 略有增长（中位数在最短的前缀上分别为 {{run:step.short_cat_p50_ms:.3f}} 毫秒和 {{run:step.short_static_p50_ms:.3f}} 毫秒，在最长的前缀上分别为 {{run:step.cat_p50_ms:.3f}} 毫秒和 {{run:step.static_p50_ms:.3f}} 毫秒，均为 `torch.cat` 在前）。计时时静态缓冲区正好容纳 $P + 1$ 个位置，所以注意力拿到的是整个缓冲区，与 `torch.cat` 新建的张量一样是连续的。复制是两种解码步的主要区别，但两个中位数之差不一定等于复制的耗时：本次运行中，整张表上这个差最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒。
-#
-# 解码步的耗时在样本之间也有起伏，幅度就是上面给出的 p95 与 p50 之差，而复制最多只有 {{run:step.copies_max_ms:.3f}} 毫秒。两个中位数之差如果不超过这个波动，换一次运行就可能变号，所以计时只报告，不做断言。一个解码步的其余部分由什么构成，要靠性能分析器来看。
+# **按代码推算**：`torch.cat` 每一步都要为每层分配两个新张量，并把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制进去，所以复制的字节数与 $P$ 成正比增长（耗时中还有每次调用的固定开销）：本次运行中，复制的耗时在 $P = {{run:step.short_prefix}}$ 时为 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时为 {{run:step.copies_p50_ms:.3f}} 毫秒。静态缓存的解码步则每层只写一个槽位；除此之外，两种解码步在同样连续的内存布局上执行同样的代码（计时时静态缓冲区正好容纳 $P + 1$ 个位置）。复制是唯一的区别，但两个中位数之差（本次运行中整张表上最大为 {{run:step.median_gap_max_ms:.3f}} 毫秒）不一定等于复制的耗时：不超过上面 p95 与 p50 之差的差值，换一次运行就可能变号，所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。在这台 CPU 上，一个解码步的其余部分由什么构成，见下面的选读性能分析。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
@@ -198,56 +193,35 @@ STEP_SUMMARY |= {"below_noise_count": below_noise, "prefix_count": len(STEP_TIMI
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
-# **What a decode step costs.** `torch.profiler` records every operator a step calls. We profile the same
-# decode step at $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each, the two stores
-# taking turns every five steps so that both meet the same load of the machine) and list, per step, how many
-# times each operator was called and its self time. Self time is the time in the operator itself, not in
-# the operators it calls; we take the median time of one call times the calls per step, so that a call
-# stalled by another process on the machine does not count. The table lists the operators that took longest
-# in the `torch.cat` step, with `aten::cat` and `aten::copy_` always among them, and the lines under it the
-# total over all operators and how far apart the two columns are for the same operator. The profiler adds a
-# little bookkeeping to every call, so read the times as shares of a step rather than as exact durations.
+# <details><summary>Optional: what a decode step is made of (a profile)</summary>
 #
-# **The counts.** In this run a `torch.cat` step called {{run:profile.cat_calls:.0f}} operators and a
-# static step {{run:profile.static_calls:.0f}}. Two of the differences the code predicts, and the cell checks
-# them: the {{run:profile.cat_ops:.0f}} concatenations of the `torch.cat` step (`aten::cat`: K and V in each
-# layer, and the padding mask) are missing from the static step, which instead calls `aten::copy_`
-# {{run:profile.copy_extra:.0f}} more times ({{run:profile.static_copies:.0f}} against
-# {{run:profile.cat_copies:.0f}}): its in-place writes of K and V in each layer and of the new slot of the
-# padding mask. The rest of a step is a few hundred small operators: the linear layers, the LayerNorms,
-# the attention's products, softmax and masking, and many views and reshapes, each doing very little
-# arithmetic on a model this small ({{run:profile.us_per_op:.1f}} µs per operator on average in the
-# `torch.cat` step on this run). Per-call overhead, not arithmetic, is where such a step spends its time.
+# `torch.profiler` records every operator a step calls. We profile the decode step at
+# $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each, the stores taking turns every
+# five steps) and list, per step, each operator's calls and its self time (the median time of one call
+# times the calls per step, so that a call stalled by another process does not count). The profiler adds
+# a little bookkeeping to every call: read the times as shares of a step.
 #
-# **The times, and what they cannot resolve.** The concatenations took {{run:profile.cat_us:.0f}} µs of the
-# {{run:profile.cat_total_us:.0f}} µs of the `torch.cat` step, and the static step's operators took
-# {{run:profile.static_total_us:.0f}} µs together on this run. Does the difference of the two totals equal
-# the concatenations' time, less the extra copies? The table shows why this profile cannot say: operators that do the same arithmetic on the same shapes in
-# both steps, called as often (`aten::addmm`, `aten::gelu`, ...), differ between the two columns: on this
-# run the static column's time was {{run:profile.same_op_diff_min_pct:+.0f}}% to
-# {{run:profile.same_op_diff_max_pct:+.0f}}% off the `torch.cat` column's. Such differences come from the measurement
-# (the load of the machine, the processor's caches, the profiler's own bookkeeping), not from the code,
-# and summed over a few hundred operators they can be as large as the concatenations themselves, in
-# either direction. So this profile shows what a step is made of,
-# and how much each part costs roughly; it cannot tell which of the two steps is faster. The medians of
-# the timing above compare whole steps.
+# In this run a `torch.cat` step called {{run:profile.cat_calls:.0f}} operators and a static step
+# {{run:profile.static_calls:.0f}}. The cell checks the two differences the code predicts: the
+# {{run:profile.cat_ops:.0f}} concatenations (`aten::cat`: K and V in each layer, and the padding mask) are
+# missing from the static step, which calls `aten::copy_` {{run:profile.copy_extra:.0f}} more times instead
+# (its in-place writes). The rest is a few hundred small operators
+# ({{run:profile.us_per_op:.1f}} µs each on average in the `torch.cat` step): per-call overhead, not
+# arithmetic, is where such a step spends its time. The profile cannot tell which step is faster:
+# operators doing the same work in both steps differ by {{run:profile.same_op_diff_min_pct:+.0f}}% to
+# {{run:profile.same_op_diff_max_pct:+.0f}}% between the two columns, which is measurement noise as large as the
+# concatenations' {{run:profile.cat_us:.0f}} µs.
 #
-# On a GPU with a large model the picture changes: a decode step reads every weight and the whole cache
-# for little arithmetic, so it is bound by memory bandwidth, and the copies of a `torch.cat` cache become
-# extra memory traffic on the critical path.
-#
-# The profiling code is folded below; its table and the totals under it are the output to read.
+# </details>
 
 # %% [markdown] lang="zh"
-# **一个解码步的开销在哪里**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的同一个解码步做性能分析（各 {{run:profile.steps}} 步；两种存储对象每五步轮换一次，让两者遇到同样的机器负载），按每步列出各算子的调用次数和自身耗时。自身耗时是算子本身花的时间，不含它再调用的算子；我们取单次调用耗时的中位数乘以每步的调用次数，这样偶尔被其他进程拖慢的调用不会计入。表中列出在 `torch.cat` 解码步中耗时最多的几个算子（`aten::cat` 和 `aten::copy_` 总在其中），表下两行分别是全部算子的合计，以及同一个算子在两栏之间的耗时相差多少。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例，而不是精确的耗时。
+# <details><summary>选读：一个解码步由什么构成（性能分析）</summary>
 #
-# **调用次数**：本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，一个静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。其中有两处差别可以从代码推算出来，单元格也会核对：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（{{run:profile.static_copies:.0f}} 次，`torch.cat` 解码步为 {{run:profile.cat_copies:.0f}} 次），也就是原地写入每一层的 K 和 V，以及填充掩码中新的槽位。解码步的其余部分是几百个小算子：各个线性层、LayerNorm、注意力中的矩阵乘法、softmax 和掩码，以及许多视图和变形操作。对这么小的模型来说，每个算子只做很少的运算（本次运行中，`torch.cat` 解码步平均每个算子 {{run:profile.us_per_op:.1f}} 微秒）。这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。
+# `torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步，两种存储对象每五步轮换一次），按每步列出各算子的调用次数和自身耗时（单次调用耗时的中位数乘以每步的调用次数，这样被其他进程拖慢的调用不会计入）。性能分析器会给每次调用加上一点记录开销，所以这些时间应当看作在解码步中所占的比例。
 #
-# **耗时，以及它分辨不了的东西**：拼接耗时 {{run:profile.cat_us:.0f}} 微秒，`torch.cat` 解码步的全部算子合计 {{run:profile.cat_total_us:.0f}} 微秒；静态缓存的解码步在本次运行中全部算子合计 {{run:profile.static_total_us:.0f}} 微秒。两个合计之差，是否等于拼接的耗时减去多出的复制？表中就能看出这份性能分析为什么回答不了：在两种解码步中做同样运算、形状相同、调用次数也相同的算子（`aten::addmm`、`aten::gelu` 等），两栏的耗时并不相同：本次运行中，静态缓存一栏与 `torch.cat` 一栏相差 {{run:profile.same_op_diff_min_pct:+.0f}}% 到 {{run:profile.same_op_diff_max_pct:+.0f}}%。这种差别来自测量（机器的负载、处理器的缓存、性能分析器自己的记录开销），而不是来自代码；几百个算子加在一起，这种差别可能与拼接本身的耗时一样大，正负都有可能。所以这份性能分析能说明一个解码步由哪些部分组成、各部分大致花多少时间，却分辨不出两种解码步哪个更快；比较整个解码步，要看上面计时得到的中位数。
+# 本次运行中，一个 `torch.cat` 解码步调用了 {{run:profile.cat_calls:.0f}} 次算子，静态缓存的解码步调用了 {{run:profile.static_calls:.0f}} 次。单元格核对代码预言的两处差别：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。其余是几百个小算子（`torch.cat` 解码步中平均每个 {{run:profile.us_per_op:.1f}} 微秒）：这样的解码步，时间主要花在每次调用的固定开销上，而不是运算上。这份性能分析分辨不出哪种解码步更快：在两种解码步中做同样工作的算子，两栏耗时相差 {{run:profile.same_op_diff_min_pct:+.0f}}% 到 {{run:profile.same_op_diff_max_pct:+.0f}}%，这种测量波动与拼接本身的 {{run:profile.cat_us:.0f}} 微秒一样大。
 #
-# 换成 GPU 上的大模型，情形就不同了：一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽；这时 `torch.cat` 缓存的复制就成了关键路径上额外的访存。
-#
-# 性能分析的代码默认折叠在下面；要看的是它输出的表格和表下的合计。
+# </details>
 
 # %% tags=["hide-input"]
 # [en] Kineto, the profiler's engine, prints a line at every start and stop below this log level.

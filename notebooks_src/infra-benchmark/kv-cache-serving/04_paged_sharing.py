@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# **Third criterion: a shared prompt.** Two requests start with the same 14-token prompt (a shared
+# **Second criterion: a shared prompt.** Two requests start with the same 14-token prompt (a shared
 # system prompt, say) and then continue with different tokens of their own (5 and 9 of them), before 8
 # greedy steps each. The prompt is prefilled once; the second sequence forks from the first, sharing
 # its blocks. With blocks of 4 positions the 14 prompt positions fill three blocks and half of a
@@ -19,7 +19,7 @@
 # recently used first, when the pool runs out.
 
 # %% [markdown] lang="zh"
-# **第三条判据：共用的提示**。两个请求以同一段 14 个 token 的提示开头（比如共用的系统提示），之后各自接上不同的 token（分别 5 个和 9 个），再各做 8 步贪心生成。共用的提示只预填充一次；第二条序列从第一条分叉出来，共享它的物理块。物理块大小为 4 时，14 个提示位置占满三个物理块，再加半个。三个满的物理块一直共享到最后。半满的那个物理块在第一条序列写入时被复制；复制之后，第二条序列成了它唯一的持有者，直接原地写入。两条序列的结果都必须与同样的调用在连续缓存上的结果逐比特相同，并在容差范围内等于对各自 token 的完整重算。
+# **第二条判据：共用的提示**。两个请求以同一段 14 个 token 的提示开头（比如共用的系统提示），之后各自接上不同的 token（分别 5 个和 9 个），再各做 8 步贪心生成。共用的提示只预填充一次；第二条序列从第一条分叉出来，共享它的物理块。物理块大小为 4 时，14 个提示位置占满三个物理块，再加半个。三个满的物理块一直共享到最后。半满的那个物理块在第一条序列写入时被复制；复制之后，第二条序列成了它唯一的持有者，直接原地写入。两条序列的结果都必须与同样的调用在连续缓存上的结果逐比特相同，并在容差范围内等于对各自 token 的完整重算。
 #
 # **分叉共享与前缀缓存的区别**：分页缓存正是用带写时复制的 `fork` 来服务**同一个**请求的多个候选序列（并行采样、束搜索）：请求自己知道它的候选序列共用同一段提示。而在**不同请求之间**共享提示属于**前缀缓存**，因为这些请求是各自独立到达的。前缀缓存还需要两样东西，本笔记本没有实现。一是**内容索引**，用来找出已经存有新提示前缀的物理块：vLLM 对每个**填满的**物理块连同前一个物理块的哈希一起计算哈希，所以只有填满的物理块才会被缓存和共享，未填满的最后一个物理块要重新计算；SGLang 则在 token 序列上维护一棵基数树（radix tree）。二是**淘汰**：有些物理块已经没有请求持有（引用计数为 0），却为了将来可能的命中而保留着；池不够用时，要按最近最少使用的顺序把它们拿来重新分配。
 

@@ -1,223 +1,23 @@
 # %% [markdown] lang="en"
-# ## 8. A small continuous-batching loop
+# ## 8. Continuous batching
 #
-# With a static batch, a server waits until every sequence of the batch has finished before it starts
-# new ones; a row that finished early sits idle. **Continuous batching** decides at every iteration:
-# requests that finished leave, waiting requests whose blocks are available join, and one decode step
-# runs for everyone present. The `serve` loop of section 6 already does this over the paged cache. Here
-# it runs a seeded stream of {{run:stream.requests}} requests (prompts of {{run:stream.prompt_min}} to
-# {{run:stream.prompt_max}} tokens, {{run:stream.output_min}} to {{run:stream.output_max}} output tokens,
-# arrivals spread over the first iterations) on a pool of {{run:stream.blocks}} blocks of
-# {{run:stream.block_size}} positions, at most {{run:stream.max_batch}} requests at once. Its scheduler is
-# the admission rule of section 6: a request's reservation must fit beside those of the running requests,
-# first come, first served. On this stream the pool, not the cap, is the tighter
-# limit: the reservations fill the pool before {{run:stream.max_batch}} requests run, so at most
-# {{run:continuous.max_running}} run at once (the audit after the figure shows which limit made requests wait).
+# A server receives requests one after another, each with its own prompt and output length. The
+# simplest way to batch them is **static batching**: take the requests that are waiting, run them as one
+# batch until the *longest* of them has finished, and only then take the next batch. A request that
+# finishes early keeps its row in the batch and does nothing until the others are done, and requests
+# that arrive meanwhile wait for the whole batch. **Continuous batching** decides at every iteration
+# instead: requests that have finished leave, waiting requests join, and one decode step runs for every
+# request present.
 #
-# **The criterion:** every request's generated tokens equal what it generates alone (batch 1, the
-# first notebook's cache, checked once more against full recomputation), and its logits agree with
-# the alone run within the FP32 tolerance. We also check the bookkeeping, at each iteration's peak
-# (after its decode step, before finished requests leave): no request holds more blocks than were
-# reserved for it, the blocks actually in use never exceed the reservations, and every block is back in
-# the pool at the end. The scheduler's promises come after the figure.
+# The section goes in that order. First the requests and a static-batching baseline, counted on a
+# seeded stream of requests; then the loop `serve`, which batches continuously over the paged cache;
+# then its proofs: the blocks that finished requests give back are reused without changing a single
+# token, every request of the stream generates exactly what it generates alone, and the stream needs
+# fewer decode steps than the static baseline.
 
 # %% [markdown] lang="zh"
-# ## 8. 一个小小的连续批处理循环
+# ## 8. 连续批处理
 #
-# 采用静态 batch 时，服务要等 batch 里每条序列都结束，才开始处理新的序列；提前结束的行只能闲着。**连续批处理**则在每次迭代都重新决定：已完成的请求离开，物理块够用的等待请求加入，然后为当前所有请求执行一个解码步。第 6 节的 `serve` 循环已经在分页缓存上这样做了。这里让它处理一个由固定种子生成的请求流：{{run:stream.requests}} 个请求（提示 {{run:stream.prompt_min}} 到 {{run:stream.prompt_max}} 个 token，输出 {{run:stream.output_min}} 到 {{run:stream.output_max}} 个 token，在开头若干次迭代内陆续到达）；池中有 {{run:stream.blocks}} 个物理块，每个物理块 {{run:stream.block_size}} 个位置；同时最多运行 {{run:stream.max_batch}} 个请求。它的调度器就是第 6 节的接纳规则：一个请求的预留量必须能与运行中各请求的预留量一起放进池中，按先来先服务的顺序接纳。在这个请求流上，起限制作用的是池而不是上限：还没有 {{run:stream.max_batch}} 个请求在运行，它们的预留量就已占满了池，所以同时最多只有 {{run:continuous.max_running}} 个请求运行（图之后的核查会列出请求因哪种限制而等待）。
+# 推理服务陆续收到请求，每个请求的提示长度和输出长度各不相同。最简单的批处理方式是**静态批处理**：取出正在等待的请求组成一个 batch，一直运行到其中*最长*的请求结束，然后才取下一个 batch。提前结束的请求仍占着 batch 中的一行，什么也不做，直到其他请求都结束；其间到达的请求则要等整个 batch 结束。**连续批处理**则在每次迭代都重新决定：已完成的请求离开，等待的请求加入，然后为当前所有请求执行一个解码步。
 #
-# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每次迭代的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。调度器的承诺放在图之后核查。
-
-# %%
-STREAM_REQUESTS, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH = 24, 40, 8, 8
-STREAM_PROMPTS, STREAM_OUTPUTS = (4, 48), (4, 40)
-rng_stream = np.random.default_rng(SEED + 5)
-# [en] (prompt tokens, output tokens, arrival iteration) per request
-# [zh] 每个请求的（提示 token 数，输出 token 数，到达时的迭代）
-STREAM_SPECS = list(zip(rng_stream.integers(STREAM_PROMPTS[0], STREAM_PROMPTS[1] + 1, STREAM_REQUESTS).tolist(),
-                        rng_stream.integers(STREAM_OUTPUTS[0], STREAM_OUTPUTS[1] + 1, STREAM_REQUESTS).tolist(),
-                        np.cumsum(rng_stream.integers(0, 3, STREAM_REQUESTS)).tolist()))
-stream_requests = make_requests(STREAM_SPECS, SEED + 6)
-stream_cache = PagedCache(BlockPool(cfg, STREAM_BLOCKS, STREAM_BLOCK_SIZE))
-TRACE = watch(stream_cache, serve(model, stream_cache, stream_requests, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH),
-              stream_requests, STREAM_BLOCK_SIZE)
-
-# %%
-with torch.inference_mode():
-    # [en] The alone run agrees with its own full recomputation.
-    # [zh] 单独运行的结果与它自己的完整重算一致。
-    alone_consistent = all(alone(r)["tokens"] == alone(r)["logits"][len(r.prompt) - 1:].argmax(-1).tolist()
-                           for r in stream_requests)
-versus_alone = compare([request_logits(r) for r in stream_requests], [alone(r)["logits"] for r in stream_requests])
-decode_iterations = [t for t in TRACE if t["decoded"]]
-CONTINUOUS = {
-    "requests": STREAM_REQUESTS,
-    "iterations": len(TRACE),
-    "decode_steps": len(decode_iterations),
-    "decoded_tokens": sum(len(t["decoded"]) for t in TRACE),
-    "prefill_tokens_generated": STREAM_REQUESTS,
-    "tokens_per_decode_step": sum(len(t["decoded"]) for t in TRACE) / len(decode_iterations),
-    "max_running": max(len(t["running"]) for t in TRACE),
-    "tokens_as_alone": all(r.tokens == alone(r)["tokens"] for r in stream_requests),
-    "max_abs_logit_err_vs_alone": versus_alone["max_abs_logit_err"],
-    "close_to_alone": versus_alone["close"],
-    "alone_equals_full_recomputation": alone_consistent,
-    "peak_blocks_used": max(t["blocks_used"] for t in TRACE),
-    "used_within_reserved": all(t["blocks_used"] <= t["blocks_reserved"] <= STREAM_BLOCKS and t["within_reservation"] for t in TRACE),
-    "all_returned": stream_cache.pool.used() == 0,
-    "waited": sum(r.admitted > r.arrival for r in stream_requests),
-}
-say(en=(f"{STREAM_REQUESTS} requests in {CONTINUOUS['iterations']} iterations, {CONTINUOUS['decode_steps']} of them with a decode step; "
-        f"{CONTINUOUS['tokens_per_decode_step']:.2f} tokens per decode step on average (at most {CONTINUOUS['max_running']} requests at once); "
-        f"{CONTINUOUS['waited']} requests waited after their arrival. Tokens identical to the alone runs: `{CONTINUOUS['tokens_as_alone']}`; "
-        f"max abs logit error {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}. Peak blocks in use {CONTINUOUS['peak_blocks_used']} "
-        f"of {STREAM_BLOCKS}; within the reservations at every peak: `{CONTINUOUS['used_within_reserved']}`; all blocks back: "
-        f"`{CONTINUOUS['all_returned']}`."),
-    zh=(f"{STREAM_REQUESTS} 个请求在 {CONTINUOUS['iterations']} 次迭代内全部完成，其中 {CONTINUOUS['decode_steps']} 次迭代有解码步；"
-        f"平均每个解码步生成 {CONTINUOUS['tokens_per_decode_step']:.2f} 个 token（同时最多 {CONTINUOUS['max_running']} 个请求）；"
-        f"有 {CONTINUOUS['waited']} 个请求在到达之后等待过。token 与单独运行时完全相同：`{CONTINUOUS['tokens_as_alone']}`；"
-        f"logits 的最大绝对误差为 {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}。使用中的物理块峰值为 {CONTINUOUS['peak_blocks_used']} 个"
-        f"（共 {STREAM_BLOCKS} 个）；每次迭代的峰值都在预留量之内：`{CONTINUOUS['used_within_reserved']}`；"
-        f"全部物理块都已归还：`{CONTINUOUS['all_returned']}`。"))
-# [en] The tokens and logits of the alone runs, the bookkeeping, and batching really happened.
-# [zh] token 和 logits 与单独运行一致，记账无误，而且确实发生了批处理。
-assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
-        and CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"] and CONTINUOUS["tokens_per_decode_step"] > 1)
-
-# %% tags=["prose-values"]
-{"stream": {"requests": STREAM_REQUESTS, "blocks": STREAM_BLOCKS, "block_size": STREAM_BLOCK_SIZE, "max_batch": STREAM_MAX_BATCH,
-            "prompt_min": STREAM_PROMPTS[0], "prompt_max": STREAM_PROMPTS[1], "output_min": STREAM_OUTPUTS[0], "output_max": STREAM_OUTPUTS[1]},
- "continuous": {"tokens_per_decode_step": float(CONTINUOUS["tokens_per_decode_step"]), "iterations": CONTINUOUS["iterations"],
-                "max_running": CONTINUOUS["max_running"]}}
-
-# %% [markdown] lang="en"
-# The figure follows the run. The upper panel is the timeline of every request, one row each, against
-# the loop iteration: a dotted grey line while it waits after its arrival, a dark blue mark where it is
-# admitted and its prompt is prefilled alone, and an orange bar for the iterations in which it takes part
-# in the batched decode step, up to the iteration in which it finishes. Several orange bars overlap at
-# every iteration: that is the batch. The middle panel follows the pool at each iteration's peak: the
-# blocks reserved by the scheduler (shaded area), the blocks in use (blue line) and the pool's size (black
-# line); the bottom panel, the number of running requests at that peak (its axis goes up to the cap). The
-# shaded area above the blue line is the price of the worst-case admission rule: blocks reserved for
-# tokens not generated yet. Where the shaded area reaches the black line, the reservations fill the pool
-# and a waiting request is refused, although fewer blocks are in use.
-
-# %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。阴影一碰到黑线，预留量就占满了池，等待中的请求会被拒绝，尽管实际使用的物理块更少。
-
-# %%
-fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})
-for r in stream_requests:
-    if r.admitted > r.arrival:
-        ax_time.hlines(r.rid, r.arrival, r.admitted, color="#999999", linestyles=":", linewidth=1)
-    ax_time.broken_barh([(r.admitted, r.finished + 1 - r.admitted)], (r.rid - 0.35, 0.7), color="#dd8452")
-    ax_time.broken_barh([(r.admitted, 0.3)], (r.rid - 0.35, 0.7), color="#4c72b0")
-ax_time.set_ylabel("request")
-ax_time.invert_yaxis()
-ax_time.set_title(f"{STREAM_REQUESTS} requests, at most {STREAM_MAX_BATCH} at once: wait (dotted), prefill (blue), decode (orange)", fontsize=9)
-iterations = [t["iteration"] for t in TRACE]
-# [en] Reservations as a shaded area, blocks in use as a line inside it, the pool's size as a black line above.
-# [zh] 预留量画成阴影区域，使用中的物理块画成其中的一条线，池的大小画成上方的一条黑线。
-ax_pool.fill_between(iterations, [t["blocks_reserved"] for t in TRACE], step="post", color="#dd8452", alpha=0.35,
-                     linewidth=0, label="blocks reserved (worst case)")
-ax_pool.step(iterations, [t["blocks_used"] for t in TRACE], where="post", color="#4c72b0", label="blocks in use")
-ax_pool.axhline(STREAM_BLOCKS, color="black", linewidth=1.6, label=f"pool size ({STREAM_BLOCKS} blocks of {STREAM_BLOCK_SIZE} positions)")
-ax_pool.set_ylim(0, STREAM_BLOCKS * 1.45)
-ax_pool.set_ylabel("blocks")
-ax_pool.legend(fontsize=7, loc="upper center", ncol=3)
-ax_running.step(iterations, [len(t["running"]) for t in TRACE], where="post", color="tab:green")
-ax_running.set_ylim(0, STREAM_MAX_BATCH + 0.5)
-ax_running.set_ylabel("running")
-ax_running.set_xlabel("loop iteration")
-fig.tight_layout()
-SERVING_PNG = OUT / "continuous_batching.png"
-fig.savefig(SERVING_PNG, dpi=120)
-plt.show()
-
-# %% [markdown] lang="en"
-# **The scheduler's promises.** In one line: in the trace of a run, never more than `max_batch` requests
-# run, requests are admitted in arrival order and never before they arrive, and the first in line never
-# waits without a reason. No logit can tell whether the scheduler kept its promises: a request's
-# logits are the same whenever it runs. So `check_schedule` reads them from the trace of a run, one
-# verdict for each promise, in the order above: `cap_respected`, `first_come_first_served`,
-# `none_before_arrival` and `no_needless_wait`. For the last one it looks, at every iteration after admission, at the first request
-# still waiting, and asks why it waits: it has not arrived (`arrival`), the batch is full (`batch`), or its
-# blocks do not fit beside the running requests' reservations (`blocks`). `head_waited_for` counts the
-# iterations for each reason; a wait for none of them counts as `nothing`, and must never happen. The table
-# audits both runs of the loop: the six requests of section 6, where the cap of three running requests made
-# the first in line wait, and the stream above, where the blocks did. The code of the audit is folded; its
-# table follows.
-
-# %% [markdown] lang="zh"
-# **调度器的承诺**：一句话概括，在一次运行的迭代记录中，同时运行的请求从不超过 `max_batch` 个，请求按到达顺序接纳、从不在到达之前被接纳，排在最前面的请求从不无故等待。调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，按上面的顺序每项给出一个结论：`cap_respected`、`first_come_first_served`（先来先服务）、`none_before_arrival` 和 `no_needless_wait`。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：第 6 节的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。核查的代码默认折叠，下面紧接着是它打印的表格。
-
-# %% tags=["hide-input"]
-def check_schedule(requests, trace, num_blocks, block_size, max_batch) -> dict:
-    queue = sorted(requests, key=lambda request: (request.arrival, request.rid))
-    order = [rid for t in trace for rid in t["admitted"]]
-    head_waited_for = {"arrival": 0, "batch": 0, "blocks": 0, "nothing": 0}
-    for t in trace:
-        waiting = [r for r in queue if r.admitted > t["iteration"]]
-        if waiting:
-            head = waiting[0]
-            reason = ("arrival" if head.arrival > t["iteration"] else "batch" if len(t["running"]) >= max_batch
-                      else "blocks" if t["blocks_reserved"] + blocks_needed(head, block_size) > num_blocks else "nothing")
-            head_waited_for[reason] += 1
-    schedule = {"max_running": max(len(t["running"]) for t in trace),
-                "cap_respected": all(len(t["running"]) <= max_batch for t in trace),
-                "admission_order": order,
-                "first_come_first_served": order == [r.rid for r in queue],
-                "none_before_arrival": all(r.arrival <= r.admitted for r in requests),
-                "head_waited_for": head_waited_for,
-                "no_needless_wait": head_waited_for["nothing"] == 0}
-    return schedule | {"kept": all(schedule[k] for k in ("cap_respected", "first_come_first_served", "none_before_arrival",
-                                                             "no_needless_wait"))}
-
-
-SCHEDULES = {"six": check_schedule(REUSE["served"], REUSE["trace"], REUSE_BLOCKS, BLOCK_SIZE, max_batch=3),
-             "stream": check_schedule(stream_requests, TRACE, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH)}
-PROMISES = ("cap_respected", "first_come_first_served", "none_before_arrival", "no_needless_wait", "head_waited_for")
-say_table([[f"`{key}`", *(f"`{SCHEDULES[run][key]}`" for run in SCHEDULES)] for key in PROMISES],
-          en=["promise", "section 6: 6 requests, at most 3 running", f"this section: {STREAM_REQUESTS} requests, at most {STREAM_MAX_BATCH}"],
-          zh=["承诺", "第 6 节：6 个请求，同时最多 3 个", f"本节：{STREAM_REQUESTS} 个请求，同时最多 {STREAM_MAX_BATCH} 个"])
-# [en] Every promise kept in both runs, and both limits really in force: three requests at once and a wait for a place in the
-# [en] batch in section 6, waits for blocks (never for the batch) in the stream.
-# [zh] 两次运行都兑现了每一项承诺，而且两种限制都确实起了作用：第 6 节中曾有三个请求同时运行，也有请求等待过 batch 中的空位；
-# [zh] 请求流中有请求等待过物理块（从未因 batch 已满而等待）。
-six, stream = SCHEDULES["six"], SCHEDULES["stream"]
-assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head_waited_for"]["batch"] > 0
-        and stream["head_waited_for"]["blocks"] > 0 and stream["head_waited_for"]["batch"] == 0
-        and stream["max_running"] < STREAM_MAX_BATCH)
-
-# %% [markdown] lang="en"
-# On this run the loop produced {{run:continuous.tokens_per_decode_step:.2f}} tokens per decode step on
-# average, where one request at a time would produce exactly 1 (the first token of each request comes
-# from its prefill and is not counted here). This compares batching with no batching at all, not
-# continuous batching with static batching, which this notebook does not measure. Tokens per step
-# matter to a server because on a GPU, a decode step reads every weight and the whole cache to do little arithmetic, so it is
-# bound by memory bandwidth. The weights are read once for the whole batch, but each sequence's K/V is still
-# read for that sequence alone. So a batch of a few sequences costs little more than one sequence only while
-# the weights make up most of the bytes a step reads; with long contexts and large batches the caches
-# outweigh the weights, and the step grows with the batch (the
-# [reuse notebook]({{colab:infra-benchmark/kv-cache-reuse}}) counts both parts for published models). This CPU
-# toy does not measure that; it checks that batching changes nothing in the tokens.
-#
-# **What this toy does not model.**
-#
-# * GPU kernels: vLLM's paged attention reads K/V from the blocks inside the attention kernel; we gather
-#   them into a padded tensor first.
-# * Preemption: real schedulers admit optimistically and, when blocks run out, swap or recompute a
-#   request; our worst-case reservation never runs out, and wastes blocks instead (the gap in the figure).
-# * Prefill chunking and mixed batches: real systems split long prompts into chunks and run them in the
-#   same step as decode tokens; we prefill each request alone, in its own call.
-# * Nor does it model sampling, stop tokens, priorities or fairness, or the cost of Python in the loop.
-
-# %% [markdown] lang="zh"
-# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而一次只处理一个请求时恰好是 1 个（每个请求的第一个 token 来自它的预填充，不计在内）。这是批处理与完全不做批处理的比较，而不是连续批处理与静态批处理的比较，后者本笔记本没有测量。每步的 token 数对推理服务很重要，因为在 GPU 上，一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽。权重只需为整个 batch 读取一次，但每条序列的 K/V 仍要为这条序列单独读取。因此，只有当权重在一步读取的字节中占大头时，由几条序列组成的 batch 才只比单条序列略慢；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
-#
-# **这个小例子没有模拟的东西**：
-#
-# * GPU 内核：vLLM 的分页注意力在注意力内核内部直接从物理块读取 K/V，而我们先把它们收集成一个填充过的张量。
-# * 抢占：真实的调度器会乐观地接纳请求，物理块不够时再把某个请求换出或重算；我们按最坏情况预留，永远不会耗尽，代价是浪费物理块（图中两条曲线之间的差距）。
-# * 分块预填充与混合 batch：真实系统会把长提示切成若干分块，与解码 token 放在同一步里计算；我们则让每个请求在一次单独的调用中完成预填充。
-# * 此外，它也没有模拟采样、停止 token、优先级与公平性，以及循环中 Python 的开销。
+# 本节按这个顺序展开：先是请求本身，以及在一个由固定种子生成的请求流上统计出的静态批处理基线；然后是在分页缓存上做连续批处理的循环 `serve`；最后是它的证明：完成的请求归还的物理块被复用时，不改变任何一个 token；请求流中每个请求生成的 token 都与它单独运行时完全相同；处理这个请求流所需的解码步比静态基线少。

@@ -20,9 +20,10 @@
 #   {{run:memory.contiguous_max:.1f}}% of the reserved K/V memory, reserving the final length
 #   {{run:memory.contiguous_final:.1f}}%, paging with blocks of 16 positions {{run:memory.paged_16:.1f}}%;
 #   the vLLM paper measured 20.4%–38.2% of reserved memory in use for Orca and 96.3% for vLLM.
-# * **Continuous batching** admits and retires requests at every iteration. Here it produced
-#   {{run:continuous.tokens_per_decode_step:.2f}} tokens per decode step, and every request's tokens were
-#   those it generates alone.
+# * **Continuous batching** admits and retires requests at every iteration. On the same stream it needed
+#   {{run:continuous.decode_steps}} decode steps where static batching needed {{run:static_batching.decode_steps}}
+#   ({{run:continuous.tokens_per_decode_step:.2f}} against {{run:static_batching.tokens_per_decode_step:.2f}} tokens
+#   per decode step), and every request's tokens were those it generates alone.
 # * **Every check can fail.** All {{run:takeaways.controls}} negative controls were caught. Bit-for-bit
 #   equality was asked only where it holds by construction (the same calls on the same inputs, gathers and
 #   copies); everything else was compared within the tolerance of its dtype.
@@ -34,7 +35,7 @@
 # * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区。它的意义在于固定的地址和形状：CUDA 图只有在两者都不变时才能重放一个解码步；`torch.compile` 则在形状改变时重新编译这一步（此后改按动态形状编译）。在这台 CPU 上以 eager 模式运行时，它省下的复制在由几百个小算子组成的解码步中只占很小一部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占其中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。
 # * **分页缓存**通过块表把每条序列的逻辑块映射到共享池中的物理块。读取只是收集，所以与连续缓存逐比特相同。物理块会归还到池中再被复用；`fork` 让新序列共享原序列的全部物理块，包括没填满的；序列要写入一个仍与别人共享的物理块时，先复制一份再写（写时复制）。
 # * **内存**：在模拟负载上，按最大长度预留浪费了 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存，按最终长度预留浪费了 {{run:memory.contiguous_final:.1f}}%，物理块大小为 16 的分页只浪费 {{run:memory.paged_16:.1f}}%；vLLM 论文测得 Orca 预留的内存中有 20.4% 到 38.2% 在使用，vLLM 为 96.3%。
-# * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。这里它平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，而每个请求生成的 token 都与它单独运行时相同。
+# * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。在同一个请求流上，它需要 {{run:continuous.decode_steps}} 个解码步，静态批处理需要 {{run:static_batching.decode_steps}} 个（每个解码步分别生成 {{run:continuous.tokens_per_decode_step:.2f}} 个和 {{run:static_batching.tokens_per_decode_step:.2f}} 个 token），而每个请求生成的 token 都与它单独运行时相同。
 # * **每项检查都能失败**：全部 {{run:takeaways.controls}} 个负对照都被查出。只有在按构造必然成立的地方（同样的输入上的同样的调用、收集和复制）才要求逐比特相同；其余一律在该精度的容差内比较。
 
 # %% tags=["prose-values"]

@@ -1,20 +1,11 @@
 # %% [markdown] lang="en"
-# **Second criterion: blocks return and are reused.** Requests arrive and finish at different times,
-# and a server does not wait for a whole batch to finish before it starts new ones (a row that finished
-# early would sit idle). It runs **continuous batching**: at every iteration of its loop, waiting
-# requests join, one decode step runs for every request present, and requests that have generated all
-# their tokens leave and give their blocks back. The requests that join later get those blocks, so
-# blocks are reused; this criterion checks that nothing goes wrong when they are. Section 8 runs the same
-# loop on a longer stream and counts the tokens it produces per decode step, against serving one request
-# at a time (not against static batching, which this notebook does not run).
-#
-# The two model calls of the loop come first: `prefill` runs a new request's prompt on its own, and
+# **The loop.** At every iteration, `serve` admits waiting requests, runs one decode step for every
+# request present, and lets the requests that have generated all their tokens leave and give their
+# blocks back. Its two model calls come first: `prefill` runs a new request's prompt on its own, and
 # `decode_step` gives every running request one token in one batched call.
 
 # %% [markdown] lang="zh"
-# **第二条判据：物理块能归还、能复用**。请求到达和完成的时刻各不相同，推理服务不会等一整个 batch 都结束才开始处理新请求（提前结束的行只能闲着），而是采用**连续批处理**：循环的每次迭代中，等待的请求加入，为当前所有请求执行一个解码步，已经生成完全部 token 的请求离开并归还它的物理块。之后加入的请求拿到的正是这些物理块，物理块因此被复用；这条判据检查的就是复用时不出错。第 8 节会用同一个循环处理一个更长的请求流，统计每个解码步生成的 token 数，并与一次只处理一个请求相比（不与静态批处理相比，本笔记本没有运行静态批处理）。
-#
-# 先看循环中的两次模型调用：`prefill` 单独处理新请求的提示，`decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。
+# **循环**：`serve` 在每次迭代中接纳等待的请求，为当前所有请求执行一个解码步，再让已经生成完全部 token 的请求离开并归还它的物理块。先看它的两次模型调用：`prefill` 单独处理新请求的提示，`decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。
 
 # %%
 def prefill(model, cache, request):
@@ -37,8 +28,7 @@ def decode_step(model, cache, requests):
         r.tokens.append(int(logits[row, -1].argmax()))
 
 # %% [markdown] lang="en"
-# The loop itself, `serve`, written for any cache with the interface above. Its **admission rule**, which
-# section 8 uses as well, rests on a request's **reservation**: the most blocks it can ever hold, its
+# The loop itself, `serve`, written for any cache with the interface above. Its **admission rule** rests on a request's **reservation**: the most blocks it can ever hold, its
 # prompt plus its output minus one (the last token's K/V is never stored), rounded up to whole blocks
 # (`blocks_needed` above). A waiting request is admitted when it has arrived, fewer than `max_batch`
 # requests are running, and its reservation plus the reservations of the running requests is at most
@@ -52,7 +42,7 @@ def decode_step(model, cache, requests):
 # leave, and hands over what it decided; a `for` loop over `serve(...)` runs it.
 
 # %% [markdown] lang="zh"
-# 下面是循环本身 `serve`，适用于任何具有上述接口的缓存。它的**接纳规则**（第 8 节也用它）建立在请求的**预留量**之上：预留量是一个请求最多会持有的物理块数，即提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。等待中的请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于 `max_batch` 个；它的预留量加上运行中各请求的预留量不超过池中的 `num_blocks` 个物理块。这条规则比较的是预留量，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。
+# 下面是循环本身 `serve`，适用于任何具有上述接口的缓存。它的**接纳规则**建立在请求的**预留量**之上：预留量是一个请求最多会持有的物理块数，即提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。等待中的请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于 `max_batch` 个；它的预留量加上运行中各请求的预留量不超过池中的 `num_blocks` 个物理块。这条规则比较的是预留量，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。
 #
 # `serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来。用 `for` 循环遍历 `serve(...)` 就能运行它。
 
@@ -131,29 +121,30 @@ def request_logits(request):
     return torch.cat(request.logits)                                    # [prompt + max_new - 1, vocab]
 
 # %% [markdown] lang="en"
-# The six requests of this criterion, with different prompt and output lengths, all arrive at once and
-# share a pool of only 24 blocks of 4 positions, at most three running at a time. `check_reuse` serves
-# them over a given pool and over a contiguous cache and gathers the checks of the criterion, in two
-# groups:
+# **Blocks return and are reused.** Requests that join later get the blocks that finished requests gave
+# back; the first proof checks that nothing goes wrong when they do. Its six requests, with different
+# prompt and output lengths, all arrive at once and share a pool of only 24 blocks of 4 positions, at
+# most three running at a time. `check_reuse` serves them over a given pool and over a contiguous cache
+# and gathers the checks, in two groups:
 #
 # * **the numbers**: the paged run must equal, bit for bit, the same schedule over the contiguous cache
-#   (the same calls on the same inputs, as in the first criterion), and every request's tokens must equal
+#   (the same calls on the same inputs, as in section 6), and every request's tokens must equal
 #   what it generates alone;
 # * **the bookkeeping**: at each iteration's peak no request holds more blocks than were reserved for it,
 #   blocks used earlier are handed out again, and at the end every block is back in the pool.
 #
 # The scheduler's own promises (never more than three running, first come first served, no request kept
 # waiting without a reason) no logit can reveal, since a request's logits are the same whenever it runs.
-# Section 8 audits them, on this run and on its longer stream. The code is folded; the table it prints
-# follows.
+# The audit after the stream checks them, on this run and on the stream. The code is folded; the
+# table it prints follows.
 
 # %% [markdown] lang="zh"
-# 本判据的六个请求提示长度和输出长度各不相同，全部同时到达，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。`check_reuse` 让这些请求分别在给定的池和连续缓存上运行，并汇总本判据的各项检查，分为两组：
+# **物理块能归还、能复用**：之后加入的请求拿到的，正是已完成的请求归还的物理块；第一项证明检查的就是复用时不出错。这项证明的六个请求提示长度和输出长度各不相同，全部同时到达，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。`check_reuse` 让这些请求分别在给定的池和连续缓存上运行，并汇总各项检查，分为两组：
 #
-# * **数值**：分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同（与第一条判据一样，这是同样的输入上的同样的调用），而且每个请求生成的 token 都必须与它单独运行时完全相同；
+# * **数值**：分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同（与第 6 节一样，这是同样的输入上的同样的调用），而且每个请求生成的 token 都必须与它单独运行时完全相同；
 # * **记账**：在每次迭代的峰值时刻，没有哪个请求持有的物理块超过为它预留的数量；先前用过的物理块会被再次分配出去；运行结束时，所有物理块都已回到池中。
 #
-# 调度器自己的承诺（同时运行的请求从不超过三个、先来先服务、没有请求无故等待），任何 logits 都反映不出来，因为一个请求无论何时运行，logits 都一样。第 8 节会在这次运行和它那个更长的请求流上逐项核查这些承诺。代码默认折叠，下面紧接着是它打印的表格。
+# 调度器自己的承诺（同时运行的请求从不超过三个、先来先服务、没有请求无故等待），任何 logits 都反映不出来，因为一个请求无论何时运行，logits 都一样。请求流运行之后的核查会在这次运行和请求流上逐项核对这些承诺。代码默认折叠，下面紧接着是它打印的表格。
 
 # %% tags=["hide-input"]
 # [en] (prompt tokens, output tokens, arrival iteration)
@@ -185,8 +176,8 @@ def check_reuse(pool) -> dict:
         "iterations": len(trace),
         "requests": [[r.rid, len(r.prompt), r.max_new, blocks_needed(r, BLOCK_SIZE), r.arrival, r.admitted, r.finished]
                      for r in paged_requests],
-        # [en] For the audit of the scheduler in section 8.
-        # [zh] 留给第 8 节核查调度器。
+        # [en] For the audit of the scheduler below.
+        # [zh] 留给后面核查调度器。
         "served": paged_requests,
         "trace": trace,
     }
@@ -219,3 +210,36 @@ assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE[
 
 # %% [markdown] lang="zh"
 # 批量解码不一定与单独解码逐比特相同：同一行数据处在形状不同的矩阵里，内核求和时可能采用不同的分组方式（本次运行中最大绝对误差为 {{run:reuse.max_abs_logit_err_vs_alone:.1e}}）。所以与单独运行的比较采用 FP32 容差，而两种缓存在同一调度下的比较则要求逐比特相同：那里的每次调用，都是在同样的输入上做同样的调用。
+
+# %% [markdown] lang="en"
+# **Negative control: a reused block not cleared.** `release` returns a block to the free list without
+# resetting its fill count; its next owner appends behind slots it never wrote, and reads them. Stale
+# fill counts also make sequences take more blocks than the scheduler reserved for them. With the
+# normal pool this bug crashes (a `RuntimeError` from an exhausted pool, which says nothing about what
+# went wrong); we give it twice the blocks so that you can see the wrong numbers instead.
+
+# %% [markdown] lang="zh"
+# **负对照：复用的物理块没有清理**。`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用的物理块超过调度器为它预留的数量。用正常大小的池，这个错误会让运行直接崩溃（物理块耗尽时的 `RuntimeError`，它说明不了错在哪里）；我们给它多配一倍的物理块，以便看到它算出的错误数值。
+
+# %%
+class NotClearedPool(BlockPool):
+    def clear(self, block):
+        for t in self.k + self.v:
+            # [en] WRONG on purpose: the fill count is kept.
+            # [zh] 故意写错：保留了已填计数。
+            t[block] = float("nan")
+
+
+not_cleared = check_reuse(NotClearedPool(cfg, 2 * REUSE_BLOCKS, BLOCK_SIZE))
+
+# %%
+PAGED_CONTROLS["reused_block_not_cleared"] = {
+    "max_abs_logit_err": not_cleared["max_abs_logit_err_vs_contiguous"], "finite": not_cleared["finite"],
+    "detected": not (not_cleared["bit_exact_vs_contiguous"] or not_cleared["close_to_alone"] or not_cleared["within_reservation"])}
+say(en=f"Reused block not cleared: bit-exact vs the contiguous cache `{not_cleared['bit_exact_vs_contiguous']}`, close to the alone "
+       f"runs `{not_cleared['close_to_alone']}`, every request within its reservation `{not_cleared['within_reservation']}`: caught.",
+    zh=f"复用的物理块没有清理：与连续缓存逐比特相同 `{not_cleared['bit_exact_vs_contiguous']}`，与单独运行一致 "
+       f"`{not_cleared['close_to_alone']}`，每个请求都未超出预留 `{not_cleared['within_reservation']}`：已查出。")
+# [en] Stale slots are NaN, and stale fill counts take more blocks than reserved: every check of the proof fails.
+# [zh] 过期的槽位是 NaN，过期的已填计数让请求占用的物理块超过预留量：这项证明的每项检查都失败。
+assert PAGED_CONTROLS["reused_block_not_cleared"]["detected"] and not not_cleared["finite"]
