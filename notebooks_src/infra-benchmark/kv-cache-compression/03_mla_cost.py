@@ -277,7 +277,7 @@ assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["mac
 
 # %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
-fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
+fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.4))
 for form, style in (("naive", "-o"), ("expand_on_read", "-s"), ("absorbed", "-^")):
     axes[0].plot(CONTEXTS, [cache_bytes_read(DEEPSEEK_V3, form, t) / 2 ** 20 for t in CONTEXTS], style, markersize=3, label=f"{form}: cache read")
     axes[1].plot(CONTEXTS, [decode_macs(DEEPSEEK_V3, form, t) / 1e9 for t in CONTEXTS], style, markersize=3, label=form)
@@ -288,7 +288,7 @@ for ax, label in zip(axes, ("bytes per step (MiB, BF16)", "multiply-adds per ste
     ax.set_yscale("log")
     ax.set_xlabel("context: cached keys T")
     ax.set_ylabel(label)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
 fig.suptitle("DeepSeek-V3 attention, one layer, one decode step", fontsize=10)
 fig.tight_layout()
 MLA_COST_PNG = OUT / "mla_cost.png"
