@@ -48,11 +48,11 @@ def test_absorbed_equals_naive_for_other_sizes(nb, heads, latent, rope_dim, nope
                              **nb["LLAMA_SHAPE"])
     ids = torch.randint(0, config.vocab, (2, 13), generator=torch.Generator().manual_seed(1))
     outputs = {}
-    for form in ("naive", "latent", "absorbed"):
+    for form in ("naive", "expand_on_read", "absorbed"):
         net = nb["build"](config, lambda i, form=form: nb["MLA_FORMS"][form](config), seed=3).double()
         outputs[form], _ = nb["run_chunked"](net, ids, 4)
     torch.testing.assert_close(outputs["absorbed"], outputs["naive"], atol=1e-10, rtol=1e-10)
-    torch.testing.assert_close(outputs["latent"], outputs["naive"], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(outputs["expand_on_read"], outputs["naive"], atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize("keys", [2, 7, 33])

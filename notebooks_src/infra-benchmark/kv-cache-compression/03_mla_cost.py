@@ -3,11 +3,11 @@
 #
 # Section 3 proved the three forms exact. This section counts what each one stores, computes and moves, first on
 # our small model, then at DeepSeek-V3's size. The result in one sentence: the absorbed form moves the fewest bytes
-# and does more arithmetic per key; the latent form without absorption stores as little, but moves more bytes per
+# and does more arithmetic per key; the expand-on-read form stores as little, but moves more bytes per
 # step than the naive form reads.
 #
 # **Memory, measured.** Per token and layer, the naive form caches $H(d_C + d_R)$ numbers of keys and $H d_v$ of
-# values; the latent and absorbed forms cache $r + d_R$. For comparison, the GQA model of section 2 caches
+# values; the expand-on-read and absorbed forms cache $r + d_R$. For comparison, the GQA model of section 2 caches
 # $2 H_{kv} D_h$ (the series' `kv_bytes_per_token` formula). The cell measures `numel() * element_size()` over the
 # real caches after the 24-token stream (batch 2, FP32) and divides by batch, tokens and layers; it must equal
 # the formula exactly.
@@ -15,9 +15,9 @@
 # %% [markdown] lang="zh"
 # ## 4. MLA 的开销：内存、算术与访存
 #
-# 第 3 节证明了三种形式都是精确的。本节统计每种形式存了什么、算了什么、搬运了什么：先在我们的小模型上，再放到 DeepSeek-V3 的规模。结论一句话：吸收形式搬运的字节最少，对每个键做的算术更多；不做吸收的潜向量形式存得同样少，但每一步搬运的字节比朴素形式读取的还多。
+# 第 3 节证明了三种形式都是精确的。本节统计每种形式存了什么、算了什么、搬运了什么：先在我们的小模型上，再放到 DeepSeek-V3 的规模。结论一句话：吸收形式搬运的字节最少，对每个键做的算术更多；读时展开形式存得同样少，但每一步搬运的字节比朴素形式读取的还多。
 #
-# **内存，实测。** 每个 token 在每一层，朴素形式为键缓存 $H(d_C + d_R)$ 个数，为值缓存 $H d_v$ 个数；潜向量形式和吸收形式缓存 $r + d_R$ 个数。作为对照，第 2 节的 GQA 模型缓存 $2 H_{kv} D_h$ 个数（即本系列的 `kv_bytes_per_token` 公式）。下面的单元格在 24 个 token 的序列（batch 2，FP32）之后，对真实缓存统计 `numel() * element_size()`，再除以 batch、token 数和层数；结果必须与公式完全相等。
+# **内存，实测。** 每个 token 在每一层，朴素形式为键缓存 $H(d_C + d_R)$ 个数，为值缓存 $H d_v$ 个数；读时展开形式和吸收形式缓存 $r + d_R$ 个数。作为对照，第 2 节的 GQA 模型缓存 $2 H_{kv} D_h$ 个数（即本系列的 `kv_bytes_per_token` 公式）。下面的单元格在 24 个 token 的序列（batch 2，FP32）之后，对真实缓存统计 `numel() * element_size()`，再除以 batch、token 数和层数；结果必须与公式完全相等。
 
 # %%
 def mla_elements(c: MLAConfig) -> int:
@@ -38,7 +38,7 @@ BATCH, FP32_BYTES = STREAM.shape[0], 4
 per_token_layer = BATCH * STREAM_LEN * mla_cfg.layers * FP32_BYTES
 MLA_MEMORY = {
     "naive": {"formula_elements": expanded_elements(mla_cfg), "measured_elements": measured["naive"] / per_token_layer},
-    "latent": {"formula_elements": mla_elements(mla_cfg), "measured_elements": measured["latent"] / per_token_layer},
+    "expand_on_read": {"formula_elements": mla_elements(mla_cfg), "measured_elements": measured["expand_on_read"] / per_token_layer},
     "absorbed": {"formula_elements": mla_elements(mla_cfg), "measured_elements": measured["absorbed"] / per_token_layer},
     # [en] The series' formula with 1 byte per number and 1 layer counts numbers per token and layer.
     # [zh] 本系列的公式取每个数 1 字节、1 层，得到的就是每个 token 每层的数的个数。
@@ -80,7 +80,7 @@ DEEPSEEK_MEMORY = {
     "mla_naive": expanded_elements(d),
     "mla_latent": mla_elements(d),
 }
-MEMORY_LABELS = {"mha": "MHA", "gqa_8": "GQA-8", "mqa": "MQA", "mla_naive": "MLA `naive`", "mla_latent": "MLA `latent`, `absorbed`"}
+MEMORY_LABELS = {"mha": "MHA", "gqa_8": "GQA-8", "mqa": "MQA", "mla_naive": "MLA `naive`", "mla_latent": "MLA `expand_on_read`, `absorbed`"}
 assert DEEPSEEK_MEMORY["mha"] * d.layers * BF16 == kv_bytes_per_token(d.layers, d.heads, d.value_dim, BF16)
 say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", f"{n * d.layers * BF16 * CONTEXT_128K / GiB:,.1f}"]
            for name, n in DEEPSEEK_MEMORY.items()],
@@ -108,7 +108,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 #
 # * naive: expand the new token ($r \cdot H(d_C + d_v)$), then scores and values over the cached keys,
 #   $T \cdot H(d_C + d_R + d_v)$;
-# * latent: the same attention, but every call expands *all* $T$ cached latents: $T \cdot r \cdot H(d_C + d_v)$ more;
+# * expand-on-read: the same attention, but every call expands *all* $T$ cached latents: $T \cdot r \cdot H(d_C + d_v)$ more;
 # * absorbed: fold the query ($H d_C r$), score the latents and RoPE keys ($T \cdot H(r + d_R)$), average the
 #   latents ($T \cdot H r$), apply $W^{UV}$ ($H r d_v$).
 #
@@ -121,7 +121,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # **计算量，实际统计。** 吸收并没有让注意力的算术运算变少，而是把它挪了个地方。对每个解码步、每一层，设有 $T$ 个键和一个新 token，除了三种形式共有的投影（$q$、`kv_down`、$o$）之外，它们各自的乘加次数如下：
 #
 # * 朴素形式：展开新 token（$r \cdot H(d_C + d_v)$），再在缓存的键上计算分数和加权求值，共 $T \cdot H(d_C + d_R + d_v)$；
-# * 潜向量形式：注意力部分相同，但每次调用都要展开**全部** $T$ 个缓存的潜向量，多出 $T \cdot r \cdot H(d_C + d_v)$；
+# * 读时展开形式：注意力部分相同，但每次调用都要展开**全部** $T$ 个缓存的潜向量，多出 $T \cdot r \cdot H(d_C + d_v)$；
 # * 吸收形式：并入查询（$H d_C r$），对潜向量和 RoPE 键打分（$T \cdot H(r + d_R)$），对潜向量加权平均（$T \cdot H r$），再乘上 $W^{UV}$（$H r d_v$）。
 #
 # `decode_macs` 把这些次数写成公式；`counted_macs` 在 PyTorch 的 `FlopCounterMode` 下让一个真实的注意力层跑一个解码步，它统计每个矩阵乘积的浮点运算次数（一次乘加算两次浮点运算），除以 2 即乘加次数。对每种形式，在缓存 16、64、256 个位置时，两者都必须相等。
@@ -135,7 +135,7 @@ def decode_macs(c: MLAConfig, form: str, keys: int) -> int:
     attention = keys * H * (dc + dr + dv)
     return shared + {
         "naive": r * H * (dc + dv) + attention,
-        "latent": keys * r * H * (dc + dv) + attention,
+        "expand_on_read": keys * r * H * (dc + dv) + attention,
         "absorbed": H * dc * r + keys * H * (r + dr) + keys * H * r + H * r * dv,
     }[form]
 
@@ -164,39 +164,53 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # attention arithmetic of the naive one per key, but reads 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it
 # behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
 #
-# The latent form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form, but the
-# cache is not all it moves. At every step, `expand_kv` returns the expanded keys and values of every cached
-# position as new tensors, $H(d_C + d_R + d_v)$ numbers per position, and attention reads them back. That is a lower
-# bound on what it writes: it first writes the whole `kv_b_proj` output, $H(d_C + d_v)$ numbers per position (the
-# values are a view into it), then copies each head's $k^C$ into a new key tensor beside the RoPE key, so it writes
-# about $H(2d_C + d_R + d_v)$ numbers per position (our `expand` does the same with `torch.cat`). The cell below
-# counts what our `LatentMLA` and, when transformers is installed, Hugging Face's `expand_kv` return in one decode
-# step with 24 cached positions; both must equal that formula. At DeepSeek-V3's size and 32,768 keys the returned
-# keys and values alone are {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step, written and then read: the
-# latent form saves cache capacity, not memory bandwidth, and moves more bytes per step than the naive form reads. A
-# fused kernel that expanded each latent on chip and never wrote the expansion to memory would avoid that traffic.
+# The expand-on-read form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form,
+# but the cache is not all it moves. At every step `expand_kv` writes, for every cached position, the whole
+# `kv_b_proj` output, $H(d_C + d_v)$ numbers (the values it returns are a view into it), and then a new key tensor
+# into which it copies each head's $k^C$ and the RoPE key, $H(d_C + d_R)$ numbers: $H(2d_C + d_R + d_v)$ numbers
+# per position materialized, then read back by attention. Our `expand` does the same (`kv_up`'s output, then
+# `torch.cat`). The cell below measures it: it records the tensors that our `ExpandOnReadMLA` and, when transformers
+# is installed, Hugging Face's `expand_kv` return in one decode step with 24 cached positions, and counts the numbers
+# in the memory they occupy; both must equal that formula. At DeepSeek-V3's size and 32,768 keys that is
+# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step: the expand-on-read form saves cache capacity, not
+# memory bandwidth. A fused kernel that expanded each latent on chip, never writing the expansion to memory, would
+# avoid that traffic.
 
 # %% [markdown] lang="zh"
 # **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受限于内存带宽。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 潜向量形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都以新张量的形式返回每个缓存位置展开后的键和值，每个位置 $H(d_C + d_R + d_v)$ 个数，注意力再把它们读回来。这只是它写入量的下限：它先写出 `kv_b_proj` 的全部输出，每个位置 $H(d_C + d_v)$ 个数（值只是其中的一个视图），再把每个头的 $k^C$ 复制到一个新的键张量里，与 RoPE 键拼在一起，所以每个位置实际写入约 $H(2d_C + d_R + d_v)$ 个数（我们的 `expand` 用 `torch.cat` 做了同样的事）。下面的单元格统计我们的 `LatentMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中返回的数据量；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，仅返回的键和值就有每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB，先写入，再读出：潜向量形式省下的是缓存容量，而不是内存带宽，它每一步搬运的字节比朴素形式读取的还多。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
+# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都为每个缓存位置写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图），再写出一个新的键张量，把每个头的 $k^C$ 和 RoPE 键复制进去，$H(d_C + d_R)$ 个数：每个位置实际生成 $H(2d_C + d_R + d_v)$ 个数，再由注意力读回。我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。下面的单元格实测这一点：它记下我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中返回的张量，数出它们所占内存中的数的个数；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
     return keys * (expanded_elements(c) if form == "naive" else mla_elements(c)) * bytes_per_element
 
 
+def materialised_elements(c: MLAConfig) -> int:
+    # [en] Per position: the kv_up output (the values are a view into it) and the new key tensor.
+    # [zh] 每个位置：kv_up 的输出（值只是其中的一个视图）和新的键张量。
+    return c.heads * (c.nope_dim + c.value_dim) + c.heads * (c.nope_dim + c.rope_dim)   # H (2 d_C + d_R + d_v)
+
+
 def materialised_bytes(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
-    # [en] The expanded K/V the latent form returns at every step (and attention reads back): a lower bound on what it writes.
-    # [zh] 潜向量形式每一步返回（并由注意力读回）的展开后的 K/V：这是它写入量的下限。
-    return keys * expanded_elements(c) * bytes_per_element if form == "latent" else 0
+    # [en] What the expand-on-read form writes at every step, then reads back.
+    # [zh] 读时展开形式每一步写出、随后读回的数据。
+    return keys * materialised_elements(c) * bytes_per_element if form == "expand_on_read" else 0
+
+
+def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF16) -> int:
+    # [en] Bytes per step: the cache read, the expansion written, and the expanded K/V attention reads back.
+    # [zh] 每步的字节数：读取缓存、写出展开结果，以及注意力读回展开后的 K/V。
+    return (cache_bytes_read(c, "expand_on_read", keys, bytes_per_element) + materialised_bytes(c, "expand_on_read", keys, bytes_per_element)
+            + keys * expanded_elements(c) * bytes_per_element)
 
 # %% [markdown] lang="en"
 # The next cell (its code folded) checks `materialised_bytes` against real code: it wraps the layer's expanding
-# method so that it records what it returns, runs one decode step after 24 positions, and counts the numbers.
+# method so that it records what it returns, runs one decode step after 24 positions, and counts the numbers held
+# by the memory (storage) behind the returned tensors, each storage once.
 
 # %% [markdown] lang="zh"
-# 下一个单元格（代码已折叠）用真实的代码核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出展开了多少个数。
+# 下一个单元格（代码已折叠）用真实的代码核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出返回的张量背后的内存（存储）中有多少个数，每块存储只数一次。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):
@@ -210,35 +224,36 @@ def recording(method, record: list):
 
 @torch.inference_mode()
 def expanded_per_step(attn, call_attn, name: str) -> int:
-    # [en] Numbers the layer's `name` method returns during the last of two calls (24 positions, then 1), per sequence.
-    # [zh] 两次调用（先 24 个位置，再 1 个）中的最后一次里，该层 `name` 方法返回的数的个数（按每条序列计）。
+    # [en] Numbers in the memory behind what the layer's `name` method returns in the last of two calls (24 positions, then 1).
+    # [zh] 两次调用（先 24 个位置，再 1 个）中的最后一次里，该层 `name` 方法返回的张量背后的内存中数的个数。
     call_attn(STREAM[:1, :-1])
     record = []
     setattr(attn, name, recording(getattr(attn, name), record))
     call_attn(STREAM[:1, -1:])
     delattr(attn, name)
-    return sum(t.numel() for t in record[-1])
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage() for t in record[-1]}
+    return sum(st.nbytes() for st in storages.values()) // record[-1][0].element_size()
 
 
-ours = build(mla_cfg, lambda i: LatentMLA(mla_cfg))
+ours = build(mla_cfg, lambda i: ExpandOnReadMLA(mla_cfg))
 cache = ours.new_cache()
-MATERIALISED = {"LatentMLA": expanded_per_step(ours.blocks[0].attn, lambda ids: ours(ids, cache), "expand")}
+MATERIALISED = {"ExpandOnReadMLA": expanded_per_step(ours.blocks[0].attn, lambda ids: ours(ids, cache), "expand")}
 if HAVE_HF:
-    hf = hf_deepseek(build(mla_cfg, lambda i: LatentMLA(mla_cfg)).double())
+    hf = hf_deepseek(build(mla_cfg, lambda i: ExpandOnReadMLA(mla_cfg)).double())
     hf_cache = DynamicCache(config=hf.config)
     MATERIALISED["DeepseekV3Attention"] = expanded_per_step(
         hf.model.layers[0].self_attn, lambda ids: hf(input_ids=ids, past_key_values=hf_cache, use_cache=True), "expand_kv")
-say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * expanded_elements(mla_cfg):,}"] for name, n in MATERIALISED.items()],
-          en=["latent form", "cached positions", "numbers expanded in one decode step", "formula: $T H (d_C + d_R + d_v)$"],
-          zh=["潜向量形式", "缓存的位置数", "一个解码步中展开出的数", "公式：$T H (d_C + d_R + d_v)$"])
-assert all(n == STREAM_LEN * expanded_elements(mla_cfg) for n in MATERIALISED.values())
+say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * materialised_elements(mla_cfg):,}"] for name, n in MATERIALISED.items()],
+          en=["expand-on-read form", "cached positions", "numbers materialized in one decode step", "formula: $T H (2d_C + d_R + d_v)$"],
+          zh=["读时展开形式", "缓存的位置数", "一个解码步中生成的数", "公式：$T H (2d_C + d_R + d_v)$"])
+assert all(n == STREAM_LEN * materialised_elements(mla_cfg) for n in MATERIALISED.values())
 
 # %% [markdown] lang="en"
 # The three forms at DeepSeek-V3's size with a context of 32,768 keys: multiply-adds, bytes read from the cache, and
-# for the latent form the expanded keys and values it writes and reads back.
+# for the expand-on-read form the expansion it writes and reads back.
 
 # %% [markdown] lang="zh"
-# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字：乘加次数、从缓存读取的字节数，以及潜向量形式写入又读回的展开后的键和值。
+# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字：乘加次数、从缓存读取的字节数，以及读时展开形式写入又读回的展开结果。
 
 # %%
 d, T = DEEPSEEK_V3, 32 * 1024
@@ -251,29 +266,29 @@ say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 
            for form, v in MLA_TRADE["forms"].items()],
           en=["form ($T = 32{,}768$)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB), then read back"],
           zh=["形式（$T = 32{,}768$）", "乘加次数（十亿）", "读取的缓存（MiB）", "写入的展开 K/V（MiB），之后再读回"])
-assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["latent"]["macs"]
+assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
 
 # %% [markdown] lang="en"
-# The figure shows both quantities as the context grows; the bytes panel adds the latent form's traffic with its
-# expansion counted (written once, read once).
+# The figure shows both quantities as the context grows; the bytes panel adds the expand-on-read form's traffic
+# with its expansion counted (written once, read once).
 
 # %% [markdown] lang="zh"
-# 下图画出这两个量随上下文增长的情况；字节数那一幅还加上了潜向量形式把展开结果计入之后的访存量（写入一次、读出一次）。
+# 下图画出这两个量随上下文增长的情况；字节数那一幅还加上了读时展开形式把展开结果计入之后的访存量（写入一次、读出一次）。
 
 # %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
-fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
-for form, style in (("naive", "-o"), ("latent", "-s"), ("absorbed", "-^")):
+fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.4))
+for form, style in (("naive", "-o"), ("expand_on_read", "-s"), ("absorbed", "-^")):
     axes[0].plot(CONTEXTS, [cache_bytes_read(DEEPSEEK_V3, form, t) / 2 ** 20 for t in CONTEXTS], style, markersize=3, label=f"{form}: cache read")
     axes[1].plot(CONTEXTS, [decode_macs(DEEPSEEK_V3, form, t) / 1e9 for t in CONTEXTS], style, markersize=3, label=form)
-axes[0].plot(CONTEXTS, [(cache_bytes_read(DEEPSEEK_V3, "latent", t) + 2 * materialised_bytes(DEEPSEEK_V3, "latent", t)) / 2 ** 20
-                        for t in CONTEXTS], ":s", markersize=3, label="latent: cache + expansion written and read")
+axes[0].plot(CONTEXTS, [expand_on_read_traffic(DEEPSEEK_V3, t) / 2 ** 20 for t in CONTEXTS], ":s", markersize=3,
+             label="expand_on_read: cache + expansion written and read")
 for ax, label in zip(axes, ("bytes per step (MiB, BF16)", "multiply-adds per step (billions)")):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("context: cached keys T")
     ax.set_ylabel(label)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
 fig.suptitle("DeepSeek-V3 attention, one layer, one decode step", fontsize=10)
 fig.tight_layout()
 MLA_COST_PNG = OUT / "mla_cost.png"
@@ -281,14 +296,20 @@ fig.savefig(MLA_COST_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# *Figure: one DeepSeek-V3 attention layer, one decode step, against the context ("context: cached keys T", the
-# number of cached keys; both axes logarithmic). Left: bytes per step (MiB, BF16). The solid lines are the bytes read from the cache; the latent and absorbed forms
-# coincide there (both read the latents and RoPE keys). The dotted line adds what the latent form, as transformers
-# runs it, writes and reads back at every step, the expanded keys and values it returns: counting only those, it
-# moves about twice the bytes the naive form reads (the intermediate `kv_b_proj` output adds more).
-# Right: multiply-adds per step (billions); "latent" climbs fastest because it re-expands every cached latent.*
+# *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys $T$ (both axes
+# logarithmic). Left: bytes per step (MiB, BF16). The solid lines are the bytes read from the cache; the
+# expand-on-read and absorbed lines coincide (both read the latents and RoPE keys). The dotted line adds what the
+# expand-on-read form writes and reads back at every step: {{run:mla.expand_on_read_traffic_ratio:.1f}} times the
+# bytes the naive form reads. Right: multiply-adds per step (billions); `expand_on_read` climbs fastest because it
+# re-expands every cached latent.*
+
+# %% [markdown] lang="zh"
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步写出又读回的数据：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
+
+# %% [markdown] lang="en"
+# ### 4.1 Which form, when
 #
-# **Which form, when.** The absorbed form's attention does $H(2r + d_R)$ multiply-adds per cached key and decode step
+# The absorbed form's attention does $H(2r + d_R)$ multiply-adds per cached key and decode step
 # and reads $r + d_R$ numbers: {{run:mla.absorbed_flop_per_byte:.0f}} FLOP per byte in BF16 for DeepSeek-V3, close to
 # the ridge point of an NVIDIA H100 ({{run:mla.h100_ridge:.0f}} FLOP per byte: 989 TFLOP/s of dense BF16 over
 # 3.35 TB/s, from its datasheet), where a kernel stops waiting for memory and starts waiting for arithmetic (the
@@ -302,9 +323,9 @@ plt.show()
 # "data-movement friendly" one for decode).
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销（总标题 DeepSeek-V3 attention, one layer, one decode step），横轴 context: cached keys T 是上下文长度，即缓存的键数 $T$（两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例中的 cache read 即“从缓存读取”），其中 latent（潜向量形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线（图例 latent: cache + expansion written and read，即缓存读取量加上写入又读回的展开结果）再加上 transformers 运行潜向量形式时每一步写入又读回的数据，即它返回的展开后的键和值：仅计这部分，它搬运的字节就约为朴素形式读取量的两倍（`kv_b_proj` 的中间输出还要再多写一些）。右图纵轴是每步的乘加次数（单位：十亿）；latent 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# ### 4.1 什么时候用哪种形式
 #
-# **什么时候用哪种形式。** 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型（屋顶线模型））。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
+# 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型（屋顶线模型））。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (the reuse notebook uses the same figures).
@@ -316,6 +337,7 @@ say_table([[f"`{form}`", f"{MLA_INTENSITY[f'{form}_flop_per_byte']:.1f}", f"{H10
           en=["form (decode, DeepSeek-V3, BF16)", "attention FLOP per byte of cache read (scores and values)", "H100 ridge point (FLOP per byte)"],
           zh=["形式（解码，DeepSeek-V3，BF16）", "每读一个缓存字节的注意力浮点运算次数（分数与加权求值）", "H100 的拐点（每字节浮点运算次数）"])
 assert MLA_INTENSITY["naive_flop_per_byte"] < 2 and 0.5 * H100_RIDGE < MLA_INTENSITY["absorbed_flop_per_byte"] < H100_RIDGE
-# [en] The latent form's traffic, its expansion written and read back, against the naive form's cache read: about twice.
-# [zh] 潜向量形式的访存量（展开结果写入一次、读回一次）与朴素形式读取的缓存相比：约为两倍。
-assert 2 < (cache_bytes_read(d, "latent", T) + 2 * materialised_bytes(d, "latent", T)) / cache_bytes_read(d, "naive", T) < 2.1
+# [en] The expand-on-read form's traffic (cache, expansion written, expanded K/V read back) against the naive form's cache read.
+# [zh] 读时展开形式的访存量（缓存、写出的展开结果、读回的展开 K/V）与朴素形式读取的缓存之比。
+EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
+assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3

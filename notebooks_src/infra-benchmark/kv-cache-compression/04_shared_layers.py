@@ -134,9 +134,14 @@ assert [2 * t for t in totals["shared pairs"]] == totals["ordinary"]
 
 fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
 steps = range(1, GROWTH_TOKENS + 1)
+# [en] The local layers hold the same positions at every step, so one line stands for all of them.
+# [zh] 各个局部层在每一步保存的位置数都相同，所以用一条线代表它们全部。
+local_layers = [layer for layer, kind in enumerate(LOCAL_GLOBAL) if kind == "local"]
+assert all(len({h[layer] for layer in local_layers}) == 1 for h in GROWTH["local/global"])
 for layer, kind in enumerate(LOCAL_GLOBAL):
-    axes[0].plot(steps, [h[layer] for h in GROWTH["local/global"]], label=f"layer {layer} ({kind})",
-                 linewidth=2.5 if kind == "global" else 1, linestyle="-" if kind == "global" else (0, (1 + layer, 2)))
+    if kind == "global" or layer == local_layers[0]:
+        label = f"layer {layer} (global)" if kind == "global" else f"layers {local_layers[0]}-{local_layers[-1]} (local)"
+        axes[0].plot(steps, [h[layer] for h in GROWTH["local/global"]], "-" if kind == "global" else "--", label=label)
 axes[0].set_title("local/global model: positions held per layer", fontsize=10)
 for name, style in (("ordinary", "-"), ("local/global", "--"), ("shared pairs", ":")):
     axes[1].plot(steps, totals[name], style, label=name)
@@ -153,11 +158,11 @@ plt.show()
 # %% [markdown] lang="en"
 # *Figure: horizontal axis, the tokens consumed so far ("tokens consumed"); vertical axis, the positions the cache holds ("cached
 # positions"). Left (title "local/global model: positions held per layer"), the six layers of the local/global model
-# as tokens arrive, one line per layer (legend "layer i (local)" or "(global)"): the five local layers (thin, dotted
-# lines, on top of each other) stop at $W - 1 = 7$ positions, the global layer (thick line) keeps growing. Right
+# as tokens arrive: the five local layers hold the same positions, so one dashed line ("layers 0-4 (local)") stands
+# for them; they stop at $W - 1 = 7$ positions, while the global layer (solid line) keeps growing. Right
 # (title "positions held, all layers"), the total over all layers for the ordinary model (solid), the local/global
 # model (dashed) and the shared-pairs
 # model (dotted), which holds half of the ordinary one at every step.*
 
 # %% [markdown] lang="zh"
-# *图：横轴 tokens consumed 是已读入的 token 数，纵轴 cached positions 是缓存保存的位置数。左图（标题 local/global model: positions held per layer）是局部/全局模型的六层随 token 到来的变化，每层一条线，图例 layer 0 (local) … layer 5 (global) 标出层号和类型：五个局部层（细虚线，相互重叠）停在 $W - 1 = 7$ 个位置，全局层（粗实线）则一直增长。右图（标题 positions held, all layers）是所有层加起来的总数：普通模型（实线，ordinary）、局部/全局模型（虚线，local/global）和两两共享的模型（点线，shared pairs）；后者在每一步都恰好是普通模型的一半。*
+# *图：横轴 tokens consumed 是已读入的 token 数，纵轴 cached positions 是缓存保存的位置数。左图（标题 local/global model: positions held per layer）是局部/全局模型的六层随 token 到来的变化，五个局部层保存的位置数相同，所以用一条虚线（图例 layers 0-4 (local)）代表它们：它们停在 $W - 1 = 7$ 个位置，而全局层（实线，layer 5 (global)）一直增长。右图（标题 positions held, all layers）是所有层加起来的总数：普通模型（实线，ordinary）、局部/全局模型（虚线，local/global）和两两共享的模型（点线，shared pairs）；后者在每一步都恰好是普通模型的一半。*

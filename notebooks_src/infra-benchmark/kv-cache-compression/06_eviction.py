@@ -158,14 +158,10 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 # %% [markdown] lang="en"
 # **A model with favourites.** With random weights, attention has no favourites: any key is about as likely to
 # matter to the next query as any other, and no policy can beat a coin toss. Trained models are different (H2O
-# reports attention that is sparse and concentrated on a few tokens). We give our toy one simple cause of
-# favourites: a fixed vector $b$ added to every query of a head before RoPE, as a large bias on the query projection
-# would. Its share of the score of query $t$ for key $s$ is $b \cdot R_{s-t}\, k_s$ (RoPE rotates both), which
-# depends on the key and on the distance $t - s$ but not on the query's content. So a key that lines up with $b$
-# gains at the distances where it lines up, for every query at such a distance, and RoPE's slowly turning pairs
-# keep that gain over a long range: such keys attract attention from most queries, not uniformly from all. The
-# sweep runs twice, with that bias set to 0 (plain
-# random weights) and to 4 (large against the rest of a query), so that the figure shows both cases.
+# reports attention that is sparse and concentrated on a few tokens). `query_bias` is a toy stand-in for such
+# trained attention: one fixed vector added to every query of a head before RoPE, so that the same few keys score
+# high for most queries. The sweep runs with it set to 0 (plain random weights) and to 4 (large against the rest of
+# a query).
 #
 # **The favourites, shown.** The next cell reads the same four 64-token prompts with each bias and records every
 # layer's prompt attention. For each (layer, prompt, head) it takes the queries of the prompt's second half, finds
@@ -175,7 +171,7 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 # share must stay below a quarter. These thresholds were set after a first run.
 
 # %% [markdown] lang="zh"
-# **有偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。我们给玩具模型加上一个造成偏好的简单原因：在 RoPE 之前给某个头的每个查询都加上同一个固定向量 $b$，就像查询投影带一个很大的偏置那样。它在查询 $t$ 对键 $s$ 的分数中贡献 $b \cdot R_{s-t}\, k_s$（RoPE 把两者都旋转了），这一项取决于键和距离 $t - s$，而与查询本身的内容无关。所以与 $b$ 方向一致的键，会在方向一致的那些距离上得到加分，这些距离上的每个查询都如此；RoPE 中旋转较慢的那几对坐标，能让这份加分在很远的距离上仍然保持：这样的键会吸引大多数查询的注意力，但并不是均匀地吸引每一个查询。扫描运行两次：一次把这个偏置设为 0（普通的随机权重），一次设为 4（与查询的其余部分相比很大），图中把两种情形都画出来。
+# **有偏好的模型。** 随机权重下，注意力没有偏好：对下一个查询来说，任何一个键都和别的键差不多重要，没有哪个策略能胜过抛硬币。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。`query_bias` 是这种训练后注意力的玩具替身：在 RoPE 之前给某个头的每个查询都加上同一个固定向量，使得同样几个键对大多数查询都得分很高。扫描时把它分别设为 0（普通的随机权重）和 4（与查询的其余部分相比很大）。
 #
 # **把偏好展示出来。** 下一个单元格用两种偏置分别读入同样的四个 64 token 的提示，记录每一层在提示上的注意力。对每个（层，提示，头），取提示后一半的查询，找出从这些查询得到注意力最多的 8 个键（提示的八分之一），报告两个数：这些查询的注意力中落在这 8 个键上的比例，以及自己最关注的键恰好是其中之一的查询所占的比例。有偏置时，两者都必须很大（比例超过一半）；没有偏置时，比例必须低于四分之一。这些阈值是在第一次运行之后定下的。
 

@@ -1,29 +1,23 @@
 # %% [markdown] lang="en"
-# **The bounds.** They were set after a first run, with a margin, as the architectures notebook set those of its
-# quantized caches; they were not predicted before any run, and where the margin is thin we say so:
+# **The bounds** (set after a first run, with a margin):
 #
-# 1. with a budget of the whole prompt nothing is evicted, and every policy equals dense attention within FP32's
-#    tolerance (an exact statement, no margin needed);
-# 2. with favourites and half the prompt as budget, H2O and SnapKV keep at least 75% of the dense model's greedy tokens,
-#    with a mean largest-logit error below 0.25 (this run: {{run:eviction.h2o_half_agreement:.0%}} and
-#    {{run:eviction.h2o_half_error:.3f}} for H2O, {{run:eviction.snapkv_half_agreement:.0%}} and
-#    {{run:eviction.snapkv_half_error:.3f}} for SnapKV): a wide margin;
-# 3. the control: with favourites, at every budget below the prompt, random eviction's mean error is larger than each
-#    policy's (a ratio above 1). This margin is thin. At the smallest budget, where SnapKV spends half of its 16
-#    positions on its observation window, random eviction's error is only {{run:eviction.random_ratio_smallest:.2f}}
-#    times the worse policy's in this run (at half the prompt, {{run:eviction.random_ratio_half:.2f}} times). The ratio
-#    also compares slightly different recency budgets: the control keeps H2O's newest $b/2$ positions, SnapKV its newest 8,
-#    which coincide only at $b = 16$. So the
-#    cell also runs the favourites sweep on two more sets of prompts and asserts the bound on all three; the smallest
-#    ratio there is {{run:eviction.random_ratio_other_prompts:.2f}}. The bound says only that random eviction does
-#    worse, not by how much, and another seed could bring a ratio closer to 1.
+# 1. budget = the whole prompt: nothing is evicted, every policy equals dense attention within FP32's tolerance. The
+#    dense baseline is this very case: `EvictingAttention` with no policy and a budget of the whole prompt, which
+#    never calls a policy because the cache is never over budget;
+# 2. favourites, half the prompt: H2O and SnapKV keep at least 75% of the dense greedy tokens, mean largest-logit
+#    error below 0.25 (this run: {{run:eviction.h2o_half_agreement:.0%}}, {{run:eviction.h2o_half_error:.3f}} for H2O;
+#    {{run:eviction.snapkv_half_agreement:.0%}}, {{run:eviction.snapkv_half_error:.3f}} for SnapKV);
+# 3. the control, favourites, every budget below the prompt: random eviction's error is larger than each policy's
+#    (ratio above 1). The margin is thin, {{run:eviction.random_ratio_smallest:.2f}} at the smallest budget in this
+#    run, so the bound is also asserted on two more prompt sets (smallest ratio
+#    {{run:eviction.random_ratio_other_prompts:.2f}}); it says only that random eviction does worse, not by how much.
 
 # %% [markdown] lang="zh"
-# **误差界。** 与架构笔记本为量化缓存定的界一样，这些界是在第一次运行之后留出余地定下的，并非事先预言；余地窄的地方，我们会直说：
+# **误差界**（在第一次运行之后留出余地定下）：
 #
-# 1. 预算等于整个提示时，没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力（这是精确的结论，不需要余地）；
-# 2. 有偏好、预算为提示的一半时，H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大绝对误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}} 和 {{run:eviction.h2o_half_error:.3f}}，SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}} 和 {{run:eviction.snapkv_half_error:.3f}}）：余地很宽；
-# 3. 负对照：有偏好时，在小于提示长度的每个预算下，随机淘汰的平均误差都大于这两种策略各自的平均误差（比值大于 1）。这个余地很窄。在最小的预算下，SnapKV 要把 16 个位置中的一半留给观察窗口，本次运行中随机淘汰的误差只是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 倍（预算为提示的一半时是 {{run:eviction.random_ratio_half:.2f}} 倍）。这个比值比较的，其实还是新旧程度上略有不同的预算：负对照与 H2O 一样保留最新的 $b/2$ 个位置，SnapKV 保留最新的 8 个，两者只在 $b = 16$ 时相同。所以下面的单元格还在另外两组提示上运行有偏好情形的扫描，并在全部三组上断言这条界：那里最小的比值是 {{run:eviction.random_ratio_other_prompts:.2f}}。这条界只说明随机淘汰更差，并不说明差多少；换一个随机种子，比值也可能更接近 1。
+# 1. 预算等于整个提示：没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力。稠密基准正是这种情形：不设策略、预算等于整个提示的 `EvictingAttention`，由于缓存从不超出预算，它从不调用策略；
+# 2. 有偏好、预算为提示的一半：H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大绝对误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}}、{{run:eviction.h2o_half_error:.3f}}；SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}}、{{run:eviction.snapkv_half_error:.3f}}）；
+# 3. 负对照，有偏好，小于提示长度的每个预算：随机淘汰的误差都大于这两种策略各自的误差（比值大于 1）。余地很窄，本次运行在最小预算下只有 {{run:eviction.random_ratio_smallest:.2f}}，所以这条界还在另外两组提示上断言（最小比值 {{run:eviction.random_ratio_other_prompts:.2f}}）；它只说明随机淘汰更差，并不说明差多少。
 
 # %%
 PROMPT_LEN, PROMPTS_N, STEPS = 64, (2 if QUICK else 4), (16 if QUICK else 32)
@@ -135,13 +129,15 @@ plt.show()
 # queries attend to, and random eviction stays above both at every budget below the prompt, by a factor of
 # {{run:eviction.random_ratio_smallest:.2f}} to {{run:eviction.random_ratio_largest:.2f}} over the worse policy.*
 #
-# **Why H2O and SnapKV swap places.** In this run SnapKV lands a little closer to dense attention than H2O without
-# favourites, and H2O clearly closer with them (the half-budget numbers above). What the code predicts, not a proof:
-# with favourites, a key's pull comes mostly from the bias term, which (above) depends on the key and the distance
-# but not on the query, so every prompt query votes for the same keys; H2O adds 64 such votes, SnapKV only the last
-# 8, and SnapKV also spends 8 of its slots on its window and max-pools, which keeps neighbours of a favoured key
-# that are not favourites themselves. Without favourites no key is favoured by all queries, and the last prompt
-# queries, which sit closest to the decode steps, are the better guide to what those steps will read.
+# <details><summary>Optional: why H2O and SnapKV swap places</summary>
+#
+# In this run SnapKV lands a little closer to dense attention than H2O without favourites, and H2O clearly closer
+# with them. A reading of the code, not a proof: with favourites every prompt query votes for the same keys; H2O adds
+# 64 such votes, SnapKV only the last 8, and SnapKV also spends 8 slots on its window and max-pools, which keeps
+# neighbours of a favoured key. Without favourites, the last prompt queries, closest to the decode steps, are the
+# better guide to what those steps will read.
+#
+# </details>
 #
 # What this does not show: whether H2O or SnapKV keeps a *trained* model's answers. That depends on how a trained
 # model's attention is really distributed, which random weights cannot imitate; our bias only gives the policies
@@ -165,7 +161,11 @@ plt.show()
 # %% [markdown] lang="zh"
 # *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`）：H2O（h2o）、SnapKV（snapkv）和随机淘汰的负对照（random，点线）相差不大，因为没有哪个键比别的键更重要。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
 #
-# **为什么 H2O 和 SnapKV 互换了名次。** 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近（见上面预算为提示一半时的数值）。以下只是从代码推断出的原因，并非证明：有偏好时，一个键吸引注意力主要靠偏置那一项，而（如上文所说）这一项取决于键和距离，与查询无关，所以每个提示查询都投给同样的那些键；H2O 把 64 个这样的投票加起来，SnapKV 只用最后 8 个；SnapKV 还要把 8 个位置留给观察窗口，而且最大池化会连带保留受偏好的键旁边那些本身并不受偏好的键。无偏好时，没有哪个键受到所有查询的偏好；最后几个提示查询离解码步最近，更能预示解码步会读取哪些键。
+# <details><summary>可选：为什么 H2O 和 SnapKV 互换了名次</summary>
+#
+# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键；H2O 把 64 个这样的投票加起来，SnapKV 只用最后 8 个；SnapKV 还要把 8 个位置留给观察窗口，而且最大池化会连带保留受偏好的键旁边的键。无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取哪些键。
+#
+# </details>
 #
 # 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
 #

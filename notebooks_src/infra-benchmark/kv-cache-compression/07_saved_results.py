@@ -17,7 +17,7 @@
 # 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起：每种精确变体的每一行网格结果，MLA 的内存与乘加次数，DeepSeek-V3 与 Gemma 3 的表格，流式缓存与淘汰策略的测量结果及其误差界，各裁判的误差（或跳过的原因），以及每个负对照测得的数值和是否查出。文件格式见仓库中的 `docs/kv-cache-compression-results-schema.md`。下面的表格就是由写入文件的同一个字典生成的。其中，“吸收对照朴素”一行比较的是两种形式，而不是缓存路径与它自己的完整调用；只有安装了 `transformers` 才会记录的负对照是错开一层的模式，只有 Ministral 裁判能发现它。下一个单元格（已折叠）只是把这些结果收集到一个字典 `RESULTS` 中，再用 `save_results` 写入文件。
 
 # %% tags=["hide-input"]
-EXACT_GRIDS = {"gqa_base": BASE_GRID, "mla_naive": MLA_GRIDS["naive"], "mla_latent": MLA_GRIDS["latent"],
+EXACT_GRIDS = {"gqa_base": BASE_GRID, "mla_naive": MLA_GRIDS["naive"], "mla_latent": MLA_GRIDS["expand_on_read"],
                "mla_absorbed": MLA_GRIDS["absorbed"], "mla_absorbed_vs_naive": ABSORBED_VS_NAIVE,
                "local_global": LOCAL_GLOBAL_GRID, "shared_pairs": SHARED_GRID, "sinks_and_window": STREAMING_GRID}
 RESULTS = {
@@ -61,7 +61,8 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
 {"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive, "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
          "absorbed_vs_naive_fp64": largest(ABSORBED_VS_NAIVE, "fp64"),
          "absorbed_vs_naive_fp64_exponent": round(math.log10(largest(ABSORBED_VS_NAIVE, "fp64"))), "tp8_mha_per_gpu": DEEPSEEK_MEMORY["mha"] // 8,
-         "latent_expanded_gib": materialised_bytes(DEEPSEEK_V3, "latent", MLA_TRADE["context"]) / GiB,
+         "latent_expanded_gib": materialised_bytes(DEEPSEEK_V3, "expand_on_read", MLA_TRADE["context"]) / GiB,
+         "expand_on_read_traffic_ratio": EXPAND_ON_READ_TRAFFIC_RATIO,
          "naive_flop_per_byte": MLA_INTENSITY["naive_flop_per_byte"], "absorbed_flop_per_byte": MLA_INTENSITY["absorbed_flop_per_byte"],
          "h100_ridge": MLA_INTENSITY["h100_ridge"]},
  "local_global": {"gemma3_uniform_gib": GEMMA3_MEMORY["uniform_gib"], "gemma3_mixed_gib": GEMMA3_MEMORY["mixed_gib"],
