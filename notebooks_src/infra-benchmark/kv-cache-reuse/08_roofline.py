@@ -169,8 +169,9 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 
 # %% [markdown] lang="en"
 # **What the table shows.** In this run the square product ran at {{run:roofline.matmul_gflops:.1f}} GFLOP/s and the
-# batch-{{run:roofline.weight_batch_max}} weight product at {{run:roofline.gflops_bmax:.1f}}: the square product is not this
-# core's fastest, which is why $\pi$ is the fastest rate measured, here {{run:roofline.peak_gflops:.1f}} GFLOP/s. The call over
+# batch-{{run:roofline.weight_batch_max}} weight product at {{run:roofline.gflops_bmax:.1f}}, and $\pi$ is the faster,
+# {{run:roofline.peak_gflops:.1f}} GFLOP/s. Neither shape need be this core's fastest, so $\pi$ is a measured rate, not
+# the core's peak, and a large-batch weight product may reach the flat side: it can touch it, never cross it. The call over
 # one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
 # {{run:roofline.small_batch_hi}} rows only {{run:roofline.small_roof_share_min:.0%}} to
 # {{run:roofline.small_roof_share_max:.0%}}. **The roof is a ceiling, not a prediction**: it bounds how fast a call
@@ -179,7 +180,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # paragraphs point back here.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：本次运行中，方阵乘法的速度为 {{run:roofline.matmul_gflops:.1f}} GFLOP/s，batch 为 {{run:roofline.weight_batch_max}} 的权重乘法为 {{run:roofline.gflops_bmax:.1f}} GFLOP/s：方阵乘法并不是这个核心上最快的运算，所以 $\pi$ 取测得的最快速率，这里是 {{run:roofline.peak_gflops:.1f}} GFLOP/s。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用只达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是上限，而不是预测**：它限定一次调用最快能跑多快，而处理这么少几行时，矩阵乘法例程比两个上限允许的都慢。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
+# **表中可以看出什么**：本次运行中，方阵乘法的速度为 {{run:roofline.matmul_gflops:.1f}} GFLOP/s，batch 为 {{run:roofline.weight_batch_max}} 的权重乘法为 {{run:roofline.gflops_bmax:.1f}} GFLOP/s，$\pi$ 取两者中较快的，即 {{run:roofline.peak_gflops:.1f}} GFLOP/s。这两种形状都未必是这个核心上最快的运算，所以 $\pi$ 是一个实测速率，而不是这个核心的峰值；batch 较大的权重乘法可能达到水平边，但只会碰到它，绝不会越过它。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用只达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是上限，而不是预测**：它限定一次调用最快能跑多快，而处理这么少几行时，矩阵乘法例程比两个上限允许的都慢。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per

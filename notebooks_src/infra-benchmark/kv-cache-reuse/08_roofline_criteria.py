@@ -120,8 +120,8 @@ for r in WEIGHT_SWEEP:
 left.plot([r["intensity"] for r in CACHE_SWEEP], [r["gflops"] for r in CACHE_SWEEP], "^", color="tab:orange", label="cache reads, B sequences")
 # [en] The cache's points share one intensity, 0.5 FLOP/byte: one label names their batch sizes.
 # [zh] 缓存的各点算术强度相同，都是 0.5 FLOP/字节：用一个标注写出它们的 batch 大小。
-left.annotate("B = " + ", ".join(str(r["batch"]) for r in CACHE_SWEEP), (0.5, min(r["gflops"] for r in CACHE_SWEEP)),
-              textcoords="offset points", xytext=(6, -12), fontsize=7, color="tab:orange")
+left.annotate("B = " + ", ".join(str(r["batch"]) for r in CACHE_SWEEP), (0.5, max(r["gflops"] for r in CACHE_SWEEP)),
+              textcoords="offset points", xytext=(6, 5), fontsize=7, color="tab:orange")
 left.set_xlabel("arithmetic intensity (FLOP/byte)")
 left.set_ylabel("GFLOP/s (1 thread, fp32)")
 left.set_title("measured on one core", fontsize=9)
