@@ -119,32 +119,18 @@ def make_stream(n, seed):
 STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
 
 # %% [markdown] lang="en"
-# **The comparison with the cold runs.** `greedy_generate` is the first notebook's loop; `serve_cold` runs it
-# once per distinct request. `compare_with_cold` then checks the criterion of this section, for a whole run:
-#
-# 1. every request's logits are within the tolerance of its cold run, and its tokens are identical;
-# 2. requests without a hit are bit-identical to their cold runs;
-# 3. every hit is a whole number of full blocks and shorter than its prompt, so a partly filled block is
-#    never shared;
-# 4. all logits are finite, although small pools evict: an evicted block is emptied (NaN again, fill count
-#    0), so a block table that still used it would read NaN or too few positions.
-#
-# Identical tokens follow from close logits only where no decision is a near tie. So it also reports the
-# **margin** of each decision: in the cold run, the best logit minus the second best. Rounding can change a
-# greedy choice only if the logit error reaches the margin; the smallest margin is checked to be at least
+# **The criterion**, as above: same tokens as the cold run, logits within the FP32 tolerance, requests without a
+# hit bit-identical. The folded cell below runs the first notebook's greedy loop once per distinct request (`serve_cold`) and compares a
+# whole run with it (`compare_with_cold`). It also checks that every hit is a whole number of full blocks
+# shorter than its prompt, and that every logit is finite (an evicted block is refilled with NaN, so a table
+# still using it would read NaN). Close logits imply identical tokens only where no decision is a near tie, so
+# it also reports the smallest **margin** of the cold runs (best logit minus second best), which must be at least
 # a hundred times the largest error.
 
 # %% [markdown] lang="zh"
-# **与冷启动结果比较**：`greedy_generate` 是第一份笔记本的生成循环；`serve_cold` 对每个不同的请求各运行它一次。`compare_with_cold` 随后对一整次运行检查本节的判据：
-#
-# 1. 每个请求的 logits 都在容差内等于它的冷启动结果，生成的 token 完全相同；
-# 2. 没有命中的请求与冷启动逐比特相同；
-# 3. 每次命中都是整数个填满的物理块，并且比提示短，也就是说未填满的物理块从不共享；
-# 4. 所有 logits 都是有限数，尽管小池会淘汰物理块：被淘汰的物理块会被清空（重新填满 NaN，已填计数归 0），如果某张块表仍在使用它，读到的就会是 NaN，或者位置数不够。
-#
-# logits 相近并不保证 token 相同：只有在没有哪一步的决策几乎打平时，才能这样推断。所以它还报告每个决策的**余量**：冷启动结果中最大的 logit 减去第二大的 logit。只有当 logits 的误差达到余量时，舍入才可能改变贪心选择；我们检查最小余量至少是最大误差的一百倍。
+# **判据**如上所述：token 与冷启动相同，logits 在 FP32 容差之内，没有命中的请求逐比特相同。下面折叠起来的单元格对每个不同的请求各运行一次第一份笔记本的贪心生成循环（`serve_cold`），再把一整次运行与它比较（`compare_with_cold`）。它还检查每次命中都是整数个填满的物理块、比提示短，以及所有 logits 都是有限数（被淘汰的物理块会重新填满 NaN，仍在使用它的块表就会读到 NaN）。logits 相近只有在没有哪一步的决策几乎打平时，才能推出 token 相同，所以它还报告冷启动结果中的最小**余量**（最大的 logit 减去第二大的 logit），要求至少是最大误差的一百倍。
 
-# %%
+# %% tags=["hide-input"]
 # [en] The first notebook's greedy loop: the prompt in one call, then one token per call over the cache.
 # [zh] 第一份笔记本的贪心生成循环：提示一次调用算完，之后每次调用读取缓存、生成一个 token。
 @torch.inference_mode()
@@ -188,26 +174,15 @@ def compare_with_cold(requests, block_size) -> dict:
     }
 
 # %% [markdown] lang="en"
-# **The sweep.** `run_stream` serves the stream through a pool of a given size and compares every request with
-# its cold run. The same stream is served through pools from barely enough blocks for the largest request up
-# to more than it ever needs, so that small pools must evict blocks that later requests would have found.
-# Two more checks concern the serving loop itself, as in the serving notebook, and run in the folded cell
-# below (`serve_and_check`):
-#
-# 5. at each iteration's peak, no running request holds more blocks than its admission counted for it;
-# 6. at the end no block is held any more, and every block is free or cached.
-#
-# The prefix cache is what could break them: a request now starts with blocks it did not allocate (its hits),
-# and a released block that holds a published prefix goes to the LRU queue instead of the free list, so a
-# miscounted hit, or a released block that lands in neither, would show up here.
+# **The sweep.** `run_stream` (folded) serves the stream through a pool of a given size and compares every
+# request with its cold run. Through `serve_and_check` it also checks the serving loop as the serving notebook
+# does: no running request outgrows what its admission counted, and at the end every block is free or cached
+# (a miscounted hit, or a released block that reached neither the free list nor the LRU queue, would fail
+# here). The same stream goes through pools from barely enough blocks for the largest request to more than it
+# ever needs, so small pools must evict blocks that later requests would have found.
 
 # %% [markdown] lang="zh"
-# **扫描**：`run_stream` 用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。另有两项检查针对的是服务循环本身，与服务笔记本中的相同，在下面折叠起来的单元格里进行（`serve_and_check`）：
-#
-# 5. 在每次迭代的峰值时刻，没有哪个运行中的请求持有的物理块超过接纳时为它计入的数量；
-# 6. 最后，没有任何物理块仍被持有，每个物理块不是空闲的，就是已缓存的。
-#
-# 可能破坏这两项的正是前缀缓存：请求现在一开始就持有不是它自己分配的物理块（命中的物理块），释放的物理块如果存着已登记的前缀，也不再回到空闲列表，而是进入 LRU 队列；命中的物理块数错了，或者释放的物理块两边都没进，都会在这里暴露出来。
+# **扫描**：`run_stream`（已折叠）用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。它还通过 `serve_and_check` 像服务笔记本那样检查服务循环：没有哪个运行中的请求超出接纳时为它计入的物理块数；最后每个物理块不是空闲的，就是已缓存的（命中的物理块数错了，或者释放的物理块既没进空闲列表也没进 LRU 队列，都会在这里暴露出来）。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。
 
 # %% tags=["hide-input"]
 def serve_and_check(cache, requests) -> dict:
@@ -221,7 +196,7 @@ def serve_and_check(cache, requests) -> dict:
     return {"iterations": len(peaks), "within_reservation": all(peaks),
             "all_released": not any(pool.refs) and sorted(pool.free + list(pool.evictable)) == list(range(pool.num_blocks))}
 
-# %%
+# %% tags=["hide-input"]
 def run_stream(specs, num_blocks, pool_class=PrefixPool) -> dict:
     cache = PagedCache(pool_class(cfg, num_blocks))
     requests = [PrefixRequest(rid, torch.tensor(prompt), max_new, arrival) for rid, (prompt, max_new, arrival) in enumerate(specs)]
@@ -232,7 +207,7 @@ def run_stream(specs, num_blocks, pool_class=PrefixPool) -> dict:
             "prompt_tokens": prompt_tokens, "prefill_tokens_saved": hit_tokens, "hit_rate": hit_tokens / prompt_tokens,
             **compare_with_cold(requests, cache.pool.block_size)}
 
-
+# %%
 SWEEP = [run_stream(STREAM, n) for n in POOL_SIZES]
 say_table([[str(r["blocks"]), f"{r['hit_rate']:.1%}", f"{r['prefill_tokens_saved']:,}", str(r["evictions"]), str(r["iterations"]),
             f"{r['max_abs_logit_err_hits']:.1e}", f"{r['min_margin']:.1e}"] for r in SWEEP],
@@ -241,9 +216,8 @@ say_table([[str(r["blocks"]), f"{r['hit_rate']:.1%}", f"{r['prefill_tokens_saved
 assert all(r["close"] and r["misses_bit_identical"] and r["whole_blocks"] and r["finite"] and r["within_reservation"]
            and r["all_released"] for r in SWEEP)
 assert all(r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SWEEP) and SWEEP[0]["evictions"] > 0
-say(en=f"All six checks passed for each of the {len(SWEEP)} pool sizes. Every request's tokens equal its cold run's and its logits "
-       f"are within the FP32 tolerance, requests without a hit are bit-identical, only whole blocks are shared and every logit is "
-       f"finite. No request outgrew its admission, and every block is free or cached at the end.",
-    zh=f"在全部 {len(SWEEP)} 种池大小下，6 项检查都通过了。每个请求生成的 token 都与冷启动相同，logits 都在 FP32 容差之内；"
-       f"没有命中的请求逐比特相同；只共享填满的物理块；所有 logits 都是有限数。没有请求超出接纳时的预留，"
-       f"最后每个物理块不是空闲的，就是已缓存的。")
+say(en=f"For each of the {len(SWEEP)} pool sizes every request's tokens equal its cold run's, its logits are within the FP32 "
+       f"tolerance, and requests without a hit are bit-identical; only whole blocks are shared, every logit is finite, no request "
+       f"outgrew its admission, and every block is free or cached at the end.",
+    zh=f"在全部 {len(SWEEP)} 种池大小下，每个请求生成的 token 都与冷启动相同，logits 都在 FP32 容差之内，没有命中的请求逐比特相同；"
+       f"只共享填满的物理块，所有 logits 都是有限数，没有请求超出接纳时的预留，最后每个物理块不是空闲的，就是已缓存的。")

@@ -27,10 +27,8 @@
 # list of `(K, V)` pairs it is a slice. What a call over $k + 1$ tokens saves: it reads the weights once, the
 # same weight bytes as a call over one token, and it reads the sequence's K/V cache once for all $k + 1$ queries,
 # which raises the cache part's intensity about $(k + 1)$-fold, something batching cannot do (each sequence in a
-# batch has a cache of its own). It also takes about the same time only where both calls run at
-# the memory roof, streaming their bytes at the full bandwidth (what decode kernels on a GPU far below its
-# ridge are written to do); the roof is a ceiling, and a routine can fall short of it at a few rows.
-# Sections 8 and 9 count the bytes, and section 9 measures what such calls cost on one core of this CPU.
+# batch has a cache of its own). Sections 8 and 9 count these bytes; whether such a call also takes about the
+# time of one is measured in section 9.
 #
 # The draft model here is the target's own first layer followed by its final LayerNorm and vocabulary
 # projection, a one-layer decoder that exits early. Self-speculative methods such as LayerSkip train a
@@ -48,7 +46,7 @@
 #
 # 推理服务系统常常一次验证不止一串猜测。SpecInfer、Medusa 和 EAGLE 会一次给出一棵由候选续写组成的**树**，在一次目标模型调用中验证它的所有分支（树形验证），所用的注意力掩码（attention mask）让每个候选只能看到自己的祖先；目标模型认可的最长分支被保留下来。我们只保留一串 $k$ 个草稿。
 #
-# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截短去掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。一次处理 $k + 1$ 个 token 的调用省下了什么？它只读一遍权重，读取的权重字节数与只处理一个 token 的调用相同；它还只读一遍这条序列的 K/V 缓存，供全部 $k + 1$ 个查询使用，于是缓存部分的算术强度提高到约 $k + 1$ 倍，这是 batch 做不到的（batch 中每条序列都有自己的缓存）。只有两次调用都以全部内存带宽读取字节、跑到内存那一侧的屋顶线（见第 9 节的 Roofline 模型）时（远在拐点左侧的 GPU 上，解码内核正是为此而写的），它们的耗时才差不多相同；屋顶线只是上限，例程处理几行时可能达不到它。第 8、9 节会数出这些字节，第 9 节还会测量这种调用在这台 CPU 的一个核心上的耗时。
+# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截短去掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。一次处理 $k + 1$ 个 token 的调用省下了什么？它只读一遍权重，读取的权重字节数与只处理一个 token 的调用相同；它还只读一遍这条序列的 K/V 缓存，供全部 $k + 1$ 个查询使用，于是缓存部分的算术强度提高到约 $k + 1$ 倍，这是 batch 做不到的（batch 中每条序列都有自己的缓存）。第 8、9 节会数出这些字节；这样一次调用的耗时是否也与单个 token 的调用差不多，由第 9 节测量。
 #
 # 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法会专门训练模型，让提前退出得到的输出可以直接当作好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。这种草稿模型还有一个我们没有利用的好处：它那一层就是目标模型的第 0 层，所以对已确认的 token，它的 K/V 就是目标模型第 0 层的 K/V（只差舍入误差，因为两个模型把 token 分到不同的调用里计算）。因此 LayerSkip 只为前面几层保留一份缓存，由草稿模型和目标模型共用，验证调用在这几层上大多直接复用草稿模型算好的结果，而不是重算；我们保留两份独立的缓存，好让每份缓存的回滚都看得清楚。
 

@@ -48,81 +48,29 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 
 # %% [markdown] lang="en"
 # **The shares behind the test.** For each call, the two measured shares the test compares with a third. The
-# table also applies the test to the cache, as attention reads it at batch 1 and as the score product
-# `k @ q^T` reads the keys at batch {{run:roofline.cache_batch_max}}: these two rows are reported, not asserted,
-# since how fast a library reads a cache depends on its routines (the note after the table).
+# last row applies the same test to the cache as attention reads it at batch 1; it is reported, not asserted,
+# since how fast a library reads a cache depends on its routines (the optional part at the end of this section).
 
 # %% [markdown] lang="zh"
-# **判断所依据的比例**：下表给出每个调用的两个实测比例，判断就是把它们与三分之一比较。表中还把同样的判断用在缓存上：一行是 batch 为 1 时按注意力的写法读取缓存，一行是 batch 为 {{run:roofline.cache_batch_max}} 时分数乘法 `k @ q^T` 读取键。这两行只报告，不做断言，因为数学库读取缓存有多快取决于它的例程（见表后的说明）。
+# **判断所依据的比例**：下表给出每个调用的两个实测比例，判断就是把它们与三分之一比较。最后一行把同样的判断用在 batch 为 1 时按注意力的写法读取缓存上；这一行只报告，不做断言，因为数学库读取缓存有多快取决于它的例程（见本节末尾的选读部分）。
 
 # %%
-# [en] Each row names the call that was timed; the last two rows (the cache) are reported, not asserted.
-# [zh] 每一行写明被计时的调用；最后两行（缓存）只报告，不做断言。
+# [en] Each row names the call that was timed; the last row (the cache) is reported, not asserted.
+# [zh] 每一行写明被计时的调用；最后一行（缓存）只报告，不做断言。
 say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['gflops'] * 1e9 / PEAK:.0%}", f"`{memory_bound(r)}`"]
            for call, batch, r in (("F.linear(x, weight)", first["batch"], first), ("F.linear(x, weight)", last["batch"], last),
-                                  ("masked_attention(q, k, v, ...)", CACHE_SWEEP[0]["batch"], CACHE_SWEEP[0]),
-                                  ("k @ q^T", CACHE_BATCHES[-1], SCORES["k @ q^T"]))],
+                                  ("masked_attention(q, k, v, ...)", CACHE_SWEEP[0]["batch"], CACHE_SWEEP[0]))],
           en=["call", "batch B", "bytes per second, share of STREAM", "FLOP/s, share of π",
               "memory-bound (bytes share >= 1/3, FLOP/s share <= 1/3)"],
           zh=["调用", "batch $B$", "每秒字节数占 STREAM 的比例", "FLOP/s 占 π 的比例",
               "受限于内存带宽（带宽占比 ≥ 1/3 且算力占比 ≤ 1/3）"])
 
 # %% [markdown] lang="en"
-# **A note on the cache reads.** The roofline classifies the cache reads as memory-bound: at 0.5 FLOP/byte
-# they lie far left of the ridge. As attention computes them, at batch 1, they moved their bytes at
-# {{run:roofline.cache_bandwidth_share:.0%}} of the STREAM bandwidth while using {{run:roofline.cache_peak_share:.0%}} of
-# the arithmetic peak; the score product alone, written `k @ q^T`, read its keys at
-# {{run:roofline.scores_kq_share:.0%}} of the STREAM bandwidth, and written `q @ k^T`, as attention writes it, at
-# {{run:roofline.scores_qk_share:.0%}}. The value product `w @ v` read the values at
-# {{run:roofline.values_share:.0%}} of the STREAM bandwidth; at batch {{run:roofline.cache_batch_max}} the score
-# product as attention writes it took {{run:roofline.scores_qk_attention_share:.0%}} of the attention call's time and
-# the value product {{run:roofline.values_attention_share:.0%}}, so both halves count. (Each product was timed as a
-# call of its own, outside the attention call, so the two shares need not add up to 100%.) Where `k @ q^T` is far faster
-# than `q @ k^T`, what holds the score half back is neither side of the roof nor the data's layout (the same
-# buffer), but how fast the library's routine runs for the shape it is handed; we found no such faster form for
-# the value half here. Nor is the fixed cost of a call the reason: each product, timed alone, takes milliseconds
-# (the table's column "ms"). How much the
-# shape matters depends on the math library and the processor, so these numbers are reported, not asserted. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is written
-# for exactly this job: to stream the whole cache through at the memory bandwidth. (A kernel that only reads
-# can even pass the STREAM figure: STREAM credits each kernel with the bytes its loop names, but an ordinary
-# store first reads the cache line it overwrites, a transfer STREAM does not count.)
-
-# %% [markdown] lang="zh"
-# **关于缓存读取的说明**：Roofline 模型把缓存读取归类为受限于内存带宽：它的算术强度只有 0.5 FLOP/字节，远在拐点左侧。按注意力的写法，batch 为 1 时，它搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，同时用了运算峰值的 {{run:roofline.cache_peak_share:.0%}}；单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力里的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。值乘法 `w @ v` 读取值的速度是 STREAM 带宽的 {{run:roofline.values_share:.0%}}；batch 为 {{run:roofline.cache_batch_max}} 时，按注意力写法的分数乘法占注意力调用耗时的 {{run:roofline.scores_qk_attention_share:.0%}}，值乘法占 {{run:roofline.values_attention_share:.0%}}，两半都不可忽略。（每次乘法都是在注意力调用之外单独计时的，所以这两个比例相加不必等于 100%。）如果 `k @ q^T` 远快于 `q @ k^T`，那么拖慢分数这一半的既不是屋顶线的斜边或水平边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快；对值这一半，我们在这里没有找到更快的写法。每次调用的固定开销也不是原因：单独计时的每次乘法都要几毫秒（见表中“毫秒”一列）。形状的影响有多大取决于数学库和处理器，所以这些数只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。（只读不写的内核甚至可以超过 STREAM 的数字：STREAM 只给每个内核记它的循环中写明的字节，而普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计。）
-
-# %% [markdown] lang="en"
-# **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one,
-# which is what speculative decoding's verifying call over $k + 1$ tokens saves on the weights (it also reads the
-# sequence's cache once for its $k + 1$ queries, section 6). It would also take about the
-# same time only if both calls ran at the memory roof; the roof is a ceiling, so the counts alone do not predict
-# the time of a given row. On the machine that built this notebook every
-# batch size calls the same routine, oneMKL's `SGEMM` (setting the environment variable `MKL_VERBOSE=1` prints
-# each call), but how fast it reads the matrix depends on the number of rows, not only on the bytes: the calls
-# over a few rows sat below the roof (above). In this run
-# a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
-# {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one (the table
-# below). A ratio below $B$ means each token's share of the time fell; a ratio near 1 would mean the call cost
-# about the time of one. These are one run's numbers, on a machine that may have been running other work;
-# another library or processor gives other ratios.
-
-# %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，投机解码中验证 $k + 1$ 个 token 的那次调用在权重上省下的正是这些字节（它还只读一遍这条序列的缓存，供 $k + 1$ 个查询使用，见第 6 节）。只有两次调用都跑到内存那一侧的屋顶线时，它们的耗时才会差不多相同；屋顶线只是上限，所以单凭计数预测不了表中某一行的耗时。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`（设置环境变量 `MKL_VERBOSE=1` 就会打印每次调用），但这个例程读取矩阵的速度不只取决于字节数，也取决于行数：处理几行的调用都低于屋顶线（见上文）。本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍（见下表）。比值小于 $B$，说明每个 token 分到的耗时下降了；比值接近 1，才说明这次调用只花了一次单行调用的时间。这些是一次运行的结果，运行时机器上可能还有别的任务；换一个数学库或处理器，比值也会不同。
-
-# %%
-# [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.
-# [zh] 处理几行的一次调用与只处理一行的调用相比耗时多少（第 6 节的验证调用）：只报告，不做断言。
-SMALL_BATCHES = [b for b in WEIGHT_BATCHES if 1 < b <= 8] or [WEIGHT_BATCHES[1]]
-CALL_RATIOS = {b: median(SECONDS[("weights", b)]) / median(SECONDS[("weights", 1)]) for b in SMALL_BATCHES}
-say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
-          en=["rows per call B", "time of one call, in one-row calls"],
-          zh=["每次调用的行数 $B$", "一次调用的耗时（以单行调用为单位）"])
-
-# %% [markdown] lang="en"
 # **The picture.** The roof of this core has a sloped side set by STREAM, $\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s,
-# and a flat side set by the largest FLOP rate this run measured, $\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s; the ridge lies at
+# and a flat side set by the fastest rate measured, $\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s; the ridge lies at
 # {{run:roofline.ridge:.1f}} FLOP/byte. The batch-1 product, at {{run:roofline.intensity_b1:.2f}} FLOP/byte, streamed its
 # weights at {{run:roofline.weight_gbs_b1:.1f}} GB/s, {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth, and did
-# {{run:roofline.gflops_b1:.1f}} GFLOP/s, {{run:roofline.b1_peak_share:.0%}} of the peak. At batch
+# {{run:roofline.gflops_b1:.1f}} GFLOP/s, {{run:roofline.b1_peak_share:.0%}} of $\pi$. At batch
 # {{run:roofline.weight_batch_max}} the same weights serve {{run:roofline.weight_batch_max}} tokens at
 # {{run:roofline.gflops_bmax:.0f}} GFLOP/s, and a token's share of the call's time is 1/{{run:roofline.amortization:.1f}} of
 # the batch-1 time. The cache reads stay at 0.5 FLOP/byte whatever the batch, and their time per sequence does
@@ -133,34 +81,26 @@ say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
 # {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a hundred times below a data-centre
 # GPU's ridge: an NVIDIA H100 SXM offers {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s in dense BF16 and
 # {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s (its datasheet), a ridge at {{run:roofline.gpu_ridge:.0f}} FLOP/byte. There a
-# call over $k + 1$ rows instead of one still lies far below the ridge, so by the roofline's count both calls
-# have the same floor on their time, the time of reading their bytes; they take about that time only where
-# the kernel streams its bytes at the memory bandwidth, which is what GPU decode kernels are written to do,
-# and which this core's matrix routine did at one row but not at a few. This is why a decode step can be at
-# best as fast as memory lets it be, and why the mechanisms of this series pay off: batching shares the
-# weights' bytes, GQA, MLA and quantization shrink the cache's bytes, and speculative decoding verifies $k + 1$
-# tokens for the weight bytes of one and one read of the sequence's cache.
+# call over $k + 1$ rows instead of one still lies far below the ridge, so both calls have the same floor on
+# their time, the time of reading their bytes (how close a kernel comes to it: "What the table shows", above).
+# This is why a decode step is at best as fast as memory lets it be, and why the mechanisms of this series pay
+# off: batching shares the weights' bytes among sequences; GQA, MLA and quantization shrink the cache's bytes;
+# speculative decoding verifies $k + 1$ tokens with one read of the weights **and one read of the sequence's
+# cache**, which raises the cache part's intensity about $(k + 1)$-fold, something batching cannot do.
 #
-# *Figure: left, measurements only, on one core of this machine (`measured on one core`): the roof (black:
-# $\min(\pi, \beta I)$, with $\beta$ from STREAM and $\pi$ the largest FLOP rate measured, `peak` in the legend,
-# both in FP32), the weight product at each batch size (blue circles, batch size written beside each; the
-# points for {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows sag below the roof, at
-# {{run:roofline.small_roof_share_min:.0%}} to {{run:roofline.small_roof_share_max:.0%}} of it in this run, because the
-# matrix routine, not the memory, set their time), the cache
-# reads as attention computes them (orange triangles), and the score product alone written `k @ q^T` at batch
-# {{run:roofline.cache_batch_max}} (hollow orange triangle): the same keys, handed to the library in the other shape.
-# Right, predictions, not measurements (`predicted from the published configurations (bf16)`): the decode step's
-# intensity against the batch size for the published models, counted from their configurations with 16-bit
-# weights and cache at a context of 4,096 tokens, with the ridge points of this core (black, dashed,
-# `ridge of one core (fp32)`, measured in FP32, so only a rough mark for 16-bit numbers) and of an H100 (grey,
-# dotted, from its datasheet).*
+# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$), the
+# weight product at each batch size (blue circles, batch written beside each), and the cache reads as attention
+# computes them (orange triangles, all at 0.5 FLOP/byte). Right, predictions from the published configurations
+# with 16-bit weights and cache at a context of 4,096 tokens: the decode step's intensity against the batch
+# size, with the ridge of this core (black, dashed; measured in FP32, so only a rough mark) and of an H100 (grey,
+# dotted).*
 
 # %% [markdown] lang="zh"
-# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由本次运行测得的最大 FLOP 速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有峰值的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
+# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
 #
-# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以按 Roofline 模型的计数，两次调用耗时的下界相同，都是读取各自字节的时间；只有内核以内存带宽读取字节时，耗时才接近这个下界。GPU 上的解码内核正是为此而写的；而这个核心的矩阵乘法例程处理一行时做到了，处理几行时没有做到。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制能带来收益的原因：batch 让许多 token 分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码则只花一个 token 的权重字节和一遍这条序列的缓存读取，验证 $k + 1$ 个 token。
+# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以两次调用耗时的下界相同，都是读取各自字节的时间（内核能多接近这个下界，见上文“表中可以看出什么”）。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制能带来收益的原因：batch 让多条序列分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码读一遍权重、**再读一遍这条序列的缓存**，就验证了 $k + 1$ 个 token，这让缓存部分的算术强度提高约 $k + 1$ 倍，而这是 batch 做不到的。
 #
-# *图：左图只有测量值，都是在本机的一个核心上测得的（标题 measured on one core）。黑线是屋顶线 $\min(\pi, \beta I)$，$\beta$ 取自 STREAM，$\pi$ 是本次运行测得的最大 FLOP 速率，都是 FP32；图例中的 roof 给出这两个数（peak 即峰值 $\pi$）。weights x B tokens（蓝色圆点，旁边标注 batch 大小）是各种 batch 大小下的权重乘法，其中 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的点明显低于屋顶线，本次运行中只达到屋顶线的 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}，因为决定它们耗时的是矩阵乘法例程，而不是内存；cache reads, B sequences（橙色三角形）是按注意力的写法读取缓存；scores alone as k @ q^T, B = {{run:roofline.cache_batch_max}}（空心橙色三角形）是 batch 为 {{run:roofline.cache_batch_max}} 时单独的分数乘法写成 `k @ q^T` 的结果：同样的键，以另一种形状交给数学库。横轴 arithmetic intensity (FLOP/byte) 是算术强度（FLOP/字节），纵轴 GFLOP/s (1 thread, fp32) 是单线程 FP32 下每秒的十亿次浮点运算数。右图是预测值，不是测量值（标题 predicted from the published configurations (bf16) 的意思是“由公开模型的配置算出，16 位”）：按各公开模型的配置、16 位权重和缓存、4,096 个 token 的上下文，算出解码步的算术强度（纵轴 decode step intensity (FLOP/byte)）随 batch 大小（横轴 batch size B）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，它是用 FP32 测出的，对 16 位数值只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)，取自其数据手册）。*
+# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
@@ -173,15 +113,15 @@ colors = plt.rcParams["axes.prop_cycle"].by_key()["color"][2:]
 fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4))
 xs = np.logspace(-1.3, 3, 200)
 left.loglog(xs, np.minimum(PEAK, BANDWIDTH * xs) / 1e9, color="black",
-            label=f"roof: STREAM {BANDWIDTH / 1e9:.1f} GB/s, peak {PEAK / 1e9:.0f} GFLOP/s")
+            label=f"roof: STREAM {BANDWIDTH / 1e9:.1f} GB/s, fastest measured {PEAK / 1e9:.0f} GFLOP/s")
 left.plot([r["intensity"] for r in WEIGHT_SWEEP], [r["gflops"] for r in WEIGHT_SWEEP], "o", color="tab:blue", label="weights x B tokens")
 for r in WEIGHT_SWEEP:
     left.annotate(str(r["batch"]), (r["intensity"], r["gflops"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
 left.plot([r["intensity"] for r in CACHE_SWEEP], [r["gflops"] for r in CACHE_SWEEP], "^", color="tab:orange", label="cache reads, B sequences")
-# [en] The score product alone, written k @ q^T: 2 FLOPs per 4-byte key element, 0.5 FLOP/byte like the cache reads.
-# [zh] 单独的分数乘法，写成 k @ q^T：每个 4 字节的键元素 2 次浮点运算，和缓存读取一样是 0.5 FLOP/字节。
-left.plot([0.5], [SCORES["k @ q^T"]["gbs"] * 0.5], "^", markerfacecolor="none", color="tab:orange",
-          label=f"scores alone as k @ q^T, B = {CACHE_BATCHES[-1]}")
+# [en] The cache's points share one intensity, 0.5 FLOP/byte: one label names their batch sizes.
+# [zh] 缓存的各点算术强度相同，都是 0.5 FLOP/字节：用一个标注写出它们的 batch 大小。
+left.annotate("B = " + ", ".join(str(r["batch"]) for r in CACHE_SWEEP), (0.5, max(r["gflops"] for r in CACHE_SWEEP)),
+              textcoords="offset points", xytext=(6, 5), fontsize=7, color="tab:orange")
 left.set_xlabel("arithmetic intensity (FLOP/byte)")
 left.set_ylabel("GFLOP/s (1 thread, fp32)")
 left.set_title("measured on one core", fontsize=9)
@@ -203,8 +143,89 @@ plt.show()
 assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 
 # %% [markdown] lang="en"
-# *The next section is the first notebook's check of our decoder against Hugging Face GPT-2, repeated
-# unchanged: it is here because section 11 needs its mapping of our weights into `GPT2LMHeadModel`.*
+# ### Optional: how fast the library read the cache, and what a few rows cost
+#
+# This part explains two measurements the criteria above do not need; section 10 does not rely on it. It
+# times the cache's two products alone and compares calls over a few rows with a call over one.
+#
+# The score product can be written two ways that read the same contiguous keys and do the same multiply-adds:
+# as attention writes it, a row times a transposed matrix (`q @ k^T`), and as a matrix times a column
+# (`k @ q^T`). What differs is the shape in which PyTorch hands the keys to the math library: the wide second
+# operand of a one-row product, or the tall first operand of a one-column product. On the machine that built
+# this notebook both go to oneMKL's `SGEMM_BATCH` (`MKL_VERBOSE=1` prints each call), whose speed differs
+# between the two shapes. The value product is timed as attention writes it (`w @ v`).
 
 # %% [markdown] lang="zh"
-# *下一节是第一份笔记本中用 Hugging Face GPT-2 检验我们解码器的内容，原样重复：它之所以出现在这里，是因为第 11 节要用到其中把我们的权重装进 `GPT2LMHeadModel` 的映射。*
+# ### 选读：数学库读取缓存有多快，以及处理几行的调用要花多少时间
+#
+# 这一部分解释上面的判据用不到的两项测量，第 10 节也不依赖它。它单独给缓存的两次乘法计时，并把处理几行的调用与只处理一行的调用相比较。
+#
+# 分数乘法可以有两种写法，读取的是同一块连续存放的键，乘加次数也相同：一种是注意力里的写法，行向量乘以转置的矩阵（`q @ k^T`）；另一种是矩阵乘以列向量（`k @ q^T`）。不同的是 PyTorch 把键交给数学库时的形状：前者中键是单行乘法里宽的第二个操作数，后者中键是单列乘法里高的第一个操作数。在构建本笔记本的机器上，两者调用的都是 oneMKL 的 `SGEMM_BATCH`（设置 `MKL_VERBOSE=1` 就会打印每次调用），它在这两种形状下的速度不同。值乘法按注意力里的写法计时（`w @ v`）。
+
+# %% [markdown] lang="en"
+# The two products alone, at batch {{run:roofline.cache_batch_max}}, each reading half of the cache's bytes (the keys,
+# or the values) at 0.5 FLOP/byte; the last column divides the product's time by the attention call's at the
+# same batch.
+
+# %% [markdown] lang="zh"
+# 单独的两次乘法，batch 为 {{run:roofline.cache_batch_max}}，每次读取缓存字节数的一半（键或值），算术强度都是 0.5 FLOP/字节；最后一列是这次乘法的耗时除以同一 batch 下注意力调用的耗时。
+
+# %% tags=["hide-input"]
+# [en] Bytes of the keys (or of the values) of the largest batch; the attention call's seconds at that batch.
+# [zh] 最大 batch 的键（或值）的字节数；该 batch 下注意力调用的秒数。
+SCORE_BYTES = FP32 * CACHE_BATCHES[-1] * CACHE_HEADS * CACHE_KEYS * CACHE_DIM
+attention_seconds = median(SECONDS[("cache", CACHE_BATCHES[-1])])
+PRODUCTS = {form: {"gbs": SCORE_BYTES / median(SECONDS[form]) / 1e9, "gflops": 0.5 * SCORE_BYTES / median(SECONDS[form]) / 1e9,
+                   "ms": 1e3 * median(SECONDS[form]), "attention_share": median(SECONDS[form]) / attention_seconds,
+                   "spread": spread(SECONDS[form])}
+            for form in ("q @ k^T", "k @ q^T", "w @ v")}
+SCORES = {form: PRODUCTS[form] for form in ("q @ k^T", "k @ q^T")}
+assert all(r["gflops"] * 1e9 <= PEAK for r in PRODUCTS.values())
+say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['attention_share']:.0%}", f"{r['spread']:.2f}"]
+           for form, r in PRODUCTS.items()],
+          en=[f"product, batch {CACHE_BATCHES[-1]}", "ms", "GB/s (keys or values read)", "share of STREAM", "share of the attention call's time", "spread"],
+          zh=[f"乘法，batch 为 {CACHE_BATCHES[-1]}", "毫秒", "GB/s（读取键或值）", "占 STREAM 的比例", "占注意力调用耗时的比例", "波动范围"])
+
+# %% [markdown] lang="en"
+# **What the products show.** As attention computes them at batch 1, the cache reads moved their bytes at
+# {{run:roofline.cache_bandwidth_share:.0%}} of the STREAM bandwidth. The score product alone read its keys at
+# {{run:roofline.scores_kq_share:.0%}} of it written `k @ q^T`, and at {{run:roofline.scores_qk_share:.0%}} written
+# `q @ k^T`; the value product read the values at {{run:roofline.values_share:.0%}}. So where `k @ q^T` is the faster,
+# what holds the score half back is neither side of the roof nor the data's layout (the same buffer), but how
+# fast the library's routine runs for the shape it is handed; the fixed cost of a call is not the reason, as each
+# product takes milliseconds. The last column is only a rough guide to where the attention call's time goes:
+# the products were timed as separate calls, in a different state of the processor's caches, so their shares
+# ({{run:roofline.scores_qk_attention_share:.0%}} and {{run:roofline.values_attention_share:.0%}} here) are not parts of
+# the attention call and need not add up to 100% or less. These numbers depend on the library and the processor,
+# so they are reported, not asserted. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is
+# written for exactly this job: to stream the whole cache at the memory bandwidth.
+
+# %% [markdown] lang="zh"
+# **这两次乘法说明了什么**：按注意力的写法，batch 为 1 时，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快；每次调用的固定开销也不是原因，因为每次乘法都要几毫秒。最后一列只能粗略说明注意力调用的时间花在哪里：两次乘法是作为单独的调用计时的，处理器缓存的状态也不同，所以它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）并不是注意力调用的组成部分，相加不必小于或等于 100%。这些数取决于数学库和处理器，所以只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
+
+# %% [markdown] lang="en"
+# **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one; it
+# would take about the same time only if both ran at the memory roof (the caveat of "What the table shows").
+# On the machine that built this notebook every batch size calls the same routine, oneMKL's `SGEMM`, yet in
+# this run a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
+# {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one. A ratio below
+# $B$ means each token's share of the time fell; a ratio near 1 would mean the call cost about the time of one.
+
+# %% [markdown] lang="zh"
+# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同；只有两次调用都跑到内存那一侧的屋顶线时，耗时才会差不多相同（见“表中可以看出什么”中的保留说明）。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。比值小于 $B$，说明每个 token 分到的耗时下降了；比值接近 1，才说明这次调用只花了一次单行调用的时间。
+
+# %% tags=["hide-input"]
+# [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.
+# [zh] 处理几行的一次调用与只处理一行的调用相比耗时多少（第 6 节的验证调用）：只报告，不做断言。
+SMALL_BATCHES = [b for b in WEIGHT_BATCHES if 1 < b <= 8] or [WEIGHT_BATCHES[1]]
+CALL_RATIOS = {b: median(SECONDS[("weights", b)]) / median(SECONDS[("weights", 1)]) for b in SMALL_BATCHES}
+say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
+          en=["rows per call B", "time of one call, in one-row calls"],
+          zh=["每次调用的行数 $B$", "一次调用的耗时（以单行调用为单位）"])
+
+# %% [markdown] lang="en"
+# *You may skip the next section: it is the first notebook's check of our decoder against Hugging Face GPT-2,
+# re-run unchanged only because section 11 needs its mapping of our weights into `GPT2LMHeadModel`.*
+
+# %% [markdown] lang="zh"
+# *下一节可以跳过：它是第一份笔记本中用 Hugging Face GPT-2 检验我们解码器的内容，原样重新运行，只是因为第 11 节要用到其中把我们的权重装进 `GPT2LMHeadModel` 的映射。*

@@ -7,13 +7,12 @@
 # the Hugging Face comparison (or that it was skipped), and every negative control under `controls`, each
 # with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
 # strict JSON. On Colab the cell also offers the files for download. Its code is folded: it only gathers what
-# the sections above computed. The folded cell after it gathers the
-# values of this run that the prose quotes (the builder fills them in; there is nothing in it to read).
+# the sections above computed.
 
 # %% [markdown] lang="zh"
 # ## 12. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：前缀缓存在各种池大小下的扫描结果、每个 $k$ 的投机解码结果、split-K 的误差、解码步的计数、公开模型的配置及其出处、本机 Roofline 模型的测量值、与 Hugging Face 的比较（或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它的代码已折叠：其中只是汇集前面各节算出的结果。它后面那个折叠起来的单元格汇集了本笔记本正文所引用的运行结果（由构建工具填入正文，其中没有需要阅读的内容）。
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：前缀缓存在各种池大小下的扫描结果、每个 $k$ 的投机解码结果、split-K 的误差、解码步的计数、公开模型的配置及其出处、本机 Roofline 模型的测量值、与 Hugging Face 的比较（或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它的代码已折叠：其中只是汇集前面各节算出的结果。
 
 # %% tags=["hide-input"]
 CONTROLS = {
@@ -138,7 +137,7 @@ one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
           "mla_factor": COSTS["DeepSeek-V2-Lite"][1]["cache_intensity"] / (2 / BF16),
           "deepseek_experts_b64": SHAPES[-1].experts * (1 - (1 - SHAPES[-1].experts_per_token / SHAPES[-1].experts) ** 64)},
  "roofline": {"rounds": ROUNDS, "cache_keys": CACHE_KEYS, "matmul_intensity": 2 * MATMUL_SIZE**3 / (3 * FP32 * MATMUL_SIZE**2),
-              "weight_batch_max": WEIGHT_SWEEP[-1]["batch"], "ridge": RIDGE, "peak_gflops": PEAK / 1e9, "bandwidth_gbs": BANDWIDTH / 1e9,
+              "weight_batch_max": WEIGHT_SWEEP[-1]["batch"], "ridge": RIDGE, "peak_gflops": PEAK / 1e9, "matmul_gflops": MATMUL_RATE / 1e9, "bandwidth_gbs": BANDWIDTH / 1e9,
               "intensity_b1": WEIGHT_SWEEP[0]["intensity"], "intensity_bmax": WEIGHT_SWEEP[-1]["intensity"], "gflops_b1": WEIGHT_SWEEP[0]["gflops"], "weight_gbs_b1": WEIGHT_SWEEP[0]["gbs"],
               "b1_bandwidth_share": WEIGHT_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "b1_peak_share": WEIGHT_SWEEP[0]["gflops"] * 1e9 / PEAK,
               "gflops_bmax": WEIGHT_SWEEP[-1]["gflops"], "amortization": weight_ms[0] / weight_ms[-1],

@@ -23,17 +23,12 @@
 #   MLA and quantization shrink the cache's bytes; speculative decoding verifies several tokens for one read of
 #   the weights and one read of the sequence's cache, which raises the cache part's intensity about
 #   $(k + 1)$-fold, where batching cannot.
-# * **Measured, the roof is a ceiling, not a prediction.** On one core of this CPU, every number in FP32: the
-#   ridge lies at {{run:roofline.ridge:.1f}} FLOP/byte, and the batch-1 weight product and the cache reads both sit at
-#   0.5. The batch-1 weight product streamed its weights at {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM
-#   bandwidth. PyTorch's CPU attention read the cache at {{run:roofline.cache_bandwidth_share:.0%}}, and the score
-#   product alone, handed to the library as a matrix times a column, read the same keys at
-#   {{run:roofline.scores_kq_share:.0%}}: the same bytes, another speed of the library's routine. Calls over
-#   {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows read the same weight bytes as a call over one
-#   but took {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long in this run, at
-#   {{run:roofline.small_roof_share_min:.0%}} to {{run:roofline.small_roof_share_max:.0%}} of the roof: the matrix routine,
-#   not the memory, set their time. So a speculative round's $k + 1$ rows always cost the weight bytes of one
-#   row (and one read of the sequence's cache), and the time of one row only where the step runs at the memory roof.
+# * **Measured, the roof is a ceiling, not a prediction.** On one core of this CPU, in FP32, the ridge lies at
+#   {{run:roofline.ridge:.1f}} FLOP/byte and the batch-1 weight product and the cache reads both sit at 0.5. The batch-1
+#   weight product streamed its weights at {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth, but calls over
+#   {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows, which read the same weight bytes, took
+#   {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long: the matrix routine, not the
+#   memory, set their time (section 9, "What the table shows").
 # * **Every mechanism here is a place for a silent bug**: a hash without its prefix, a shared partial block,
 #   an evicted block still in use, a missing crop, a merge without rescaling. Each gives plausible numbers, and
 #   only a comparison with the plain computation catches it.
@@ -45,7 +40,7 @@
 # * **投机解码改变的是目标模型被调用的次数，而不是它说出的内容**。草稿模型与目标模型的一致率为 {{run:spec.agreement:.0%}} 时，$k = 1$ 时每次目标模型调用得到 {{run:spec.tokens_k1:.2f}} 个 token，$k = {{run:spec.kmax}}$ 时得到 {{run:spec.tokens_kmax:.2f}} 个；这些 token 都是目标模型自己的。不过，只有在精确算术下两者才严格相等：一次验证 $k + 1$ 个 token 的调用与只算一个 token 的解码步求和的分组方式不同（在 GPU 上用 BF16 时，内核的形状也不同），logits 会有舍入差异；最大的两个 logits 几乎相等时，贪心选择就可能翻转。这里每个决策的余量都远大于 logits 的误差。拒绝草稿之后忘了截短目标模型的缓存，会悄无声息地改变生成的文本。
 # * **对长缓存的注意力可以分段计算、再精确合并**，只要每一段都报告自己的最大值和指数和，合并时按 $e^{m_s - M}$ 重新缩放；完全被遮住的一段权重必须为 0，而不是 NaN。
 # * **按计数，解码步每读一个字节所做的运算太少，让处理器忙不起来**。按公开模型的配置、16 位数值计算，batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算（Llama 2 7B 这样的多头注意力模型，缓存部分为 {{run:cost.llama2_cache:.1f}} 次），而 H100 在 BF16 下要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来。batch 能分摊权重的字节，却永远分摊不了缓存的字节；GQA、MLA 和量化缩小缓存的字节；投机解码读一遍权重、读一遍这条序列的缓存，就能验证好几个 token，缓存部分的算术强度因此提高到约 $k + 1$ 倍，这是 batch 做不到的。
-# * **实测表明，屋顶线是上限，而不是预测**。在这台 CPU 的一个核心上，以下数字全部是 FP32：拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节，batch 为 1 的权重乘法和缓存读取的算术强度都是 0.5。batch 为 1 的权重乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}。PyTorch 在 CPU 上算注意力时，读取缓存的速度是 STREAM 的 {{run:roofline.cache_bandwidth_share:.0%}}；单独的分数乘法以矩阵乘以列向量的形状交给数学库时，读取同样的键，速度是 {{run:roofline.scores_kq_share:.0%}}：字节相同，只是数学库例程的速度不同。本次运行中，处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用读取的权重字节与单行调用相同，耗时却是单行调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍，只达到屋顶线的 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}：决定它们耗时的是矩阵乘法例程，而不是内存。所以投机解码一轮的 $k + 1$ 行总是只花一行的权重字节（以及一遍这条序列的缓存读取），而只有解码步跑到内存那一侧的屋顶线时，才只花一行的时间。
+# * **实测表明，屋顶线是上限，而不是预测**。在这台 CPU 的一个核心上，FP32 下拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节，batch 为 1 的权重乘法和缓存读取的算术强度都是 0.5。batch 为 1 的权重乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；而处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用读取同样的权重字节，耗时却是单行调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍：决定它们耗时的是矩阵乘法例程，而不是内存（见第 9 节“表中可以看出什么”）。
 # * **这里的每种机制都可能藏着悄无声息的错误**：不含前缀的块哈希、共享未填满的物理块、仍在使用就被淘汰的物理块、忘了截短缓存、合并时不做重新缩放。它们给出的数字都似是而非，只有与最直接的计算方式比较才能把它们查出来。
 
 # %% [markdown] lang="en"
