@@ -30,6 +30,8 @@ say(en=f"Section 3's decoder vs `Decoder` over {len(MHA_SAME)} tensors (logits f
        f"最大绝对误差为 {MHA_SAME[worst]['max_abs_err']:.1e}（`{worst}`），"
        f"{'全部在容差之内' if all(r['close'] for r in MHA_SAME.values()) else '并非全部在容差之内'}。")
 assert all(r["close"] for r in MHA_SAME.values())
+# [en] Layer 0's cache is bit for bit the same on any CPU: the same projection of the same inputs, before any attention.
+# [zh] 第 0 层的缓存在任何 CPU 上都逐比特相同：在任何注意力计算之前，它是同样的输入经过同样的投影得到的。
 assert MHA_SAME["layer0_k"]["bit_exact"] and MHA_SAME["layer0_v"]["bit_exact"]
 
 # %% [markdown] lang="en"
