@@ -36,11 +36,10 @@ assert MHA_SAME["layer0_k"]["bit_exact"] and MHA_SAME["layer0_v"]["bit_exact"]
 
 # %% [markdown] lang="en"
 # **Criterion 2: with $H_{kv} = 2$ (GQA) and $H_{kv} = 1$ (MQA), the cached path equals full recomputation**
-# over the grid of `check_cached`: every logit and every cached tensor, 12 configurations per model (`GQA2` and
-# `MQA` are the two configurations). The GQA grid is shown in full, then one summary row per model.
+# over the grid of `check_cached`: every logit and every cached tensor, 12 configurations per model (`GQA2`, `MQA`). The GQA grid is shown in full, then one summary row per model.
 
 # %% [markdown] lang="zh"
-# **判据 2：当 $H_{kv} = 2$（GQA）和 $H_{kv} = 1$（MQA）时，缓存路径与完整重算一致。** 检查用的是 `check_cached` 的网格：比较每个 logit 和每个缓存的张量，每个模型 12 种配置（两种配置分别记为 `GQA2` 和 `MQA`）。先完整列出 GQA 的网格，再为每个模型各列一行汇总。
+# **判据 2：当 $H_{kv} = 2$（GQA）和 $H_{kv} = 1$（MQA）时，缓存路径与完整重算一致。** 检查用的是 `check_cached` 的网格：比较每个 logit 和每个缓存的张量，每个模型 12 种配置（`GQA2`、`MQA`）。先完整列出 GQA 的网格，再为每个模型各列一行汇总。
 
 # %%
 GQA2, MQA = ArchConfig(kv_heads=2), ArchConfig(kv_heads=1)

@@ -79,14 +79,13 @@ print(pack(torch.tensor([1, 2, 3, 0], dtype=torch.uint8), 2), unpack(torch.tenso
 # %% [markdown] lang="en"
 # The quantized layer cache has the same `update` method as the others. It appends the new K/V to the
 # full-precision window and returns, for this call's attention, the dequantized groups followed by the window,
-# with the positions it stored for them: like every cache here, it keeps each key's position (nothing is
-# evicted, so they are all the positions seen). Only then does it quantize the oldest groups, once the
+# with the positions it stored (nothing is evicted). Only then does it quantize the oldest groups, once the
 # window holds $R + G$ positions or more. So a call always reads its own new K/V in full precision, as a
 # prefill does in KIVI, and quantization affects later calls. `QuantAttention` is the attention layer with
 # this cache.
 
 # %% [markdown] lang="zh"
-# 量化后的单层缓存与其他缓存一样，有一个 `update` 方法。它把新的 K/V 追加到全精度窗口，再为本次调用的注意力备好返回值：反量化后的各组接上窗口中的内容，以及为这些键保存的位置：与这里的每种缓存一样，它为每个键保存位置（没有任何内容被淘汰，所以这些就是见过的全部位置）。此后它才检查窗口：一旦窗口中有 $R + G$ 个或更多位置，就量化最旧的若干组。因此，每次调用读到的本次新 K/V 总是全精度的（就像 KIVI 中的预填充那样），量化只影响之后的调用。`QuantAttention` 就是使用这种缓存的注意力层。
+# 量化后的单层缓存与其他缓存一样，有一个 `update` 方法。它把新的 K/V 追加到全精度窗口，再为本次调用的注意力备好返回值：反量化后的各组接上窗口中的内容，以及它为这些键保存的位置（没有任何内容被淘汰）。此后它才检查窗口：一旦窗口中有 $R + G$ 个或更多位置，就量化最旧的若干组。因此，每次调用读到的本次新 K/V 总是全精度的（就像 KIVI 中的预填充那样），量化只影响之后的调用。`QuantAttention` 就是使用这种缓存的注意力层。
 
 # %%
 RESIDUAL, GROUP = 16, 8

@@ -8,8 +8,8 @@
 # Section 2 showed SDPA's two conventions on random tensors: `is_causal=True` aligns the triangle to the
 # upper-left corner (wrong after a cache), `causal_lower_right(C, P + C)` to the lower-right corner (our offset
 # mask). Here they run inside the decoder, as three subclasses of `Attention` that override `attend`. All three
-# hand SDPA the $H_{kv}$ K/V heads as cached (`enable_gqa=True`, no `repeat_interleave` of ours; whether a given
-# SDPA backend expands them internally is its own business, not measured here):
+# hand SDPA the $H_{kv}$ cached K/V heads (`enable_gqa=True`; whether a backend copies them internally is not
+# measured here):
 #
 # * `SDPABoolMask`: SDPA with our boolean mask (`True` = may read), so any mask rule works, the band of
 #   section 6 included;
@@ -24,7 +24,7 @@
 # %% [markdown] lang="zh"
 # ## 8. 融合注意力
 #
-# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合内核。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，三者都把缓存中的 $H_{kv}$ 个 K/V 头原样交给 SDPA（`enable_gqa=True`，我们自己不调用 `repeat_interleave`；某个 SDPA 后端内部是否会扩展它们，是后端自己的事，这里没有测量）：
+# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合内核。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，三者都把缓存中的 $H_{kv}$ 个 K/V 头原样交给 SDPA（`enable_gqa=True`；后端内部是否复制它们，这里没有测量）：
 #
 # * `SDPABoolMask`：把我们的布尔掩码（`True` 表示可以读取）交给 SDPA，因此任何掩码规则都适用，包括第 6 节的带状掩码；
 # * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；

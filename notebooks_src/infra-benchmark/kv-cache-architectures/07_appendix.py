@@ -1,9 +1,7 @@
 # %% [markdown] lang="en"
 # ## Appendix (optional): two rounding findings
 #
-# Nothing in the main text depends on this appendix. It shows two rounding effects that explain why some checks
-# above use a tolerance, or compare with a modified copy of our model, rather than asking for bit-for-bit
-# equality.
+# Two rounding effects behind choices made above; the main text does not depend on them.
 #
 # **A. Why criterion 1 of section 4 asks for a tolerance.** Section 3's decoder and `Decoder` run the same
 # operations in the same order, but hand the kernel keys in different memory layouts, and the logits may differ
@@ -13,16 +11,14 @@
 # hold the same values in different layouts. On the machine that ran this notebook,
 # {{run:gqa.layout_lengths_differing}} of the 24 lengths rounded differently, by up to
 # {{run:gqa.layout_max_diff:.1e}}; every length agrees within the tolerance. Asserting bit-for-bit equality
-# here would assert a property of the machine, not of the code. (What does hold bit for bit on any machine is
-# criterion 1's layer 0 cache: the same projection of the same inputs, concatenated the same way, before any
-# attention has run; section 4 asserts it.)
+# here would assert a property of the machine, not of the code.
 
 # %% [markdown] lang="zh"
 # ## 附录（可选）：两处舍入现象
 #
-# 正文的任何内容都不依赖本附录。这里展示两种舍入现象，说明上文某些检查为什么使用容差，或者与我们模型的一个改动过的副本比较，而不要求逐比特相同。
+# 上文有些做法源于下面两种舍入现象；正文并不依赖它们。
 #
-# **A. 第 4 节的判据 1 为什么要用容差。** 第 3 节的解码器和 `Decoder` 按相同的顺序执行相同的运算，但交给内核的键内存布局不同，logits 可能在最后几个比特上不同。下面直接在乘积上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。如果在这里断言逐比特相同，断言的其实是机器的性质，而不是代码的性质。（在任何机器上都逐比特相同的，是判据 1 中第 0 层的缓存：在任何注意力计算之前，它的 K 和 V 是同样的输入经过同样的投影、以同样的方式拼接得到的；第 4 节断言了这一点。）
+# **A. 第 4 节的判据 1 为什么要用容差。** 第 3 节的解码器和 `Decoder` 按相同的顺序执行相同的运算，但交给内核的键内存布局不同，logits 可能在最后几个比特上不同。下面直接在乘积上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。如果在这里断言逐比特相同，断言的其实是机器的性质，而不是代码的性质。
 
 # %% tags=["hide-input"]
 def by_view_and_by_copy(length: int):
