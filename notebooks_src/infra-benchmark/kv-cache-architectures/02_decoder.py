@@ -52,15 +52,14 @@ def norm_layer(c: ArchConfig) -> nn.Module:
 
 # %% [markdown] lang="en"
 # **The attention layer.** `Attention` projects $H$ query heads and $H_{kv}$ K/V heads, rotates Q and K at the
-# tokens' absolute positions with the rotary embedding `Rotary` when the model uses RoPE (`Rotary` is defined
-# where RoPE is explained; Python looks the name up only when a RoPE model is built), hands the new K/V to
+# tokens' absolute positions with `Rotary` when the model uses RoPE, hands the new K/V to
 # its layer cache, and attends to what the cache returns under the mask that
 # its `mask` method computes from positions. A variant is a subclass that overrides what it changes:
 # `new_cache` (what the layer keeps), `mask` (which keys a query may read), `rotate` (how positions enter),
 # `attend` (how the scores and the weighted sum are computed), or `forward` itself.
 
 # %% [markdown] lang="zh"
-# **注意力层。** `Attention` 投影出 $H$ 个查询头和 $H_{kv}$ 个 K/V 头；如果模型使用 RoPE，就用旋转位置编码 `Rotary` 按 token 的绝对位置旋转 Q 和 K（`Rotary` 在讲解 RoPE 的地方定义；只有构造使用 RoPE 的模型时，Python 才会去查找这个名字）；然后把新的 K/V 交给本层的缓存，再用 `mask` 方法由位置算出掩码，对缓存返回的内容计算注意力。每种变体都是一个子类，只重写它要改动的部分：`new_cache`（这一层保留什么）、`mask`（查询可以读取哪些键）、`rotate`（位置怎样进入计算）、`attend`（怎样计算分数和加权和），或者 `forward` 本身。
+# **注意力层。** `Attention` 投影出 $H$ 个查询头和 $H_{kv}$ 个 K/V 头；如果模型使用 RoPE，就用上面的 `Rotary` 按 token 的绝对位置旋转 Q 和 K；然后把新的 K/V 交给本层的缓存，再用 `mask` 方法由位置算出掩码，对缓存返回的内容计算注意力。每种变体都是一个子类，只重写它要改动的部分：`new_cache`（这一层保留什么）、`mask`（查询可以读取哪些键）、`rotate`（位置怎样进入计算）、`attend`（怎样计算分数和加权和），或者 `forward` 本身。
 
 # %%
 class Attention(nn.Module):

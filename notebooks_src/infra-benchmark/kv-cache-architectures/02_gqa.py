@@ -11,13 +11,11 @@
 #
 # Rather than edit the first notebook's decoder, we build a generalized one next to it, with one small
 # option per design change, and prove each option as it comes. This section needs only the number of K/V
-# heads; the later sections reuse the same decoder. Its attention layer already names `Rotary`, the rotary
-# position embedding, for models that use RoPE: `Rotary` is defined in section 5, and no model before
-# section 5 uses it. First the functions every attention layer shares.
+# heads; the later sections reuse the same decoder. First the functions every attention layer shares.
 
 # %% [markdown] lang="zh"
 # ## 4. 分组查询注意力与多查询注意力
 #
 # 在第 3 节的解码器里，$H = 4$ 个头各自投影出自己的 K 和 V，所以每层缓存中有 $H$ 个 K/V 头。分组查询注意力（GQA；Ainslie 等人，2023）保留全部 $H$ 个查询头，但只有 $H_{kv}$ 个 K/V 头，每 $g = H / H_{kv}$ 个相邻的查询头组成一组，共用一个 K/V 头：查询头 $h$ 读取第 $\lfloor h / g \rfloor$ 个 K/V 头。多查询注意力（MQA；Shazeer，2019）是 $H_{kv} = 1$ 的极端情形，$H_{kv} = H$ 则是普通的多头注意力（MHA）。K 和 V 的投影输出缩小到 $H_{kv} D_h$ 维，缓存也随之缩小：每层保存 `[B, H_kv, T, D_h]`，只有 MHA 的 $1/g$。以 Llama 3 8B 为例，它有 32 个查询头、8 个 K/V 头。
 #
-# 我们不改动第一份笔记本的解码器，而是在它旁边另建一个通用的版本：每种设计改动对应一个小选项，每个选项引入时就给出证明。本节只用到 K/V 头数，后面各节沿用同一个解码器。它的注意力层里已经写好了对 `Rotary`（旋转位置编码）的调用，供使用 RoPE 的模型使用；`Rotary` 到第 5 节才定义，第 5 节之前的模型都不会用到它。先看每个注意力层都要用到的几个函数。
+# 我们不改动第一份笔记本的解码器，而是在它旁边另建一个通用的版本：每种设计改动对应一个小选项，每个选项引入时就给出证明。本节只用到 K/V 头数，后面各节沿用同一个解码器。先看每个注意力层都要用到的几个函数。

@@ -10,15 +10,14 @@
 # `num_key_value_heads=2`, `head_dim=16`, `rms_norm_eps=1e-5`, no biases, no tied embeddings, no special
 # tokens and `rope_theta=10000`.
 #
-# One finding comes first: even after `.double()`, Hugging Face's Llama computes its RMSNorms and its rotary angles in
-# FP32 (`.to(torch.float32)` in `LlamaRMSNorm.forward`, `.float()` in `LlamaRotaryEmbedding.forward`), so against our
-# pure FP64 model it differs by FP32 rounding, far above $10^{-10}$. The cell below holds the tools (plumbing you
-# can skip), among them `with_hf_precision`, a copy of our model that computes those two steps in FP32 too; the Mistral cross-check of
-# section 6 uses them again.
+# Even after `.double()`, Hugging Face's Llama computes its RMSNorms and its rotary angles in FP32, so it is compared
+# with `with_hf_precision(net)`, a copy of our model that computes those two steps in FP32 too (appendix B measures
+# each step's share). The cell below holds the referee tools (plumbing you can skip); section 6's Mistral
+# cross-check uses them again.
 
 # %% [markdown] lang="zh"
 # ### 5.1 与 Hugging Face Llama 交叉核对（可选）
 #
 # 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，按我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。参数名一一对应，不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）：`wte` → `model.embed_tokens`，`ln_1`/`ln_2` → `input_layernorm`/`post_attention_layernorm`，`attn.q`/`k`/`v`/`proj` → `self_attn.q_proj`/`k_proj`/`v_proj`/`o_proj`，`mlp.gate`/`up`/`down` → `mlp.gate_proj`/`up_proj`/`down_proj`，`ln_f` → `model.norm`，`lm_head` → `lm_head`。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，不带偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`。
 #
-# 先说一个发现：即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角（`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`，`LlamaRotaryEmbedding.forward` 中的 `.float()`），所以与我们纯 FP64 的模型相比，它带有 FP32 量级的舍入误差，远大于 $10^{-10}$。下面的单元格是所需的工具（可以跳过），其中的 `with_hf_precision` 为我们的模型做一个副本，让它也在 FP32 下完成这两步；第 6 节与 Mistral 的交叉核对还会用到这些工具。
+# 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角，所以与它比较的是 `with_hf_precision(net)`：我们模型的一个副本，也在 FP32 下完成这两步（附录 B 量出了每一步各占多少）。下面的单元格是裁判要用的工具（可以跳过）；第 6 节与 Mistral 的交叉核对还会用到它们。

@@ -13,6 +13,8 @@
 # means two things. A key is rotated once, at its own absolute position, and cached *after* rotation; its
 # position never changes, so the cached value stays valid. And the new chunk must still be rotated at its
 # true absolute positions $P, P+1, \dots$, exactly as the learned table had to be indexed there.
+#
+# `Rotary` (section 4) is this rotation in code; the cells below prove it.
 
 # %% [markdown] lang="zh"
 # ## 5. 旋转位置编码（RoPE）
@@ -22,3 +24,5 @@
 # $$\langle R_m q, R_n k \rangle = \langle q, R_m^{\top} R_n k \rangle = \langle q, R_{n-m}\, k \rangle ,$$
 #
 # 也就是说，注意力分数只通过两个位置之差依赖于位置。这对缓存意味着两件事。第一，每个键只在它自己的绝对位置上旋转一次，缓存的是**旋转之后**的键；键的位置永远不变，所以缓存的值始终有效。第二，新分块仍然必须按真实的绝对位置 $P, P+1, \dots$ 旋转，正如可学习的位置嵌入表也必须用这些位置去查。
+#
+# `Rotary`（第 4 节）就是这种旋转的代码；下面的单元格证明它。

@@ -60,8 +60,8 @@ assert RING_HELD == [min(t + 1, WINDOW - 1) for t in range(STREAM_LEN)] and RING
 # **Criteria.** With $W = 8$ and the 24-token stream:
 #
 # 1. **cached = full.** Over the 12 configurations, the cached path with eviction equals full recomputation with
-#    the band mask, and the ring holds the full path's K/V at every position it kept (the full call of the same
-#    model reads the whole stream at once, so its ring only matters at the end). Chunks of 5 straddle the window
+#    the band mask, and at the end of the stream the ring of the cached run (filled chunk by chunk) holds the
+#    same positions with the same K/V as the ring of one full call (filled in a single call). Chunks of 5 straddle the window
 #    edge and make the ring wrap in the middle of a chunk.
 # 2. **Chunks as long as the ring, and longer.** The grid's chunks are all shorter than the ring's $W - 1 = 7$
 #    slots, so three more runs (batch 2, FP32 and FP64, `RING_CHUNKS`) bring chunks of 7 tokens, of 10 tokens,
@@ -75,7 +75,7 @@ assert RING_HELD == [min(t + 1, WINDOW - 1) for t in range(STREAM_LEN)] and RING
 # %% [markdown] lang="zh"
 # **判据。** 取 $W = 8$ 和 24 个 token 的序列：
 #
-# 1. **缓存 = 完整重算。** 在 12 种配置上，带淘汰的缓存路径都必须与使用带状掩码的完整重算一致，而且环形缓冲区保留的每个位置上的 K/V 都必须与完整路径相同（同一个模型的完整调用一次读入整条序列，所以它的环形缓冲区只在最后起作用）。分块长度为 5 时，分块会跨越窗口边界，环形缓冲区也会在分块中途绕回。
+# 1. **缓存 = 完整重算。** 在 12 种配置上，带淘汰的缓存路径都必须与使用带状掩码的完整重算一致，而且在序列结束时，带缓存运行的环形缓冲区（逐个分块填入）与一次完整调用的环形缓冲区（一次调用填入）保留的位置相同，各位置上的 K/V 也相同。分块长度为 5 时，分块会跨越窗口边界，环形缓冲区也会在分块中途绕回。
 # 2. **分块与环形缓冲区一样长，或者更长。** 网格中的分块都比环形缓冲区的 $W - 1 = 7$ 个槽位短，所以我们再做三组运行（batch 为 2，FP32 和 FP64，即 `RING_CHUNKS`）：分块长 7 个 token；分块长 10 个 token；先用 16 个 token 做预填充（prefill），再逐个 token 解码。这样的调用直接从新分块中读取本分块的全部键，只把最后 7 个位置写进环形缓冲区。
 # 3. **窗口比序列还宽时，什么都不变。** 当 $W > T$ 时，没有任何内容被淘汰，带状区域覆盖了整个下三角，所以 `window_model(25)` 必须与第 5 节不带窗口的模型 `build(LLAMA_CFG)` 一致，缓存也包括在内。
 # 4. **键数。** 每个查询读取的键必须恰好是 $\min(W, p + 1)$ 个。

@@ -79,13 +79,13 @@ print(pack(torch.tensor([1, 2, 3, 0], dtype=torch.uint8), 2), unpack(torch.tenso
 # %% [markdown] lang="en"
 # The quantized layer cache has the same `update` method as the others. It appends the new K/V to the
 # full-precision window and returns, for this call's attention, the dequantized groups followed by the window,
-# with the positions of all keys (nothing is evicted). Only then does it quantize the oldest groups, once the
+# with the positions it stored (nothing is evicted). Only then does it quantize the oldest groups, once the
 # window holds $R + G$ positions or more. So a call always reads its own new K/V in full precision, as a
 # prefill does in KIVI, and quantization affects later calls. `QuantAttention` is the attention layer with
 # this cache.
 
 # %% [markdown] lang="zh"
-# 量化后的单层缓存与其他缓存一样，有一个 `update` 方法。它把新的 K/V 追加到全精度窗口，再为本次调用的注意力备好返回值：反量化后的各组接上窗口中的内容，以及所有键的位置（没有任何内容被淘汰）。此后它才检查窗口：一旦窗口中有 $R + G$ 个或更多位置，就量化最旧的若干组。因此，每次调用读到的本次新 K/V 总是全精度的（就像 KIVI 中的预填充那样），量化只影响之后的调用。`QuantAttention` 就是使用这种缓存的注意力层。
+# 量化后的单层缓存与其他缓存一样，有一个 `update` 方法。它把新的 K/V 追加到全精度窗口，再为本次调用的注意力备好返回值：反量化后的各组接上窗口中的内容，以及它为这些键保存的位置（没有任何内容被淘汰）。此后它才检查窗口：一旦窗口中有 $R + G$ 个或更多位置，就量化最旧的若干组。因此，每次调用读到的本次新 K/V 总是全精度的（就像 KIVI 中的预填充那样），量化只影响之后的调用。`QuantAttention` 就是使用这种缓存的注意力层。
 
 # %%
 RESIDUAL, GROUP = 16, 8
@@ -98,11 +98,13 @@ class QuantKV:
         # [zh] 量化后的各组存为（打包的编码、缩放因子、最小值）；全精度窗口的形状为 [B, H_kv, r, D]。
         self.k_groups, self.v_groups = [], []
         self.k_recent = self.v_recent = None
+        self.positions = torch.empty(0, dtype=torch.long)
         self.seen = 0
 
     def update(self, k, v, positions):
         self.k_recent = k if self.k_recent is None else torch.cat((self.k_recent, k), dim=-2)
         self.v_recent = v if self.v_recent is None else torch.cat((self.v_recent, v), dim=-2)
+        self.positions = torch.cat((self.positions, positions), dim=-1)
         self.seen += k.shape[-2]
         keys = torch.cat([self.read(g) for g in self.k_groups] + [self.k_recent], dim=-2)
         values = torch.cat([self.read(g) for g in self.v_groups] + [self.v_recent], dim=-2)
@@ -115,9 +117,7 @@ class QuantKV:
             v_codes, v_scale, v_low = quantize(v_old, self.bits, dim=-1)    # scale [B, H_kv, G, 1]
             self.k_groups.append((pack(k_codes, self.bits), k_scale, k_low))
             self.v_groups.append((pack(v_codes, self.bits), v_scale, v_low))
-        # [en] The positions are not stored: this cache assumes every call continues from position 0 without gaps.
-        # [zh] 这里不保存位置：这个缓存假定各次调用从位置 0 起连续送入，中间没有空缺。
-        return keys, values, torch.arange(self.seen)
+        return keys, values, self.positions
 
     def read(self, stored):
         packed, scale, low = stored
@@ -145,16 +145,33 @@ def quant_model(bits: int) -> Decoder:
 
 # %% [markdown] lang="en"
 # The next cell replays that timeline on a real `QuantKV`, one token per call, and checks every column of the table.
-# Other systems use other window rules; ours is one rule for K and V. KIVI's differs: with $l$ positions cached, it keeps the newest
-# $l \bmod R$ keys in full precision (the key window empties each time $R$ keys have piled up and are quantized
-# as a block) and exactly the newest $R$ values, quantizing a value token by token as it leaves. Hugging Face's `QuantizedCache` differs again
-# (transformers 5.23, `cache_utils.py`, `QuantizedLayer.update`): its first call quantizes the whole prompt at once
-# (that call attends over the prompt's full-precision keys and values, but keeps only the quantized copy), so after
-# the prompt its full-precision window is empty, not $R$ tokens long; after that, each call adds its tokens to the
-# window, and when the window would reach $R$ tokens it quantizes the whole cache anew and empties the window.
+#
+# <details><summary>Optional: the window rules of KIVI and of Hugging Face</summary>
+#
+# Other systems use other rules; ours is one rule for K and V.
+#
+# * **KIVI**, with $l$ positions cached: the newest $l \bmod R$ keys stay in full precision (the key window
+#   empties each time $R$ keys have piled up and are quantized as a block), and exactly the newest $R$ values,
+#   a value being quantized token by token as it leaves.
+# * **Hugging Face's `QuantizedCache`** (transformers 5.23, `cache_utils.py`, `QuantizedLayer.update`): the first
+#   call quantizes the whole prompt at once (that call attends over the prompt's full-precision keys and values,
+#   but keeps only the quantized copy), so after the prompt the full-precision window is empty. Each later call
+#   adds its tokens to the window; when the window would reach $R$ tokens, the whole cache is quantized anew
+#   and the window empties.
+#
+# </details>
 
 # %% [markdown] lang="zh"
-# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）。别的系统采用别的窗口规则；我们的规则对键和值是同一条。KIVI 的规则与此不同：缓存中有 $l$ 个位置时，它让最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空），值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。Hugging Face 的 `QuantizedCache` 又有所不同（transformers 5.23，`cache_utils.py` 中的 `QuantizedLayer.update`）：第一次调用就把整个提示一次性量化（这次调用本身用提示的全精度键和值计算注意力，但只保存量化后的副本），所以处理完提示后，它的全精度窗口是空的，而不是 $R$ 个 token；此后每次调用把新的 token 加入窗口，窗口即将达到 $R$ 个 token 时，就把整个缓存重新量化一遍，并清空窗口。
+# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）。
+#
+# <details><summary>可选：KIVI 和 Hugging Face 的窗口规则</summary>
+#
+# 别的系统采用别的规则；我们的规则对键和值是同一条。
+#
+# * **KIVI**：缓存中有 $l$ 个位置时，最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空）；值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。
+# * **Hugging Face 的 `QuantizedCache`**（transformers 5.23，`cache_utils.py` 中的 `QuantizedLayer.update`）：第一次调用就把整个提示一次性量化（这次调用本身用提示的全精度键和值计算注意力，但只保存量化后的副本），所以处理完提示后，全精度窗口是空的。此后每次调用把新的 token 加入窗口；窗口即将达到 $R$ 个 token 时，就把整个缓存重新量化一遍，并清空窗口。
+#
+# </details>
 
 # %%
 timeline_cache, timeline = QuantKV(bits=4), {}

@@ -7,8 +7,9 @@
 # question is the mask: a chunk after a cache gives a score matrix of shape $[C, P + C]$, which is not square.
 # Section 2 showed SDPA's two conventions on random tensors: `is_causal=True` aligns the triangle to the
 # upper-left corner (wrong after a cache), `causal_lower_right(C, P + C)` to the lower-right corner (our offset
-# mask). Here they run inside the decoder, as three subclasses of `Attention` that override `attend`, all
-# reading the $H_{kv}$ K/V heads directly (`enable_gqa=True`, no `repeat_interleave`):
+# mask). Here they run inside the decoder, as three subclasses of `Attention` that override `attend`. All three
+# hand SDPA the $H_{kv}$ cached K/V heads (`enable_gqa=True`; whether a backend copies them internally is not
+# measured here):
 #
 # * `SDPABoolMask`: SDPA with our boolean mask (`True` = may read), so any mask rule works, the band of
 #   section 6 included;
@@ -18,41 +19,17 @@
 #   one query. One finds this pattern in real code: it is right for a prefill (square scores) and harmless for
 #   a one-token decode step (a single query may read every cached key), but after a non-empty cache it hides
 #   most of the cache from a multi-token chunk.
-#
-# What a real kernel adds (optional reading). None of it changes the numbers the check compares; all of it decides
-# the speed.
-#
-# * **The mask decides which kernel may run.** On a GPU, PyTorch's SDPA uses its FlashAttention backend only when no
-#   mask tensor is passed (a causal flag at most), so a boolean mask such as the band sends it to another, slower
-#   backend. That is a limit of SDPA's interface, not of FlashAttention.
-# * **Sliding windows without a mask.** The FlashAttention library takes a window natively, `window_size=(W - 1, 0)`
-#   with `causal=True`: each query reads itself and the $W - 1$ keys before it, the band of section 6. vLLM's
-#   FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral, loaded with
-#   `attn_implementation="flash_attention_2"`, passes `window_size=(W - 1, W - 1)` with `causal=True` whenever the
-#   call has more than $W$ keys (with fewer, every key is inside the window and it passes no window); the causal flag
-#   makes that equivalent to `(W - 1, 0)`.
-# * **Split-K decoding.** A one-query decode step gives a kernel little to parallelize over, so decode kernels split
-#   the cached keys into blocks and combine the partial softmaxes (as in Flash-Decoding).
-# * **Paged caches.** A paged cache stores K/V in blocks that the kernel must read through a block table (vLLM's
-#   PagedAttention).
-# * **GQA by indexing.** GQA pays off only if the kernel indexes the shared K/V heads instead of copying them.
+
 
 # %% [markdown] lang="zh"
 # ## 8. 融合注意力
 #
-# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合内核。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，并且都直接读取 $H_{kv}$ 个 K/V 头（`enable_gqa=True`，不用 `repeat_interleave`）：
+# 到目前为止，我们的注意力都是显式计算的：分数矩阵、掩码、softmax 和第二次矩阵乘法，各自是一个单独的张量。`torch.nn.functional.scaled_dot_product_attention`（SDPA）用一次调用算出同样的结果，还可能选用一个从不把分数矩阵写入内存的融合内核。对缓存来说，首先要问的是掩码：接在缓存之后的分块，其分数矩阵的形状是 $[C, P + C]$，不是方阵。第 2 节已经用随机张量展示了 SDPA 的两种约定：`is_causal=True` 把三角形对齐到左上角（接在缓存之后就是错的），`causal_lower_right(C, P + C)` 则对齐到右下角（即我们带偏移的掩码）。这里让它们在解码器内部运行，写成 `Attention` 的三个子类，各自重写 `attend`，三者都把缓存中的 $H_{kv}$ 个 K/V 头原样交给 SDPA（`enable_gqa=True`；后端内部是否复制它们，这里没有测量）：
 #
 # * `SDPABoolMask`：把我们的布尔掩码（`True` 表示可以读取）交给 SDPA，因此任何掩码规则都适用，包括第 6 节的带状掩码；
 # * `SDPALowerRight`：SDPA 加上 `causal_lower_right`，要求键恰好按顺序对应位置 $0 \dots P + C - 1$（即 `FullKV`）；
 # * `SDPACausalIfSeveral`（负对照）：不传掩码，只要这次调用有不止一个查询，就设 `is_causal=True`。实际代码中确实能见到这种写法：对预填充（分数矩阵是方阵）它是对的；对单 token 的解码步它也无害（单个查询本来就可以读取缓存中的每个键）；但在非空缓存之后，它会让多 token 的分块看不到缓存中的大部分内容。
-#
-# 除了掩码的对齐方式，真实的内核还牵涉别的问题（可选阅读）。它们都不会改变检查所比较的数值，却决定了速度。
-#
-# * **掩码本身就决定了能用哪个内核。** 在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制。
-# * **不用掩码的滑动窗口。** FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可：每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，只要这次调用的键多于 $W$ 个，就传入 `window_size=(W - 1, W - 1)` 加 `causal=True`（键不多于 $W$ 个时，每个键都在窗口之内，它就不传窗口）；有了因果标志，它与 `(W - 1, 0)` 等价。
-# * **split-K 解码。** 单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（例如 Flash-Decoding）。
-# * **分页缓存。** 分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。
-# * **按下标读取的 GQA。** 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，GQA 才能真正省下访存。
+
 
 # %%
 from torch.nn.attention.bias import causal_lower_right
@@ -108,6 +85,39 @@ say_table([[schedule, f"{error:.2e}", f"`{passed}`"] for schedule, error, passed
           en=["`SDPACausalIfSeveral`, chunks (`[16] + [1] * 8`: a prefill, then one-token steps)", "max abs logit error", "passed"],
           zh=["`SDPACausalIfSeveral`，分块方式（`[16] + [1] * 8`：预填充后逐 token 解码）", "logits 最大绝对误差", "通过"])
 assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows) and CONTROLS["is_causal_after_cache"]["caught"]
+
+# %% [markdown] lang="en"
+# <details><summary>Optional: what a real kernel adds. None of it changes the numbers the check compares; all of it
+# decides the speed.</summary>
+#
+# * **The mask decides which kernel may run.** On a GPU, PyTorch's SDPA uses its FlashAttention backend only when no
+#   mask tensor is passed (a causal flag at most), so a boolean mask such as the band sends it to another, slower
+#   backend. That is a limit of SDPA's interface, not of FlashAttention.
+# * **Sliding windows without a mask.** The FlashAttention library takes a window natively, `window_size=(W - 1, 0)`
+#   with `causal=True`: each query reads itself and the $W - 1$ keys before it, the band of section 6. vLLM's
+#   FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral, loaded with
+#   `attn_implementation="flash_attention_2"`, passes `window_size=(W - 1, W - 1)` with `causal=True` only when the
+#   call's key length exceeds $W$ (`key_length > sliding_window` in transformers 5.23's
+#   `modeling_flash_attention_utils.py`); with $W$ keys or fewer it passes no window, since every key is inside it. The causal flag
+#   makes that equivalent to `(W - 1, 0)`.
+# * **Split-K decoding.** A one-query decode step gives a kernel little to parallelize over, so decode kernels split
+#   the cached keys into blocks and combine the partial softmaxes (as in Flash-Decoding).
+# * **Paged caches.** A paged cache stores K/V in blocks that the kernel must read through a block table (vLLM's
+#   PagedAttention).
+# * **GQA by indexing.** GQA pays off only if the kernel indexes the shared K/V heads instead of copying them.
+#
+# </details>
+
+# %% [markdown] lang="zh"
+# <details><summary>可选：真实的内核还要做什么。这些都不会改变检查所比较的数值，却决定了速度。</summary>
+#
+# * **掩码本身就决定了能用哪个内核。** 在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制。
+# * **不用掩码的滑动窗口。** FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可：每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，只在这次调用的键数超过 $W$ 时才传入 `window_size=(W - 1, W - 1)` 加 `causal=True`（transformers 5.23 的 `modeling_flash_attention_utils.py` 中的条件是 `key_length > sliding_window`）；键不超过 $W$ 个时，每个键都在窗口之内，它就不传窗口。有了因果标志，它与 `(W - 1, 0)` 等价。
+# * **split-K 解码。** 单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（例如 Flash-Decoding）。
+# * **分页缓存。** 分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。
+# * **按下标读取的 GQA。** 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，GQA 才能真正省下访存。
+#
+# </details>
 
 # %% [markdown] lang="en"
 # **An aside on timing (optional).** On this CPU, with a model this small, timing the two paths teaches little, so

@@ -6,10 +6,8 @@
 # configuration with confidence. The constants below are typed from the published configuration files
 # named in the comments: Llama 3 8B has 32 layers, 32 query heads, 8 K/V heads and $D_h = 128$; Mistral
 # 7B v0.1 has the same shape and a sliding window of 4,096 positions. K/V are FP16 (2 bytes) unless
-# quantized. For each variant the table gives the bytes per token and the cache of one 32k-token context
-# (32,768 positions, batch 1). The per-token column is that cache divided by 32,768: an average over the context,
-# not the cost of one more token (for the window, whose cache stops growing at 4,095 positions, it shrinks as the
-# context grows). A decode step at that length reads the whole cache once, so the last
+# quantized. For each variant the table gives the positions kept, the bytes per position kept, and their
+# product: the cache of one 32k-token context (32,768 positions, batch 1). A decode step at that length reads the whole cache once, so the last
 # column is also the K/V traffic of every generated token: this is why decoding at long contexts tends
 # to be bound by memory traffic, and why a smaller cache means less traffic per token.
 #
@@ -20,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 9. 7B 到 8B 规模下各变体的内存与开销
 #
-# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4,096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出每个 token 的字节数，以及一个 32k token 的上下文（32,768 个位置，batch 1）的缓存大小。“每个上下文 token”一列是这份缓存除以 32,768 的结果，即在整个上下文上的平均值，而不是多一个 token 的代价（滑动窗口的缓存到 4,095 个位置就不再增长，所以上下文越长，这个平均值越小）。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是长上下文下的解码往往受限于内存带宽的原因；缓存越小，每个 token 的访存量也就越少。
+# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4,096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出保留的位置数、每个保留位置的字节数，以及两者的乘积，即一个 32k token 的上下文（32,768 个位置，batch 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是长上下文下的解码往往受限于内存带宽的原因；缓存越小，每个 token 的访存量也就越少。
 #
 # 各变体如下：MHA（32 个头各自保存 K/V）、GQA-8（即 Llama 3 8B 本身）、MQA、带 4k 滑动窗口的 GQA-8（与第 6 节一样，只保留 $W - 1$ 个位置），以及采用 int8 和 int4 缓存的 GQA-8（存储布局同第 7 节，缩放因子为 FP16，取 KIVI 论文公布的设置 $G = 32$、$R = 128$）。
 
@@ -51,10 +49,10 @@ MEMORY_TABLE = [
     variant_row(f"GQA-8, W = {MISTRAL_WINDOW:,}", 8, MISTRAL_WINDOW - 1, fp16_cache(8, MISTRAL_WINDOW - 1)),
 ] + [variant_row(f"GQA-8, int{bits}", 8, CONTEXT, quant_bytes(CONTEXT, bits, LLAMA3_8B, KIVI_RESIDUAL, KIVI_GROUP, FP16))
      for bits in (8, 4)]
-say_table([[f"`{r['variant']}`", str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['bytes_per_token'] / KiB:.1f}",
+say_table([[f"`{r['variant']}`", str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['cache_bytes_32k'] / r['positions_kept'] / KiB:.1f}",
             f"{r['cache_bytes_32k'] / GiB:.2f}"] for r in MEMORY_TABLE],
-          en=["variant", "K/V heads", "positions kept", "per token of context (KiB)", "one 32k context (GiB)"],
-          zh=["变体", "K/V 头数", "保留的位置数", "每个上下文 token（KiB）", "一个 32k 上下文（GiB）"])
+          en=["variant", "K/V heads", "positions kept", "per position kept (KiB)", "one 32k context (GiB)"],
+          zh=["变体", "K/V 头数", "保留的位置数", "每个保留位置（KiB）", "一个 32k 上下文（GiB）"])
 
 # %% [markdown] lang="en"
 # The rows, asserted. MHA needs {{run:memory.mha_kib_per_token:.0f}} KiB per token and

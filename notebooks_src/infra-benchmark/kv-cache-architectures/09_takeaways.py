@@ -7,7 +7,7 @@
 #   referee that knows the layout (the head-by-head loop, Hugging Face's Llama) caught them.
 # * **"Equal" means within the dtype's tolerance** whenever two paths hand a kernel different layouts: a view and
 #   its copy rounded differently at {{run:gqa.layout_lengths_differing}} of 24 lengths on the machine that ran
-#   this notebook. Bit-for-bit equality is asserted only where it holds by construction.
+#   this notebook (appendix A). Bit-for-bit equality is asserted only where it holds by construction.
 # * **RoPE keys are cached after rotation, at their own absolute positions**, and each new chunk must be rotated
 #   at its true positions. Because RoPE sees only distances, a shift-based test cannot tell a correct rotation
 #   from a backwards one: check the formula itself.
@@ -32,7 +32,7 @@
 # ## 11. 要点与练习
 #
 # * **GQA 和 MQA 把缓存缩小到原来的 $H_{kv} / H$**：缓存中保存的是 $H_{kv}$ 个头，实测字节数等于 $2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$。哪个查询头读取哪个 K/V 头，是模型的一部分：平铺的头通过了每一项“缓存对照完整重算”，计算的却是另一个函数；只有知道正确布局的裁判（逐头循环、Hugging Face 的 Llama）才查出了它。
-# * **只要两条路径交给内核的内存布局不同，“相等”就只能是在该精度的容差内相等**：在运行本笔记本的机器上，视图与它的副本在 24 个长度中有 {{run:gqa.layout_lengths_differing}} 个舍入结果不同。只有在构造上必然成立的地方，我们才断言逐比特相同。
+# * **只要两条路径交给内核的内存布局不同，“相等”就只能是在该精度的容差内相等**：在运行本笔记本的机器上，视图与它的副本在 24 个长度中有 {{run:gqa.layout_lengths_differing}} 个舍入结果不同（附录 A）。只有在构造上必然成立的地方，我们才断言逐比特相同。
 # * **RoPE 的键在旋转之后缓存，旋转用的是它自己的绝对位置**；每个新分块都必须按真实位置旋转。由于 RoPE 只看得到距离，基于平移的检验分不清正确的旋转和反向的旋转，所以要直接核对公式本身。
 # * **滑动窗口只需要最后 $W - 1$ 个位置**，存在一个先读后写的环形缓冲区里。“$W$ 的窗口”究竟是 $W$ 个键还是 $W + 1$ 个键，Mistral 论文与 Hugging Face 的代码说法不一；宽了一个键的窗口通不过缓存检查，窄了一个键的窗口只有键数检查能查出。把上下文裁剪到 $W$ 个 token 并不等于滑动窗口：多层叠加之后，能回看 $L(W - 1)$ 个位置。
 # * **量化缓存是一种近似**，要用明确写出的误差界和一个必须违反这些界的负对照来评判。这些界是在第一次运行之后定下的，明显高于当时测得的误差，此后每次运行都必须落在界内。随机权重只能说明这个缓存读回了它存下的内容，不能说明训练好的模型能保持质量，而后者才是 KIVI 所测量的。

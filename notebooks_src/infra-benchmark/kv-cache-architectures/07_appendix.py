@@ -1,0 +1,92 @@
+# %% [markdown] lang="en"
+# ## Appendix (optional): two rounding findings
+#
+# Two rounding effects behind choices made above; the main text does not depend on them.
+#
+# **A. Why criterion 1 of section 4 asks for a tolerance.** Section 3's decoder and `Decoder` run the same
+# operations in the same order, but hand the kernel keys in different memory layouts, and the logits may differ
+# in their last bits. Here is that rounding difference on the product itself:
+# `q @ k.T` for a batch of 2, with `k` a transposed view of a projection (as section 3's decoder passes it)
+# and with its contiguous copy (as `repeat_interleave` passes it), for every length from 1 to 24. The two
+# hold the same values in different layouts. On the machine that ran this notebook,
+# {{run:gqa.layout_lengths_differing}} of the 24 lengths rounded differently, by up to
+# {{run:gqa.layout_max_diff:.1e}}; every length agrees within the tolerance. Asserting bit-for-bit equality
+# here would assert a property of the machine, not of the code.
+
+# %% [markdown] lang="zh"
+# ## 附录（可选）：两处舍入现象
+#
+# 上文有些做法源于下面两种舍入现象；正文并不依赖它们。
+#
+# **A. 第 4 节的判据 1 为什么要用容差。** 第 3 节的解码器和 `Decoder` 按相同的顺序执行相同的运算，但交给内核的键内存布局不同，logits 可能在最后几个比特上不同。下面直接在乘积上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。如果在这里断言逐比特相同，断言的其实是机器的性质，而不是代码的性质。
+
+# %% tags=["hide-input"]
+def by_view_and_by_copy(length: int):
+    # [en] q @ k.T with k a transposed view of a projection, and with its contiguous copy.
+    # [zh] q @ k.T：k 分别取投影结果转置后的视图和它的连续副本。
+    gen = torch.Generator().manual_seed(SEED + length)
+    q, k = (torch.randn(2, length, cfg.heads, cfg.head_dim, generator=gen).transpose(1, 2) for _ in range(2))   # [2, H, T, D]
+    return q @ k.transpose(-2, -1), q @ k.contiguous().transpose(-2, -1)
+
+
+def runs(values: list[int]) -> list[tuple[int, int]]:
+    # [en] Consecutive integers grouped: [5, 6, 7, 9] -> [(5, 7), (9, 9)].
+    # [zh] 把连续的整数归为一段：[5, 6, 7, 9] -> [(5, 7), (9, 9)]。
+    spans = []
+    for v in values:
+        if spans and v == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], v)
+        else:
+            spans.append((v, v))
+    return spans
+
+
+with torch.inference_mode():
+    LAYOUT_PAIRS = {length: by_view_and_by_copy(length) for length in range(1, STREAM_LEN + 1)}
+LAYOUT_DIFF = {length: max_abs_err(*pair) for length, pair in LAYOUT_PAIRS.items()}
+LAYOUT = {"lengths_differing": [t for t, d in LAYOUT_DIFF.items() if d > 0], "max_abs_diff": max(LAYOUT_DIFF.values())}
+DIFFERING = runs(LAYOUT["lengths_differing"])
+say(en=f"`q @ k.T` by view and by copy, lengths 1 to {STREAM_LEN}, on this machine: "
+       + (f"rounded differently at lengths {', '.join(str(a) if a == b else f'{a} to {b}' for a, b in DIFFERING)}"
+          if DIFFERING else "bit-identical at every length")
+       + f" (largest difference {LAYOUT['max_abs_diff']:.1e}).",
+    zh=f"`k` 取视图和取连续副本时的 `q @ k.T`，长度 1 到 {STREAM_LEN}，在这台机器上："
+       + (f"长度为 {'、'.join(str(a) if a == b else f'{a} 到 {b}' for a, b in DIFFERING)} 时两者的舍入结果不同"
+          if DIFFERING else "每个长度上两者都逐比特相同")
+       + f"（最大绝对误差 {LAYOUT['max_abs_diff']:.1e}）。")
+assert all(close(*pair) for pair in LAYOUT_PAIRS.values())
+
+# %% tags=["prose-values"]
+# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
+# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
+{"gqa": {"layout_lengths_differing": len(LAYOUT["lengths_differing"]), "layout_max_diff": float(LAYOUT["max_abs_diff"])}}
+
+
+# %% [markdown] lang="en"
+# **B. Which of Hugging Face's FP32 steps matter (section 5.1).** Even after `.double()`, Hugging Face's Llama
+# computes its RMSNorms and its rotary angles in FP32 (`.to(torch.float32)` in `LlamaRMSNorm.forward`, `.float()`
+# in `LlamaRotaryEmbedding.forward`). The cell adds these two steps to our FP64 model one at a time and compares a
+# full call with the referee: only with both does the difference fall below $10^{-10}$, which is why section 5.1
+# compares the referee with `with_hf_precision`.
+
+# %% [markdown] lang="zh"
+# **B. Hugging Face 的哪几个 FP32 步骤起作用（第 5.1 节）。** 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角（`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`，`LlamaRotaryEmbedding.forward` 中的 `.float()`）。下面的单元格把这两步逐个加进我们的 FP64 模型，与裁判比较一次完整调用：只有两步都复现时，最大绝对误差才降到 $10^{-10}$ 以下。这就是第 5.1 节拿 `with_hf_precision` 与裁判比较的原因。
+
+# %%
+LLAMA_FP32_STEPS = None
+if HAVE_HF:
+    steps_model = build(LLAMA_CFG).double()
+    steps_referee = hf_llama(steps_model)
+    with torch.inference_mode():
+        LLAMA_FP32_STEPS = {" + ".join(steps) or "none": max_abs_err(with_hf_precision(steps_model, steps)(STREAM)[0],
+                                                                      steps_referee(input_ids=STREAM).logits)
+                            for steps in ((), ("angles",), ("angles", "norms"))}
+    none, angles, both = LLAMA_FP32_STEPS.values()
+    say(en=f"Full call, max abs logit error against Hugging Face's Llama (FP64): our pure FP64 model {none:.1e}; "
+           f"with the angles in FP32 {angles:.1e}; with the angles and the norms in FP32 {both:.1e}.",
+        zh=f"完整调用与 Hugging Face Llama 之间 logits 的最大绝对误差（FP64）：我们纯 FP64 的模型为 {none:.1e}；"
+           f"旋转角改用 FP32 时为 {angles:.1e}；旋转角和归一化都改用 FP32 时为 {both:.1e}。")
+    assert LLAMA_FP32_STEPS["angles + norms"] < 1e-10 < min(LLAMA_FP32_STEPS["none"], LLAMA_FP32_STEPS["angles"])
+else:
+    say(en=f"Appendix B is skipped: `transformers` is not available here ({HF_SKIP}).",
+        zh=f"附录 B 已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
