@@ -16,9 +16,6 @@ from learning_notebooks.files import digest_tree
 from learning_notebooks.layout import BUILD_DIR, METADATA_KEY, built_path, outputs_dir
 from learning_notebooks.sources import discover
 
-# One pytest-xdist worker runs this file's tests (they share a cached venv or one build).
-pytestmark = pytest.mark.xdist_group("repository-quick-build")
-
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = [f"{series}/{name}" for series, name in discover(REPO / "notebooks_src")]
 BUILT = sorted((REPO / BUILD_DIR).glob("*/*.ipynb"))

@@ -31,9 +31,6 @@ from learning_notebooks.compose import comparable_code
 from notebook_code import code_cells, run_notebook_code
 from learning_notebooks.cache import imported_modules
 
-# One pytest-xdist worker runs this file's tests (they share a cached venv or one build).
-pytestmark = pytest.mark.xdist_group("numpy-only-venv")
-
 ALLOWED_TOP_LEVEL = set(sys.stdlib_module_names) | {"numpy"}
 # Modules that the kernel machinery itself may load lazily while running cells; never the notebook's.
 KERNEL_SIDE = {"IPython", "ipykernel", "jupyter_client", "jupyter_core", "zmq", "tornado", "traitlets",

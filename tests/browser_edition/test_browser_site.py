@@ -18,9 +18,6 @@ import pytest
 from browser_helpers import LANGUAGES, NOTEBOOK, REPO
 from venvs import clean_env
 
-# One pytest-xdist worker runs this file's tests (they share a cached venv or one build).
-pytestmark = pytest.mark.xdist_group("site-venv")
-
 NAMES = [f"{NOTEBOOK.rsplit('/', 1)[1]}.{lang}.ipynb" for lang in LANGUAGES]
 
 

@@ -13,9 +13,6 @@ import pytest
 
 from venvs import cached_venv, clean_env, venv_python
 
-# One pytest-xdist worker runs this file's tests (they share a cached venv or one build).
-pytestmark = pytest.mark.xdist_group("reader-venv")
-
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 READER_VENV = Path(os.environ.get("READER_VENV", REPO / ".venv-reader"))

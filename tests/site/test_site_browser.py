@@ -31,9 +31,6 @@ import pytest
 
 from conftest import REPO, build_site, open_page, run_site_build
 
-# One pytest-xdist worker runs this file's tests (they share a cached venv or one build).
-pytestmark = pytest.mark.xdist_group("site-venv")
-
 MATH_TIMEOUT_MS = 60_000
 JS_PAGE_STATE = r"""() => {
   const skip = "pre, code, script, style, [class*='MathJax']";

@@ -13,9 +13,6 @@ import pytest
 
 from conftest import REPO, build_site, run_site_build
 
-# One pytest-xdist worker runs this file's tests (they share a cached venv or one build).
-pytestmark = pytest.mark.xdist_group("site-venv")
-
 
 def built(name: str, lang: str) -> dict:
     return json.loads((REPO / "build" / "infra-benchmark" / f"{name}.{lang}.ipynb").read_text(encoding="utf-8"))
