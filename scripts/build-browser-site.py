@@ -19,6 +19,7 @@ written into the site's jupyter-lite.json); when that server cannot be reached, 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -74,8 +75,17 @@ def ensure_site_venv(env: Path = SITE_VENV, requirements: Path = REQUIREMENTS) -
     """
     stamp = env / "requirements.sha256"
     wanted = requirements_stamp(requirements)
-    if stamp.is_file() and stamp.read_text().strip() == wanted and site_python(env).exists():
-        return site_python(env)
+    # Two builds at once (two test workers, or two terminals) must not both create it: the second waits
+    # on a lock file beside `env`, then finds it made.
+    with open(env.parent / f"{env.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.is_file() and stamp.read_text().strip() == wanted and site_python(env).exists()):
+            create_site_venv(env, requirements, wanted)
+    return site_python(env)
+
+
+def create_site_venv(env: Path, requirements: Path, wanted: str) -> None:
+    """Build `env` beside itself and rename it into place (call it holding the lock)."""
     print(f"Creating {env} from {requirements.name} (first use, or the file changed) ...", flush=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{env.name}.building-", dir=env.parent))
     try:
@@ -92,7 +102,6 @@ def ensure_site_venv(env: Path = SITE_VENV, requirements: Path = REQUIREMENTS) -
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return site_python(env)
 
 
 def lite_names(notebook: str) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -36,8 +38,26 @@ def cached_venv(env: Path, requirements: Path) -> Path:
     """
     digest = hashlib.sha256(requirements.read_bytes() + sys.version.encode()).hexdigest()
     stamp = env / "requirements.sha256"
-    if stamp.is_file() and stamp.read_text().strip() == digest and venv_python(env).exists():
-        return env
+    with held(env):  # test workers run side by side (pytest-xdist): one builds, the others wait, then reuse
+        if stamp.is_file() and stamp.read_text().strip() == digest and venv_python(env).exists():
+            return env
+        build_venv(env, requirements, digest)
+    return env
+
+
+@contextlib.contextmanager
+def held(env: Path):
+    """An exclusive lock on `env` (the file `<env>.lock` beside it) for as long as the block runs."""
+    with open(env.parent / f"{env.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def build_venv(env: Path, requirements: Path, digest: str) -> None:
+    """Build the environment beside `env`, then rename it into place (call it holding `held(env)`)."""
     staging = Path(tempfile.mkdtemp(prefix=env.name + ".building-", dir=env.parent))
     try:
         # symlinks=False would copy the interpreter; the default (symlinks on POSIX) is fine here.
@@ -56,4 +76,3 @@ def cached_venv(env: Path, requirements: Path) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
     # A venv's scripts carry its path in their shebangs; we only ever call `python -m`, which is safe
     # after the rename.
-    return env
