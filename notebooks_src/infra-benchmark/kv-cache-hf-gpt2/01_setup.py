@@ -12,8 +12,8 @@
 # - **2–4. What are we comparing, and do the two models agree?** The masks, the decoder and the short
 #   comparison with GPT-2 of *KV cache from scratch*, included from that notebook's own section files.
 #   Sections 2 and 3 are folded, with a banner: if you have read that notebook, skip them. Section 4 is
-#   shown open (only its imports are folded), because the rest of this notebook takes apart its four functions, `gpt2_config`,
-#   `gpt2_state_dict`, `build_gpt2` and `compare_with_gpt2`. It gives the result: with our weights in
+#   shown open (only its imports are folded), because the rest of this notebook takes apart its four
+#   functions, `gpt2_config`, `gpt2_state_dict`, `build_gpt2` and `compare_with_gpt2`. It gives the result: with our weights in
 #   GPT-2, the logits of a full call, the logits of the cached path chunk by chunk, and every layer's
 #   cached K and V agree within $10^{-10}$ in FP64. The rest of the notebook examines it.
 # - **5. Which configuration describes our decoder?** `GPT2Config`'s defaults describe the released
