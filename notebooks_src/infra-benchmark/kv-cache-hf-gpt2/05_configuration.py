@@ -1,10 +1,12 @@
 # %% [markdown] lang="en"
 # **What `compare_with_gpt2` returns**, which every later table reads: a dict of largest absolute errors,
 # `{"full_logits": …, "cached_logits": …, "k": [one per layer], "v": [one per layer]}`, and
-# `agrees(errors)` is true when every one of them is at most $10^{-10}$ (`PEER_TOL`).
+# `agrees(errors, tol)` is true when every one of them is at most `tol`, by default $10^{-10}$ (`PEER_TOL`,
+# the FP64 entry of `TOLERANCE`). Unlike `close` of section 1, which also allows a relative error, `agrees`
+# is a purely absolute test; "agrees within $10^{-10}$" (or $10^{-5}$) below always means this test.
 
 # %% [markdown] lang="zh"
-# **`compare_with_gpt2` 返回什么**（后面每张表读的都是它）：一个由最大绝对误差组成的字典，`{"full_logits": …, "cached_logits": …, "k": [每层一个], "v": [每层一个]}`；其中每一项都不超过 $10^{-10}$（`PEER_TOL`）时，`agrees(errors)` 为真。
+# **`compare_with_gpt2` 返回什么**（后面每张表读的都是它）：一个由最大绝对误差组成的字典，`{"full_logits": …, "cached_logits": …, "k": [每层一个], "v": [每层一个]}`；其中每一项都不超过 `tol` 时，`agrees(errors, tol)` 为真，`tol` 默认为 $10^{-10}$（`PEER_TOL`，即 `TOLERANCE` 中 FP64 的那一项）。第 1 节的 `close` 还允许相对误差，`agrees` 则只看绝对误差；下文说“在 $10^{-10}$（或 $10^{-5}$）以内一致”，指的都是这个判定。
 
 # %% [markdown] lang="en"
 # ## 5. The configuration, field by field

@@ -38,7 +38,7 @@
 #
 # 随机权重看不出转置，所以下图换用我们解码器的一个副本：它第 0 层的 `q`、`k`、`v` 矩阵画成字母 Q、K、V 的形状，再经过与真实权重相同的 `build_gpt2` 加载进 GPT-2，然后把两边的矩阵画出来。
 
-# %%
+# %% tags=["hide-input"]
 # [en] Block letters of 8 x 8 pixels ("#" = 1, "." = 0), each pixel drawn as an 8 x 8 square of a
 # [en] 64 x 64 matrix: a pattern whose transpose shows at a glance.
 # [zh] 8 × 8 像素的方块字母（"#" 为 1，"." 为 0），每个像素放大成 64 × 64 矩阵中的一个 8 × 8 方块：
@@ -67,7 +67,7 @@ def tinted(blocks, axis):
 def draw_weight_layout(ours_attn, gpt2_attn, width):
     ours_blocks = [ours_attn.q.weight, ours_attn.k.weight, ours_attn.v.weight]          # 3 x [out, in]
     gpt2_blocks = gpt2_attn.c_attn.weight.split(width, dim=1)                           # 3 x [in, out]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.4), gridspec_kw={"width_ratios": [1, 2.6]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1.4, 2.6]})
     left.imshow(tinted([w.detach() for w in ours_blocks], axis=0), interpolation="nearest")
     left.set_title("ours: q, k, v weights stacked\n[out, in] = [192, 64], y = x @ W.T + b", fontsize=9)
     left.set_xlabel("in (64 features of x)")
@@ -83,7 +83,7 @@ def draw_weight_layout(ours_attn, gpt2_attn, width):
     fig.tight_layout()
     return fig
 
-
+# %%
 if HAVE_TRANSFORMERS:
     lettered = copy.deepcopy(ours64)
     with torch.no_grad():
@@ -107,14 +107,14 @@ if HAVE_TRANSFORMERS:
 # models and compares, projection by projection: the Q, K and V that `c_attn` produces (its output
 # split in three), the attention output projection and the MLP's input projection. The negative
 # control uses our output projection's matrix the way `Conv1D` uses its own, `x @ W + b`, without the
-# transpose: it must not match. The rows are compared within the FP64 tolerance, because GPT-2 computes
+# transpose: it must not match. The rows are compared with `close` (FP64), not exactly, because GPT-2 computes
 # the three projections with one product over a `[64, 192]` matrix and we with three over `[64, 64]`
 # ones, and a kernel may sum in another order for another shape.
 
 # %% [markdown] lang="zh"
 # 图中文字是英文，下面逐一说明。左图是我们的三个 `[64, 64]` 矩阵上下堆叠：标题 ours: q, k, v weights stacked 意为“我们的 q、k、v 权重上下堆叠”，第二行给出形状 `[out, in] = [192, 64]` 和 `nn.Linear` 的计算 `y = x @ W.T + b`；纵轴 out 是输出维，三段分别标为 q、k、v，横轴 in (64 features of x) 是输入维，即 x 的 64 个特征。右图是 GPT-2 加载进 `c_attn` 的那一个矩阵：标题 GPT-2: c_attn.weight (Conv1D) 之下一行给出形状 `[in, out] = [64, 192]`、`Conv1D` 的计算 `y = x @ W + b`，以及 then split Q | K | V，即“再把输出切成 Q、K、V 三份”；这里纵轴是输入维 in，横轴是输出维 out，三段标为 Q、K、V。总标题 layer 0: q, k, v set to the letters Q, K, V, then loaded by build_gpt2 意为“第 0 层：q、k、v 设成字母 Q、K、V 的形状，再由 `build_gpt2` 加载”。蓝色是查询部分，橙色是键部分，绿色是值部分；有颜色的像素是 1，白色的是 0。左图上下堆叠的三个分量，在右图中左右并排，而且每个字母都沿自己的对角线翻转了过来：我们 `q` 分量的第 $r$ 行，正是 GPT-2 的 Q 分量的第 $r$ 列。
 #
-# GPT-2 算出的投影与我们的相同吗？下面的单元格把同一个随机输入分别送进两个模型的第 0 层，逐个投影比较：`c_attn` 算出的 Q、K、V（它的输出切成三份）、注意力的输出投影，以及 MLP 的输入投影。负对照照搬 `Conv1D` 的算法 `x @ W + b`，直接拿我们输出投影的矩阵来乘、不做转置：结果必须对不上。各行在 FP64 容差内比较，因为 GPT-2 用一个 `[64, 192]` 矩阵做一次乘法算出三个投影，我们则用三个 `[64, 64]` 矩阵各做一次；形状不同时，内核可能以不同的顺序求和。
+# GPT-2 算出的投影与我们的相同吗？下面的单元格把同一个随机输入分别送进两个模型的第 0 层，逐个投影比较：`c_attn` 算出的 Q、K、V（它的输出切成三份）、注意力的输出投影，以及 MLP 的输入投影。负对照照搬 `Conv1D` 的算法 `x @ W + b`，直接拿我们输出投影的矩阵来乘、不做转置：结果必须对不上。各行用 `close`（FP64）比较，而不要求完全相同，因为 GPT-2 用一个 `[64, 192]` 矩阵做一次乘法算出三个投影，我们则用三个 `[64, 64]` 矩阵各做一次；形状不同时，内核可能以不同的顺序求和。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -133,8 +133,8 @@ if HAVE_TRANSFORMERS:
         }
     say_table([[f"`{gpt2_side}`", f"`{ours_side}`", f"{max_abs_err(*pair):.1e}", f"`{close(*pair)}`"]
                for (gpt2_side, ours_side), pair in layout_pairs.items()],
-              en=["GPT-2, layer 0", "ours, layer 0", "max abs error", "within $10^{-10}$"],
-              zh=["GPT-2 第 0 层", "我们的第 0 层", "最大绝对误差", "在 $10^{-10}$ 内一致"])
+              en=["GPT-2, layer 0", "ours, layer 0", "max abs error", "`close` (FP64)"],
+              zh=["GPT-2 第 0 层", "我们的第 0 层", "最大绝对误差", "`close`（FP64）"])
     # [en] Five projections agree; the untransposed matrix (the last row, the control) does not.
     # [zh] 五个投影都一致；不转置的矩阵（最后一行，负对照）对不上。
     assert [close(*pair) for pair in layout_pairs.values()] == [True] * 5 + [False]

@@ -106,13 +106,13 @@ if HAVE_TRANSFORMERS:
 # The dashed line is the tolerance $10^{-10}$, so a bar below it agrees and a bar above it is caught. A wrong embedding table changes the input of every layer, so all K and V differ. The untransposed output
 # projection of layer 0 acts after layer 0 has produced its keys and values, so layer 0's cache still
 # agrees to rounding and the damage first appears in layer 1's cache. The GELU trap lives in the MLP,
-# which also comes after attention: again layer 0's cache is right and layer 1's is not. The cell checks
-# this reading of the table.
+# which also comes after attention: again layer 0's cache is right and layer 1's is not. Three cells
+# follow: the drawing code (folded), the figure, and the check of this reading of the table.
 
 # %% [markdown] lang="zh"
-# 逐层的 K、V 误差能分辨出是哪个陷阱。下图用对数坐标画出同样的数据：每种映射一组柱子，映射的名字写在这组柱子下方（最左边一组 correct 是第 4 节的正确映射，其余三组是第 7 节的三个陷阱，名字与表中相同）；各柱分别是 logits 的最大绝对误差（图例 logits，取用缓存和不用缓存两种情形中较大的那个），以及每一层缓存的 K 和 V 的最大绝对误差（图例 layer 0 K 意为“第 0 层的 K”，其余依此类推）。纵轴 max |GPT-2 - ours| (FP64) 就是 FP64 下 GPT-2 与我们的解码器之间的最大绝对误差。虚线是容差 $10^{-10}$（图中标注为 tolerance 1e-10），低于虚线的柱子表示一致，高于虚线的表示被查出。嵌入表错了，每一层的输入都会变，所以所有层的 K 和 V 都对不上。第 0 层未转置的输出投影在第 0 层算出 K 和 V 之后才起作用，所以第 0 层的缓存仍然只差舍入误差，错误要到第 1 层的缓存才显现出来。GELU 陷阱出在 MLP 里，而 MLP 同样位于注意力之后：第 0 层的缓存依然正确，第 1 层则不然。下面的单元格核对这种解读。
+# 逐层的 K、V 误差能分辨出是哪个陷阱。下图用对数坐标画出同样的数据：每种映射一组柱子，映射的名字写在这组柱子下方（最左边一组 correct 是第 4 节的正确映射，其余三组是第 7 节的三个陷阱，名字与表中相同）；各柱分别是 logits 的最大绝对误差（图例 logits，取用缓存和不用缓存两种情形中较大的那个），以及每一层缓存的 K 和 V 的最大绝对误差（图例 layer 0 K 意为“第 0 层的 K”，其余依此类推）。纵轴 max |GPT-2 - ours| (FP64) 就是 FP64 下 GPT-2 与我们的解码器之间的最大绝对误差。虚线是容差 $10^{-10}$（图中标注为 tolerance 1e-10），低于虚线的柱子表示一致，高于虚线的表示被查出。嵌入表错了，每一层的输入都会变，所以所有层的 K 和 V 都对不上。第 0 层未转置的输出投影在第 0 层算出 K 和 V 之后才起作用，所以第 0 层的缓存仍然只差舍入误差，错误要到第 1 层的缓存才显现出来。GELU 陷阱出在 MLP 里，而 MLP 同样位于注意力之后：第 0 层的缓存依然正确，第 1 层则不然。下面三个单元格依次是绘图代码（已折叠）、图，以及对这种解读的核对。
 
-# %%
+# %% tags=["hide-input"]
 def draw_trap_errors(named_errors, tolerance):
     columns = ["logits"] + [f"layer {i} {t}" for i in range(cfg.layers) for t in "KV"]
     fig, ax = plt.subplots(figsize=(9, 3.6))
@@ -131,12 +131,15 @@ def draw_trap_errors(named_errors, tolerance):
     fig.tight_layout()
     return fig
 
-
+# %%
 if HAVE_TRANSFORMERS:
     trap_figure = draw_trap_errors({"correct": peer_errors, **trap_errors}, TOLERANCE[torch.float64])
     TRAP_ERRORS_PNG = OUT / "trap_errors.png"
     trap_figure.savefig(TRAP_ERRORS_PNG, dpi=120)
     plt.show()
+
+# %%
+if HAVE_TRANSFORMERS:
     # [en] (layer 0's cache right, layer 1's cache right) for each trap.
     # [zh] 每个陷阱的（第 0 层缓存是否正确，第 1 层缓存是否正确）。
     layer_cache_right = {name: tuple(max(errors["k"][i], errors["v"][i]) <= TOLERANCE[torch.float64]

@@ -2,15 +2,15 @@
 # ## 8. Why the tolerance is $10^{-10}$: the GELU trap in FP32 and FP64
 #
 # The GELU trap is the quiet one, and it is the reason for the tight tolerance. The tanh curve stays
-# close to the exact one everywhere, and closest near zero, where most values our MLPs feed to their
-# activation lie. So the damage depends on how large the MLP inputs are. The next cell measures the
-# largest gap between the two curves on $[-8, 8]$, and the typical gap at the values our MLPs actually
-# produce.
+# close to the exact one everywhere: the gap is zero at 0, tiny for small and for large $|x|$ (where both
+# curves approach $x$ or 0), and largest in between. So the damage depends on the *activation inputs*, the
+# values `mlp.fc` feeds to the activation. The next cell measures the largest gap between the two curves
+# on $[-8, 8]$, and the typical gap at the activation inputs our MLPs actually produce.
 
 # %% [markdown] lang="zh"
 # ## 8. 容差为什么取 $10^{-10}$：FP32 与 FP64 下的 GELU 陷阱
 #
-# GELU 陷阱是最不显眼的一个，容差之所以定得这么紧，正是因为它。tanh 近似曲线处处都贴近精确曲线，在零附近贴得最近，而我们的 MLP 送入激活函数的值大多就在零附近。因此，这个错误造成多大的偏差，取决于 MLP 的输入有多大。下一个单元格测量两条曲线在 $[-8, 8]$ 上的最大差距，以及在我们的 MLP 实际产生的值上的典型差距。
+# GELU 陷阱是最不显眼的一个，容差之所以定得这么紧，正是因为它。tanh 近似曲线处处都贴近精确曲线：两者之差在 0 处为零，$|x|$ 很小或很大时都极小（很大时两条曲线都趋于 $x$ 或 0），在两者之间最大。因此，这个错误造成多大的偏差，取决于**激活函数的输入**，即 `mlp.fc` 送入激活函数的值。下一个单元格测量两条曲线在 $[-8, 8]$ 上的最大差距，以及在我们的 MLP 实际产生的激活函数输入上的典型差距。
 
 # %%
 WEIGHT_SETS = ("model", "mlp_fc_x0.1")
@@ -27,8 +27,8 @@ if HAVE_TRANSFORMERS:
     grid_gap = (tanh_gelu(grid) - exact_gelu(grid)).abs()
     curve_gap, peak_at = grid_gap.max().item(), grid[grid_gap.argmax()].abs().item()
 
-    # [en] What each block's MLP feeds to its activation, on section 4's token IDs.
-    # [zh] 在第 4 节的 token ID 上，每个 Transformer 块的 MLP 送入激活函数的值。
+    # [en] The activation inputs (`mlp.fc` outputs) of every block, on section 4's token IDs.
+    # [zh] 在第 4 节的 token ID 上，每个 Transformer 块的激活函数输入（`mlp.fc` 的输出）。
     mlp_inputs = []
     handles = [block.mlp.fc.register_forward_hook(lambda module, args, out: mlp_inputs.append(out.flatten()))
                for block in ours64.blocks]
@@ -41,25 +41,26 @@ if HAVE_TRANSFORMERS:
     mlp_inputs = torch.cat(mlp_inputs)
     median_gap = (tanh_gelu(mlp_inputs) - exact_gelu(mlp_inputs)).abs().median().item()
     say(en=f"tanh curve against exact GELU on $[-8, 8]$: largest gap {curve_gap:.1e}, at $|x| = {peak_at:.2f}$. "
-           f"MLP inputs: median $|x|$ {mlp_inputs.abs().median().item():.2f}, median gap there {median_gap:.1e}.",
+           f"Activation inputs: median $|x|$ {mlp_inputs.abs().median().item():.2f}, median gap there {median_gap:.1e}.",
         zh=f"在 $[-8, 8]$ 上 tanh 近似曲线与精确 GELU 之差：最大为 {curve_gap:.1e}，位于 $|x| = {peak_at:.2f}$ 处。"
-           f"MLP 的输入：$|x|$ 的中位数为 {mlp_inputs.abs().median().item():.2f}，在这些值上差距的中位数为 {median_gap:.1e}。")
+           f"激活函数的输入：$|x|$ 的中位数为 {mlp_inputs.abs().median().item():.2f}，在这些值上差距的中位数为 {median_gap:.1e}。")
 
 # %% [markdown] lang="en"
 # The next cells run the correct mapping and the GELU trap in FP32, judged with the FP32 tolerance
 # $10^{-5}$, and in FP64, judged with $10^{-10}$, for two sets of weights: the decoder as it is, and the
-# same decoder with the weights and biases of both MLP input layers (`mlp.fc`) multiplied by 0.1, which
-# pulls the MLP inputs towards zero (the table calls them `model` and `mlp_fc_x0.1`). The first cell
+# same decoder with the weights and biases of both `mlp.fc` layers multiplied by 0.1, which shrinks the
+# activation inputs (by 10× in layer 0, whose input is unchanged; the table calls the two sets `model`
+# and `mlp_fc_x0.1`). The first cell
 # builds that second set of weights; the second runs the eight comparisons; the third, folded, prints
 # the table.
 
 # %% [markdown] lang="zh"
-# 下面几个单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 MLP 输入层（`mlp.fc`）的权重和偏置都乘以 0.1，让 MLP 的输入向零靠拢（表中分别记作 `model` 和 `mlp_fc_x0.1`）。第一个单元格构造第二组权重；第二个单元格做这 8 次比较；第三个单元格（代码已折叠）打印结果表。
+# 下面几个单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 `mlp.fc` 层的权重和偏置都乘以 0.1，使激活函数的输入变小（第 0 层的输入不变，所以它的激活函数输入缩小为原来的 1/10；表中两组权重分别记作 `model` 和 `mlp_fc_x0.1`）。第一个单元格构造第二组权重；第二个单元格做这 8 次比较；第三个单元格（代码已折叠）打印结果表。
 
 # %%
 if HAVE_TRANSFORMERS:
-    # [en] The second weight set: both MLP input layers scaled by 0.1, everything else unchanged.
-    # [zh] 第二组权重：两个 MLP 输入层乘以 0.1，其余不变。
+    # [en] The second weight set: both `mlp.fc` layers scaled by 0.1, everything else unchanged.
+    # [zh] 第二组权重：两个 `mlp.fc` 层乘以 0.1，其余不变。
     small_mlp = copy.deepcopy(model)
     with torch.no_grad():
         for block in small_mlp.blocks:
@@ -98,7 +99,8 @@ if HAVE_TRANSFORMERS:
 # - In FP32 even the correct mapping differs by rounding noise, {{run:gelu.fp32_correct:.1e}}, far above
 #   $10^{-10}$: an FP32 comparison has to allow something like $10^{-5}$.
 # - With the decoder as it is, that FP32 tolerance still catches the GELU trap
-#   ({{run:gelu.fp32_trap:.1e}}), but by a factor of only {{run:gelu.fp32_margin:.0f}}.
+#   ({{run:gelu.fp32_trap:.1e}}), but its largest absolute error is only {{run:gelu.fp32_margin:.0f}} times the
+#   tolerance.
 # - With the scaled weights, the trap's FP32 error, {{run:gelu.fp32_small_trap:.1e}}, is of the order of the
 #   correct mapping's rounding noise and passes: in FP32 the wrong GELU is invisible.
 # - In FP64 the correct mapping stays at rounding level, and the trap is caught with both sets of
@@ -115,7 +117,7 @@ if HAVE_TRANSFORMERS:
 # 表中要看的是：
 #
 # - 在 FP32 下，即使映射完全正确，也有 {{run:gelu.fp32_correct:.1e}} 的舍入噪声，远大于 $10^{-10}$：FP32 的比较必须留出 $10^{-5}$ 左右的容差。
-# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但误差只有容差的 {{run:gelu.fp32_margin:.0f}} 倍。
+# - 对原样的解码器，这个 FP32 容差仍能查出 GELU 陷阱（{{run:gelu.fp32_trap:.1e}}），但它的最大绝对误差只有容差的 {{run:gelu.fp32_margin:.0f}} 倍。
 # - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
 # - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
 #
