@@ -15,6 +15,9 @@
 #    slot of the second store still holds NaN at the end;
 # 4. the capacity is exact: the 32 positions fill the buffer to its last slot, and one token more raises the
 #    `ValueError` before anything is written.
+#
+# `check_static` (folded) runs a store and a fresh `torch.cat` store side by side; the cell after it shows
+# the result and asserts criteria 1 to 3 and the exact fill.
 
 # %% [markdown] lang="zh"
 # **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max = 12 + 20 = 32`，恰好是这次运行所需的长度；另外在 FP32 下再用一个多出一个槽位的存储对象（`T_max = 33`）运行一遍：
@@ -23,8 +26,10 @@
 # 2. 在全部 21 次调用中，缓冲区的 `data_ptr()` 始终不变（上面的 `torch.cat` 存储对象就是反例：它的地址每次调用都会改变）；
 # 3. 未使用的槽位在写入之前一直是 NaN，但它们从未进入 logits：所有 logits 都是有限值，第二个存储对象那个空余的槽位到运行结束时仍然是 NaN；
 # 4. 容量恰好够用：32 个位置正好填满缓冲区的最后一个槽位；再多一个 token，就在写入任何内容之前抛出上面所说的 `ValueError`。
+#
+# `check_static`（已折叠）让一个存储对象与一个新的 `torch.cat` 存储对象并排运行；再下一个单元格列出结果，并断言判据 1 到 3 以及缓冲区恰好填满。
 
-# %%
+# %% tags=["hide-input"]
 T_MAX = max(PROMPT_LENGTHS) + DECODE_STEPS
 
 
@@ -47,15 +52,19 @@ def check_static(store) -> dict:
     }
 
 
+def show_static(runs):
+    say_table([[r["dtype"].upper(), str(r["t_max"]), f"{r['max_abs_logit_err']:.1e}", f"`{r['close'] and r['tokens_identical']}`",
+                f"`{r['bit_exact']}`", f"`{r['pointers_fixed']}`", f"`{r['finite']}`", str(r["t_max"] - r["length"]),
+                f"`{r['unused_slots_nan']}`"] for r in runs.values()],
+              en=["dtype", "`T_max`", "max abs logit error vs `torch.cat`", "within tolerance, same tokens", "bit-exact on this run",
+                  "`data_ptr()` fixed", "logits finite", "slots left", "they still hold NaN"],
+              zh=["精度", "`T_max`", "与 `torch.cat` 相比 logits 的最大绝对误差", "在容差之内且 token 相同", "本次运行逐比特相同",
+                  "`data_ptr()` 不变", "logits 有限", "剩余槽位数", "它们仍为 NaN"])
+
+# %%
 STATIC = {DTYPE_NAME[d]: check_static(StaticStore(cfg, len(PROMPTS), T_MAX, d)) for d in TOLERANCE}
 STATIC["fp32_spare_slot"] = check_static(StaticStore(cfg, len(PROMPTS), T_MAX + 1))
-say_table([[r["dtype"].upper(), str(r["t_max"]), f"{r['max_abs_logit_err']:.1e}", f"`{r['close'] and r['tokens_identical']}`",
-            f"`{r['bit_exact']}`", f"`{r['pointers_fixed']}`", f"`{r['finite']}`", str(r["t_max"] - r["length"]),
-            f"`{r['unused_slots_nan']}`"] for r in STATIC.values()],
-          en=["dtype", "`T_max`", "max abs logit error vs `torch.cat`", "within tolerance, same tokens", "bit-exact on this run",
-              "`data_ptr()` fixed", "logits finite", "slots left", "they still hold NaN"],
-          zh=["精度", "`T_max`", "与 `torch.cat` 相比 logits 的最大绝对误差", "在容差之内且 token 相同", "本次运行逐比特相同",
-              "`data_ptr()` 不变", "logits 有限", "剩余槽位数", "它们仍为 NaN"])
+show_static(STATIC)
 assert all(r["close"] and r["tokens_identical"] and r["pointers_fixed"] and r["calls"] == DECODE_STEPS + 1
            and r["finite"] and r["unused_slots_nan"] and r["length"] == T_MAX for r in STATIC.values())
 

@@ -182,19 +182,23 @@ def check_paged(paged) -> dict:
         "tables": [list(paged.tables[s]) for s in range(len(PROMPTS))],
     }
 
+# %% tags=["hide-input"]
+def show_paged(runs):
+    say_table([[str(seq), str(runs["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(runs["fp32"]["tables"])],
+              en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
+    say_table([[name.upper(), f"`{r['bit_exact_vs_contiguous'] and r['kv_bit_exact_vs_contiguous']}`", f"{r['max_abs_logit_err']:.1e}",
+                f"`{r['close_vs_cat'] and r['tokens_identical']}`", f"`{r['bit_exact_vs_cat']}`", f"`{r['pool_fixed']}`",
+                f"`{r['contiguous_fixed']}`"] for name, r in runs.items()],
+              en=["dtype", "bit-exact vs contiguous (logits, K/V)", "max abs logit error vs `torch.cat`",
+                  "within tolerance of `torch.cat`, same tokens", "bit-exact vs `torch.cat` on this run", "pool `data_ptr()` fixed",
+                  "contiguous cache's `data_ptr()` fixed"],
+              zh=["精度", "与连续缓存逐比特相同（logits、K/V）", "与 `torch.cat` 相比 logits 的最大绝对误差",
+                  "在 `torch.cat` 结果的容差之内且 token 相同", "本次运行与 `torch.cat` 逐比特相同", "池的 `data_ptr()` 不变",
+                  "连续缓存的 `data_ptr()` 不变"])
+
 # %%
 PAGED = {DTYPE_NAME[d]: check_paged(PagedCache(BlockPool(cfg, 32, BLOCK_SIZE, d))) for d in TOLERANCE}
-say_table([[str(seq), str(PAGED["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(PAGED["fp32"]["tables"])],
-          en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
-say_table([[name.upper(), f"`{r['bit_exact_vs_contiguous'] and r['kv_bit_exact_vs_contiguous']}`", f"{r['max_abs_logit_err']:.1e}",
-            f"`{r['close_vs_cat'] and r['tokens_identical']}`", f"`{r['bit_exact_vs_cat']}`", f"`{r['pool_fixed']}`",
-            f"`{r['contiguous_fixed']}`"] for name, r in PAGED.items()],
-          en=["dtype", "bit-exact vs contiguous (logits, K/V)", "max abs logit error vs `torch.cat`",
-              "within tolerance of `torch.cat`, same tokens", "bit-exact vs `torch.cat` on this run", "pool `data_ptr()` fixed",
-              "contiguous cache's `data_ptr()` fixed"],
-          zh=["精度", "与连续缓存逐比特相同（logits、K/V）", "与 `torch.cat` 相比 logits 的最大绝对误差",
-              "在 `torch.cat` 结果的容差之内且 token 相同", "本次运行与 `torch.cat` 逐比特相同", "池的 `data_ptr()` 不变",
-              "连续缓存的 `data_ptr()` 不变"])
+show_paged(PAGED)
 assert all(r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and r["close_vs_cat"] and r["tokens_identical"]
            and r["pool_fixed"] and not r["contiguous_fixed"]
            and [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]] for r in PAGED.values())

@@ -184,19 +184,23 @@ def check_reuse(pool) -> dict:
         "trace": trace,
     }
 
+
+def show_reuse(reuse):
+    say_table([[str(x) for x in row] for row in reuse["requests"]],
+              en=["request", "prompt tokens", "output tokens", "blocks reserved", "arrives", "admitted", "finished"],
+              zh=["请求", "提示 token 数", "输出 token 数", "预留的物理块数", "到达时的迭代", "接纳时的迭代", "完成时的迭代"])
+    say(en=f"Bit-exact vs the contiguous cache: `{reuse['bit_exact_vs_contiguous']}`; tokens as alone: `{reuse['tokens_as_alone']}` "
+           f"(max abs logit error vs the alone runs {reuse['max_abs_logit_err_vs_alone']:.1e}). {reuse['reused_blocks']} allocations "
+           f"of a block an earlier request had used; every request within its reservation: `{reuse['within_reservation']}`; "
+           f"all blocks back in the pool: `{reuse['all_returned']}`.",
+        zh=f"与连续缓存逐比特相同：`{reuse['bit_exact_vs_contiguous']}`；token 与单独运行时相同：`{reuse['tokens_as_alone']}`"
+           f"（与单独运行相比，logits 的最大绝对误差为 {reuse['max_abs_logit_err_vs_alone']:.1e}）。有 {reuse['reused_blocks']} 次分配"
+           f"拿到的是先前请求用过的物理块；每个请求都未超出预留：`{reuse['within_reservation']}`；"
+           f"全部物理块都已归还：`{reuse['all_returned']}`。")
+
 # %%
 REUSE = check_reuse(BlockPool(cfg, REUSE_BLOCKS, BLOCK_SIZE))
-say_table([[str(x) for x in row] for row in REUSE["requests"]],
-          en=["request", "prompt tokens", "output tokens", "blocks reserved", "arrives", "admitted", "finished"],
-          zh=["请求", "提示 token 数", "输出 token 数", "预留的物理块数", "到达时的迭代", "接纳时的迭代", "完成时的迭代"])
-say(en=f"Bit-exact vs the contiguous cache: `{REUSE['bit_exact_vs_contiguous']}`; tokens as alone: `{REUSE['tokens_as_alone']}` "
-       f"(max abs logit error vs the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}). {REUSE['reused_blocks']} allocations "
-       f"of a block an earlier request had used; every request within its reservation: `{REUSE['within_reservation']}`; "
-       f"all blocks back in the pool: `{REUSE['all_returned']}`.",
-    zh=f"与连续缓存逐比特相同：`{REUSE['bit_exact_vs_contiguous']}`；token 与单独运行时相同：`{REUSE['tokens_as_alone']}`"
-       f"（与单独运行相比，logits 的最大绝对误差为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）。有 {REUSE['reused_blocks']} 次分配"
-       f"拿到的是先前请求用过的物理块；每个请求都未超出预留：`{REUSE['within_reservation']}`；"
-       f"全部物理块都已归还：`{REUSE['all_returned']}`。")
+show_reuse(REUSE)
 assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"]
         and REUSE["reused_blocks"] > 0 and REUSE["within_reservation"] and REUSE["all_returned"])
 
