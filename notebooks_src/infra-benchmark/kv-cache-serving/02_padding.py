@@ -120,21 +120,21 @@ assert real_positions == [list(range(n)) for n in PROMPT_LENGTHS] and bool(key_m
 # nothing reads it: its K and V are padding keys, masked for every real query.
 #
 # The figure has three panels for row 0 (12 query slots down, 12 key slots across; green = may read):
-# the offset causal mask, the padding mask (the same nine padding key columns hidden in every query row)
+# the causal mask (a prefill: no cached positions, $P = 0$), the padding mask (the same nine padding key columns hidden in every query row)
 # and their AND, which is what the row's queries use before the guard. The cell then checks why the
 # guard is needed: the queries that see no key at all are exactly the padding queries.
 
 # %% [markdown] lang="zh"
 # 下图画出预填充（prefill）时第 0 行的掩码：它的三个真实查询读取自己及之前的真实键。其余九个填充位上的查询则什么都读不到：按因果规则它们能看到的键全是填充位。对一整行 $-\infty$ 做 softmax 得到 $0/0$，即 NaN。在第一层，NaN 只停留在填充位上；但到了第二层，它成了这些位置的 K 和 V，而真实查询会用注意力权重 0 去乘这个 V：$0 \cdot \mathrm{NaN} = \mathrm{NaN}$。所以 `guard_empty_rows` 让一个键都看不到的查询改为读取所有的键。这样得到的输出没有意义，但都是有限值，而且不会被任何查询读取：它的 K 和 V 是填充键，对每个真实查询都被掩码遮住。
 #
-# 图中是第 0 行的三幅子图，绿色表示可以读取。纵轴 query slot 是 12 个查询槽位，横轴 key slot 是 12 个键槽位。三幅子图的标题依次是：offset causal mask，带偏移的因果掩码；padding mask (keys)，作用在键上的填充掩码（每一行查询都遮住同样九列填充键）；combined (AND)，两者的逻辑与，也就是加保护之前这一行的查询实际使用的掩码。总标题 row 0: 3 real tokens, left-padded to 12 的意思是：第 0 行有 3 个真实 token，左填充到 12 个槽位。随后的单元格说明为什么必须加这层保护：一个键都看不到的查询，恰好就是所有填充位上的查询。
+# 图中是第 0 行的三幅子图，绿色表示可以读取。纵轴 query slot 是 12 个查询槽位，横轴 key slot 是 12 个键槽位。三幅子图的标题依次是：causal mask (P = 0)，因果掩码（预填充时没有缓存的位置，$P = 0$）；padding mask (keys)，作用在键上的填充掩码（每一行查询都遮住同样九列填充键）；combined (AND)，两者的逻辑与，也就是加保护之前这一行的查询实际使用的掩码。总标题 row 0: 3 real tokens, left-padded to 12 的意思是：第 0 行有 3 个真实 token，左填充到 12 个槽位。随后的单元格说明为什么必须加这层保护：一个键都看不到的查询，恰好就是所有填充位上的查询。
 
 # %%
 def draw_padded_mask(key_mask, row):
     causal = causal_mask(0, key_mask.shape[1])
     combined = (causal[None, None] & padding_mask(key_mask, key_mask.shape[1]))[row, 0]
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
-    panels = [("offset causal mask", causal), ("padding mask (keys)", key_mask[row][None].expand_as(causal)),
+    panels = [("causal mask (P = 0)", causal), ("padding mask (keys)", key_mask[row][None].expand_as(causal)),
               ("combined (AND)", combined)]
     for ax, (title, mask) in zip(axes, panels):
         ax.imshow(mask.int().numpy(), cmap="Greens", vmin=0, vmax=1.4)

@@ -1,19 +1,24 @@
 # %% [markdown] lang="en"
+# > **The equality rule of this notebook.** Two computations are asked to agree **bit for bit** only when
+# > every kernel receives the same inputs in the same shapes and memory layout (or when the work is pure
+# > data movement: copy, index, gather). A deterministic CPU kernel, here pinned to one thread, then repeats
+# > the same arithmetic on any machine. Where a shape or a layout differs (a strided view against a fresh
+# > tensor, a row inside a larger batch), a kernel may choose another blocking and order of summation, so
+# > the comparison uses the dtype's tolerance ($10^{-5}$ in FP32, $10^{-10}$ in FP64). Each check below
+# > says which case it is.
+#
 # What sits in a padding slot cannot matter: another padding token ID, or padding slots at position 7
 # instead of 0, must give **bit-identical** logits at real positions. The padding keys' scores are
 # replaced by $-\infty$ before the softmax, their weights are exactly 0, and $0 \cdot v = 0$ for any
-# finite $v$. Every other number in the computation is unchanged, and so are the shape and memory layout
-# of every call. What this needs of the kernels: that each is deterministic and adds up its sums in an
-# order fixed by the shapes and layout it is given, never by the values, so that the real positions go
-# through the very same arithmetic. The CPU kernels this run calls, pinned to one thread, behave this way,
-# which is why we ask for the equality bit for bit (the cell checks it on your machine); a kernel that
-# picked its order from the data, or split a sum among threads differently from one call to the next,
-# could change the last bits. A row that holds no token at all (an empty slot of the batch) is
-# padding from end to end: the guard keeps it finite as well, and the other rows do not notice it (here
-# the comparison uses the tolerance, since the batch around them holds other numbers).
+# finite $v$; every other number, shape and layout is unchanged, so the rule asks for exact equality. A
+# row that holds no token at all (an empty slot of the batch) is padding from end to end: the guard keeps
+# it finite as well, and the other rows do not notice it (within the tolerance: the batch around them
+# holds other numbers).
 
 # %% [markdown] lang="zh"
-# 填充位里放什么，不应产生任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$。计算中其余的数一个都没变，每次调用的形状和内存布局也都不变。这对内核的要求是：每个内核都是确定性的，累加的顺序只由传给它的形状和内存布局决定，与数值无关，这样真实位置经过的运算就与原来完全一样。本次运行调用的 CPU 内核只用一个线程，满足这个要求，所以这里要求逐比特相同（单元格会在你的机器上核对）。如果某个内核根据数据决定累加顺序，或者每次调用在线程之间拆分求和的方式不同，最后几个比特就可能改变。一个 token 都没有的行（batch 中的空位）从头到尾都是填充位：`guard_empty_rows` 同样让它保持有限值，其他行也察觉不到它的存在（这里用容差比较，因为它们所在的 batch 里装的是别的数）。
+# > **本笔记本的相等规则**：只有当每个内核收到的输入、形状和内存布局都相同时（或者只是搬运数据：复制、索引、收集），我们才要求两种计算**逐比特相同**。这时确定性的 CPU 内核（这里固定为单线程）在任何机器上都会重复完全相同的运算。只要形状或内存布局不同（跨步视图与新建的张量相比，或者同一行处在更大的 batch 中），内核就可能选择另一种划分方式和求和顺序，所以比较采用该精度的容差（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$）。下面每项检查都会说明属于哪种情况。
+#
+# 填充位里放什么，不应产生任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$；其余的数、形状和内存布局都不变，所以按上述规则要求完全相等。一个 token 都没有的行（batch 中的空位）从头到尾都是填充位：`guard_empty_rows` 同样让它保持有限值，其他行也察觉不到它的存在（在容差内：它们所在的 batch 里装的是别的数）。
 
 # %%
 with torch.inference_mode():

@@ -73,15 +73,14 @@ def store_forward(model, ids, new_mask, store):
 # the store's tensors after every call.
 #
 # The first store is the first notebook's cache again, `torch.cat` behind this interface. With it,
-# `store_forward` must **be** the decoder of section 3: the same logits, bit for bit, on the padded batch.
-# Exact equality is a fair demand here, on any machine: the `torch.cat` store hands attention the very
-# tensors the decoder builds itself, so every kernel receives the same inputs in the same memory layout
-# and repeats the same arithmetic. And the addresses of its K and V must change after every call.
+# `store_forward` must **be** the decoder of section 3: the same logits, bit for bit, on the padded batch
+# (the equality rule of section 4: it hands attention the very tensors the decoder builds itself). And the
+# addresses of its K and V must change after every call.
 
 # %% [markdown] lang="zh"
 # 第一个存储对象 `CatStore`，以及改用存储对象的第 4 节贪心生成循环：`generate_with_store` 先对左填充的 batch 做预填充，然后每次调用为每一行解码一个 token，并在每次调用之后记录存储对象中各张量的地址。
 #
-# 第一个存储对象还是第一份笔记本的缓存，即套上这个接口的 `torch.cat`。用它时，`store_forward` 必须**就是**第 3 节的解码器：在填充后的 batch 上，logits 逐比特相同。这里要求逐比特相同是合理的，而且在任何机器上都成立：`torch.cat` 存储对象交给注意力的，正是解码器自己构造的那些张量，每个内核收到的输入相同、内存布局也相同，执行的运算也就完全一样。此外，每次调用之后，它的 K 和 V 的地址都必须改变。
+# 第一个存储对象还是第一份笔记本的缓存，即套上这个接口的 `torch.cat`。用它时，`store_forward` 必须**就是**第 3 节的解码器：在填充后的 batch 上，logits 逐比特相同（第 4 节的相等规则：它交给注意力的正是解码器自己构造的那些张量）。此外，每次调用之后，它的 K 和 V 的地址都必须改变。
 
 # %%
 class CatStore:

@@ -5,28 +5,31 @@
 #
 # 1. the logits equal those of the `torch.cat` store within the tolerance of their dtype ($10^{-5}$ in FP32,
 #    $10^{-10}$ in FP64), and the greedy tokens are the same. Both stores hand the same values to the same
-#    operations; only the memory layout of K and V differs. The static store passes a view of its buffer,
-#    whose heads lie `T_max` slots apart in memory; the `torch.cat` store passes a compact tensor (in the
-#    prefill, the K and V that `split_heads` returns as they are). A matrix-multiply kernel may choose its blocking and
-#    its order of summation by layout and shape, so on some CPUs the two round differently in the last
-#    bits. Whether they do is a property of the machine, not of the code: we do not assert bit-for-bit
-#    equality, and the table shows whether this run happened to be bit-exact;
+#    operations, but in different memory layouts: the static store passes a view of its buffer, whose heads
+#    lie `T_max` slots apart in memory; the `torch.cat` store passes K and V with another stride pattern (in
+#    the prefill, the view that `split_heads` returns). By the equality rule of section 4 this asks for the
+#    tolerance; the table shows whether this run happened to be bit-exact;
 # 2. the buffers' `data_ptr()` never changes across the 21 calls (the `torch.cat` store above is the
 #    counterexample: its addresses changed at every call);
 # 3. the unused slots, NaN until written, never reach the logits: every logit is finite, and the spare
 #    slot of the second store still holds NaN at the end;
 # 4. the capacity is exact: the 32 positions fill the buffer to its last slot, and one token more raises the
 #    `ValueError` before anything is written.
+#
+# `check_static` (folded) runs a store and a fresh `torch.cat` store side by side; the cell after it shows
+# the result and asserts criteria 1 to 3 and the exact fill.
 
 # %% [markdown] lang="zh"
 # **判据**：在第 4 节填充后的 batch 上做预填充和 20 个解码步，FP32 和 FP64 各一遍，`T_max = 12 + 20 = 32`，恰好是这次运行所需的长度；另外在 FP32 下再用一个多出一个槽位的存储对象（`T_max = 33`）运行一遍：
 #
-# 1. logits 与 `torch.cat` 存储对象的结果在该精度的容差内一致（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$），贪心生成的 token 也相同。两种存储对象把相同的值交给相同的运算，区别只在 K 和 V 的内存布局：静态存储对象交出的是缓冲区的视图，各头在内存中相隔 `T_max` 个槽位；`torch.cat` 存储对象交出的是紧凑的张量（预填充时就是 `split_heads` 返回的 K 和 V 本身）。矩阵乘法内核可能根据布局和形状选择矩阵的划分方式和求和顺序，所以在某些 CPU 上，两者的舍入结果在最后几个比特上会有差别。有没有差别取决于机器，而不是代码的性质。因此我们不断言逐比特相同，表中只列出本次运行是否恰好逐比特相同；
+# 1. logits 与 `torch.cat` 存储对象的结果在该精度的容差内一致（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$），贪心生成的 token 也相同。两种存储对象把相同的值交给相同的运算，但内存布局不同：静态存储对象交出的是缓冲区的视图，各头在内存中相隔 `T_max` 个槽位；`torch.cat` 存储对象交出的 K 和 V 是另一种跨步方式（预填充时就是 `split_heads` 返回的视图）。按第 4 节的相等规则，这里用容差比较；表中列出本次运行是否恰好逐比特相同；
 # 2. 在全部 21 次调用中，缓冲区的 `data_ptr()` 始终不变（上面的 `torch.cat` 存储对象就是反例：它的地址每次调用都会改变）；
 # 3. 未使用的槽位在写入之前一直是 NaN，但它们从未进入 logits：所有 logits 都是有限值，第二个存储对象那个空余的槽位到运行结束时仍然是 NaN；
 # 4. 容量恰好够用：32 个位置正好填满缓冲区的最后一个槽位；再多一个 token，就在写入任何内容之前抛出上面所说的 `ValueError`。
+#
+# `check_static`（已折叠）让一个存储对象与一个新的 `torch.cat` 存储对象并排运行；再下一个单元格列出结果，并断言判据 1 到 3 以及缓冲区恰好填满。
 
-# %%
+# %% tags=["hide-input"]
 T_MAX = max(PROMPT_LENGTHS) + DECODE_STEPS
 
 
@@ -49,15 +52,19 @@ def check_static(store) -> dict:
     }
 
 
+def show_static(runs):
+    say_table([[r["dtype"].upper(), str(r["t_max"]), f"{r['max_abs_logit_err']:.1e}", f"`{r['close'] and r['tokens_identical']}`",
+                f"`{r['bit_exact']}`", f"`{r['pointers_fixed']}`", f"`{r['finite']}`", str(r["t_max"] - r["length"]),
+                f"`{r['unused_slots_nan']}`"] for r in runs.values()],
+              en=["dtype", "`T_max`", "max abs logit error vs `torch.cat`", "within tolerance, same tokens", "bit-exact on this run",
+                  "`data_ptr()` fixed", "logits finite", "slots left", "they still hold NaN"],
+              zh=["精度", "`T_max`", "与 `torch.cat` 相比 logits 的最大绝对误差", "在容差之内且 token 相同", "本次运行逐比特相同",
+                  "`data_ptr()` 不变", "logits 有限", "剩余槽位数", "它们仍为 NaN"])
+
+# %%
 STATIC = {DTYPE_NAME[d]: check_static(StaticStore(cfg, len(PROMPTS), T_MAX, d)) for d in TOLERANCE}
 STATIC["fp32_spare_slot"] = check_static(StaticStore(cfg, len(PROMPTS), T_MAX + 1))
-say_table([[r["dtype"].upper(), str(r["t_max"]), f"{r['max_abs_logit_err']:.1e}", f"`{r['close'] and r['tokens_identical']}`",
-            f"`{r['bit_exact']}`", f"`{r['pointers_fixed']}`", f"`{r['finite']}`", str(r["t_max"] - r["length"]),
-            f"`{r['unused_slots_nan']}`"] for r in STATIC.values()],
-          en=["dtype", "`T_max`", "max abs logit error vs `torch.cat`", "within tolerance, same tokens", "bit-exact on this run",
-              "`data_ptr()` fixed", "logits finite", "slots left", "they still hold NaN"],
-          zh=["精度", "`T_max`", "与 `torch.cat` 相比 logits 的最大绝对误差", "在容差之内且 token 相同", "本次运行逐比特相同",
-              "`data_ptr()` 不变", "logits 有限", "剩余槽位数", "它们仍为 NaN"])
+show_static(STATIC)
 assert all(r["close"] and r["tokens_identical"] and r["pointers_fixed"] and r["calls"] == DECODE_STEPS + 1
            and r["finite"] and r["unused_slots_nan"] and r["length"] == T_MAX for r in STATIC.values())
 

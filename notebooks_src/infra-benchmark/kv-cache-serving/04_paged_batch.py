@@ -124,17 +124,14 @@ assert example_store.total == 6 and example_mask.tolist() == [[True] * 6, [False
 # tokens), each prompt its own sequence in the pool, prefill and 20 decode steps, blocks of 4 positions
 # so that every sequence spans several blocks, in FP32 and FP64. Against the contiguous cache under the
 # same calls, the logits must be equal **bit for bit**, and so must every layer's K and V read back from
-# the blocks. Exact equality holds here on any machine: a gather only copies values, and `SeqBatchStore`
-# copies the K/V of either cache into the same fresh tensor, so attention receives the same numbers in
-# the same memory layout and repeats the same arithmetic. Against the `torch.cat` store of section 5, the
-# logits must agree within the tolerance of their dtype: that store hands attention its K/V in another
-# layout (in the prefill, the K and V that `split_heads` returns as they are), which a matrix-multiply kernel may sum in
-# another order. Each sequence of $n$ positions must hold $\lceil n / 4 \rceil$ blocks, and like the
+# the blocks (the equality rule of section 4: a gather only copies values, into the same fresh tensor for
+# both caches). Against the `torch.cat` store of section 5, whose K/V have another layout, the logits must
+# agree within the tolerance of their dtype. Each sequence of $n$ positions must hold $\lceil n / 4 \rceil$ blocks, and like the
 # static buffers, the pool never moves: it is allocated once, and only the block tables change (the
 # contiguous cache is the counterexample: its tensors move at every call).
 
 # %% [markdown] lang="zh"
-# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。它检验的是寻址（`reserve`、`write`、`read`：每个位置都写进自己的槽位，也从那里读回），而不是注意力：对两种缓存，注意力都是同一段代码，作用在收集出的同样的张量上。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。与同样调用下的连续缓存相比，logits 必须**逐比特相同**，从物理块中读回的每一层 K 和 V 也必须逐比特相同。这里的逐比特相同在任何机器上都成立：收集只是复制数值，而 `SeqBatchStore` 把两种缓存的 K/V 复制进同一种新建的张量，所以注意力收到的数值相同、内存布局相同，执行的运算也完全一样。与第 5 节的 `torch.cat` 存储对象相比，logits 则要求在该精度的容差内一致：那个存储对象以另一种内存布局把 K/V 交给注意力（预填充时就是 `split_heads` 返回的 K 和 V 本身），矩阵乘法内核可能以另一种顺序求和。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
+# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。它检验的是寻址（`reserve`、`write`、`read`：每个位置都写进自己的槽位，也从那里读回），而不是注意力：对两种缓存，注意力都是同一段代码，作用在收集出的同样的张量上。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。与同样调用下的连续缓存相比，logits 必须**逐比特相同**，从物理块中读回的每一层 K 和 V 也必须逐比特相同。（第 4 节的相等规则：收集只是复制数值，两种缓存都复制进同一种新建的张量。）与第 5 节的 `torch.cat` 存储对象相比，它的 K/V 内存布局不同，logits 要求在该精度的容差内一致。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
 
 # %%
 # [en] Small, so that sequences span many blocks.
@@ -185,19 +182,23 @@ def check_paged(paged) -> dict:
         "tables": [list(paged.tables[s]) for s in range(len(PROMPTS))],
     }
 
+# %% tags=["hide-input"]
+def show_paged(runs):
+    say_table([[str(seq), str(runs["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(runs["fp32"]["tables"])],
+              en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
+    say_table([[name.upper(), f"`{r['bit_exact_vs_contiguous'] and r['kv_bit_exact_vs_contiguous']}`", f"{r['max_abs_logit_err']:.1e}",
+                f"`{r['close_vs_cat'] and r['tokens_identical']}`", f"`{r['bit_exact_vs_cat']}`", f"`{r['pool_fixed']}`",
+                f"`{r['contiguous_fixed']}`"] for name, r in runs.items()],
+              en=["dtype", "bit-exact vs contiguous (logits, K/V)", "max abs logit error vs `torch.cat`",
+                  "within tolerance of `torch.cat`, same tokens", "bit-exact vs `torch.cat` on this run", "pool `data_ptr()` fixed",
+                  "contiguous cache's `data_ptr()` fixed"],
+              zh=["精度", "与连续缓存逐比特相同（logits、K/V）", "与 `torch.cat` 相比 logits 的最大绝对误差",
+                  "在 `torch.cat` 结果的容差之内且 token 相同", "本次运行与 `torch.cat` 逐比特相同", "池的 `data_ptr()` 不变",
+                  "连续缓存的 `data_ptr()` 不变"])
+
 # %%
 PAGED = {DTYPE_NAME[d]: check_paged(PagedCache(BlockPool(cfg, 32, BLOCK_SIZE, d))) for d in TOLERANCE}
-say_table([[str(seq), str(PAGED["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(PAGED["fp32"]["tables"])],
-          en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
-say_table([[name.upper(), f"`{r['bit_exact_vs_contiguous'] and r['kv_bit_exact_vs_contiguous']}`", f"{r['max_abs_logit_err']:.1e}",
-            f"`{r['close_vs_cat'] and r['tokens_identical']}`", f"`{r['bit_exact_vs_cat']}`", f"`{r['pool_fixed']}`",
-            f"`{r['contiguous_fixed']}`"] for name, r in PAGED.items()],
-          en=["dtype", "bit-exact vs contiguous (logits, K/V)", "max abs logit error vs `torch.cat`",
-              "within tolerance of `torch.cat`, same tokens", "bit-exact vs `torch.cat` on this run", "pool `data_ptr()` fixed",
-              "contiguous cache's `data_ptr()` fixed"],
-          zh=["精度", "与连续缓存逐比特相同（logits、K/V）", "与 `torch.cat` 相比 logits 的最大绝对误差",
-              "在 `torch.cat` 结果的容差之内且 token 相同", "本次运行与 `torch.cat` 逐比特相同", "池的 `data_ptr()` 不变",
-              "连续缓存的 `data_ptr()` 不变"])
+show_paged(PAGED)
 assert all(r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and r["close_vs_cat"] and r["tokens_identical"]
            and r["pool_fixed"] and not r["contiguous_fixed"]
            and [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]] for r in PAGED.values())

@@ -17,49 +17,79 @@
 #
 # **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每次迭代的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。
 
+# %% tags=["hide-input"]
+def summarize_stream(requests, trace, cache) -> dict:
+    # [en] The criterion and the bookkeeping of a served stream, in one dict.
+    # [zh] 一次请求流运行的判据与记账，汇总成一个字典。
+    with torch.inference_mode():
+        # [en] The alone run agrees with its own full recomputation.
+        # [zh] 单独运行的结果与它自己的完整重算一致。
+        alone_consistent = all(alone(r)["tokens"] == alone(r)["logits"][len(r.prompt) - 1:].argmax(-1).tolist()
+                               for r in requests)
+    versus_alone = compare([request_logits(r) for r in requests], [alone(r)["logits"] for r in requests])
+    decode_iterations = [t for t in trace if t["decoded"]]
+    return {
+        "requests": len(requests),
+        "iterations": len(trace),
+        "decode_steps": len(decode_iterations),
+        "decoded_tokens": sum(len(t["decoded"]) for t in trace),
+        "prefill_tokens_generated": len(requests),
+        "tokens_per_decode_step": sum(len(t["decoded"]) for t in trace) / len(decode_iterations),
+        "max_running": max(len(t["running"]) for t in trace),
+        "tokens_as_alone": all(r.tokens == alone(r)["tokens"] for r in requests),
+        "max_abs_logit_err_vs_alone": versus_alone["max_abs_logit_err"],
+        "close_to_alone": versus_alone["close"],
+        "alone_equals_full_recomputation": alone_consistent,
+        "peak_blocks_used": max(t["blocks_used"] for t in trace),
+        "used_within_reserved": all(t["blocks_used"] <= t["blocks_reserved"] <= STREAM_BLOCKS and t["within_reservation"] for t in trace),
+        "all_returned": cache.pool.used() == 0,
+        "waited": sum(r.admitted > r.arrival for r in requests),
+    }
+
+
+def show_stream(c):
+    say(en=(f"{c['requests']} requests in {c['iterations']} iterations, {c['decode_steps']} of them with a decode step; "
+            f"{c['tokens_per_decode_step']:.2f} tokens per decode step on average (at most {c['max_running']} requests at once); "
+            f"{c['waited']} requests waited after their arrival. Tokens identical to the alone runs: `{c['tokens_as_alone']}`; "
+            f"max abs logit error {c['max_abs_logit_err_vs_alone']:.1e}. Peak blocks in use {c['peak_blocks_used']} "
+            f"of {STREAM_BLOCKS}; within the reservations at every peak: `{c['used_within_reserved']}`; all blocks back: "
+            f"`{c['all_returned']}`."),
+        zh=(f"{c['requests']} 个请求在 {c['iterations']} 次迭代内全部完成，其中 {c['decode_steps']} 次迭代有解码步；"
+            f"平均每个解码步生成 {c['tokens_per_decode_step']:.2f} 个 token（同时最多 {c['max_running']} 个请求）；"
+            f"有 {c['waited']} 个请求在到达之后等待过。token 与单独运行时完全相同：`{c['tokens_as_alone']}`；"
+            f"logits 的最大绝对误差为 {c['max_abs_logit_err_vs_alone']:.1e}。使用中的物理块峰值为 {c['peak_blocks_used']} 个"
+            f"（共 {STREAM_BLOCKS} 个）；每次迭代的峰值都在预留量之内：`{c['used_within_reserved']}`；"
+            f"全部物理块都已归还：`{c['all_returned']}`。"))
+
+
+def show_batching(static, continuous, continuous_idle):
+    say_table([[name, str(s["decode_steps"]), f"{s['tokens_per_decode_step']:.2f}", str(idle)]
+               for name, s, idle in (("`static_schedule`", static, static["idle_row_steps"]), ("`serve`", continuous, continuous_idle))],
+              en=["batching", "decode steps", "tokens per decode step", "idle row-steps"],
+              zh=["批处理方式", "解码步数", "每个解码步的 token 数", "空闲行步数"])
+
+
+def show_trace(events):
+    say_table([[str(t["iteration"]), str(t["admitted"]), str(t["decoded"]), str(t["running"]), str(t["waiting"])] for t in events],
+              en=["iteration", "admitted (prefilled)", "decoded in the batched step", "running", "waiting"],
+              zh=["迭代", "接纳（已预填充）", "参加批量解码步", "运行中", "等待中"])
+
+# %% [markdown] lang="en"
+# The stream through `serve`; the table shows the first three iterations of the trace that admit a request.
+
+# %% [markdown] lang="zh"
+# 让请求流经过 `serve`；表中是运行轨迹里最先接纳请求的三次迭代。
+
 # %%
 stream_requests = make_requests(STREAM_SPECS, SEED + 6)
 stream_cache = PagedCache(BlockPool(cfg, STREAM_BLOCKS, STREAM_BLOCK_SIZE))
 TRACE = watch(stream_cache, serve(model, stream_cache, stream_requests, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH),
               stream_requests, STREAM_BLOCK_SIZE)
+show_trace([t for t in TRACE if t["admitted"]][:3])
 
 # %%
-with torch.inference_mode():
-    # [en] The alone run agrees with its own full recomputation.
-    # [zh] 单独运行的结果与它自己的完整重算一致。
-    alone_consistent = all(alone(r)["tokens"] == alone(r)["logits"][len(r.prompt) - 1:].argmax(-1).tolist()
-                           for r in stream_requests)
-versus_alone = compare([request_logits(r) for r in stream_requests], [alone(r)["logits"] for r in stream_requests])
-decode_iterations = [t for t in TRACE if t["decoded"]]
-CONTINUOUS = {
-    "requests": STREAM_REQUESTS,
-    "iterations": len(TRACE),
-    "decode_steps": len(decode_iterations),
-    "decoded_tokens": sum(len(t["decoded"]) for t in TRACE),
-    "prefill_tokens_generated": STREAM_REQUESTS,
-    "tokens_per_decode_step": sum(len(t["decoded"]) for t in TRACE) / len(decode_iterations),
-    "max_running": max(len(t["running"]) for t in TRACE),
-    "tokens_as_alone": all(r.tokens == alone(r)["tokens"] for r in stream_requests),
-    "max_abs_logit_err_vs_alone": versus_alone["max_abs_logit_err"],
-    "close_to_alone": versus_alone["close"],
-    "alone_equals_full_recomputation": alone_consistent,
-    "peak_blocks_used": max(t["blocks_used"] for t in TRACE),
-    "used_within_reserved": all(t["blocks_used"] <= t["blocks_reserved"] <= STREAM_BLOCKS and t["within_reservation"] for t in TRACE),
-    "all_returned": stream_cache.pool.used() == 0,
-    "waited": sum(r.admitted > r.arrival for r in stream_requests),
-}
-say(en=(f"{STREAM_REQUESTS} requests in {CONTINUOUS['iterations']} iterations, {CONTINUOUS['decode_steps']} of them with a decode step; "
-        f"{CONTINUOUS['tokens_per_decode_step']:.2f} tokens per decode step on average (at most {CONTINUOUS['max_running']} requests at once); "
-        f"{CONTINUOUS['waited']} requests waited after their arrival. Tokens identical to the alone runs: `{CONTINUOUS['tokens_as_alone']}`; "
-        f"max abs logit error {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}. Peak blocks in use {CONTINUOUS['peak_blocks_used']} "
-        f"of {STREAM_BLOCKS}; within the reservations at every peak: `{CONTINUOUS['used_within_reserved']}`; all blocks back: "
-        f"`{CONTINUOUS['all_returned']}`."),
-    zh=(f"{STREAM_REQUESTS} 个请求在 {CONTINUOUS['iterations']} 次迭代内全部完成，其中 {CONTINUOUS['decode_steps']} 次迭代有解码步；"
-        f"平均每个解码步生成 {CONTINUOUS['tokens_per_decode_step']:.2f} 个 token（同时最多 {CONTINUOUS['max_running']} 个请求）；"
-        f"有 {CONTINUOUS['waited']} 个请求在到达之后等待过。token 与单独运行时完全相同：`{CONTINUOUS['tokens_as_alone']}`；"
-        f"logits 的最大绝对误差为 {CONTINUOUS['max_abs_logit_err_vs_alone']:.1e}。使用中的物理块峰值为 {CONTINUOUS['peak_blocks_used']} 个"
-        f"（共 {STREAM_BLOCKS} 个）；每次迭代的峰值都在预留量之内：`{CONTINUOUS['used_within_reserved']}`；"
-        f"全部物理块都已归还：`{CONTINUOUS['all_returned']}`。"))
+CONTINUOUS = summarize_stream(stream_requests, TRACE, stream_cache)
+show_stream(CONTINUOUS)
 # [en] The tokens and logits of the alone runs, the bookkeeping, and batching really happened.
 # [zh] token 和 logits 与单独运行一致，记账无误，而且确实发生了批处理。
 assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
@@ -81,10 +111,7 @@ assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTI
 # [en] Rows in the loop's decode steps held by a request that is not decoding: a finished one waits for nobody.
 # [zh] 循环的解码步中被不在解码的请求占着的行：已完成的请求不必等任何人。
 continuous_idle = sum(len(t["running"]) - len(t["decoded"]) for t in TRACE if t["decoded"])
-say_table([[name, str(s["decode_steps"]), f"{s['tokens_per_decode_step']:.2f}", str(idle)]
-           for name, s, idle in (("`static_schedule`", STATIC_BATCHING, STATIC_BATCHING["idle_row_steps"]), ("`serve`", CONTINUOUS, continuous_idle))],
-          en=["batching", "decode steps", "tokens per decode step", "idle row-steps"],
-          zh=["批处理方式", "解码步数", "每个解码步的 token 数", "空闲行步数"])
+show_batching(STATIC_BATCHING, CONTINUOUS, continuous_idle)
 assert CONTINUOUS["decoded_tokens"] == STATIC_BATCHING["decoded_tokens"] and CONTINUOUS["decode_steps"] < STATIC_BATCHING["decode_steps"]
 
 # %% [markdown] lang="en"
@@ -96,11 +123,11 @@ assert CONTINUOUS["decoded_tokens"] == STATIC_BATCHING["decoded_tokens"] and CON
 # blocks reserved by the scheduler (shaded area), the blocks in use (blue line) and the pool's size (black
 # line); the bottom panel, the number of running requests at that peak (its axis goes up to the cap). The
 # shaded area above the blue line is the price of the worst-case admission rule: blocks reserved for
-# tokens not generated yet. Where the shaded area reaches the black line, the reservations fill the pool
-# and a waiting request is refused, although fewer blocks are in use.
+# tokens not generated yet. A waiting request is refused whenever the gap between the shaded area and the
+# black line is smaller than its own reservation, although fewer blocks are in use.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。阴影一碰到黑线，预留量就占满了池，等待中的请求会被拒绝，尽管实际使用的物理块更少。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。只要阴影与黑线之间的空隙小于等待中请求自己的预留量，这个请求就会被拒绝，尽管实际使用的物理块更少。
 
 # %%
 fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})

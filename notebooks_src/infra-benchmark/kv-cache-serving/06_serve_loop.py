@@ -38,13 +38,15 @@ def decode_step(model, cache, requests):
 # order of arrival (ties by request number), and a request never overtakes the one ahead of it, even if
 # it would fit.
 #
-# `serve` pauses (`yield`) at each iteration's peak, after its decode step and before finished requests
-# leave, and hands over what it decided; a `for` loop over `serve(...)` runs it.
+# Inside one iteration the order is admit, decode, retire: a request admitted at iteration $i$ is
+# prefilled (its first token) and then takes part in the decode step of the same iteration (its second
+# token). `serve` pauses (`yield`) at each iteration's peak, after its decode step and before finished
+# requests leave, and hands over what it decided; a `for` loop over `serve(...)` runs it.
 
 # %% [markdown] lang="zh"
 # 下面是循环本身 `serve`，适用于任何具有上述接口的缓存。它的**接纳规则**建立在请求的**预留量**之上：预留量是一个请求最多会持有的物理块数，即提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。等待中的请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于 `max_batch` 个；它的预留量加上运行中各请求的预留量不超过池中的 `num_blocks` 个物理块。这条规则比较的是预留量，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。
 #
-# `serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来。用 `for` 循环遍历 `serve(...)` 就能运行它。
+# 一次迭代内部的顺序是：接纳、解码、退出。在第 $i$ 次迭代被接纳的请求先做预填充（得到第一个 token），再参加同一次迭代的解码步（得到第二个 token）。`serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来。用 `for` 循环遍历 `serve(...)` 就能运行它。
 
 # %%
 def serve(model, cache, requests, num_blocks, block_size, max_batch):
@@ -182,19 +184,23 @@ def check_reuse(pool) -> dict:
         "trace": trace,
     }
 
+
+def show_reuse(reuse):
+    say_table([[str(x) for x in row] for row in reuse["requests"]],
+              en=["request", "prompt tokens", "output tokens", "blocks reserved", "arrives", "admitted", "finished"],
+              zh=["请求", "提示 token 数", "输出 token 数", "预留的物理块数", "到达时的迭代", "接纳时的迭代", "完成时的迭代"])
+    say(en=f"Bit-exact vs the contiguous cache: `{reuse['bit_exact_vs_contiguous']}`; tokens as alone: `{reuse['tokens_as_alone']}` "
+           f"(max abs logit error vs the alone runs {reuse['max_abs_logit_err_vs_alone']:.1e}). {reuse['reused_blocks']} allocations "
+           f"of a block an earlier request had used; every request within its reservation: `{reuse['within_reservation']}`; "
+           f"all blocks back in the pool: `{reuse['all_returned']}`.",
+        zh=f"与连续缓存逐比特相同：`{reuse['bit_exact_vs_contiguous']}`；token 与单独运行时相同：`{reuse['tokens_as_alone']}`"
+           f"（与单独运行相比，logits 的最大绝对误差为 {reuse['max_abs_logit_err_vs_alone']:.1e}）。有 {reuse['reused_blocks']} 次分配"
+           f"拿到的是先前请求用过的物理块；每个请求都未超出预留：`{reuse['within_reservation']}`；"
+           f"全部物理块都已归还：`{reuse['all_returned']}`。")
+
 # %%
 REUSE = check_reuse(BlockPool(cfg, REUSE_BLOCKS, BLOCK_SIZE))
-say_table([[str(x) for x in row] for row in REUSE["requests"]],
-          en=["request", "prompt tokens", "output tokens", "blocks reserved", "arrives", "admitted", "finished"],
-          zh=["请求", "提示 token 数", "输出 token 数", "预留的物理块数", "到达时的迭代", "接纳时的迭代", "完成时的迭代"])
-say(en=f"Bit-exact vs the contiguous cache: `{REUSE['bit_exact_vs_contiguous']}`; tokens as alone: `{REUSE['tokens_as_alone']}` "
-       f"(max abs logit error vs the alone runs {REUSE['max_abs_logit_err_vs_alone']:.1e}). {REUSE['reused_blocks']} allocations "
-       f"of a block an earlier request had used; every request within its reservation: `{REUSE['within_reservation']}`; "
-       f"all blocks back in the pool: `{REUSE['all_returned']}`.",
-    zh=f"与连续缓存逐比特相同：`{REUSE['bit_exact_vs_contiguous']}`；token 与单独运行时相同：`{REUSE['tokens_as_alone']}`"
-       f"（与单独运行相比，logits 的最大绝对误差为 {REUSE['max_abs_logit_err_vs_alone']:.1e}）。有 {REUSE['reused_blocks']} 次分配"
-       f"拿到的是先前请求用过的物理块；每个请求都未超出预留：`{REUSE['within_reservation']}`；"
-       f"全部物理块都已归还：`{REUSE['all_returned']}`。")
+show_reuse(REUSE)
 assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"]
         and REUSE["reused_blocks"] > 0 and REUSE["within_reservation"] and REUSE["all_returned"])
 
@@ -202,14 +208,12 @@ assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE[
 {"reuse": {"max_abs_logit_err_vs_alone": float(REUSE["max_abs_logit_err_vs_alone"])}}
 
 # %% [markdown] lang="en"
-# Batched decoding need not be bit-identical to decoding alone: the same row sits in matrices of other
-# shapes, whose sums a kernel may group differently (in this run the max abs logit error was
-# {{run:reuse.max_abs_logit_err_vs_alone:.1e}}). That is why the comparison with the alone runs uses the
-# FP32 tolerance, while the comparison of the two caches under the same schedule asks for exact
-# equality: there every call is the same call on the same inputs.
+# By the equality rule of section 4, the two caches under the same schedule must agree bit for bit (the
+# same calls on the same inputs), while the alone runs, whose rows sit in matrices of other shapes, agree
+# within the FP32 tolerance (max abs logit error {{run:reuse.max_abs_logit_err_vs_alone:.1e}} in this run).
 
 # %% [markdown] lang="zh"
-# 批量解码不一定与单独解码逐比特相同：同一行数据处在形状不同的矩阵里，内核求和时可能采用不同的分组方式（本次运行中最大绝对误差为 {{run:reuse.max_abs_logit_err_vs_alone:.1e}}）。所以与单独运行的比较采用 FP32 容差，而两种缓存在同一调度下的比较则要求逐比特相同：那里的每次调用，都是在同样的输入上做同样的调用。
+# 按第 4 节的相等规则，两种缓存在同一调度下必须逐比特相同（在同样的输入上做同样的调用）；而单独运行时，同一行处在形状不同的矩阵里，所以只要求在 FP32 容差内一致（本次运行中最大绝对误差为 {{run:reuse.max_abs_logit_err_vs_alone:.1e}}）。
 
 # %% [markdown] lang="en"
 # **Negative control: a reused block not cleared.** `release` returns a block to the free list without
