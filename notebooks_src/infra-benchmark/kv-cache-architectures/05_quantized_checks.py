@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # The experiment: the Llama-shaped model of section 5 reads a 16-token prompt and then generates 64 tokens
-# greedily with an exact cache (`FullKV`). The quantized models are fed exactly the same 80 tokens (teacher
-# forcing), so that every step compares the two caches on the same prefix. At each of the 64 steps we record
+# greedily with an exact cache (`FullKV`). The quantized models are fed exactly the same tokens, the prompt and
+# the first 63 generated ones (teacher forcing), so that every step compares the two caches on the same prefix. At each of the 64 steps we record
 # the largest absolute logit difference and whether the greedy (argmax) token is the same.
 #
 # **Criteria**, since exactness is no longer the claim:
@@ -26,7 +26,7 @@
 # less peak memory, the model's weights included.
 
 # %% [markdown] lang="zh"
-# 实验设置：第 5 节的 Llama 结构模型先读入 16 个 token 的提示（prompt），再用精确缓存（`FullKV`）贪心生成 64 个 token。量化模型被送入完全相同的 80 个 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。在 64 步中的每一步，我们都记录 logits 的最大绝对误差，以及贪心（argmax）选出的 token 是否相同。
+# 实验设置：第 5 节的 Llama 结构模型先读入 16 个 token 的提示（prompt），再用精确缓存（`FullKV`）贪心生成 64 个 token。量化模型被送入完全相同的 token，即提示和前 63 个生成的 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。在 64 步中的每一步，我们都记录 logits 的最大绝对误差，以及贪心（argmax）选出的 token 是否相同。
 #
 # 既然不再声称精确，**判据**如下：
 #
@@ -167,21 +167,25 @@ assert all(QUANT_MEMORY[f"{name}_bytes"] == QUANT_MEMORY[f"{name}_formula_bytes"
 {"quant": {**{f"int{b}_err": float(QUANT[b]["max_abs_logit_err"]) for b in QUANT_BITS},
            **{f"int{b}_fraction": QUANT_MEMORY[f"int{b}_bytes"] / QUANT_MEMORY["exact_bytes"] for b in QUANT_BITS},
            "positions": T_TOTAL, "window_positions": T_TOTAL - QUANT[4]["cache"][0].quantized_positions(),
-           "int4_code_bytes": LLAMA_CFG.head_dim * 4 // 8, "v_scale_bytes": 2 * 4, "exact_steps": EXACT_STEPS}}
+           "int4_code_bytes": LLAMA_CFG.head_dim * 4 // 8, "v_scale_bytes": 2 * 4,
+           "k_scale_bytes": LLAMA_CFG.head_dim * 2 * 4 // GROUP, "exact_steps": EXACT_STEPS}}
 
 # %% [markdown] lang="en"
 # The savings are modest here (int4 keeps {{run:quant.int4_fraction:.0%}} of the FP32 bytes, int2
-# {{run:quant.int2_fraction:.0%}}), for two reasons the formula makes visible. The full-precision window still
-# holds {{run:quant.window_positions}} of the {{run:quant.positions}} positions. And with $D_h = 16$ one token's
-# FP32 scale and minimum for V ({{run:quant.v_scale_bytes}} bytes per head) cost as much as its 16 four-bit codes
-# ({{run:quant.int4_code_bytes}} bytes). For long contexts and $D_h = 128$ the codes dominate (section 9).
+# {{run:quant.int2_fraction:.0%}}), for three reasons the formula makes visible, all of them bytes that fewer bits
+# do not shrink (which is also why int2 barely beats int4). The full-precision window still holds
+# {{run:quant.window_positions}} of the {{run:quant.positions}} positions. K's FP32 scale and minimum, one pair per
+# channel and group of $G = 8$ positions, cost {{run:quant.k_scale_bytes}} bytes per head and position with
+# $D_h = 16$: as much as the four-bit codes of K and V together (2 × {{run:quant.int4_code_bytes}} bytes). V's
+# scale and minimum per token add {{run:quant.v_scale_bytes}} bytes more. For long contexts, $D_h = 128$ and
+# $G = 32$ the codes dominate (section 9).
 #
 # **Negative control: a forgotten scale.** Reading back $\mathrm{code} + \min$ instead of
 # $\mathrm{code} \cdot \mathrm{scale} + \min$ is a one-token slip. The 8-bit cache with this mistake
 # (`ScaleForgottenKV`) must violate the 8-bit bound.
 
 # %% [markdown] lang="zh"
-# 这里省下的内存并不多（int4 仍占 FP32 字节数的 {{run:quant.int4_fraction:.0%}}，int2 占 {{run:quant.int2_fraction:.0%}}），原因有两个，从公式中都能看出来。第一，全精度窗口仍保存着 {{run:quant.positions}} 个位置中的 {{run:quant.window_positions}} 个。第二，$D_h = 16$ 时，一个 token 的 V 在每个头上的 FP32 缩放因子和最小值（{{run:quant.v_scale_bytes}} 字节），与它的 16 个 4 比特编码（{{run:quant.int4_code_bytes}} 字节）一样多。到了长上下文和 $D_h = 128$ 时，编码本身才占主要部分（见第 9 节）。
+# 这里省下的内存并不多（int4 仍占 FP32 字节数的 {{run:quant.int4_fraction:.0%}}，int2 占 {{run:quant.int2_fraction:.0%}}），原因有三个，从公式中都能看出来，而且都是比特数减少也省不下来的字节（这也是 int2 只比 int4 略省一点的原因）。第一，全精度窗口仍保存着 {{run:quant.positions}} 个位置中的 {{run:quant.window_positions}} 个。第二，K 的 FP32 缩放因子和最小值按通道、按每组 $G = 8$ 个位置各存一对，$D_h = 16$ 时折合每个头、每个位置 {{run:quant.k_scale_bytes}} 字节，与 K 和 V 的 4 比特编码加起来一样多（2 × {{run:quant.int4_code_bytes}} 字节）。第三，V 按 token 存放的缩放因子和最小值还要再加 {{run:quant.v_scale_bytes}} 字节。到了长上下文、$D_h = 128$、$G = 32$ 时，编码本身才占主要部分（见第 9 节）。
 #
 # **负对照：漏乘缩放因子。** 把读回的值写成 $\mathrm{code} + \min$，而不是 $\mathrm{code} \cdot \mathrm{scale} + \min$，只是一处笔误。带着这个错误的 8 比特缓存（`ScaleForgottenKV`）必须违反 8 比特的误差界。
 
