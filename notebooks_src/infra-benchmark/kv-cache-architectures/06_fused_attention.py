@@ -72,6 +72,10 @@ SDPA_MODELS = {"sdpa_bool_mask": lambda: build(LLAMA_CFG, lambda i: SDPABoolMask
 
 # %%
 SDPA_GRIDS = {name: run_grid(SDPA_MODELS[name], reference=lambda: build(LLAMA_CFG)) for name in ("sdpa_bool_mask", "sdpa_lower_right")}
+summary_table({"`SDPABoolMask`": SDPA_GRIDS["sdpa_bool_mask"], "`SDPALowerRight`": SDPA_GRIDS["sdpa_lower_right"]})
+assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows)
+
+# %%
 # [en] The same chunking as RING_CHUNKS[2] of section 6.
 # [zh] 与第 6 节的 RING_CHUNKS[2] 分块方式相同。
 PREFILL_THEN_DECODE = [16] + [1] * (STREAM_LEN - 16)
@@ -79,12 +83,11 @@ sdpa_control = run_control(SDPA_MODELS["sdpa_causal_if_several"], reference=lamb
                            chunks=(1, PREFILL_THEN_DECODE, 2, 5))
 CONTROLS["is_causal_after_cache"] = {"section": 8, **sdpa_control, "measured": min(sdpa_control["errors"][2:]),
                                      "caught": sdpa_control["passed"] == [True, True, False, False]}
-summary_table({"`SDPABoolMask`": SDPA_GRIDS["sdpa_bool_mask"], "`SDPALowerRight`": SDPA_GRIDS["sdpa_lower_right"]})
 SCHEDULES = ["1", f"`[16] + [1] * {STREAM_LEN - 16}`", "2", "5"]
 say_table([[schedule, f"{error:.2e}", f"`{passed}`"] for schedule, error, passed in zip(SCHEDULES, sdpa_control["errors"], sdpa_control["passed"])],
           en=["`SDPACausalIfSeveral`, chunks (`[16] + [1] * 8`: a prefill, then one-token steps)", "max abs logit error", "passed"],
           zh=["`SDPACausalIfSeveral`，分块方式（`[16] + [1] * 8`：预填充后逐 token 解码）", "logits 最大绝对误差", "通过"])
-assert all(r["passed"] for rows in SDPA_GRIDS.values() for r in rows) and CONTROLS["is_causal_after_cache"]["caught"]
+assert CONTROLS["is_causal_after_cache"]["caught"]
 
 # %% [markdown] lang="en"
 # <details><summary>Optional: what a real kernel adds. None of it changes the numbers the check compares; all of it
