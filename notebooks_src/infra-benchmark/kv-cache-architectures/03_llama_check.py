@@ -1,10 +1,9 @@
 # %% [markdown] lang="en"
-# The comparison, full and cached (chunks of 1, 2 and 5), logits and every layer's cached K/V. The cell also
-# measures how far apart our explicit softmax and Hugging Face's SDPA are on the same FP64 inputs, so that the
-# size of the referee's difference can be read against it.
+# The comparison, full and cached (chunks of 1, 2 and 5), logits and every layer's cached K/V, next to how far
+# our explicit softmax and Hugging Face's SDPA differ on the same FP64 inputs.
 
 # %% [markdown] lang="zh"
-# 比较完整调用和缓存路径（分块长度 1、2、5），比较 logits 以及每一层缓存的 K/V。这个单元格还测量了我们的显式 softmax 与 Hugging Face 的 SDPA 在同一组 FP64 输入上相差多少，以便对照裁判给出的差异大小。
+# 比较完整调用和缓存路径（分块长度 1、2、5）的 logits 以及每一层缓存的 K/V，并给出我们的显式 softmax 与 Hugging Face 的 SDPA 在同一组 FP64 输入上相差多少。
 
 # %%
 LLAMA_CROSS = None

@@ -123,21 +123,20 @@ assert CONTROLS["is_causal_after_cache"]["caught"]
 # </details>
 
 # %% [markdown] lang="en"
-# **An aside on timing (optional).** On a shared CPU, with a model this small, times depend on the machine and its
-# load, so the two cells below are folded and nothing is asserted about them. The first times a 256-token prefill
-# and one decode step after it with the explicit softmax and with `SDPALowerRight` (section 5's model, one thread,
-# FP32, alternating order, medians; raw samples in `results.json`); the second breaks one decode step down by
-# operator with `torch.profiler`. In the prefill attention is a large part of the work (256 queries against 256
-# keys per head): there SDPA's fused CPU kernel took {{run:fused.prefill_ratio:.2f}} times the explicit softmax's
-# time in this run ({{run:fused.sdpa_prefill:.2f}} against {{run:fused.explicit_prefill:.2f}} ms). A decode step
-# is hundreds of small operator calls (projections, the cache's `torch.cat`, rotary lookups, reshapes) of which the
-# attention arithmetic is only a few, so changing the attention path changes only a few of those calls (this run:
-# {{run:fused.explicit_calls:.0f}} and {{run:fused.sdpa_calls:.0f}} operator calls, {{run:fused.explicit_decode:.2f}}
-# and {{run:fused.sdpa_decode:.2f}} ms per decode step). What a fused kernel saves at real sizes on a GPU, never
-# writing a $[C, P + C]$ score matrix per head to memory, a CPU run of a tiny model does not measure.
+# **An aside on timing (optional).** Times on a shared CPU depend on the machine and its load, so the two cells below
+# are folded and assert nothing. The first times a 256-token prefill and one decode step after it, explicit softmax
+# against `SDPALowerRight` (section 5's model, one thread, FP32, alternating order, medians; raw samples in
+# `results.json`); the second profiles one decode step by operator. In the prefill attention is a large part of the
+# work (256 queries against 256 keys per head): SDPA's fused CPU kernel took {{run:fused.prefill_ratio:.2f}} times
+# the explicit softmax's time there in this run ({{run:fused.sdpa_prefill:.2f}} against
+# {{run:fused.explicit_prefill:.2f}} ms). A decode step is hundreds of small operator calls (projections,
+# `torch.cat`, rotary lookups, reshapes), of which attention is a few, so the path changes few of them (this run:
+# {{run:fused.explicit_calls:.0f}} and {{run:fused.sdpa_calls:.0f}} calls, {{run:fused.explicit_decode:.2f}} and
+# {{run:fused.sdpa_decode:.2f}} ms per step). What a fused kernel saves on a GPU at real sizes, never writing a
+# $[C, P + C]$ score matrix per head to memory, a CPU run of a tiny model does not measure.
 
 # %% [markdown] lang="zh"
-# **旁注：计时（可选）。** 在共享的 CPU 上、对这么小的模型，耗时取决于机器和它当时的负载，所以下面两个单元格的代码折叠了起来，也不对结果做任何断言。第一个单元格在第 5 节的模型上，分别用显式 softmax 和 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）；第二个单元格用 `torch.profiler` 把一个解码步按算子拆开。预填充中注意力占了很大一部分工作量（每个头 256 个查询对 256 个键）：本次运行中，SDPA 的融合 CPU 内核在这里的耗时是显式 softmax 的 {{run:fused.prefill_ratio:.2f}} 倍（{{run:fused.sdpa_prefill:.2f}} 毫秒对 {{run:fused.explicit_prefill:.2f}} 毫秒）。一个解码步则由数百次小的算子调用组成（各个投影、缓存的 `torch.cat`、旋转位置编码的查表、改变形状的操作），注意力的算术只占其中几次，所以换一种注意力路径只改变其中少数几次调用（本次运行：算子调用分别为 {{run:fused.explicit_calls:.0f}} 次和 {{run:fused.sdpa_calls:.0f}} 次，每个解码步分别为 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒）。融合内核在 GPU 上、真实规模下省下的是：不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；在 CPU 上运行一个极小的模型，测不到这一点。
+# **旁注：计时（可选）。** 在共享的 CPU 上，耗时取决于机器和它当时的负载，所以下面两个单元格的代码折叠了起来，也不做任何断言。第一个单元格在第 5 节的模型上比较显式 softmax 与 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）；第二个单元格把一个解码步按算子拆开。预填充中注意力占了很大一部分工作量（每个头 256 个查询对 256 个键）：本次运行中，SDPA 的融合 CPU 内核在这里的耗时是显式 softmax 的 {{run:fused.prefill_ratio:.2f}} 倍（{{run:fused.sdpa_prefill:.2f}} 毫秒对 {{run:fused.explicit_prefill:.2f}} 毫秒）。一个解码步由数百次小的算子调用组成（各个投影、`torch.cat`、旋转位置编码的查表、改变形状的操作），注意力只占其中几次，所以换一种路径只改变少数几次调用（本次运行：分别为 {{run:fused.explicit_calls:.0f}} 次和 {{run:fused.sdpa_calls:.0f}} 次调用，每步 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒）。融合内核在 GPU 上、真实规模下省下的是：不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；在 CPU 上运行一个极小的模型，测不到这一点。
 
 # %% tags=["hide-input"]
 TIMING_PROMPT = 256
