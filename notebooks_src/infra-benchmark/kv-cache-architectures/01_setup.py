@@ -14,7 +14,8 @@
 #
 # Sections: 1 setup · 2 masks from absolute positions · 3 the decoder (both from the first notebook)
 # · 4 grouped-query and multi-query attention · 5 rotary position embeddings · 6 sliding windows · 7
-# quantized caches · 8 fused attention · 9 memory and cost of the variants · 10 saved results · 11
+# quantized caches · 8 fused attention · 9 memory and cost of the variants · an optional appendix on two
+# rounding findings (before section 10, because its measurements are saved too) · 10 saved results · 11
 # takeaways and exercises.
 
 # %% [markdown] lang="zh"
@@ -22,7 +23,7 @@
 #
 # 本笔记本逐一考察这些改动，并沿用第一份笔记本证明缓存的方法来证明每一项。缓存路径必须与完整重算一致；如果有意放弃了精确性，误差就必须落在明确写出的界内。故意改坏的版本必须通不过同一项检查。凡是有外部实现可供对照的地方，用同一份随机权重构建的 Hugging Face 模型都必须在 FP64 下与我们的实现一致。
 #
-# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节取自第一份笔记本）· 4 分组查询注意力与多查询注意力 · 5 旋转位置编码 · 6 滑动窗口 · 7 量化缓存 · 8 融合注意力 · 9 各变体的内存与开销 · 10 保存结果 · 11 要点与练习。
+# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节取自第一份笔记本）· 4 分组查询注意力与多查询注意力 · 5 旋转位置编码 · 6 滑动窗口 · 7 量化缓存 · 8 融合注意力 · 9 各变体的内存与开销 · 附录（可选）：两处舍入现象（放在第 10 节之前，因为它的测量结果也要保存）· 10 保存结果 · 11 要点与练习。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
@@ -32,12 +33,13 @@
 # with one thread, in FP32 unless a check asks for FP64; models are in `eval()` mode and all computation
 # happens under `torch.inference_mode()`. The notebook needs only PyTorch, NumPy and Matplotlib. The
 # cross-checks against Hugging Face models also need `transformers`; without it they are skipped with
-# one sentence each, and everything else runs.
+# one sentence each, and everything else runs. Numbers quoted in the prose come from the run that built the
+# notebook; the output under each cell is your own run's.
 
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 首先是参数。`QUICK = True` 只缩短第 8 节的计时（测量轮数更少），两种模式下的所有正确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行；除非某项检查要求 FP64，否则一律使用 FP32。模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。与 Hugging Face 模型的交叉核对还需要 `transformers`；没有安装时，每项交叉核对只用一句话说明已跳过，其余内容照常运行。
+# 首先是参数。`QUICK = True` 只缩短第 8 节的计时（测量轮数更少），两种模式下的所有正确性检查和负对照都完整运行。全部计算都在 CPU 上单线程进行；除非某项检查要求 FP64，否则一律使用 FP32。模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下进行。本笔记本只需要 PyTorch、NumPy 和 Matplotlib。与 Hugging Face 模型的交叉核对还需要 `transformers`；没有安装时，每项交叉核对只用一句话说明已跳过，其余内容照常运行。正文中引用的数字来自构建本笔记本时的那次运行；每个单元格下方的输出则是你自己这次运行的结果。
 
 # %% tags=["parameters"]
 # [en] QUICK = True: fewer timing rounds in section 8; every correctness check stays complete.

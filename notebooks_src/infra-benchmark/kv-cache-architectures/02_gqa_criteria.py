@@ -1,9 +1,13 @@
 # %% [markdown] lang="en"
+# ### 4.2 GQA and MQA, proved
+#
 # **Criterion 1: with $H_{kv} = H$ the generalized decoder is the decoder of section 3.** Loaded with section
 # 3's weights (`strict=True`: every name must match), it gives the same logits, full and cached (chunks of 5),
 # and the same cached K and V in both layers, within the FP32 tolerance (appendix A shows why not bit for bit).
 
 # %% [markdown] lang="zh"
+# ### 4.2 证明 GQA 与 MQA
+#
 # **判据 1：当 $H_{kv} = H$ 时，通用解码器就是第 3 节的解码器。** 以 `strict=True`（参数名必须一一对应）加载第 3 节的权重后，它给出的 logits（完整调用和分块长度为 5 的带缓存运行）以及两层缓存中的 K 和 V，都与第 3 节的解码器在 FP32 容差内一致（为什么不是逐比特相同，见附录 A）。
 
 # %%

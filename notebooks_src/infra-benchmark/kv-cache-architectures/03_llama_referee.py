@@ -3,10 +3,8 @@
 #
 # Everything so far compared our model with itself. A tiny `LlamaForCausalLM` (GQA and RoPE, built from a
 # `LlamaConfig` with our sizes, nothing downloaded) is an outside referee: we copy our weights into it and
-# compare in FP64. The names map one to one, with no transposes (Llama's projections are `nn.Linear`, like
-# ours): `wte` → `model.embed_tokens`, `ln_1`/`ln_2` → `input_layernorm`/`post_attention_layernorm`,
-# `attn.q`/`k`/`v`/`proj` → `self_attn.q_proj`/`k_proj`/`v_proj`/`o_proj`, `mlp.gate`/`up`/`down` →
-# `mlp.gate_proj`/`up_proj`/`down_proj`, `ln_f` → `model.norm`, `lm_head` → `lm_head`. The configuration sets
+# compare in FP64. The names map one to one (`copy_weights` below), with no transposes (Llama's projections
+# are `nn.Linear`, like ours). The configuration sets
 # `num_key_value_heads=2`, `head_dim=16`, `rms_norm_eps=1e-5`, no biases, no tied embeddings, no special
 # tokens and `rope_theta=10000`.
 #
@@ -18,6 +16,6 @@
 # %% [markdown] lang="zh"
 # ### 5.1 与 Hugging Face Llama 交叉核对（可选）
 #
-# 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，按我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。参数名一一对应，不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）：`wte` → `model.embed_tokens`，`ln_1`/`ln_2` → `input_layernorm`/`post_attention_layernorm`，`attn.q`/`k`/`v`/`proj` → `self_attn.q_proj`/`k_proj`/`v_proj`/`o_proj`，`mlp.gate`/`up`/`down` → `mlp.gate_proj`/`up_proj`/`down_proj`，`ln_f` → `model.norm`，`lm_head` → `lm_head`。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，不带偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`。
+# 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，按我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。参数名一一对应（见下面的 `copy_weights`），不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，不带偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`。
 #
 # 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角，所以与它比较的是 `with_hf_precision(net)`：我们模型的一个副本，也在 FP32 下完成这两步（附录 B 量出了每一步各占多少）。下面的单元格是裁判要用的工具（可以跳过）；第 6 节与 Mistral 的交叉核对还会用到它们。

@@ -93,12 +93,14 @@ assert CONTROLS["rope_turned_backwards"]["shift_test_passed"] and CONTROLS["rope
 # biases (`LLAMA_CFG`). **Criterion: cached path = full recomputation** over the same 12 configurations as
 # section 4. **Negative control: the new chunk rotated from position 0.** A common slip is to rotate each
 # call's tokens at positions $0, 1, \dots$, as if the chunk were a fresh sequence, while the mask still uses
-# true positions. The cached keys then carry their true rotations and the new ones wrong rotations, so the
-# relative distances the scores see are wrong. `RotatedFromZero` overrides `rotate` to do exactly that;
-# the check must fail for chunks of 1, 2 and 5.
+# true positions. Keys are rotated before they are cached, so each key keeps the rotation of its place inside
+# its own chunk: only the first chunk's keys are right, and keys from different chunks carry inconsistent
+# rotations. With one token per call every angle is 0 and the cached path loses positions entirely; the full
+# path, one call from position 0, stays right. `RotatedFromZero` overrides `rotate` to do exactly that; the
+# check must fail for chunks of 1, 2 and 5.
 
 # %% [markdown] lang="zh"
-# 从这里开始，模型采用 Llama 的结构：$H_{kv} = 2$ 的 GQA、RoPE、RMSNorm、带门控的 SiLU MLP，不带偏置（`LLAMA_CFG`）。**判据：缓存路径 = 完整重算**，仍是第 4 节的 12 种配置。**负对照：新分块从位置 0 开始旋转。** 一个常见的疏忽是：每次调用都按位置 $0, 1, \dots$ 旋转新 token，仿佛这个分块是一条全新的序列，而掩码仍使用真实位置。于是，缓存中的键带着正确的旋转，新的键却带着错误的旋转，分数看到的相对距离也就错了。`RotatedFromZero` 重写了 `rotate`，恰好犯了这个错误；分块长度为 1、2、5 时，检查都必须失败。
+# 从这里开始，模型采用 Llama 的结构：$H_{kv} = 2$ 的 GQA、RoPE、RMSNorm、带门控的 SiLU MLP，不带偏置（`LLAMA_CFG`）。**判据：缓存路径 = 完整重算**，仍是第 4 节的 12 种配置。**负对照：新分块从位置 0 开始旋转。** 一个常见的疏忽是：每次调用都按位置 $0, 1, \dots$ 旋转新 token，仿佛这个分块是一条全新的序列，而掩码仍使用真实位置。键是旋转之后才存进缓存的，所以每个键保留的是它在自己分块内位置上的旋转：只有第一个分块的键是对的，不同分块的键带着彼此不一致的旋转。每次只送入一个 token 时，所有转角都是 0，缓存路径完全丢失了位置信息；完整路径只有一次从位置 0 开始的调用，仍然正确。`RotatedFromZero` 重写了 `rotate`，恰好犯了这个错误；分块长度为 1、2、5 时，检查都必须失败。
 
 # %%
 LLAMA_CFG = ArchConfig(kv_heads=2, rope=True, norm="rms", mlp_kind="swiglu", bias=False)

@@ -121,6 +121,7 @@ def keys_read(net: Decoder) -> list[int]:
     return net.blocks[0].attn.mask(torch.arange(STREAM_LEN), torch.arange(STREAM_LEN)).sum(dim=-1).tolist()
 
 
+# %%
 wider = lambda: build(LLAMA_CFG, lambda i: WiderWindow(LLAMA_CFG, WINDOW))
 narrower = lambda: build(LLAMA_CFG, lambda i: NarrowerWindow(LLAMA_CFG, WINDOW))
 narrow_keys = keys_read(narrower())

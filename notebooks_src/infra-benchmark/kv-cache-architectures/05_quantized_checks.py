@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # The experiment: the Llama-shaped model of section 5 reads a 16-token prompt and then generates 64 tokens
-# greedily with an exact cache (`FullKV`). The quantized models are fed exactly the same 80 tokens (teacher
-# forcing), so that every step compares the two caches on the same prefix. At each of the 64 steps we record
+# greedily with an exact cache (`FullKV`). The quantized models are fed exactly the same tokens, the prompt and
+# the first 63 generated ones (teacher forcing), so that every step compares the two caches on the same prefix. At each of the 64 steps we record
 # the largest absolute logit difference and whether the greedy (argmax) token is the same.
 #
 # **Criteria**, since exactness is no longer the claim:
@@ -19,14 +19,13 @@
 # 3. the error falls from 2 to 4 to 8 bits;
 # 4. the memory: the bytes computed from the layout equal the bytes measured on the caches.
 #
-# What these bounds do not say: anything about a trained model's quality. They are logit errors of a tiny model
-# with random weights, and prove only that this cache quantizes and reads back what it claims. KIVI's evidence
-# is of another kind: trained Llama-2, Falcon and Mistral models with 2-bit keys and values kept "almost the
-# same quality" on standard benchmarks (tasks of LM-Eval, and LongBench for long inputs) while using 2.6 times
-# less peak memory, the model's weights included.
+# These bounds say nothing about a trained model's quality: they prove only that this cache quantizes and reads
+# back what it claims. KIVI's evidence is of that other kind: trained Llama-2, Falcon and Mistral models with 2-bit
+# keys and values kept "almost the same quality" on LM-Eval and LongBench tasks with 2.6 times less peak memory,
+# the weights included.
 
 # %% [markdown] lang="zh"
-# 实验设置：第 5 节的 Llama 结构模型先读入 16 个 token 的提示（prompt），再用精确缓存（`FullKV`）贪心生成 64 个 token。量化模型被送入完全相同的 80 个 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。在 64 步中的每一步，我们都记录 logits 的最大绝对误差，以及贪心（argmax）选出的 token 是否相同。
+# 实验设置：第 5 节的 Llama 结构模型先读入 16 个 token 的提示（prompt），再用精确缓存（`FullKV`）贪心生成 64 个 token。量化模型被送入完全相同的 token，即提示和前 63 个生成的 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。在 64 步中的每一步，我们都记录 logits 的最大绝对误差，以及贪心（argmax）选出的 token 是否相同。
 #
 # 既然不再声称精确，**判据**如下：
 #
@@ -35,7 +34,7 @@
 # 3. 误差随比特数从 2 到 4 再到 8 逐步下降；
 # 4. 内存：按存储布局算出的字节数等于在缓存上实测的字节数。
 #
-# 这些界**不能**说明的是训练好的模型的质量。它们只是一个随机权重的小模型的 logits 误差，只能证明这个缓存确实按它声称的方式量化并读回数据。KIVI 的证据是另一类：训练好的 Llama-2、Falcon 和 Mistral 模型把键和值量化到 2 比特后，在标准基准（LM-Eval 中的任务，以及针对长输入的 LongBench）上保持了“几乎相同的质量”，而峰值内存（包括模型权重）降为原来的 1/2.6（约 38%）。
+# 这些界说明不了训练好的模型的质量，只能证明这个缓存确实按它声称的方式量化并读回数据。KIVI 的证据正是另一类：训练好的 Llama-2、Falcon 和 Mistral 模型把键和值量化到 2 比特后，在 LM-Eval 和 LongBench 的任务上保持了“几乎相同的质量”，而峰值内存（包括模型权重）降为原来的 1/2.6。
 
 # %%
 PROMPT_LEN, GEN_STEPS, QUANT_BITS = 16, 64, (2, 4, 8)
@@ -167,21 +166,25 @@ assert all(QUANT_MEMORY[f"{name}_bytes"] == QUANT_MEMORY[f"{name}_formula_bytes"
 {"quant": {**{f"int{b}_err": float(QUANT[b]["max_abs_logit_err"]) for b in QUANT_BITS},
            **{f"int{b}_fraction": QUANT_MEMORY[f"int{b}_bytes"] / QUANT_MEMORY["exact_bytes"] for b in QUANT_BITS},
            "positions": T_TOTAL, "window_positions": T_TOTAL - QUANT[4]["cache"][0].quantized_positions(),
-           "int4_code_bytes": LLAMA_CFG.head_dim * 4 // 8, "v_scale_bytes": 2 * 4, "exact_steps": EXACT_STEPS}}
+           "int4_code_bytes": LLAMA_CFG.head_dim * 4 // 8, "v_scale_bytes": 2 * 4,
+           "k_scale_bytes": LLAMA_CFG.head_dim * 2 * 4 // GROUP, "exact_steps": EXACT_STEPS}}
 
 # %% [markdown] lang="en"
 # The savings are modest here (int4 keeps {{run:quant.int4_fraction:.0%}} of the FP32 bytes, int2
-# {{run:quant.int2_fraction:.0%}}), for two reasons the formula makes visible. The full-precision window still
-# holds {{run:quant.window_positions}} of the {{run:quant.positions}} positions. And with $D_h = 16$ one token's
-# FP32 scale and minimum for V ({{run:quant.v_scale_bytes}} bytes per head) cost as much as its 16 four-bit codes
-# ({{run:quant.int4_code_bytes}} bytes). For long contexts and $D_h = 128$ the codes dominate (section 9).
+# {{run:quant.int2_fraction:.0%}}), for three reasons the formula makes visible, all of them bytes that fewer bits
+# do not shrink (which is also why int2 barely beats int4). The full-precision window still holds
+# {{run:quant.window_positions}} of the {{run:quant.positions}} positions. K's FP32 scale and minimum, one pair per
+# channel and group of $G = 8$ positions, cost {{run:quant.k_scale_bytes}} bytes per head and position with
+# $D_h = 16$: as much as the four-bit codes of K and V together (2 × {{run:quant.int4_code_bytes}} bytes). V's
+# scale and minimum per token add {{run:quant.v_scale_bytes}} bytes more. For long contexts, $D_h = 128$ and
+# $G = 32$ the codes dominate (section 9).
 #
 # **Negative control: a forgotten scale.** Reading back $\mathrm{code} + \min$ instead of
 # $\mathrm{code} \cdot \mathrm{scale} + \min$ is a one-token slip. The 8-bit cache with this mistake
 # (`ScaleForgottenKV`) must violate the 8-bit bound.
 
 # %% [markdown] lang="zh"
-# 这里省下的内存并不多（int4 仍占 FP32 字节数的 {{run:quant.int4_fraction:.0%}}，int2 占 {{run:quant.int2_fraction:.0%}}），原因有两个，从公式中都能看出来。第一，全精度窗口仍保存着 {{run:quant.positions}} 个位置中的 {{run:quant.window_positions}} 个。第二，$D_h = 16$ 时，一个 token 的 V 在每个头上的 FP32 缩放因子和最小值（{{run:quant.v_scale_bytes}} 字节），与它的 16 个 4 比特编码（{{run:quant.int4_code_bytes}} 字节）一样多。到了长上下文和 $D_h = 128$ 时，编码本身才占主要部分（见第 9 节）。
+# 这里省下的内存并不多（int4 仍占 FP32 字节数的 {{run:quant.int4_fraction:.0%}}，int2 占 {{run:quant.int2_fraction:.0%}}），原因有三个，从公式中都能看出来，而且都是比特数减少也省不下来的字节（这也是 int2 只比 int4 略省一点的原因）。第一，全精度窗口仍保存着 {{run:quant.positions}} 个位置中的 {{run:quant.window_positions}} 个。第二，K 的 FP32 缩放因子和最小值按通道、按每组 $G = 8$ 个位置各存一对，$D_h = 16$ 时折合每个头、每个位置 {{run:quant.k_scale_bytes}} 字节，与 K 和 V 的 4 比特编码加起来一样多（2 × {{run:quant.int4_code_bytes}} 字节）。第三，V 按 token 存放的缩放因子和最小值还要再加 {{run:quant.v_scale_bytes}} 字节。到了长上下文、$D_h = 128$、$G = 32$ 时，编码本身才占主要部分（见第 9 节）。
 #
 # **负对照：漏乘缩放因子。** 把读回的值写成 $\mathrm{code} + \min$，而不是 $\mathrm{code} \cdot \mathrm{scale} + \min$，只是一处笔误。带着这个错误的 8 比特缓存（`ScaleForgottenKV`）必须违反 8 比特的误差界。
 
@@ -261,18 +264,13 @@ fig.savefig(QUANT_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# *Figure: the error of the quantized caches (`QuantKV` with $R = 16$ and $G = 8$, title) at each of the 64
-# generation steps ("generation step"), teacher-forced on the exact cache's greedy tokens. The vertical axis
-# ("max |logit - exact logit|", log scale) is the largest absolute difference between a step's logits and the
-# exact cache's. One curve per bit width (legend `int2`, `int4`, `int8`); the dotted line ("step
-# {{run:quant.exact_steps}}") marks the first step that reads quantized keys. The fewer the bits, the larger the
-# error (criterion 3). The curves stay roughly flat along the steps: that is what this run shows, not something
-# the design guarantees. Two things hold by construction: every step is fed the exact cache's token (teacher
-# forcing), so the error never changes which tokens the model sees; and each group is quantized once, so no cached
-# value is rounded twice. The error is still carried forward: once a step reads quantized keys, the first layer's
-# output is perturbed, so every layer above it computes its keys and values for that position from a perturbed
-# hidden state and caches them, and every later step reads them. In this run that carried perturbation does not
-# visibly compound over 64 steps; a deeper model or a longer run may behave differently.*
+# *Figure: the error of the quantized caches (`QuantKV`, $R = 16$, $G = 8$) at each of the 64 generation steps,
+# teacher-forced on the exact cache's greedy tokens: the largest absolute difference between a step's logits and
+# the exact cache's (log scale), one curve per bit width; the dotted line marks step {{run:quant.exact_steps}}, the
+# first that reads quantized keys. Teacher forcing keeps the tokens the same and each group is quantized once, but
+# an error is still carried forward: from that step on, every layer above the first caches keys and values
+# computed from a perturbed hidden state, and every later step reads them. Whether that grows in longer runs or
+# deeper models, this run does not test.*
 
 # %% [markdown] lang="zh"
-# *图：量化缓存（标题中的 `QuantKV`，$R = 16$、$G = 8$）在 64 个生成步中每一步的误差，各步送入的都是精确缓存贪心生成的 token（teacher forcing）。横轴 generation step 是生成步的序号；纵轴 max |logit - exact logit|（对数刻度）是这一步的 logits 与精确缓存的 logits 之间的最大绝对误差。每种比特数一条曲线（图例 `int2`、`int4`、`int8`）；点线（图例 step {{run:quant.exact_steps}}）标出第一次读到量化后的键的那一步。比特数越少，误差越大（判据 3）。各条曲线随步数大致持平：这是本次运行观察到的现象，并不是设计所保证的。由构造保证的只有两点：每一步送入的都是精确缓存的 token（teacher forcing），所以误差不会改变模型看到的 token；每一组只量化一次，所以缓存里的任何数值都不会被舍入两次。误差仍会被带到后面的步：某一步一旦读到量化后的键，第一层的输出就带上了扰动，于是它上面的每一层都用带扰动的隐藏状态算出这个位置的键和值并存进缓存，之后的每一步都会读到它们。在本次运行中，这份被带下去的扰动在 64 步内没有明显地累积放大；更深的模型或更长的生成未必如此。*
+# *图：量化缓存（`QuantKV`，$R = 16$，$G = 8$）在 64 个生成步中每一步的误差，各步送入的都是精确缓存贪心生成的 token（teacher forcing）：纵轴（对数刻度）是这一步的 logits 与精确缓存的 logits 之间的最大绝对误差，每种比特数一条曲线；点线标出第 {{run:quant.exact_steps}} 步，即第一次读到量化后的键的那一步。teacher forcing 保证送入的 token 相同，每一组也只量化一次，但误差仍会被带到后面：从这一步起，第一层之上的每一层都用带扰动的隐藏状态算出键和值并存进缓存，之后的每一步都会读到它们。在更长的生成或更深的模型中这份扰动是否会放大，本次运行没有检验。*

@@ -65,12 +65,12 @@ assert all(close(*pair) for pair in LAYOUT_PAIRS.values())
 # %% [markdown] lang="en"
 # **B. Which of Hugging Face's FP32 steps matter (section 5.1).** Even after `.double()`, Hugging Face's Llama
 # computes its RMSNorms and its rotary angles in FP32 (`.to(torch.float32)` in `LlamaRMSNorm.forward`, `.float()`
-# in `LlamaRotaryEmbedding.forward`). The cell adds these two steps to our FP64 model one at a time and compares a
-# full call with the referee: only with both does the difference fall below $10^{-10}$, which is why section 5.1
+# in `LlamaRotaryEmbedding.forward`). The cell adds these two steps to our FP64 model, each alone and then both, and
+# compares a full call with the referee: only with both does the difference fall below $10^{-10}$, which is why section 5.1
 # compares the referee with `with_hf_precision`.
 
 # %% [markdown] lang="zh"
-# **B. Hugging Face 的哪几个 FP32 步骤起作用（第 5.1 节）。** 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角（`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`，`LlamaRotaryEmbedding.forward` 中的 `.float()`）。下面的单元格把这两步逐个加进我们的 FP64 模型，与裁判比较一次完整调用：只有两步都复现时，最大绝对误差才降到 $10^{-10}$ 以下。这就是第 5.1 节拿 `with_hf_precision` 与裁判比较的原因。
+# **B. Hugging Face 的哪几个 FP32 步骤起作用（第 5.1 节）。** 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角（`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`，`LlamaRotaryEmbedding.forward` 中的 `.float()`）。下面的单元格把这两步分别单独加进我们的 FP64 模型，再把两步一起加进去，每次都与裁判比较一次完整调用：只有两步都复现时，最大绝对误差才降到 $10^{-10}$ 以下。这就是第 5.1 节拿 `with_hf_precision` 与裁判比较的原因。
 
 # %%
 LLAMA_FP32_STEPS = None
@@ -80,13 +80,11 @@ if HAVE_HF:
     with torch.inference_mode():
         LLAMA_FP32_STEPS = {" + ".join(steps) or "none": max_abs_err(with_hf_precision(steps_model, steps)(STREAM)[0],
                                                                       steps_referee(input_ids=STREAM).logits)
-                            for steps in ((), ("angles",), ("angles", "norms"))}
-    none, angles, both = LLAMA_FP32_STEPS.values()
-    say(en=f"Full call, max abs logit error against Hugging Face's Llama (FP64): our pure FP64 model {none:.1e}; "
-           f"with the angles in FP32 {angles:.1e}; with the angles and the norms in FP32 {both:.1e}.",
-        zh=f"完整调用与 Hugging Face Llama 之间 logits 的最大绝对误差（FP64）：我们纯 FP64 的模型为 {none:.1e}；"
-           f"旋转角改用 FP32 时为 {angles:.1e}；旋转角和归一化都改用 FP32 时为 {both:.1e}。")
-    assert LLAMA_FP32_STEPS["angles + norms"] < 1e-10 < min(LLAMA_FP32_STEPS["none"], LLAMA_FP32_STEPS["angles"])
+                            for steps in ((), ("angles",), ("norms",), ("angles", "norms"))}
+    say_table([[f"`{steps}`", f"{error:.1e}"] for steps, error in LLAMA_FP32_STEPS.items()],
+              en=["steps in FP32", "full call: max abs logit error against Hugging Face's Llama (FP64)"],
+              zh=["改用 FP32 的步骤", "完整调用：与 Hugging Face Llama 之间 logits 的最大绝对误差（FP64）"])
+    assert LLAMA_FP32_STEPS["angles + norms"] < 1e-10 < min(LLAMA_FP32_STEPS[steps] for steps in ("none", "angles", "norms"))
 else:
     say(en=f"Appendix B is skipped: `transformers` is not available here ({HF_SKIP}).",
         zh=f"附录 B 已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")

@@ -1,20 +1,16 @@
 # %% [markdown] lang="en"
 # ## 10. Saved results
 #
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: per
-# variant the grid rows of its criterion, the quantization bounds and measurements, the attention timings with
-# their raw samples and the decode-step profile, the memory table, the cross-checks with Hugging Face (or why
-# they were skipped), and every negative control with what its check measured and whether it was caught. The
-# schema is documented in `docs/kv-cache-architectures-results-schema.md` in the repository. The tables below
-# are built from the same dictionaries that are written. With `transformers`, the tiled K/V heads and the window
-# one key too wide are also rejected by the Llama and Mistral referees (`referee_full_logit_err` in their
-# control records). The next cell (folded) only gathers these results into one dictionary, `RESULTS`, and
-# writes it with `save_results`.
+# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures (schema:
+# `docs/kv-cache-architectures-results-schema.md` in the repository); the tables below are built from the same
+# dictionaries. With `transformers`, the tiled K/V heads and the window one key too wide are also rejected by the
+# Llama and Mistral referees (`referee_full_logit_err` in their control records). The next cell (folded) only
+# gathers the results into one dictionary, `RESULTS`, and writes it with `save_results`.
 
 # %% [markdown] lang="zh"
 # ## 10. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起：每种变体的判据所对应的各行网格结果、量化的误差界与测量结果、注意力计时及其原始样本和解码步的性能分析、内存表、与 Hugging Face 的交叉核对（或跳过的原因），以及每个负对照的检查测得的数值和是否查出。文件格式见仓库中的 `docs/kv-cache-architectures-results-schema.md`。下面的表格就是由写入文件的同一批字典生成的。安装了 `transformers` 时，平铺的 K/V 头和宽了一个键的窗口还会分别被 Llama 和 Mistral 裁判判为不一致（记录在各自负对照的 `referee_full_logit_err` 中）。下一个单元格（已折叠）只是把这些结果收集到一个字典 `RESULTS` 中，再用 `save_results` 写入文件。
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起（文件格式见仓库中的 `docs/kv-cache-architectures-results-schema.md`）；下面的表格由写入文件的同一批字典生成。安装了 `transformers` 时，平铺的 K/V 头和宽了一个键的窗口还会分别被 Llama 和 Mistral 裁判判为不一致（记录在各自负对照的 `referee_full_logit_err` 中）。下一个单元格（已折叠）只是把结果收集到一个字典 `RESULTS` 中，再用 `save_results` 写入文件。
 
 # %% tags=["hide-input"]
 EXACT_GRIDS = {"gqa2": GQA_GRIDS["gqa2"], "mqa": GQA_GRIDS["mqa"], "rope": ROPE_GRID, "window": WINDOW_GRID,

@@ -12,7 +12,7 @@
 #   at its true positions. Because RoPE sees only distances, a shift-based test cannot tell a correct rotation
 #   from a backwards one: check the formula itself.
 # * **A sliding window needs only the last $W - 1$ positions**, in a ring buffer that reads before it writes.
-#   Whether "a window of $W$" means $W$ or $W + 1$ keys differs between the Mistral paper and Hugging Face's code;
+#   "A window of $W$" is $W$ keys in Hugging Face's code, and $W + 1$ in the Mistral paper's wording read inclusively;
 #   a window one key too wide fails the cached check, one key too narrow only the key count. Cropping the context
 #   to $W$ tokens is not a window: stacked layers see back $L(W - 1)$ positions.
 # * **A quantized cache is an approximation**, judged by stated bounds (set once, after a first run, well above
@@ -34,7 +34,7 @@
 # * **GQA 和 MQA 把缓存缩小到原来的 $H_{kv} / H$**：缓存中保存的是 $H_{kv}$ 个头，实测字节数等于 $2 \cdot B \cdot T \cdot L \cdot H_{kv} \cdot D_h \cdot s$。哪个查询头读取哪个 K/V 头，是模型的一部分：平铺的头通过了每一项“缓存对照完整重算”，计算的却是另一个函数；只有知道正确布局的裁判（逐头循环、Hugging Face 的 Llama）才查出了它。
 # * **只要两条路径交给内核的内存布局不同，“相等”就只能是在该精度的容差内相等**：在运行本笔记本的机器上，视图与它的副本在 24 个长度中有 {{run:gqa.layout_lengths_differing}} 个舍入结果不同（附录 A）。只有在构造上必然成立的地方，我们才断言逐比特相同。
 # * **RoPE 的键在旋转之后缓存，旋转用的是它自己的绝对位置**；每个新分块都必须按真实位置旋转。由于 RoPE 只看得到距离，基于平移的检验分不清正确的旋转和反向的旋转，所以要直接核对公式本身。
-# * **滑动窗口只需要最后 $W - 1$ 个位置**，存在一个先读后写的环形缓冲区里。“$W$ 的窗口”究竟是 $W$ 个键还是 $W + 1$ 个键，Mistral 论文与 Hugging Face 的代码说法不一；宽了一个键的窗口通不过缓存检查，窄了一个键的窗口只有键数检查能查出。把上下文裁剪到 $W$ 个 token 并不等于滑动窗口：多层叠加之后，能回看 $L(W - 1)$ 个位置。
+# * **滑动窗口只需要最后 $W - 1$ 个位置**，存在一个先读后写的环形缓冲区里。“$W$ 的窗口”在 Hugging Face 的代码里是 $W$ 个键，而 Mistral 论文的措辞按闭区间理解则是 $W + 1$ 个键；宽了一个键的窗口通不过缓存检查，窄了一个键的窗口只有键数检查能查出。把上下文裁剪到 $W$ 个 token 并不等于滑动窗口：多层叠加之后，能回看 $L(W - 1)$ 个位置。
 # * **量化缓存是一种近似**，要用明确写出的误差界和一个必须违反这些界的负对照来评判。这些界是在第一次运行之后定下的，明显高于当时测得的误差，此后每次运行都必须落在界内。随机权重只能说明这个缓存读回了它存下的内容，不能说明训练好的模型能保持质量，而后者才是 KIVI 所测量的。
 # * **融合注意力改变的是运算次序，而不是结果**，前提是掩码正确：在缓存之后使用 `is_causal=True` 的错误，能通过“预填充后逐 token 解码”的运行，而在分块长度为 2 和 5 时失败。
 # * **到了 7B 到 8B 的规模，这些选择举足轻重**：一个 32k token 的上下文，用 MHA 需要 {{run:memory.mha_gib:.0f}} GiB，比模型权重还大；用 Llama 3 的 8 个 K/V 头，只需要它的四分之一。
