@@ -79,7 +79,8 @@ def test_timing(results):
         assert r["kv_bytes"] == 2 * 1 * (p + g) * 2 * 4 * 16 * 4
     headline = results["timing"]["headline"]
     assert headline["prompt_tokens"] == 256 and headline["positions_fed"] == {"full": 4232, "cached": 16}
-    assert isinstance(headline["speedup_p50"], float) and headline["speedup_p50"] > 1   # the notebook's own claim
+    assert isinstance(headline["speedup_p50"], float)
+    assert isinstance(headline["speedup_cpu_p50"], float) and headline["speedup_cpu_p50"] > 1   # the notebook's own claim
     assert 200 < headline["macs_ratio"] < 300
 
 
@@ -93,6 +94,7 @@ def test_profile_and_generation_timing(results):
     assert (timing["prompt_tokens"], timing["new_tokens"]) == (256, 32)
     for calls in timing["calls_ms"].values():
         assert len(calls) == 32 and all(len(call) == 2 and call[0] < call[1] for call in calls)
+    assert all(len(cpu) == 32 and all(ms >= 0 for ms in cpu) for cpu in timing["cpu_ms"].values())
 
 
 def test_figures_written(results, quick_dir):

@@ -83,7 +83,8 @@ def test_profile_counts_the_same_calls_for_any_prompt(nb):
 def test_timed_generation_matches_greedy_generation(nb):
     model, prompt = fresh_model(nb, seed=2), nb["TIMING_STREAM"][:, :12]
     for use_cache in (True, False):
-        tokens, calls = nb["timed_generation"](model, prompt, 9, use_cache)
+        tokens, calls, cpu_ms = nb["timed_generation"](model, prompt, 9, use_cache)
         assert torch.equal(tokens, nb["greedy_generate"](model, prompt, 9, use_cache)[0])
         assert len(calls) == 9 and all(0 <= start < end for start, end in calls)
+        assert len(cpu_ms) == 9 and all(ms >= 0 for ms in cpu_ms)
         assert all(end <= start for (_, end), (start, _) in zip(calls, calls[1:]))

@@ -288,8 +288,13 @@ say_table(
       f"{CAUSALITY['last_max_abs_diff']:.1e})", "`see_everything`",
       f"`{LEAKY_CAUSALITY['passed']}` ({LEAKY_CAUSALITY['earlier_max_abs_diff']:.1e}, "
       f"{LEAKY_CAUSALITY['last_max_abs_diff']:.1e})"],
-     ["`check_equivalence`", f"`{all(r['passed'] for r in EQUIVALENCE)}`", "`WritesIntoCache`", f"`{WRITER_RUN['passed']}`"]],
+     ["`check_equivalence`", f"`{all(r['passed'] for r in EQUIVALENCE)}`", "`WritesIntoCache`",
+      f"`{WRITER_RUN['passed']}` (logits {WRITER_RUN['max_abs_logit_err']:.1e}, "
+      f"`cache_unchanged` = `{WRITER_RUN['cache_unchanged']}`)"]],
     en=["check", "our decoder", "negative control", "control's result"],
     zh=["检查", "我们的解码器", "负对照", "负对照的结果"],
 )
 assert CAUSALITY["passed"] and CACHE_UNCHANGED_OK and not LEAKY_CAUSALITY["passed"] and not WRITER_RUN["passed"]
+# [en] The writer's logits are right: only the lifecycle check catches it.
+# [zh] 这个解码器的 logits 是对的：只有生命周期检查能查出它。
+assert WRITER_RUN["max_abs_logit_err"] <= TOLERANCE[torch.float32] and not WRITER_RUN["cache_unchanged"]

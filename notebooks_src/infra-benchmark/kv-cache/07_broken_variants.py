@@ -1,8 +1,9 @@
 # %% [markdown] lang="en"
 # ## 7. Broken variants (negative controls): do the checks catch real mistakes?
 #
-# A check that has never failed proves little. We inject two classic bugs into the **same** model
-# through its hooks and run them through the **same** `check_equivalence`:
+# A check that has never failed proves little. We inject four bugs into the **same** model (the first
+# three through its hooks, the fourth through a wrapper) and run them through the **same**
+# `check_equivalence`. Two are classic:
 #
 # * **positions restart at zero** (`restart_positions`): every call numbers its tokens 0, 1, …, as if each chunk began a new sequence;
 # * **mask without the offset** (`local_triangle_mask`): the upper-left triangle of section 3.
@@ -22,7 +23,7 @@
 # %% [markdown] lang="zh"
 # ## 7. 故意改坏的版本（负对照）：检查能否查出真实的错误？
 #
-# 一项从未失败过的检查，说明不了多少问题。我们通过钩子把两个典型错误注入**同一个**模型，再交给**同一个** `check_equivalence` 检查：
+# 一项从未失败过的检查，说明不了多少问题。我们把四个错误注入**同一个**模型（前三个通过它的钩子，第四个通过一个包装类），再交给**同一个** `check_equivalence` 检查。其中两个是典型错误：
 #
 # * **位置从零重新开始**（`restart_positions`）：每次调用都把自己的 token 编号为 0、1、……，仿佛每个分块都是一条新序列的开头；
 # * **掩码缺少偏移**（`local_triangle_mask`）：即第 3 节中的左上角三角形。

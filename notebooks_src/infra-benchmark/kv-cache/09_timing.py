@@ -16,7 +16,9 @@
 #
 # Protocol: one thread, FP32, `inference_mode()`; 3 warm-up and 15 measured rounds, the order of the three
 # paths rotated every round; we report the median (p50). `QUICK = True` keeps only 16 and 256 tokens,
-# 1 warm-up and 3 rounds.
+# 1 warm-up and 3 rounds. We compare the windows by the **CPU time** of the process: the run uses one
+# thread, so it counts the computation and not the wait while the core runs other programs, which the
+# clock time also counts (programs sharing the CPU's caches can still slow it). Both are shown.
 
 # %% [markdown] lang="zh"
 # ## 9. 在这台 CPU 上计时
@@ -31,7 +33,7 @@
 # * **完整重算**：依次处理 $G = 16$ 个预先确定的 token，每一步都把当前的整个前缀送入模型，不用缓存（即 8.1 中那种朴素的写法）；
 # * **缓存续写**：从已有的前缀缓存出发，逐个处理同样的 16 个 token（预填充不在这个窗口内，`torch.cat` 的复制则在窗口内）。
 #
-# 测量规程：单线程、FP32、`inference_mode()`；预热 3 轮、正式测量 15 轮，每一轮都轮换三条路径的执行顺序；报告中位数（p50）。`QUICK = True` 时只测 16 和 256 个 token，预热 1 轮、测量 3 轮。
+# 测量规程：单线程、FP32、`inference_mode()`；预热 3 轮、正式测量 15 轮，每一轮都轮换三条路径的执行顺序；报告中位数（p50）。`QUICK = True` 时只测 16 和 256 个 token，预热 1 轮、测量 3 轮。比较各窗口时我们用进程的 **CPU 时间**：运行只用一个线程，所以 CPU 时间只计入计算本身，不计入核心运行别的程序时的等待，挂钟时间则把等待也算了进去（与它共用 CPU 缓存的程序仍可能拖慢它）。两者都会列出。
 
 # %%
 PROMPTS = [16, 256] if QUICK else [16, 64, 128, 256]
@@ -123,11 +125,12 @@ assert {"full": WORK["full"], "cached": WORK["cached"]} == projected_positions(P
 
 # %% [markdown] lang="en"
 # The measurement loop, folded: each window is timed by one `perf_counter_ns` reading before it and one
-# after it, and every round rotates the order of the three paths so that none always runs first. It
-# also records each window's page faults and CPU share, which only the appendix (9.4) reads.
+# after it (and one `process_time_ns` reading for the CPU time), and every round rotates the order of
+# the three paths so that none always runs first. Each window's page faults and CPU share are read only
+# by the appendix (9.4).
 
 # %% [markdown] lang="zh"
-# 下面是测量循环（已折叠）：每个窗口只在前后各读一次 `perf_counter_ns`，每一轮都轮换三条路径的顺序，免得某条路径总是第一个运行。它还记录每个窗口的缺页次数和 CPU 时间占比，这两项只在附录（9.4）中解读。
+# 下面是测量循环（已折叠）：每个窗口只在前后各读一次 `perf_counter_ns`（CPU 时间则读 `process_time_ns`），每一轮都轮换三条路径的顺序，免得某条路径总是第一个运行。每个窗口的缺页次数和 CPU 时间占比只在附录（9.4）中解读。
 
 # %% tags=["hide-input"]
 # [en] `resource` exists on Unix only (Linux, macOS); the loop uses it to count page faults.
@@ -153,8 +156,10 @@ def minor_faults() -> int | None:
 def time_prompt(model, prompt_len: int) -> dict:
     prompt = TIMING_STREAM[:, :prompt_len]
     continuation = TIMING_STREAM[:, prompt_len:prompt_len + CONTINUATION]
-    # [en] The cached path starts from this prefix cache, built outside its window.
-    # [zh] 缓存路径从这份前缀缓存出发，它在计时窗口之外建好。
+    # [en] The cached path starts from this prefix cache, built outside its window; every round may reuse it
+    # [en] because a call never changes the cache it receives (the lifecycle check of 6.2).
+    # [zh] 缓存路径从这份前缀缓存出发，它在计时窗口之外建好；每一轮都能重复使用它，因为调用从不改动
+    # [zh] 传给它的缓存（6.2 的生命周期检查）。
     prefix_cache = prefill(model, prompt)
     runs = {
         "prefill": lambda: prefill(model, prompt),
@@ -162,6 +167,7 @@ def time_prompt(model, prompt_len: int) -> dict:
         "cached": lambda: cached_continuation(model, prefix_cache, continuation),
     }
     samples = {path: [] for path in PATHS}
+    cpu_samples = {path: [] for path in PATHS}
     faults = {path: [] for path in PATHS}
     cpu_share = {path: [] for path in PATHS}
     for round_index in range(WARMUPS + REPEATS):
@@ -176,12 +182,16 @@ def time_prompt(model, prompt_len: int) -> dict:
             cpu = time.process_time_ns() - cpu_start
             if round_index >= WARMUPS:
                 samples[path].append(elapsed)
+                cpu_samples[path].append(cpu)
                 cpu_share[path].append(cpu / elapsed)
                 if faults_before is not None:
                     faults[path].append(minor_faults() - faults_before)
     return {
         "prompt_tokens": prompt_len,
         **{f"{path}_ms": percentile_summary(samples[path]) for path in PATHS},
+        # [en] The same windows in CPU time of the process (one thread: the computation, not the waits).
+        # [zh] 同样的窗口，以进程的 CPU 时间计（单线程：只有计算，不含等待）。
+        **{f"{path}_cpu_ms": percentile_summary(cpu_samples[path]) for path in PATHS},
         # [en] Minor page faults per window, median of the measured rounds (None without `resource`).
         # [zh] 每个窗口的次缺页次数，取正式测量轮次的中位数（没有 `resource` 时为 None）。
         **{f"{path}_faults": int(np.median(faults[path])) if faults[path] else None for path in PATHS},
@@ -198,28 +208,38 @@ def slow_rounds(ms: dict) -> int:
 
 
 # %% [markdown] lang="en"
-# Run it for every prompt length. The table gives each window's p50 in milliseconds and the ratio of
-# the two continuation windows.
+# Run it for every prompt length. The table gives each window's p50 in milliseconds, CPU time / clock
+# time, and the ratio of the two continuation windows in CPU time.
 
 # %% [markdown] lang="zh"
-# 对每种提示长度运行测量循环。表中给出每个窗口的 p50（毫秒）以及两个续写窗口之比。
+# 对每种提示长度运行测量循环。表中给出每个窗口的 p50（毫秒，CPU 时间 / 挂钟时间），以及两个续写窗口的 CPU 时间之比。
 
 # %%
 TIMING_ROWS = [time_prompt(model, p) for p in PROMPTS]
+
+
+def cpu_ratio(row: dict) -> float:
+    # [en] Full over cached window, p50 of the CPU time.
+    # [zh] 完整重算窗口与缓存续写窗口之比，取 CPU 时间的 p50。
+    return row["full_cpu_ms"]["p50"] / row["cached_cpu_ms"]["p50"]
+
+
 say_table(
-    [[str(r["prompt_tokens"])] + [f"{r[f'{path}_ms']['p50']:.3f}" for path in PATHS]
-     + [f"{r['full_ms']['p50'] / r['cached_ms']['p50']:.1f}"] for r in TIMING_ROWS],
-    en=["prompt $P$", "prefill, ms", "full recomputation, 16 steps, ms", "cached continuation, 16 steps, ms",
-        "full / cached"],
-    zh=["提示长度 $P$", "预填充（毫秒）", "完整重算 16 步（毫秒）", "缓存续写 16 步（毫秒）", "完整 / 缓存"],
+    [[str(r["prompt_tokens"])] + [f"{r[f'{path}_cpu_ms']['p50']:.3f} / {r[f'{path}_ms']['p50']:.3f}" for path in PATHS]
+     + [f"{cpu_ratio(r):.1f}"] for r in TIMING_ROWS],
+    en=["prompt $P$", "prefill, ms (CPU / clock)", "full recomputation, 16 steps, ms (CPU / clock)",
+        "cached continuation, 16 steps, ms (CPU / clock)", "full / cached (CPU time)"],
+    zh=["提示长度 $P$", "预填充（毫秒，CPU / 挂钟）", "完整重算 16 步（毫秒，CPU / 挂钟）", "缓存续写 16 步（毫秒，CPU / 挂钟）",
+        "完整 / 缓存（CPU 时间）"],
 )
 
 # %% [markdown] lang="en"
 # The count's side of the comparison: the multiply-adds of 8.1 averaged over the 16 steps of each window,
-# full over cached, at the longest prompt.
+# full over cached, at the longest prompt. It is close to the average length $T$ of a full step, which
+# runs from {{run:timing.t_first}} to {{run:timing.t_last}} in that window (mean {{run:timing.t_mean}}).
 
 # %% [markdown] lang="zh"
-# 再看计数这一边：把 8.1 的乘加次数在每个窗口的 16 步上取平均，在最长的提示下用完整重算的值除以缓存续写的值。
+# 再看计数这一边：把 8.1 的乘加次数在每个窗口的 16 步上取平均，在最长的提示下用完整重算的值除以缓存续写的值。它接近完整重算一步的平均长度 $T$：在这个窗口中 $T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}（平均 {{run:timing.t_mean}}）。
 
 # %%
 def window_macs(prompt_len: int, path: str) -> float:
@@ -235,67 +255,60 @@ say(en=f"Multiply-adds per step at $P = {P_MAX}$, full / cached: {WORK_RATIO:.0f
     zh=f"$P = {P_MAX}$ 时每步的乘加次数之比（完整重算 / 缓存续写）：{WORK_RATIO:.0f}。")
 
 # %% [markdown] lang="en"
-# **The headline.** On this run full recomputation took {{run:timing.speedup_lo:.1f}}
+# **The headline.** On this run, in CPU time, full recomputation took {{run:timing.speedup_lo:.1f}}
 # (at $P = {{run:timing.speedup_lo_at}}$) to {{run:timing.speedup_hi:.1f}} (at $P = {{run:timing.speedup_hi_at}}$)
-# times as long as the cached continuation. The count promised far more: at
-# $P = {{run:timing.p_max}}$ the full window does {{run:timing.macs_ratio_max:.0f}} times the multiply-adds of
-# the cached one. Both windows make the same 16 calls of a tiny model, and most of such a call is fixed
-# overhead, not arithmetic; 9.2 shows it. The cell below asserts only that the cached window is faster at
-# all at the longest prompt, a margin no CPU should erase; the factors themselves change from machine to
-# machine and run to run, and are reported, not asserted.
+# times as long as the cached continuation ({{run:timing.speedup_clock_max:.1f}} in clock time at
+# $P = {{run:timing.p_max}}$). The count promised far more: at $P = {{run:timing.p_max}}$ the full window does
+# {{run:timing.macs_ratio_max:.0f}} times the multiply-adds of the cached one. Both windows make the same 16
+# calls of a tiny model, and most of such a call is fixed overhead, not arithmetic; 9.2 shows it. The cell
+# below asserts only that the cached window is faster at all at the longest prompt, a margin no CPU should
+# erase; the factors themselves change from machine to machine and are reported, not asserted.
 #
-# **The row of $P = {{run:timing.p_max}}$ is not the count at work.** From $P = {{run:timing.p_prev}}$ to
-# $P = {{run:timing.p_max}}$ the full window's time grew {{run:timing.full_growth_last:.1f}}-fold, where its
-# count grows {{run:timing.count_growth_last:.1f}}-fold; on this run that window also took
-# {{run:timing.full_faults_last}} minor page faults (the allocator taking fresh memory pages from the
-# operating system), against at most {{run:timing.full_faults_others}} in the other rows' full windows. So
-# part of the factor {{run:timing.speedup_max:.1f}} at that length is time the count does not model: those
-# faults, and the elementwise passes over the $[H, T, T]$ score matrix (scaling, mask, softmax), which grow
-# with $T^2$ and do no multiply-adds (9.5 times them). This run does not measure what a fault costs, so it
-# cannot split that extra time between the two.
+# From $P = {{run:timing.p_prev}}$ to $P = {{run:timing.p_max}}$ the full window's CPU time grew
+# {{run:timing.full_growth_last:.1f}}-fold and its count {{run:timing.count_growth_last:.1f}}-fold. Any growth
+# beyond the count is work the count does not model: the elementwise passes over the $[H, T, T]$ score
+# matrix (scaling, mask, softmax), which grow with $T^2$ and do no multiply-adds, and page faults (9.4);
+# or other programs slowing the shared caches.
 #
 # **A busy machine.** On this run {{run:timing.busy_windows}} of the {{run:timing.windows}} windows received less
-# than 90 % of their clock time as CPU time: the core was also running other programs, and those windows'
-# times include the wait (appendix 9.4 gives each window's share).
+# than 90 % of their clock time as CPU time: the core was also running other programs. Their clock times
+# include that wait, their CPU times do not (9.4 gives each window's share).
 #
 # None of this measures a GPU, a serving system's latency, or production kernels and schedulers.
 
 # %% [markdown] lang="zh"
-# **主要结论**：在这次运行中，完整重算的耗时是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$ 时）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$ 时）。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次，而这样一次调用的时间大部分是固定开销，而不是计算；9.2 会说明这一点。下面的单元格只断言：在最长的提示下，缓存续写确实更快。这个门槛余地极大，换哪颗 CPU 都不该跌破；倍数本身因机器而异，每次运行也不同，所以只报告，不做断言。
+# **主要结论**：在这次运行中，按 CPU 时间，完整重算的耗时是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$ 时）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$ 时）（$P = {{run:timing.p_max}}$ 时按挂钟时间为 {{run:timing.speedup_clock_max:.1f}} 倍）。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次，而这样一次调用的时间大部分是固定开销，而不是计算；9.2 会说明这一点。下面的单元格只断言：在最长的提示下，缓存续写确实更快。这个门槛余地极大，换哪颗 CPU 都不该跌破；倍数本身因机器而异，所以只报告，不做断言。
 #
-# **$P = {{run:timing.p_max}}$ 这一行反映的不是计数。** 从 $P = {{run:timing.p_prev}}$ 到 $P = {{run:timing.p_max}}$，完整重算窗口的耗时增长到 {{run:timing.full_growth_last:.1f}} 倍，而它的计数只增长到 {{run:timing.count_growth_last:.1f}} 倍；这次运行中，这个窗口还发生了 {{run:timing.full_faults_last}} 次次缺页（内存分配器向操作系统要来新的内存页），其他各行的完整重算窗口最多只有 {{run:timing.full_faults_others}} 次。所以，这一长度下 {{run:timing.speedup_max:.1f}} 的倍数中，有一部分是计数没有建模的时间：这些缺页，以及逐元素扫过 $[H, T, T]$ 分数矩阵的几遍运算（缩放、掩码、softmax），它们随 $T^2$ 增长，却不做乘加（9.5 会给它们计时）。这次运行没有测量一次缺页的代价，所以无法把这部分额外时间分到两者头上。
+# 从 $P = {{run:timing.p_prev}}$ 到 $P = {{run:timing.p_max}}$，完整重算窗口的 CPU 时间增长到 {{run:timing.full_growth_last:.1f}} 倍，它的计数增长到 {{run:timing.count_growth_last:.1f}} 倍。超出计数的增长，都是计数没有建模的工作：逐元素扫过 $[H, T, T]$ 分数矩阵的几遍运算（缩放、掩码、softmax），它们随 $T^2$ 增长，却不做乘加；还有缺页（9.4）；或者是别的程序拖慢了共用的缓存。
 #
-# **机器是否繁忙**：这次运行的 {{run:timing.windows}} 个窗口中，有 {{run:timing.busy_windows}} 个得到的 CPU 时间不到挂钟时间的 90%：核心同时还在运行别的程序，这些窗口的耗时也包含了等待的时间（附录 9.4 列出了每个窗口的占比）。
+# **机器是否繁忙**：这次运行的 {{run:timing.windows}} 个窗口中，有 {{run:timing.busy_windows}} 个得到的 CPU 时间不到挂钟时间的 90%：核心同时还在运行别的程序。这些窗口的挂钟时间包含了等待，CPU 时间则不包含（9.4 列出了每个窗口的占比）。
 #
 # 这些数字都不能说明 GPU、推理服务系统的延迟，或生产级内核与调度器的表现。
 
 # %%
 longest = TIMING_ROWS[-1]
 SPEEDUP = longest["full_ms"]["p50"] / longest["cached_ms"]["p50"]
+SPEEDUP_CPU = cpu_ratio(longest)
 # [en] The headline's claim: at the longest prompt the cached window is faster at all (work ratio in the
 # [en] hundreds, see above).
 # [zh] 主要结论断言的内容：在最长的提示下，缓存续写窗口确实更快（工作量之比达数百倍，见上文）。
-assert SPEEDUP > 1
-say(en=f"At $P = {longest['prompt_tokens']}$ the cached window is faster: full / cached = {SPEEDUP:.1f}.",
-    zh=f"$P = {longest['prompt_tokens']}$ 时缓存续写更快：完整重算 / 缓存续写 = {SPEEDUP:.1f}。")
+assert SPEEDUP_CPU > 1
+say(en=f"At $P = {longest['prompt_tokens']}$ the cached window is faster: full / cached = {SPEEDUP_CPU:.1f} in CPU time "
+       f"({SPEEDUP:.1f} in clock time).",
+    zh=f"$P = {longest['prompt_tokens']}$ 时缓存续写更快：完整重算 / 缓存续写 = {SPEEDUP_CPU:.1f}（CPU 时间；"
+       f"按挂钟时间为 {SPEEDUP:.1f}）。")
 
 # %% tags=["prose-values"]
-speedups = [(r["full_ms"]["p50"] / r["cached_ms"]["p50"], r["prompt_tokens"]) for r in TIMING_ROWS]
+speedups = [(cpu_ratio(r), r["prompt_tokens"]) for r in TIMING_ROWS]
 previous = TIMING_ROWS[-2]
-
-
-def faults_text(faults) -> str:
-    return "–" if faults is None else f"{faults:,}"
-
-
 {"timing": {"p_max": longest["prompt_tokens"], "p_min": TIMING_ROWS[0]["prompt_tokens"],
             "p_prev": previous["prompt_tokens"],
             "speedup_lo": min(speedups)[0], "speedup_lo_at": min(speedups)[1],
-            "speedup_hi": max(speedups)[0], "speedup_hi_at": max(speedups)[1], "speedup_max": SPEEDUP,
-            "full_growth_last": longest["full_ms"]["p50"] / previous["full_ms"]["p50"],
+            "speedup_hi": max(speedups)[0], "speedup_hi_at": max(speedups)[1], "speedup_max": SPEEDUP_CPU,
+            "speedup_clock_max": SPEEDUP,
+            "full_growth_last": longest["full_cpu_ms"]["p50"] / previous["full_cpu_ms"]["p50"],
             "count_growth_last": window_macs(longest["prompt_tokens"], "full") / window_macs(previous["prompt_tokens"], "full"),
-            "full_faults_last": faults_text(longest["full_faults"]),
-            "full_faults_others": faults_text(max((r["full_faults"] for r in TIMING_ROWS[:-1]), default=None)),
+            "t_first": P_MAX + 1, "t_last": P_MAX + CONTINUATION, "t_mean": P_MAX + (CONTINUATION + 1) / 2,
             "fed_full": WORK["full"], "fed_cached": WORK["cached"], "payload": PAYLOAD,
             "macs_ratio_max": WORK_RATIO,
             "windows": len(TIMING_ROWS) * len(PATHS),

@@ -61,7 +61,6 @@ def cache_api_problem():
 try:
     import transformers
     from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
-    from transformers.pytorch_utils import Conv1D
 
     API_PROBLEM = cache_api_problem()
     SKIP_NOTE = None if API_PROBLEM is None else f"transformers {transformers.__version__}: {API_PROBLEM}"
@@ -99,8 +98,8 @@ else:
 # **复制权重**：`gpt2_config` 把我们的解码器描述成一个 `GPT2Config`：各项尺寸取我们的值，不用 dropout，使用精确 GELU（`activation_function="gelu"`），`tie_word_embeddings=False`，不设特殊 token 的 ID，并使用 eager 注意力，也就是最直接的“矩阵乘 → softmax → 矩阵乘”。`gpt2_state_dict` 把我们的权重改成 GPT-2 的参数名，其间要做两种转换：GPT-2 的投影层是 `Conv1D` 模块，把矩阵存成 `[in, out]`，所以我们每个 `nn.Linear` 的矩阵（`[out, in]`）都要转置后再放进去；GPT-2 只用一个 `c_attn` 同时算出 Q、K、V，它的权重是我们的 `q`、`k`、`v` 三个矩阵堆叠后再转置。`build_gpt2` 以严格模式加载转换结果：缺少权重名或多出权重名都会报错。
 
 # %%
-# [en] A GPT2Config that describes our decoder; `changes` overrides fields (the traps use it).
-# [zh] 描述我们这个解码器的 GPT2Config；`changes` 用来改写个别配置项（陷阱会用到）。
+# [en] A GPT2Config that describes our decoder; `changes` overrides fields.
+# [zh] 描述我们这个解码器的 GPT2Config；`changes` 用来改写个别配置项。
 def gpt2_config(cfg, **changes):
     fields = dict(
         vocab_size=cfg.vocab, n_positions=cfg.max_positions, n_embd=cfg.width, n_layer=cfg.layers,
@@ -147,6 +146,8 @@ def build_gpt2(ours, state_dict=None, **config_changes):
 
 
 if HAVE_TRANSFORMERS:
+    # [en] Our configuration against GPT-2's defaults (the companion notebook kv-cache-hf-gpt2 tabulates both).
+    # [zh] 我们的配置与 GPT-2 的默认配置（配套笔记本 kv-cache-hf-gpt2 把两者列成表）。
     hf_config, default_config = gpt2_config(cfg), GPT2Config()
     # [en] The same weights in FP64, on both sides.
     # [zh] 两边都用同一组权重的 FP64 版本。

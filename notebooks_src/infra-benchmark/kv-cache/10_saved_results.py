@@ -61,7 +61,7 @@ RESULTS = {
             "clock": "time.perf_counter_ns", "unit": "ms",
         },
         "rows": TIMING_ROWS,
-        "headline": {"prompt_tokens": longest["prompt_tokens"], "speedup_p50": SPEEDUP,
+        "headline": {"prompt_tokens": longest["prompt_tokens"], "speedup_p50": SPEEDUP, "speedup_cpu_p50": SPEEDUP_CPU,
                      "positions_fed": {"full": WORK["full"], "cached": WORK["cached"]},
                      "macs_ratio": window_macs(longest["prompt_tokens"], "full") / window_macs(longest["prompt_tokens"], "cached")},
     },
@@ -72,7 +72,8 @@ RESULTS = {
                   for label, run in PROFILES.items()},
     },
     "generation_timing": {"prompt_tokens": int(GEN_TIME_PROMPT.shape[1]), "new_tokens": GEN_TIME_TOKENS,
-                          "calls_ms": {path: [list(call) for call in calls] for path, calls in GEN_TIME.items()}},
+                          "calls_ms": {path: [list(call) for call in calls] for path, calls in GEN_TIME.items()},
+                          "cpu_ms": GEN_CPU},
     "figures": [MASKS_PNG.name, CACHE_GROWTH_PNG.name, TIMING_PNG.name, GENERATION_PNG.name],
 }
 RESULTS_JSON = OUT / "results.json"
