@@ -185,7 +185,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # This is the one caveat of the section; later paragraphs point back here.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：本次运行中，方阵乘法的速度为 {{run:roofline.matmul_gflops:.1f}} GFLOP/s，batch 为 {{run:roofline.weight_batch_max}} 的权重乘法为 {{run:roofline.gflops_bmax:.1f}} GFLOP/s，$\pi$ 取两者中较快的，即 {{run:roofline.peak_gflops:.1f}} GFLOP/s。这两种形状都未必是这个核心上最快的运算，所以 $\pi$ 是一个实测速率，而不是这个核心的峰值；决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是上限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
+# **表中可以看出什么**：本次运行中，方阵乘法的速度为 {{run:roofline.matmul_gflops:.1f}} GFLOP/s，batch 为 {{run:roofline.weight_batch_max}} 的权重乘法为 {{run:roofline.gflops_bmax:.1f}} GFLOP/s，$\pi$ 取两者中较快的，即 {{run:roofline.peak_gflops:.1f}} GFLOP/s。这两种形状都未必是这个核心上最快的运算，所以 $\pi$ 是一个实测速率，而不是这个核心的峰值；决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per
