@@ -178,7 +178,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # {{run:roofline.peak_gflops:.1f}} GFLOP/s. Neither shape need be this core's fastest, so $\pi$ is a measured rate, not
 # the core's peak; the call that sets it lies on the flat side by definition, and no call can cross it. The call over
 # one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
-# {{run:roofline.small_batch_hi}} rows {{run:roofline.small_roof_share_min:.0%}} to
+# {{run:roofline.small_batch_hi}} rows, {{run:roofline.small_roof_share_min:.0%}} to
 # {{run:roofline.small_roof_share_max:.0%}}. **The roof is a limit, not a prediction**: the flat side is a ceiling by
 # construction, the sloped side is STREAM's credited rate (a read-only kernel may slightly exceed it), and a call
 # can run far below both. To be memory-bound by the count says where the limit is, not that a call reaches it.

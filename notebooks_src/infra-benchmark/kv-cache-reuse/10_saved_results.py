@@ -116,11 +116,11 @@ cache_b1 = CACHE_SWEEP[0]
 if memory_bound(cache_b1):
     cache_verdict = {"en": "were memory-bound as well", "zh": "同样受限于内存带宽"}
 elif cache_b1["gbs"] * 1e9 < BANDWIDTH / 3:
-    cache_verdict = {"en": "were not memory-bound as measured: the library's routine, not the memory, limited them here (optional part below)",
-                     "zh": "按实测并不受限于内存带宽：这里限制它们的是数学库的例程，而不是内存（见下面的选读部分）"}
+    cache_verdict = {"en": "were not memory-bound: the library's routine, not the memory, limited them here (optional part below)",
+                     "zh": "并不受限于内存带宽：这里限制它们的是数学库的例程，而不是内存（见下面的选读部分）"}
 else:
-    cache_verdict = {"en": "were not memory-bound as measured: their FLOP rate passed a third of π",
-                     "zh": "按实测并不受限于内存带宽：它们的 FLOP/s 超过了 π 的三分之一"}
+    cache_verdict = {"en": "were not memory-bound: their FLOP rate passed a third of π",
+                     "zh": "并不受限于内存带宽：它们的 FLOP/s 超过了 π 的三分之一"}
 cache_memory_bound = {"en": "memory-bound", "zh": "受限于内存带宽"} if memory_bound(cache_b1) else \
     {"en": "not memory-bound", "zh": "不受限于内存带宽"}
 {"prefix": {
