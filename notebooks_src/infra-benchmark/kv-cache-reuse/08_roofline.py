@@ -35,10 +35,8 @@
 # does not count the pauses in which the operating system runs something else, and each case is timed for
 # {{run:roofline.rounds}} rounds, every round timing every case of a cell once, in turn, so that another program
 # slows all of them alike; each number below is the median over the rounds, and the tables give the spread
-# (slowest round over fastest). Every working set (at least 128 MiB) is larger than the L3 one core can use on
-# AMD's EPYC (at most 32 MiB per core complex, 96 MiB with 3D V-Cache); on a processor whose cores share a
-# larger L3 (a few recent Intel Xeons have several hundred MiB), part of a repeated call's bytes could come
-# from L3 and the rates would overstate the memory. Copy can come out slower than triad: an ordinary store first
+# (slowest round over fastest). Every working set (at least 128 MiB) is meant to exceed the L3 cache; where
+# the L3 is larger (some Intel Xeons have several hundred MiB), the rates would overstate the memory. Copy can come out slower than triad: an ordinary store first
 # reads the cache line it overwrites, a transfer STREAM does not credit, which weighs more in copy. So the
 # memory moves more bytes per second than $\beta$ credits, and a kernel that only reads can beat $\beta$. Our toy
 # decoder is of no use here: its 0.6 MB of weights stay in the CPU's caches.
@@ -62,7 +60,7 @@
 #
 # <details><summary>如何计时，以及为什么只用一个核心（选读）</summary>
 #
-# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都大于 AMD EPYC 上单个核心能用到的 L3 缓存（每个核心复合体最多 32 MiB，采用 3D V-Cache 时为 96 MiB）；在全部核心共用更大 L3 的处理器上（近年的几款 Intel Xeon 有几百 MiB），重复调用的一部分字节可能来自 L3，测得的速率就会高估内存。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比 $\beta$ 记入的多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里。
+# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都有意大于 L3 缓存；在 L3 更大的处理器上（有些 Intel Xeon 有几百 MiB），测得的速率会高估内存。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比 $\beta$ 记入的多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里。
 #
 # </details>
 
@@ -134,11 +132,11 @@ say(en=f"One core of this machine (one thread), FP32: STREAM copy {STREAM_RATES[
 # **The weights.** A call over $B$ token vectors does $2 B W^2$ FLOPs ($W = 6{,}144$) and reads the $W^2$ weights
 # once, plus $B$ inputs and $B$ outputs of $W$ numbers each: the intensity $2BW^2 / (4(W^2 + 2BW))$ grows with
 # $B$. The column "ms per token" is the call's time divided by $B$; the column "share of the roof" divides the
-# call's FLOP/s by the roof at its intensity, $\min(\pi, \beta I)$. A weight product whose rate sets $\pi$ shows
-# 100% by definition ($\pi$ is its own rate); the line above the table names the call that set it.
+# call's FLOP/s by the roof at its intensity, $\min(\pi, \beta I)$; the call that sets $\pi$ shows 100% by
+# definition (the line above the table names it).
 
 # %% [markdown] lang="zh"
-# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$。如果 $\pi$ 就是某次权重乘法的速率，那次乘法的比例按定义就是 100%（$\pi$ 就是它自己的速率）；表格上方那一行写明了 $\pi$ 来自哪次调用。
+# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$；决定 $\pi$ 的那次调用按定义就是 100%（表格上方那一行写明了是哪次调用）。
 
 # %%
 with torch.inference_mode():
@@ -173,10 +171,9 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
           zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "达到屋顶线的比例", "每个 token 的毫秒数", "波动范围"])
 
 # %% [markdown] lang="en"
-# **What the table shows.** In this run the square product ran at {{run:roofline.matmul_gflops:.1f}} GFLOP/s and the
-# batch-{{run:roofline.weight_batch_max}} weight product at {{run:roofline.gflops_bmax:.1f}}, and $\pi$ is the faster,
-# {{run:roofline.peak_gflops:.1f}} GFLOP/s. Neither shape need be this core's fastest, so $\pi$ is a measured rate, not
-# the core's peak; the call that sets it lies on the flat side by definition, and no call can cross it. The call over
+# **What the table shows.** In this run $\pi$ = {{run:roofline.peak_gflops:.1f}} GFLOP/s is the faster of the square product
+# ({{run:roofline.matmul_gflops:.1f}}) and the batch-{{run:roofline.weight_batch_max}} weight product ({{run:roofline.gflops_bmax:.1f}}). The call that sets $\pi$ lies on the flat side by definition, and no call
+# can cross it. The call over
 # one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
 # {{run:roofline.small_batch_hi}} rows, {{run:roofline.small_roof_share_min:.0%}} to
 # {{run:roofline.small_roof_share_max:.0%}}. **The roof is a limit, not a prediction**: the flat side is a ceiling by
@@ -185,17 +182,16 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # This is the one caveat of the section; later paragraphs point back here.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：本次运行中，方阵乘法的速度为 {{run:roofline.matmul_gflops:.1f}} GFLOP/s，batch 为 {{run:roofline.weight_batch_max}} 的权重乘法为 {{run:roofline.gflops_bmax:.1f}} GFLOP/s，$\pi$ 取两者中较快的，即 {{run:roofline.peak_gflops:.1f}} GFLOP/s。这两种形状都未必是这个核心上最快的运算，所以 $\pi$ 是一个实测速率，而不是这个核心的峰值；决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
+# **表中可以看出什么**：本次运行中，$\pi$ = {{run:roofline.peak_gflops:.1f}} GFLOP/s，取方阵乘法（{{run:roofline.matmul_gflops:.1f}}）与 batch 为 {{run:roofline.weight_batch_max}} 的权重乘法（{{run:roofline.gflops_bmax:.1f}}）中较快的那个。决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per
 # number read (a multiply and an add) in each of its two products: 0.5 FLOP per 4-byte number, whatever the
 # batch, since every sequence has its own cache. The table times `masked_attention` as our decoder calls it.
-# The same cell also times the two products alone at the largest batch, for the optional part at the end of
-# this section.
+# It also times the two products alone, for the optional part at the end of this section.
 
 # %% [markdown] lang="zh"
-# **缓存**：每个头一个查询的注意力把每条序列的 K 和 V 各读一遍，它的两次乘法中，每读一个数做 2 次浮点运算（一次乘、一次加）：每个 4 字节的数 0.5 次浮点运算，与 batch 无关，因为每条序列都有自己的缓存。下表给我们的解码器所调用的 `masked_attention` 计时。同一个单元格还在最大的 batch 下单独给其中的两次乘法计时，供本节末尾的选读部分使用。
+# **缓存**：每个头一个查询的注意力把每条序列的 K 和 V 各读一遍，它的两次乘法中，每读一个数做 2 次浮点运算（一次乘、一次加）：每个 4 字节的数 0.5 次浮点运算，与 batch 无关，因为每条序列都有自己的缓存。下表给我们的解码器所调用的 `masked_attention` 计时。它还单独给其中的两次乘法计时，供本节末尾的选读部分使用。
 
 # %%
 with torch.inference_mode():

@@ -5,23 +5,22 @@
 #   memory-bound and the largest batch as compute-bound: their intensities, {{run:roofline.intensity_b1:.2f}} and
 #   {{run:roofline.intensity_bmax:.0f}} FLOP/byte, lie on either side of the ridge. For batch 1 the measurement must
 #   agree, by two measured rates (our byte and FLOP counts over the measured time): the product moves its bytes at
-#   **at least a third** of the STREAM bandwidth, and does **at most a third** of $\pi$.
-#   Its time is set by the bytes it reads, not by its arithmetic. The control applies the same measured
+#   **at least a third** of the STREAM bandwidth, and does **at most a third** of $\pi$. The control applies the same measured
 #   test to the largest batch, which must fail it;
 # * **batching amortizes the weights, not the cache**: from the smallest to the largest batch, the time per
 #   token of the weight product falls below half, while the time per sequence of the cache reads does not.
 #   The control is the cache's test applied to the weight product, where it must fail.
 #
-# Only these coarse properties are asserted, each with about a factor of two to spare in this run (the table
-# after the check gives the shares); the numbers themselves are this run's.
+# Only these coarse properties are asserted; the table after the check gives the shares, and so the margin on
+# your machine.
 
 # %% [markdown] lang="zh"
 # **判据**共两条，各有一个负对照：
 #
-# * **实测表明，batch 为 1 的权重乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个实测速率（我们数出的字节数和浮点运算次数除以实测时间）：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为** $\pi$ 的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
+# * **实测表明，batch 为 1 的权重乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个实测速率（我们数出的字节数和浮点运算次数除以实测时间）：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为** $\pi$ 的三分之一。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
 # * **batch 分摊了权重的开销，却分摊不了缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
 #
-# 这里只断言这些粗略的性质，在本次运行中每条都留有大约两倍的余地（检查之后的表格给出了各项比例）；具体数值是本次运行的结果。
+# 这里只断言这些粗略的性质；检查之后的表格给出了各项比例，也就给出了在你的机器上还留有多少余地。
 
 # %%
 def memory_bound(row) -> bool:
@@ -147,9 +146,6 @@ assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 # %% [markdown] lang="en"
 # ### Optional: how fast the library read the cache, and what a few rows cost
 #
-# This part explains two measurements the criteria above do not need; section 10 does not rely on it. It
-# times the cache's two products alone and compares calls over a few rows with a call over one.
-#
 # The score product can be written two ways that read the same contiguous keys and do the same multiply-adds:
 # as attention writes it, a row times a transposed matrix (`q @ k^T`), and as a matrix times a column
 # (`k @ q^T`). What differs is the shape in which PyTorch hands the keys to the math library: the wide second
@@ -159,8 +155,6 @@ assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 
 # %% [markdown] lang="zh"
 # ### 选读：数学库读取缓存有多快，以及处理几行的调用要花多少时间
-#
-# 这一部分解释上面的判据用不到的两项测量，第 10 节也不依赖它。它单独给缓存的两次乘法计时，并把处理几行的调用与只处理一行的调用相比较。
 #
 # 分数乘法可以有两种写法，读取的是同一块连续存放的键，乘加次数也相同：一种是注意力里的写法，行向量乘以转置的矩阵（`q @ k^T`）；另一种是矩阵乘以列向量（`k @ q^T`）。不同的是 PyTorch 把键交给数学库时的形状：前者中键是单行乘法里宽的第二个操作数，后者中键是单列乘法里高的第一个操作数。在构建本笔记本的机器上，两者调用的都是 oneMKL 的 `SGEMM_BATCH`（设置 `MKL_VERBOSE=1` 就会打印每次调用），它在这两种形状下的速度不同。值乘法按注意力里的写法计时（`w @ v`）。
 
@@ -194,32 +188,29 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # {{run:roofline.scores_kq_share:.0%}} of it written `k @ q^T`, and at {{run:roofline.scores_qk_share:.0%}} written
 # `q @ k^T`; the value product read the values at {{run:roofline.values_share:.0%}}. So where `k @ q^T` is the faster,
 # what holds the score half back is neither side of the roof nor the data's layout (the same buffer), but how
-# fast the library's routine runs for the shape it is handed; the fixed cost of a call is not the reason, as each
-# product takes milliseconds. A product that only reads can pass 100% of STREAM without breaking the roof: its
+# fast the library's routine runs for the shape it is handed. A product that only reads can pass 100% of STREAM without breaking the roof: its
 # sloped side is STREAM's credited rate, below what the memory really moves (the timing details above). The last
 # column is a rough guide only: timed as separate calls, the products' shares
 # ({{run:roofline.scores_qk_attention_share:.0%}} and {{run:roofline.values_attention_share:.0%}} here) need not add up to
-# 100% or less. These numbers depend on the library and the processor,
-# so they are reported, not asserted. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is
+# 100% or less. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is
 # written for exactly this job: to stream the whole cache at the memory bandwidth.
 
 # %% [markdown] lang="zh"
-# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快；每次调用的固定开销也不是原因，因为每次乘法都要几毫秒。只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的选读部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）相加不必小于或等于 100%。这些数取决于数学库和处理器，所以只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
+# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快。只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的选读部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）相加不必小于或等于 100%。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
 
 # %% [markdown] lang="en"
-# **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one; it
-# would take about the same time only if both ran at the memory roof (the caveat of "What the table shows").
+# **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one, so
+# at the memory roof both would take about the same time.
 # On the machine that built this notebook every batch size calls the same routine, oneMKL's `SGEMM`, yet in
 # this run a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
-# {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one. A ratio below
-# $B$ means each token's share of the time fell; a ratio near 1 would mean the call cost about the time of one.
-# Why a few rows can cost more than reading the same bytes, we did not find out. A hypothesis, not checked here:
+# {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one.
+# Why a call over a few rows can cost more, we did not find out. A hypothesis, not checked here:
 # inside `SGEMM` a one-row product can stream the weights once, as a matrix-vector product does, while a few rows
 # take the general path, which first copies (packs) blocks of the weights into a buffer laid out for many rows:
 # extra memory traffic and work that only a large batch repays.
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同；只有两次调用都跑到内存那一侧的屋顶线时，耗时才会差不多相同（见“表中可以看出什么”中的保留说明）。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。比值小于 $B$，说明每个 token 分到的耗时下降了；比值接近 1，才说明这次调用只花了一次单行调用的时间。几行的调用为什么可能比读取同样字节所需的时间更长，我们没有查明。一个假设（这里未加验证）：在 `SGEMM` 内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重分块复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
+# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，所以如果两次调用都跑到内存那一侧的屋顶线，耗时会差不多相同。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。一个假设（这里未加验证）：在 `SGEMM` 内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重分块复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
 
 # %% tags=["hide-input"]
 # [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.

@@ -1,18 +1,16 @@
 # %% [markdown] lang="en"
 # ## 12. Saved results
 #
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures:
-# the prefix cache's sweep over pool sizes, the speculative runs for every $k$, the split-K errors, the decode
-# step counts and the published configurations with their sources, this machine's roofline measurements,
-# the Hugging Face comparison (or that it was skipped), and every negative control under `controls`, each
-# with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
+# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: each
+# section's results (the Hugging Face comparison, or that it was skipped), and every negative control under
+# `controls`, each with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
 # strict JSON. On Colab the cell also offers the files for download. Its code is folded: it only gathers what
 # the sections above computed.
 
 # %% [markdown] lang="zh"
 # ## 12. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：前缀缓存在各种池大小下的扫描结果、每个 $k$ 的投机解码结果、split-K 的误差、解码步的计数、公开模型的配置及其出处、本机 Roofline 模型的测量值、与 Hugging Face 的比较（或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它的代码已折叠：其中只是汇集前面各节算出的结果。
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：各节的结果（包括与 Hugging Face 的比较，或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它的代码已折叠：其中只是汇集前面各节算出的结果。
 
 # %% tags=["hide-input"]
 CONTROLS = {
