@@ -108,19 +108,6 @@ if IN_COLAB:
 
 # %% tags=["prose-values"]
 one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
-# [en] The verdict the prose reads for the cache reads at batch 1, from the same test as the weights'.
-# [zh] 正文引用的、batch 为 1 时缓存读取的结论，所用的判断与权重的相同。
-cache_b1 = CACHE_SWEEP[0]
-if memory_bound(cache_b1):
-    cache_verdict = {"en": "were memory-bound as well", "zh": "同样受限于内存带宽"}
-elif cache_b1["gbs"] * 1e9 < BANDWIDTH / 3:
-    cache_verdict = {"en": "were not memory-bound: the library's routine, not the memory, limited them here (optional part below)",
-                     "zh": "并不受限于内存带宽：这里限制它们的是数学库的例程，而不是内存（见下面的选读部分）"}
-else:
-    cache_verdict = {"en": "were not memory-bound: their FLOP rate passed a third of π",
-                     "zh": "并不受限于内存带宽：它们的 FLOP/s 超过了 π 的三分之一"}
-cache_memory_bound = {"en": "memory-bound", "zh": "受限于内存带宽"} if memory_bound(cache_b1) else \
-    {"en": "not memory-bound", "zh": "不受限于内存带宽"}
 {"prefix": {
     "requests": STREAM_REQUESTS, "smallest_pool": SWEEP[0]["blocks"], "hits_largest": SWEEP[-1]["requests_with_hit"],
     "largest_request_blocks": max(blocks_needed(Request(0, prompt, max_new), BLOCK_SIZE) for prompt, max_new, _ in STREAM),
@@ -155,7 +142,7 @@ cache_memory_bound = {"en": "memory-bound", "zh": "受限于内存带宽"} if me
               "cache_ms_first": cache_ms[0], "cache_ms_last": cache_ms[-1], "cache_batch_max": CACHE_SWEEP[-1]["batch"],
               "cache_bandwidth_share": CACHE_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "cache_peak_share": CACHE_SWEEP[0]["gflops"] * 1e9 / PEAK,
               "cache_bandwidth_share_bmax": CACHE_SWEEP[-1]["gbs"] * 1e9 / BANDWIDTH,
-              "cache_verdict": cache_verdict, "cache_memory_bound": cache_memory_bound,
+              "cache_memory_bound": memory_bound(CACHE_SWEEP[0]),
               "small_batch_lo": SMALL_BATCHES[0], "small_batch_hi": SMALL_BATCHES[-1],
               "call_ratio_min": min(CALL_RATIOS.values()), "call_ratio_max": max(CALL_RATIOS.values()),
               "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
