@@ -20,9 +20,9 @@
 # Sections: 1 setup · 2 masks and 3 the decoder (from the first notebook) · 4 a block pool with a content
 # index · 5 serving requests with a prefix cache · 6 speculative decoding · 7 split-K decoding · 8 what a
 # decode step reads and computes · 9 the roofline of one core of this machine · 10 and 11 (optional, with
-# `transformers`): Hugging Face GPT-2 as outside referee, for the decoder (repeated from the first notebook,
-# because section 11 needs its mapping of our weights) and for speculative decoding · 12 saved results ·
-# 13 takeaways and exercises.
+# `transformers`): Hugging Face GPT-2 as referee for the decoder and for speculative decoding · 12 saved results ·
+# 13 takeaways and exercises. On a first read, follow 4 to 8, section 9 up to its figure, and 13; sections 2,
+# 3 and 10 repeat the first notebook, and the parts marked optional can wait.
 
 # %% [markdown] lang="zh"
 # 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})证明了 KV 缓存给出的 logits 与完整重算相同；[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})则把缓存存进大小固定、由许多序列共用的物理块。本笔记本回答两个问题：推理服务系统接下来还会拿缓存做什么？为什么要这样做？
@@ -34,7 +34,7 @@
 #
 # 每种机制都像前面几份笔记本那样接受检查：与最直接的计算方式比较，并配上一个故意改坏的版本，同一项检查必须把它查出来。
 #
-# 目录：1 环境设置 · 2 掩码与 3 解码器（取自第一份笔记本） · 4 带内容索引的物理块池 · 5 用前缀缓存服务请求 · 6 投机解码 · 7 split-K 解码 · 8 一个解码步读了什么、算了什么 · 9 本机单个核心的 Roofline 模型 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，分别检验解码器（沿用第一份笔记本的内容，因为第 11 节要用到其中把我们的权重装进 GPT-2 的映射）和投机解码 · 12 保存结果 · 13 要点与练习。
+# 目录：1 环境设置 · 2 掩码与 3 解码器（取自第一份笔记本） · 4 带内容索引的物理块池 · 5 用前缀缓存服务请求 · 6 投机解码 · 7 split-K 解码 · 8 一个解码步读了什么、算了什么 · 9 本机单个核心的 Roofline 模型 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当裁判，分别检验解码器和投机解码 · 12 保存结果 · 13 要点与练习。初读时，读第 4 到第 8 节、第 9 节中图以前的部分，以及第 13 节即可；第 2、3、10 节重复第一份笔记本的内容，标为选读的部分可以以后再看。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
@@ -42,12 +42,13 @@
 # The parameters come first. `QUICK = True` runs a shorter request stream in section 5, fewer prompts and
 # values of $k$ in sections 6 and 11, and smaller benchmarks in section 9; every check and every negative control runs in both
 # modes. Everything runs on the CPU with one thread, in FP32 unless a check asks for FP64, under
-# `torch.inference_mode()`. The notebook installs nothing and reads no file.
+# `torch.inference_mode()`. The notebook installs nothing and needs no data file (it reads only the processor's
+# name, from `/proc/cpuinfo` where there is one).
 
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 首先是参数。`QUICK = True` 会让第 5 节的请求流更短，第 6 节和第 11 节的提示更少、$k$ 的取值更少，第 9 节的基准测试更小；两种模式下，每项检查和每个负对照都照常运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32，并在 `torch.inference_mode()` 下运行。本笔记本不安装任何包，也不读取任何文件。
+# 首先是参数。`QUICK = True` 会让第 5 节的请求流更短，第 6 节和第 11 节的提示更少、$k$ 的取值更少，第 9 节的基准测试更小；两种模式下，每项检查和每个负对照都照常运行。全部计算都在 CPU 上单线程进行，除非某项检查要求 FP64，否则一律使用 FP32，并在 `torch.inference_mode()` 下运行。本笔记本不安装任何包，也不需要任何数据文件（它只读取处理器的名称：有 `/proc/cpuinfo` 时从那里读）。
 
 # %% tags=["parameters"]
 # [en] True: a shorter request stream, fewer prompts, smaller benchmarks; every check stays.

@@ -77,11 +77,7 @@ class PrefixPool(BlockPool):
             if block_hash not in self.index:
                 break
             hits.append(self.index[block_hash])
-        # [en] With hashes of full blocks only, the min never binds; it keeps the hit inside `usable` for a pool that
-        # [en] also hashes a partly filled last block (the negative control `SharesPartialBlock` of section 5).
-        # [zh] 只对填满的物理块计算哈希时，min 不起作用；池若把未填满的最后一个物理块也算出哈希（第 5 节的负对照
-        # [zh] `SharesPartialBlock`），min 保证命中不超出 `usable`。
-        return hits, min(len(hits) * self.block_size, len(usable))
+        return hits, len(hits) * self.block_size
 
     def publish(self, block, block_hash):
         if block_hash not in self.index:

@@ -98,6 +98,12 @@ class SharesPartialBlock(PrefixPool):
             hashes.append(hashlib.sha256(f"{hashes[-1] if hashes else ''}|{tail}".encode()).hexdigest())
         return hashes
 
+    def lookup(self, prompt):
+        # [en] A hit on the partly filled block covers fewer tokens than a block: count only the prompt's usable ones.
+        # [zh] 命中未填满的物理块时，覆盖的 token 不足一个物理块：只计入提示中可用的那些。
+        hits, hit_tokens = super().lookup(prompt)
+        return hits, min(hit_tokens, len(prompt) - 1)
+
 
 class EvictsHeldBlocks(PrefixPool):
     def hold(self, block):

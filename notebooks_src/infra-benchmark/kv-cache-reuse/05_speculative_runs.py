@@ -51,8 +51,8 @@ say(en="Checks passed for every $k$: the tokens are the plain loop's, token for 
 # tokens on average (Leviathan et al.). With $\alpha = {{run:spec.agreement:.3f}}$, the agreement measured above,
 # the formula gives {{run:spec.formula_k1:.2f}} tokens per call at $k = 1$, where the run got {{run:spec.tokens_k1:.2f}}, and
 # {{run:spec.formula_kmax:.2f}} at $k = {{run:spec.kmax}}$, where the run got only {{run:spec.tokens_kmax:.2f}}. The formula
-# assumes two things that hold only roughly here: the truncated last rounds can only lower the count, and
-# correlation between positions can move it either way:
+# assumes (1) that drafts agree independently and (2) that every round holds $k$ drafts; both hold only roughly
+# here. Breaking (2) can only lower the count; breaking (1) can move it either way:
 #
 # * **independence.** Agreement is not independent from one position to the next. Where agreements come in
 #   longer runs than chance would give, long rounds are accepted more often and the measured count rises above
@@ -72,7 +72,7 @@ say(en="Checks passed for every $k$: the tokens are the plain loop's, token for 
 # (orange squares, right axis).*
 
 # %% [markdown] lang="zh"
-# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。收益逐渐趋缓，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha = {{run:spec.agreement:.3f}}$（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}。公式有两个假设，在这里都只是近似成立：被截短的最后一轮只会让实测值变小，而相邻位置之间的相关性可能让它变大，也可能变小：
+# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。收益逐渐趋缓，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha = {{run:spec.agreement:.3f}}$（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}。公式假设：（1）各个草稿独立地与目标模型一致；（2）每一轮都有 $k$ 个草稿。这两条在这里都只是近似成立。违反（2）只会让实测值变小；违反（1）则可能让它变大，也可能变小：
 #
 # * **独立**：相邻位置上的一致与否并不独立。如果一致的情形连成串的长度比随机情况下更长，长的一轮更常被整轮接受，实测值就会高于公式；连成串的长度更短时，实测值就低于公式；
 # * **每轮都是完整的 $k$ 个草稿**：预算规则最多只提出还缺的 token 数减一个，所以一个提示的最后一轮可能不到 $k$ 个草稿。这只会让实测值变小，而且 $k$ 越大影响越大：$k = 1$ 时预算去掉了 {{run:spec.budget_cut_k1}} 个草稿位置，$k = {{run:spec.kmax}}$ 时去掉了 {{run:spec.budget_cut_kmax}} 个。

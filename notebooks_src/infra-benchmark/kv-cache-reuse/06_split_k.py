@@ -175,8 +175,8 @@ assert not SPLIT_K_CAUGHT[1] and all(SPLIT_K_CAUGHT[n] for n in SPLIT_COUNTS if 
 # the correct merge stays within {{run:splitk.max_err_fp32:.1e}} in FP32 and {{run:splitk.max_err_fp64:.1e}} in FP64
 # for every $S$, fully masked splits included. Each split needs only its own keys, so the splits can be
 # computed by different workers at the same time; a second, small step merges them, which is what a GPU
-# kernel does. That is where its speed comes from: $S$ times as many cores read one query's cache at once, and
-# a memory-bound step (section 9) needs exactly that to stream the cache at full bandwidth.
+# kernel does. On our one CPU
+# thread there is nothing to run in parallel, so this notebook checks split-K's exactness only, not its speed.
 
 # %% [markdown] lang="zh"
-# 只有一段时，split-K **就是**换了一条路计算的普通注意力，负对照也一样，所以它在这种情况下能通过。从两段起，负对照就出错了：$S = 2$ 时最大绝对误差为 {{run:splitk.control_err_s2:.2f}}，段数更多时在 {{run:splitk.control_err_min:.2f}} 到 {{run:splitk.control_err_max:.2f}} 之间；而正确的合并对每个 $S$（包括有完全被遮住的段时）都保持在 FP32 下 {{run:splitk.max_err_fp32:.1e}}、FP64 下 {{run:splitk.max_err_fp64:.1e}} 以内。每一段只需要自己的键，所以各段可以同时交给不同的工作单元计算，再用一个很小的步骤把它们合并起来：GPU 内核正是这样做的。它的速度也正来自这里：同时读取一个查询的缓存的核心多了 $S$ 倍，而受限于内存带宽的解码步（第 9 节）正需要这样才能以全部带宽读完缓存。
+# 只有一段时，split-K **就是**换了一条路计算的普通注意力，负对照也一样，所以它在这种情况下能通过。从两段起，负对照就出错了：$S = 2$ 时最大绝对误差为 {{run:splitk.control_err_s2:.2f}}，段数更多时在 {{run:splitk.control_err_min:.2f}} 到 {{run:splitk.control_err_max:.2f}} 之间；而正确的合并对每个 $S$（包括有完全被遮住的段时）都保持在 FP32 下 {{run:splitk.max_err_fp32:.1e}}、FP64 下 {{run:splitk.max_err_fp64:.1e}} 以内。每一段只需要自己的键，所以各段可以同时交给不同的工作单元计算，再用一个很小的步骤把它们合并起来：GPU 内核正是这样做的。我们只用一个 CPU 线程，没有什么可以并行，所以本笔记本只检验 split-K 是否精确，不测它的速度。

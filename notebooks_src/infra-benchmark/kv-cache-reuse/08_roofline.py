@@ -9,7 +9,8 @@
 #
 # * **the sloped side, the bandwidth $\beta$**: the copy (`a = b`) and triad (`a = b + 3 c`) kernels of STREAM,
 #   the standard memory benchmark, on arrays of 256 MiB each, credited with 8 and 12 bytes per element as
-#   STREAM does; $\beta$ is the faster of the two;
+#   STREAM does; $\beta$ is the faster of the two. It is the rate STREAM credits, not a hard limit: a kernel
+#   that only reads can slightly exceed it (the optional details below say why);
 # * **the flat side, $\pi$**: the fastest FLOP rate this run measures, either a square matrix product
 #   `[1024, 1024] @ [1024, 1024]` ({{run:roofline.matmul_intensity:.0f}} FLOP per byte, far right of the ridge) or
 #   one of the weight products below, whichever is faster. So $\pi$ is **the fastest rate measured here, not the
@@ -34,11 +35,10 @@
 # does not count the pauses in which the operating system runs something else, and each case is timed for
 # {{run:roofline.rounds}} rounds, every round timing every case of a cell once, in turn, so that another program
 # slows all of them alike; each number below is the median over the rounds, and the tables give the spread
-# (slowest round over fastest). Every working set (at least 128 MiB) is larger than the L3 one core can use on
-# AMD's EPYC (at most 32 MiB per core complex, 96 MiB with 3D V-Cache); on a processor whose cores share a
-# larger L3 (a few recent Intel Xeons have several hundred MiB), part of a repeated call's bytes could come
-# from L3 and the rates would overstate the memory. Copy can come out slower than triad: an ordinary store first
-# reads the cache line it overwrites, a transfer STREAM does not credit, which weighs more in copy. Our toy
+# (slowest round over fastest). Every working set (at least 128 MiB) is meant to exceed the L3 cache; where
+# the L3 is larger (some Intel Xeons have several hundred MiB), the rates would overstate the memory. Copy can come out slower than triad: an ordinary store first
+# reads the cache line it overwrites, a transfer STREAM does not credit, which weighs more in copy. So the
+# memory moves more bytes per second than $\beta$ credits, and a kernel that only reads can beat $\beta$. Our toy
 # decoder is of no use here: its 0.6 MB of weights stay in the CPU's caches.
 #
 # </details>
@@ -48,7 +48,7 @@
 #
 # 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的速率 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边都在本机的一个核心上测出（单线程，FP32）：
 #
-# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的做法每个元素分别记 8 字节和 12 字节；$\beta$ 取两者中较快的那个；
+# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的做法每个元素分别记 8 字节和 12 字节；$\beta$ 取两者中较快的那个。它是 STREAM 记入的速率，并不是硬性上限：只读不写的内核可以略微超过它（原因见下面的选读部分）；
 # * **水平边，即 $\pi$**：本次运行测得的最快 FLOP 速率，取方阵乘法 `[1024, 1024] @ [1024, 1024]`（算术强度 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在拐点右侧）与下面各次权重乘法中最快的那个。所以 $\pi$ 是**这里测得的最快速率，而不是这个核心的运算峰值**（峰值更高），任何测量点都不会高于水平边。
 #
 # 两组扫描分别代表解码步的两个部分，每组都扫过几种 batch 大小 $B$：
@@ -60,7 +60,7 @@
 #
 # <details><summary>如何计时，以及为什么只用一个核心（选读）</summary>
 #
-# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都大于 AMD EPYC 上单个核心能用到的 L3 缓存（每个核心复合体最多 32 MiB，采用 3D V-Cache 时为 96 MiB）；在全部核心共用更大 L3 的处理器上（近年的几款 Intel Xeon 有几百 MiB），重复调用的一部分字节可能来自 L3，测得的速率就会高估内存。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里。
+# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都有意大于 L3 缓存；在 L3 更大的处理器上（有些 Intel Xeon 有几百 MiB），测得的速率会高估内存。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比 $\beta$ 记入的多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里。
 #
 # </details>
 
@@ -132,11 +132,11 @@ say(en=f"One core of this machine (one thread), FP32: STREAM copy {STREAM_RATES[
 # **The weights.** A call over $B$ token vectors does $2 B W^2$ FLOPs ($W = 6{,}144$) and reads the $W^2$ weights
 # once, plus $B$ inputs and $B$ outputs of $W$ numbers each: the intensity $2BW^2 / (4(W^2 + 2BW))$ grows with
 # $B$. The column "ms per token" is the call's time divided by $B$; the column "share of the roof" divides the
-# call's FLOP/s by the roof at its intensity, $\min(\pi, \beta I)$: 100% would mean the call ran as fast as the
-# roof allows.
+# call's FLOP/s by the roof at its intensity, $\min(\pi, \beta I)$; the call that sets $\pi$ shows 100% by
+# definition (the line above the table names it).
 
 # %% [markdown] lang="zh"
-# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$：100% 表示这次调用跑到了屋顶线允许的最快速度。
+# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$；决定 $\pi$ 的那次调用按定义就是 100%（表格上方那一行写明了是哪次调用）。
 
 # %%
 with torch.inference_mode():
@@ -154,43 +154,44 @@ for batch in WEIGHT_BATCHES:
 # [en] The flat side of the roof: the largest FLOP rate this run measured, the square product's or a weight product's.
 # [zh] 屋顶线的水平边：本次运行测得的最大 FLOP 速率，取方阵乘法与各次权重乘法中最快的那个。
 PEAK = max(MATMUL_RATE, max(r["gflops"] * 1e9 for r in WEIGHT_SWEEP))
+PEAK_BATCH = next((r["batch"] for r in WEIGHT_SWEEP if r["gflops"] * 1e9 == PEAK), None)
 RIDGE = PEAK / BANDWIDTH
 for r in WEIGHT_SWEEP:
     r["roof_share"] = r["gflops"] * 1e9 / min(PEAK, BANDWIDTH * r["intensity"])
 # [en] No point lies above the flat side: it is the largest of these rates.
 # [zh] 没有哪个点高于水平边：它就是这些速率中最大的那个。
 assert all(r["gflops"] * 1e9 <= PEAK for r in WEIGHT_SWEEP) and MATMUL_RATE <= PEAK
-say(en=f"Flat side of the roof: π = {PEAK / 1e9:.1f} GFLOP/s, the largest FLOP rate measured so far; ridge point: {RIDGE:.2f} FLOP/byte.",
-    zh=f"屋顶线的水平边：π = {PEAK / 1e9:.1f} GFLOP/s，即目前测得的最大 FLOP 速率；拐点：{RIDGE:.2f} FLOP/字节。")
+say(en=f"Flat side of the roof: π = {PEAK / 1e9:.1f} GFLOP/s, the largest FLOP rate measured so far, that of "
+       + (f"the batch-{PEAK_BATCH} weight product" if PEAK_BATCH else "the square matrix product") + f"; ridge point: {RIDGE:.2f} FLOP/byte.",
+    zh=f"屋顶线的水平边：π = {PEAK / 1e9:.1f} GFLOP/s，即目前测得的最大 FLOP 速率，来自"
+       + (f" batch 为 {PEAK_BATCH} 的权重乘法" if PEAK_BATCH else "方阵乘法") + f"；拐点：{RIDGE:.2f} FLOP/字节。")
 say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['roof_share']:.0%}",
             f"{r['ms_per_token']:.3f}", f"{r['spread']:.2f}"] for r in WEIGHT_SWEEP],
           en=["weights: batch B", "intensity (FLOP/byte)", "GB/s", "GFLOP/s", "share of the roof", "ms per token", "spread"],
           zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "达到屋顶线的比例", "每个 token 的毫秒数", "波动范围"])
 
 # %% [markdown] lang="en"
-# **What the table shows.** In this run the square product ran at {{run:roofline.matmul_gflops:.1f}} GFLOP/s and the
-# batch-{{run:roofline.weight_batch_max}} weight product at {{run:roofline.gflops_bmax:.1f}}, and $\pi$ is the faster,
-# {{run:roofline.peak_gflops:.1f}} GFLOP/s. Neither shape need be this core's fastest, so $\pi$ is a measured rate, not
-# the core's peak, and a large-batch weight product may reach the flat side: it can touch it, never cross it. The call over
+# **What the table shows.** In this run $\pi$ = {{run:roofline.peak_gflops:.1f}} GFLOP/s is the faster of the square product
+# ({{run:roofline.matmul_gflops:.1f}}) and the batch-{{run:roofline.weight_batch_max}} weight product ({{run:roofline.gflops_bmax:.1f}}). The call that sets $\pi$ lies on the flat side by definition, and no call
+# can cross it. The call over
 # one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
-# {{run:roofline.small_batch_hi}} rows only {{run:roofline.small_roof_share_min:.0%}} to
-# {{run:roofline.small_roof_share_max:.0%}}. **The roof is a ceiling, not a prediction**: it bounds how fast a call
-# can run, and at a few rows the matrix routine ran slower than either limit allows. To be memory-bound by the
-# count says where the ceiling is, not that a call reaches it. This is the one caveat of the section; later
-# paragraphs point back here.
+# {{run:roofline.small_batch_hi}} rows, {{run:roofline.small_roof_share_min:.0%}} to
+# {{run:roofline.small_roof_share_max:.0%}}. **The roof is a limit, not a prediction**: the flat side is a ceiling by
+# construction, the sloped side is STREAM's credited rate (a read-only kernel may slightly exceed it), and a call
+# can run far below both. To be memory-bound by the count says where the limit is, not that a call reaches it.
+# This is the one caveat of the section; later paragraphs point back here.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：本次运行中，方阵乘法的速度为 {{run:roofline.matmul_gflops:.1f}} GFLOP/s，batch 为 {{run:roofline.weight_batch_max}} 的权重乘法为 {{run:roofline.gflops_bmax:.1f}} GFLOP/s，$\pi$ 取两者中较快的，即 {{run:roofline.peak_gflops:.1f}} GFLOP/s。这两种形状都未必是这个核心上最快的运算，所以 $\pi$ 是一个实测速率，而不是这个核心的峰值；batch 较大的权重乘法可能达到水平边，但只会碰到它，绝不会越过它。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用只达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是上限，而不是预测**：它限定一次调用最快能跑多快，而处理这么少几行时，矩阵乘法例程比两个上限允许的都慢。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
+# **表中可以看出什么**：本次运行中，$\pi$ = {{run:roofline.peak_gflops:.1f}} GFLOP/s，取方阵乘法（{{run:roofline.matmul_gflops:.1f}}）与 batch 为 {{run:roofline.weight_batch_max}} 的权重乘法（{{run:roofline.gflops_bmax:.1f}}）中较快的那个。决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per
 # number read (a multiply and an add) in each of its two products: 0.5 FLOP per 4-byte number, whatever the
 # batch, since every sequence has its own cache. The table times `masked_attention` as our decoder calls it.
-# The same cell also times the two products alone at the largest batch, for the optional part at the end of
-# this section.
+# It also times the two products alone, for the optional part at the end of this section.
 
 # %% [markdown] lang="zh"
-# **缓存**：每个头一个查询的注意力把每条序列的 K 和 V 各读一遍，它的两次乘法中，每读一个数做 2 次浮点运算（一次乘、一次加）：每个 4 字节的数 0.5 次浮点运算，与 batch 无关，因为每条序列都有自己的缓存。下表给我们的解码器所调用的 `masked_attention` 计时。同一个单元格还在最大的 batch 下单独给其中的两次乘法计时，供本节末尾的选读部分使用。
+# **缓存**：每个头一个查询的注意力把每条序列的 K 和 V 各读一遍，它的两次乘法中，每读一个数做 2 次浮点运算（一次乘、一次加）：每个 4 字节的数 0.5 次浮点运算，与 batch 无关，因为每条序列都有自己的缓存。下表给我们的解码器所调用的 `masked_attention` 计时。它还单独给其中的两次乘法计时，供本节末尾的选读部分使用。
 
 # %%
 with torch.inference_mode():

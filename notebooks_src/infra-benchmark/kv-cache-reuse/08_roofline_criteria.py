@@ -4,24 +4,23 @@
 # * **the batch-1 weight product is memory-bound, as measured.** The roofline *classifies* the batch-1 product as
 #   memory-bound and the largest batch as compute-bound: their intensities, {{run:roofline.intensity_b1:.2f}} and
 #   {{run:roofline.intensity_bmax:.0f}} FLOP/byte, lie on either side of the ridge. For batch 1 the measurement must
-#   agree, by two measured numbers, neither of which any formula of ours computes: the product moves its bytes at
-#   **at least a third** of the STREAM bandwidth, and does **at most a third** of the peak $\pi$.
-#   Its time is set by the bytes it reads, not by its arithmetic. The control applies the same measured
+#   agree, by two measured rates (our byte and FLOP counts over the measured time): the product moves its bytes at
+#   **at least a third** of the STREAM bandwidth, and does **at most a third** of $\pi$. The control applies the same measured
 #   test to the largest batch, which must fail it;
 # * **batching amortizes the weights, not the cache**: from the smallest to the largest batch, the time per
 #   token of the weight product falls below half, while the time per sequence of the cache reads does not.
 #   The control is the cache's test applied to the weight product, where it must fail.
 #
-# Only these coarse properties are asserted, each with about a factor of two to spare in this run (the table
-# after the check gives the shares); the numbers themselves are this run's.
+# Only these coarse properties are asserted; the table after the check gives the shares, and so the margin on
+# your machine.
 
 # %% [markdown] lang="zh"
 # **判据**共两条，各有一个负对照：
 #
-# * **实测表明，batch 为 1 的权重乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个实测值，它们都不由我们的任何公式算出：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为**峰值 $\pi$ 的三分之一。它的耗时取决于要读取的字节，而不是它的运算。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
+# * **实测表明，batch 为 1 的权重乘法受限于内存带宽**。Roofline 模型把 batch 为 1 的矩阵乘法**归类**为受限于内存带宽，把最大的 batch 归类为受限于计算：它们的算术强度分别为 {{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节，分处拐点两侧。对 batch 为 1 的情形，实测必须与之相符，依据的是两个实测速率（我们数出的字节数和浮点运算次数除以实测时间）：这次乘法搬运字节的速度**至少达到** STREAM 带宽的三分之一，而它的 FLOP/s **至多为** $\pi$ 的三分之一。负对照把同样的实测判断用在最大的 batch 上，结果必须不成立；
 # * **batch 分摊了权重的开销，却分摊不了缓存的开销**：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照把缓存的这项判断用在权重乘法上，结果必须不成立。
 #
-# 这里只断言这些粗略的性质，在本次运行中每条都留有大约两倍的余地（检查之后的表格给出了各项比例）；具体数值是本次运行的结果。
+# 这里只断言这些粗略的性质；检查之后的表格给出了各项比例，也就给出了在你的机器上还留有多少余地。
 
 # %%
 def memory_bound(row) -> bool:
@@ -75,7 +74,10 @@ say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['
 # {{run:roofline.gflops_bmax:.0f}} GFLOP/s, and a token's share of the call's time is 1/{{run:roofline.amortization:.1f}} of
 # the batch-1 time. The cache reads stay at 0.5 FLOP/byte whatever the batch, and their time per sequence does
 # not fall the way the weights' time per token does ({{run:roofline.cache_ms_first:.1f}} ms at batch 1,
-# {{run:roofline.cache_ms_last:.1f}} ms at batch {{run:roofline.cache_batch_max}}).
+# {{run:roofline.cache_ms_last:.1f}} ms at batch {{run:roofline.cache_batch_max}}). Measured at batch 1, they moved their
+# bytes at {{run:roofline.cache_bandwidth_share:.0%}} of the STREAM bandwidth and did {{run:roofline.cache_peak_share:.0%}} of
+# $\pi$, so the test above gives `{{run:roofline.cache_memory_bound}}` for them (the table's last row). A `False` means the
+# memory did not set their time; the library's routine did (optional part below).
 #
 # The published models' decode steps at batch 1 (between {{run:cost.min_intensity_b1:.2f}} and
 # {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a hundred times below a data-centre
@@ -85,10 +87,10 @@ say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['
 # their time, the time of reading their bytes (how close a kernel comes to it: "What the table shows", above).
 # This is why a decode step is at best as fast as memory lets it be, and why the mechanisms of this series pay
 # off: batching shares the weights' bytes among sequences; GQA, MLA and quantization shrink the cache's bytes;
-# speculative decoding verifies $k + 1$ tokens with one read of the weights **and one read of the sequence's
-# cache**, which raises the cache part's intensity about $(k + 1)$-fold, something batching cannot do.
+# speculative decoding reads the weights and the sequence's cache once for $k + 1$ tokens (section 6).
 #
-# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$), the
+# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$; the call
+# that sets $\pi$ lies on its flat side by definition, and a read-only call may lie slightly above its sloped side), the
 # weight product at each batch size (blue circles, batch written beside each), and the cache reads as attention
 # computes them (orange triangles, all at 0.5 FLOP/byte). Right, predictions from the published configurations
 # with 16-bit weights and cache at a context of 4,096 tokens: the decode step's intensity against the batch
@@ -96,11 +98,11 @@ say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['
 # dotted).*
 
 # %% [markdown] lang="zh"
-# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。
+# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。实测 batch 为 1 时，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，FLOP/s 是 $\pi$ 的 {{run:roofline.cache_peak_share:.0%}}，所以上面的判断对它们给出 `{{run:roofline.cache_memory_bound}}`（表格的最后一行）。`False` 表示决定它们耗时的不是内存，而是数学库的例程（见下面的选读部分）。
 #
-# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以两次调用耗时的下界相同，都是读取各自字节的时间（内核能多接近这个下界，见上文“表中可以看出什么”）。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制能带来收益的原因：batch 让多条序列分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码读一遍权重、**再读一遍这条序列的缓存**，就验证了 $k + 1$ 个 token，这让缓存部分的算术强度提高约 $k + 1$ 倍，而这是 batch 做不到的。
+# 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以两次调用耗时的下界相同，都是读取各自字节的时间（内核能多接近这个下界，见上文“表中可以看出什么”）。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制能带来收益的原因：batch 让多条序列分摊权重的字节；GQA、MLA 和量化减少缓存的字节；投机解码为 $k + 1$ 个 token 只读一遍权重和这条序列的缓存（见第 6 节）。
 #
-# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
+# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured；决定 $\pi$ 的那次调用按定义落在水平边上，只读不写的调用可能略高于斜边）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
@@ -145,9 +147,6 @@ assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 # %% [markdown] lang="en"
 # ### Optional: how fast the library read the cache, and what a few rows cost
 #
-# This part explains two measurements the criteria above do not need; section 10 does not rely on it. It
-# times the cache's two products alone and compares calls over a few rows with a call over one.
-#
 # The score product can be written two ways that read the same contiguous keys and do the same multiply-adds:
 # as attention writes it, a row times a transposed matrix (`q @ k^T`), and as a matrix times a column
 # (`k @ q^T`). What differs is the shape in which PyTorch hands the keys to the math library: the wide second
@@ -157,8 +156,6 @@ assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 
 # %% [markdown] lang="zh"
 # ### 选读：数学库读取缓存有多快，以及处理几行的调用要花多少时间
-#
-# 这一部分解释上面的判据用不到的两项测量，第 10 节也不依赖它。它单独给缓存的两次乘法计时，并把处理几行的调用与只处理一行的调用相比较。
 #
 # 分数乘法可以有两种写法，读取的是同一块连续存放的键，乘加次数也相同：一种是注意力里的写法，行向量乘以转置的矩阵（`q @ k^T`）；另一种是矩阵乘以列向量（`k @ q^T`）。不同的是 PyTorch 把键交给数学库时的形状：前者中键是单行乘法里宽的第二个操作数，后者中键是单列乘法里高的第一个操作数。在构建本笔记本的机器上，两者调用的都是 oneMKL 的 `SGEMM_BATCH`（设置 `MKL_VERBOSE=1` 就会打印每次调用），它在这两种形状下的速度不同。值乘法按注意力里的写法计时（`w @ v`）。
 
@@ -187,32 +184,34 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
           zh=[f"乘法，batch 为 {CACHE_BATCHES[-1]}", "毫秒", "GB/s（读取键或值）", "占 STREAM 的比例", "占注意力调用耗时的比例", "波动范围"])
 
 # %% [markdown] lang="en"
-# **What the products show.** As attention computes them at batch 1, the cache reads moved their bytes at
-# {{run:roofline.cache_bandwidth_share:.0%}} of the STREAM bandwidth. The score product alone read its keys at
+# **What the products show.** As attention computes them at the same batch, {{run:roofline.cache_batch_max}}, the cache
+# reads moved their bytes at {{run:roofline.cache_bandwidth_share_bmax:.0%}} of the STREAM bandwidth. The score product alone read its keys at
 # {{run:roofline.scores_kq_share:.0%}} of it written `k @ q^T`, and at {{run:roofline.scores_qk_share:.0%}} written
 # `q @ k^T`; the value product read the values at {{run:roofline.values_share:.0%}}. So where `k @ q^T` is the faster,
 # what holds the score half back is neither side of the roof nor the data's layout (the same buffer), but how
-# fast the library's routine runs for the shape it is handed; the fixed cost of a call is not the reason, as each
-# product takes milliseconds. The last column is only a rough guide to where the attention call's time goes:
-# the products were timed as separate calls, in a different state of the processor's caches, so their shares
-# ({{run:roofline.scores_qk_attention_share:.0%}} and {{run:roofline.values_attention_share:.0%}} here) are not parts of
-# the attention call and need not add up to 100% or less. These numbers depend on the library and the processor,
-# so they are reported, not asserted. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is
+# fast the library's routine runs for the shape it is handed. A product that only reads can pass 100% of STREAM without breaking the roof: its
+# sloped side is STREAM's credited rate, below what the memory really moves (the timing details above). The last
+# column is a rough guide only: timed as separate calls, the products' shares
+# ({{run:roofline.scores_qk_attention_share:.0%}} and {{run:roofline.values_attention_share:.0%}} here) need not add up to
+# 100% or less. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is
 # written for exactly this job: to stream the whole cache at the memory bandwidth.
 
 # %% [markdown] lang="zh"
-# **这两次乘法说明了什么**：按注意力的写法，batch 为 1 时，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快；每次调用的固定开销也不是原因，因为每次乘法都要几毫秒。最后一列只能粗略说明注意力调用的时间花在哪里：两次乘法是作为单独的调用计时的，处理器缓存的状态也不同，所以它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）并不是注意力调用的组成部分，相加不必小于或等于 100%。这些数取决于数学库和处理器，所以只报告，不做断言。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
+# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快。只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的选读部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）相加不必小于或等于 100%。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
 
 # %% [markdown] lang="en"
-# **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one; it
-# would take about the same time only if both ran at the memory roof (the caveat of "What the table shows").
+# **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one, so
+# at the memory roof both would take about the same time.
 # On the machine that built this notebook every batch size calls the same routine, oneMKL's `SGEMM`, yet in
 # this run a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
-# {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one. A ratio below
-# $B$ means each token's share of the time fell; a ratio near 1 would mean the call cost about the time of one.
+# {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one.
+# Why a call over a few rows can cost more, we did not find out. A hypothesis, not checked here:
+# inside `SGEMM` a one-row product can stream the weights once, as a matrix-vector product does, while a few rows
+# take the general path, which first copies (packs) blocks of the weights into a buffer laid out for many rows:
+# extra memory traffic and work that only a large batch repays.
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同；只有两次调用都跑到内存那一侧的屋顶线时，耗时才会差不多相同（见“表中可以看出什么”中的保留说明）。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。比值小于 $B$，说明每个 token 分到的耗时下降了；比值接近 1，才说明这次调用只花了一次单行调用的时间。
+# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，所以如果两次调用都跑到内存那一侧的屋顶线，耗时会差不多相同。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。一个假设（这里未加验证）：在 `SGEMM` 内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重分块复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
 
 # %% tags=["hide-input"]
 # [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.

@@ -1,18 +1,16 @@
 # %% [markdown] lang="en"
 # ## 12. Saved results
 #
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures:
-# the prefix cache's sweep over pool sizes, the speculative runs for every $k$, the split-K errors, the decode
-# step counts and the published configurations with their sources, this machine's roofline measurements,
-# the Hugging Face comparison (or that it was skipped), and every negative control under `controls`, each
-# with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
+# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: each
+# section's results (the Hugging Face comparison, or that it was skipped), and every negative control under
+# `controls`, each with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
 # strict JSON. On Colab the cell also offers the files for download. Its code is folded: it only gathers what
 # the sections above computed.
 
 # %% [markdown] lang="zh"
 # ## 12. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：前缀缓存在各种池大小下的扫描结果、每个 $k$ 的投机解码结果、split-K 的误差、解码步的计数、公开模型的配置及其出处、本机 Roofline 模型的测量值、与 Hugging Face 的比较（或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它的代码已折叠：其中只是汇集前面各节算出的结果。
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：各节的结果（包括与 Hugging Face 的比较，或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它的代码已折叠：其中只是汇集前面各节算出的结果。
 
 # %% tags=["hide-input"]
 CONTROLS = {
@@ -143,6 +141,8 @@ one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
               "gflops_bmax": WEIGHT_SWEEP[-1]["gflops"], "amortization": weight_ms[0] / weight_ms[-1],
               "cache_ms_first": cache_ms[0], "cache_ms_last": cache_ms[-1], "cache_batch_max": CACHE_SWEEP[-1]["batch"],
               "cache_bandwidth_share": CACHE_SWEEP[0]["gbs"] * 1e9 / BANDWIDTH, "cache_peak_share": CACHE_SWEEP[0]["gflops"] * 1e9 / PEAK,
+              "cache_bandwidth_share_bmax": CACHE_SWEEP[-1]["gbs"] * 1e9 / BANDWIDTH,
+              "cache_memory_bound": memory_bound(CACHE_SWEEP[0]),
               "small_batch_lo": SMALL_BATCHES[0], "small_batch_hi": SMALL_BATCHES[-1],
               "call_ratio_min": min(CALL_RATIOS.values()), "call_ratio_max": max(CALL_RATIOS.values()),
               "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
