@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # ## 3. Multi-head latent attention (MLA)
 #
-# GQA saves cache by letting heads share keys and values. MLA (DeepSeek-V2, 2024; also DeepSeek-V3) caches neither.
+# GQA saves cache by letting heads share keys and values. MLA (DeepSeek-V2, 2024; also DeepSeek-V3) caches no per-head keys or values at all.
 # We build it in four short steps: what it caches, how it gets keys and values back, why RoPE needs a key of its
 # own, and how absorption avoids rebuilding the keys at all.
 #
@@ -32,7 +32,7 @@
 # %% [markdown] lang="zh"
 # ## 3. 多头潜在注意力（MLA）
 #
-# GQA 让多个头共享键和值，从而节省缓存。MLA（DeepSeek-V2，2024；DeepSeek-V3 也采用）则键和值都不缓存。我们分四小步搭建它：它缓存什么，它如何取回键和值，RoPE 为什么需要一个单独的键，以及吸收如何让它根本不必重建键。
+# GQA 让多个头共享键和值，从而节省缓存。MLA（DeepSeek-V2，2024；DeepSeek-V3 也采用）则根本不缓存逐头的键和值。我们分四小步搭建它：它缓存什么，它如何取回键和值，RoPE 为什么需要一个单独的键，以及吸收如何让它根本不必重建键。
 #
 # **第一步：缓存什么。** 每个 token 的隐藏状态 $h_t$ 被**下投影**成一个 $r$ 维的潜向量；另一个很小的投影给出一个 $d_R$ 维的 RoPE 键（原因见第三步）：
 #
