@@ -123,7 +123,8 @@ class MLAProjections(nn.Module):
         return w.split([self.nope_dim, self.value_dim], dim=1)                        # [H, d_C, r], [H, d_v, r]
 
 # %% [markdown] lang="en"
-# **Step 3: why RoPE needs a key of its own.** Ordinary RoPE would rotate the rebuilt key too,
+# **Step 3: why RoPE needs a key of its own.** Write $R_p$ for RoPE's rotation at position $p$ (pair $i$ turned by
+# $p\,\theta_i$); angles add, so $R_t^\top R_s = R_{s-t}$. Ordinary RoPE would rotate the rebuilt key too,
 # $k^C_{s,i} = R_s W^{UK}_i c_s$, and the query likewise. The score would become
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
@@ -138,7 +139,7 @@ class MLAProjections(nn.Module):
 # cache unchanged. `MLAttention` is the **naive form**: it expands at once and caches each head's full key and value.
 
 # %% [markdown] lang="zh"
-# **第三步：RoPE 为什么需要一个单独的键。** 普通的 RoPE 会把重建出的键也旋转，$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
+# **第三步：RoPE 为什么需要一个单独的键。** 记 $R_p$ 为 RoPE 在位置 $p$ 上的旋转（第 $i$ 对转过 $p\,\theta_i$）；角度可以相加，所以 $R_t^\top R_s = R_{s-t}$。普通的 RoPE 会把重建出的键也旋转，$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
 #
