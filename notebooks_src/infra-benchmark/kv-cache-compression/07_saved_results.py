@@ -65,7 +65,7 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
          "h100_ridge": MLA_INTENSITY["h100_ridge"]},
  "local_global": {"gemma3_uniform_gib": GEMMA3_MEMORY["uniform_gib"], "gemma3_mixed_gib": GEMMA3_MEMORY["mixed_gib"],
                   "gemma3_local_layers": GEMMA3_MEMORY["local_layers"], "gemma3_global_layers": GEMMA3_MEMORY["global_layers"]},
- "shared": {"vs_ordinary": SHARED_VS_ORDINARY},
+ "shared": {"vs_ordinary": SHARED_VS_ORDINARY, "crossover": GROWTH_CROSSOVER},
  "sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
            "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
            "agreement_window_only": DENSE_DISTANCE["window_only"]["greedy_agreement"]},
