@@ -170,9 +170,7 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # into which it copies each head's $k^C$ and the RoPE key, $H(d_C + d_R)$ numbers: $H(2d_C + d_R + d_v)$ numbers
 # per position written. The copy reads the $H d_C$ numbers of $k^C$ once more, and attention reads the keys and
 # values, $H(d_C + d_R + d_v)$. Our `expand` does the same (`kv_up`'s output, then
-# `torch.cat`). The cell below measures it: it records the tensors that our `ExpandOnReadMLA` and, when transformers
-# is installed, Hugging Face's `expand_kv` return in one decode step with 24 cached positions, and counts the numbers
-# in the memory they occupy; both must equal that formula. At DeepSeek-V3's size and 32,768 keys that is
+# `torch.cat`). At DeepSeek-V3's size and 32,768 keys that is
 # {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step: the expand-on-read form saves cache capacity, not
 # memory bandwidth. A fused kernel that expanded each latent on chip, never writing the expansion to memory, would
 # avoid that traffic.
@@ -180,7 +178,7 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # %% [markdown] lang="zh"
 # **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受限于内存带宽。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都为每个缓存位置写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图），再写出一个新的键张量，把每个头的 $k^C$ 和 RoPE 键复制进去，$H(d_C + d_R)$ 个数：每个位置共写出 $H(2d_C + d_R + d_v)$ 个数。复制时还要把 $k^C$ 的 $H d_C$ 个数再读一遍，注意力再读取键和值，$H(d_C + d_R + d_v)$ 个数。我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。下面的单元格实测这一点：它记下我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中返回的张量，数出它们所占内存中的数的个数；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
+# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都为每个缓存位置写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图），再写出一个新的键张量，把每个头的 $k^C$ 和 RoPE 键复制进去，$H(d_C + d_R)$ 个数：每个位置共写出 $H(2d_C + d_R + d_v)$ 个数。复制时还要把 $k^C$ 的 $H d_C$ 个数再读一遍，注意力再读取键和值，$H(d_C + d_R + d_v)$ 个数。我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -209,12 +207,13 @@ def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF1
             + copy_reads + keys * expanded_elements(c) * bytes_per_element)
 
 # %% [markdown] lang="en"
-# The next cell (its code folded) checks `materialised_bytes` against real code: it wraps the layer's expanding
-# method so that it records what it returns, runs one decode step after 24 positions, and counts the numbers held
-# by the memory (storage) behind the returned tensors, each storage once.
+# The next cell (its code folded) checks `materialised_bytes` against our `ExpandOnReadMLA` and, when transformers is
+# installed, Hugging Face's `expand_kv`: it wraps the layer's expanding method so that it records what it returns,
+# runs one decode step after 24 positions, and counts the numbers held by the memory (storage) behind the returned
+# tensors, each storage once; both must equal the formula.
 
 # %% [markdown] lang="zh"
-# 下一个单元格（代码已折叠）用真实的代码核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出返回的张量背后的内存（存储）中有多少个数，每块存储只数一次。
+# 下一个单元格（代码已折叠）用我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出返回的张量背后的内存（存储）中有多少个数，每块存储只数一次；两者都必须等于公式。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):

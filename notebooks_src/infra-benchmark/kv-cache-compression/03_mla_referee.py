@@ -3,9 +3,7 @@
 #
 # So far our MLA has been compared only with itself. `DeepseekV3ForCausalLM` from transformers is an implementation
 # nobody here wrote. We build a tiny one from our sizes (nothing is downloaded), copy our weights into it and
-# compare in FP64. The names map one to one, with no transposes: `q` → `q_proj`, `kv_down` →
-# `kv_a_proj_with_mqa`, `kv_norm` → `kv_a_layernorm`, `kv_up` → `kv_b_proj`, `proj` → `o_proj`, and the rest as for
-# Llama. The configuration asks for no query compression (`q_lora_rank=None`), dense MLPs in every layer
+# compare in FP64. The names map one to one, with no transposes (`MLA_NAMES` below). The configuration asks for no query compression (`q_lora_rank=None`), dense MLPs in every layer
 # (`first_k_dense_replace` = the number of layers, so no mixture of experts), and `rope_interleave=False`:
 # DeepSeek's checkpoints pair neighbouring RoPE dimensions, a fixed reordering of the RoPE rows that our
 # `rotate_half` layout does not need.
@@ -29,7 +27,7 @@
 # %% [markdown] lang="zh"
 # ### 3.1 裁判：Hugging Face 的 DeepSeek-V3（可选）
 #
-# 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。参数名一一对应，不需要转置：`q` → `q_proj`，`kv_down` → `kv_a_proj_with_mqa`，`kv_norm` → `kv_a_layernorm`，`kv_up` → `kv_b_proj`，`proj` → `o_proj`，其余与 Llama 相同。配置要求：不压缩查询（`q_lora_rank=None`）；每一层都用稠密 MLP（`first_k_dense_replace` 设为层数，因此没有混合专家）；`rope_interleave=False`：DeepSeek 的检查点把 RoPE 相邻的两维配成一对，这只是 RoPE 各行的一个固定重排，我们的 `rotate_half` 布局用不着它。
+# 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。参数名一一对应，不需要转置（见下面的 `MLA_NAMES`）。配置要求：不压缩查询（`q_lora_rank=None`）；每一层都用稠密 MLP（`first_k_dense_replace` 设为层数，因此没有混合专家）；`rope_interleave=False`：DeepSeek 的检查点把 RoPE 相邻的两维配成一对，这只是 RoPE 各行的一个固定重排，我们的 `rotate_half` 布局用不着它。
 #
 # 有一处精度细节：即使调用了 `.double()`，Hugging Face 仍有两步在 FP32 下计算，所以我们在自己的模型里照做（`with_hf_precision`，架构笔记本中的裁判工具，下面包含进来），这样就能在 FP64 的容差下比较。
 #

@@ -138,13 +138,12 @@ class EvictingAttention(Attention):
         return self.proj(merge_heads(weights @ values))
 
 # %% [markdown] lang="en"
-# The shapes, on one 64-token prompt with H2O, a budget of 16 and the query bias introduced below set to 4: after the
-# prompt, the positions of layer 0's cache are `[1, 4, 16]`, one row per head, and one more token makes them
-# `[1, 4, 17]`. The second table lists what heads 0 and 1 kept: different positions, and the newest 8 in both (H2O's
+# The shapes, on one 64-token prompt with H2O, a budget of 16 and the query bias of below set to 4: layer 0's cached
+# positions after the prompt and after one more token, then what heads 0 and 1 kept (the newest 8 in both: H2O's
 # recent half).
 
 # %% [markdown] lang="zh"
-# 形状的变化：用 H2O、预算 16，并把下文介绍的查询偏置设为 4，处理一个 64 个 token 的提示。提示之后，第 0 层缓存的位置形状为 `[1, 4, 16]`，每个头一行；再送入一个 token，就变成 `[1, 4, 17]`。第二张表列出头 0 和头 1 保留的位置：两者不同，但都保留了最新的 8 个（即 H2O 留给最新位置的那一半）。
+# 形状的变化：用 H2O、预算 16，并把下文介绍的查询偏置设为 4，处理一个 64 个 token 的提示。先列出提示之后、再送入一个 token 之后第 0 层缓存的位置的形状，再列出头 0 和头 1 保留的位置（两者都保留了最新的 8 个，即 H2O 留给最新位置的那一半）。
 
 # %%
 evict_cfg = replace(llama_cfg, kv_heads=4)

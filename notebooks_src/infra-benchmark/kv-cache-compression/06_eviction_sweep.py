@@ -152,9 +152,9 @@ plt.show()
 # type): a block of positions
 # can be given back only when no head still needs any position in it. Per-head eviction scatters the kept positions
 # over all the blocks and frees almost none of them, unless the block manager and the memory layout are redesigned
-# around it. vLLM, for one, offered neither H2O nor SnapKV when this was written; research libraries apply such policies to Hugging Face
-# models, whose caches are plain per-layer tensors like ours: NVIDIA's kvpress, for example, ships SnapKV
-# (`SnapKVPress`) and an H2O-style score of observed attention (`ObservedAttentionPress`), not H2O itself. The eviction that serving systems do ship
+# around it. vLLM offered neither policy when this was written; research libraries apply them to Hugging Face models,
+# whose caches are plain per-layer tensors like ours (NVIDIA's kvpress ships `SnapKVPress` and an H2O-style
+# `ObservedAttentionPress`). The eviction that serving systems do ship
 # drops whole positions, for every head at once: sliding windows (vLLM frees the blocks that leave a layer's window)
 # and, in TensorRT-LLM, StreamingLLM's sink tokens (`sink_token_length`).
 
@@ -169,4 +169,4 @@ plt.show()
 #
 # 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
 #
-# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计物理块的管理器和内存布局。以 vLLM 为例，撰写本文时它既不提供 H2O，也不提供 SnapKV；研究用的库把这类策略用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样：例如 NVIDIA 的 kvpress 提供了 SnapKV（`SnapKVPress`）和一种按实际注意力打分、与 H2O 思路相同的策略（`ObservedAttentionPress`），但并没有 H2O 本身。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
+# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计物理块的管理器和内存布局。撰写本文时，vLLM 两种策略都不提供；研究用的库把它们用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样（NVIDIA 的 kvpress 提供 `SnapKVPress` 和与 H2O 思路相同的 `ObservedAttentionPress`）。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
