@@ -159,8 +159,7 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 
 # %% [markdown] lang="en"
 # **What each form moves.** Now the counts at DeepSeek-V3's size, per layer and decode step, next to the bytes each
-# form reads from its cache (BF16). The naive form does about one multiply-add per cached number it reads: its
-# attention is bound by memory traffic. The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the
+# form reads from its cache (BF16). The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the
 # attention arithmetic of the naive one per key, but reads 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it
 # behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
 #
@@ -176,7 +175,7 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # avoid that traffic.
 
 # %% [markdown] lang="zh"
-# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受限于内存带宽。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
+# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
 # 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都为每个缓存位置写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图），再写出一个新的键张量，把每个头的 $k^C$ 和 RoPE 键复制进去，$H(d_C + d_R)$ 个数：每个位置共写出 $H(2d_C + d_R + d_v)$ 个数。复制时还要把 $k^C$ 的 $H d_C$ 个数再读一遍，注意力再读取键和值，$H(d_C + d_R + d_v)$ 个数。我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
 

@@ -16,8 +16,7 @@
 #
 # From `modeling_deepseek_v3.py`: the model computes its
 # RMSNorms (`.to(torch.float32)` in `DeepseekV3RMSNorm.forward`) and its rotary angles (`.float()` in
-# `DeepseekV3RotaryEmbedding.forward`) in FP32, so against our pure FP64 model it differs by FP32 rounding;
-# `with_hf_precision` makes a copy of our model that computes those two steps in FP32 too. We ask Hugging Face for
+# `DeepseekV3RotaryEmbedding.forward`) in FP32, so against our pure FP64 model it differs by FP32 rounding. We ask Hugging Face for
 # its `sdpa` attention, which computes the softmax in the input's dtype (its `eager` attention would add a third FP32
 # step). And the latent's RMSNorm, `kv_a_layernorm`, is built without the configuration's `rms_norm_eps`: its epsilon
 # is always $10^{-6}$, which is DeepSeek-V3's `rms_norm_eps` and ours.
@@ -33,6 +32,6 @@
 #
 # <details><summary>可选：精度细节</summary>
 #
-# 出自 `modeling_deepseek_v3.py`：这个模型在 FP32 下计算它的 RMSNorm（`DeepseekV3RMSNorm.forward` 中的 `.to(torch.float32)`）和旋转角（`DeepseekV3RotaryEmbedding.forward` 中的 `.float()`），因此与我们纯 FP64 的模型相比，会相差 FP32 量级的舍入误差；`with_hf_precision` 为我们的模型做一个副本，让它也在 FP32 下完成这两步。我们让 Hugging Face 使用 `sdpa` 注意力，它按输入的精度计算 softmax（而它的 `eager` 注意力会再多出一个 FP32 步骤）。另外，潜向量的 RMSNorm（`kv_a_layernorm`）在构造时没有用到配置中的 `rms_norm_eps`：它的 $\epsilon$ 总是 $10^{-6}$，这恰好也是 DeepSeek-V3 的 `rms_norm_eps` 和我们的取值。
+# 出自 `modeling_deepseek_v3.py`：这个模型在 FP32 下计算它的 RMSNorm（`DeepseekV3RMSNorm.forward` 中的 `.to(torch.float32)`）和旋转角（`DeepseekV3RotaryEmbedding.forward` 中的 `.float()`），因此与我们纯 FP64 的模型相比，会相差 FP32 量级的舍入误差。我们让 Hugging Face 使用 `sdpa` 注意力，它按输入的精度计算 softmax（而它的 `eager` 注意力会再多出一个 FP32 步骤）。另外，潜向量的 RMSNorm（`kv_a_layernorm`）在构造时没有用到配置中的 `rms_norm_eps`：它的 $\epsilon$ 总是 $10^{-6}$，这恰好也是 DeepSeek-V3 的 `rms_norm_eps` 和我们的取值。
 #
 # </details>

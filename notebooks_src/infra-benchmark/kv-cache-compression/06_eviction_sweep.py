@@ -2,8 +2,7 @@
 # **The bounds** (set after a first run, with a margin):
 #
 # 1. budget = the whole prompt: nothing is evicted, every policy equals dense attention within FP32's tolerance. The
-#    dense baseline is this very case: `EvictingAttention` with no policy and a budget of the whole prompt, which
-#    never calls a policy because the cache is never over budget;
+#    dense baseline is this very case: `EvictingAttention` with no policy and a budget of the whole prompt;
 # 2. favourites, half the prompt: H2O and SnapKV keep at least 75% of the dense greedy tokens, mean largest-logit
 #    error below 0.25 (this run: {{run:eviction.h2o_half_agreement:.0%}}, {{run:eviction.h2o_half_error:.3f}} for H2O;
 #    {{run:eviction.snapkv_half_agreement:.0%}}, {{run:eviction.snapkv_half_error:.3f}} for SnapKV);
@@ -15,7 +14,7 @@
 # %% [markdown] lang="zh"
 # **误差界**（在第一次运行之后留出余地定下）：
 #
-# 1. 预算等于整个提示：没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力。稠密基准正是这种情形：不设策略、预算等于整个提示的 `EvictingAttention`，由于缓存从不超出预算，它从不调用策略；
+# 1. 预算等于整个提示：没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力。稠密基准正是这种情形：不设策略、预算等于整个提示的 `EvictingAttention`；
 # 2. 有偏好、预算为提示的一半：H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大绝对误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}}、{{run:eviction.h2o_half_error:.3f}}；SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}}、{{run:eviction.snapkv_half_error:.3f}}）；
 # 3. 负对照，有偏好，小于提示长度的每个预算：随机淘汰的误差都大于这两种策略各自的误差（比值大于 1）。余地很窄，本次运行在最小预算下只有 {{run:eviction.random_ratio_smallest:.2f}}，所以这条界还在另外两组提示上断言（最小比值 {{run:eviction.random_ratio_other_prompts:.2f}}）；它只说明随机淘汰更差，并不说明差多少。
 
@@ -132,10 +131,9 @@ plt.show()
 # <details><summary>Optional: why H2O and SnapKV swap places</summary>
 #
 # In this run SnapKV lands a little closer to dense attention than H2O without favourites, and H2O clearly closer
-# with them. A reading of the code, not a proof: with favourites every prompt query votes for the same keys; H2O adds
-# 64 such votes, SnapKV only the last 8, and SnapKV also spends 8 slots on its window and max-pools, which keeps
-# neighbours of a favoured key. Without favourites, the last prompt queries, closest to the decode steps, are the
-# better guide to what those steps will read.
+# with them. A reading of the code, not a proof: with favourites every prompt query votes for the same keys, and H2O
+# counts 64 such votes to SnapKV's 8 (which also spends 8 slots on its window); without them, the last prompt queries,
+# closest to the decode steps, are the better guide.
 #
 # </details>
 #
@@ -163,7 +161,7 @@ plt.show()
 #
 # <details><summary>可选：为什么 H2O 和 SnapKV 互换了名次</summary>
 #
-# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键；H2O 把 64 个这样的投票加起来，SnapKV 只用最后 8 个；SnapKV 还要把 8 个位置留给观察窗口，而且最大池化会连带保留受偏好的键旁边的键。无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取哪些键。
+# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键，H2O 计入 64 票，SnapKV 只计入 8 票（还要把 8 个位置留给观察窗口）；无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取什么。
 #
 # </details>
 #
