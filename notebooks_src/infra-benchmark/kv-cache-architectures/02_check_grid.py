@@ -57,8 +57,10 @@ def summary_table(grids: dict) -> None:
 
 def controls_table(controls: dict) -> None:
     def table(header: list[str], what: dict) -> str:
-        # [en] One Markdown table; `what` says, per check, what its measured number is.
-        # [zh] 生成一张 Markdown 表格；`what` 按检查说明测得值是什么。
+        # [en] One Markdown table; `what` says, per check, what its measured number is. The labels cover the checks
+        # [en] of every notebook that includes this cell; a table shows only the checks its run recorded.
+        # [zh] 生成一张 Markdown 表格；`what` 按检查说明测得值是什么。这些说明涵盖所有包含本单元格的笔记本用到的检查；
+        # [zh] 每张表只列出本次运行记录下来的检查。
         rows = [[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}", what[c["check"]], f"`{c['caught']}`"]
                 for name, c in controls.items()]
         return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header)] + rows)

@@ -73,9 +73,9 @@ class Attention(nn.Module):
         self.rotary = Rotary(c.head_dim, c.max_positions, c.rope_theta) if c.rope else None
 
     def new_cache(self, caches: list):
-        # [en] The cache of this layer; `caches` holds those of the layers below (no layer here uses it: the
-        # [en] compression notebook's shared layers return a lower layer's cache from it).
-        # [zh] 本层的缓存；`caches` 中是下面各层的缓存（这里没有哪一层用到它：压缩笔记本中共享缓存的层从中取出下面某一层的缓存）。
+        # [en] The cache of this layer; `caches` holds those of the layers below (the plain layer ignores it; a layer
+        # [en] that shares a lower layer's cache returns that cache from it).
+        # [zh] 本层的缓存；`caches` 中是下面各层的缓存（普通的层用不到它；与下面某一层共享缓存的层从中取出那一层的缓存）。
         return FullKV()
 
     def mask(self, query_pos, key_pos):
@@ -124,6 +124,8 @@ class Layer(nn.Module):
     def __init__(self, c: ArchConfig, attn: nn.Module):
         super().__init__()
         self.ln_1, self.attn = norm_layer(c), attn
+        # [en] MLP, the first notebook's GELU MLP, is looked up only when mlp_kind is "gelu".
+        # [zh] 只有 mlp_kind 为 "gelu" 时才会用到 MLP（第一份笔记本中的 GELU MLP）。
         self.ln_2, self.mlp = norm_layer(c), SwiGLU(c) if c.mlp_kind == "swiglu" else MLP(c)
 
     def forward(self, x, positions, cache):

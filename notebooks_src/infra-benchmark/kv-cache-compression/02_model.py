@@ -16,11 +16,8 @@
 # embeddings (RoPE), no biases. Roughly, because each departs from Llama in parts that our caches do not depend on:
 # Gemma's gated MLP uses GELU (its tanh approximation, `gelu_pytorch_tanh`) where Llama uses SiLU, and DeepSeek-V3
 # replaces grouped-query attention with MLA (section 3) and most of its MLPs with a mixture of experts. The
-# [architectures notebook]({{colab:infra-benchmark/kv-cache-architectures}}) built the Llama-shaped decoder from the
-# first notebook's, one design change at a time, and proved it against full recomputation and against Hugging Face's
-# Llama and Mistral. This section includes its cells unchanged: the attention functions, the layer cache, the rotary
-# embedding, the decoder and the check every exact variant must pass. With every field at its default, its
-# `ArchConfig` describes the first notebook's GPT-2-shaped decoder, whose GELU `MLP` this notebook does not include:
+# architectures notebook proved this decoder against full recomputation and Hugging Face's Llama and Mistral. With
+# every field at its default, its `ArchConfig` describes the first notebook's GPT-2-shaped decoder, whose GELU `MLP` this notebook does not include:
 # every model here is built with `LLAMA_SHAPE` (the configuration below). The later sections only add
 # attention layers of their own.
 #
@@ -36,6 +33,6 @@
 #
 # 下文的一切都建立在[第一份笔记本]({{colab:infra-benchmark/kv-cache}})的三个事实之上。每一层都缓存自己的键和值，因为它是从自己的输入投影出键和值的。跟在 $P$ 个已缓存 token 之后的 $C$ 个新 token 位于位置 $P, \dots, P + C - 1$：编号紧接在缓存末尾之后。位于位置 $P + i$ 的查询可以读取键 $j$，当且仅当 $j \le P + i$（带偏移的因果掩码；漏掉偏移的左上角三角形是最经典的错误）。
 #
-# 本笔记本所研究的这些模型，结构**大致**与 Llama 相同：RMSNorm、带门控的 MLP、旋转位置编码（RoPE）、不带偏置。说“大致”，是因为它们各自在缓存不依赖的部分与 Llama 不同：Gemma 带门控的 MLP 用的是 GELU（其 tanh 近似，`gelu_pytorch_tanh`），而 Llama 用的是 SiLU；DeepSeek-V3 用 MLA（第 3 节）取代了分组查询注意力，并把大部分 MLP 换成了混合专家（MoE）。[架构笔记本]({{colab:infra-benchmark/kv-cache-architectures}})从第一份笔记本的解码器出发，一次改动一处，搭建了 Llama 结构的解码器，并用完整重算以及 Hugging Face 的 Llama 和 Mistral 证明了它。本节原样包含那份笔记本的单元格：注意力函数、单层缓存、旋转位置编码、解码器，以及每种精确变体都必须通过的检查。`ArchConfig` 的字段全取默认值时，描述的是第一份笔记本中 GPT-2 结构的解码器。本笔记本没有收录那个解码器的 GELU `MLP`，因为这里的每个模型都用 `LLAMA_SHAPE` 构建（配置见本节下文）。后面各节只添加它们自己的注意力层。
+# 本笔记本所研究的这些模型，结构**大致**与 Llama 相同：RMSNorm、带门控的 MLP、旋转位置编码（RoPE）、不带偏置。说“大致”，是因为它们各自在缓存不依赖的部分与 Llama 不同：Gemma 带门控的 MLP 用的是 GELU（其 tanh 近似，`gelu_pytorch_tanh`），而 Llama 用的是 SiLU；DeepSeek-V3 用 MLA（第 3 节）取代了分组查询注意力，并把大部分 MLP 换成了混合专家（MoE）。架构笔记本已用完整重算以及 Hugging Face 的 Llama 和 Mistral 证明了这个解码器。`ArchConfig` 的字段全取默认值时，描述的是第一份笔记本中 GPT-2 结构的解码器。本笔记本没有收录那个解码器的 GELU `MLP`，因为这里的每个模型都用 `LLAMA_SHAPE` 构建（配置见本节下文）。后面各节只添加它们自己的注意力层。
 #
 # 做到这一点靠的是一个设计：每个注意力层拥有一个**缓存对象**，它只有一个方法 `update(k, v, positions)`；解码器并不知道缓存保留了什么。它请每个注意力层创建一个新缓存（`new_cache`），某一层甚至可以拿它下面某一层的缓存来充当自己的缓存（第 5 节）。每个键都带着自己的位置，所以掩码由位置算出。

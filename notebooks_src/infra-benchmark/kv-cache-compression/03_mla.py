@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # ## 3. Multi-head latent attention (MLA)
 #
-# GQA saves cache by letting heads share keys and values. MLA (DeepSeek-V2, 2024; also DeepSeek-V3) caches neither.
+# GQA saves cache by letting heads share keys and values. MLA (DeepSeek-V2, 2024; also DeepSeek-V3) caches no per-head keys or values at all.
 # We build it in four short steps: what it caches, how it gets keys and values back, why RoPE needs a key of its
 # own, and how absorption avoids rebuilding the keys at all.
 #
@@ -32,7 +32,7 @@
 # %% [markdown] lang="zh"
 # ## 3. 多头潜在注意力（MLA）
 #
-# GQA 让多个头共享键和值，从而节省缓存。MLA（DeepSeek-V2，2024；DeepSeek-V3 也采用）则键和值都不缓存。我们分四小步搭建它：它缓存什么，它如何取回键和值，RoPE 为什么需要一个单独的键，以及吸收如何让它根本不必重建键。
+# GQA 让多个头共享键和值，从而节省缓存。MLA（DeepSeek-V2，2024；DeepSeek-V3 也采用）则根本不缓存逐头的键和值。我们分四小步搭建它：它缓存什么，它如何取回键和值，RoPE 为什么需要一个单独的键，以及吸收如何让它根本不必重建键。
 #
 # **第一步：缓存什么。** 每个 token 的隐藏状态 $h_t$ 被**下投影**成一个 $r$ 维的潜向量；另一个很小的投影给出一个 $d_R$ 维的 RoPE 键（原因见第三步）：
 #
@@ -123,7 +123,8 @@ class MLAProjections(nn.Module):
         return w.split([self.nope_dim, self.value_dim], dim=1)                        # [H, d_C, r], [H, d_v, r]
 
 # %% [markdown] lang="en"
-# **Step 3: why RoPE needs a key of its own.** Ordinary RoPE would rotate the rebuilt key too,
+# **Step 3: why RoPE needs a key of its own.** Write $R_p$ for RoPE's rotation at position $p$ (pair $i$ turned by
+# $p\,\theta_i$); angles add, so $R_t^\top R_s = R_{s-t}$. Ordinary RoPE would rotate the rebuilt key too,
 # $k^C_{s,i} = R_s W^{UK}_i c_s$, and the query likewise. The score would become
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
@@ -138,7 +139,7 @@ class MLAProjections(nn.Module):
 # cache unchanged. `MLAttention` is the **naive form**: it expands at once and caches each head's full key and value.
 
 # %% [markdown] lang="zh"
-# **第三步：RoPE 为什么需要一个单独的键。** 普通的 RoPE 会把重建出的键也旋转，$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
+# **第三步：RoPE 为什么需要一个单独的键。** 记 $R_p$ 为 RoPE 在位置 $p$ 上的旋转（第 $i$ 对转过 $p\,\theta_i$）；角度可以相加，所以 $R_t^\top R_s = R_{s-t}$。普通的 RoPE 会把重建出的键也旋转，$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
 #

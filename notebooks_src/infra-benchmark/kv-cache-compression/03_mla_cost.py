@@ -159,8 +159,7 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 
 # %% [markdown] lang="en"
 # **What each form moves.** Now the counts at DeepSeek-V3's size, per layer and decode step, next to the bytes each
-# form reads from its cache (BF16). The naive form does about one multiply-add per cached number it reads: its
-# attention is bound by memory traffic. The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the
+# form reads from its cache (BF16). The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the
 # attention arithmetic of the naive one per key, but reads 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it
 # behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
 #
@@ -168,18 +167,17 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # but the cache is not all it moves. At every step `expand_kv` writes, for every cached position, the whole
 # `kv_b_proj` output, $H(d_C + d_v)$ numbers (the values it returns are a view into it), and then a new key tensor
 # into which it copies each head's $k^C$ and the RoPE key, $H(d_C + d_R)$ numbers: $H(2d_C + d_R + d_v)$ numbers
-# per position materialized, then read back by attention. Our `expand` does the same (`kv_up`'s output, then
-# `torch.cat`). The cell below measures it: it records the tensors that our `ExpandOnReadMLA` and, when transformers
-# is installed, Hugging Face's `expand_kv` return in one decode step with 24 cached positions, and counts the numbers
-# in the memory they occupy; both must equal that formula. At DeepSeek-V3's size and 32,768 keys that is
+# per position written. The copy reads the $H d_C$ numbers of $k^C$ once more, and attention reads the keys and
+# values, $H(d_C + d_R + d_v)$. Our `expand` does the same (`kv_up`'s output, then
+# `torch.cat`). At DeepSeek-V3's size and 32,768 keys that is
 # {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step: the expand-on-read form saves cache capacity, not
 # memory bandwidth. A fused kernel that expanded each latent on chip, never writing the expansion to memory, would
 # avoid that traffic.
 
 # %% [markdown] lang="zh"
-# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。朴素形式每读一个缓存的数只做大约一次乘加：它的注意力受限于内存带宽。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
+# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都为每个缓存位置写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图），再写出一个新的键张量，把每个头的 $k^C$ 和 RoPE 键复制进去，$H(d_C + d_R)$ 个数：每个位置实际生成 $H(2d_C + d_R + d_v)$ 个数，再由注意力读回。我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。下面的单元格实测这一点：它记下我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在缓存 24 个位置时、一个解码步中返回的张量，数出它们所占内存中的数的个数；两者都必须等于这个公式。放到 DeepSeek-V3 的规模、32,768 个键，就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
+# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都为每个缓存位置写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图），再写出一个新的键张量，把每个头的 $k^C$ 和 RoPE 键复制进去，$H(d_C + d_R)$ 个数：每个位置共写出 $H(2d_C + d_R + d_v)$ 个数。复制时还要把 $k^C$ 的 $H d_C$ 个数再读一遍，注意力再读取键和值，$H(d_C + d_R + d_v)$ 个数。我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -193,24 +191,28 @@ def materialised_elements(c: MLAConfig) -> int:
 
 
 def materialised_bytes(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
-    # [en] What the expand-on-read form writes at every step, then reads back.
-    # [zh] 读时展开形式每一步写出、随后读回的数据。
+    # [en] What the expand-on-read form writes at every step.
+    # [zh] 读时展开形式每一步写出的数据。
     return keys * materialised_elements(c) * bytes_per_element if form == "expand_on_read" else 0
 
 
 def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF16) -> int:
-    # [en] Bytes per step: the cache read, the expansion written, and the expanded K/V attention reads back.
-    # [zh] 每步的字节数：读取缓存、写出展开结果，以及注意力读回展开后的 K/V。
+    # [en] Bytes per step, each operation reading its inputs once and writing its output once: the cache (latents for
+    # [en] kv_up, RoPE keys for the copy), the expansion written, the copy's read of k^C, and the K/V attention reads.
+    # [zh] 每步的字节数（每个运算读一次输入、写一次输出）：读缓存（kv_up 读潜向量，复制读 RoPE 键）、写出展开结果、
+    # [zh] 复制时读 k^C，以及注意力读取的 K/V。
+    copy_reads = keys * c.heads * c.nope_dim * bytes_per_element
     return (cache_bytes_read(c, "expand_on_read", keys, bytes_per_element) + materialised_bytes(c, "expand_on_read", keys, bytes_per_element)
-            + keys * expanded_elements(c) * bytes_per_element)
+            + copy_reads + keys * expanded_elements(c) * bytes_per_element)
 
 # %% [markdown] lang="en"
-# The next cell (its code folded) checks `materialised_bytes` against real code: it wraps the layer's expanding
-# method so that it records what it returns, runs one decode step after 24 positions, and counts the numbers held
-# by the memory (storage) behind the returned tensors, each storage once.
+# The next cell (its code folded) checks `materialised_bytes` against our `ExpandOnReadMLA` and, when transformers is
+# installed, Hugging Face's `expand_kv`: it wraps the layer's expanding method so that it records what it returns,
+# runs one decode step after 24 positions, and counts the numbers held by the memory (storage) behind the returned
+# tensors, each storage once; both must equal the formula.
 
 # %% [markdown] lang="zh"
-# 下一个单元格（代码已折叠）用真实的代码核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出返回的张量背后的内存（存储）中有多少个数，每块存储只数一次。
+# 下一个单元格（代码已折叠）用我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出返回的张量背后的内存（存储）中有多少个数，每块存储只数一次；两者都必须等于公式。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):
@@ -250,10 +252,10 @@ assert all(n == STREAM_LEN * materialised_elements(mla_cfg) for n in MATERIALISE
 
 # %% [markdown] lang="en"
 # The three forms at DeepSeek-V3's size with a context of 32,768 keys: multiply-adds, bytes read from the cache, and
-# for the expand-on-read form the expansion it writes and reads back.
+# for the expand-on-read form the expansion it writes.
 
 # %% [markdown] lang="zh"
-# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字：乘加次数、从缓存读取的字节数，以及读时展开形式写入又读回的展开结果。
+# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字：乘加次数、从缓存读取的字节数，以及读时展开形式写出的展开结果。
 
 # %%
 d, T = DEEPSEEK_V3, 32 * 1024
@@ -264,16 +266,16 @@ MLA_TRADE = {"context": T, "forms": {form: {"macs": decode_macs(d, form, T), "ca
                                      for form in MLA_FORMS}}
 say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{v['expanded_bytes_written'] / 2 ** 20:,.0f}"]
            for form, v in MLA_TRADE["forms"].items()],
-          en=["form ($T = 32{,}768$)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB), then read back"],
-          zh=["形式（$T = 32{,}768$）", "乘加次数（十亿）", "读取的缓存（MiB）", "写入的展开 K/V（MiB），之后再读回"])
+          en=["form ($T = 32{,}768$)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB)"],
+          zh=["形式（$T = 32{,}768$）", "乘加次数（十亿）", "读取的缓存（MiB）", "写出的展开 K/V（MiB）"])
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
 
 # %% [markdown] lang="en"
-# The figure shows both quantities as the context grows; the bytes panel adds the expand-on-read form's traffic
-# with its expansion counted (written once, read once).
+# The figure shows both quantities as the context grows; the bytes panel adds the expand-on-read form's whole
+# traffic: the expansion written, the copy's read of $k^C$ and attention's read of the keys and values.
 
 # %% [markdown] lang="zh"
-# 下图画出这两个量随上下文增长的情况；字节数那一幅还加上了读时展开形式把展开结果计入之后的访存量（写入一次、读出一次）。
+# 下图画出这两个量随上下文增长的情况；字节数那一幅还加上了读时展开形式的全部访存量：写出的展开结果、复制时读取的 $k^C$，以及注意力读取的键和值。
 
 # %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
@@ -298,13 +300,13 @@ plt.show()
 # %% [markdown] lang="en"
 # *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys $T$ (both axes
 # logarithmic). Left: bytes per step (MiB, BF16). The solid lines are the bytes read from the cache; the
-# expand-on-read and absorbed lines coincide (both read the latents and RoPE keys). The dotted line adds what the
-# expand-on-read form writes and reads back at every step: {{run:mla.expand_on_read_traffic_ratio:.1f}} times the
-# bytes the naive form reads. Right: multiply-adds per step (billions); `expand_on_read` climbs fastest because it
+# expand-on-read and absorbed lines coincide (both read the latents and RoPE keys). The dotted line adds everything
+# else the expand-on-read form writes and reads at every step (each operation reading its inputs once):
+# {{run:mla.expand_on_read_traffic_ratio:.1f}} times the bytes the naive form reads. Right: multiply-adds per step (billions); `expand_on_read` climbs fastest because it
 # re-expands every cached latent.*
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步写出又读回的数据：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（每个运算只读一次输入）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
 
 # %% [markdown] lang="en"
 # ### 4.1 Which form, when
@@ -337,7 +339,7 @@ say_table([[f"`{form}`", f"{MLA_INTENSITY[f'{form}_flop_per_byte']:.1f}", f"{H10
           en=["form (decode, DeepSeek-V3, BF16)", "attention FLOP per byte of cache read (scores and values)", "H100 ridge point (FLOP per byte)"],
           zh=["形式（解码，DeepSeek-V3，BF16）", "每读一个缓存字节的注意力浮点运算次数（分数与加权求值）", "H100 的拐点（每字节浮点运算次数）"])
 assert MLA_INTENSITY["naive_flop_per_byte"] < 2 and 0.5 * H100_RIDGE < MLA_INTENSITY["absorbed_flop_per_byte"] < H100_RIDGE
-# [en] The expand-on-read form's traffic (cache, expansion written, expanded K/V read back) against the naive form's cache read.
-# [zh] 读时展开形式的访存量（缓存、写出的展开结果、读回的展开 K/V）与朴素形式读取的缓存之比。
+# [en] The expand-on-read form's whole traffic (cache, expansion written, k^C copied, K/V read) against the naive form's cache read.
+# [zh] 读时展开形式的全部访存量（缓存、写出的展开结果、复制的 k^C、读取的 K/V）与朴素形式读取的缓存之比。
 EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
 assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3

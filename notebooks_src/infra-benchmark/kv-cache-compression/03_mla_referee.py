@@ -3,24 +3,35 @@
 #
 # So far our MLA has been compared only with itself. `DeepseekV3ForCausalLM` from transformers is an implementation
 # nobody here wrote. We build a tiny one from our sizes (nothing is downloaded), copy our weights into it and
-# compare in FP64. The names map one to one, with no transposes: `q` → `q_proj`, `kv_down` →
-# `kv_a_proj_with_mqa`, `kv_norm` → `kv_a_layernorm`, `kv_up` → `kv_b_proj`, `proj` → `o_proj`, and the rest as for
-# Llama. The configuration asks for no query compression (`q_lora_rank=None`), dense MLPs in every layer
+# compare in FP64. The names map one to one, with no transposes (`MLA_NAMES` below). The configuration asks for no query compression (`q_lora_rank=None`), dense MLPs in every layer
 # (`first_k_dense_replace` = the number of layers, so no mixture of experts), and `rope_interleave=False`:
 # DeepSeek's checkpoints pair neighbouring RoPE dimensions, a fixed reordering of the RoPE rows that our
 # `rotate_half` layout does not need.
 #
-# Two findings from reading `modeling_deepseek_v3.py` come first. Even after `.double()`, the model computes its
+# One precision detail: even after `.double()`, Hugging Face computes two steps in FP32, so we copy that in our model
+# (`with_hf_precision`, the architectures notebook's referee tool, included below) and can then compare at FP64's
+# tolerance.
+#
+# <details><summary>Optional: the precision details</summary>
+#
+# From `modeling_deepseek_v3.py`: the model computes its
 # RMSNorms (`.to(torch.float32)` in `DeepseekV3RMSNorm.forward`) and its rotary angles (`.float()` in
-# `DeepseekV3RotaryEmbedding.forward`) in FP32, so against our pure FP64 model it differs by FP32 rounding. To
-# compare at FP64's tolerance, `with_hf_precision` (the architectures notebook's referee tool, included below)
-# makes a copy of our model that computes those two steps in FP32 too; we ask Hugging Face for its `sdpa` attention, which computes the softmax in the input's dtype (its `eager`
-# attention would add a third FP32 step). And the latent's RMSNorm, `kv_a_layernorm`, is built without the
-# configuration's `rms_norm_eps`: its epsilon is always $10^{-6}$, which is DeepSeek-V3's `rms_norm_eps` and ours.
+# `DeepseekV3RotaryEmbedding.forward`) in FP32, so against our pure FP64 model it differs by FP32 rounding. We ask Hugging Face for
+# its `sdpa` attention, which computes the softmax in the input's dtype (its `eager` attention would add a third FP32
+# step). And the latent's RMSNorm, `kv_a_layernorm`, is built without the configuration's `rms_norm_eps`: its epsilon
+# is always $10^{-6}$, which is DeepSeek-V3's `rms_norm_eps` and ours.
+#
+# </details>
 
 # %% [markdown] lang="zh"
 # ### 3.1 裁判：Hugging Face 的 DeepSeek-V3（可选）
 #
-# 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。参数名一一对应，不需要转置：`q` → `q_proj`，`kv_down` → `kv_a_proj_with_mqa`，`kv_norm` → `kv_a_layernorm`，`kv_up` → `kv_b_proj`，`proj` → `o_proj`，其余与 Llama 相同。配置要求：不压缩查询（`q_lora_rank=None`）；每一层都用稠密 MLP（`first_k_dense_replace` 设为层数，因此没有混合专家）；`rope_interleave=False`：DeepSeek 的检查点把 RoPE 相邻的两维配成一对，这只是 RoPE 各行的一个固定重排，我们的 `rotate_half` 布局用不着它。
+# 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。参数名一一对应，不需要转置（见下面的 `MLA_NAMES`）。配置要求：不压缩查询（`q_lora_rank=None`）；每一层都用稠密 MLP（`first_k_dense_replace` 设为层数，因此没有混合专家）；`rope_interleave=False`：DeepSeek 的检查点把 RoPE 相邻的两维配成一对，这只是 RoPE 各行的一个固定重排，我们的 `rotate_half` 布局用不着它。
 #
-# 先说读 `modeling_deepseek_v3.py` 得到的两个发现。即使调用了 `.double()`，这个模型仍在 FP32 下计算它的 RMSNorm（`DeepseekV3RMSNorm.forward` 中的 `.to(torch.float32)`）和旋转角（`DeepseekV3RotaryEmbedding.forward` 中的 `.float()`），因此与我们纯 FP64 的模型相比，会相差 FP32 量级的舍入误差。为了在 FP64 的容差下比较，`with_hf_precision`（架构笔记本中的裁判工具，下面包含进来）为我们的模型做一个副本，让它也在 FP32 下完成这两步；同时我们让 Hugging Face 使用 `sdpa` 注意力，它按输入的精度计算 softmax（而它的 `eager` 注意力会再多出一个 FP32 步骤）。另外，潜向量的 RMSNorm（`kv_a_layernorm`）在构造时没有用到配置中的 `rms_norm_eps`：它的 $\epsilon$ 总是 $10^{-6}$，这恰好也是 DeepSeek-V3 的 `rms_norm_eps` 和我们的取值。
+# 有一处精度细节：即使调用了 `.double()`，Hugging Face 仍有两步在 FP32 下计算，所以我们在自己的模型里照做（`with_hf_precision`，架构笔记本中的裁判工具，下面包含进来），这样就能在 FP64 的容差下比较。
+#
+# <details><summary>可选：精度细节</summary>
+#
+# 出自 `modeling_deepseek_v3.py`：这个模型在 FP32 下计算它的 RMSNorm（`DeepseekV3RMSNorm.forward` 中的 `.to(torch.float32)`）和旋转角（`DeepseekV3RotaryEmbedding.forward` 中的 `.float()`），因此与我们纯 FP64 的模型相比，会相差 FP32 量级的舍入误差。我们让 Hugging Face 使用 `sdpa` 注意力，它按输入的精度计算 softmax（而它的 `eager` 注意力会再多出一个 FP32 步骤）。另外，潜向量的 RMSNorm（`kv_a_layernorm`）在构造时没有用到配置中的 `rms_norm_eps`：它的 $\epsilon$ 总是 $10^{-6}$，这恰好也是 DeepSeek-V3 的 `rms_norm_eps` 和我们的取值。
+#
+# </details>

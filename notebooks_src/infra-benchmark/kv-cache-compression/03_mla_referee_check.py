@@ -51,11 +51,19 @@ else:
         zh=f"DeepSeek-V3 裁判已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
 
 # %% [markdown] lang="en"
-# > *Aside: why the first two rows are exactly 0.0*, although our absorbed and naive forms differ by about
-# > $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$ in pure FP64 (criterion 2). Both models round the residual stream to FP32
-# > in every RMSNorm (before each layer's projections and before the `lm_head`), and the differences of order
-# > $10^{-16}$ that the other order of arithmetic leaves almost never survive that rounding, so both hand the same
-# > numbers to the same projections. Nothing asserts the zero: the check is the FP64 tolerance.
+# <details><summary>Optional: why the first two rows can be exactly 0.0</summary>
+#
+# Our absorbed and naive forms differ by about $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$ in pure FP64
+# (criterion 2). But in both models every RMSNorm works on an FP32 copy of the residual stream (before each layer's
+# projections and before the `lm_head`; the stream itself stays FP64), and differences of order $10^{-16}$ almost
+# never survive that rounding, so both hand the same numbers to the same projections. Nothing asserts the zero: the
+# check is the FP64 tolerance.
+#
+# </details>
 
 # %% [markdown] lang="zh"
-# > *旁注：为什么前两行恰好是 0.0？* 要知道，即使在纯 FP64 下，我们自己模型的吸收形式与朴素形式之间也相差约 $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$（判据 2）。原因是两个模型都在每个 RMSNorm 中把残差流舍入到 FP32（在每一层的投影之前和词表投影 `lm_head` 之前），而另一种运算次序留下的 $10^{-16}$ 量级的差异几乎不可能在这次舍入后保留下来，于是两个模型把同样的数交给同样的投影。这里并没有断言误差为零，检查用的是 FP64 的容差。
+# <details><summary>可选：为什么前两行可能恰好是 0.0</summary>
+#
+# 即使在纯 FP64 下，我们自己模型的吸收形式与朴素形式之间也相差约 $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$（判据 2）。但两个模型的每个 RMSNorm 处理的都是残差流的一份 FP32 副本（在每一层的投影之前和词表投影 `lm_head` 之前；残差流本身仍是 FP64），而 $10^{-16}$ 量级的差异几乎不可能在这次舍入后保留下来，于是两个模型把同样的数交给同样的投影。这里并没有断言误差为零，检查用的是 FP64 的容差。
+#
+# </details>

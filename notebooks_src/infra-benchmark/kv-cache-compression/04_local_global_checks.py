@@ -3,7 +3,6 @@ band = band_mask(4 + torch.arange(2), torch.arange(6), 3)                       
 say_table([[str(4 + i), " ".join(str(int(a)) for a in row)] for i, row in enumerate(band)],
           en=["query position", "keys 0–5 (1 = may read)"], zh=["查询位置", "键 0–5（1 表示可以读取）"])
 assert band.int().tolist() == [[0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1]]
-WINDOW = 8
 
 # %% [markdown] lang="en"
 # Our mixed model has Gemma 3's pattern at our scale: six layers, the first five local with a window of
@@ -13,6 +12,7 @@ WINDOW = 8
 # 我们的混合模型按我们的尺寸采用 Gemma 3 的模式：共六层，前五层是窗口 $W = 8$ 的局部层，最后一层是全局层。一个模型就是一个从层号到注意力层的函数。
 
 # %%
+WINDOW = 8
 six_cfg = replace(llama_cfg, layers=6)
 LOCAL_GLOBAL = ["local"] * 5 + ["global"]
 

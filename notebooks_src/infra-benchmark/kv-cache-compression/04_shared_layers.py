@@ -108,13 +108,14 @@ say(en=f"The upper layers append to the shared caches too: after the {STREAM_LEN
 assert CONTROLS["shared_cache_written_twice"]["caught"] and CONTROLS["shared_cache_written_twice"]["seen_after_stream"] == 2 * STREAM_LEN
 
 # %% [markdown] lang="en"
-# **The cache growing, layer by layer.** The cell feeds 40 tokens one at a time to three six-layer models (ordinary,
+# **The cache growing, layer by layer.** The first cell below feeds 40 tokens one at a time to three six-layer models (ordinary,
 # local/global, shared pairs) and records, after every call, the positions each distinct cache holds. The memory
 # claims become two assertions: after the last call the local/global model holds $5 \cdot 7 + 40$ positions (the sum
 # of `positions_held`), and the shared model holds exactly half of what the ordinary one holds after every call.
+# The second cell (its code folded) draws the counts.
 
 # %% [markdown] lang="zh"
-# **缓存如何逐层增长。** 下面的单元格把 40 个 token 逐个送入三个六层模型（普通模型、局部/全局模型、两两共享的模型），每次调用之后记录每个不同的缓存保存了多少个位置。关于内存的结论归结为两条断言：最后一次调用之后，局部/全局模型保存 $5 \cdot 7 + 40$ 个位置（即 `positions_held` 之和）；每次调用之后，共享模型保存的位置数都恰好是普通模型的一半。
+# **缓存如何逐层增长。** 下面第一个单元格把 40 个 token 逐个送入三个六层模型（普通模型、局部/全局模型、两两共享的模型），每次调用之后记录每个不同的缓存保存了多少个位置。关于内存的结论归结为两条断言：最后一次调用之后，局部/全局模型保存 $5 \cdot 7 + 40$ 个位置（即 `positions_held` 之和）；每次调用之后，共享模型保存的位置数都恰好是普通模型的一半。第二个单元格（代码已折叠）把这些计数画成图。
 
 # %%
 GROWTH_TOKENS = 40
@@ -131,7 +132,12 @@ with torch.inference_mode():
 totals = {name: [sum(h) for h in held] for name, held in GROWTH.items()}
 assert totals["local/global"][-1] == sum(positions_held(LOCAL_GLOBAL, GROWTH_TOKENS, WINDOW))
 assert [2 * t for t in totals["shared pairs"]] == totals["ordinary"]
+# [en] The first token count from which the local/global model holds fewer positions than the shared one.
+# [zh] 从第几个 token 起，局部/全局模型保存的位置少于共享模型。
+GROWTH_CROSSOVER = next(t for t in range(1, GROWTH_TOKENS + 1)
+                        if all(a < b for a, b in zip(totals["local/global"][t - 1:], totals["shared pairs"][t - 1:])))
 
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
 steps = range(1, GROWTH_TOKENS + 1)
 # [en] The local layers hold the same positions at every step, so one line stands for all of them.
@@ -162,7 +168,9 @@ plt.show()
 # for them; they stop at $W - 1 = 7$ positions, while the global layer (solid line) keeps growing. Right
 # (title "positions held, all layers"), the total over all layers for the ordinary model (solid), the local/global
 # model (dashed) and the shared-pairs
-# model (dotted), which holds half of the ordinary one at every step.*
+# model (dotted), which holds half of the ordinary one at every step. From token {{run:shared.crossover}} on, the
+# local/global total is the smaller one: once its local layers are full it adds 1 position per token (the global
+# layer), the shared model 3.*
 
 # %% [markdown] lang="zh"
-# *图：横轴 tokens consumed 是已读入的 token 数，纵轴 cached positions 是缓存保存的位置数。左图（标题 local/global model: positions held per layer）是局部/全局模型的六层随 token 到来的变化，五个局部层保存的位置数相同，所以用一条虚线（图例 layers 0-4 (local)）代表它们：它们停在 $W - 1 = 7$ 个位置，而全局层（实线，layer 5 (global)）一直增长。右图（标题 positions held, all layers）是所有层加起来的总数：普通模型（实线，ordinary）、局部/全局模型（虚线，local/global）和两两共享的模型（点线，shared pairs）；后者在每一步都恰好是普通模型的一半。*
+# *图：横轴 tokens consumed 是已读入的 token 数，纵轴 cached positions 是缓存保存的位置数。左图（标题 local/global model: positions held per layer）是局部/全局模型的六层随 token 到来的变化，五个局部层保存的位置数相同，所以用一条虚线（图例 layers 0-4 (local)）代表它们：它们停在 $W - 1 = 7$ 个位置，而全局层（实线，layer 5 (global)）一直增长。右图（标题 positions held, all layers）是所有层加起来的总数：普通模型（实线，ordinary）、局部/全局模型（虚线，local/global）和两两共享的模型（点线，shared pairs）；后者在每一步都恰好是普通模型的一半。从第 {{run:shared.crossover}} 个 token 起，局部/全局模型的总数更小：局部层存满之后，它每个 token 只增加 1 个位置（全局层），共享模型则增加 3 个。*

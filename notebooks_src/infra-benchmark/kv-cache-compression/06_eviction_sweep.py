@@ -2,8 +2,7 @@
 # **The bounds** (set after a first run, with a margin):
 #
 # 1. budget = the whole prompt: nothing is evicted, every policy equals dense attention within FP32's tolerance. The
-#    dense baseline is this very case: `EvictingAttention` with no policy and a budget of the whole prompt, which
-#    never calls a policy because the cache is never over budget;
+#    dense baseline is this very case: `EvictingAttention` with no policy and a budget of the whole prompt;
 # 2. favourites, half the prompt: H2O and SnapKV keep at least 75% of the dense greedy tokens, mean largest-logit
 #    error below 0.25 (this run: {{run:eviction.h2o_half_agreement:.0%}}, {{run:eviction.h2o_half_error:.3f}} for H2O;
 #    {{run:eviction.snapkv_half_agreement:.0%}}, {{run:eviction.snapkv_half_error:.3f}} for SnapKV);
@@ -15,7 +14,7 @@
 # %% [markdown] lang="zh"
 # **误差界**（在第一次运行之后留出余地定下）：
 #
-# 1. 预算等于整个提示：没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力。稠密基准正是这种情形：不设策略、预算等于整个提示的 `EvictingAttention`，由于缓存从不超出预算，它从不调用策略；
+# 1. 预算等于整个提示：没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力。稠密基准正是这种情形：不设策略、预算等于整个提示的 `EvictingAttention`；
 # 2. 有偏好、预算为提示的一半：H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大绝对误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}}、{{run:eviction.h2o_half_error:.3f}}；SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}}、{{run:eviction.snapkv_half_error:.3f}}）；
 # 3. 负对照，有偏好，小于提示长度的每个预算：随机淘汰的误差都大于这两种策略各自的误差（比值大于 1）。余地很窄，本次运行在最小预算下只有 {{run:eviction.random_ratio_smallest:.2f}}，所以这条界还在另外两组提示上断言（最小比值 {{run:eviction.random_ratio_other_prompts:.2f}}）；它只说明随机淘汰更差，并不说明差多少。
 
@@ -125,17 +124,16 @@ plt.show()
 # step, averaged over the prompts and decode steps), as the budget $b$ (horizontal axis: positions kept per head, of
 # the 64 of the prompt) grows to the whole prompt (where every curve reaches zero). Left, plain random weights
 # (`query_bias = 0`): H2O ("h2o"), SnapKV ("snapkv") and the random control ("random", dotted) are close, because
-# no key matters more than another. Right, with favourites (`query_bias = 4`): the two policies find the keys most
+# attention's preferences are weak (the favourites table above). Right, with favourites (`query_bias = 4`): the two policies find the keys most
 # queries attend to, and random eviction stays above both at every budget below the prompt, by a factor of
 # {{run:eviction.random_ratio_smallest:.2f}} to {{run:eviction.random_ratio_largest:.2f}} over the worse policy.*
 #
 # <details><summary>Optional: why H2O and SnapKV swap places</summary>
 #
 # In this run SnapKV lands a little closer to dense attention than H2O without favourites, and H2O clearly closer
-# with them. A reading of the code, not a proof: with favourites every prompt query votes for the same keys; H2O adds
-# 64 such votes, SnapKV only the last 8, and SnapKV also spends 8 slots on its window and max-pools, which keeps
-# neighbours of a favoured key. Without favourites, the last prompt queries, closest to the decode steps, are the
-# better guide to what those steps will read.
+# with them. A reading of the code, not a proof: with favourites every prompt query votes for the same keys, and H2O
+# counts 64 such votes to SnapKV's 8 (which also spends 8 slots on its window); without them, the last prompt queries,
+# closest to the decode steps, are the better guide.
 #
 # </details>
 #
@@ -152,21 +150,21 @@ plt.show()
 # type): a block of positions
 # can be given back only when no head still needs any position in it. Per-head eviction scatters the kept positions
 # over all the blocks and frees almost none of them, unless the block manager and the memory layout are redesigned
-# around it. vLLM, for one, offered neither H2O nor SnapKV when this was written; research libraries apply such policies to Hugging Face
-# models, whose caches are plain per-layer tensors like ours: NVIDIA's kvpress, for example, ships SnapKV
-# (`SnapKVPress`) and an H2O-style score of observed attention (`ObservedAttentionPress`), not H2O itself. The eviction that serving systems do ship
+# around it. vLLM offered neither policy when this was written; research libraries apply them to Hugging Face models,
+# whose caches are plain per-layer tensors like ours (NVIDIA's kvpress ships `SnapKVPress` and an H2O-style
+# `ObservedAttentionPress`). The eviction that serving systems do ship
 # drops whole positions, for every head at once: sliding windows (vLLM frees the blocks that leave a layer's window)
 # and, in TensorRT-LLM, StreamingLLM's sink tokens (`sink_token_length`).
 
 # %% [markdown] lang="zh"
-# *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`）：H2O（h2o）、SnapKV（snapkv）和随机淘汰的负对照（random，点线）相差不大，因为没有哪个键比别的键更重要。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
+# *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`）：H2O（h2o）、SnapKV（snapkv）和随机淘汰的负对照（random，点线）相差不大，因为注意力的偏好很弱（见上面的偏好表）。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
 #
 # <details><summary>可选：为什么 H2O 和 SnapKV 互换了名次</summary>
 #
-# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键；H2O 把 64 个这样的投票加起来，SnapKV 只用最后 8 个；SnapKV 还要把 8 个位置留给观察窗口，而且最大池化会连带保留受偏好的键旁边的键。无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取哪些键。
+# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键，H2O 计入 64 票，SnapKV 只计入 8 票（还要把 8 个位置留给观察窗口）；无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取什么。
 #
 # </details>
 #
 # 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
 #
-# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计物理块的管理器和内存布局。以 vLLM 为例，撰写本文时它既不提供 H2O，也不提供 SnapKV；研究用的库把这类策略用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样：例如 NVIDIA 的 kvpress 提供了 SnapKV（`SnapKVPress`）和一种按实际注意力打分、与 H2O 思路相同的策略（`ObservedAttentionPress`），但并没有 H2O 本身。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。
+# **为什么推理服务系统很少提供它们。** 这两种策略都按头分别选择：上面同一层的头 0 和头 1 保留的位置就不同。分页缓存（如[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})实现的那种）每条序列只有一张块表，由所有头（在 vLLM 中还包括注意力类型相同的所有层）共用：只有当没有任何一个头还需要某个物理块中的任何位置时，这个物理块才能归还。按头淘汰会让保留下来的位置散落在所有物理块里，几乎腾不出任何物理块，除非围绕它重新设计物理块的管理器和内存布局。撰写本文时，vLLM 两种策略都不提供；研究用的库把它们用在 Hugging Face 模型上，那里每层的缓存就是普通的张量，和我们的一样（NVIDIA 的 kvpress 提供 `SnapKVPress` 和与 H2O 思路相同的 `ObservedAttentionPress`）。推理服务系统真正提供的淘汰，都是对所有头同时丢弃整个位置：滑动窗口（vLLM 会释放离开某一层窗口的物理块），以及 TensorRT-LLM 中 StreamingLLM 的汇聚 token（`sink_token_length`）。

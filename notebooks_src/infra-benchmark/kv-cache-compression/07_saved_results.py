@@ -56,8 +56,6 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
             if HAVE_HF else {})
 
 # %% tags=["prose-values"]
-# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
-# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
 {"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive, "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
          "absorbed_vs_naive_fp64": largest(ABSORBED_VS_NAIVE, "fp64"),
          "absorbed_vs_naive_fp64_exponent": round(math.log10(largest(ABSORBED_VS_NAIVE, "fp64"))), "tp8_mha_per_gpu": DEEPSEEK_MEMORY["mha"] // 8,
@@ -67,7 +65,7 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
          "h100_ridge": MLA_INTENSITY["h100_ridge"]},
  "local_global": {"gemma3_uniform_gib": GEMMA3_MEMORY["uniform_gib"], "gemma3_mixed_gib": GEMMA3_MEMORY["mixed_gib"],
                   "gemma3_local_layers": GEMMA3_MEMORY["local_layers"], "gemma3_global_layers": GEMMA3_MEMORY["global_layers"]},
- "shared": {"vs_ordinary": SHARED_VS_ORDINARY},
+ "shared": {"vs_ordinary": SHARED_VS_ORDINARY, "crossover": GROWTH_CROSSOVER},
  "sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
            "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
            "agreement_window_only": DENSE_DISTANCE["window_only"]["greedy_agreement"]},
