@@ -55,7 +55,7 @@ def test_p95_of_15_samples_lies_between_the_two_largest(nb):
     summary = nb["percentile_summary"]([int(x * 1e6) for x in samples])
     ranked = sorted(summary["samples"])
     assert ranked[-2] <= summary["p95"] <= ranked[-1]
-    assert summary["p50"] == ranked[7]
+    assert summary["p50"] == ranked[7] and (summary["min"], summary["max"]) == (ranked[0], ranked[-1])
     one_slow = nb["percentile_summary"]([5_000_000] * 14 + [50_000_000])
     assert one_slow["p50"] == 5.0 and one_slow["p95"] > 2 * one_slow["p50"] and nb["slow_rounds"](one_slow) == 1
 
@@ -83,8 +83,9 @@ def test_profile_counts_the_same_calls_for_any_prompt(nb):
 def test_timed_generation_matches_greedy_generation(nb):
     model, prompt = fresh_model(nb, seed=2), nb["TIMING_STREAM"][:, :12]
     for use_cache in (True, False):
-        tokens, calls, cpu_ms = nb["timed_generation"](model, prompt, 9, use_cache)
+        tokens, calls, cpu_ms, faults = nb["timed_generation"](model, prompt, 9, use_cache)
         assert torch.equal(tokens, nb["greedy_generate"](model, prompt, 9, use_cache)[0])
         assert len(calls) == 9 and all(0 <= start < end for start, end in calls)
         assert len(cpu_ms) == 9 and all(ms >= 0 for ms in cpu_ms)
+        assert len(faults) == 9 and all(f is None or f >= 0 for f in faults)
         assert all(end <= start for (_, end), (start, _) in zip(calls, calls[1:]))

@@ -1,22 +1,23 @@
 # %% [markdown] lang="en"
 # ### 9.2 Why the cache wins by less than the work ratio
 #
-# The figure divides each continuation window's CPU time by its 16 steps. Left: CPU milliseconds per step (marker p50,
-# vertical line up to p95; orange circles: full recomputation, green triangles: cached continuation).
+# The figure divides each continuation window's CPU time by its 16 steps. Left: CPU milliseconds per step (marker:
+# fastest round; vertical line: from the fastest to the slowest round; short dash: p50; orange circles:
+# full recomputation, green triangles: cached continuation).
 # Right: how each path's time per step grows with $P$ relative to the shortest prompt, measured (solid)
-# and predicted by the multiply-add count of 8.1 (dashed, same colour). Only the vertical axes are
+# from the fastest rounds (solid), and predicted by the multiply-add count of 8.1 (dashed, same colour). Only the vertical axes are
 # logarithmic. The folded cell below makes the divisions; the next one draws the figure and prints its
 # numbers.
 
 # %% [markdown] lang="zh"
 # ### 9.2 缓存的优势为什么远小于工作量之比
 #
-# 图中把每个续写窗口的 CPU 时间除以 16 步。图中文字是英文：两幅图的横轴 prompt length P (tokens) 是提示长度 $P$（token 数），总标题 CPU, 1 thread, fp32 意为“CPU、单线程、FP32”。左图（CPU time per step, 15 rounds，“每步的 CPU 时间，15 轮测量”）的纵轴 CPU ms (marker p50, line up to p95) 意为“CPU 毫秒（标记点为 p50，竖线延伸到 p95）”；橙色圆点 full recomputation, per step 是完整重算，绿色三角 cached continuation, per step 是缓存续写。右图（measured time vs counted multiply-adds，“实测时间与乘加计数的对照”）的纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”：带标记的实线（measured CPU time）是实测的增长倍数，同色虚线（multiply-adds）是按 8.1 的乘加计数预测的增长倍数。两幅图都只有纵轴是对数刻度。下面折叠的单元格做除法，再下一个单元格画图并列出图中的数字。
+# 图中把每个续写窗口的 CPU 时间除以 16 步。图中文字是英文：两幅图的横轴 prompt length P (tokens) 是提示长度 $P$（token 数），总标题 CPU, 1 thread, fp32 意为“CPU、单线程、FP32”。左图（CPU time per step, {{run:takeaways.repeats}} rounds，“每步的 CPU 时间，{{run:takeaways.repeats}} 轮测量”）的纵轴 CPU ms (marker min, line min to max, dash p50) 意为“CPU 毫秒（标记点为最快的一轮，竖线从最快的一轮延伸到最慢的一轮，短横线为 p50）”；橙色圆点 full recomputation, per step 是完整重算，绿色三角 cached continuation, per step 是缓存续写。右图（measured time vs counted multiply-adds，“实测时间与乘加计数的对照”）的纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”：带标记的实线（measured CPU time, fastest round）是按最快一轮实测的增长倍数，同色虚线（multiply-adds）是按 8.1 的乘加计数预测的增长倍数。两幅图都只有纵轴是对数刻度。下面折叠的单元格做除法，再下一个单元格画图并列出图中的数字。
 
 # %% tags=["hide-input"]
 def per_step_ms(row: dict, path: str) -> dict:
     divisor = row["prompt_tokens"] if path == "prefill" else CONTINUATION
-    return {q: row[f"{path}_cpu_ms"][q] / divisor for q in ("p50", "p95")}
+    return {q: row[f"{path}_cpu_ms"][q] / divisor for q in ("min", "p50", "p95", "max")}
 
 
 PER_STEP = [{
@@ -43,17 +44,17 @@ COLORS = {"prefill": "tab:blue", "full": "tab:orange", "cached": "tab:green"}
 series = {"full": ("full_ms_per_step", "full recomputation, per step", "o"),
           "cached": ("cached_ms_per_step", "cached continuation, per step", "^")}
 for path, (key, label, marker) in series.items():
-    p50 = np.array([r[key]["p50"] for r in PER_STEP])
-    p95 = np.array([r[key]["p95"] for r in PER_STEP])
-    ax_time.plot(lengths, p50, marker=marker, color=COLORS[path], label=label)
-    ax_time.vlines(lengths, p50, p95, color=COLORS[path], alpha=0.6)
+    best, p50, worst = (np.array([r[key][q] for r in PER_STEP]) for q in ("min", "p50", "max"))
+    ax_time.plot(lengths, best, marker=marker, color=COLORS[path], label=label)
+    ax_time.vlines(lengths, best, worst, color=COLORS[path], alpha=0.6)
+    ax_time.plot(lengths, p50, linestyle="none", marker="_", markersize=10, color=COLORS[path])
 ax_time.set_xlabel("prompt length P (tokens)")
-ax_time.set_ylabel("CPU ms (marker p50, line up to p95)")
+ax_time.set_ylabel("CPU ms (marker min, line min to max, dash p50)")
 ax_time.set_title(f"CPU time per step, {REPEATS} rounds", fontsize=10)
 for path, marker in (("full", "o"), ("cached", "^")):
-    measured = np.array([r[f"{path}_ms_per_step"]["p50"] for r in PER_STEP])
+    measured = np.array([r[f"{path}_ms_per_step"]["min"] for r in PER_STEP])
     modeled = np.array([r[f"model_{path}_macs_per_step"] for r in PER_STEP])
-    ax_growth.plot(lengths, measured / measured[0], marker=marker, color=COLORS[path], label=f"{path}: measured CPU time")
+    ax_growth.plot(lengths, measured / measured[0], marker=marker, color=COLORS[path], label=f"{path}: measured CPU time, fastest round")
     ax_growth.plot(lengths, modeled / modeled[0], linestyle="--", color=COLORS[path], label=f"{path}: multiply-adds")
 ax_growth.set_xlabel("prompt length P (tokens)")
 ax_growth.set_ylabel(f"per step, relative to P = {lengths[0]}")
@@ -72,13 +73,14 @@ fig.savefig(TIMING_PNG, dpi=120)
 plt.show()
 
 say_table(
-    [[str(r["prompt_tokens"]), f"{r['model_full_macs_per_step']:,.0f}", f"{r['full_ms_per_step']['p50']:.3f}",
-      f"{r['model_cached_macs_per_step']:,.0f}", f"{r['cached_ms_per_step']['p50']:.3f}",
-      f"{r['prefill_ms_per_token']['p50']:.4f}"] for r in PER_STEP],
-    en=["prompt $P$", "full: multiply-adds per step", "full: CPU ms per step (p50)", "cached: multiply-adds per step",
-        "cached: CPU ms per step (p50)", "prefill: CPU ms per prompt token (p50)"],
-    zh=["提示长度 $P$", "完整重算：每步乘加次数", "完整重算：每步 CPU 时间（毫秒，p50）", "缓存续写：每步乘加次数",
-        "缓存续写：每步 CPU 时间（毫秒，p50）", "预填充：每个提示 token 的 CPU 时间（毫秒，p50）"],
+    [[str(r["prompt_tokens"]), f"{r['model_full_macs_per_step']:,.0f}",
+      f"{r['full_ms_per_step']['min']:.3f} / {r['full_ms_per_step']['p50']:.3f}",
+      f"{r['model_cached_macs_per_step']:,.0f}", f"{r['cached_ms_per_step']['min']:.3f} / {r['cached_ms_per_step']['p50']:.3f}",
+      f"{r['prefill_ms_per_token']['min']:.4f} / {r['prefill_ms_per_token']['p50']:.4f}"] for r in PER_STEP],
+    en=["prompt $P$", "full: multiply-adds per step", "full: CPU ms per step (min / p50)", "cached: multiply-adds per step",
+        "cached: CPU ms per step (min / p50)", "prefill: CPU ms per prompt token (min / p50)"],
+    zh=["提示长度 $P$", "完整重算：每步乘加次数", "完整重算：每步 CPU 时间（毫秒，min / p50）", "缓存续写：每步乘加次数",
+        "缓存续写：每步 CPU 时间（毫秒，min / p50）", "预填充：每个提示 token 的 CPU 时间（毫秒，min / p50）"],
 )
 
 
@@ -91,26 +93,28 @@ say_table(
 # %% tags=["hide-input"]
 first, last = PER_STEP[0], PER_STEP[-1]
 row16 = next(r for r in TIMING_ROWS if r["prompt_tokens"] == 16)
-# [en] The fastest prefill of the table, in multiply-adds per millisecond (a slow round can only lower a rate).
-# [zh] 表中最快的预填充，单位是每毫秒的乘加次数（偏慢的轮次只会拉低速度）。
-prefill_rate = max(sum(full_step_macs(cfg, r["prompt_tokens"]).values()) / r["prefill_cpu_ms"]["p50"] for r in TIMING_ROWS)
-arithmetic_shares = [r["model_cached_macs_per_step"] / prefill_rate / r["cached_ms_per_step"]["p50"] for r in PER_STEP]
+# [en] The fastest prefill of the table (fastest rounds), in multiply-adds per millisecond.
+# [zh] 表中最快的预填充（取最快的一轮），单位是每毫秒的乘加次数。
+prefill_rate = max(sum(full_step_macs(cfg, r["prompt_tokens"]).values()) / r["prefill_cpu_ms"]["min"] for r in TIMING_ROWS)
+arithmetic_shares = [r["model_cached_macs_per_step"] / prefill_rate / r["cached_ms_per_step"]["min"] for r in PER_STEP]
 prefill_macs_per_token = [sum(full_step_macs(cfg, r["prompt_tokens"]).values()) / r["prompt_tokens"] for r in PER_STEP]
 TIMING_SUMMARY = {
     "p_min": int(first["prompt_tokens"]),
     "p_max": int(last["prompt_tokens"]),
-    "full_ms_per_step_min": float(first["full_ms_per_step"]["p50"]),
-    "full_ms_per_step_max": float(last["full_ms_per_step"]["p50"]),
-    "cached_ms_per_step_min": float(first["cached_ms_per_step"]["p50"]),
-    "cached_ms_per_step_max": float(last["cached_ms_per_step"]["p50"]),
+    "full_ms_per_step_min": float(first["full_ms_per_step"]["min"]),
+    "full_ms_per_step_max": float(last["full_ms_per_step"]["min"]),
+    "cached_ms_per_step_min": float(first["cached_ms_per_step"]["min"]),
+    "cached_ms_per_step_max": float(last["cached_ms_per_step"]["min"]),
     "model_full_growth": float(last["model_full_macs_per_step"] / first["model_full_macs_per_step"]),
-    "measured_full_growth": float(last["full_ms_per_step"]["p50"] / first["full_ms_per_step"]["p50"]),
+    "measured_full_growth": float(last["full_ms_per_step"]["min"] / first["full_ms_per_step"]["min"]),
+    "measured_full_growth_p50": float(last["full_ms_per_step"]["p50"] / first["full_ms_per_step"]["p50"]),
     "model_cached_growth": float(last["model_cached_macs_per_step"] / first["model_cached_macs_per_step"]),
-    "measured_cached_growth": float(last["cached_ms_per_step"]["p50"] / first["cached_ms_per_step"]["p50"]),
-    "prefill16_ms": float(row16["prefill_cpu_ms"]["p50"]),
-    "prefill_ms_max": float(TIMING_ROWS[-1]["prefill_cpu_ms"]["p50"]),
-    "cached16_ms": float(row16["cached_cpu_ms"]["p50"]),
-    "cached16_over_prefill16": float(row16["cached_cpu_ms"]["p50"] / row16["prefill_cpu_ms"]["p50"]),
+    "measured_cached_growth": float(last["cached_ms_per_step"]["min"] / first["cached_ms_per_step"]["min"]),
+    "measured_cached_growth_p50": float(last["cached_ms_per_step"]["p50"] / first["cached_ms_per_step"]["p50"]),
+    "prefill16_ms": float(row16["prefill_cpu_ms"]["min"]),
+    "prefill_ms_max": float(TIMING_ROWS[-1]["prefill_cpu_ms"]["min"]),
+    "cached16_ms": float(row16["cached_cpu_ms"]["min"]),
+    "cached16_over_prefill16": float(row16["cached_cpu_ms"]["min"] / row16["prefill_cpu_ms"]["min"]),
     "cached16_extra_macs": CONTINUATION * window_macs(16, "cached") / sum(full_step_macs(cfg, 16).values()) - 1,
     "prefill_macs_per_ms": float(prefill_rate),
     "cached_step_arithmetic_share_lo": float(min(arithmetic_shares)),
@@ -122,14 +126,16 @@ TIMING_SUMMARY = {
 say_table(
     [[str(r["prompt_tokens"]),
       f"{r['model_full_macs_per_step'] / first['model_full_macs_per_step']:.2f}",
+      f"{r['full_ms_per_step']['min'] / first['full_ms_per_step']['min']:.2f} / "
       f"{r['full_ms_per_step']['p50'] / first['full_ms_per_step']['p50']:.2f}",
       f"{r['model_cached_macs_per_step'] / first['model_cached_macs_per_step']:.2f}",
+      f"{r['cached_ms_per_step']['min'] / first['cached_ms_per_step']['min']:.2f} / "
       f"{r['cached_ms_per_step']['p50'] / first['cached_ms_per_step']['p50']:.2f}"]
      for r in PER_STEP],
-    en=["prompt $P$", "full: count growth", "full: CPU-time growth", "cached: count growth",
-        "cached: CPU-time growth"],
-    zh=["提示长度 $P$", "完整重算：计数增长倍数", "完整重算：CPU 时间增长倍数", "缓存续写：计数增长倍数",
-        "缓存续写：CPU 时间增长倍数"],
+    en=["prompt $P$", "full: count growth", "full: CPU-time growth (min / p50)", "cached: count growth",
+        "cached: CPU-time growth (min / p50)"],
+    zh=["提示长度 $P$", "完整重算：计数增长倍数", "完整重算：CPU 时间增长倍数（min / p50）", "缓存续写：计数增长倍数",
+        "缓存续写：CPU 时间增长倍数（min / p50）"],
 )
 
 # %% tags=["prose-values"]
@@ -138,15 +144,19 @@ say_table(
 
 # %% [markdown] lang="en"
 # **What this run says.** From $P = {{run:clock.p_min}}$ to $P = {{run:clock.p_max}}$ the count predicts the
-# full step's work to grow {{run:clock.model_full_growth:.1f}}-fold, and its CPU time grew
-# {{run:clock.measured_full_growth:.1f}}-fold; the cached step's count grows
-# {{run:clock.model_cached_growth:.2f}}-fold and its CPU time grew {{run:clock.measured_cached_growth:.2f}}-fold
-# ({{run:clock.cached_ms_per_step_min:.3f}} ms, then {{run:clock.cached_ms_per_step_max:.3f}} ms). Two things
-# pull the measured growth away from the count: a fixed cost per call that does not grow with $P$ pulls it
-# below, and work the count does not model (9.1) pushes it above.
+# full step's work to grow {{run:clock.model_full_growth:.1f}}-fold, and its CPU time (fastest rounds) grew
+# {{run:clock.measured_full_growth:.1f}}-fold (medians: {{run:clock.measured_full_growth_p50:.1f}}-fold); the
+# cached step's count grows {{run:clock.model_cached_growth:.2f}}-fold and its CPU time grew
+# {{run:clock.measured_cached_growth:.2f}}-fold ({{run:clock.cached_ms_per_step_min:.3f}} ms, then
+# {{run:clock.cached_ms_per_step_max:.3f}} ms; medians: {{run:clock.measured_cached_growth_p50:.2f}}-fold). Two
+# things pull the measured growth away from the count: a fixed cost per call that does not grow with $P$
+# pulls it below, and work the count leaves out pushes it above (for the full step, the passes over its
+# $[H, T, T]$ score matrix, 9.1; a cached step's scores are only $[H, 1, T]$). The two can balance, so
+# measured and counted growth agreeing at one prompt length would not show that the count predicts the
+# time. A median above the fastest round says that some rounds were disturbed, not that the step costs more.
 #
 # That fixed cost is the reason the cache wins by less than the work ratio. Sixteen cached one-token calls
-# took {{run:clock.cached16_ms:.3f}} ms of CPU time, {{run:clock.cached16_over_prefill16:.1f}} times the
+# took {{run:clock.cached16_ms:.3f}} ms of CPU time (fastest rounds here and below), {{run:clock.cached16_over_prefill16:.1f}} times the
 # {{run:clock.prefill16_ms:.3f}} ms of one 16-token prefill call, although both push 16 positions through
 # the network and their counts differ by only {{run:clock.cached16_extra_macs:.1%}}. That gap is not
 # arithmetic but **per-call overhead**: every call pays for the Python code of its modules, the dispatch of
@@ -161,6 +171,6 @@ say_table(
 # and the K/V cache can be read; that is a general remark, not measured here.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，计数预测完整重算每步的工作量增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒到 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。有两样东西让实测增长偏离计数：不随 $P$ 增长的每次调用固定开销把它往下拉，计数没有建模的工作（9.1）把它往上推。
+# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，计数预测完整重算每步的工作量增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间（最快的一轮）增长到 {{run:clock.measured_full_growth:.1f}} 倍（按中位数为 {{run:clock.measured_full_growth_p50:.1f}} 倍）；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒到 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒；按中位数为 {{run:clock.measured_cached_growth_p50:.2f}} 倍）。有两样东西让实测增长偏离计数：不随 $P$ 增长的每次调用固定开销把它往下拉，计数漏掉的工作把它往上推（对完整重算的一步，是扫过 $[H, T, T]$ 分数矩阵的几遍运算，见 9.1；缓存路径一步的分数只有 $[H, 1, T]$）。两者可能互相抵消，所以即使在某个提示长度上实测增长与计数增长吻合，也不能说明计数能预测耗时。中位数高于最快的一轮，说明有些轮次受了干扰，而不是这一步本身更贵。
 #
-# 正是这种固定开销，让缓存的优势远小于工作量之比。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间，是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 的复制），调用 16 次就要付 16 次。按 9.1 中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（这是下限：只有一行的矩阵乘法，平均到每次乘加上更慢）。两个窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；批量较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。
+# 正是这种固定开销，让缓存的优势远小于工作量之比。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 的复制），调用 16 次就要付 16 次。按 9.1 中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（这是下限：只有一行的矩阵乘法，平均到每次乘加上更慢）。两个窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。

@@ -17,14 +17,16 @@ GEN_TIME_TOKENS = 32 if QUICK else 128
 
 
 # [en] The loop of greedy_generate, with the clock read around every call of the model: returns the new
-# [en] tokens, (start, end) of each call in ms since the loop began, and each call's CPU time in ms.
+# [en] tokens, (start, end) of each call in ms since the loop began, each call's CPU time in ms and its
+# [en] minor page faults (None without `resource`, see 9.1).
 # [zh] greedy_generate 的循环，在每次调用模型的前后读取时钟：返回新生成的 token、每次调用的（开始，结束）
-# [zh] 时刻（毫秒，从循环开始时算起），以及每次调用的 CPU 时间（毫秒）。
+# [zh] 时刻（毫秒，从循环开始时算起）、每次调用的 CPU 时间（毫秒）和次缺页次数（没有 `resource` 时为 None，见 9.1）。
 @torch.inference_mode()
 def timed_generation(model, prompt, new_tokens: int, use_cache: bool):
-    ids, cache, step_input, calls, cpu_ms = prompt, None, prompt, [], []
+    ids, cache, step_input, calls, cpu_ms, faults = prompt, None, prompt, [], [], []
     origin = time.perf_counter_ns()
     for _ in range(new_tokens):
+        faults_before = minor_faults()
         begin, cpu_begin = time.perf_counter_ns(), time.process_time_ns()
         if use_cache:
             logits, cache = model(step_input, cache)             # [B, T_new, vocab]
@@ -32,18 +34,19 @@ def timed_generation(model, prompt, new_tokens: int, use_cache: bool):
             logits, _ = model(ids)                               # [B, T, vocab]
         calls.append(((begin - origin) / 1e6, (time.perf_counter_ns() - origin) / 1e6))
         cpu_ms.append((time.process_time_ns() - cpu_begin) / 1e6)
+        faults.append(None if faults_before is None else minor_faults() - faults_before)
         next_id = logits[:, -1].argmax(dim=-1, keepdim=True)     # [B, 1]
         ids = torch.cat((ids, next_id), dim=1)
         step_input = next_id
-    return ids[:, prompt.shape[1]:], calls, cpu_ms
+    return ids[:, prompt.shape[1]:], calls, cpu_ms, faults
 
 
 for use_cache in (True, False):
     timed_generation(model, GEN_TIME_PROMPT, 8, use_cache)
-GEN_TIME, GEN_CPU = {}, {}
+GEN_TIME, GEN_CPU, GEN_FAULTS = {}, {}, {}
 for use_cache in (True, False):
     path = "cached" if use_cache else "full"
-    _, GEN_TIME[path], GEN_CPU[path] = timed_generation(model, GEN_TIME_PROMPT, GEN_TIME_TOKENS, use_cache)
+    _, GEN_TIME[path], GEN_CPU[path], GEN_FAULTS[path] = timed_generation(model, GEN_TIME_PROMPT, GEN_TIME_TOKENS, use_cache)
 decode_ms = [end - start for start, end in GEN_TIME["cached"][1:]]
 say_table(
     [[f"`use_cache={path == 'cached'}`", f"{GEN_TIME[path][0][1]:.2f}",
@@ -101,16 +104,20 @@ plt.show()
 # {{run:gen_time.decode_ms:.3f}} ms): the two waits serving systems call time to first token (TTFT) and
 # inter-token latency (ITL), here for one sequence on one CPU thread.
 #
-# Without the cache, the last 16 passes took {{run:gen_time.tail_over_head:.1f}} times the CPU time of the
-# first 16 (medians; {{run:gen_time.tail_over_head_clock:.1f}} times in clock time), while their count grows
-# {{run:gen_time.tail_count_growth:.2f}}-fold. As in 9.1, CPU time beyond the count is work the count does
-# not model or other programs slowing the shared caches, and clock time beyond CPU time is waiting for
-# the core.
+# Without the cache, the first 16 passes ($T$ = {{run:gen_time.prompt}} to {{run:gen_time.head_t_last}})
+# took a median {{run:gen_time.head_cpu_ms:.2f}} CPU ms each; the full window of 9.1 at
+# $P = {{run:timing.p_max}}$ ($T$ = {{run:timing.t_first}} to {{run:timing.t_last}}) took
+# {{run:clock.full_ms_per_step_max:.2f}} ms per step in its fastest round. The last 16 passes took
+# {{run:gen_time.tail_over_head:.1f}} times the CPU time of the first 16 (medians;
+# {{run:gen_time.tail_over_head_clock:.1f}} times in clock time), while their count grows
+# {{run:gen_time.tail_count_growth:.2f}}-fold; the count leaves out the passes over the score matrix (9.1).
+# Minor page faults per pass (medians): {{run:gen_time.head_faults:,}} in the first 16,
+# {{run:gen_time.tail_faults:,}} in the last 16. Clock time beyond CPU time is waiting for the core.
 
 # %% [markdown] lang="zh"
-# 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。
+# 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。
 #
-# 不用缓存时，最后 16 次计算的 CPU 时间是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（中位数相比；按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍），而它们的计数只增长到 {{run:gen_time.tail_count_growth:.2f}} 倍。和 9.1 一样，CPU 时间超出计数的部分，是计数没有建模的工作，或者是别的程序拖慢了共用的缓存；挂钟时间超出 CPU 时间的部分是在等待核心。
+# 不用缓存时，最初 16 次完整调用（$T$ 从 {{run:gen_time.prompt}} 到 {{run:gen_time.head_t_last}}）每次的 CPU 时间中位数是 {{run:gen_time.head_cpu_ms:.2f}} 毫秒；9.1 中 $P = {{run:timing.p_max}}$ 的完整重算窗口（$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）在最快的一轮中每步用了 {{run:clock.full_ms_per_step_max:.2f}} 毫秒。最后 16 次完整调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍），而它们的计数只增长到 {{run:gen_time.tail_count_growth:.2f}} 倍；计数没有包括扫过分数矩阵的几遍运算（9.1）。每次调用的次缺页次数（中位数）：最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}。挂钟时间超出 CPU 时间的部分是在等待核心。
 
 # %% tags=["prose-values"]
 def tail_over_head(times) -> float:
@@ -119,10 +126,15 @@ def tail_over_head(times) -> float:
     return float(np.median(times[-16:]) / np.median(times[:16]))
 
 
+# [en] Faults of each call without the cache (zeros where `resource` does not exist).
+# [zh] 不用缓存时每次调用的缺页次数（没有 `resource` 时记为 0）。
+full_faults_calls = [f or 0 for f in GEN_FAULTS["full"]]
 {"gen_time": {"prompt": int(GEN_TIME_PROMPT.shape[1]), "tokens": GEN_TIME_TOKENS,
               "cached_total_ms": GEN_TIME["cached"][-1][1], "full_total_ms": GEN_TIME["full"][-1][1],
               "ratio": sum(GEN_CPU["full"]) / sum(GEN_CPU["cached"]), "cached_first_ms": GEN_TIME["cached"][0][1],
               "decode_ms": float(np.median(decode_ms)),
               "tail_over_head": tail_over_head(GEN_CPU["full"]),
               "tail_over_head_clock": tail_over_head([end - start for start, end in GEN_TIME["full"]]),
-              "tail_count_growth": tail_over_head(COUNT_FULL)}}
+              "tail_count_growth": tail_over_head(COUNT_FULL),
+              "head_t_last": int(GEN_TIME_PROMPT.shape[1]) + 15, "head_cpu_ms": float(np.median(GEN_CPU["full"][:16])),
+              "head_faults": int(np.median(full_faults_calls[:16])), "tail_faults": int(np.median(full_faults_calls[-16:]))}}

@@ -4,8 +4,10 @@
 # *Optional. This subsection and 9.5 show how the timings of 9.1 were taken and what can disturb them;
 # nothing after them depends on them. On a first read, skip to section 10.*
 #
-# The table gives, for each window of 9.1, its p95 next to its p50, how many measured rounds took more
-# than 1.5 times the p50 ("slow rounds"), its minor page faults and its CPU share (p50 of the rounds).
+# The three tables (prefill, full recomputation, cached continuation) give one row per window of 9.1:
+# its CPU time (fastest round, p50, slowest round), its clock time (p50, p95), its minor page faults per round (fewest, p50, most) and its CPU share (p50 of the
+# rounds). A spread between the fastest and the slowest round shows a disturbance that a median or a
+# count of rounds far above the median can hide, for instance when most rounds are slowed alike.
 #
 # * **Page faults.** Every call allocates its temporary tensors and frees them on return; the largest grow
 #   with the sequence (one layer's $[H, T, T]$ score matrix is 1 MiB at $T = 256$ in FP32). When the C
@@ -20,11 +22,14 @@
 #   window measured that wait too.
 # * **p95.** Over 15 samples (3 with `QUICK = True`), NumPy's linear interpolation puts the p95 between
 #   the second-largest and the largest sample, so one or two slow rounds decide it: far too few samples to
-#   estimate a service's tail latency. The median shrugs such rounds off.
+#   estimate a service's tail latency. The median shrugs such rounds off, but not a slowdown that holds
+#   most rounds; the fastest round shrugs off both.
 #
-# On this run the windows took {{run:notes.faults_min:,}} to {{run:notes.faults_max:,}} minor page faults
-# and received {{run:notes.cpu_share_min:.0%}} to {{run:notes.cpu_share_max:.0%}} of their clock time as CPU
-# time; the cached window's p95 reached {{run:notes.cached_p95_over_p50:.2f}} times its p50 (at
+# On this run, minor page faults per window (median of the rounds): fewest {{run:notes.faults_min:,}}, most
+# {{run:notes.faults_max:,}}. CPU share per window: lowest {{run:notes.cpu_share_min:.0%}}, highest
+# {{run:notes.cpu_share_max:.0%}}. The largest slowest-over-fastest ratio of a window's rounds:
+# {{run:notes.spread_max:.2f}} (at $P = {{run:notes.spread_max_at}}$; the tables name the window).
+# The cached window's p95 over its p50: at most {{run:notes.cached_p95_over_p50:.2f}} (at
 # $P = {{run:notes.cached_p95_over_p50_at}}$).
 
 # %% [markdown] lang="zh"
@@ -32,33 +37,46 @@
 #
 # *可选内容。本小节和 9.5 说明 9.1 的时间是怎样测出来的，以及哪些因素会干扰它；后面的内容都不依赖它们。初读时可以直接跳到第 10 节。*
 #
-# 下表对 9.1 的每个窗口给出：p50 旁边的 p95；正式测量中耗时超过 p50 的 1.5 倍的轮数（“慢轮次”）；次缺页次数和 CPU 时间占比（各轮的中位数）。
+# 下面三张表（预填充、完整重算、缓存续写）每行对应 9.1 的一个窗口，给出：CPU 时间（最快的一轮、p50、最慢的一轮）；挂钟时间（p50、p95）；每轮的次缺页次数（最少、p50、最多）；CPU 时间占比（各轮的中位数）。最快与最慢一轮之间的差距能显示出干扰，而中位数或“远慢于中位数的轮数”可能把它掩盖掉，例如大多数轮次都同样变慢的时候。
 #
 # * **缺页**：每次调用都为临时张量分配内存，返回时再释放；其中最大的张量随序列变长（一层的 $[H, T, T]$ 分数矩阵在 $T = 256$、FP32 时就有 1 MiB）。C 库的内存分配器（Linux 上是 glibc）把释放的一大块内存交还给操作系统后，下一次需要这么多内存的调用就会拿到新的内存页，而对每个 4 KiB 内存页的第一次写入都会引发一次*次缺页*（minor page fault）：操作系统暂停程序，映射进一个清零的内存页。这种情况是否发生取决于分配器的阈值，与模型无关，所以它可能只落在某个提示长度或某条路径上，每次运行也可能不同。缺页次数在每个窗口前后用 `resource.getrusage` 读取（没有 `resource` 模块的系统上显示“–”，例如 Windows）。
 # * **CPU 时间占比**：窗口期间的 `time.process_time_ns` 除以 `perf_counter_ns`。接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等核心运行别的程序，窗口的耗时也把这段等待算了进去。
-# * **p95**：对 15 个样本（`QUICK = True` 时为 3 个），NumPy 的线性插值让 p95 落在第二大和最大的样本之间，所以由一两轮慢的测量决定；这么少的样本远不足以估计一个服务的尾延迟。中位数则几乎不受这些轮次影响。
+# * **p95**：对 15 个样本（`QUICK = True` 时为 3 个），NumPy 的线性插值让 p95 落在第二大和最大的样本之间，所以由一两轮慢的测量决定；这么少的样本远不足以估计一个服务的尾延迟。中位数几乎不受这些轮次影响，但挡不住波及大多数轮次的变慢；最快的一轮则两者都不受影响。
 #
-# 这次运行中，各窗口的次缺页次数在 {{run:notes.faults_min:,}} 到 {{run:notes.faults_max:,}} 之间，得到的 CPU 时间占挂钟时间的 {{run:notes.cpu_share_min:.0%}} 到 {{run:notes.cpu_share_max:.0%}}；缓存续写窗口的 p95 最高达到其 p50 的 {{run:notes.cached_p95_over_p50:.2f}} 倍（$P = {{run:notes.cached_p95_over_p50_at}}$ 时）。
+# 这次运行中，每个窗口的次缺页次数（各轮的中位数）：最少 {{run:notes.faults_min:,}}，最多 {{run:notes.faults_max:,}}。每个窗口的 CPU 时间占比：最低 {{run:notes.cpu_share_min:.0%}}，最高 {{run:notes.cpu_share_max:.0%}}。一个窗口内最慢一轮与最快一轮之比，最大为 {{run:notes.spread_max:.2f}}（$P = {{run:notes.spread_max_at}}$ 时，具体是哪个窗口见上面的表）。缓存续写窗口的 p95 与 p50 之比：最大 {{run:notes.cached_p95_over_p50:.2f}}（$P = {{run:notes.cached_p95_over_p50_at}}$ 时）。
 
 # %% tags=["hide-input"]
-say_table(
-    [[str(r["prompt_tokens"])] + [f"{r[f'{path}_ms']['p50']:.3f} / {r[f'{path}_ms']['p95']:.3f}" for path in PATHS]
-     + [" / ".join(str(slow_rounds(r[f"{path}_ms"])) for path in PATHS),
-        " / ".join("–" if r[f"{path}_faults"] is None else f"{r[f'{path}_faults']:,}" for path in PATHS),
-        " / ".join(f"{r[f'{path}_cpu_share']:.0%}" for path in PATHS)]
-     for r in TIMING_ROWS],
-    en=["prompt $P$", "prefill, ms p50 / p95", "full, ms p50 / p95", "cached, ms p50 / p95",
-        f"slow rounds of {REPEATS} (prefill / full / cached)", "minor page faults (prefill / full / cached)",
-        "CPU time / clock time (prefill / full / cached)"],
-    zh=["提示长度 $P$", "预填充（毫秒，p50 / p95）", "完整重算（毫秒，p50 / p95）", "缓存续写（毫秒，p50 / p95）",
-        f"{REPEATS} 轮中的慢轮次（预填充 / 完整重算 / 缓存续写）", "次缺页次数（预填充 / 完整重算 / 缓存续写）",
-        "CPU 时间 / 挂钟时间（预填充 / 完整重算 / 缓存续写）"],
-)
+def faults_range(row: dict, path: str) -> str:
+    rounds = row[f"{path}_faults_rounds"]
+    return "–" if rounds is None else f"{min(rounds):,} / {int(np.median(rounds)):,} / {max(rounds):,}"
+
+
+def notes_rows(path: str) -> list[list[str]]:
+    return [[str(r["prompt_tokens"]),
+             f"{r[f'{path}_cpu_ms']['min']:.3f} / {r[f'{path}_cpu_ms']['p50']:.3f} / {r[f'{path}_cpu_ms']['max']:.3f}",
+             f"{r[f'{path}_ms']['p50']:.3f} / {r[f'{path}_ms']['p95']:.3f}", faults_range(r, path),
+             f"{r[f'{path}_cpu_share']:.0%}"] for r in TIMING_ROWS]
+
+
+for path in PATHS:
+    say_table(
+        notes_rows(path),
+        en=[f"{ {'prefill': 'prefill', 'full': 'full recomputation', 'cached': 'cached continuation'}[path]}: prompt $P$",
+            "CPU ms (min / p50 / max)", "clock ms (p50 / p95)", "minor page faults per round (min / p50 / max)",
+            "CPU time / clock time"],
+        zh=[f"{ {'prefill': '预填充', 'full': '完整重算', 'cached': '缓存续写'}[path]}：提示长度 $P$",
+            "CPU 毫秒（min / p50 / max）", "挂钟毫秒（p50 / p95）", "每轮的次缺页次数（min / p50 / max）",
+            "CPU 时间 / 挂钟时间"],
+    )
 
 # %% tags=["prose-values"]
 p95_ratios = [(r["cached_ms"]["p95"] / r["cached_ms"]["p50"], r["prompt_tokens"]) for r in TIMING_ROWS]
 window_faults = [r[f"{path}_faults"] for r in TIMING_ROWS for path in PATHS if r[f"{path}_faults"] is not None] or [0]
+spreads = [(r[f"{path}_cpu_ms"]["max"] / r[f"{path}_cpu_ms"]["min"], r["prompt_tokens"], path)
+           for r in TIMING_ROWS for path in PATHS]
+spread_max = max(spreads)
 {"notes": {"cached_p95_over_p50": max(p95_ratios)[0], "cached_p95_over_p50_at": max(p95_ratios)[1],
            "faults_min": min(window_faults), "faults_max": max(window_faults),
+           "spread_max": spread_max[0], "spread_max_at": spread_max[1],
            "cpu_share_min": min(r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS),
            "cpu_share_max": max(r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS)}}
