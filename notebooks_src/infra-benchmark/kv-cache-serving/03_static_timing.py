@@ -165,8 +165,8 @@ plt.show()
 # **What the table shows.** A `torch.cat` step copies the whole history, $P + 1$ positions of K/V
 # ({{run:step.cat_kib_written}} KiB at the longest prefix), into two new tensors per layer; those copies,
 # timed alone, took {{run:step.short_copies_p50_ms:.3f}} ms at $P = {{run:step.short_prefix}}$ and
-# {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$ (a fixed cost per call included), or
-# {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of the `torch.cat` step's median.
+# {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$ (a fixed cost per call included); as a share
+# of the `torch.cat` step's median, lowest {{run:step.share_min_pct:.0f}}%, highest {{run:step.share_max_pct:.0f}}%.
 # A static step writes one slot per layer instead. Yet the copies are not the only difference between the
 # two steps: the static store hands attention strided views of its buffers, makes its writes with extra
 # in-place `copy_` calls through slices, and calls other operators (the profile below lists every operator
@@ -178,7 +178,7 @@ plt.show()
 # cache become extra memory traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销），占 `torch.cat` 解码步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以单独计时的复制耗时不能直接套用到整个解码步上。中位数之差的 95% 区间不包含 0 的前缀长度：{{run:step.prefix_count}} 个中有 {{run:step.interval_excludes_zero_count}} 个（区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以单独计时的复制耗时不能直接套用到整个解码步上。中位数之差的 95% 区间不包含 0 的前缀长度个数：{{run:step.interval_excludes_zero_count}}（共 {{run:step.prefix_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
