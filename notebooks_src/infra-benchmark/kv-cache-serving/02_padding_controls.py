@@ -1,8 +1,9 @@
 # %% [markdown] lang="en"
 # > **The equality rule of this notebook.** Two computations are asked to agree **bit for bit** only when
 # > every kernel receives the same inputs in the same shapes and memory layout (or when the work is pure
-# > data movement: copy, index, gather). A deterministic CPU kernel, here pinned to one thread, then repeats
-# > the same arithmetic on any machine. Where a shape or a layout differs (a strided view against a fresh
+# > data movement: copy, index, gather). A deterministic CPU kernel, here pinned to one thread, then does
+# > the same arithmetic for both, in the same run on the same machine; another machine or PyTorch build may
+# > give other bits, but gives them to both. Where a shape or a layout differs (a strided view against a fresh
 # > tensor, a row inside a larger batch), a kernel may choose another blocking and order of summation, so
 # > the comparison uses the dtype's tolerance ($10^{-5}$ in FP32, $10^{-10}$ in FP64). Each check below
 # > says which case it is.
@@ -16,7 +17,7 @@
 # holds other numbers).
 
 # %% [markdown] lang="zh"
-# > **本笔记本的相等规则**：只有当每个内核收到的输入、形状和内存布局都相同时（或者只是搬运数据：复制、索引、收集），我们才要求两种计算**逐比特相同**。这时确定性的 CPU 内核（这里固定为单线程）在任何机器上都会重复完全相同的运算。只要形状或内存布局不同（跨步视图与新建的张量相比，或者同一行处在更大的 batch 中），内核就可能选择另一种划分方式和求和顺序，所以比较采用该精度的容差（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$）。下面每项检查都会说明属于哪种情况。
+# > **本笔记本的相等规则**：只有当每个内核收到的输入、形状和内存布局都相同时（或者只是搬运数据：复制、索引、收集），我们才要求两种计算**逐比特相同**。这时确定性的 CPU 内核（这里固定为单线程）在同一台机器、同一次运行中对两者做完全相同的运算；换一台机器或另一个 PyTorch 版本，得到的比特可能不同，但对两者仍然相同。只要形状或内存布局不同（跨步视图与新建的张量相比，或者同一行处在更大的 batch 中），内核就可能选择另一种划分方式和求和顺序，所以比较采用该精度的容差（FP32 为 $10^{-5}$，FP64 为 $10^{-10}$）。下面每项检查都会说明属于哪种情况。
 #
 # 填充位里放什么，不应产生任何影响：换一个填充 token ID，或者把填充位的位置从 0 改成 7，真实位置上的 logits 都必须**逐比特相同**。填充键的分数在 softmax 之前被替换成 $-\infty$，权重恰好为 0，而对任何有限的 $v$ 都有 $0 \cdot v = 0$；其余的数、形状和内存布局都不变，所以按上述规则要求完全相等。一个 token 都没有的行（batch 中的空位）从头到尾都是填充位：`guard_empty_rows` 同样让它保持有限值，其他行也察觉不到它的存在（在容差内：它们所在的 batch 里装的是别的数）。
 

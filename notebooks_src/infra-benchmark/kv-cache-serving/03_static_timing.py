@@ -1,15 +1,18 @@
 # %% [markdown] lang="en"
-# **Timing.** Now the step time. For prefix lengths $P$ from 16 to 480 tokens (batch 1), we time one decode
-# step, one new token, with each store, and a third call that makes only the copies of a `torch.cat` step.
-# Before every timed call the store is put back to length $P$, so every sample measures the same step.
-# Every round times every call at every $P$ once, in an order that rotates from round to round, so that
-# the machine's load drifts over all of them alike. We compare **medians**: a few calls slowed by another
-# process barely move a median. Before timing, the two steps must give the same logits at every $P$ within
-# the FP32 tolerance (the rule of section 4: their K/V layouts differ). The harness is folded below; the
-# cell after it runs it, shows the table and checks the logits.
+# ## 11. Optional: timing the static and the `torch.cat` step in eager mode
+#
+# This section can be skipped: nothing later depends on it. Section 5 showed that the two stores compute
+# the same thing; here we time them. For prefix lengths $P$ from 16 to 480 tokens (batch 1) we time one
+# decode step with each store, and a third call that makes only the copies of a `torch.cat` step. Before
+# every timed call the store is put back to length $P$; every round times every call once, in an order
+# that rotates from round to round, so that the machine's load drifts over all of them alike; we compare
+# **medians**, which a few slowed calls barely move. Before timing, the two steps must give the same logits
+# at every $P$ within the FP32 tolerance. The harness is folded below.
 
 # %% [markdown] lang="zh"
-# **计时**：接下来看每一步的耗时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步（一个新 token）计时，第三项调用只做 `torch.cat` 解码步中的那些复制。每次计时之前都把存储对象恢复到长度 $P$，这样每个样本测的都是同一个解码步。每一轮把每个 $P$ 的每项调用各计时一次，先后顺序逐轮轮换，这样机器负载的起伏会同样地落到每一项上。我们比较的是**中位数**：几次被其他进程拖慢的调用几乎不会改变中位数。计时之前，两种解码步在每个 $P$ 上给出的 logits 必须在 FP32 容差内一致（第 4 节的规则：两者 K/V 的内存布局不同）。计时代码折叠在下面；再下一个单元格运行它，列出表格并核对 logits。
+# ## 11. 可选：在 eager 模式下为静态缓存和 `torch.cat` 的解码步计时
+#
+# 本节可以跳过，后面的内容都不依赖它。第 5 节表明两种存储对象算出的结果相同；这里为它们计时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步计时，第三项调用只做 `torch.cat` 解码步中的那些复制。每次计时之前都把存储对象恢复到长度 $P$；每一轮把每项调用各计时一次，先后顺序逐轮轮换，这样机器负载的起伏会同样地落到每一项上；我们比较的是**中位数**，几次被拖慢的调用几乎不会改变它。计时之前，两种解码步在每个 $P$ 上给出的 logits 必须在 FP32 容差内一致。计时代码折叠在下面。
 
 # %% tags=["hide-input"]
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
@@ -159,23 +162,23 @@ fig.savefig(STEP_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# **The lesson.** In eager mode on this CPU the copies a static cache saves are a small part of a decode
-# step: over the prefix lengths from {{run:step.short_prefix}} to {{run:step.prefix}}, the copies of a
-# `torch.cat` step took {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of the step's
-# median on this run. They grow with $P$ because a `torch.cat` step copies the whole history, $P + 1$
-# positions of K/V ({{run:step.cat_kib_written}} KiB at the longest prefix), into two new tensors per layer,
-# while a static step writes one slot per layer: {{run:step.short_copies_p50_ms:.3f}} ms at
-# $P = {{run:step.short_prefix}}$, {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$ (a fixed
-# cost per call included). The copies are the only difference between the two steps, yet the difference
-# of the medians need not equal their time: on this run its 95% interval excludes zero at
-# {{run:step.interval_excludes_zero_count}} of the {{run:step.prefix_count}} prefix lengths (where it
-# contains zero, the run cannot tell the two steps apart).
-# Timing is therefore reported, not asserted. The static cache's value lies in its fixed addresses, not in
-# eager speed. On a GPU with a large model the picture changes: a decode step is bound by memory bandwidth,
-# and the copies of a `torch.cat` cache become extra memory traffic on the critical path.
+# **What the table shows.** A `torch.cat` step copies the whole history, $P + 1$ positions of K/V
+# ({{run:step.cat_kib_written}} KiB at the longest prefix), into two new tensors per layer; those copies,
+# timed alone, took {{run:step.short_copies_p50_ms:.3f}} ms at $P = {{run:step.short_prefix}}$ and
+# {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$ (a fixed cost per call included); as a share
+# of the `torch.cat` step's median, lowest {{run:step.share_min_pct:.0f}}%, highest {{run:step.share_max_pct:.0f}}%.
+# A static step writes one slot per layer instead. Yet the copies are not the only difference between the
+# two steps: the static store hands attention strided views of its buffers, makes its writes with extra
+# in-place `copy_` calls through slices, and calls other operators (the profile below lists every operator
+# whose count differs). So the time of the copies alone does not carry over to the whole step. Prefix
+# lengths at which the 95% interval of the difference of the medians excludes zero:
+# {{run:step.interval_excludes_zero_count}} of {{run:step.prefix_count}} (where it contains zero, this run
+# cannot tell the two steps apart). Timing is therefore reported, not asserted. On a GPU with a large
+# model the picture changes: a decode step is bound by memory bandwidth, and the copies of a `torch.cat`
+# cache become extra memory traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **结论**：在这台 CPU 上以 eager 模式运行时，静态缓存省下的复制只占解码步的一小部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占这一步中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。复制随 $P$ 增长，因为 `torch.cat` 每一步都要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中，而静态缓存每层只写一个槽位：复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）。复制是两种解码步唯一的区别，但两个中位数之差不一定等于复制的耗时：本次运行中，在 {{run:step.prefix_count}} 个前缀长度中，有 {{run:step.interval_excludes_zero_count}} 个长度上它的 95% 区间不包含 0（区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。所以计时只报告，不做断言。静态缓存的价值在于固定的地址，而不在 eager 模式下的速度。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以单独计时的复制耗时不能直接套用到整个解码步上。中位数之差的 95% 区间不包含 0 的前缀长度个数：{{run:step.interval_excludes_zero_count}}（共 {{run:step.prefix_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
@@ -193,26 +196,21 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
-# <details><summary>Optional: the two steps' operators (a profile)</summary>
-#
-# `torch.profiler` records every operator a step calls. We profile the decode step at
-# $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each, the stores taking turns every
-# five steps) and count, per step, the calls of the two operators the code says must differ. The
-# {{run:profile.cat_ops:.0f}} concatenations of a `torch.cat` step (`aten::cat`: K and V in each layer,
-# and the padding mask) are missing from the static step, which calls `aten::copy_`
-# {{run:profile.copy_extra:.0f}} more times instead (its in-place writes); the cell asserts both counts.
-# The profiled self time of those concatenations, {{run:profile.cat_us:.0f}} µs per step on this run
-# (the median call times the calls per step), is there to set beside the copies timed alone at the same
-# $P$ in the table above ({{run:profile.copies_alone_us:.0f}} µs).
-#
-# </details>
+# **The two steps' operators.** `torch.profiler` records every operator a step calls. We profile the
+# decode step at $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each, the stores
+# taking turns every five steps). The table lists every operator whose calls per step differ, and the
+# totals. The cell asserts the two counts the code fixes: the {{run:profile.cat_ops:.0f}} concatenations of
+# a `torch.cat` step (`aten::cat`: K and V in each layer, and the padding mask) are missing from the static
+# step, which calls `aten::copy_` {{run:profile.copy_extra:.0f}} more times instead (its in-place writes).
+# The other rows, on this PyTorch build, come from the views each store makes: `torch.cat` slices its inputs (`aten::narrow`), the static
+# store slices its buffers. Self time counts only the time inside operators: the concatenations took
+# {{run:profile.cat_us:.0f}} µs per step on this run (the median call times the calls per step), against
+# {{run:profile.copies_alone_us:.0f}} µs for the copies timed alone. The wall clock also counts the Python
+# work between operators and the profiler's own cost per call, which this run does not separate; that is
+# why a gap in operator self time need not show in the medians above.
 
 # %% [markdown] lang="zh"
-# <details><summary>选读：两种解码步调用的算子（性能分析）</summary>
-#
-# `torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步，两种存储对象每五步轮换一次），按每步统计代码所预言的两个不同算子的调用次数。`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）；单元格断言这两个次数。本次运行中，这些拼接的自身耗时为每步 {{run:profile.cat_us:.0f}} 微秒（单次调用耗时的中位数乘以每步的调用次数），可以与上表中同一 $P$ 上单独计时的复制（{{run:profile.copies_alone_us:.0f}} 微秒）对照。
-#
-# </details>
+# **两种解码步调用的算子**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步，两种存储对象每五步轮换一次）。表中列出每步调用次数不同的每一个算子，以及全部算子的合计。单元格断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。在这个 PyTorch 版本上，其余各行来自两种存储对象各自创建的视图：`torch.cat` 对输入做切片（`aten::narrow`），静态存储对象对缓冲区做切片。自身耗时只计算算子内部的时间：本次运行中，这些拼接每步耗时 {{run:profile.cat_us:.0f}} 微秒（单次调用耗时的中位数乘以每步的调用次数），单独计时的复制为 {{run:profile.copies_alone_us:.0f}} 微秒。挂钟时间还包括算子之间的 Python 代码和性能分析器在每次调用上的开销，这次运行没有把它们分开；所以算子自身耗时上的差距不一定会出现在上面的中位数里。
 
 # %% tags=["hide-input"]
 # [en] Kineto, the profiler's engine, prints a line at every start and stop below this log level.
@@ -248,11 +246,16 @@ def profile_step(prefix_len) -> dict:
 
 PROFILE = profile_step(STEP_PREFIXES[-1])
 totals = {name: (sum(c for c, _ in ops.values()), sum(t for _, t in ops.values())) for name, ops in PROFILE.items()}
+differing = sorted(op for op in set(PROFILE["cat"]) | set(PROFILE["static"])
+                   if PROFILE["cat"].get(op, (0, 0))[0] != PROFILE["static"].get(op, (0, 0))[0])
 say_table([[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[i]:{fmt}}" for name in ("cat", "static") for i, fmt in ((0, ".0f"), (1, ".1f")))]
-           for op in ("aten::cat", "aten::copy_")] + [["all operators", *(f"{totals[name][i]:{fmt}}" for name in ("cat", "static")
-                                                                             for i, fmt in ((0, ".0f"), (1, ".1f")))]],
+           for op in differing],
           en=["operator", "`torch.cat` step: calls", "`torch.cat` step: self time (µs)", "static step: calls", "static step: self time (µs)"],
           zh=["算子", "`torch.cat` 解码步：调用次数", "`torch.cat` 解码步：自身耗时（微秒）", "静态缓存解码步：调用次数", "静态缓存解码步：自身耗时（微秒）"])
+say(en=f"All operators, per step: `torch.cat` step {totals['cat'][0]:.0f} calls, {totals['cat'][1]:.1f} µs of self time; "
+       f"static step {totals['static'][0]:.0f} calls, {totals['static'][1]:.1f} µs.",
+    zh=f"每步全部算子合计：`torch.cat` 解码步 {totals['cat'][0]:.0f} 次调用，自身耗时 {totals['cat'][1]:.1f} 微秒；"
+       f"静态缓存解码步 {totals['static'][0]:.0f} 次调用，{totals['static'][1]:.1f} 微秒。")
 # [en] The counts the code predicts: no concatenation in a static step, one in-place copy in its place (K and V
 # [en] in each layer, and the mask's new slot).
 # [zh] 代码推算出的调用次数：静态缓存的解码步没有拼接，每次拼接都换成一次原地复制（每层的 K 和 V，以及掩码的新槽位）。

@@ -92,6 +92,8 @@ class SeqBatchStore:
         values = torch.zeros_like(keys)
         for row, (seq, n) in enumerate(zip(self.seqs, self.new_counts)):
             if n:
+                # [en] The batch is left-padded, so a row's n new tokens are its last n columns.
+                # [zh] batch 是左填充的，所以一行的 n 个新 token 就是它的最后 n 列。
                 self.cache.write(layer, seq, self.addresses[row], k[row, :, -n:], v[row, :, -n:])
             seq_k, seq_v = self.cache.read(layer, seq)                 # [H, length, Dh]
             keys[row, :, self.total - seq_k.shape[1]:] = seq_k

@@ -1,14 +1,14 @@
 # %% [markdown] lang="en"
 # **Negative controls.** Two bookkeeping mistakes, each in a subclass that changes one method, each
-# run through the check of the criterion it breaks. A control is caught when every check of its criterion
-# that could see it fails. First, the paging itself:
+# run through the check of the criterion it breaks; the verdicts below name the checks that must fail for
+# each. First, the paging itself:
 #
 # **Off-by-one block offset** (first criterion): `reserve` hands out the slot one past the block's
 # fill count, so each position is written one slot too far while `read` reads the slots the block
 # counts as filled.
 
 # %% [markdown] lang="zh"
-# **负对照**：两种记账错误，各自写成只改动一个方法的子类，都交给它所违反的那条判据的检查。判据中凡是能发现这个错误的检查都必须失败，才算查出了这个负对照。第一个错在分页本身：
+# **负对照**：两种记账错误，各自写成只改动一个方法的子类，都交给它所违反的那条判据的检查。每个负对照必须让哪些检查失败，见下面的结论。第一个错在分页本身：
 #
 # **物理块内偏移差一**（第一条判据）：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都往后多偏了一个槽位，而 `read` 读取的仍是物理块记为已填的那些槽位。
 
@@ -42,13 +42,13 @@ class NoCopyOnWrite(PagedCache):
 in_place = check_shared(NoCopyOnWrite(BlockPool(cfg, 16, BLOCK_SIZE)))
 
 # %% [markdown] lang="en"
-# The verdicts, side by side. The first control is caught by the comparison with the `torch.cat` cache;
-# the second fails both the bit-exact comparison with the contiguous cache and the comparison with full
+# The verdicts, side by side. The first control is caught when the comparison with the `torch.cat` cache
+# fails; the second, when it fails both the bit-exact comparison with the contiguous cache and the comparison with full
 # recomputation. (A third mistake, a reused block not cleared, needs requests that come and go: section 8
 # runs it next to the check it breaks.)
 
 # %% [markdown] lang="zh"
-# 两个负对照的结论并列如下。第一个负对照由与 `torch.cat` 缓存的比较查出；第二个负对照同时通不过与连续缓存的逐比特比较和与完整重算的比较。（第三种错误是复用的物理块没有清理，它要有陆续到达又陆续离开的请求才会出现：第 8 节把它放在它所违反的检查旁边运行。）
+# 两个负对照的结论并列如下。第一个负对照以与 `torch.cat` 缓存的比较失败为查出；第二个负对照要同时通不过与连续缓存的逐比特比较和与完整重算的比较。（第三种错误是复用的物理块没有清理，它要有陆续到达又陆续离开的请求才会出现：第 8 节把它放在它所违反的检查旁边运行。）
 
 # %%
 PAGED_CONTROLS = {

@@ -72,7 +72,7 @@ def show_batching(static, continuous, continuous_idle):
 def show_trace(events):
     say_table([[str(t["iteration"]), str(t["admitted"]), str(t["decoded"]), str(t["running"]), str(t["waiting"])] for t in events],
               en=["iteration", "admitted (prefilled)", "decoded in the batched step", "running", "waiting"],
-              zh=["迭代", "接纳（已预填充）", "参加批量解码步", "运行中", "等待中"])
+              zh=["迭代", "接纳（已预填充）", "参加 batch 解码步", "运行中", "等待中"])
 
 # %% [markdown] lang="en"
 # The stream through `serve`; the table shows the first three iterations of the trace that admit a request.
@@ -102,10 +102,13 @@ assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTI
 # %% [markdown] lang="en"
 # **Against the baseline.** Both schedules decode the same {{run:static_batching.decoded_tokens}} tokens (each
 # request's output minus its first token); continuous batching needs fewer decode steps for them because
-# no row waits for the longest request of its batch.
+# no row waits for the longest request of its batch. The loop's idle row-steps are zero by construction (a
+# finished request leaves in the same iteration); the table counts them from the trace. Neither count
+# includes prefill: `serve` prefills each request in its own call, where static batching could prefill a
+# whole batch in one.
 
 # %% [markdown] lang="zh"
-# **与基线比较**：两种调度解码的都是同样的 {{run:static_batching.decoded_tokens}} 个 token（每个请求的输出减去第一个 token）；连续批处理需要的解码步更少，因为没有哪一行要等它所在 batch 中最长的请求。
+# **与基线比较**：两种调度解码的都是同样的 {{run:static_batching.decoded_tokens}} 个 token（每个请求的输出减去第一个 token）；连续批处理需要的解码步更少，因为没有哪一行要等它所在 batch 中最长的请求。循环的空闲行步数按构造就是 0（请求完成后在同一次迭代中离开），表中的数是从迭代记录里数出来的。两种计数都不含预填充：`serve` 对每个请求单独调用一次预填充，而静态批处理可以把整个 batch 的预填充放在一次调用里。
 
 # %%
 # [en] Rows in the loop's decode steps held by a request that is not decoding: a finished one waits for nobody.
@@ -127,7 +130,7 @@ assert CONTINUOUS["decoded_tokens"] == STATIC_BATCHING["decoded_tokens"] and CON
 # black line is smaller than its own reservation, although fewer blocks are in use.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与批量解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。只要阴影与黑线之间的空隙小于等待中请求自己的预留量，这个请求就会被拒绝，尽管实际使用的物理块更少。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与 batch 解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。只要阴影与黑线之间的空隙小于等待中请求自己的预留量，这个请求就会被拒绝，尽管实际使用的物理块更少。
 
 # %%
 fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})

@@ -5,7 +5,7 @@
 # `decode_step` gives every running request one token in one batched call.
 
 # %% [markdown] lang="zh"
-# **循环**：`serve` 在每次迭代中接纳等待的请求，为当前所有请求执行一个解码步，再让已经生成完全部 token 的请求离开并归还它的物理块。先看它的两次模型调用：`prefill` 单独处理新请求的提示，`decode_step` 在一次批量调用中让每个运行中的请求各生成一个 token。
+# **循环**：`serve` 在每次迭代中接纳等待的请求，为当前所有请求执行一个解码步，再让已经生成完全部 token 的请求离开并归还它的物理块。先看它的两次模型调用：`prefill` 单独处理新请求的提示，`decode_step` 在一次 batch 调用中让每个运行中的请求各生成一个 token。
 
 # %%
 def prefill(model, cache, request):
@@ -20,7 +20,7 @@ def prefill(model, cache, request):
 
 def decode_step(model, cache, requests):
     # [en] One more token for each of `requests`, all in one batched call.
-    # [zh] 在一次批量调用中，让 `requests` 中的每个请求各多生成一个 token。
+    # [zh] 在一次 batch 调用中，让 `requests` 中的每个请求各多生成一个 token。
     ids = torch.tensor([[r.tokens[-1]] for r in requests])
     logits = store_forward(model, ids, torch.ones(len(requests), 1, dtype=torch.bool), SeqBatchStore(cache, [r.rid for r in requests]))
     for row, r in enumerate(requests):
@@ -141,7 +141,7 @@ def request_logits(request):
 # table it prints follows.
 
 # %% [markdown] lang="zh"
-# **物理块能归还、能复用**：之后加入的请求拿到的，正是已完成的请求归还的物理块；第一项证明检查的就是复用时不出错。这项证明的六个请求提示长度和输出长度各不相同，全部同时到达，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。`check_reuse` 让这些请求分别在给定的池和连续缓存上运行，并汇总各项检查，分为两组：
+# **物理块能归还、能复用**：之后加入的请求拿到的，正是已完成的请求归还的物理块；第一项证明检查的就是复用时不出错。这项证明用六个请求，它们的提示长度和输出长度各不相同，全部同时到达，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。`check_reuse` 让这些请求分别在给定的池和连续缓存上运行，并汇总各项检查，分为两组：
 #
 # * **数值**：分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同（与第 6 节一样，这是同样的输入上的同样的调用），而且每个请求生成的 token 都必须与它单独运行时完全相同；
 # * **记账**：在每次迭代的峰值时刻，没有哪个请求持有的物理块超过为它预留的数量；先前用过的物理块会被再次分配出去；运行结束时，所有物理块都已回到池中。

@@ -1,18 +1,18 @@
 # %% [markdown] lang="en"
-# ## 11. Saved results
+# ## 12. Saved results
 #
 # Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the
 # figures: per variant the criterion, the largest errors, and each negative control with its error and
-# whether it was caught; the step timings of section 5 with their protocol and raw samples, and its operator profile; the memory
+# whether it was caught; the step timings of section 11 with their protocol and raw samples, and its operator profile; the memory
 # table of section 7; the continuous-batching summary and its trace; and, under `peer`, the comparison with
 # Hugging Face of section 10 (or why it was skipped). A NaN error (a control that
 # produced NaN) is written as `null` with `"finite": false`, so the file is strict JSON. On Colab the
 # cell also offers the files for download.
 
 # %% [markdown] lang="zh"
-# ## 11. 保存结果
+# ## 12. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：每种做法的判据、最大绝对误差，以及每个负对照的误差和是否被查出；第 5 节的解码步计时，连同计时设置、原始样本和性能分析结果；第 7 节的内存表；连续批处理的汇总及其迭代记录；以及以 `peer` 为键的第 10 节与 Hugging Face 的比较（或跳过的原因）。误差为 NaN 时（某个负对照算出了 NaN），写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
+# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：每种做法的判据、最大绝对误差，以及每个负对照的误差和是否被查出；第 11 节的解码步计时，连同计时设置、原始样本和性能分析结果；第 7 节的内存表；连续批处理的汇总及其迭代记录；以及以 `peer` 为键的第 10 节与 Hugging Face 的比较（或跳过的原因）。误差为 NaN 时（某个负对照算出了 NaN），写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
 
 # %% tags=["hide-input"]
 def control_entry(control: dict) -> dict:

@@ -1,25 +1,24 @@
 # %% [markdown] lang="en"
-# ## 12. Takeaways and exercises
+# ## 13. Takeaways and exercises
 #
 # * **Padding** puts sequences of different lengths in one batch. Pad on the left, take each row's
 #   positions from its attention mask (`cumsum - 1`), mask padding *keys* (not queries), and let a query
 #   that sees no key read every key, or NaN spreads through V. Each row then equals its prompt run alone
 #   (largest FP32 logit error {{run:takeaways.padding_err:.1e}}), and what sits in a padding slot changes
 #   nothing, bit for bit.
-# * **A static cache** writes K/V in place into one buffer per layer that never moves. Its point is fixed
-#   addresses and shapes: a CUDA graph replays a step only if both stay fixed, and `torch.compile`
-#   compiles the step again when a shape changes (and from then on for dynamic shapes). In eager mode on
-#   this CPU the copy it saves was a small part of a step made of hundreds of small operators: over prefix
-#   lengths from {{run:step.short_prefix}} to {{run:step.prefix}}, the copies of a `torch.cat` step took
-#   {{run:step.share_min_pct:.0f}}% to {{run:step.share_max_pct:.0f}}% of its median on this run.
+# * **A static cache** writes K/V in place into one buffer per layer that never moves, and computes what
+#   the `torch.cat` cache computes. Its point is fixed addresses and shapes: a CUDA graph replays a step
+#   only if both stay fixed, and `torch.compile` compiles the step again when a shape changes. Fixed shapes
+#   need a cache that reads its whole buffer under a mask, as Hugging Face's `StaticCache` does; ours reads
+#   a growing prefix, so it fixes the addresses only. Its eager-mode timing is in the optional section 11.
 # * **A paged cache** maps each sequence's logical blocks to physical blocks of a shared pool through a
 #   block table. Reading is a gather, so it equals a contiguous cache bit for bit. Blocks return to the
 #   pool and are reused. `fork` shares all of a sequence's blocks, partly filled ones included; a
 #   sequence that writes into a block it still shares copies that block first (copy-on-write).
-# * **Memory**: on the simulated workload, reserving the maximum length wasted
-#   {{run:memory.contiguous_max:.1f}}% of the reserved K/V memory, reserving the final length
-#   {{run:memory.contiguous_final:.1f}}%, paging with blocks of 16 positions {{run:memory.paged_16:.1f}}%;
-#   the vLLM paper measured 20.4%–38.2% of reserved memory in use for Orca and 96.3% for vLLM.
+# * **Memory**, as the share of reserved K/V memory in use: on the simulated workload,
+#   {{run:memory.used_contiguous_max:.1f}}% when reserving the maximum length,
+#   {{run:memory.used_contiguous_final:.1f}}% when reserving the final length, {{run:memory.used_paged_16:.1f}}%
+#   when paging with blocks of 16 positions; the vLLM paper measured 20.4%–38.2% for Orca and 96.3% for vLLM.
 # * **Continuous batching** admits and retires requests at every iteration. On the same stream it needed
 #   {{run:continuous.decode_steps}} decode steps where static batching needed {{run:static_batching.decode_steps}}
 #   ({{run:continuous.tokens_per_decode_step:.2f}} against {{run:static_batching.tokens_per_decode_step:.2f}} tokens
@@ -29,12 +28,12 @@
 #   copies); everything else was compared within the tolerance of its dtype.
 
 # %% [markdown] lang="zh"
-# ## 12. 要点与练习
+# ## 13. 要点与练习
 #
 # * **填充**让长度不同的序列进入同一个 batch。要在左边填充，从每行的注意力掩码推出位置（`cumsum - 1`），遮住的是填充位上的**键**而不是查询；一个键都看不到的查询要让它读取全部的键，否则 NaN 会经由 V 扩散开。这样每一行都等于它的提示单独运行的结果（FP32 下 logits 的最大绝对误差为 {{run:takeaways.padding_err:.1e}}），而且无论填充位里放什么，结果都逐比特相同。
-# * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区。它的意义在于固定的地址和形状：CUDA 图只有在两者都不变时才能重放一个解码步；`torch.compile` 则在形状改变时重新编译这一步（此后改按动态形状编译）。在这台 CPU 上以 eager 模式运行时，它省下的复制在由几百个小算子组成的解码步中只占很小一部分：本次运行中，前缀长度从 {{run:step.short_prefix}} 到 {{run:step.prefix}}，`torch.cat` 解码步中的复制占其中位数耗时的 {{run:step.share_min_pct:.0f}}% 到 {{run:step.share_max_pct:.0f}}%。
+# * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区，算出的结果与 `torch.cat` 缓存相同。它的意义在于固定的地址和形状：CUDA 图只有在两者都不变时才能重放一个解码步；`torch.compile` 则在形状改变时重新编译这一步。形状要固定，缓存就得像 Hugging Face 的 `StaticCache` 那样在掩码下读取整个缓冲区；我们的存储对象读取的是不断增长的前缀，所以只固定了地址。它在 eager 模式下的计时见可选的第 11 节。
 # * **分页缓存**通过块表把每条序列的逻辑块映射到共享池中的物理块。读取只是收集，所以与连续缓存逐比特相同。物理块会归还到池中再被复用；`fork` 让新序列共享原序列的全部物理块，包括没填满的；序列要写入一个仍与别人共享的物理块时，先复制一份再写（写时复制）。
-# * **内存**：在模拟负载上，按最大长度预留浪费了 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存，按最终长度预留浪费了 {{run:memory.contiguous_final:.1f}}%，物理块大小为 16 的分页只浪费 {{run:memory.paged_16:.1f}}%；vLLM 论文测得 Orca 预留的内存中有 20.4% 到 38.2% 在使用，vLLM 为 96.3%。
+# * **内存**，按预留的 K/V 内存中正在使用的比例计：在模拟负载上，按最大长度预留为 {{run:memory.used_contiguous_max:.1f}}%，按最终长度预留为 {{run:memory.used_contiguous_final:.1f}}%，物理块大小为 16 的分页为 {{run:memory.used_paged_16:.1f}}%；vLLM 论文测得 Orca 为 20.4% 到 38.2%，vLLM 为 96.3%。
 # * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。在同一个请求流上，它需要 {{run:continuous.decode_steps}} 个解码步，静态批处理需要 {{run:static_batching.decode_steps}} 个（每个解码步分别生成 {{run:continuous.tokens_per_decode_step:.2f}} 个和 {{run:static_batching.tokens_per_decode_step:.2f}} 个 token），而每个请求生成的 token 都与它单独运行时相同。
 # * **每项检查都能失败**：全部 {{run:takeaways.controls}} 个负对照都被查出。只有在按构造必然成立的地方（同样的输入上的同样的调用、收集和复制）才要求逐比特相同；其余一律在该精度的容差内比较。
 
