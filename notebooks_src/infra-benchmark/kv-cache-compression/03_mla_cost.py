@@ -167,20 +167,31 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
 #
 # The expand-on-read form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form,
-# but the cache is not all it moves. At every step `expand_kv` writes, for every cached position, the whole
-# `kv_b_proj` output, $H(d_C + d_v)$ numbers (the values it returns are a view into it), and then a new key tensor
-# into which it copies each head's $k^C$ and the RoPE key, $H(d_C + d_R)$ numbers: $H(2d_C + d_R + d_v)$ numbers
-# per position written. The copy reads the $H d_C$ numbers of $k^C$ once more, and attention reads the keys and
-# values, $H(d_C + d_R + d_v)$. Our `expand` does the same (`kv_up`'s output, then
-# `torch.cat`). At DeepSeek-V3's size and 32,768 keys that is
-# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step: the expand-on-read form saves cache capacity, not
-# memory bandwidth. A fused kernel that expanded each latent on chip, never writing the expansion to memory, would
-# avoid that traffic.
+# but the cache is not all it moves. At every step, for every cached position ($H$ heads):
+#
+# 1. it reads the latent and the RoPE key, $r + d_R$ numbers;
+# 2. `expand_kv` writes the whole `kv_b_proj` output, $H(d_C + d_v)$ (the values it returns are a view into it);
+# 3. it writes a new key tensor holding each head's $k^C$ and the RoPE key, $H(d_C + d_R)$;
+# 4. that copy reads $k^C$ once more, $H d_C$;
+# 5. attention reads the keys and values, $H(d_C + d_R + d_v)$.
+#
+# Our `expand` does the same (`kv_up`'s output, then `torch.cat`). Steps 2 and 3 write
+# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step at DeepSeek-V3's size and 32,768 keys, and a table
+# further down adds all five: the expand-on-read form saves cache capacity, not memory bandwidth. A fused
+# kernel that expanded each latent on chip, never writing the expansion to memory, would avoid that traffic.
 
 # %% [markdown] lang="zh"
 # **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都为每个缓存位置写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图），再写出一个新的键张量，把每个头的 $k^C$ 和 RoPE 键复制进去，$H(d_C + d_R)$ 个数：每个位置共写出 $H(2d_C + d_R + d_v)$ 个数。复制时还要把 $k^C$ 的 $H d_C$ 个数再读一遍，注意力再读取键和值，$H(d_C + d_R + d_v)$ 个数。我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
+# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，对每个缓存位置（共 $H$ 个头）：
+#
+# 1. 读取潜向量和 RoPE 键，$r + d_R$ 个数；
+# 2. `expand_kv` 写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图）；
+# 3. 写出一个新的键张量，装入每个头的 $k^C$ 和 RoPE 键，$H(d_C + d_R)$ 个数；
+# 4. 这次复制还要把 $k^C$ 再读一遍，$H d_C$ 个数；
+# 5. 注意力读取键和值，$H(d_C + d_R + d_v)$ 个数。
+#
+# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB；下文的一张表把五项加在一起：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -272,6 +283,34 @@ say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 
           en=["form ($T = 32{,}768$)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB)"],
           zh=["形式（$T = 32{,}768$）", "乘加次数（十亿）", "读取的缓存（MiB）", "写出的展开 K/V（MiB）"])
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
+
+# %% [markdown] lang="en"
+# The expand-on-read form's whole traffic, the five operations of the list above in order (bold: their sum), against
+# what the naive form reads; the sum must equal `expand_on_read_traffic`.
+
+# %% [markdown] lang="zh"
+# 读时展开形式的全部访存量：依次是上文列表中的五项运算（粗体为合计），最后一行是朴素形式读取的字节数；合计必须等于 `expand_on_read_traffic`。
+
+# %%
+H, r, dR, dC, dv = d.heads, d.latent, d.rope_dim, d.nope_dim, d.value_dim
+# [en] The operations in the order of the list above: (formula, numbers per position).
+# [zh] 各项运算，顺序与上文列表相同：（公式，每个位置的数）。
+TRAFFIC_ROWS = [("$r + d_R$", r + dR), ("$H(d_C + d_v)$", H * (dC + dv)), ("$H(d_C + d_R)$", H * (dC + dR)),
+                ("$H d_C$", H * dC), ("$H(d_C + d_R + d_v)$", H * (dC + dR + dv))]
+per_position = sum(n for _, n in TRAFFIC_ROWS)
+traffic_total = per_position * T * BF16
+say_table([["`expand_on_read`", formula, f"{n:,}", f"{n * T * BF16 / 2 ** 20:,.0f}"] for formula, n in TRAFFIC_ROWS]
+          + [["**`expand_on_read`**", "**$r + d_R + H(4d_C + 2d_R + 2d_v)$**", f"**{per_position:,}**", f"**{traffic_total / 2 ** 20:,.0f}**"],
+             ["`naive`", "$H(d_C + d_R + d_v)$", f"{expanded_elements(d):,}", f"{cache_bytes_read(d, 'naive', T) / 2 ** 20:,.0f}"]],
+          en=["form", "formula: numbers read or written per position", "at DeepSeek-V3's size", "MiB per step ($T = 32{,}768$, BF16)"],
+          zh=["形式", "公式：每个位置读写的数", "DeepSeek-V3 规模下", "每步 MiB（$T = 32{,}768$，BF16）"])
+assert per_position == r + dR + H * (4 * dC + 2 * dR + 2 * dv)
+assert traffic_total == expand_on_read_traffic(d, T)
+EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
+EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"]
+say(en=f"Expand-on-read against naive: {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times the bytes, {EXPAND_ON_READ_MACS_RATIO:.0f} times the multiply-adds.",
+    zh=f"读时展开形式与朴素形式相比：字节数是 {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} 倍，乘加次数是 {EXPAND_ON_READ_MACS_RATIO:.0f} 倍。")
+assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
 
 # %% [markdown] lang="en"
 # The figure shows both quantities as the context grows; the bytes panel adds the expand-on-read form's whole

@@ -11,13 +11,14 @@
 # is paid once and shared by all of them, and what counts is the work per (query, key) pair, $H(d_C + d_R + d_v)$
 # multiply-adds with expanded keys and values against $H(2r + d_R)$ absorbed, {{run:mla.absorbed_vs_naive_macs:.1f}}
 # times as many. So serving systems prefill with the expanded form and decode with the absorbed one; vLLM's MLA backend
-# says so at the top of `vllm/v1/attention/backends/mla/common.py` (a "compute friendly" path for prefill, a
-# "data-movement friendly" one for decode).
+# says so in its docstring (a "compute friendly" path for prefill, a "data-movement friendly" one for decode), at the
+# top of `vllm/v1/attention/backends/mla/common.py`, in recent versions
+# `vllm/model_executor/layers/attention/mla_attention.py`.
 
 # %% [markdown] lang="zh"
 # ### 4.1 什么时候用哪种形式
 #
-# 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它自己的机器上实测了 Roofline 模型，即屋顶线模型）。朴素形式的注意力每字节只有 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，远在受限于内存带宽的区域之内。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
+# 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它自己的机器上实测了 Roofline 模型，即屋顶线模型）。朴素形式的注意力每字节只有 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，远在受限于内存带宽的区域之内。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在文档字符串里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径），见 `vllm/v1/attention/backends/mla/common.py` 开头，较新的版本在 `vllm/model_executor/layers/attention/mla_attention.py`。
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (the reuse notebook uses the same figures).
@@ -29,14 +30,3 @@ say_table([[f"`{form}`", f"{MLA_INTENSITY[f'{form}_flop_per_byte']:.1f}", f"{H10
           en=["form (decode, DeepSeek-V3, BF16)", "attention FLOP per byte of cache read (scores and values)", "H100 ridge point (FLOP per byte)"],
           zh=["形式（解码，DeepSeek-V3，BF16）", "每读一个缓存字节的注意力浮点运算次数（分数与对值的加权和）", "H100 的拐点（每字节浮点运算次数）"])
 assert MLA_INTENSITY["naive_flop_per_byte"] < 2 and 0.5 * H100_RIDGE < MLA_INTENSITY["absorbed_flop_per_byte"] < H100_RIDGE
-# [en] The expand-on-read form's whole traffic (cache, expansion written, k^C copied, K/V read) against the naive form's cache read.
-# [zh] 读时展开形式的全部访存量（缓存、写出的展开结果、复制的 k^C、读取的 K/V）与朴素形式读取的缓存之比。
-EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
-EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"]
-say(en=f"Expand-on-read form against the naive form, {T:,} cached keys: {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times the bytes "
-       f"({expand_on_read_traffic(d, T) / 2 ** 20:,.0f} MiB against {cache_bytes_read(d, 'naive', T) / 2 ** 20:,.0f} MiB) "
-       f"and {EXPAND_ON_READ_MACS_RATIO:.0f} times the multiply-adds.",
-    zh=f"读时展开形式与朴素形式相比（缓存 {T:,} 个键）：字节数是 {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} 倍"
-       f"（{expand_on_read_traffic(d, T) / 2 ** 20:,.0f} MiB 对 {cache_bytes_read(d, 'naive', T) / 2 ** 20:,.0f} MiB），"
-       f"乘加次数是 {EXPAND_ON_READ_MACS_RATIO:.0f} 倍。")
-assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
