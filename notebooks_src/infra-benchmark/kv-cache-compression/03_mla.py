@@ -15,7 +15,7 @@
 # layers after the compressed latent vectors" (`kv_a_layernorm` in DeepSeek's and Hugging Face's code).
 # The notation, with our sizes and DeepSeek-V3's (from its `config.json`, section 4):
 #
-# | tensor (per token $t$) | symbol | our model | DeepSeek-V3 | cached by |
+# | tensor (per token $t$) | symbol | our model | DeepSeek-V3 | cached by (forms defined in steps 3 and 4) |
 # |---|---|---|---|---|
 # | hidden state, the attention's input | $h_t$ | 64 | 7,168 | none |
 # | latent | $c_t$ | 32 ($r$) | 512 | expand-on-read and absorbed forms |
@@ -40,7 +40,7 @@
 #
 # 每个 token 在每一层只缓存这 $r + d_R$ 个数，与头数无关。论文的 MLA 公式里没有这个 RMSNorm，是论文第 3.1.2 节（超参数）补充的：实践中在压缩后的潜向量之后另加 RMSNorm 层（DeepSeek 和 Hugging Face 的代码中是 `kv_a_layernorm`）。下表汇总这些记号，并列出我们的尺寸和 DeepSeek-V3 的尺寸（取自它的 `config.json`，见第 4 节）：
 #
-# | 张量（对 token $t$） | 记号 | 我们的模型 | DeepSeek-V3 | 哪些形式缓存它 |
+# | 张量（对 token $t$） | 记号 | 我们的模型 | DeepSeek-V3 | 哪些形式缓存它（各形式在第三、四步定义） |
 # |---|---|---|---|---|
 # | 隐藏状态，即注意力的输入 | $h_t$ | 64 | 7,168 | 都不缓存 |
 # | 潜向量 | $c_t$ | 32（$r$） | 512 | 读时展开形式和吸收形式 |
