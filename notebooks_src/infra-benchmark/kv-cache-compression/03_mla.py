@@ -15,7 +15,7 @@
 # layers after the compressed latent vectors" (`kv_a_layernorm` in DeepSeek's and Hugging Face's code).
 # The notation, with our sizes and DeepSeek-V3's (from its `config.json`, section 4):
 #
-# | tensor (per token $t$) | symbol | our model | DeepSeek-V3 | cached by |
+# | tensor (per token $t$) | symbol | our model | DeepSeek-V3 | cached by (forms defined in steps 3 and 4) |
 # |---|---|---|---|---|
 # | hidden state, the attention's input | $h_t$ | 64 | 7,168 | none |
 # | latent | $c_t$ | 32 ($r$) | 512 | expand-on-read and absorbed forms |
@@ -40,7 +40,7 @@
 #
 # 每个 token 在每一层只缓存这 $r + d_R$ 个数，与头数无关。论文的 MLA 公式里没有这个 RMSNorm，是论文第 3.1.2 节（超参数）补充的：实践中在压缩后的潜向量之后另加 RMSNorm 层（DeepSeek 和 Hugging Face 的代码中是 `kv_a_layernorm`）。下表汇总这些记号，并列出我们的尺寸和 DeepSeek-V3 的尺寸（取自它的 `config.json`，见第 4 节）：
 #
-# | 张量（对 token $t$） | 记号 | 我们的模型 | DeepSeek-V3 | 哪些形式缓存它 |
+# | 张量（对 token $t$） | 记号 | 我们的模型 | DeepSeek-V3 | 哪些形式缓存它（各形式在第三、四步定义） |
 # |---|---|---|---|---|
 # | 隐藏状态，即注意力的输入 | $h_t$ | 64 | 7,168 | 都不缓存 |
 # | 潜向量 | $c_t$ | 32（$r$） | 512 | 读时展开形式和吸收形式 |
@@ -50,7 +50,7 @@
 # | 第 $i$ 个头的查询：压缩部分、旋转部分 | $q^C_{t,i}$、$q^R_{t,i}$ | 16、8 | 128、64 | 都不缓存 |
 # | 头数 | $H$ | 4 | 128 | |
 #
-# 这份缓存有自己的小类 `LatentKV`，两个字段按内容命名：`latent`（潜向量）和 `rope_key`（RoPE 键）。它把二者存进本系列 `FullKV` 的两个槽位，与 Hugging Face 为这个模型提供的缓存一样（它的 `keys` 存潜向量，`values` 存 RoPE 键），所以 3.1 节可以直接比较两边的缓存。
+# 这份缓存有自己的小类 `LatentKV`，两个字段按内容命名：`latent`（潜向量）和 `rope_key`（RoPE 键）。它把二者存进本系列 `FullKV` 的两个槽位，与 Hugging Face 为这个模型提供的缓存一样（它的 `keys` 存潜向量，`values` 存 RoPE 键），所以第 3.1 节可以直接比较两边的缓存。
 
 # %%
 @dataclass
@@ -89,7 +89,7 @@ class LatentKV(FullKV):
 # (`q_lora_rank=None`).
 
 # %% [markdown] lang="zh"
-# **第二步：每个头如何取回自己的键和值。** 第 $i$ 个头的**上投影**从潜向量重建它们：$k^C_{t,i} = W^{UK}_i c_t$，$v_{t,i} = W^{UV}_i c_t$。在 `MLAProjections` 中，`compress` 算出潜向量和 RoPE 键（二者的形状都像一个 K/V 头，`[B, 1, T, ·]`），`expand` 重建每个头的键和值：施加 `kv_up`，把每个头的输出拆成 $k^C$ 和 $v$，再把共享的 RoPE 键接在每个 $k^C$ 后面。权重的布局与 Hugging Face 的 `DeepseekV3Attention` 相同，以便 3.1 节把它们加载进去：`kv_down` 把 $W^{DKV}$ 和 $W^{KR}$ 堆叠在一起（`kv_a_proj_with_mqa`），`kv_norm` 是潜向量的 RMSNorm（`kv_a_layernorm`），`kv_up` 把每个头的 $W^{UK}_i$ 和 $W^{UV}_i$ 堆叠在一起（`kv_b_proj`）。DeepSeek-V3 对查询也做了一次潜向量压缩；这节省的是激活值而不是缓存，所以我们略去这一步（`q_lora_rank=None`）。
+# **第二步：每个头如何取回自己的键和值。** 第 $i$ 个头的**上投影**从潜向量重建它们：$k^C_{t,i} = W^{UK}_i c_t$，$v_{t,i} = W^{UV}_i c_t$。在 `MLAProjections` 中，`compress` 算出潜向量和 RoPE 键（二者的形状都像一个 K/V 头，`[B, 1, T, ·]`），`expand` 重建每个头的键和值：施加 `kv_up`，把每个头的输出拆成 $k^C$ 和 $v$，再把共享的 RoPE 键接在每个 $k^C$ 后面。权重的布局与 Hugging Face 的 `DeepseekV3Attention` 相同，以便第 3.1 节把它们加载进去：`kv_down` 把 $W^{DKV}$ 和 $W^{KR}$ 堆叠在一起（`kv_a_proj_with_mqa`），`kv_norm` 是潜向量的 RMSNorm（`kv_a_layernorm`），`kv_up` 把每个头的 $W^{UK}_i$ 和 $W^{UV}_i$ 堆叠在一起（`kv_b_proj`）。DeepSeek-V3 对查询也做了一次潜向量压缩；这节省的是激活值而不是缓存，所以我们略去这一步（`q_lora_rank=None`）。
 
 # %%
 class MLAProjections(nn.Module):
@@ -129,21 +129,21 @@ class MLAProjections(nn.Module):
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
 #
-# with a matrix between query and latent that changes with the distance $s - t$: it cannot be folded into the query
-# once (step 4), so every key would have to be rebuilt. The DeepSeek-V2 paper gives this reason for the
+# with a matrix between query and latent that changes with the distance $s - t$. Step 4 will cache only the latent and
+# fold $W^{UK}_i$ into the query once, by regrouping $q \cdot (W c) = (W^\top q) \cdot c$; a matrix that changes with
+# $s - t$ cannot be folded once, so every key would have to be rebuilt. The DeepSeek-V2 paper gives this reason for the
 # **decoupled RoPE key** $k^R_t$. The query of head $i$, from one projection $W^Q h_t$ (`q`), has $d_C + d_R$
 # numbers: a compressed part $q^C_{t,i}$ that meets the rebuilt keys unrotated, and a part $q^R_{t,i}$ rotated to
-# match $k^R$. The score is $(q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s) / \sqrt{d_C + d_R}$. That scale
-# is DeepSeek-V2's; the released DeepSeek-V3 extends its context with YaRN (`factor` 40, `mscale_all_dim` 1), and
-# Hugging Face multiplies the scale by $(0.1 \ln 40 + 1)^2 \approx 1.87$ (`yarn_apply_mscale`), which leaves the
-# cache unchanged. `MLAttention` is the **naive form**: it expands at once and caches each head's full key and value.
+# match $k^R$. The score is $(q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s) / \sqrt{d_C + d_R}$, the DeepSeek-V2
+# paper's scale (the released checkpoints multiply it by a YaRN factor: section 3.1's precision details).
+# `MLAttention` is the **naive form**: it expands at once and caches each head's full key and value.
 
 # %% [markdown] lang="zh"
 # **第三步：RoPE 为什么需要一个单独的键。** 记 $R_p$ 为 RoPE 在位置 $p$ 上的旋转（第 $i$ 对转过 $p\,\theta_i$）；角度可以相加，所以 $R_t^\top R_s = R_{s-t}$。普通的 RoPE 会把重建出的键也旋转，$k^C_{s,i} = R_s W^{UK}_i c_s$，查询也同样旋转。分数就变成
 #
 # $$(R_t\, q^C_{t,i}) \cdot (R_s W^{UK}_i c_s) = q^C_{t,i} \cdot (R_{s-t}\, W^{UK}_i\, c_s),$$
 #
-# 夹在查询和潜向量之间的矩阵随距离 $s - t$ 而变：它无法一次性并入查询（第四步），于是每个键都得重建。DeepSeek-V2 论文正是用这个理由引入**解耦的 RoPE 键** $k^R_t$。第 $i$ 个头的查询来自同一个投影 $W^Q h_t$（`q`），有 $d_C + d_R$ 个数：压缩部分 $q^C_{t,i}$ 不经旋转，与重建出的键相乘；另一部分 $q^R_{t,i}$ 经过旋转，与 $k^R$ 配套。分数是 $(q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s) / \sqrt{d_C + d_R}$。这个缩放是 DeepSeek-V2 的；发布的 DeepSeek-V3 用 YaRN 扩展上下文（`factor` 为 40，`mscale_all_dim` 为 1），Hugging Face 会把缩放再乘以 $(0.1 \ln 40 + 1)^2 \approx 1.87$（`yarn_apply_mscale`），缓存则不受影响。`MLAttention` 就是**朴素形式**：它当场展开，为每个头缓存完整的键和值。
+# 夹在查询和潜向量之间的矩阵随距离 $s - t$ 而变。第四步将只缓存潜向量，并利用 $q \cdot (W c) = (W^\top q) \cdot c$ 这一重新组合，把 $W^{UK}_i$ 一次性并入查询；随 $s - t$ 而变的矩阵无法一次性并入，于是每个键都得重建。DeepSeek-V2 论文正是用这个理由引入**解耦的 RoPE 键** $k^R_t$。第 $i$ 个头的查询来自同一个投影 $W^Q h_t$（`q`），有 $d_C + d_R$ 个数：压缩部分 $q^C_{t,i}$ 不经旋转，与重建出的键相乘；另一部分 $q^R_{t,i}$ 经过旋转，与 $k^R$ 配套。分数是 $(q^C_{t,i} \cdot k^C_{s,i} + q^R_{t,i} \cdot k^R_s) / \sqrt{d_C + d_R}$，这是 DeepSeek-V2 论文中的缩放（发布的检查点还会再乘以一个 YaRN 因子，见第 3.1 节的精度细节）。`MLAttention` 就是**朴素形式**：它当场展开，为每个头缓存完整的键和值。
 
 # %%
 class MLAttention(MLAProjections):

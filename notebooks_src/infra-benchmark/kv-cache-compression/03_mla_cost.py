@@ -57,10 +57,13 @@ assert all(m["formula_elements"] == m["measured_elements"] for m in MLA_MEMORY.v
 # $d_v = 128$, in BF16 (2 bytes). When transformers is installed, the cell also checks these values against the
 # defaults of its `DeepseekV3Config`, a second source. For comparison the table adds what an MHA, a GQA with 8
 # K/V heads and an MQA model with the same 128 heads of 128 dimensions would cache, and the cache of one context of
-# 128k tokens (131,072) across all layers.
+# 128k tokens (131,072) across all layers. MLA `naive` caches more than MHA because its keys are $d_C + d_R$ wide and
+# every head keeps its own copy of the RoPE key. MQA caches less than MLA's latent, but gives all heads one key and one
+# value; MLA rebuilds a different key and value for every head from the latent (a low-rank MHA), and the DeepSeek-V2
+# paper's ablations report MLA at or above MHA, and MHA above GQA and MQA.
 
 # %% [markdown] lang="zh"
-# **放到 DeepSeek-V3 的规模。** 这些公式与规模无关，所以可以把它们用到 DeepSeek-V3 的注意力上。数值取自它的 `config.json`（Hugging Face Hub 上的 deepseek-ai/DeepSeek-V3）：61 层，128 个头，`kv_lora_rank` $r = 512$，`qk_rope_head_dim` $d_R = 64$，`qk_nope_head_dim` $d_C = 128$，`v_head_dim` $d_v = 128$，精度为 BF16（2 字节）。如果安装了 transformers，单元格还会用它的 `DeepseekV3Config` 的默认值（第二个来源）核对这些数值。作为对照，表中还列出：头数同为 128、每头 128 维的 MHA、8 个 K/V 头的 GQA 和 MQA 各自要缓存的量，以及一个 128k token（131,072 个）的上下文在所有层上的缓存大小。
+# **放到 DeepSeek-V3 的规模。** 这些公式与规模无关，所以可以把它们用到 DeepSeek-V3 的注意力上。数值取自它的 `config.json`（Hugging Face Hub 上的 deepseek-ai/DeepSeek-V3）：61 层，128 个头，`kv_lora_rank` $r = 512$，`qk_rope_head_dim` $d_R = 64$，`qk_nope_head_dim` $d_C = 128$，`v_head_dim` $d_v = 128$，精度为 BF16（2 字节）。如果安装了 transformers，单元格还会用它的 `DeepseekV3Config` 的默认值（第二个来源）核对这些数值。作为对照，表中还列出：头数同为 128、每头 128 维的 MHA、8 个 K/V 头的 GQA 和 MQA 各自要缓存的量，以及一个 128k token（131,072 个）的上下文在所有层上的缓存大小。MLA `naive` 比 MHA 缓存得还多，因为它的键有 $d_C + d_R$ 维，而且每个头都保存一份自己的 RoPE 键副本。MQA 缓存的比 MLA 的潜向量还少，但所有头共用同一个键和同一个值；MLA 则从潜向量为每个头重建各自不同的键和值（相当于低秩的 MHA）。DeepSeek-V2 论文的消融实验显示，MLA 的效果不低于 MHA，而 MHA 又优于 GQA 和 MQA。
 
 # %%
 # [en] DeepSeek-V3, config.json of deepseek-ai/DeepSeek-V3 (attention fields only).
@@ -94,12 +97,12 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # belong to no head: every head reads all $r + d_R$ numbers of every token, so every GPU must hold the whole latent
 # cache of every request it serves, all {{run:takeaways.deepseek_latent}} numbers per token and layer: the latent is
 # replicated, not split. That is why SGLang and vLLM serve DeepSeek's attention *data-parallel* ("DP attention" in
-# SGLang's documentation; vLLM's data-parallel deployment guide recommends it for MLA models): each GPU runs the
+# SGLang's documentation; vLLM's data-parallel deployment guide says it can be advantageous for MLA models): each GPU runs the
 # attention of its own requests, with their latents only, and the GPUs share the work again in the mixture-of-experts
 # layers.
 
 # %% [markdown] lang="zh"
-# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数。也就是说，潜向量在各块 GPU 上是复制的，而不是切分的。这就是 SGLang 和 vLLM 以**数据并行注意力**的方式运行 DeepSeek 注意力层的原因（SGLang 的文档专门介绍了这种方式；vLLM 的数据并行部署指南也为 MLA 模型推荐它）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
+# **张量并行下的潜向量。** 张量并行按头切分注意力：在 8 块 GPU 上，每块负责 128 个查询头中的 16 个；对 MHA 或 GQA 来说，也负责这些查询所读取的 K/V 头，所以每块 GPU 只缓存八分之一的键和值（MHA 为每个 token 每层 {{run:mla.tp8_mha_per_gpu:,}} 个数）。MLA 的潜向量和 RoPE 键不属于任何一个头：每个头都要读取每个 token 的全部 $r + d_R$ 个数，所以每块 GPU 都必须保存它所服务的每个请求的完整潜向量缓存，即每个 token 每层全部 {{run:takeaways.deepseek_latent}} 个数。也就是说，潜向量在各块 GPU 上是复制的，而不是切分的。这就是 SGLang 和 vLLM 以**数据并行注意力**的方式运行 DeepSeek 注意力层的原因（SGLang 文档中称为 DP attention；vLLM 的数据并行部署指南也说，对 MLA 模型这样做可能更有利）：每块 GPU 只为自己的请求计算注意力，只保存这些请求的潜向量，到了混合专家层，各块 GPU 再分担计算。
 
 # %% [markdown] lang="en"
 # **Compute, counted.** Absorption does not make attention cheaper in arithmetic; it moves it. Per decode step
@@ -120,7 +123,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # %% [markdown] lang="zh"
 # **计算量，实际统计。** 吸收并没有让注意力的算术运算变少，而是把它挪了个地方。对每个解码步、每一层，设有 $T$ 个键和一个新 token，除了三种形式共有的投影（$q$、`kv_down`、$o$）之外，它们各自的乘加次数如下：
 #
-# * 朴素形式：展开新 token（$r \cdot H(d_C + d_v)$），再在缓存的键上计算分数和加权求值，共 $T \cdot H(d_C + d_R + d_v)$；
+# * 朴素形式：展开新 token（$r \cdot H(d_C + d_v)$），再在缓存的键上计算分数和对值的加权和，共 $T \cdot H(d_C + d_R + d_v)$；
 # * 读时展开形式：注意力部分相同，但每次调用都要展开**全部** $T$ 个缓存的潜向量，多出 $T \cdot r \cdot H(d_C + d_v)$；
 # * 吸收形式：并入查询（$H d_C r$），对潜向量和 RoPE 键打分（$T \cdot H(r + d_R)$），对潜向量加权平均（$T \cdot H r$），再乘上 $W^{UV}$（$H r d_v$）。
 #
@@ -164,20 +167,31 @@ assert all(v["formula"] == v["counted"] for by_keys in MACS.values() for v in by
 # behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
 #
 # The expand-on-read form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form,
-# but the cache is not all it moves. At every step `expand_kv` writes, for every cached position, the whole
-# `kv_b_proj` output, $H(d_C + d_v)$ numbers (the values it returns are a view into it), and then a new key tensor
-# into which it copies each head's $k^C$ and the RoPE key, $H(d_C + d_R)$ numbers: $H(2d_C + d_R + d_v)$ numbers
-# per position written. The copy reads the $H d_C$ numbers of $k^C$ once more, and attention reads the keys and
-# values, $H(d_C + d_R + d_v)$. Our `expand` does the same (`kv_up`'s output, then
-# `torch.cat`). At DeepSeek-V3's size and 32,768 keys that is
-# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step: the expand-on-read form saves cache capacity, not
-# memory bandwidth. A fused kernel that expanded each latent on chip, never writing the expansion to memory, would
-# avoid that traffic.
+# but the cache is not all it moves. At every step, for every cached position ($H$ heads):
+#
+# 1. it reads the latent and the RoPE key, $r + d_R$ numbers;
+# 2. `expand_kv` writes the whole `kv_b_proj` output, $H(d_C + d_v)$ (the values it returns are a view into it);
+# 3. it writes a new key tensor holding each head's $k^C$ and the RoPE key, $H(d_C + d_R)$;
+# 4. that copy reads $k^C$ once more, $H d_C$;
+# 5. attention reads the keys and values, $H(d_C + d_R + d_v)$.
+#
+# Our `expand` does the same (`kv_up`'s output, then `torch.cat`). Steps 2 and 3 write
+# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step at DeepSeek-V3's size and 32,768 keys, and a table
+# further down adds all five: the expand-on-read form saves cache capacity, not memory bandwidth. A fused
+# kernel that expanded each latent on chip, never writing the expansion to memory, would avoid that traffic.
 
 # %% [markdown] lang="zh"
 # **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
 #
-# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，`expand_kv` 都为每个缓存位置写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图），再写出一个新的键张量，把每个头的 $k^C$ 和 RoPE 键复制进去，$H(d_C + d_R)$ 个数：每个位置共写出 $H(2d_C + d_R + d_v)$ 个数。复制时还要把 $k^C$ 的 $H d_C$ 个数再读一遍，注意力再读取键和值，$H(d_C + d_R + d_v)$ 个数。我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，就是每层每步 {{run:mla.latent_expanded_gib:.1f}} GiB：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
+# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，对每个缓存位置（共 $H$ 个头）：
+#
+# 1. 读取潜向量和 RoPE 键，$r + d_R$ 个数；
+# 2. `expand_kv` 写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图）；
+# 3. 写出一个新的键张量，装入每个头的 $k^C$ 和 RoPE 键，$H(d_C + d_R)$ 个数；
+# 4. 这次复制还要把 $k^C$ 再读一遍，$H d_C$ 个数；
+# 5. 注意力读取键和值，$H(d_C + d_R + d_v)$ 个数。
+#
+# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB；下文的一张表把五项加在一起：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -271,6 +285,34 @@ say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
 
 # %% [markdown] lang="en"
+# The expand-on-read form's whole traffic, the five operations of the list above in order (bold: their sum), against
+# what the naive form reads; the sum must equal `expand_on_read_traffic`.
+
+# %% [markdown] lang="zh"
+# 读时展开形式的全部访存量：依次是上文列表中的五项运算（粗体为合计），最后一行是朴素形式读取的字节数；合计必须等于 `expand_on_read_traffic`。
+
+# %%
+H, r, dR, dC, dv = d.heads, d.latent, d.rope_dim, d.nope_dim, d.value_dim
+# [en] The operations in the order of the list above: (formula, numbers per position).
+# [zh] 各项运算，顺序与上文列表相同：（公式，每个位置的数）。
+TRAFFIC_ROWS = [("$r + d_R$", r + dR), ("$H(d_C + d_v)$", H * (dC + dv)), ("$H(d_C + d_R)$", H * (dC + dR)),
+                ("$H d_C$", H * dC), ("$H(d_C + d_R + d_v)$", H * (dC + dR + dv))]
+per_position = sum(n for _, n in TRAFFIC_ROWS)
+traffic_total = per_position * T * BF16
+say_table([["`expand_on_read`", formula, f"{n:,}", f"{n * T * BF16 / 2 ** 20:,.0f}"] for formula, n in TRAFFIC_ROWS]
+          + [["**`expand_on_read`**", "**$r + d_R + H(4d_C + 2d_R + 2d_v)$**", f"**{per_position:,}**", f"**{traffic_total / 2 ** 20:,.0f}**"],
+             ["`naive`", "$H(d_C + d_R + d_v)$", f"{expanded_elements(d):,}", f"{cache_bytes_read(d, 'naive', T) / 2 ** 20:,.0f}"]],
+          en=["form", "formula: numbers read or written per position", "at DeepSeek-V3's size", "MiB per step ($T = 32{,}768$, BF16)"],
+          zh=["形式", "公式：每个位置读写的数", "DeepSeek-V3 规模下", "每步 MiB（$T = 32{,}768$，BF16）"])
+assert per_position == r + dR + H * (4 * dC + 2 * dR + 2 * dv)
+assert traffic_total == expand_on_read_traffic(d, T)
+EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
+EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"]
+say(en=f"Expand-on-read against naive: {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times the bytes, {EXPAND_ON_READ_MACS_RATIO:.0f} times the multiply-adds.",
+    zh=f"读时展开形式与朴素形式相比：字节数是 {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} 倍，乘加次数是 {EXPAND_ON_READ_MACS_RATIO:.0f} 倍。")
+assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
+
+# %% [markdown] lang="en"
 # The figure shows both quantities as the context grows; the bytes panel adds the expand-on-read form's whole
 # traffic: the expansion written, the copy's read of $k^C$ and attention's read of the keys and values.
 
@@ -307,39 +349,3 @@ plt.show()
 
 # %% [markdown] lang="zh"
 # *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（每个运算只读一次输入）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
-
-# %% [markdown] lang="en"
-# ### 4.1 Which form, when
-#
-# The absorbed form's attention does $H(2r + d_R)$ multiply-adds per cached key and decode step
-# and reads $r + d_R$ numbers: {{run:mla.absorbed_flop_per_byte:.0f}} FLOP per byte in BF16 for DeepSeek-V3, close to
-# the ridge point of an NVIDIA H100 ({{run:mla.h100_ridge:.0f}} FLOP per byte: 989 TFLOP/s of dense BF16 over
-# 3.35 TB/s, from its datasheet), where a kernel stops waiting for memory and starts waiting for arithmetic (the
-# [reuse notebook]({{colab:infra-benchmark/kv-cache-reuse}}) measures this roofline on its machine, section 9). The
-# naive form's attention sits at {{run:mla.naive_flop_per_byte:.0f}} FLOP per byte, deep in the memory-bound region.
-# Prefill is different: every key meets many queries, the expansion of a key ($r \cdot H(d_C + d_v)$ multiply-adds)
-# is paid once and shared by all of them, and what counts is the work per (query, key) pair, $H(d_C + d_R + d_v)$
-# multiply-adds with expanded keys and values against $H(2r + d_R)$ absorbed, {{run:mla.absorbed_vs_naive_macs:.1f}}
-# times as many. So serving systems prefill with the expanded form and decode with the absorbed one; vLLM's MLA backend
-# says so at the top of `vllm/v1/attention/backends/mla/common.py` (a "compute friendly" path for prefill, a
-# "data-movement friendly" one for decode).
-
-# %% [markdown] lang="zh"
-# ### 4.1 什么时候用哪种形式
-#
-# 吸收形式的注意力对每个缓存的键、每个解码步做 $H(2r + d_R)$ 次乘加，读取 $r + d_R$ 个数：对 DeepSeek-V3，在 BF16 下是每字节 {{run:mla.absorbed_flop_per_byte:.0f}} 次浮点运算，接近 NVIDIA H100 的拐点（每字节 {{run:mla.h100_ridge:.0f}} 次：稠密 BF16 算力 989 TFLOP/s 除以带宽 3.35 TB/s，见其数据手册）。过了拐点，内核就不再等内存，而是等算术单元（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})第 9 节在它的机器上实测了这个 Roofline 模型（屋顶线模型））。朴素形式的注意力只有每字节 {{run:mla.naive_flop_per_byte:.0f}} 次浮点运算，深陷受限于内存带宽的区域。预填充（prefill）则不同：每个键都要被许多查询读取，展开一个键的代价（$r \cdot H(d_C + d_v)$ 次乘加）只付一次，由所有查询分摊；起决定作用的是每一对（查询，键）的工作量：用展开后的键和值是 $H(d_C + d_R + d_v)$ 次乘加，吸收形式是 $H(2r + d_R)$ 次，是前者的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍。所以推理服务系统用展开形式做预填充，用吸收形式做解码；vLLM 的 MLA 后端在 `vllm/v1/attention/backends/mla/common.py` 开头的注释里就是这样说的（预填充走“计算友好”的路径，解码走“数据搬运友好”的路径）。
-
-# %%
-# [en] NVIDIA H100 SXM datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (the reuse notebook uses the same figures).
-# [zh] NVIDIA H100 SXM 数据手册：稠密 BF16 算力 989 TFLOP/s，HBM3 带宽 3.35 TB/s（复用笔记本用的是同样的数字）。
-H100_RIDGE = 989e12 / 3.35e12
-MLA_INTENSITY = {"naive_flop_per_byte": 2 * per_key_naive / (expanded_elements(d) * BF16),
-                 "absorbed_flop_per_byte": 2 * per_key_absorbed / (mla_elements(d) * BF16), "h100_ridge": H100_RIDGE}
-say_table([[f"`{form}`", f"{MLA_INTENSITY[f'{form}_flop_per_byte']:.1f}", f"{H100_RIDGE:.0f}"] for form in ("naive", "absorbed")],
-          en=["form (decode, DeepSeek-V3, BF16)", "attention FLOP per byte of cache read (scores and values)", "H100 ridge point (FLOP per byte)"],
-          zh=["形式（解码，DeepSeek-V3，BF16）", "每读一个缓存字节的注意力浮点运算次数（分数与加权求值）", "H100 的拐点（每字节浮点运算次数）"])
-assert MLA_INTENSITY["naive_flop_per_byte"] < 2 and 0.5 * H100_RIDGE < MLA_INTENSITY["absorbed_flop_per_byte"] < H100_RIDGE
-# [en] The expand-on-read form's whole traffic (cache, expansion written, k^C copied, K/V read) against the naive form's cache read.
-# [zh] 读时展开形式的全部访存量（缓存、写出的展开结果、复制的 k^C、读取的 K/V）与朴素形式读取的缓存之比。
-EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
-assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3

@@ -98,3 +98,7 @@ if HAVE_HF:
     from transformers import Gemma3TextConfig
     hf_pattern = Gemma3TextConfig(num_hidden_layers=GEMMA3_27B["layers"]).layer_types
     assert hf_pattern == ["full_attention" if kind == "global" else "sliding_attention" for kind in gemma3_pattern]
+say(en=f"Gemma 3 27B, 128k context, BF16: {GEMMA3_MEMORY['uniform_gib']:.1f} GiB with 62 global layers, "
+       f"{GEMMA3_MEMORY['mixed_gib']:.2f} GiB with {GEMMA3_MEMORY['local_layers']} local and {GEMMA3_MEMORY['global_layers']} global layers.",
+    zh=f"Gemma 3 27B，128k 上下文，BF16：62 个全局层需要 {GEMMA3_MEMORY['uniform_gib']:.1f} GiB，"
+       f"{GEMMA3_MEMORY['local_layers']} 个局部层加 {GEMMA3_MEMORY['global_layers']} 个全局层需要 {GEMMA3_MEMORY['mixed_gib']:.2f} GiB。")

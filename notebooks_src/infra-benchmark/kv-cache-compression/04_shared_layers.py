@@ -62,8 +62,8 @@ assert all(r["passed"] for r in SHARED_GRID) and shared_index == [0, 0, 1, 1, 2,
 # %% [markdown] lang="en"
 # Sharing makes a different model, not a cheaper copy of the ordinary one. Because `SharedKVAttention` builds and then
 # drops the K/V projections, the shared model built from the same seed has exactly the weights of the ordinary
-# six-layer model, minus the upper layers' K/V projections; yet its logits differ from the ordinary model's by
-# {{run:shared.vs_ordinary:.2f}}. A layer may read its neighbour's cache only if the model was trained that way, which
+# six-layer model, minus the upper layers' K/V projections; yet its logits differ from the ordinary model's (largest
+# absolute error {{run:shared.vs_ordinary:.2f}}, printed by the first cell below). A layer may read its neighbour's cache only if the model was trained that way, which
 # is what Brandon et al. did.
 #
 # **Negative control: the upper layer still writes into the shared cache.** The tempting way to add sharing to a
@@ -75,13 +75,15 @@ assert all(r["passed"] for r in SHARED_GRID) and shared_index == [0, 0, 1, 1, 2,
 # whatever the cache counts, the cached path does not, so the check must fail.
 
 # %% [markdown] lang="zh"
-# 共享得到的是另一个模型，而不是普通模型的一个更省的副本。由于 `SharedKVAttention` 先建好 K/V 投影再删掉，用同一个随机种子构建的共享模型，其权重与普通六层模型完全相同，只是少了上层的 K/V 投影；然而它的 logits 与普通模型相比，最大绝对误差为 {{run:shared.vs_ordinary:.2f}}。一层能读取相邻层的缓存，前提是模型就是这样训练出来的，Brandon 等人正是这样做的。
+# 共享得到的是另一个模型，而不是普通模型的一个更省的副本。由于 `SharedKVAttention` 先建好 K/V 投影再删掉，用同一个随机种子构建的共享模型，其权重与普通六层模型完全相同，只是少了上层的 K/V 投影；然而它的 logits 与普通模型不同（最大绝对误差为 {{run:shared.vs_ordinary:.2f}}，由下面第一个单元格打印）。一层能读取相邻层的缓存，前提是模型就是这样训练出来的，Brandon 等人正是这样做的。
 #
 # **负对照：上层仍然往共享缓存里写。** 给解码器加上共享时，一种顺手却错误的写法是：让上层拿到下层的缓存对象（`new_cache` 返回 `caches[-1]`），却保留普通的注意力层，连同它的 K/V 投影和 `update` 调用。于是每次调用都把每个 token 追加两次（这一对层各一次），共享缓存把两次都计入：解码器靠 `seen` 给下一个分块编号，而 `seen` 现在以两倍的速度增长；上层也会在下层的键旁边读到它自己的键。检查方式与 `shared_pairs` 通过的检查相同，即与模型自己的完整重算比较：完整调用无论缓存计数多少，都把 token 编号为 $0 \dots 23$，缓存路径却不是这样，所以检查必须失败。
 
 # %%
 with torch.inference_mode():
     SHARED_VS_ORDINARY = max_abs_err(build(six_cfg, shared_pairs)(STREAM)[0], build(six_cfg)(STREAM)[0])
+say(en=f"Shared-pairs model against the ordinary one, same weights: largest absolute logit error {SHARED_VS_ORDINARY:.2f}.",
+    zh=f"两两共享的模型与权重相同的普通模型相比：logits 的最大绝对误差为 {SHARED_VS_ORDINARY:.2f}。")
 assert SHARED_VS_ORDINARY > 1e-2
 
 
@@ -136,6 +138,8 @@ assert [2 * t for t in totals["shared pairs"]] == totals["ordinary"]
 # [zh] 从第几个 token 起，局部/全局模型保存的位置少于共享模型。
 GROWTH_CROSSOVER = next(t for t in range(1, GROWTH_TOKENS + 1)
                         if all(a < b for a, b in zip(totals["local/global"][t - 1:], totals["shared pairs"][t - 1:])))
+say(en=f"From token {GROWTH_CROSSOVER} on, the local/global model holds fewer positions than the shared-pairs model.",
+    zh=f"从第 {GROWTH_CROSSOVER} 个 token 起，局部/全局模型保存的位置少于两两共享的模型。")
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
@@ -173,4 +177,4 @@ plt.show()
 # layer), the shared model 3.*
 
 # %% [markdown] lang="zh"
-# *图：横轴 tokens consumed 是已读入的 token 数，纵轴 cached positions 是缓存保存的位置数。左图（标题 local/global model: positions held per layer）是局部/全局模型的六层随 token 到来的变化，五个局部层保存的位置数相同，所以用一条虚线（图例 layers 0-4 (local)）代表它们：它们停在 $W - 1 = 7$ 个位置，而全局层（实线，layer 5 (global)）一直增长。右图（标题 positions held, all layers）是所有层加起来的总数：普通模型（实线，ordinary）、局部/全局模型（虚线，local/global）和两两共享的模型（点线，shared pairs）；后者在每一步都恰好是普通模型的一半。从第 {{run:shared.crossover}} 个 token 起，局部/全局模型的总数更小：局部层存满之后，它每个 token 只增加 1 个位置（全局层），共享模型则增加 3 个。*
+# *图：横轴 tokens consumed 是已处理的 token 数，纵轴 cached positions 是缓存保存的位置数。左图（标题 local/global model: positions held per layer）是局部/全局模型的六层随 token 到来的变化，五个局部层保存的位置数相同，所以用一条虚线（图例 layers 0-4 (local)）代表它们：它们停在 $W - 1 = 7$ 个位置，而全局层（实线，layer 5 (global)）一直增长。右图（标题 positions held, all layers）是所有层加起来的总数：普通模型（实线，ordinary）、局部/全局模型（虚线，local/global）和两两共享的模型（点线，shared pairs）；后者在每一步都恰好是普通模型的一半。从第 {{run:shared.crossover}} 个 token 起，局部/全局模型的总数更小：局部层存满之后，它每个 token 只增加 1 个位置（全局层），共享模型则增加 3 个。*

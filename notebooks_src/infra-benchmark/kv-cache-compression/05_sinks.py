@@ -5,7 +5,8 @@
 # window, the output degrades. StreamingLLM (Xiao et al., 2023) traced it to **attention sinks**: trained models put
 # a large share of every query's attention on the first few tokens, whatever those tokens are, and a softmax that
 # loses them must spread that share elsewhere. Its remedy is a cache of $S$ sink tokens (they use $S = 4$) plus the
-# $W$ most recent ones. A query at position $p$ reads the keys $j < S$ and $p - W < j \le p$.
+# $W$ most recent ones (the newest being the query's own token, so $S + W - 1$ are kept between steps). A query at
+# position $p$ reads the keys $j < S$ and $p - W < j \le p$.
 #
 # The subtle part is the position. StreamingLLM numbers the keys **as the cache sees them**: the keys a query
 # reads are given positions $0, 1, 2, \dots$ in order, and the query the last one. Their example: with the tokens
@@ -24,9 +25,9 @@
 # %% [markdown] lang="zh"
 # ## 6. 注意力汇聚点：保留开头几个 token 的窗口
 #
-# 在长序列上使用滑动窗口，训练好的模型会出现一个已知的问题：开头的几个 token 一旦离开窗口，输出就变差。StreamingLLM（Xiao 等人，2023）找到了原因，即**注意力汇聚点**：训练好的模型会把每个查询相当大一部分注意力放在开头的几个 token 上，无论这些 token 是什么；softmax 一旦失去它们，就只能把这部分注意力分散到别处。它的办法是让缓存保留 $S$ 个汇聚 token（论文取 $S = 4$），外加最近的 $W$ 个 token。位于位置 $p$ 的查询读取键 $j < S$ 以及 $p - W < j \le p$。
+# 在长序列上使用滑动窗口，训练好的模型会出现一个已知的问题：开头的几个 token 一旦离开窗口，输出就变差。StreamingLLM（Xiao 等人，2023）找到了原因，即**注意力汇聚点**：训练好的模型会把每个查询相当大一部分注意力放在开头的几个 token 上，无论这些 token 是什么；softmax 一旦失去它们，就只能把这部分注意力分散到别处。它的办法是让缓存保留 $S$ 个汇聚 token（论文取 $S = 4$），外加最近的 $W$ 个 token（其中最新的一个是查询自己的 token，所以两步之间保留 $S + W - 1$ 个）。位于位置 $p$ 的查询读取键 $j < S$ 以及 $p - W < j \le p$。
 #
-# 微妙之处在于位置。StreamingLLM **按缓存所见**给键编号：一个查询读取的那些键依次编号为 $0, 1, 2, \dots$，查询本身是最后一个。论文中的例子：缓存里有 token 0、1、2、3、6、7、8，token 9 到来时（四个汇聚点、窗口为四），查询读取的这八个 token 的位置是 0 到 7，而不是它们在文本中的位置 0、1、2、3、6、7、8、9。这样，无论序列多长，RoPE 看到的距离始终小于 $S + W$，不会超出模型训练时见过的范围。但这也意味着，窗口每滑动一次，键的位置就会变，所以不能把键旋转一次就缓存起来：StreamingLLM 缓存的是 RoPE **之前**的键，每次读取时再旋转。
+# 微妙之处在于位置。StreamingLLM **按缓存所见**给键编号：一个查询读取的那些键依次编号为 $0, 1, 2, \dots$，查询本身是最后一个。论文中的例子：缓存里有 token 0、1、2、3、6、7、8，token 9 到来时（4 个汇聚点、窗口大小为 4），查询读取的这八个 token 的位置是 0 到 7，而不是它们在文本中的位置 0、1、2、3、6、7、8、9。这样，无论序列多长，RoPE 看到的距离始终小于 $S + W$，不会超出模型训练时见过的范围。但这也意味着，窗口每滑动一次，键的位置就会变，所以不能把键旋转一次就缓存起来：StreamingLLM 缓存的是 RoPE **之前**的键，每次读取时再旋转。
 #
 # 我们用两个小函数写出这条规则。`sink_window_mask` 指出一个查询读取哪些键；`cache_positions` 为每个查询分别给这些键编号，办法是数一数它左边有多少个可读的键（沿键的方向求累加和）。下表把这条规则用在论文的例子上（$S = 4$、$W = 4$，位置 9 上的查询），也用在本节设置中的一个查询上（$S = 4$、$W = 8$，位置 20）：列出它读取的键在文本中的位置，以及缓存给这些键的位置。
 

@@ -32,7 +32,7 @@
 # four K/V heads (MHA, like the models H2O evaluated), so that each head keeps its own positions.
 
 # %% [markdown] lang="zh"
-# **实验流程**，所有策略都一样：4 个各含 64 个 token 的提示，每个都在一次调用中读入；这次调用结束时，每一层的缓存被削减到每个头 $b$ 个位置的**预算**；然后模型每次调用解码一个 token，新 token 全部保留，输入的是稠密模型贪心选出的 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。一共比较 32 步：第一步是提示那次调用自己的预测，发生在任何淘汰之前，所以对每个策略都是精确的（平均值也包含这一步）；其余 31 步才可能不同。H2O 论文是在生成过程中逐步淘汰的；我们只在提示结束时使用一次它的评分，这样所有策略都把同一个提示压缩到同一个预算。模型有四个 K/V 头（即 MHA，与 H2O 评测的模型相同），每个头各自保留自己的位置。
+# **实验规程**，所有策略都一样：4 个各含 64 个 token 的提示，每个都在一次调用中读入；这次调用结束时，每一层的缓存被削减到每个头 $b$ 个位置的**预算**；然后模型每次调用解码一个 token，新 token 全部保留，输入的是稠密模型贪心选出的 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。一共比较 32 步：第一步是提示那次调用自己的预测，发生在任何淘汰之前，所以对每个策略都是精确的（平均值也包含这一步）；其余 31 步才可能不同。H2O 论文是在生成过程中逐步淘汰的；我们只在提示结束时使用一次它的评分，这样所有策略都把同一个提示压缩到同一个预算。模型有四个 K/V 头（即 MHA，与 H2O 评测的模型相同），每个头各自保留自己的位置。
 
 # %% [markdown] lang="en"
 # **The policies.** Each takes the prompt's attention weights `[B, H, P, P]` and the budget, and returns the
@@ -82,7 +82,7 @@ POLICIES = {"h2o": h2o, "snapkv": snapkv, "random": random_eviction}
 # with this cache, a hook that hands it the weights, and a fixed query bias explained below.
 
 # %% [markdown] lang="zh"
-# **缓存对象有什么变化。**`BudgetKV` 是一个 `FullKV`，它在注意力层把提示的注意力权重交给它时（`observe`）压缩自己一次。这时，缓存中位置张量的形状变了。到目前为止，一层的位置都只有一行 `[T]`，由所有头、batch 中的所有序列共用。压缩之后，每个（序列，头）都保留各自的位置，所以缓存以 `[B, H, T]` 的形状保存它们；之后的调用在追加新 token 之前，先把新 token 的位置扩展成这个形状。掩码不需要改动：`causal` 比较的是 `key_pos[..., None, :]` 和 `query_pos[:, None]`，广播之后正好每个头一个掩码，形状 `[B, H, T_new, T_keys]`，与分数相同。`EvictingAttention` 就是普通的注意力层，配上这种缓存、一处把注意力权重交给缓存的调用，以及下文解释的一个固定的查询偏置。
+# **缓存对象有什么变化。**`BudgetKV` 是一个 `FullKV`，它在注意力层把提示的注意力权重交给它时（`observe`）压缩自己一次。这时，缓存中位置张量的形状变了。到目前为止，一层的位置都只有一行 `[T]`，由所有头、batch 中的所有序列共用。压缩之后，每个（序列，头）都保留各自的位置，所以缓存以 `[B, H, T]` 的形状保存它们；之后的调用在追加新 token 之前，先把新 token 的位置扩展成这个形状。掩码不需要改动：`causal` 比较的是 `key_pos[..., None, :]` 和 `query_pos[:, None]`，广播之后正好每个头一个掩码，形状 `[B, H, T_new, T_keys]`，与分数相同。`EvictingAttention` 就是普通的注意力层，配上这种缓存、一个把注意力权重交给缓存的钩子，以及下文解释的一个固定的查询偏置。
 
 # %%
 class BudgetKV(FullKV):
@@ -138,12 +138,12 @@ class EvictingAttention(Attention):
         return self.proj(merge_heads(weights @ values))
 
 # %% [markdown] lang="en"
-# The shapes, on one 64-token prompt with H2O, a budget of 16 and the query bias of below set to 4: layer 0's cached
+# The shapes, on one 64-token prompt with H2O, a budget of 16 and the query bias described below set to 4: layer 0's cached
 # positions after the prompt and after one more token, then what heads 0 and 1 kept (the newest 8 in both: H2O's
 # recent half).
 
 # %% [markdown] lang="zh"
-# 形状的变化：用 H2O、预算 16，并把下文介绍的查询偏置设为 4，处理一个 64 个 token 的提示。先列出提示之后、再送入一个 token 之后第 0 层缓存的位置的形状，再列出头 0 和头 1 保留的位置（两者都保留了最新的 8 个，即 H2O 留给最新位置的那一半）。
+# 形状的变化：用 H2O、预算 16，并把下文介绍的查询偏置设为 4，处理一个 64 个 token 的提示。先列出处理完提示后、以及再送入一个 token 后，第 0 层缓存中位置张量的形状，再列出头 0 和头 1 保留的位置（两者都保留了最新的 8 个，即 H2O 留给最新位置的那一半）。
 
 # %%
 evict_cfg = replace(llama_cfg, kv_heads=4)
@@ -163,7 +163,8 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 
 # %% [markdown] lang="en"
 # **A model with favourites.** With random weights, attention has only weak, incidental preferences (keys of larger
-# norm; early keys, which every later query can see), so the policies can barely beat a coin toss. Trained models are different (H2O
+# norm; early keys, which every later query can see), so there is little for a policy to find: without help, expect results near a coin toss (the random-eviction
+# control), a little better or a little worse. Trained models are different (H2O
 # reports attention that is sparse and concentrated on a few tokens). `query_bias` is a toy stand-in for such
 # trained attention: one fixed vector added to every query of a head before RoPE, so that the same few keys score
 # high for most queries. Its score with key $s$, $b \cdot R_{s-t} k_s$, depends on the distance, but the slower half of
@@ -178,9 +179,9 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 # share must stay below a quarter. These thresholds were set after a first run.
 
 # %% [markdown] lang="zh"
-# **有偏好的模型。** 随机权重下，注意力只有微弱的、偶然的偏好（范数较大的键；靠前的键，因为之后的每个查询都看得到它们），所以这些策略只比抛硬币略好。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。`query_bias` 是这种训练后注意力的玩具替身：在 RoPE 之前给某个头的每个查询都加上同一个固定向量，使得同样几个键对大多数查询都得分很高。它与键 $s$ 的得分 $b \cdot R_{s-t} k_s$ 取决于距离，但较慢的一半维度对在 64 个位置内转过不到 1 弧度，在那里偏置几乎不变。扫描时把它分别设为 0（普通的随机权重）和 4（与查询的其余部分相比很大）。
+# **有偏好的模型。** 随机权重下，注意力只有微弱的、偶然的偏好（范数较大的键；靠前的键，因为之后的每个查询都看得到它们），所以策略几乎无从下手：不加帮助时，结果应与抛硬币（随机淘汰的对照）相近，可能略好，也可能略差。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。`query_bias` 是这种训练后注意力的玩具替身：在 RoPE 之前给某个头的每个查询都加上同一个固定向量，使得同样几个键对大多数查询都得分很高。它与键 $s$ 的得分 $b \cdot R_{s-t} k_s$ 取决于距离，但较慢的一半维度对在 64 个位置内转过不到 1 弧度，在那里偏置几乎不变。扫描时把它分别设为 0（普通的随机权重）和 4（与查询的其余部分相比很大）。
 #
-# **把偏好展示出来。** 下一个单元格用两种偏置分别读入同样的四个 64 token 的提示，记录每一层在提示上的注意力。对每个（层，提示，头），取提示后一半的查询，找出从这些查询得到注意力最多的 8 个键（提示的八分之一），报告两个数：这些查询的注意力中落在这 8 个键上的比例，以及自己最关注的键恰好是其中之一的查询所占的比例。有偏置时，两者都必须很大（比例超过一半）；没有偏置时，比例必须低于四分之一。这些阈值是在第一次运行之后定下的。
+# **把偏好展示出来。** 下一个单元格用两种偏置分别读入同样的四个各含 64 个 token 的提示，记录每一层在提示上的注意力。对每个（层，提示，头），取提示后一半的查询，找出从这些查询得到注意力最多的 8 个键（提示的八分之一），报告两个数：这些查询的注意力中落在这 8 个键上的比例，以及自己最关注的键恰好是其中之一的查询所占的比例。有偏置时，两者都必须很大（比例超过一半）；没有偏置时，比例必须低于四分之一。这些阈值是在第一次运行之后定下的。
 
 # %%
 @torch.inference_mode()

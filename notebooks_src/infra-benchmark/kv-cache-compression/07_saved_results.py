@@ -60,7 +60,7 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
          "absorbed_vs_naive_fp64": largest(ABSORBED_VS_NAIVE, "fp64"),
          "absorbed_vs_naive_fp64_exponent": round(math.log10(largest(ABSORBED_VS_NAIVE, "fp64"))), "tp8_mha_per_gpu": DEEPSEEK_MEMORY["mha"] // 8,
          "latent_expanded_gib": materialised_bytes(DEEPSEEK_V3, "expand_on_read", MLA_TRADE["context"]) / GiB,
-         "expand_on_read_traffic_ratio": EXPAND_ON_READ_TRAFFIC_RATIO,
+         "expand_on_read_traffic_ratio": EXPAND_ON_READ_TRAFFIC_RATIO, "expand_on_read_macs_ratio": EXPAND_ON_READ_MACS_RATIO,
          "naive_flop_per_byte": MLA_INTENSITY["naive_flop_per_byte"], "absorbed_flop_per_byte": MLA_INTENSITY["absorbed_flop_per_byte"],
          "h100_ridge": MLA_INTENSITY["h100_ridge"]},
  "local_global": {"gemma3_uniform_gib": GEMMA3_MEMORY["uniform_gib"], "gemma3_mixed_gib": GEMMA3_MEMORY["mixed_gib"],
