@@ -3,10 +3,10 @@
 # and reads off which K/V head every query head gets. The third panel shows a realistic mistake, kept for a
 # negative control below: `tile_kv` uses `repeat`, which lays the heads out as 0, 1, 0, 1. With one K/V head
 # (MQA) or one per query head (MHA) tiling and interleaving coincide, so the mistake only shows with real
-# groups.
+# groups. The drawing code is folded.
 
 # %% [markdown] lang="zh"
-# 下图直接由代码画出这条规则：把一个存着各 K/V 头自身编号的张量扩展开，读出每个查询头分到的是哪个 K/V 头。第三幅图展示一个现实中很容易犯的错误，留给下文的负对照使用：`tile_kv` 用的是 `repeat`，它把头排成 0、1、0、1。当只有一个 K/V 头（MQA）或每个查询头各有一个 K/V 头（MHA）时，平铺和交错的结果相同，所以只有真正分组时，这个错误才会显现。
+# 下图直接由代码画出这条规则：把一个存着各 K/V 头自身编号的张量扩展开，读出每个查询头分到的是哪个 K/V 头。第三幅图展示一个现实中很容易犯的错误，留给下文的负对照使用：`tile_kv` 用的是 `repeat`，它把头排成 0、1、0、1。当只有一个 K/V 头（MQA）或每个查询头各有一个 K/V 头（MHA）时，平铺和交错的结果相同，所以只有真正分组时，这个错误才会显现。画图的代码已折叠。
 
 # %%
 def tile_kv(x, groups: int):                     # [B, H_kv, T, D] -> [B, H_kv * groups, T, D]
@@ -23,6 +23,12 @@ def kv_head_read(expand, kv_heads: int, heads: int = 4) -> list[int]:
 
 PANELS = {"MHA": (repeat_kv, 4), "GQA": (repeat_kv, 2), "GQA, tile_kv": (tile_kv, 2), "MQA": (repeat_kv, 1)}
 HEAD_MAP = {name: kv_head_read(expand, kv_heads) for name, (expand, kv_heads) in PANELS.items()}
+# [en] Interleaving: query head h reads K/V head h // g. Tiling: h % H_kv, the same only for MHA and MQA.
+# [zh] 交错：查询头 h 读取第 h // g 个 K/V 头。平铺：读取第 h % H_kv 个，只在 MHA 和 MQA 时与交错相同。
+assert HEAD_MAP == {name: [h // (4 // kv) if expand is repeat_kv else h % kv for h in range(4)]
+                    for name, (expand, kv) in PANELS.items()}
+
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, len(PANELS), figsize=(11, 2.4))
 for ax, (name, reads) in zip(axes, HEAD_MAP.items()):
     expand, kv_heads = PANELS[name]
@@ -47,10 +53,6 @@ fig.tight_layout()
 GQA_PNG = OUT / "gqa_heads.png"
 fig.savefig(GQA_PNG, dpi=120)
 plt.show()
-# [en] Interleaving: query head h reads K/V head h // g. Tiling: h % H_kv, the same only for MHA and MQA.
-# [zh] 交错：查询头 h 读取第 h // g 个 K/V 头。平铺：读取第 h % H_kv 个，只在 MHA 和 MQA 时与交错相同。
-assert HEAD_MAP == {name: [h // (4 // kv) if expand is repeat_kv else h % kv for h in range(4)]
-                    for name, (expand, kv) in PANELS.items()}
 
 # %% [markdown] lang="en"
 # *Figure: one attention layer in each of four designs. Each panel's title names the design ("GQA, tile_kv" is

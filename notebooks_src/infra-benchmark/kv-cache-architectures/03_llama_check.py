@@ -38,7 +38,7 @@ if HAVE_HF:
     else:
         say(en=f"Within $10^{{-10}}$: the largest difference, {llama_err:.1e}, is FP64 rounding (the two attentions alone differ "
                f"by {ATTENTION_GAP:.0e} on the same FP64 inputs).",
-            zh=f"误差小于 $10^{{-10}}$：最大差异 {llama_err:.1e} 是 FP64 的舍入误差（单看注意力，两种实现在同一组 FP64 输入上相差 "
+            zh=f"误差小于 $10^{{-10}}$：最大绝对误差 {llama_err:.1e} 是 FP64 的舍入误差（单看注意力，两种实现在同一组 FP64 输入上相差 "
                f"{ATTENTION_GAP:.0e}）。")
     assert llama_err < 1e-10
 else:

@@ -2,11 +2,12 @@
 # The figure shows both sides for $W = 8$ on the Llama-shaped model of section 5. Left, the band over the
 # 24-token stream, as the full path sees it. Right, layer 0's ring of $W - 1 = 7$ slots while the model reads
 # the stream one token per call: the row labelled $t$ shows which position each slot holds after $t$ tokens.
-# The cell also asserts what the figure shows: after $t$ tokens the ring holds $\min(t, W - 1)$ positions, in
-# `nbytes()` exactly the bytes of $W - 1$ positions, however many tokens came before.
+# The first cell runs the stream and asserts what the figure shows: after $t$ tokens the ring holds
+# $\min(t, W - 1)$ positions, in `nbytes()` exactly the bytes of $W - 1$ positions, however many tokens came
+# before; the second, folded, draws it.
 
 # %% [markdown] lang="zh"
-# 下图以第 5 节的 Llama 结构模型、$W = 8$ 为例画出两种视角。左图是完整路径在 24 个 token 的序列上看到的带状区域。右图是模型逐个 token 读入序列时，第 0 层那个有 $W - 1 = 7$ 个槽位的环形缓冲区：纵轴标注为 $t$ 的那一行，表示读入 $t$ 个 token 之后每个槽位存放的是哪个位置。这个单元格还用断言核对了图中所示的内容：读入 $t$ 个 token 之后，环形缓冲区保存 $\min(t, W - 1)$ 个位置；无论之前读入了多少 token，它的 `nbytes()` 都恰好是 $W - 1$ 个位置的字节数。
+# 下图以第 5 节的 Llama 结构模型、$W = 8$ 为例画出两种视角。左图是完整路径在 24 个 token 的序列上看到的带状区域。右图是模型逐个 token 读入序列时，第 0 层那个有 $W - 1 = 7$ 个槽位的环形缓冲区：纵轴标注为 $t$ 的那一行，表示读入 $t$ 个 token 之后每个槽位存放的是哪个位置。第一个单元格逐个 token 读入序列，并用断言核对图中所示的内容：读入 $t$ 个 token 之后，环形缓冲区保存 $\min(t, W - 1)$ 个位置；无论之前读入了多少 token，它的 `nbytes()` 都恰好是 $W - 1$ 个位置的字节数。第二个单元格（代码已折叠）画出这张图。
 
 # %%
 WINDOW = 8
@@ -24,8 +25,10 @@ with torch.inference_mode():
         RING_HELD.append(len(cache[0].contents()[2]))
         RING_BYTES |= {c.nbytes() for c in cache}
 RING_FORMULA_BYTES = kv_bytes_per_token(1, LLAMA_CFG.n_kv, LLAMA_CFG.head_dim, 4) * (WINDOW - 1)
+assert RING_HELD == [min(t + 1, WINDOW - 1) for t in range(STREAM_LEN)] and RING_BYTES == {RING_FORMULA_BYTES}
 
-fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [24, 11]})
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 5), gridspec_kw={"width_ratios": [24, 11]})
 axes[0].imshow(band_mask(torch.arange(STREAM_LEN), torch.arange(STREAM_LEN), WINDOW).int().numpy(), cmap="Greens", vmin=0, vmax=1.4)
 axes[0].set_title(f"band_mask, W = {WINDOW}", fontsize=10)
 axes[0].set_xlabel("key position")
@@ -34,7 +37,7 @@ slots = np.array(RING_SLOTS)                                                    
 axes[1].imshow(np.where(slots >= 0, slots, np.nan), cmap="viridis", aspect="auto")
 for (t, s), position in np.ndenumerate(slots):
     if position >= 0:
-        axes[1].text(s, t, str(position), ha="center", va="center", fontsize=6, color="black" if position > 0.6 * slots.max() else "white")
+        axes[1].text(s, t, str(position), ha="center", va="center", fontsize=8, color="black" if position > 0.6 * slots.max() else "white")
 axes[1].set_title(f"RingKV({WINDOW - 1}), layer 0", fontsize=10)
 axes[1].set_xlabel("slot")
 axes[1].set_ylabel("tokens consumed t")
@@ -43,7 +46,6 @@ fig.tight_layout()
 WINDOW_PNG = OUT / "sliding_window.png"
 fig.savefig(WINDOW_PNG, dpi=120)
 plt.show()
-assert RING_HELD == [min(t + 1, WINDOW - 1) for t in range(STREAM_LEN)] and RING_BYTES == {RING_FORMULA_BYTES}
 
 # %% [markdown] lang="en"
 # *Figure: left, `band_mask` with $W = 8$ over 24 positions: a row per query ("query position"), a column per
@@ -54,7 +56,7 @@ assert RING_HELD == [min(t + 1, WINDOW - 1) for t in range(STREAM_LEN)] and RING
 # each new position overwrites the oldest one, in slot $p \bmod 7$.*
 
 # %% [markdown] lang="zh"
-# *图：左图是 $W = 8$ 时 24 个位置上的带状掩码 `band_mask`：每行是一个查询（纵轴 query position，查询的位置），每列是一个键（横轴 key position，键的位置），绿色表示该查询可以读取该键。右图是第 0 层的环形缓冲区 `RingKV(7)` 在 24 次单 token 调用中每次调用之后的状态：每行对应一次调用，纵轴 tokens consumed t 是已读入的 token 数 $t$（标注为 $t$ 的那一行就是读入 $t$ 个 token 之后的状态）；每列是一个槽位（横轴 slot，槽位编号 0–6）。每个格子标注着该槽位存放的位置，位置越新颜色越亮，写入之前是空的。从第 8 个 token 起，每个新位置都覆盖最旧的那个位置，写在第 $p \bmod 7$ 个槽位。*
+# *图：左图是 $W = 8$ 时 24 个位置上的带状掩码 `band_mask`：每行是一个查询（纵轴 query position，查询的位置），每列是一个键（横轴 key position，键的位置），绿色表示该查询可以读取该键。右图是第 0 层的环形缓冲区 `RingKV(7)` 在 24 次单 token 调用中每次调用之后的状态：每行对应一次调用，纵轴 tokens consumed t 是已处理的 token 数 $t$（标注为 $t$ 的那一行就是读入 $t$ 个 token 之后的状态）；每列是一个槽位（横轴 slot，槽位编号 0–6）。每个格子标注着该槽位存放的位置，位置越新颜色越亮，写入之前是空的。从第 8 个 token 起，每个新位置都覆盖最旧的那个位置，写在第 $p \bmod 7$ 个槽位。*
 
 # %% [markdown] lang="en"
 # **Criteria.** With $W = 8$ and the 24-token stream:
@@ -96,11 +98,11 @@ assert KEYS_READ == [min(WINDOW, p + 1) for p in range(STREAM_LEN)]
 # query reads $W + 1$ keys, the paper's wording read inclusively. Its full path is simply a model with a window
 # of $W + 1$; its cached path cannot follow, because the ring has already overwritten the oldest key the wider
 # band asks for. The check must fail for every chunk length. **Negative control 2: one key too narrow.** The
-# opposite slip, a band of $W - 1$ keys with the ring still sized for $W$, passes cached-versus-full, since the
-# ring holds more than such a band needs; the key count of criterion 4 catches it.
+# opposite slip, a band of $W - 1$ keys with the ring still sized for a window of $W$ ($W - 1$ slots), passes
+# cached-versus-full, since the ring holds more than such a band needs; the key count of criterion 4 catches it.
 
 # %% [markdown] lang="zh"
-# **负对照 1：窗口宽了一个键。** `WiderWindow` 把带状条件中的 `>` 写成了 `>=`，于是每个查询读取 $W + 1$ 个键，这正是把论文的说法按两端都算在内来理解的结果。它的完整路径只不过是一个窗口为 $W + 1$ 的模型；缓存路径却跟不上，因为更宽的窗口要读取的那个最旧的键，已经被环形缓冲区覆盖了。无论分块长度是多少，检查都必须失败。**负对照 2：窗口窄了一个键。** 反方向的疏忽（窗口只含 $W - 1$ 个键，环形缓冲区仍按 $W$ 分配）却能通过“缓存对照完整重算”，因为环形缓冲区保存的键比这样的窗口所需的还多；判据 4 的键数检查能查出它。
+# **负对照 1：窗口宽了一个键。** `WiderWindow` 把带状条件中的 `>` 写成了 `>=`，于是每个查询读取 $W + 1$ 个键，这正是把论文的说法按两端都算在内来理解的结果。它的完整路径只不过是一个窗口为 $W + 1$ 的模型；缓存路径却跟不上，因为更宽的窗口要读取的那个最旧的键，已经被环形缓冲区覆盖了。无论分块长度是多少，检查都必须失败。**负对照 2：窗口窄了一个键。** 反方向的疏忽（窗口只含 $W - 1$ 个键，环形缓冲区仍按窗口 $W$ 分配，即 $W - 1$ 个槽位）却能通过“缓存对照完整重算”，因为环形缓冲区保存的键比这样的窗口所需的还多；判据 4 的键数检查能查出它。
 
 # %%
 class WiderWindow(WindowAttention):
@@ -111,8 +113,8 @@ class WiderWindow(WindowAttention):
 
 
 class NarrowerWindow(WindowAttention):
-    # [en] WRONG on purpose: a band of W - 1 keys, with the ring still sized for W.
-    # [zh] 故意写错：窗口只含 W - 1 个键，环形缓冲区仍按 W 分配。
+    # [en] WRONG on purpose: a band of W - 1 keys, the ring still sized for a window of W (W - 1 slots).
+    # [zh] 故意写错：窗口只含 W - 1 个键，环形缓冲区仍按窗口 W 分配（W - 1 个槽位）。
     def mask(self, query_pos, key_pos):
         return band_mask(query_pos, key_pos, self.window - 1)
 

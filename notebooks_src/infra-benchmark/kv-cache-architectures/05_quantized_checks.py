@@ -9,8 +9,9 @@
 # 1. as long as attention reads no quantized position, the quantized cache is exact: the calls that consume
 #    the first $R + G = 24$ positions give logits bit for bit equal to the exact cache's, and the next call is
 #    the first to read quantized keys. Bit-for-bit equality is a fair demand here, on any machine: until its
-#    first group is quantized, the cache hands attention a copy of the very tensors `FullKV` hands it, in the
-#    same layout, so every call is the same call on the same inputs;
+#    first group is quantized, the cache hands attention the same values `FullKV` hands it (their memory layouts
+#    may differ), and `repeat_kv` copies both into the same contiguous layout before any arithmetic, so every
+#    call is the same computation on the same inputs;
 # 2. beyond it, the error is bounded. The largest logit error over the 64 steps must stay below 0.002 with 8
 #    bits, 0.05 with 4 bits and 0.3 with 2 bits, and at least 64, 62 and 56 of the 64 greedy tokens must agree.
 #    We fixed these bounds after a first run, well above the errors it measured, so that they hold for this
@@ -29,7 +30,7 @@
 #
 # 既然不再声称精确，**判据**如下：
 #
-# 1. 只要注意力还没有读到任何量化过的位置，量化缓存就是精确的：处理前 $R + G = 24$ 个位置的那些调用，给出的 logits 与精确缓存的逐比特相同；紧接着的下一次调用才第一次读到量化后的键。在这里要求逐比特相同是合理的，而且在任何机器上都成立。原因是，在第一组被量化之前，这个缓存交给注意力的正是 `FullKV` 那些张量的副本，内存布局也相同，所以每次调用都是在同样的输入上做同样的调用；
+# 1. 只要注意力还没有读到任何量化过的位置，量化缓存就是精确的：处理前 $R + G = 24$ 个位置的那些调用，给出的 logits 与精确缓存的逐比特相同；紧接着的下一次调用才第一次读到量化后的键。在这里要求逐比特相同是合理的，而且在任何机器上都成立。原因是，在第一组被量化之前，这个缓存交给注意力的数值与 `FullKV` 交给它的完全相同（内存布局可能不同），而 `repeat_kv` 在任何运算之前都会把两者复制成同样的连续布局，所以每次调用都是在同样的输入上做同样的计算；
 # 2. 此后，误差有界。64 步中 logits 的最大绝对误差必须在 8 比特时低于 0.002，4 比特时低于 0.05，2 比特时低于 0.3；64 个贪心 token 中一致的个数必须分别至少为 64、62、56。这些界是在第一次运行之后定下的，明显高于当时测得的误差，既保证这个随机种子下的结果落在界内，又仍能查出真正的错误。本次运行的误差分别为 {{run:quant.int8_err:.1e}}、{{run:quant.int4_err:.1e}} 和 {{run:quant.int2_err:.1e}}，可与这些界对照；
 # 3. 误差随比特数从 2 到 4 再到 8 逐步下降；
 # 4. 内存：按存储布局算出的字节数等于在缓存上实测的字节数。
@@ -184,7 +185,7 @@ assert all(QUANT_MEMORY[f"{name}_bytes"] == QUANT_MEMORY[f"{name}_formula_bytes"
 # (`ScaleForgottenKV`) must violate the 8-bit bound.
 
 # %% [markdown] lang="zh"
-# 这里省下的内存并不多（int4 仍占 FP32 字节数的 {{run:quant.int4_fraction:.0%}}，int2 占 {{run:quant.int2_fraction:.0%}}），原因有三个，从公式中都能看出来，而且都是比特数减少也省不下来的字节（这也是 int2 只比 int4 略省一点的原因）。第一，全精度窗口仍保存着 {{run:quant.positions}} 个位置中的 {{run:quant.window_positions}} 个。第二，K 的 FP32 缩放因子和最小值按通道、按每组 $G = 8$ 个位置各存一对，$D_h = 16$ 时折合每个头、每个位置 {{run:quant.k_scale_bytes}} 字节，与 K 和 V 的 4 比特编码加起来一样多（2 × {{run:quant.int4_code_bytes}} 字节）。第三，V 按 token 存放的缩放因子和最小值还要再加 {{run:quant.v_scale_bytes}} 字节。到了长上下文、$D_h = 128$、$G = 32$ 时，编码本身才占主要部分（见第 9 节）。
+# 这里省下的内存并不多（int4 仍占 FP32 字节数的 {{run:quant.int4_fraction:.0%}}，int2 占 {{run:quant.int2_fraction:.0%}}），原因有三，公式里都看得出来：这三部分字节都不随比特数减少而缩小（所以 int2 只比 int4 略省一点）。第一，全精度窗口仍保存着 {{run:quant.positions}} 个位置中的 {{run:quant.window_positions}} 个。第二，K 的 FP32 缩放因子和最小值按通道、按每组 $G = 8$ 个位置各存一对，$D_h = 16$ 时折合每个头、每个位置 {{run:quant.k_scale_bytes}} 字节，与 K 和 V 的 4 比特编码加起来一样多（2 × {{run:quant.int4_code_bytes}} 字节）。第三，V 按 token 存放的缩放因子和最小值还要再加 {{run:quant.v_scale_bytes}} 字节。到了长上下文、$D_h = 128$、$G = 32$ 时，编码本身才占主要部分（见第 9 节）。
 #
 # **负对照：漏乘缩放因子。** 把读回的值写成 $\mathrm{code} + \min$，而不是 $\mathrm{code} \cdot \mathrm{scale} + \min$，只是一处笔误。带着这个错误的 8 比特缓存（`ScaleForgottenKV`）必须违反 8 比特的误差界。
 
@@ -220,7 +221,7 @@ assert CONTROLS["scale_forgotten"]["caught"]
 # token; reading back without the scale must break it.
 
 # %% [markdown] lang="zh"
-# **单看量化器：每个值读回时，误差都不超过半个步长。** 上面的界是通过模型来评判整个缓存的，而且留有充分的余地。量化器本身还有一个更精确、可以单独检查的性质：取整到最近的编码，意味着每个元素读回时的误差不超过它的步长（即缩放因子）的一半，$|x - \hat x| \le \mathrm{scale}/2$，与比特数无关，也与统计量沿哪个维度计算无关。下面的单元格在 FP64 下，用一个形状与一组缓存键相同的随机张量，对 2、4、8 比特分别按通道和按 token 检查这一点；漏乘缩放因子的读回方式必须违反它。
+# **单看量化器：每个值读回时，误差都不超过半个步长。** 上面的界是通过模型来评判整个缓存的，而且留有充分的余地。量化器本身还有一条更强、可以单独检查的性质：取整到最近的编码，意味着每个元素读回时的误差不超过它的步长（即缩放因子）的一半，$|x - \hat x| \le \mathrm{scale}/2$，与比特数无关，也与统计量沿哪个维度计算无关。下面的单元格在 FP64 下，用一个形状与一组缓存键相同的随机张量，对 2、4、8 比特分别按通道和按 token 检查这一点；漏乘缩放因子的读回方式必须违反它。
 
 # %%
 def round_trip_steps(x, bits: int, dim: int) -> dict:
@@ -247,7 +248,7 @@ assert all(r["dequantize"] <= 0.5 + 1e-9 and r["scale_forgotten"] > 0.5 for r in
 # %% [markdown] lang="zh"
 # 下图画出每种比特数下每一步的误差（对数刻度）；点线标出第一次读到量化后的键的那一步。在此之前，三种误差都是 0，对数坐标轴画不出来，所以曲线从这一步开始。
 
-# %%
+# %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(8, 3.6))
 for bits in QUANT_BITS:
     ax.semilogy(range(EXACT_STEPS, GEN_STEPS), QUANT[bits]["per_step_max_abs_logit_err"][EXACT_STEPS:], marker=".", label=f"int{bits}")
@@ -265,12 +266,13 @@ plt.show()
 
 # %% [markdown] lang="en"
 # *Figure: the error of the quantized caches (`QuantKV`, $R = 16$, $G = 8$) at each of the 64 generation steps,
-# teacher-forced on the exact cache's greedy tokens: the largest absolute difference between a step's logits and
-# the exact cache's (log scale), one curve per bit width; the dotted line marks step {{run:quant.exact_steps}}, the
-# first that reads quantized keys. Teacher forcing keeps the tokens the same and each group is quantized once, but
+# teacher-forced on the exact cache's greedy tokens ("generation step", horizontal): the largest absolute
+# difference between a step's logits and the exact cache's ("max |logit - exact logit|", log scale), one curve
+# per bit width; the dotted line (legend "step {{run:quant.exact_steps}}") marks the first step that reads
+# quantized keys. Teacher forcing keeps the tokens the same and each group is quantized once, but
 # an error is still carried forward: from that step on, every layer above the first caches keys and values
 # computed from a perturbed hidden state, and every later step reads them. Whether that grows in longer runs or
 # deeper models, this run does not test.*
 
 # %% [markdown] lang="zh"
-# *图：量化缓存（`QuantKV`，$R = 16$，$G = 8$）在 64 个生成步中每一步的误差，各步送入的都是精确缓存贪心生成的 token（teacher forcing）：纵轴（对数刻度）是这一步的 logits 与精确缓存的 logits 之间的最大绝对误差，每种比特数一条曲线；点线标出第 {{run:quant.exact_steps}} 步，即第一次读到量化后的键的那一步。teacher forcing 保证送入的 token 相同，每一组也只量化一次，但误差仍会被带到后面：从这一步起，第一层之上的每一层都用带扰动的隐藏状态算出键和值并存进缓存，之后的每一步都会读到它们。在更长的生成或更深的模型中这份扰动是否会放大，本次运行没有检验。*
+# *图：量化缓存（`QuantKV`，$R = 16$，$G = 8$）在 64 个生成步中每一步的误差，各步送入的都是精确缓存贪心生成的 token（teacher forcing）：横轴 generation step 是生成步；纵轴 max |logit - exact logit|（对数刻度）是这一步的 logits 与精确缓存的 logits 之间的最大绝对误差，每种比特数一条曲线；点线（图例 step {{run:quant.exact_steps}}）标出第 {{run:quant.exact_steps}} 步，即第一次读到量化后的键的那一步。teacher forcing 保证送入的 token 相同，每一组也只量化一次，但误差仍会被带到后面：从这一步起，第一层之上的每一层都用带扰动的隐藏状态算出键和值并存进缓存，之后的每一步都会读到它们。在更长的生成或更深的模型中这份扰动是否会放大，本次运行没有检验。*

@@ -132,11 +132,14 @@ assert CONTROLS["is_causal_after_cache"]["caught"]
 # {{run:fused.explicit_prefill:.2f}} ms). A decode step is hundreds of small operator calls (projections,
 # `torch.cat`, rotary lookups, reshapes), of which attention is a few, so the path changes few of them (this run:
 # {{run:fused.explicit_calls:.0f}} and {{run:fused.sdpa_calls:.0f}} calls, {{run:fused.explicit_decode:.2f}} and
-# {{run:fused.sdpa_decode:.2f}} ms per step). What a fused kernel saves on a GPU at real sizes, never writing a
+# {{run:fused.sdpa_decode:.2f}} ms per step). The profile counts only the time inside operators (each operator's
+# best of five rounds), not the Python and dispatch work between them, which in a model this small is much of a
+# step; so its totals fall short of the timed step, and it shows where the calls go, not which path is faster:
+# the first cell's medians answer that. What a fused kernel saves on a GPU at real sizes, never writing a
 # $[C, P + C]$ score matrix per head to memory, a CPU run of a tiny model does not measure.
 
 # %% [markdown] lang="zh"
-# **旁注：计时（可选）。** 在共享的 CPU 上，耗时取决于机器和它当时的负载，所以下面两个单元格的代码折叠了起来，也不做任何断言。第一个单元格在第 5 节的模型上比较显式 softmax 与 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）；第二个单元格把一个解码步按算子拆开。预填充中注意力占了很大一部分工作量（每个头 256 个查询对 256 个键）：本次运行中，SDPA 的融合 CPU 内核在这里的耗时是显式 softmax 的 {{run:fused.prefill_ratio:.2f}} 倍（{{run:fused.sdpa_prefill:.2f}} 毫秒对 {{run:fused.explicit_prefill:.2f}} 毫秒）。一个解码步由数百次小的算子调用组成（各个投影、`torch.cat`、旋转位置编码的查表、改变形状的操作），注意力只占其中几次，所以换一种路径只改变少数几次调用（本次运行：分别为 {{run:fused.explicit_calls:.0f}} 次和 {{run:fused.sdpa_calls:.0f}} 次调用，每步 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒）。融合内核在 GPU 上、真实规模下省下的是：不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；在 CPU 上运行一个极小的模型，测不到这一点。
+# **旁注：计时（可选）。** 在共享的 CPU 上，耗时取决于机器和它当时的负载，所以下面两个单元格的代码折叠了起来，也不做任何断言。第一个单元格在第 5 节的模型上比较显式 softmax 与 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）；第二个单元格按算子对一个解码步做性能分析。预填充中注意力占了很大一部分工作量（每个头 256 个查询对 256 个键）：本次运行中，SDPA 的融合 CPU 内核在这里的耗时是显式 softmax 的 {{run:fused.prefill_ratio:.2f}} 倍（{{run:fused.sdpa_prefill:.2f}} 毫秒对 {{run:fused.explicit_prefill:.2f}} 毫秒）。一个解码步由数百次小的算子调用组成（各个投影、`torch.cat`、旋转位置编码的查表、改变形状的操作），注意力只占其中几次，所以换一种路径只改变少数几次调用（本次运行：分别为 {{run:fused.explicit_calls:.0f}} 次和 {{run:fused.sdpa_calls:.0f}} 次调用，每步 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒）。性能分析只统计算子内部的耗时（每个算子取五轮中的最小值），不含算子之间 Python 代码和调度的开销，而在这么小的模型里，这部分开销占了一步的很大一块；所以性能分析的合计比计时测得的一步要少，它说明的是调用花在了哪里，而不是哪条路径更快：后者要看第一个单元格的中位数。融合内核在 GPU 上、真实规模下省下的是：不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；在 CPU 上运行一个极小的模型，测不到这一点。
 
 # %% tags=["hide-input"]
 TIMING_PROMPT = 256

@@ -52,7 +52,7 @@ MEMORY_TABLE = [
 say_table([[f"`{r['variant']}`", str(r["kv_heads"]), f"{r['positions_kept']:,}", f"{r['cache_bytes_32k'] / r['positions_kept'] / KiB:.1f}",
             f"{r['cache_bytes_32k'] / GiB:.2f}"] for r in MEMORY_TABLE],
           en=["variant", "K/V heads", "positions kept", "per position kept (KiB)", "one 32k context (GiB)"],
-          zh=["变体", "K/V 头数", "保留的位置数", "每个保留位置（KiB）", "一个 32k 上下文（GiB）"])
+          zh=["变体", "K/V 头数", "保留的位置数", "每个保留位置的大小（KiB）", "一个 32k 上下文（GiB）"])
 
 # %% [markdown] lang="en"
 # The rows, asserted. MHA needs {{run:memory.mha_kib_per_token:.0f}} KiB per token and
@@ -87,7 +87,7 @@ assert 0.5 < MEMORY["int8_fraction"] < 0.55 and 0.25 < MEMORY["int4_fraction"] <
 # %% [markdown] lang="zh"
 # 同样的数字画成图，每种变体一根柱子：一个 32k token 的上下文的缓存大小。
 
-# %%
+# %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 bars = ax.barh([r["variant"] for r in MEMORY_TABLE][::-1], [r["cache_bytes_32k"] / GiB for r in MEMORY_TABLE][::-1], color="tab:blue")
 ax.bar_label(bars, fmt="%.2f GiB", padding=3, fontsize=8)
