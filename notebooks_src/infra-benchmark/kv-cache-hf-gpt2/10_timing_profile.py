@@ -187,15 +187,15 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="en"
 # Two steps fix two unknowns, so the model fits them by construction: it is a reading of the counts, not
 # a measurement of Python's time, which no tool here can time without distorting it (`cProfile` adds a
-# cost to every call it counts). What makes the reading plausible is the rest of this section: the same
-# FLOPs, about as many ATen operations, and {{run:profile.us_per_call:.1f}} µs, a plausible cost for a
-# function call plus the little work each does. It is also why the race says nothing about speed at real
+# cost to every call it counts). What supports the reading is the rest of this section (the same FLOPs,
+# about as many ATen operations) and the size of $b$, here {{run:profile.us_per_call:.1f}} µs, to compare with
+# the cost of a function call plus the little work each does. It is also why the race says nothing about speed at real
 # sizes: at GPT-2 small's width of 768 each projection does $(768 / 64)^2 = 144$ times the work of ours,
 # while a layer makes the same calls, so the arithmetic per call grows about 144-fold (its 12 layers,
 # against our 2, multiply work and calls alike).
 
 # %% [markdown] lang="zh"
-# 两个解码步恰好确定两个未知数，所以这个模型必然与它们吻合：它是对计数的一种解读，而不是对 Python 耗时的测量；这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。让这种解读站得住的，是本节的其余结果：浮点运算次数相同，ATen 算子数目相近，而 {{run:profile.us_per_call:.1f}} 微秒对一次函数调用再加上它所做的一点点工作来说是合理的。也正因如此，这场比赛说明不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而每一层的函数调用次数不变，所以每次调用分摊的运算量约增大 144 倍（它有 12 层，我们只有 2 层，层数对运算量和调用次数的放大是一样的）。
+# 两个解码步恰好确定两个未知数，所以这个模型必然与它们吻合：它是对计数的一种解读，而不是对 Python 耗时的测量；这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。支持这种解读的，是本节的其余结果（浮点运算次数相同，ATen 算子数目相近），以及 $b$ 的大小：这里为 {{run:profile.us_per_call:.1f}} 微秒，可以拿它与一次函数调用再加上它所做的一点点工作的开销相比。也正因如此，这场比赛说明不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而每一层的函数调用次数不变，所以每次调用分摊的运算量约增大 144 倍（它有 12 层，我们只有 2 层，层数对运算量和调用次数的放大是一样的）。
 
 # %% tags=["prose-values"]
 {"profile": {
