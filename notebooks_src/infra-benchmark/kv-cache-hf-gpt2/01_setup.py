@@ -59,13 +59,13 @@
 #
 # The next cell holds the parameters. `QUICK = True` shortens only the timing race of section 10 (fewer
 # warm-up and measured rounds); every correctness check is the same in both modes. Everything runs on
-# the CPU with one thread; models are put in `eval()` mode and all computation happens under
+# the CPU with one thread; models are put in `eval()` mode and every model call runs under
 # `torch.inference_mode()`. The notebook installs nothing and needs no input file.
 
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 下一个单元格存放参数。`QUICK = True` 只缩短第 10 节的计时比赛（预热轮数和测量轮数都减少）；两种模式下的正确性检查完全相同。全部计算都在 CPU 上单线程进行：模型处于 `eval()` 模式，所有计算都在 `torch.inference_mode()` 下执行。本笔记本不安装任何包，也不需要任何输入文件。
+# 下一个单元格存放参数。`QUICK = True` 只缩短第 10 节的计时比赛（预热轮数和测量轮数都减少）；两种模式下的正确性检查完全相同。全部计算都在 CPU 上单线程进行：模型处于 `eval()` 模式，每次调用模型都在 `torch.inference_mode()` 下进行。本笔记本不安装任何包，也不需要任何输入文件。
 
 # %% tags=["parameters"]
 # [en] QUICK: shorter timing (section 10); the correctness checks stay complete.

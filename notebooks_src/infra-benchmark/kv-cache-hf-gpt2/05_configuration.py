@@ -1,12 +1,9 @@
 # %% [markdown] lang="en"
-# **What `compare_with_gpt2` returns**, which every later table reads: a dict of largest absolute errors,
-# `{"full_logits": …, "cached_logits": …, "k": [one per layer], "v": [one per layer]}`, and
-# `agrees(errors, tol)` is true when every one of them is at most `tol`, by default $10^{-10}$ (`PEER_TOL`,
-# the FP64 entry of `TOLERANCE`). Unlike `close` of section 1, which also allows a relative error, `agrees`
-# is a purely absolute test; "agrees within $10^{-10}$" (or $10^{-5}$) below always means this test.
+# From here on, "agrees within $10^{-10}$" (or $10^{-5}$ in FP32) always means `agrees`, section 4's
+# absolute test on the dict of errors that `compare_with_gpt2` returns; every later table reads that dict.
 
 # %% [markdown] lang="zh"
-# **`compare_with_gpt2` 返回什么**（后面每张表读的都是它）：一个由最大绝对误差组成的字典，`{"full_logits": …, "cached_logits": …, "k": [每层一个], "v": [每层一个]}`；其中每一项都不超过 `tol` 时，`agrees(errors, tol)` 为真，`tol` 默认为 $10^{-10}$（`PEER_TOL`，即 `TOLERANCE` 中 FP64 的那一项）。第 1 节的 `close` 还允许相对误差，`agrees` 则只看绝对误差；下文说“在 $10^{-10}$（或 $10^{-5}$）以内一致”，指的都是这个判定。
+# 下文说“在 $10^{-10}$（FP32 下为 $10^{-5}$）以内一致”，指的都是 `agrees`，即第 4 节对 `compare_with_gpt2` 所返回误差字典的绝对误差判定；后面每张表读的都是这个字典。
 
 # %% [markdown] lang="en"
 # ## 5. The configuration, field by field
@@ -27,7 +24,7 @@
 # - `tie_word_embeddings=False`: our output projection has its own matrix. The default ties it to the
 #   token embedding table; section 7 shows what loading our weights into a tied model does.
 # - Our vocabulary has no special tokens, so `bos_token_id` and `eos_token_id` are `None` instead of
-#   the default 50256, an ID that does not exist in a 97-token vocabulary.
+#   the default `50256`, an ID that does not exist in a 97-token vocabulary.
 # - `scale_attn_weights=True` (the default) divides attention scores by $\sqrt{d_h}$, as we do; the
 #   per-layer extra scaling (`scale_attn_by_inverse_layer_idx`) and the reordered FP32 upcast
 #   (`reorder_and_upcast_attn`) stay off, as by default.
@@ -46,7 +43,7 @@
 # - `activation_function="gelu"` 是精确 GELU，即用误差函数计算的 $x\,\Phi(x)$，与我们的 `nn.GELU()` 相同。默认值 `"gelu_new"` 是原版 GPT-2 使用的 tanh 近似。第 8 节会说明这个差别有多小、多难察觉。
 # - 三个 dropout 概率都设为 0：有了 dropout，每次调用的结果都是随机的。`layer_norm_epsilon` 保留默认值 `1e-5`，它也是 PyTorch 中 LayerNorm 的默认值。
 # - `tie_word_embeddings=False`：我们的词表投影（`lm_head`）有自己独立的矩阵；默认设置则让它与 token 嵌入表共享权重。第 7 节会展示把我们的权重加载进共享权重的模型会发生什么。
-# - 我们的词表没有特殊 token，所以 `bos_token_id` 和 `eos_token_id` 设为 `None`，而不是默认的 50256：在只有 97 个 token 的词表里，这个 ID 根本不存在。
+# - 我们的词表没有特殊 token，所以 `bos_token_id` 和 `eos_token_id` 设为 `None`，而不是默认的 `50256`：在只有 97 个 token 的词表里，这个 ID 根本不存在。
 # - `scale_attn_weights=True`（默认值）让注意力分数除以 $\sqrt{d_h}$，和我们的做法一样；按层号追加的缩放（`scale_attn_by_inverse_layer_idx`）以及调整计算顺序并提升到 FP32 的做法（`reorder_and_upcast_attn`）都保持默认的关闭状态。
 # - `attn_implementation="eager"` 选用 `modeling_gpt2.py` 里的 `eager_attention_forward`，即最直接的“矩阵乘 → softmax → 矩阵乘”，这样我们拿来对照的运算每一步都清清楚楚。
 #

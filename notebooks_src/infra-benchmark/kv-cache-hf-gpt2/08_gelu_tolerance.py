@@ -42,20 +42,20 @@ if HAVE_TRANSFORMERS:
     median_gap = (tanh_gelu(mlp_inputs) - exact_gelu(mlp_inputs)).abs().median().item()
     say(en=f"tanh curve against exact GELU on $[-8, 8]$: largest gap {curve_gap:.1e}, at $|x| = {peak_at:.2f}$. "
            f"Activation inputs: median $|x|$ {mlp_inputs.abs().median().item():.2f}, median gap there {median_gap:.1e}.",
-        zh=f"在 $[-8, 8]$ 上 tanh 近似曲线与精确 GELU 之差：最大为 {curve_gap:.1e}，位于 $|x| = {peak_at:.2f}$ 处。"
+        zh=f"在 $[-8, 8]$ 上 tanh 近似与精确 GELU 之间的最大绝对误差为 {curve_gap:.1e}，位于 $|x| = {peak_at:.2f}$ 处。"
            f"激活函数的输入：$|x|$ 的中位数为 {mlp_inputs.abs().median().item():.2f}，在这些值上差距的中位数为 {median_gap:.1e}。")
 
 # %% [markdown] lang="en"
 # The next cells run the correct mapping and the GELU trap in FP32, judged with the FP32 tolerance
 # $10^{-5}$, and in FP64, judged with $10^{-10}$, for two sets of weights: the decoder as it is, and the
 # same decoder with the weights and biases of both `mlp.fc` layers multiplied by 0.1, which shrinks the
-# activation inputs (by 10× in layer 0, whose input is unchanged; the table calls the two sets `model`
-# and `mlp_fc_x0.1`). The first cell
+# activation inputs (10× in layer 0, whose input is unchanged; roughly 10× in layer 1, whose
+# input also carries layer 0's changed MLP output; the table calls the two sets `model` and `mlp_fc_x0.1`). The first cell
 # builds that second set of weights; the second runs the eight comparisons; the third, folded, prints
 # the table.
 
 # %% [markdown] lang="zh"
-# 下面几个单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 `mlp.fc` 层的权重和偏置都乘以 0.1，使激活函数的输入变小（第 0 层的输入不变，所以它的激活函数输入缩小为原来的 1/10；表中两组权重分别记作 `model` 和 `mlp_fc_x0.1`）。第一个单元格构造第二组权重；第二个单元格做这 8 次比较；第三个单元格（代码已折叠）打印结果表。
+# 下面几个单元格分别在 FP32（按 FP32 容差 $10^{-5}$ 判定）和 FP64（按 $10^{-10}$ 判定）下运行正确映射和 GELU 陷阱，两组权重各跑一遍：一组是原样的解码器；另一组是同一个解码器，但两个 `mlp.fc` 层的权重和偏置都乘以 0.1，使激活函数的输入变小（第 0 层的输入不变，所以它的激活函数输入缩小为原来的 1/10；第 1 层的输入还带着第 0 层已经改变的 MLP 输出，所以大致缩小为 1/10；表中两组权重分别记作 `model` 和 `mlp_fc_x0.1`）。第一个单元格构造第二组权重；第二个单元格做这 8 次比较；第三个单元格（代码已折叠）打印结果表。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -106,9 +106,9 @@ if HAVE_TRANSFORMERS:
 # - In FP64 the correct mapping stays at rounding level, and the trap is caught with both sets of
 #   weights.
 #
-# The other two traps of section 7 are at least {{run:gelu.other_over_gelu:,.0f}} times larger than the
-# GELU trap: of the three, this is the only one that an FP32 comparison can let through. As for the
-# exact value $10^{-10}$: in FP64 the correct mapping's largest error here is
+# The smaller of the other two traps' errors in section 7 is about {{run:gelu.other_over_gelu:,.0f}} times the
+# GELU trap's: of the three, this is the only one that an FP32 comparison can let through. As for the
+# exact value $10^{-10}$: in FP64 the correct mapping's largest absolute error here is
 # {{run:gelu.fp64_noise:.1e}} and the smallest trap error {{run:gelu.fp64_smallest_trap:.1e}}, so any
 # tolerance between the two would do; $10^{-10}$ is simply a round number inside that gap. The next cell
 # asserts these readings.
@@ -121,7 +121,7 @@ if HAVE_TRANSFORMERS:
 # - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
 # - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
 #
-# 第 7 节的另外两个陷阱，误差至少是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。至于为什么恰好取 $10^{-10}$：在 FP64 下，这里正确映射的最大误差为 {{run:gelu.fp64_noise:.1e}}，陷阱的最小误差为 {{run:gelu.fp64_smallest_trap:.1e}}，介于两者之间的任何容差都可以；$10^{-10}$ 只是落在这个区间里的一个整数量级。下一个单元格断言上面这些判读。
+# 第 7 节另外两个陷阱中误差较小的那个，也约为 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。至于为什么恰好取 $10^{-10}$：在 FP64 下，这里正确映射的最大绝对误差为 {{run:gelu.fp64_noise:.1e}}，各陷阱中误差最小的也有 {{run:gelu.fp64_smallest_trap:.1e}}，介于两者之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。下一个单元格断言上面这些判读。
 
 # %%
 if HAVE_TRANSFORMERS:

@@ -57,7 +57,9 @@ if HAVE_TRANSFORMERS:
 # Cache" example of the transformers documentation), or continue and then cut the cache back with
 # `cache.crop(-n)`, which removes the last $n$ positions of every layer. Our list needs neither: keeping
 # the old list is enough, and cutting our cache back means slicing every layer's K and V to the first
-# $P$ positions. The cut must change the cache's length, not merely hide entries: given no
+# $P$ positions.
+#
+# The cut must change the cache's length, not merely hide entries: given no
 # `position_ids`, `GPT2Model.forward` numbers the new tokens `torch.arange(T) +
 # past_key_values.get_seq_length()` (`modeling_gpt2.py`), which is exactly our `absolute_positions` hook
 # of section 3.
@@ -80,7 +82,9 @@ if HAVE_TRANSFORMERS:
 # the same inputs.
 
 # %% [markdown] lang="zh"
-# 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先把前缀缓存深拷贝一份（`copy.deepcopy`，transformers 文档中讲缓存复用的一节（标题为 `Re-use Cache`）的例子就是这样做的）；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。截短必须真正改变缓存的长度，而不能只是把多出的部分藏起来：没有传入 `position_ids` 时，`GPT2Model.forward` 把新 token 的位置编为 `torch.arange(T) + past_key_values.get_seq_length()`（见 `modeling_gpt2.py`），这正是第 3 节里我们的 `absolute_positions` 钩子。
+# 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先用 `copy.deepcopy` 把前缀缓存深拷贝一份，transformers 文档讲缓存复用的那一节（`Re-use Cache`）的例子就是这样做的；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。
+#
+# 截短必须真正改变缓存的长度，而不能只是把多出的部分藏起来：没有传入 `position_ids` 时，`GPT2Model.forward` 把新 token 的位置编为 `torch.arange(T) + past_key_values.get_seq_length()`（见 `modeling_gpt2.py`），这正是第 3 节里我们的 `absolute_positions` 钩子。
 #
 # 缓存为什么会需要截短？这是为了**投机解码**（speculative decoding），transformers 称之为**辅助生成**（assisted generation，即 `generate(..., assistant_model=...)`）。一个小的草稿模型先提出若干个 token，目标模型（即大模型）在一次调用中把它们全部验证一遍；这次调用会把每个被提出的 token 的 K 和 V 都追加进目标模型的缓存。随后，目标模型接受与自己一致的 token，拒绝其余的。进入下一轮之前，缓存必须丢掉被拒绝的那些位置，`crop` 正是为此而设：transformers 5.23.0 的辅助生成循环（`transformers/generation/utils.py` 中的 `GenerationMixin._assisted_decoding`）会调用 `past_key_values.crop(-n)`，其中 $n$ 是被拒绝的草稿 token 数。本笔记本最后的练习 2 会重演这样的一轮。
 #
@@ -103,8 +107,8 @@ if HAVE_TRANSFORMERS:
         uncropped = copy.deepcopy(hf_cache)
         hf_cache.crop(-CROP_TOKENS)
         lengths = [c.get_seq_length() for c in (hf_cache, snapshot, uncropped)]
-        # [en] crop(-24) left the 200 prefix positions, like the snapshot; the uncropped copy holds 224.
-        # [zh] crop(-24) 留下了前缀的 200 个位置，与快照相同；没有截短的副本有 224 个位置。
+        # [en] crop(-24) left the 200 prefix positions, like the deep copy; the uncropped copy holds 224.
+        # [zh] crop(-24) 留下了前缀的 200 个位置，与深拷贝相同；没有截短的副本有 224 个位置。
         assert lengths == [CROP_PREFIX, CROP_PREFIX, CROP_PREFIX + CROP_TOKENS]
         # [en] The cropped K/V, kept for the next cell: the continuation below appends to the cache.
         # [zh] 截短后的 K/V，留给下一个单元格：下面的续写会往缓存里追加。
@@ -154,8 +158,7 @@ if HAVE_TRANSFORMERS:
               zh=["截短后的 K/V 与我们切片后的缓存", "`crop` 之后的 logits 与我们的", "不做 `crop`（负对照）与我们的"])
     # [en] Cropped caches and continuations agree; without the crop the comparison fails.
     # [zh] 截短后的缓存和续写结果都一致；不截短则比较失败。
-    crop_verdicts = [crop_kv_error <= TOLERANCE[torch.float64], close(after_crop, ours_after),
-                     close(without_crop, ours_after)]
+    crop_verdicts = [crop_errors[key] <= PEER_TOL for key in ("cropped_kv", "logits_after_crop", "logits_without_crop")]
     assert crop_verdicts == [True, True, False]
     say(en=f"After `crop(-{CROP_TOKENS})` the library's cache and ours agree within $10^{{-10}}$, and so do the "
            "continuations. Without the crop, the same comparison fails.",

@@ -102,16 +102,19 @@ if HAVE_TRANSFORMERS:
 # **The result.** On the machine that built this notebook, the 16 steps took {{run:race.ours_p50:.2f}} ms
 # with our decoder and {{run:race.gpt2_p50:.2f}} ms with `GPT2LMHeadModel` (p50), about
 # {{run:race.ours_step_ms:.2f}} ms and {{run:race.gpt2_step_ms:.2f}} ms per step: the library's time was
-# {{run:race.ratio:.2f}} times ours. A factor of this size can change on another machine, under another
+# {{run:race.ratio:.2f}} times ours. Rounds of one run already spread (p95 / p50: {{run:race.ours_spread:.2f}}
+# for ours, {{run:race.gpt2_spread:.2f}} for GPT-2), and the factor can change on another machine, under another
 # load or with another library version, so no assertion is made about it; the rest of this section
 # explains what each step spends its time on instead.
 
 # %% [markdown] lang="zh"
-# **结果。** 在构建本笔记本的机器上，这 16 步用我们的解码器耗时 {{run:race.ours_p50:.2f}} 毫秒，用 `GPT2LMHeadModel` 耗时 {{run:race.gpt2_p50:.2f}} 毫秒（p50），折合每步约 {{run:race.ours_step_ms:.2f}} 毫秒和 {{run:race.gpt2_step_ms:.2f}} 毫秒：库所用的时间是我们的 {{run:race.ratio:.2f}} 倍。这种量级的差距，换一台机器、换一种负载或换一个库版本都可能改变，所以这里不对它做断言；本节余下的部分转而解释每一步的时间花在了哪里。
+# **结果。** 在构建本笔记本的机器上，这 16 步用我们的解码器耗时 {{run:race.ours_p50:.2f}} 毫秒，用 `GPT2LMHeadModel` 耗时 {{run:race.gpt2_p50:.2f}} 毫秒（p50），折合每步约 {{run:race.ours_step_ms:.2f}} 毫秒和 {{run:race.gpt2_step_ms:.2f}} 毫秒：库所用的时间是我们的 {{run:race.ratio:.2f}} 倍。同一次运行的各轮之间本就有波动（p95 / p50：我们的为 {{run:race.ours_spread:.2f}}，GPT-2 为 {{run:race.gpt2_spread:.2f}}），而这个倍数换一台机器、换一种负载或换一个库版本都可能改变，所以这里不对它做断言；本节余下的部分转而解释每一步的时间花在了哪里。
 
 # %% tags=["prose-values"]
 {"race": {
     "ours_p50": race_timing["ours"]["p50"], "gpt2_p50": race_timing["gpt2"]["p50"], "ratio": race_ratio,
     "ours_step_ms": race_timing["ours"]["p50"] / CONTINUATION, "gpt2_step_ms": race_timing["gpt2"]["p50"] / CONTINUATION,
+    "ours_spread": race_timing["ours"]["p95"] / race_timing["ours"]["p50"],
+    "gpt2_spread": race_timing["gpt2"]["p95"] / race_timing["gpt2"]["p50"],
     "gap_step_ms": (race_timing["gpt2"]["p50"] - race_timing["ours"]["p50"]) / CONTINUATION,
 }} if HAVE_TRANSFORMERS else {}

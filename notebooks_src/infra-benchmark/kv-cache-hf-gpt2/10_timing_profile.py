@@ -83,19 +83,19 @@ def profile_step(step, sessions=PROFILE_SESSIONS, steps=PROFILE_STEPS):
 # Now the three steps: ours and GPT-2's with the prompt's cache of 256 positions, and, as a negative
 # control for the FLOP count, ours without a cache over all 257 positions. GPT-2's cache grows with every
 # call, so each of its profiled calls gets a fresh copy of the prompt's cache, `PROFILE_CALLS` copies made
-# beforehand, and every profiled step reads 256 positions. Three cells: the profiling, the table (folded),
+# beforehand, and every profiled step starts from a cache of 256 positions. Three cells: the profiling, the table (folded),
 # and the check that the matrix arithmetic is the same, with the uncached step as its control.
 
 # %% [markdown] lang="zh"
-# 下面分析三个解码步：我们的和 GPT-2 的，都带着提示的 256 个位置的缓存；另外再分析我们的模型不用缓存、一次处理全部 257 个位置的一次调用，作为浮点运算次数的负对照。GPT-2 的缓存每调用一次就变长，所以它每次被分析的调用都拿到提示缓存的一份新拷贝（事先准备好 `PROFILE_CALLS` 份），每个被分析的解码步读取的都是 256 个位置。下面三个单元格依次是：性能分析、结果表（代码已折叠），以及检查两者矩阵运算相同的断言，不用缓存的那一步是它的对照。
+# 下面分析三个解码步：我们的和 GPT-2 的，都带着提示的 256 个位置的缓存；另外再分析我们的模型不用缓存、一次处理全部 257 个位置的一次调用，作为浮点运算次数的负对照。GPT-2 的缓存每调用一次就变长，所以它每次被分析的调用都拿到提示缓存的一份新拷贝（事先准备好 `PROFILE_CALLS` 份），每个被分析的解码步都从 256 个位置的缓存出发。下面三个单元格依次是：性能分析、结果表（代码已折叠），以及检查两者矩阵运算相同的断言，不用缓存的那一步是它的对照。
 
 # %%
 if HAVE_TRANSFORMERS:
     next_token = race_continuation[:, :1]                                                 # [1, 1]
     # [en] Each profiled GPT-2 call extends the cache it is given, so each gets its own copy of the
-    # [en] prompt's cache: every profiled step then reads 256 positions, like ours.
+    # [en] prompt's cache: every profiled step then starts from 256 cached positions, like ours.
     # [zh] 每次被分析的 GPT-2 调用都会加长传给它的缓存，所以每次都拿到提示缓存的一份独立拷贝：
-    # [zh] 这样每个被分析的解码步都和我们的一样，读取 256 个位置。
+    # [zh] 这样每个被分析的解码步都和我们的一样，从 256 个已缓存的位置出发。
     gpt2_caches = [copy.deepcopy(gpt2_prefix) for _ in range(PROFILE_CALLS)]
     with torch.inference_mode():
         step_profile = {
@@ -114,9 +114,9 @@ if HAVE_TRANSFORMERS:
                                  ("gpt2", "gpt2_32(input_ids=next_token, past_key_values=copy)"),
                                  ("ours_no_cache", "model(race_stream[:, :257])")]],
               en=["one decode step", "time per step, race p50 / 16 (ms)", "ATen op calls",
-                  "time in ATen ops, profiled (ms)", "function calls", "matrix-product FLOPs"],
+                  "time in ATen ops, profiled (ms)", "Python function calls", "matrix-product FLOPs"],
               zh=["一个解码步", "每步耗时（比赛 p50 / 16，毫秒）", "ATen 算子调用次数", "ATen 算子内耗时（性能分析器下，毫秒）",
-                  "函数调用次数", "矩阵乘法浮点运算次数"])
+                  "Python 函数调用次数", "矩阵乘法浮点运算次数"])
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -156,9 +156,9 @@ if HAVE_TRANSFORMERS:
 # matrix products, against {{run:profile.no_cache_flops:,}} ({{run:profile.no_cache_ratio:,.0f}} times as
 # many) when the 257 positions are recomputed without a cache. They launch about as many ATen operations,
 # {{run:profile.ours_ops}} and {{run:profile.gpt2_ops}} (ours goes through `aten::linear` and makes three
-# products where GPT-2's `c_attn` makes one), and their profiled time inside those operations differs by
-# {{run:profile.aten_diff_ms:+.2f}} ms (GPT-2's minus ours; profiled times include the profiler's own cost,
-# so they serve only for this comparison).
+# products where GPT-2's `c_attn` makes one). Profiled times include the profiler's own cost and can
+# even exceed a whole step of the race (ours here: {{run:profile.ours_aten_ms:.2f}} ms inside ATen operations,
+# {{run:race.ours_step_ms:.2f}} ms for its whole race step), so they serve only to compare the two models: GPT-2's time inside ATen operations minus ours, {{run:profile.aten_diff_ms:+.2f}} ms.
 #
 # **The calls are not.** GPT-2's step makes {{run:profile.gpt2_python:,}} function calls, ours
 # {{run:profile.ours_python:,}}; the second table shows that the extra ones are the library's machinery
@@ -167,7 +167,7 @@ if HAVE_TRANSFORMERS:
 # (Python functions and built-ins counted alike). The next cell solves it for $a$ and $b$.
 
 # %% [markdown] lang="zh"
-# **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。两者调用的 ATen 算子数目相近，分别为 {{run:profile.ours_ops}} 次和 {{run:profile.gpt2_ops}} 次（我们的要经过 `aten::linear`，而且用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次）；分析器下两者在这些算子内的耗时相差 {{run:profile.aten_diff_ms:+.2f}} 毫秒（GPT-2 减去我们的；分析器下的耗时包含分析器自身的开销，只适合做这样的比较）。
+# **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。两者调用的 ATen 算子数目相近，分别为 {{run:profile.ours_ops}} 次和 {{run:profile.gpt2_ops}} 次（我们的要经过 `aten::linear`，而且用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次）。分析器下的耗时包含分析器自身的开销，甚至可能超过比赛中整个一步的耗时（这里我们的模型在 ATen 算子内耗时 {{run:profile.ours_aten_ms:.2f}} 毫秒，比赛中整个一步为 {{run:race.ours_step_ms:.2f}} 毫秒），所以只适合用来比较两个模型：两者在 ATen 算子内的耗时之差（GPT-2 减去我们的）为 {{run:profile.aten_diff_ms:+.2f}} 毫秒。
 #
 # **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；第二张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）。可以用一个简单的模型，结合这两个计数来解读比赛中两个模型每步的耗时：每步耗时 = 固定开销 $a$ + 每次函数调用的开销 $b$ × 调用次数（Python 函数和内置函数同等计数）。下一个单元格解出 $a$ 和 $b$。
 
@@ -179,24 +179,23 @@ if HAVE_TRANSFORMERS:
     # [zh] 两个解码步，两个未知数：对我们的和 GPT-2 的都有 per_step = fixed_ms + per_call_ms * calls。
     per_call_ms = (per_step["gpt2"] - per_step["ours"]) / (calls["gpt2"] - calls["ours"])
     fixed_ms = per_step["ours"] - per_call_ms * calls["ours"]
-    say(en=f"$a$ = {fixed_ms:.2f} ms, $b$ = {1e3 * per_call_ms:.1f} µs per call. Ours: {fixed_ms:.2f} + "
-           f"{calls['ours']} × $b$ = {per_step['ours']:.2f} ms; GPT-2: {fixed_ms:.2f} + {calls['gpt2']} × $b$ = "
-           f"{per_step['gpt2']:.2f} ms.",
-        zh=f"$a$ = {fixed_ms:.2f} 毫秒，$b$ = 每次调用 {1e3 * per_call_ms:.1f} 微秒。我们的：{fixed_ms:.2f} + "
-           f"{calls['ours']} × $b$ = {per_step['ours']:.2f} 毫秒；GPT-2：{fixed_ms:.2f} + {calls['gpt2']} × $b$ = "
-           f"{per_step['gpt2']:.2f} 毫秒。")
+    say(en=f"$a = {fixed_ms:.2f}$ ms, $b = {1e3 * per_call_ms:.1f}$ µs per call. Ours: $a + {calls['ours']}b = "
+           f"{per_step['ours']:.2f}$ ms; GPT-2: $a + {calls['gpt2']}b = {per_step['gpt2']:.2f}$ ms.",
+        zh=f"$a = {fixed_ms:.2f}$ 毫秒，$b = {1e3 * per_call_ms:.1f}$ 微秒（每次调用）。我们的：$a + {calls['ours']}b = "
+           f"{per_step['ours']:.2f}$ 毫秒；GPT-2：$a + {calls['gpt2']}b = {per_step['gpt2']:.2f}$ 毫秒。")
 
 # %% [markdown] lang="en"
 # Two steps fix two unknowns, so the model fits them by construction: it is a reading of the counts, not
 # a measurement of Python's time, which no tool here can time without distorting it (`cProfile` adds a
-# cost to every call it counts). What makes the reading plausible is the rest of this section: the same
-# FLOPs, about as many ATen operations, and {{run:profile.us_per_call:.1f}} µs, a plausible cost for a
-# function call plus the little work each does. It is also why the race says nothing about speed at real
+# cost to every call it counts). What supports the reading is the rest of this section (the same FLOPs,
+# about as many ATen operations) and the size of $b$, here {{run:profile.us_per_call:.1f}} µs, to compare with
+# the cost of a function call plus the little work each does. It is also why the race says nothing about speed at real
 # sizes: at GPT-2 small's width of 768 each projection does $(768 / 64)^2 = 144$ times the work of ours,
-# while the calls around it stay the same.
+# while a layer makes the same calls, so the arithmetic per call grows about 144-fold (its 12 layers,
+# against our 2, multiply work and calls alike).
 
 # %% [markdown] lang="zh"
-# 两个解码步恰好确定两个未知数，所以这个模型必然与它们吻合：它是对计数的一种解读，而不是对 Python 耗时的测量；这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。让这种解读站得住的，是本节的其余结果：浮点运算次数相同，ATen 算子数目相近，而 {{run:profile.us_per_call:.1f}} 微秒对一次函数调用再加上它所做的一点点工作来说是合理的。也正因如此，这场比赛说明不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而包在外面的函数调用并不随之增加。
+# 两个解码步恰好确定两个未知数，所以这个模型必然与它们吻合：它是对计数的一种解读，而不是对 Python 耗时的测量；这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。支持这种解读的，是本节的其余结果（浮点运算次数相同，ATen 算子数目相近），以及 $b$ 的大小：这里为 {{run:profile.us_per_call:.1f}} 微秒，可以拿它与一次函数调用再加上它所做的一点点工作的开销相比。也正因如此，这场比赛说明不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而每一层的函数调用次数不变，所以每次调用分摊的运算量约增大 144 倍（它有 12 层，我们只有 2 层，层数对运算量和调用次数的放大是一样的）。
 
 # %% tags=["prose-values"]
 {"profile": {
@@ -205,5 +204,6 @@ if HAVE_TRANSFORMERS:
     "ours_ops": step_profile["ours"]["aten_calls"], "gpt2_ops": step_profile["gpt2"]["aten_calls"],
     "ours_python": step_profile["ours"]["python_calls"], "gpt2_python": step_profile["gpt2"]["python_calls"],
     "aten_diff_ms": step_profile["gpt2"]["aten_ms"] - step_profile["ours"]["aten_ms"],
+    "ours_aten_ms": step_profile["ours"]["aten_ms"],
     "fixed_ms": fixed_ms, "us_per_call": 1e3 * per_call_ms,
 }} if HAVE_TRANSFORMERS else {}

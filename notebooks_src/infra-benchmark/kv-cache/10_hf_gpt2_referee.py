@@ -146,8 +146,8 @@ def build_gpt2(ours, state_dict=None, **config_changes):
 
 
 if HAVE_TRANSFORMERS:
-    # [en] Our configuration against GPT-2's defaults (the companion notebook kv-cache-hf-gpt2 tabulates both).
-    # [zh] 我们的配置与 GPT-2 的默认配置（配套笔记本 kv-cache-hf-gpt2 把两者列成表）。
+    # [en] Our decoder as a GPT2Config, and GPT-2's own defaults kept beside it for comparison.
+    # [zh] 描述我们解码器的 GPT2Config，以及留作对照的 GPT-2 默认配置。
     hf_config, default_config = gpt2_config(cfg), GPT2Config()
     # [en] The same weights in FP64, on both sides.
     # [zh] 两边都用同一组权重的 FP64 版本。
@@ -161,11 +161,14 @@ if HAVE_TRANSFORMERS:
 # its logits and each layer's K and V. On the library's side the cache is a `DynamicCache` object passed
 # as `past_key_values`; layer $i$'s tensors are `cache.layers[i].keys` and `.values`, laid out
 # `[batch, heads, tokens so far, head_dim]` like ours. Two sequences of all 512 positions use every row of
-# the position table. As a negative control, the same comparison then runs against a GPT-2 built with
-# GPT-2's default `tie_word_embeddings=True`, and must report a disagreement.
+# the position table. The result is a dict of largest absolute errors (`full_logits`, `cached_logits`,
+# and one `k` and one `v` per layer); `agrees` is true when every one is at most $10^{-10}$, a purely
+# absolute test, unlike `close`, which also allows a relative error. As a negative control, the same
+# comparison then runs against a GPT-2 built with GPT-2's default `tie_word_embeddings=True`, and must
+# report a disagreement. The first cell defines the three functions, the second runs both comparisons.
 
 # %% [markdown] lang="zh"
-# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几次只送一个 token 的调用、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入；第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, T, head_dim]`（$T$ 为已缓存的 token 数），与我们的缓存相同。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。
+# **比较本身**：`compare_with_gpt2` 把同样的 token ID 送进两个模型：先不带缓存，一次调用输入整个序列；再走缓存路径，把序列切成长短不一的分块（一段很长的预填充、几次只送一个 token 的调用、几个多 token 的分块），每处理完一个分块，就比较这个分块的 logits 以及每一层的 K 和 V。库这一侧的缓存是一个 `DynamicCache` 对象，以 `past_key_values` 传入；第 $i$ 层的张量是 `cache.layers[i].keys` 和 `.values`，布局为 `[batch, heads, T, head_dim]`（$T$ 为已缓存的 token 数），与我们的缓存相同。两条序列都占满全部 512 个位置，用到了位置嵌入表的每一行。比较的结果是一个由最大绝对误差组成的字典（`full_logits`、`cached_logits`，以及每层各一个 `k` 和 `v`）；其中每一项都不超过 $10^{-10}$ 时，`agrees` 为真。这是纯粹的绝对误差判定，不同于还允许相对误差的 `close`。作为负对照，随后再拿同样的比较去检查一个沿用 GPT-2 默认值 `tie_word_embeddings=True` 构建的 GPT-2，它必须报告两边不一致。下面第一个单元格定义这三个函数，第二个单元格运行两次比较。
 
 # %%
 PEER_CHUNKS = [128, 1, 1, 61, 1, 64, 255, 1]
@@ -203,6 +206,7 @@ def agrees(errors, tol=PEER_TOL):
     return worst_error(errors) <= tol
 
 
+# %%
 if HAVE_TRANSFORMERS:
     peer_ids = torch.randint(0, cfg.vocab, (2, cfg.max_positions), generator=torch.Generator().manual_seed(SEED + 10))
     peer_errors = compare_with_gpt2(ours64, gpt2_64, peer_ids, PEER_CHUNKS)
