@@ -39,8 +39,7 @@
 # * **Trees.** SpecInfer, Medusa and EAGLE propose a *tree* of candidate continuations and verify all its
 #   branches in one target call, with an attention mask that lets each candidate see only its own ancestors;
 #   the longest branch the target agrees with is kept. We keep a single chain of $k$ drafts.
-# * **Bytes.** The verifying call reads the same weight bytes as a call over one token, and the sequence's K/V
-#   cache once for all $k + 1$ queries, which raises the cache part's intensity about $(k + 1)$-fold. Batching
+# * **Bytes.** Reading the cache once for all $k + 1$ queries raises its intensity about $(k + 1)$-fold. Batching
 #   does not do this for the cache (each sequence reads its own), except where sequences share a cached
 #   prefix and a shared-prefix kernel reads it once for all of them: FlashInfer's and vLLM's cascade
 #   attention, Hydragen. Section 8 counts these bytes.
@@ -60,7 +59,7 @@
 # <details><summary>背景知识：树形猜测、验证调用省下的字节、共用一份草稿缓存（读后文不需要）</summary>
 #
 # * **树形验证**：SpecInfer、Medusa 和 EAGLE 会一次给出一棵由候选续写组成的**树**，在一次目标模型调用中验证它的所有分支，所用的注意力掩码（attention mask）让每个候选只能看到自己的祖先；目标模型认可的最长分支被保留下来。我们只保留一串 $k$ 个草稿。
-# * **字节**：验证调用读取的权重字节数与只处理一个 token 的调用相同，这条序列的 K/V 缓存也只读一遍，供全部 $k + 1$ 个查询使用，于是缓存部分的算术强度提高到约 $k + 1$ 倍。batch 对缓存做不到这一点（每条序列读取自己的缓存），除非几条序列共享一段已缓存的前缀、而专为共享前缀设计的内核为它们只读一遍这段前缀：FlashInfer 和 vLLM 的 cascade attention（级联注意力），以及 Hydragen。第 8 节会数出这些字节。
+# * **字节**：缓存只读一遍，供全部 $k + 1$ 个查询使用，于是缓存部分的算术强度提高到约 $k + 1$ 倍。batch 对缓存做不到这一点（每条序列读取自己的缓存），除非几条序列共享一段已缓存的前缀、而专为共享前缀设计的内核为它们只读一遍这段前缀：FlashInfer 和 vLLM 的 cascade attention（级联注意力），以及 Hydragen。第 8 节会数出这些字节。
 # * **共用一份缓存**：我们的草稿模型那一层就是目标模型的第 0 层，所以对已确认的 token，它的 K/V 就是目标模型第 0 层的 K/V（只差舍入误差，因为两个模型把 token 分到不同的调用里计算）。因此 LayerSkip 只为前面几层保留一份缓存，由草稿模型和目标模型共用，验证调用在这几层上大多直接复用草稿模型算好的结果；我们保留两份独立的缓存，好让每份缓存的回滚都看得清楚。
 #
 # </details>

@@ -13,8 +13,7 @@
 # With $s$ bytes per element, the weights contribute $2B / s$ FLOP/byte: batching raises it, because the
 # same bytes serve more tokens. The cache contributes $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$ with
 # $g = H / H_{kv}$ query heads per K/V head: batching does not change it, because every sequence brings its
-# own cache (except a cached prefix shared by several sequences, which a shared-prefix kernel reads once; see
-# section 6). Grouped-query attention (GQA) raises it $g$-fold.
+# own cache (shared-prefix kernels aside, section 6). Grouped-query attention (GQA) raises it $g$-fold.
 #
 # **Multi-head latent attention** (MLA, used by DeepSeek-V2) raises it further: for DeepSeek-V2-Lite, its cache
 # part does {{run:cost.mla_factor:.1f}} times as many FLOPs per byte as multi-head attention's. The derivation is
@@ -51,7 +50,7 @@
 #
 # $$I = \frac{2 \cdot (\text{乘加次数})}{\text{读取的字节数}} \ \text{FLOP/字节}.$$
 #
-# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存（几条序列共享的已缓存前缀除外：专为共享前缀设计的内核只读它一遍，见第 6 节）。分组查询注意力（GQA）把它提高到原来的 $g$ 倍。
+# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存（专为共享前缀设计的内核除外，见第 6 节）。分组查询注意力（GQA）把它提高到原来的 $g$ 倍。
 #
 # **多头潜在注意力**（MLA，DeepSeek-V2 采用）提得更高：对 DeepSeek-V2-Lite，它的缓存部分每个字节的浮点运算次数是多头注意力的 {{run:cost.mla_factor:.1f}} 倍。后文不依赖下面的推导，可以跳过。
 #
@@ -278,8 +277,8 @@ say_table([[s.name, f"{c['counted'] / 1e9:.3f}", f"{c['published'] / 1e9:.3g}", 
 say_table([[s.name, f"`{s.source}`"] for s in SHAPES], en=["model", "source"], zh=["模型", "出处"])
 say(en=f"Control, Llama 3.1 8B with 32 K/V heads: counted {SIZE_CONTROL['counted'] / 1e9:.2f}B against the published "
        f"{SIZE_CONTROL['published'] / 1e9:.2f}B: {'caught' if SIZE_CONTROL['caught'] else 'NOT caught'}.",
-    zh=f"负对照，K/V 头数改为 32 的 Llama 3.1 8B：数出 {SIZE_CONTROL['counted'] / 1e8:.1f} 亿个参数，公开的规模为 "
-       f"{SIZE_CONTROL['published'] / 1e8:.1f} 亿：{'已查出' if SIZE_CONTROL['caught'] else '未查出'}。")
+    zh=f"负对照，K/V 头数改为 32 的 Llama 3.1 8B：数出的参数量为 {SIZE_CONTROL['counted'] / 1e9:.2f}（十亿），公开的规模为 "
+       f"{SIZE_CONTROL['published'] / 1e9:.2f}（十亿）：{'已查出' if SIZE_CONTROL['caught'] else '未查出'}。")
 assert all(c["matches"] for c in SIZE_CHECK) and SIZE_CONTROL["caught"]
 assert all(0.5 < COSTS[s.name][1]["intensity"] < 2 for s in SHAPES)
 
