@@ -3,7 +3,7 @@
 # full blocks in the cache; a later request with the same start finds them and computes only the rest; when
 # the pool runs out of free blocks, a cached block that nobody holds is evicted to make room.
 #
-# `PrefixPool` is that `BlockPool` with a content index. It keeps three more records: the index (block hash
+# `PrefixPool` is that `BlockPool` with a content index. It keeps more records: the index (block hash
 # → block, and back) and, in release order, the cached blocks that no request holds (`evictable`, an
 # `OrderedDict` used as an LRU queue); and it counts evictions.
 #
@@ -38,7 +38,7 @@
 # %% [markdown] lang="zh"
 # 池要做的事可以概括为下面这个过程（类定义之后的演示就按这个过程运行）：一个请求结束后，把它填满的物理块留在缓存中；之后开头相同的请求找到这些物理块，只计算其余部分；池中没有空闲物理块时，淘汰一个没有请求持有的已缓存物理块，腾出位置。
 #
-# `PrefixPool` 就是带内容索引的 `BlockPool`。它多维护三项记录：索引（块哈希 → 物理块，以及反向映射），以及按释放顺序排列、没有任何请求持有的已缓存物理块（`evictable`，一个当作 LRU 队列使用的 `OrderedDict`）；它还统计淘汰次数。
+# `PrefixPool` 就是带内容索引的 `BlockPool`。它多维护几项记录：索引（块哈希 → 物理块，以及反向映射），以及按释放顺序排列、没有任何请求持有的已缓存物理块（`evictable`，一个当作 LRU 队列使用的 `OrderedDict`）；它还统计淘汰次数。
 #
 # * `lookup(prompt)` 依次检查提示的各个块哈希，遇到第一个不在索引中的就停下：没有前面的物理块，后面的物理块也用不上。它对 `prompt[:-1]` 计算块哈希，因为提示的最后一个 token 必须计算：要靠它的 logits 选出第一个新 token。
 # * `publish` 把一个填满的物理块登记进索引。

@@ -28,7 +28,8 @@
 # else will claim. Two kinds are claimed already: the hit blocks this request is about to hold itself, and the
 # blocks *promised* to the running requests. Each running request was admitted on the promise that every block
 # it may still need will be there when it needs it; the blocks it may still take are spoken for. What is left
-# must cover the new blocks the request needs. As a formula, a waiting request is admitted when
+# must cover the new blocks the request needs (if nothing runs and it still does not fit, it never will: `serve`
+# raises `PoolFull`). As a formula, a waiting request is admitted when
 #
 # $$\text{fresh} \le \text{available} - \text{hits in LRU} - \text{promised},$$
 #
@@ -45,13 +46,13 @@
 # | 5 | 3 | 9 | 2 | 4 | 3 | yes |
 
 # %% [markdown] lang="zh"
-# **接纳规则**：思路是，在眼下空闲或可淘汰的物理块中，只把没有别人要的算作能用的。有两类已经有主了：这个请求自己即将持有的命中物理块，以及许诺给运行中请求的物理块。每个运行中的请求被接纳时都得到了许诺：它之后可能还需要的每个物理块，到时都一定有；这些它还可能取走的物理块已经被预留了。剩下的物理块必须够这个请求需要的新物理块。写成公式，等待中的请求满足
+# **接纳规则**：思路是，在眼下空闲或可淘汰的物理块中，只把没有别人要的算作能用的。有两类已经有主了：这个请求自己即将持有的命中物理块，以及许诺给运行中请求的物理块。每个运行中的请求被接纳时都得到了许诺：它之后可能还需要的每个物理块，到时都一定有；这些它还可能取走的物理块已经许诺给它了。剩下的物理块必须够这个请求需要的新物理块（如果没有请求在运行，它仍然放不下，那就永远放不下：`serve` 抛出 `PoolFull`）。写成公式，等待中的请求满足
 #
-# $$\text{新物理块数} \le \text{可用物理块数} - \text{LRU 中命中的物理块数} - \text{尚未取走的预留物理块数}$$
+# $$\text{新物理块数} \le \text{可用物理块数} - \text{LRU 中命中的物理块数} - \text{已许诺、尚未取走的物理块数}$$
 #
-# 时才被接纳。其中“新物理块数”是它需要的新物理块数（`blocks_needed` 减去命中的物理块数）；“可用物理块数”是空闲的和可淘汰的物理块数；“LRU 中命中的物理块数”是它即将移出 LRU 队列的命中物理块数（这些物理块现在可以淘汰，一旦被它持有就不能了）；“尚未取走的预留物理块数”是运行中的请求还可能取走的物理块数（每个请求的 `blocks_needed` 减去它已持有的物理块数，由下面的函数 `promised` 算出）。举个例子：物理块大小为 4 个 token，其中 2 个可淘汰的物理块存着新请求提示的前 8 个 token；一个运行中的请求最多可能需要 7 个物理块，已持有 3 个：
+# 时才被接纳。其中“新物理块数”是它需要的新物理块数（`blocks_needed` 减去命中的物理块数）；“可用物理块数”是空闲的和可淘汰的物理块数；“LRU 中命中的物理块数”是它即将移出 LRU 队列的命中物理块数（这些物理块现在可以淘汰，一旦被它持有就不能了）；“已许诺、尚未取走的物理块数”是运行中的请求还可能取走的物理块数（每个请求的 `blocks_needed` 减去它已持有的物理块数，由下面的函数 `promised` 算出）。举个例子：物理块大小为 4 个 token，其中 2 个可淘汰的物理块存着新请求提示的前 8 个 token；一个运行中的请求最多可能需要 7 个物理块，已持有 3 个：
 #
-# | 新请求共需的物理块数 | 新物理块数 | 可用物理块数 | LRU 中命中的物理块数 | 尚未取走的预留物理块数 | 不等式右边的值 | 是否接纳 |
+# | 新请求共需的物理块数 | 新物理块数 | 可用物理块数 | LRU 中命中的物理块数 | 已许诺、尚未取走的物理块数 | 不等式右边的值 | 是否接纳 |
 # |---|---|---|---|---|---|---|
 # | 8 | 6 | 9 | 2 | 4 | 3 | 否，继续等待 |
 # | 5 | 3 | 9 | 2 | 4 | 3 | 是 |

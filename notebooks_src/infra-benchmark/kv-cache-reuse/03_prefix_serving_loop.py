@@ -178,11 +178,11 @@ def compare_with_cold(requests, block_size) -> dict:
 # request with its cold run. Through `serve_and_check` it also checks the serving loop as the serving notebook
 # does: no running request outgrows what its admission counted, and at the end every block is free or cached
 # (a miscounted hit, or a released block that reached neither the free list nor the LRU queue, would fail
-# here). The same stream goes through pools from barely enough blocks for the largest request to more than it
-# ever needs, so small pools must evict blocks that later requests would have found.
+# here). The same stream goes through pools from barely enough blocks for the largest request to pools large
+# enough that the hit rate stops growing, so small pools must evict blocks that later requests would have found.
 
 # %% [markdown] lang="zh"
-# **扫描**：`run_stream`（已折叠）用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。它还通过 `serve_and_check` 像服务笔记本那样检查服务循环：没有哪个运行中的请求超出接纳时为它计入的物理块数；最后每个物理块不是空闲的，就是已缓存的（命中的物理块数错了，或者释放的物理块既没进空闲列表也没进 LRU 队列，都会在这里暴露出来）。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到比实际需要还大的池；池小时就不得不淘汰后续请求本来能找到的物理块。
+# **扫描**：`run_stream`（已折叠）用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。它还通过 `serve_and_check` 像服务笔记本那样检查服务循环：没有哪个运行中的请求超出接纳时为它计入的物理块数；最后每个物理块不是空闲的，就是已缓存的（命中的物理块数错了，或者释放的物理块既没进空闲列表也没进 LRU 队列，都会在这里暴露出来）。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到大得足以让命中率不再上升的池；池小时就不得不淘汰后续请求本来能找到的物理块。
 
 # %% tags=["hide-input"]
 def serve_and_check(cache, requests) -> dict:
@@ -220,4 +220,4 @@ say(en=f"For each of the {len(SWEEP)} pool sizes every request's tokens equal it
        f"tolerance, and requests without a hit are bit-identical; only whole blocks are shared, every logit is finite, no request "
        f"outgrew its admission, and every block is free or cached at the end.",
     zh=f"在全部 {len(SWEEP)} 种池大小下，每个请求生成的 token 都与冷启动相同，logits 都在 FP32 容差之内，没有命中的请求逐比特相同；"
-       f"只共享填满的物理块，所有 logits 都是有限数，没有请求超出接纳时的预留，最后每个物理块不是空闲的，就是已缓存的。")
+       f"只共享填满的物理块，所有 logits 都是有限数，没有请求超出接纳时为它计入的物理块数，最后每个物理块不是空闲的，就是已缓存的。")

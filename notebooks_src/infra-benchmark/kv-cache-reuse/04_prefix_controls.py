@@ -21,7 +21,7 @@
 # | | 4 | the same text + 1 token | 6 | 10 | the text's 3 full blocks (12 tokens), not its partly filled last block |
 # | `full_pool` | 0 | system prompt 1 + 2 tokens | 3 | 0 | nothing |
 # | | 1 | system prompt 1 + 2 other tokens | 7 | 4 | system prompt 1 (8 tokens) |
-# | | 2 | 36 new tokens | 4 | 7 | nothing; it needs 10 blocks, and request 1 may take 4 of the 12 |
+# | | 2 | 36 tokens not seen before | 4 | 7 | nothing; it needs 10 blocks, and request 1 may take 4 of the 12 |
 
 # %% [markdown] lang="zh"
 # **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixPool` 一个方法的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
@@ -40,7 +40,7 @@
 # | | 4 | 同一段文本 + 1 个 token | 6 | 10 | 文本的 3 个填满的物理块（12 个 token），但不包括未填满的最后一个物理块 |
 # | `full_pool` | 0 | 系统提示 1 + 2 个 token | 3 | 0 | 无 |
 # | | 1 | 系统提示 1 + 另外 2 个 token | 7 | 4 | 系统提示 1（8 个 token） |
-# | | 2 | 36 个新 token | 4 | 7 | 无；它需要 10 个物理块，而请求 1 可能占用 12 个中的 4 个 |
+# | | 2 | 36 个此前未出现过的 token | 4 | 7 | 无；它需要 10 个物理块，而请求 1 可能占用 12 个中的 4 个 |
 
 # %%
 def scenario_specs(seed):
@@ -153,16 +153,16 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # the hash without its prefix, request 4, the newcomer, for the shared partial block, and request 1, whose
 # held block was evicted and refilled by request 2. The correct pool passes both scenarios and finds exactly
 # the hits of the table above; in the full pool it makes request 2 wait for blocks instead, and the scenario
-# takes {{run:prefix.full_pool_iterations.correct}} iterations instead of
-# {{run:prefix.full_pool_iterations.held_block_evicted}}.
+# takes {{run:prefix.full_pool_iterations.correct}} iterations, against {{run:prefix.full_pool_iterations.held_block_evicted}}
+# for the faulty pool, which admits request 2 at once: correctness can cost a wait.
 #
 # **What the cache saves.** The figure shows the stream of {{run:prefix.requests}} requests served through each pool.
 # With the largest pool, {{run:prefix.hit_rate_largest:.1%}} of all prompt tokens are found in the cache, and
 # {{run:prefix.hits_largest}} of the {{run:prefix.requests}} requests find at least their system prompt there (each of the
 # four system prompts must be computed once). With {{run:prefix.smallest_pool}} blocks, barely more than the
-# {{run:prefix.largest_request_blocks}} the largest request needs, the hit rate falls to {{run:prefix.hit_rate_smallest:.1%}}:
-# blocks are evicted before their next use, and requests also wait longer for blocks
-# ({{run:prefix.iterations_smallest}} iterations instead of {{run:prefix.iterations_largest}}). Where the hit rate stays flat
+# {{run:prefix.largest_request_blocks}} the largest request needs, the hit rate is {{run:prefix.hit_rate_smallest:.1%}}
+# (blocks are evicted before their next use), and the stream takes {{run:prefix.iterations_smallest}} iterations, against
+# {{run:prefix.iterations_largest}} with the largest pool. Where the hit rate stays flat
 # between two pool sizes while the evictions fall, the extra evictions of the smaller pool cost no hits: the
 # blocks they took held what no later request looked up, such as a question asked only once.
 #
@@ -172,9 +172,9 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # above gives them).*
 
 # %% [markdown] lang="zh"
-# 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大绝对误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1：它仍在读取的物理块被淘汰，又被请求 2 写入了内容。正确的池通过了两个场景，命中的 token 数也与上面的场景表完全一致；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 次迭代，而不是 {{run:prefix.full_pool_iterations.held_block_evicted}} 次。
+# 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大绝对误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1，它仍在读取的物理块被淘汰后，又被请求 2 写进了自己的 K/V。正确的池通过了两个场景，命中的 token 数也与上面的场景表完全一致；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 次迭代；有错的池立即接纳请求 2，共需 {{run:prefix.full_pool_iterations.held_block_evicted}} 次：正确性可能要以等待为代价。
 #
-# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率降到 {{run:prefix.hit_rate_smallest:.1%}}：物理块在下一次用到之前就被淘汰了，请求等待物理块的时间也更长（需要 {{run:prefix.iterations_smallest}} 次迭代，而不是 {{run:prefix.iterations_largest}} 次）。如果两种池大小的命中率相同，而淘汰次数下降，那么较小的池多出的淘汰并没有让命中变少：被淘汰的物理块里存的是之后没有请求会查找的内容，例如只被问过一次的问题。
+# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率为 {{run:prefix.hit_rate_smallest:.1%}}（物理块在下一次用到之前就被淘汰了），整个请求流需要 {{run:prefix.iterations_smallest}} 次迭代，池最大时为 {{run:prefix.iterations_largest}} 次。如果两种池大小的命中率相同，而淘汰次数下降，那么较小的池多出的淘汰并没有让命中变少：被淘汰的物理块里存的是之后没有请求会查找的内容，例如只被问过一次的问题。
 #
 # *图：左图是命中率随池中物理块数的变化：横轴 blocks in the pool 是池中的物理块数，纵轴 hit rate (% of prompt tokens) 是在缓存中找到的提示 token 所占的百分比。右图横轴相同，纵轴 count 表示次数，画了两种次数：图例中 evictions（橙色）是淘汰次数，iterations to finish（灰色）是处理完整个请求流所需的迭代次数。总标题 prefix cache: … requests, blocks of 4 tokens 的意思是：前缀缓存，请求流中的请求数，每个物理块 4 个 token。省下的预填充 token 数等于命中率乘以请求流的提示 token 总数（见上表）。*
 

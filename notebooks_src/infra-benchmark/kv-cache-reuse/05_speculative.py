@@ -14,41 +14,55 @@
 # and $q$ put all their probability on their argmax: a draft is accepted exactly when it equals the
 # target's own choice, and the replacement is the target's choice. One target call thus yields between 1
 # and $k + 1$ tokens, and they are exactly the tokens the target would have generated alone.
-#
-# Serving systems often verify more than one chain of guesses. SpecInfer, Medusa and EAGLE propose a
-# *tree* of candidate continuations and verify all its branches in one target call, with an attention mask
-# that lets each candidate see only its own ancestors; the longest branch the target agrees with is kept.
-# We keep a single chain of $k$ drafts.
-#
-# The cache is where it can go wrong. The verifying call appended K/V for all $k$ drafts to the target's
-# cache, and the draft model's cache holds its own guesses too. After the decision both must be **rolled
-# back** to the confirmed tokens: the entries of rejected drafts are cut off. Hugging Face's
-# `DynamicCache.crop` exists for this (`crop(-n)` removes the last $n$ positions of every layer); for our
-# list of `(K, V)` pairs it is a slice. What a call over $k + 1$ tokens saves: it reads the weights once, the
-# same weight bytes as a call over one token, and it reads the sequence's K/V cache once for all $k + 1$ queries,
-# which raises the cache part's intensity about $(k + 1)$-fold, something batching cannot do (each sequence in a
-# batch has a cache of its own). Sections 8 and 9 count these bytes; whether such a call also takes about the
-# time of one is measured in section 9.
-#
-# The draft model here is the target's own first layer followed by its final LayerNorm and vocabulary
-# projection, a one-layer decoder that exits early. Self-speculative methods such as LayerSkip train a
-# model so that such an early exit is a good draft; on our random weights it simply agrees with the target
-# often enough to show the mechanism (the measured agreement is printed below). Such a draft has a second
-# advantage that we do not use: its layer is the target's layer 0, so for the confirmed tokens its K/V are
-# the target's layer-0 K/V (up to rounding, since the two models group the tokens into different calls).
-# LayerSkip therefore keeps one cache for the early layers, shared by draft and target, and the verifying
-# call mostly reuses what the draft computed there instead of recomputing it; we keep two separate caches, which makes the rollback of each easier to see.
 
 # %% [markdown] lang="zh"
 # ## 6. 投机解码与缓存回滚
 #
 # 普通解码每生成一个 token 就要调用一次模型。**投机解码**（speculative decoding）由 Leviathan 等人和 Chen 等人（2023）提出：先让一个开销小的**草稿模型**逐个提出 $k$ 个 token，再让我们真正要用的**目标模型**读取缓存，在一次调用里给这 $k$ 个位置全部打分。目标模型在这些位置上的概率分布决定保留哪些草稿。在一般形式的**投机采样**（speculative sampling）中，草稿模型以概率 $q(x)$ 提出的草稿 token $x$，以概率 $\min(1, p(x) / q(x))$ 被接受，其中 $p(x)$ 是目标模型给它的概率。遇到第一个被拒绝的草稿时，从调整后的分布 $\max(0, p - q)$（归一化之后）中重新采样一个 token 代替它，这一轮随即结束；如果 $k$ 个草稿全部被接受，再从目标模型在最后一个草稿之后的分布中多采样一个 token（**额外 token**）。这条规则保证每个 token 的分布都与目标模型单独采样时完全相同。本笔记本实现的**贪心解码**是它的特例：$p$ 和 $q$ 把全部概率都放在各自的 argmax 上，于是草稿当且仅当等于目标模型自己的选择时才被接受，被拒绝时就换成目标模型的选择。这样，目标模型每调用一次得到 1 到 $k + 1$ 个 token，而且它们恰好就是目标模型单独生成时会给出的 token。
+
+# %% [markdown] lang="en"
+# The cache is where it can go wrong. The verifying call appended K/V for all $k$ drafts to the target's
+# cache, and the draft model's cache holds its own guesses too. After the decision both must be **rolled
+# back** to the confirmed tokens: the entries of rejected drafts are cut off. Hugging Face's
+# `DynamicCache.crop` exists for this (`crop(-n)` removes the last $n$ positions of every layer); for our
+# list of `(K, V)` pairs it is a slice. Why verify in one call at all: a call over $k + 1$ tokens reads the
+# weights and the sequence's cache once, where $k + 1$ plain steps read them $k + 1$ times; whether it also
+# takes about the time of one step is measured in section 9.
 #
-# 推理服务系统常常一次验证不止一串猜测。SpecInfer、Medusa 和 EAGLE 会一次给出一棵由候选续写组成的**树**，在一次目标模型调用中验证它的所有分支（树形验证），所用的注意力掩码（attention mask）让每个候选只能看到自己的祖先；目标模型认可的最长分支被保留下来。我们只保留一串 $k$ 个草稿。
+# The draft model here is the target's own first layer followed by its final LayerNorm and vocabulary
+# projection, a one-layer decoder that exits early. Self-speculative methods such as LayerSkip train a
+# model so that such an early exit is a good draft; on our random weights it simply agrees with the target
+# often enough to show the mechanism (the measured agreement is printed below).
 #
-# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：被拒绝的草稿留下的缓存项要截短去掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截短就是切片。一次处理 $k + 1$ 个 token 的调用省下了什么？它只读一遍权重，读取的权重字节数与只处理一个 token 的调用相同；它还只读一遍这条序列的 K/V 缓存，供全部 $k + 1$ 个查询使用，于是缓存部分的算术强度提高到约 $k + 1$ 倍，这是 batch 做不到的（batch 中每条序列都有自己的缓存）。第 8、9 节会数出这些字节；这样一次调用的耗时是否也与单个 token 的调用差不多，由第 9 节测量。
+# <details><summary>Background: trees of guesses, the bytes a verifying call saves, one shared draft cache (not needed for what follows)</summary>
 #
-# 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法会专门训练模型，让提前退出得到的输出可以直接当作好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。这种草稿模型还有一个我们没有利用的好处：它那一层就是目标模型的第 0 层，所以对已确认的 token，它的 K/V 就是目标模型第 0 层的 K/V（只差舍入误差，因为两个模型把 token 分到不同的调用里计算）。因此 LayerSkip 只为前面几层保留一份缓存，由草稿模型和目标模型共用，验证调用在这几层上大多直接复用草稿模型算好的结果，而不是重算；我们保留两份独立的缓存，好让每份缓存的回滚都看得清楚。
+# * **Trees.** SpecInfer, Medusa and EAGLE propose a *tree* of candidate continuations and verify all its
+#   branches in one target call, with an attention mask that lets each candidate see only its own ancestors;
+#   the longest branch the target agrees with is kept. We keep a single chain of $k$ drafts.
+# * **Bytes.** Reading the cache once for all $k + 1$ queries raises its intensity about $(k + 1)$-fold. Batching
+#   does not do this for the cache (each sequence reads its own), except where sequences share a cached
+#   prefix and a shared-prefix kernel reads it once for all of them: FlashInfer's and vLLM's cascade
+#   attention, Hydragen. Section 8 counts these bytes.
+# * **One cache.** Our draft's layer is the target's layer 0, so for the confirmed tokens its K/V are the
+#   target's layer-0 K/V (up to rounding, since the two models group the tokens into different calls).
+#   LayerSkip therefore keeps one cache for the early layers, shared by draft and target, and the verifying
+#   call mostly reuses what the draft computed there; we keep two separate caches, which makes the rollback
+#   of each easier to see.
+#
+# </details>
+
+# %% [markdown] lang="zh"
+# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：把被拒绝的草稿留下的缓存项截掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截掉就是切片。为什么要在一次调用里验证？处理 $k + 1$ 个 token 的一次调用只读一遍权重和这条序列的缓存，而 $k + 1$ 个普通解码步要读 $k + 1$ 遍；这样一次调用的耗时是否也与一个解码步差不多，由第 9 节测量。
+#
+# 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法会专门训练模型，让提前退出得到的输出可以直接当作好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。
+#
+# <details><summary>背景知识：树形猜测、验证调用省下的字节、共用一份草稿缓存（读后文不需要）</summary>
+#
+# * **树形验证**：SpecInfer、Medusa 和 EAGLE 会一次给出一棵由候选续写组成的**树**，在一次目标模型调用中验证它的所有分支，所用的注意力掩码（attention mask）让每个候选只能看到自己的祖先；目标模型认可的最长分支被保留下来。我们只保留一串 $k$ 个草稿。
+# * **字节**：缓存只读一遍，供全部 $k + 1$ 个查询使用，于是缓存部分的算术强度提高到约 $k + 1$ 倍。batch 对缓存做不到这一点（每条序列读取自己的缓存），除非几条序列共享一段已缓存的前缀、而专为共享前缀设计的内核为它们只读一遍这段前缀：FlashInfer 和 vLLM 的 cascade attention（级联注意力），以及 Hydragen。第 8 节会数出这些字节。
+# * **共用一份缓存**：我们的草稿模型那一层就是目标模型的第 0 层，所以对已确认的 token，它的 K/V 就是目标模型第 0 层的 K/V（只差舍入误差，因为两个模型把 token 分到不同的调用里计算）。因此 LayerSkip 只为前面几层保留一份缓存，由草稿模型和目标模型共用，验证调用在这几层上大多直接复用草稿模型算好的结果；我们保留两份独立的缓存，好让每份缓存的回滚都看得清楚。
+#
+# </details>
 
 # %%
 # [en] The target's first `layers` blocks, final LayerNorm and vocabulary projection, in its dtype, loaded strictly.
@@ -74,7 +88,11 @@ draft = early_exit_draft(model)
 SPEC_PROMPTS = [torch.randint(0, cfg.vocab, (16,), generator=torch.Generator().manual_seed(SEED + 20 + i)).tolist()
                 for i in range(2 if QUICK else 4)]
 SPEC_NEW = 40
+# [en] The target's plain greedy runs: the reference for this section.
+# [zh] 目标模型普通的贪心生成：本节的参照。
 PLAIN = [greedy_generate(model, prompt, SPEC_NEW) for prompt in SPEC_PROMPTS]
+
+# %%
 with torch.inference_mode():
     # [en] Teacher forcing: both models read the target's own greedy text; how often do their choices agree?
     # [zh] teacher forcing：两个模型读取目标模型自己贪心生成的文本；它们的选择有多大比例一致？

@@ -74,7 +74,7 @@ say(en="Checks passed for every $k$: the tokens are the plain loop's, token for 
 # %% [markdown] lang="zh"
 # 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。收益逐渐趋缓，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha = {{run:spec.agreement:.3f}}$（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}。公式假设：（1）各个草稿独立地与目标模型一致；（2）每一轮都有 $k$ 个草稿。这两条在这里都只是近似成立。违反（2）只会让实测值变小；违反（1）则可能让它变大，也可能变小：
 #
-# * **独立**：相邻位置上的一致与否并不独立。如果一致的情形连成串的长度比随机情况下更长，长的一轮更常被整轮接受，实测值就会高于公式；连成串的长度更短时，实测值就低于公式；
+# * **独立**：相邻位置上的一致与否并不独立。如果一致的位置比随机情况下更容易连成长串，整轮被接受的情况就更多，实测值会高于公式；反之则低于公式；
 # * **每轮都是完整的 $k$ 个草稿**：预算规则最多只提出还缺的 token 数减一个，所以一个提示的最后一轮可能不到 $k$ 个草稿。这只会让实测值变小，而且 $k$ 越大影响越大：$k = 1$ 时预算去掉了 {{run:spec.budget_cut_k1}} 个草稿位置，$k = {{run:spec.kmax}}$ 时去掉了 {{run:spec.budget_cut_kmax}} 个。
 #
 # 图后的表格对每个 $k$ 给出实测值、公式值以及预算去掉的草稿位置数：有的 $k$ 实测值高于公式，有的低于公式。草稿模型的调用次数则随 $k$ 增长：每个被拒绝的猜测都白白耗费了草稿模型的计算，所以最佳的 $k$ 取决于草稿模型一次调用与目标模型一次调用的开销之比。

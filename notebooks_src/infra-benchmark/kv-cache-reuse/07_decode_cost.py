@@ -13,7 +13,7 @@
 # With $s$ bytes per element, the weights contribute $2B / s$ FLOP/byte: batching raises it, because the
 # same bytes serve more tokens. The cache contributes $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$ with
 # $g = H / H_{kv}$ query heads per K/V head: batching does not change it, because every sequence brings its
-# own cache. Grouped-query attention (GQA) raises it $g$-fold.
+# own cache (shared-prefix kernels aside, section 6). Grouped-query attention (GQA) raises it $g$-fold.
 #
 # **Multi-head latent attention** (MLA, used by DeepSeek-V2) raises it further: for DeepSeek-V2-Lite, its cache
 # part does {{run:cost.mla_factor:.1f}} times as many FLOPs per byte as multi-head attention's. The derivation is
@@ -50,11 +50,11 @@
 #
 # $$I = \frac{2 \cdot (\text{乘加次数})}{\text{读取的字节数}} \ \text{FLOP/字节}.$$
 #
-# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存。分组查询注意力（GQA）把它提高到原来的 $g$ 倍。
+# 每个元素占 $s$ 字节时，权重部分的算术强度为 $2B / s$ FLOP/字节：batch 越大，同样的字节服务的 token 越多，强度就越高。缓存部分的算术强度为 $2 \cdot 2 H D_h T / (2 H_{kv} D_h T s) = 2g/s$，其中 $g = H / H_{kv}$ 是每个 K/V 头对应的查询头数：batch 大小改变不了它，因为每条序列都带着自己的缓存（专为共享前缀设计的内核除外，见第 6 节）。分组查询注意力（GQA）把它提高到原来的 $g$ 倍。
 #
 # **多头潜在注意力**（MLA，DeepSeek-V2 采用）提得更高：对 DeepSeek-V2-Lite，它的缓存部分每个字节的浮点运算次数是多头注意力的 {{run:cost.mla_factor:.1f}} 倍。后文不依赖下面的推导，可以跳过。
 #
-# <details><summary>MLA 的这个倍数从何而来（选读）</summary>
+# <details><summary>MLA 的这个倍数从何而来（可选）</summary>
 #
 # MLA 在每层为每个 token 缓存的不是每个头各自的键和值，而是所有头共用的两个向量：
 #
@@ -231,7 +231,7 @@ assert COUNT_CONTROL_CAUGHT
 # %% [markdown] lang="zh"
 # **公开模型的配置**：下面的尺寸取自各模型在 Hugging Face Hub 上的 `config.json`（每个数的出处都写在代码里；不下载任何东西）：GPT-2（多头注意力，$g = 1$），Llama 2 7B（同样是多头注意力，规模 7B），Llama 3.1 8B 和 70B（分组查询注意力，$g$ 分别为 4 和 8），以及 DeepSeek-V2-Lite（MLA，同时是混合专家模型：在 27 层中的 26 层里，每个 token 使用 64 个路由专家中的 6 个，外加 2 个共享专家）。为了核对录入是否有误，按每组尺寸数出的参数量必须与该模型 Hugging Face 页面上给出的规模相差不超过 0.5%；作为负对照，把 Llama 3.1 8B 的 K/V 头数从 8 改成 32 再数，结果必须对不上。随后的表格给出上下文为 {{run:cost.context:,}} 个 token、权重和缓存都用 16 位（2 字节）时，一个解码步读取的数据量，以及 batch 为 1 和 64 时的算术强度；对混合专家模型，batch 越大，用到的专家越多（64 个 token 的 batch 几乎会用到 DeepSeek-V2-Lite 的全部 64 个专家）。GPT-2 只有 1,024 个位置：它在 4,096 个 token 下的那一行只是公式算出的结果。
 #
-# <details><summary>一个 batch 会读取多少个专家（选读）</summary>
+# <details><summary>一个 batch 会读取多少个专家（可选）</summary>
 #
 # 设每层有 $E$ 个路由专家，每个 token 从中选 $e$ 个，且路由是均匀的：一个 token 没有选中某个专家的概率为 $1 - e/E$，$B$ 个 token 都没有选中它的概率为 $(1 - e/E)^B$，所以一个 batch 平均每层读取 $E\,(1 - (1 - e/E)^B)$ 个专家。
 #
@@ -275,6 +275,10 @@ say_table([[s.name, f"{c['counted'] / 1e9:.3f}", f"{c['published'] / 1e9:.3g}", 
               "读取的权重，$B = 1$（GB）", "每个 token 的 K/V（KiB）",
               "读取的 K/V，$B = 1$（GB）", "算术强度，$B = 1$", "算术强度，$B = 64$", "缓存部分的算术强度"])
 say_table([[s.name, f"`{s.source}`"] for s in SHAPES], en=["model", "source"], zh=["模型", "出处"])
+say(en=f"Control, Llama 3.1 8B with 32 K/V heads: counted {SIZE_CONTROL['counted'] / 1e9:.2f}B against the published "
+       f"{SIZE_CONTROL['published'] / 1e9:.2f}B: {'caught' if SIZE_CONTROL['caught'] else 'NOT caught'}.",
+    zh=f"负对照，K/V 头数改为 32 的 Llama 3.1 8B：数出的参数量为 {SIZE_CONTROL['counted'] / 1e9:.2f}（十亿），公开的规模为 "
+       f"{SIZE_CONTROL['published'] / 1e9:.2f}（十亿）：{'已查出' if SIZE_CONTROL['caught'] else '未查出'}。")
 assert all(c["matches"] for c in SIZE_CHECK) and SIZE_CONTROL["caught"]
 assert all(0.5 < COSTS[s.name][1]["intensity"] < 2 for s in SHAPES)
 

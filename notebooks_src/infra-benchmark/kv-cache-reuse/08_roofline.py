@@ -48,7 +48,7 @@
 #
 # 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的速率 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边都在本机的一个核心上测出（单线程，FP32）：
 #
-# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的做法每个元素分别记 8 字节和 12 字节；$\beta$ 取两者中较快的那个。它是 STREAM 记入的速率，并不是硬性上限：只读不写的内核可以略微超过它（原因见下面的选读部分）；
+# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的做法每个元素分别记 8 字节和 12 字节；$\beta$ 取两者中较快的那个。它是 STREAM 记入的速率，并不是硬性上限：只读不写的内核可以略微超过它（原因见下面的可选部分）；
 # * **水平边，即 $\pi$**：本次运行测得的最快 FLOP 速率，取方阵乘法 `[1024, 1024] @ [1024, 1024]`（算术强度 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在拐点右侧）与下面各次权重乘法中最快的那个。所以 $\pi$ 是**这里测得的最快速率，而不是这个核心的运算峰值**（峰值更高），任何测量点都不会高于水平边。
 #
 # 两组扫描分别代表解码步的两个部分，每组都扫过几种 batch 大小 $B$：
@@ -56,11 +56,11 @@
 # * **权重**：$B$ 个 token 向量乘以一个 `[6144, 6144]` 的权重矩阵（144 MiB，每次调用读一遍，就像一层的权重那样）；
 # * **缓存**：$B$ 条序列，每条都有自己的缓存，含 {{run:roofline.cache_keys:,}} 个键，分 8 个头、每头 128 维（每条序列 128 MiB 的 K 和 V），每个头用一个查询去做注意力。
 #
-# 按 Roofline 模型的计数，batch 为 1 时两个部分都受限于内存带宽。本节用实测检验两件事：batch 为 1 的权重乘法受限于内存带宽；batch 分摊了权重的开销，却分摊不了缓存的开销。下面第一个单元格（已折叠）按轮次给每个调用计时（具体做法见选读部分）。
+# 按 Roofline 模型的计数，batch 为 1 时两个部分都受限于内存带宽。本节用实测检验两件事：batch 为 1 的权重乘法受限于内存带宽；batch 分摊了权重的开销，却分摊不了缓存的开销。下面第一个单元格（已折叠）按轮次给每个调用计时（具体做法见可选部分）。
 #
-# <details><summary>如何计时，以及为什么只用一个核心（选读）</summary>
+# <details><summary>如何计时，以及为什么只用一个核心（可选）</summary>
 #
-# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都有意大于 L3 缓存；在 L3 更大的处理器上（有些 Intel Xeon 有几百 MiB），测得的速率会高估内存。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比 $\beta$ 记入的多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里。
+# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都有意大于 L3 缓存；在 L3 更大的处理器上（有些 Intel Xeon 有几百 MiB），测到的其实是缓存而非内存的速率，会高估内存带宽。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比 $\beta$ 记入的多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里。
 #
 # </details>
 
@@ -171,7 +171,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
           zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "达到屋顶线的比例", "每个 token 的毫秒数", "波动范围"])
 
 # %% [markdown] lang="en"
-# **What the table shows.** In this run $\pi$ = {{run:roofline.peak_gflops:.1f}} GFLOP/s is the faster of the square product
+# **What the table shows.** In this run $\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s is the faster of the square product
 # ({{run:roofline.matmul_gflops:.1f}}) and the batch-{{run:roofline.weight_batch_max}} weight product ({{run:roofline.gflops_bmax:.1f}}). The call that sets $\pi$ lies on the flat side by definition, and no call
 # can cross it. The call over
 # one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
@@ -182,16 +182,16 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # This is the one caveat of the section; later paragraphs point back here.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：本次运行中，$\pi$ = {{run:roofline.peak_gflops:.1f}} GFLOP/s，取方阵乘法（{{run:roofline.matmul_gflops:.1f}}）与 batch 为 {{run:roofline.weight_batch_max}} 的权重乘法（{{run:roofline.gflops_bmax:.1f}}）中较快的那个。决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
+# **表中可以看出什么**：本次运行中，$\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s，取方阵乘法（{{run:roofline.matmul_gflops:.1f}}）与 batch 为 {{run:roofline.weight_batch_max}} 的权重乘法（{{run:roofline.gflops_bmax:.1f}}）中较快的那个。决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per
-# number read (a multiply and an add) in each of its two products: 0.5 FLOP per 4-byte number, whatever the
-# batch, since every sequence has its own cache. The table times `masked_attention` as our decoder calls it.
+# number read (a multiply and an add) in each of its two products: 2 FLOP per 4-byte number, 0.5 FLOP per byte,
+# whatever the batch, since every sequence has its own cache. The table times `masked_attention` as our decoder calls it.
 # It also times the two products alone, for the optional part at the end of this section.
 
 # %% [markdown] lang="zh"
-# **缓存**：每个头一个查询的注意力把每条序列的 K 和 V 各读一遍，它的两次乘法中，每读一个数做 2 次浮点运算（一次乘、一次加）：每个 4 字节的数 0.5 次浮点运算，与 batch 无关，因为每条序列都有自己的缓存。下表给我们的解码器所调用的 `masked_attention` 计时。它还单独给其中的两次乘法计时，供本节末尾的选读部分使用。
+# **缓存**：每个头一个查询的注意力把每条序列的 K 和 V 各读一遍，它的两次乘法中，每读一个数做 2 次浮点运算（一次乘、一次加）：每个 4 字节的数 2 次浮点运算，即每字节 0.5 次，与 batch 无关，因为每条序列都有自己的缓存。下表给我们的解码器所调用的 `masked_attention` 计时。它还单独给其中的两次乘法计时，供本节末尾的可选部分使用。
 
 # %%
 with torch.inference_mode():
