@@ -64,10 +64,10 @@ say_table(
 # time against the token $g$ it produced (logarithmic axis): what one token costs on each loop, call by
 # call; call 1 of the cached loop is the prefill. Right, the CPU time until token $g$ is ready, and for
 # the loop without the cache what the multiply-add count of 8.1 predicts (dotted), scaled to its first 16
-# calls: where the two orange curves part, the passes cost more than their count.
+# calls: where the two orange curves part, time grows faster than the count (the text below says how much).
 
 # %% [markdown] lang="zh"
-# 下面的图（绘图代码已折叠）按 CPU 时间把两个循环放在一起比较。图中文字是英文。左图（CPU time of each call，“每次调用的 CPU 时间”）的横轴 new token g 是该次调用产生的第 $g$ 个新 token，纵轴 CPU ms per call 是每次调用的 CPU 毫秒数（对数刻度）：它逐次给出每个循环生成一个 token 的代价；用缓存（with cache）的循环中，第 1 次调用就是预填充。右图（CPU time until token g，“第 $g$ 个 token 就绪前的 CPU 时间”）画的是第 $g$ 个 token 就绪所需的 CPU 时间；对不用缓存（without cache）的循环，还用点线（count, scaled to the first 16 calls）画出按 8.1 的乘加计数预测的值，按它最初 16 次调用缩放：两条橙色曲线分开的地方，计算的代价超过了计数。总标题 one greedy generation, CPU, 1 thread, fp32 意为“一次贪心生成，CPU、单线程、FP32”。
+# 下面的图（绘图代码已折叠）按 CPU 时间把两个循环放在一起比较。图中文字是英文。左图（CPU time of each call，“每次调用的 CPU 时间”）的横轴 new token g 是该次调用产生的第 $g$ 个新 token，纵轴 CPU ms per call 是每次调用的 CPU 毫秒数（对数刻度）：它逐次给出每个循环生成一个 token 的代价；用缓存（with cache）的循环中，第 1 次调用就是预填充。右图（CPU time until token g，“第 $g$ 个 token 就绪前的 CPU 时间”）画的是第 $g$ 个 token 就绪所需的 CPU 时间；对不用缓存（without cache）的循环，还用点线（count, scaled to the first 16 calls）画出按 8.1 的乘加计数预测的值，按它最初 16 次调用缩放：两条橙色曲线分开的地方，耗时比计数增长得快（下文给出这次运行的数字）。总标题 one greedy generation, CPU, 1 thread, fp32 意为“一次贪心生成，CPU、单线程、FP32”。
 
 # %% tags=["hide-input"]
 fig, (ax_calls, ax_total) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -110,20 +110,27 @@ plt.show()
 # {{run:clock.full_ms_per_step_max:.2f}} ms per step in its fastest round. The last 16 passes took
 # {{run:gen_time.tail_over_head:.1f}} times the CPU time of the first 16 (medians;
 # {{run:gen_time.tail_over_head_clock:.1f}} times in clock time), while their count grows
-# {{run:gen_time.tail_count_growth:.2f}}-fold; the count leaves out the passes over the score matrix (9.1).
-# Minor page faults per pass (medians): {{run:gen_time.head_faults:,}} in the first 16,
-# {{run:gen_time.tail_faults:,}} in the last 16. Clock time beyond CPU time is waiting for the core.
+# {{run:gen_time.tail_count_growth:.2f}}-fold. The passes over the score matrix that the count leaves out
+# (9.1) grow with $T^2$, at most {{run:gen_time.quadratic_growth:.2f}}-fold between these two groups of
+# passes, so they cannot explain more than that. Minor page faults per pass (medians):
+# {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16; the left
+# panel shows where, call by call, the time steps up. Clock time beyond CPU time is waiting for the core.
 
 # %% [markdown] lang="zh"
 # 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。
 #
-# 不用缓存时，最初 16 次完整调用（$T$ 从 {{run:gen_time.prompt}} 到 {{run:gen_time.head_t_last}}）每次的 CPU 时间中位数是 {{run:gen_time.head_cpu_ms:.2f}} 毫秒；9.1 中 $P = {{run:timing.p_max}}$ 的完整重算窗口（$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）在最快的一轮中每步用了 {{run:clock.full_ms_per_step_max:.2f}} 毫秒。最后 16 次完整调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍），而它们的计数只增长到 {{run:gen_time.tail_count_growth:.2f}} 倍；计数没有包括扫过分数矩阵的几遍运算（9.1）。每次调用的次缺页次数（中位数）：最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}。挂钟时间超出 CPU 时间的部分是在等待核心。
+# 不用缓存时，最初 16 次完整调用（$T$ 从 {{run:gen_time.prompt}} 到 {{run:gen_time.head_t_last}}）每次的 CPU 时间中位数是 {{run:gen_time.head_cpu_ms:.2f}} 毫秒；9.1 中 $P = {{run:timing.p_max}}$ 的完整重算窗口（$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）在最快的一轮中每步用了 {{run:clock.full_ms_per_step_max:.2f}} 毫秒。最后 16 次完整调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍），而它们的计数只增长到 {{run:gen_time.tail_count_growth:.2f}} 倍。计数没有包括扫过分数矩阵的几遍运算（9.1），它们随 $T^2$ 增长，在这两组调用之间最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍，解释不了更大的增长。每次调用的次缺页次数（中位数）：最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}；左图逐次显示耗时在哪里跳升。挂钟时间超出 CPU 时间的部分是在等待核心。
 
 # %% tags=["prose-values"]
 def tail_over_head(times) -> float:
     # [en] The last 16 passes against the first 16, medians.
     # [zh] 最后 16 次与最初 16 次相比，取中位数。
     return float(np.median(times[-16:]) / np.median(times[:16]))
+
+
+# [en] Sequence length T of each pass without the cache.
+# [zh] 不用缓存时每次调用的序列长度 T。
+GEN_T_FULL = np.arange(GEN_TIME_TOKENS) + int(GEN_TIME_PROMPT.shape[1])
 
 
 # [en] Faults of each call without the cache (zeros where `resource` does not exist).
@@ -137,4 +144,5 @@ full_faults_calls = [f or 0 for f in GEN_FAULTS["full"]]
               "tail_over_head_clock": tail_over_head([end - start for start, end in GEN_TIME["full"]]),
               "tail_count_growth": tail_over_head(COUNT_FULL),
               "head_t_last": int(GEN_TIME_PROMPT.shape[1]) + 15, "head_cpu_ms": float(np.median(GEN_CPU["full"][:16])),
-              "head_faults": int(np.median(full_faults_calls[:16])), "tail_faults": int(np.median(full_faults_calls[-16:]))}}
+              "head_faults": int(np.median(full_faults_calls[:16])), "tail_faults": int(np.median(full_faults_calls[-16:])),
+              "quadratic_growth": tail_over_head(GEN_T_FULL.astype(float) ** 2)}}

@@ -3,7 +3,7 @@
 #
 # The count of section 8 says the cache does up to {{run:timing.macs_ratio_max:.0f}} times less work (at the
 # longest prompt; far less at short ones). The clock says how much faster
-# it is on this CPU, and why that is far less: 9.1 times the two continuation paths and gives the
+# it is on this CPU, and why that is far less: section 9.1 measures the two continuation paths and gives the
 # headline, 9.2 explains the gap, 9.3 times a whole generation. An optional appendix (9.4 and 9.5) holds
 # the measurement notes and a profile of one decode step.
 #
@@ -27,7 +27,7 @@
 # %% [markdown] lang="zh"
 # ## 9. 在这台 CPU 上计时
 #
-# 第 8 节的计数表明，缓存最多能省下 {{run:timing.macs_ratio_max:.0f}} 倍的工作量（在最长的提示下；提示短时远没有这么多）。计时则告诉我们，在这台 CPU 上它实际快了多少，以及为什么远没有那么多：9.1 测量两条续写路径并给出主要结论，9.2 解释其中的差距，9.3 计时一次完整的生成。可选的附录（9.4 和 9.5）收录测量说明和对一个解码步的性能分析。
+# 第 8 节的计数表明，完整重算的工作量最多是缓存路径的 {{run:timing.macs_ratio_max:.0f}} 倍（在最长的提示下；提示短时远没有这么多）。计时则告诉我们，在这台 CPU 上它实际快了多少，以及为什么远没有那么多：9.1 测量两条续写路径并给出主要结论，9.2 解释其中的差距，9.3 计时一次完整的生成。可选的附录（9.4 和 9.5）收录测量说明和对一个解码步的性能分析。
 #
 # ### 9.1 三个计时窗口与主要结论
 #
@@ -130,8 +130,9 @@ assert {"full": WORK["full"], "cached": WORK["cached"]} == projected_positions(P
 # %% [markdown] lang="en"
 # The measurement loop, folded: each window is timed by one `perf_counter_ns` reading before it and one
 # after it (and one `process_time_ns` reading for the CPU time), and every round rotates the order of
-# the three paths so that none always runs first. It also records each round's minor page faults and
-# CPU share (CPU time over clock time); 9.1 quotes them and the appendix (9.4) lists them.
+# the three paths so that none always runs first. It also records each round's minor page faults (the
+# operating system mapping in a fresh memory page the first time the program touches it; 9.4 says more)
+# and CPU share (CPU time over clock time); 9.1 quotes them and the appendix (9.4) lists them.
 
 # %% [markdown] lang="zh"
 # 下面是测量循环（已折叠）：每个窗口只在前后各读一次 `perf_counter_ns`（CPU 时间则读 `process_time_ns`），每一轮都轮换三条路径的顺序，免得某条路径总是第一个运行。它还记录每一轮的次缺页（minor page fault，操作系统第一次映射一个内存页时的中断，见 9.4）次数和 CPU 时间占比（CPU 时间除以挂钟时间）；9.1 会引用它们，附录（9.4）把它们全部列出。
@@ -279,9 +280,10 @@ say(en=f"Multiply-adds per step at $P = {P_MAX}$, full / cached: {WORK_RATIO:.0f
 #
 # From $P = {{run:timing.p_prev}}$ to $P = {{run:timing.p_max}}$ the full window's fastest round grew
 # {{run:timing.full_growth_last:.1f}}-fold (its median {{run:timing.full_growth_last_p50:.1f}}-fold) and its
-# count {{run:timing.count_growth_last:.1f}}-fold. The count leaves out the elementwise passes over the
-# $[H, T, T]$ score matrix (scaling, mask, softmax), which grow with $T^2$ and do no multiply-adds. The
-# rounds also disagree: at $P = {{run:timing.p_max}}$ the full window's median round took
+# count {{run:timing.count_growth_last:.1f}}-fold. Two things move the measured growth away from the count,
+# in opposite directions: the fixed cost of each call (9.2) pulls it below, and the elementwise passes over
+# the $[H, T, T]$ score matrix (scaling, mask, softmax), which grow with $T^2$ and do no multiply-adds, push
+# it above; a close match at one pair of prompt lengths does not show which won. The rounds also disagree: at $P = {{run:timing.p_max}}$ the full window's median round took
 # {{run:timing.full_p50_over_min:.2f}} times the CPU time of its fastest, and its rounds took
 # {{run:timing.full_faults_lo:,}} to {{run:timing.full_faults_hi:,}} minor page faults (the fastest round
 # {{run:timing.full_faults_best:,}}; 9.4 lists every window).
@@ -296,7 +298,7 @@ say(en=f"Multiply-adds per step at $P = {P_MAX}$, full / cached: {WORK_RATIO:.0f
 # %% [markdown] lang="zh"
 # **主要结论**：在这次运行中，按 CPU 时间、比较最快的一轮，完整重算的耗时是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$）；$P = {{run:timing.p_max}}$ 时，按中位数算为 {{run:timing.speedup_p50_max:.1f}} 倍，按挂钟时间的最快一轮算为 {{run:timing.speedup_clock_max:.1f}} 倍。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次，而这样一次调用的时间大部分是固定开销，而不是计算；9.2 会说明这一点。下面的单元格只断言：在最长的提示下，缓存续写确实更快。这个门槛余地极大，换哪颗 CPU 都不该跌破；倍数本身因机器而异，所以只报告，不做断言。
 #
-# 从 $P = {{run:timing.p_prev}}$ 到 $P = {{run:timing.p_max}}$，完整重算窗口最快一轮的 CPU 时间增长到 {{run:timing.full_growth_last:.1f}} 倍（中位数增长到 {{run:timing.full_growth_last_p50:.1f}} 倍），它的计数增长到 {{run:timing.count_growth_last:.1f}} 倍。计数没有包括逐元素扫过 $[H, T, T]$ 分数矩阵的几遍运算（缩放、掩码、softmax），它们随 $T^2$ 增长，却不做乘加。各轮之间也有差异：$P = {{run:timing.p_max}}$ 时，完整重算窗口中位数那一轮的 CPU 时间是最快一轮的 {{run:timing.full_p50_over_min:.2f}} 倍；各轮的次缺页次数在 {{run:timing.full_faults_lo:,}} 到 {{run:timing.full_faults_hi:,}} 之间（最快的一轮为 {{run:timing.full_faults_best:,}}；9.4 列出了每个窗口）。
+# 从 $P = {{run:timing.p_prev}}$ 到 $P = {{run:timing.p_max}}$，完整重算窗口最快一轮的 CPU 时间增长到 {{run:timing.full_growth_last:.1f}} 倍（中位数增长到 {{run:timing.full_growth_last_p50:.1f}} 倍），它的计数增长到 {{run:timing.count_growth_last:.1f}} 倍。有两样东西让实测增长偏离计数，方向相反：每次调用的固定开销（9.2）把它往下拉；逐元素扫过 $[H, T, T]$ 分数矩阵的几遍运算（缩放、掩码、softmax）随 $T^2$ 增长、却不做乘加，把它往上推。所以在某一对提示长度上两者接近，并不能说明哪一方占了上风。各轮之间也有差异：$P = {{run:timing.p_max}}$ 时，完整重算窗口中位数那一轮的 CPU 时间是最快一轮的 {{run:timing.full_p50_over_min:.2f}} 倍；各轮的次缺页次数在 {{run:timing.full_faults_lo:,}} 到 {{run:timing.full_faults_hi:,}} 之间（最快的一轮为 {{run:timing.full_faults_best:,}}；9.4 列出了每个窗口）。
 #
 # **核心是否被别的程序占用**：得到的 CPU 时间不到挂钟时间 90% 的窗口（各轮的中位数）：{{run:timing.windows}} 个中有 {{run:timing.busy_windows}} 个；最低的占比为 {{run:timing.cpu_share_min:.0%}}。占比低于 90% 的窗口，有一段时间在等核心运行别的程序：它的挂钟时间包含这段等待，CPU 时间则不包含。
 #
