@@ -39,12 +39,13 @@
 # The parameters come first. `QUICK = True` shortens only the timing of section 11 (two prefix lengths
 # and fewer rounds); every correctness check and negative control runs in full in both modes. Everything runs
 # on the CPU with one thread, in FP32 unless a check asks for FP64, under `torch.inference_mode()`.
-# The notebook installs nothing and reads no file.
+# The notebook installs nothing and needs no data file (it reads only the processor's name, from
+# `/proc/cpuinfo` where there is one).
 
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 首先是参数单元格。`QUICK = True` 只缩短第 11 节的计时（只测两个前缀长度，轮数也更少），所有正确性检查和负对照在两种模式下都完整运行。全部计算都在 CPU 上单线程进行，并在 `torch.inference_mode()` 下运行；除非某项检查要求 FP64，一律使用 FP32。本笔记本不安装任何包，也不读取任何文件。
+# 首先是参数单元格。`QUICK = True` 只缩短第 11 节的计时（只测两个前缀长度，轮数也更少），所有正确性检查和负对照在两种模式下都完整运行。全部计算都在 CPU 上单线程进行，并在 `torch.inference_mode()` 下运行；除非某项检查要求 FP64，一律使用 FP32。本笔记本不安装任何包，也不需要任何数据文件（它只在有 `/proc/cpuinfo` 的系统上从中读取处理器的名称）。
 
 # %% tags=["parameters"]
 # [en] True: shorter timing in section 11; every correctness check stays complete.

@@ -80,26 +80,6 @@ def padded_positions(key_mask, new_len, pad_position=0):
     return positions[:, -new_len:]                                     # [B, T_new]
 
 
-def padding_mask(key_mask, new_len):
-    # [en] Only keys are masked.
-    # [zh] 只屏蔽键。
-    return key_mask[:, None, None, :]                                  # [B, 1, 1, T_total]
-
-
-def padded_causal_mask(key_mask, new_len):
-    # [en] Offset causal mask AND padding mask, built apart and combined.
-    # [zh] 带偏移的因果掩码与填充掩码分开构造，再合并。
-    past_len = key_mask.shape[1] - new_len
-    allowed = causal_mask(past_len, new_len)[None, None] & padding_mask(key_mask, new_len)   # [B, 1, T_new, T_total]
-    return guard_empty_rows(allowed)
-
-
-def guard_empty_rows(allowed):
-    # [en] A padding query may have no key to read; let it read every key so its softmax stays finite.
-    # [zh] 填充位上的查询可能一个键都读不到；让它读全部的键，softmax 才不会出现 NaN。
-    return allowed | ~allowed.any(dim=-1, keepdim=True)
-
-
 ids, key_mask = left_pad(PROMPTS)
 positions = padded_positions(key_mask, ids.shape[1])
 print(ids)
@@ -130,6 +110,12 @@ assert real_positions == [list(range(n)) for n in PROMPT_LENGTHS] and bool(key_m
 # 图中是第 0 行的三幅子图，绿色表示可以读取。纵轴 query slot 是 12 个查询槽位，横轴 key slot 是 12 个键槽位。三幅子图的标题依次是：causal mask (P = 0)，因果掩码（预填充时没有缓存的位置，$P = 0$）；padding mask (keys)，作用在键上的填充掩码（每一行查询都遮住同样九列填充键）；combined (AND)，两者的逻辑与，也就是加保护之前这一行的查询实际使用的掩码。总标题 row 0: 3 real tokens, left-padded to 12 的意思是：第 0 行有 3 个真实 token，左填充到 12 个槽位。随后的单元格说明为什么必须加这层保护：一个键都看不到的查询，恰好就是所有填充位上的查询。
 
 # %%
+def padding_mask(key_mask, new_len):
+    # [en] Only keys are masked.
+    # [zh] 只屏蔽键。
+    return key_mask[:, None, None, :]                                  # [B, 1, 1, T_total]
+
+
 def draw_padded_mask(key_mask, row):
     causal = causal_mask(0, key_mask.shape[1])
     combined = (causal[None, None] & padding_mask(key_mask, key_mask.shape[1]))[row, 0]
@@ -155,6 +141,26 @@ sees_no_key = ~(causal_mask(0, 12)[None, None] & padding_mask(key_mask, 12)).any
 say_table([[str(row), str(int((~key_mask[row]).sum())), str(int(sees_no_key[row].sum()))] for row in range(len(PROMPTS))],
           en=["row", "padding slots", "queries that see no key"], zh=["行", "填充位数", "一个键都看不到的查询数"])
 assert torch.equal(sees_no_key, ~key_mask)
+
+# %% [markdown] lang="en"
+# The guard, and the mask the decoder will use: causal AND padding, then guarded.
+
+# %% [markdown] lang="zh"
+# 下面是这层保护，以及解码器要用的掩码：因果掩码与填充掩码取逻辑与，再加上保护。
+
+# %%
+def guard_empty_rows(allowed):
+    # [en] A padding query may have no key to read; let it read every key so its softmax stays finite.
+    # [zh] 填充位上的查询可能一个键都读不到；让它读全部的键，softmax 才不会出现 NaN。
+    return allowed | ~allowed.any(dim=-1, keepdim=True)
+
+
+def padded_causal_mask(key_mask, new_len):
+    # [en] Offset causal mask AND padding mask, built apart and combined, then guarded.
+    # [zh] 带偏移的因果掩码与填充掩码分开构造，合并后再加保护。
+    past_len = key_mask.shape[1] - new_len
+    allowed = causal_mask(past_len, new_len)[None, None] & padding_mask(key_mask, new_len)   # [B, 1, T_new, T_total]
+    return guard_empty_rows(allowed)
 
 # %% [markdown] lang="en"
 # The decoder of section 3 needs no change for this. Its hooks receive only `(past_len, new_len)`,

@@ -71,14 +71,16 @@ def show_batching(static, continuous, continuous_idle):
 
 def show_trace(events):
     say_table([[str(t["iteration"]), str(t["admitted"]), str(t["decoded"]), str(t["running"]), str(t["waiting"])] for t in events],
-              en=["iteration", "admitted (prefilled)", "decoded in the batched step", "running", "waiting"],
-              zh=["迭代", "接纳（已预填充）", "参加 batch 解码步", "运行中", "等待中"])
+              en=["iteration", "admitted (prefilled)", "decoded in the batched step", "running", "not yet admitted"],
+              zh=["迭代", "接纳（已预填充）", "参加 batch 解码步", "运行中", "尚未接纳"])
 
 # %% [markdown] lang="en"
 # The stream through `serve`; the table shows the first three iterations of the trace that admit a request.
+# Its last column counts every request not yet admitted, including those that have not arrived yet; the
+# figure below draws only the wait after arrival.
 
 # %% [markdown] lang="zh"
-# 让请求流经过 `serve`；表中是运行轨迹里最先接纳请求的三次迭代。
+# 让请求流经过 `serve`；表中是运行轨迹里最先接纳请求的三次迭代。最后一列统计所有尚未接纳的请求，包括还没有到达的请求；下面的图只画出请求到达之后的等待。
 
 # %%
 stream_requests = make_requests(STREAM_SPECS, SEED + 6)
@@ -121,8 +123,8 @@ assert CONTINUOUS["decoded_tokens"] == STATIC_BATCHING["decoded_tokens"] and CON
 # The figure follows the run. The upper panel is the timeline of every request, one row each, against
 # the loop iteration: a dotted grey line while it waits after its arrival, a dark blue mark where it is
 # admitted and its prompt is prefilled alone, and an orange bar for the iterations in which it takes part
-# in the batched decode step, up to the iteration in which it finishes. Several orange bars overlap at
-# every iteration: that is the batch. The middle panel follows the pool at each iteration's peak: the
+# in the batched decode step, up to the iteration in which it finishes. Where several orange bars overlap,
+# that is the batch (near the start and the end of the run a request may run alone). The middle panel follows the pool at each iteration's peak: the
 # blocks reserved by the scheduler (shaded area), the blocks in use (blue line) and the pool's size (black
 # line); the bottom panel, the number of running requests at that peak (its axis goes up to the cap). The
 # shaded area above the blue line is the price of the worst-case admission rule: blocks reserved for
@@ -130,7 +132,7 @@ assert CONTINUOUS["decoded_tokens"] == STATIC_BATCHING["decoded_tokens"] and CON
 # black line is smaller than its own reservation, although fewer blocks are in use.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与 batch 解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。每次迭代都有好几根橙色条重叠在一起：这就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。只要阴影与黑线之间的空隙小于等待中请求自己的预留量，这个请求就会被拒绝，尽管实际使用的物理块更少。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与 batch 解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。几根橙色条重叠的地方就是 batch（在运行的开头和结尾，可能只有一个请求单独运行）。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。只要阴影与黑线之间的空隙小于等待中请求自己的预留量，这个请求就会被拒绝，尽管实际使用的物理块更少。
 
 # %%
 fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})

@@ -88,7 +88,7 @@ else:
 # must be caught, and if that is the mechanism, GPT-2's trap must also agree, within $10^{-10}$, with our
 # decoder run with section 4's broken `arange_positions`.
 #
-# The next cell runs the three GPT-2 loops, `generate` and our `arange_positions` run, and
+# The next cell (folded; its table stays in view) runs the three GPT-2 loops, `generate` and our `arange_positions` run, and
 # checks, in one line: with padding and with `StaticCache`, GPT-2's logits within $10^{-10}$ of ours and
 # its tokens identical (those of `generate` too), the K/V in `StaticCache`'s real slots within $10^{-10}$
 # of ours, and the trap caught, its logits within $10^{-10}$ of our `arange_positions` run.
@@ -98,7 +98,7 @@ else:
 #
 # 再用一个陷阱说明这项比较确实能失败：同样的循环，但**不传 `position_ids`**。这时 `GPT2Model.forward`（`models/gpt2/modeling_gpt2.py`）把新 token 的位置取为 `arange(T_new) + cache.get_seq_length()`，即从缓存已有的槽位数接着编号，填充槽位也算在内，于是左填充的行得到的位置比应有的大，多出的正好是它的填充长度。这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来；而且如果机制确实如此，GPT-2 的这个陷阱还必须与我们的解码器换用第 4 节故意写错的 `arange_positions` 后的结果相差不超过 $10^{-10}$。
 #
-# 下一个单元格运行 GPT-2 的三个循环、`generate` 以及我们 `arange_positions` 的那次运行。概括地说，它核对：无论是填充还是 `StaticCache`，GPT-2 的 logits 与我们的相差都不超过 $10^{-10}$，token 完全相同（`generate` 的 token 也是）；`StaticCache` 真实槽位上的 K/V 与我们的相差不超过 $10^{-10}$；陷阱被查出，而且它的 logits 与我们 `arange_positions` 那次运行的相差不超过 $10^{-10}$。
+# 下一个单元格（代码默认折叠，表格照常显示）运行 GPT-2 的三个循环、`generate` 以及我们 `arange_positions` 的那次运行。概括地说，它核对：无论是填充还是 `StaticCache`，GPT-2 的 logits 与我们的相差都不超过 $10^{-10}$，token 完全相同（`generate` 的 token 也是）；`StaticCache` 真实槽位上的 K/V 与我们的相差不超过 $10^{-10}$；陷阱被查出，而且它的 logits 与我们 `arange_positions` 那次运行的相差不超过 $10^{-10}$。
 
 # %%
 @torch.inference_mode()
@@ -122,7 +122,7 @@ def gpt2_padded_loop(gpt2, prompts, cache, steps=DECODE_STEPS, pass_positions=Tr
             rows[r].append(logits[r])
     return {"logits": [torch.cat(r) for r in rows], "tokens": tokens}
 
-# %%
+# %% tags=["hide-input"]
 if HF_SKIP is None:
     ours_run = generate_padded(ours64, PROMPTS)
     ours_arange = generate_padded(ours64, PROMPTS, rules=dict(CORRECT_RULES, positions=arange_positions))
