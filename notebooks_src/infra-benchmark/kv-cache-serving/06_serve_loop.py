@@ -125,7 +125,7 @@ def request_logits(request):
 # %% [markdown] lang="en"
 # **Blocks return and are reused.** Requests that join later get the blocks that finished requests gave
 # back; the first proof checks that nothing goes wrong when they do. Its six requests, with different
-# prompt and output lengths, all arrive at once and share a pool of only 24 blocks of 4 positions, at
+# prompt and output lengths, all arrive at once and share a pool of 24 blocks of 4 positions, at
 # most three running at a time. `check_reuse` serves them over a given pool and over a contiguous cache
 # and gathers the checks, in two groups:
 #
@@ -141,7 +141,7 @@ def request_logits(request):
 # table it prints follows.
 
 # %% [markdown] lang="zh"
-# **物理块能归还、能复用**：之后加入的请求拿到的，正是已完成的请求归还的物理块；第一项证明检查的就是复用时不出错。这项证明用六个请求，它们的提示长度和输出长度各不相同，全部同时到达，共用一个只有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。`check_reuse` 让这些请求分别在给定的池和连续缓存上运行，并汇总各项检查，分为两组：
+# **物理块能归还、能复用**：之后加入的请求拿到的，正是已完成的请求归还的物理块；第一项证明检查的就是复用时不出错。这项证明用六个请求，它们的提示长度和输出长度各不相同，全部同时到达，共用一个有 24 个物理块（每个物理块 4 个位置）的池，同一时刻最多运行三个请求。`check_reuse` 让这些请求分别在给定的池和连续缓存上运行，并汇总各项检查，分为两组：
 #
 # * **数值**：分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同（与第 6 节一样，这是同样的输入上的同样的调用），而且每个请求生成的 token 都必须与它单独运行时完全相同；
 # * **记账**：在每次迭代的峰值时刻，没有哪个请求持有的物理块超过为它预留的数量；先前用过的物理块会被再次分配出去；运行结束时，所有物理块都已回到池中。

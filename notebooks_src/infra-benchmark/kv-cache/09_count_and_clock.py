@@ -4,7 +4,7 @@
 # The figure divides each continuation window's CPU time by its 16 steps. Left: CPU milliseconds per step (marker:
 # fastest round; vertical line: from the fastest to the slowest round; short dash: p50; orange circles:
 # full recomputation, green triangles: cached continuation).
-# Right: how each path's time per step grows with $P$ relative to the shortest prompt, measured (solid)
+# Right: how each path's time per step grows with $P$ relative to the shortest prompt, measured
 # from the fastest rounds (solid), and predicted by the multiply-add count of 8.1 (dashed, same colour). Only the vertical axes are
 # logarithmic. The folded cell below makes the divisions; the next one draws the figure and prints its
 # numbers.
@@ -164,7 +164,8 @@ say_table(
 # its inputs, and 16 calls pay it 16 times. At the rate of the fastest prefill of 9.1,
 # {{run:clock.prefill_macs_per_ms:,.0f}} multiply-adds per millisecond, a cached step's multiply-adds would
 # fill only {{run:clock.cached_step_arithmetic_share_lo:.1%}} to {{run:clock.cached_step_arithmetic_share_hi:.1%}}
-# of its measured time (a lower bound: one-row products are slower per multiply-add). Both windows pay the
+# of its measured time (a rough estimate: the prefill's rate includes its own call overhead, and one-row
+# products are slower per multiply-add). Both windows pay the
 # same 16 calls' overhead and only the full one also does the large work, so the measured factor is far
 # below the work ratio. With a real model's width and context (8.3) the overhead shrinks next to the work,
 # and at small batch a decode step becomes **memory-bandwidth-bound**, its time set by how fast the weights
@@ -173,4 +174,4 @@ say_table(
 # %% [markdown] lang="zh"
 # **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，计数预测完整重算每步的工作量增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间（最快的一轮）增长到 {{run:clock.measured_full_growth:.1f}} 倍（按中位数为 {{run:clock.measured_full_growth_p50:.1f}} 倍）；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒到 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒；按中位数为 {{run:clock.measured_cached_growth_p50:.2f}} 倍）。有两样东西让实测增长偏离计数：不随 $P$ 增长的每次调用固定开销把它往下拉，计数漏掉的工作把它往上推（对完整重算的一步，是扫过 $[H, T, T]$ 分数矩阵的几遍运算，见 9.1；缓存路径一步的分数只有 $[H, 1, T]$）。两者可能互相抵消，所以即使在某个提示长度上实测增长与计数增长吻合，也不能说明计数能预测耗时。中位数高于最快的一轮，说明有些轮次受了干扰，而不是这一步本身更贵。
 #
-# 正是这种固定开销，让缓存的优势远小于工作量之比。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 的复制），调用 16 次就要付 16 次。按 9.1 中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（这是下限：只有一行的矩阵乘法，平均到每次乘加上更慢）。两个窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。
+# 正是这种固定开销，让缓存的优势远小于工作量之比。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 的复制），调用 16 次就要付 16 次。按 9.1 中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（这只是粗略估计：预填充的速率里含有它自己的调用开销，而只有一行的矩阵乘法平均到每次乘加上又更慢）。两个窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。

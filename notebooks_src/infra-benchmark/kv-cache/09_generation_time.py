@@ -111,15 +111,17 @@ plt.show()
 # {{run:gen_time.tail_over_head:.1f}} times the CPU time of the first 16 (medians;
 # {{run:gen_time.tail_over_head_clock:.1f}} times in clock time), while their count grows
 # {{run:gen_time.tail_count_growth:.2f}}-fold. The passes over the score matrix that the count leaves out
-# (9.1) grow with $T^2$, at most {{run:gen_time.quadratic_growth:.2f}}-fold between these two groups of
-# passes, so they cannot explain more than that. Minor page faults per pass (medians):
-# {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16; the left
-# panel shows where, call by call, the time steps up. Clock time beyond CPU time is waiting for the core.
+# (9.1) do arithmetic that grows with $T^2$, at most {{run:gen_time.quadratic_growth:.2f}}-fold between
+# these two groups of passes. Their temporaries grow too, and memory the allocator takes fresh from the
+# operating system costs a minor page fault per page on first touch (9.4): per pass (medians)
+# {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16. This run
+# does not split the time between arithmetic and faults; the left panel shows where, call by call, the
+# time steps up. Clock time beyond CPU time is waiting for the core.
 
 # %% [markdown] lang="zh"
 # 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。
 #
-# 不用缓存时，最初 16 次完整调用（$T$ 从 {{run:gen_time.prompt}} 到 {{run:gen_time.head_t_last}}）每次的 CPU 时间中位数是 {{run:gen_time.head_cpu_ms:.2f}} 毫秒；9.1 中 $P = {{run:timing.p_max}}$ 的完整重算窗口（$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）在最快的一轮中每步用了 {{run:clock.full_ms_per_step_max:.2f}} 毫秒。最后 16 次完整调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍），而它们的计数只增长到 {{run:gen_time.tail_count_growth:.2f}} 倍。计数没有包括扫过分数矩阵的几遍运算（9.1），它们随 $T^2$ 增长，在这两组调用之间最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍，解释不了更大的增长。每次调用的次缺页次数（中位数）：最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}；左图逐次显示耗时在哪里跳升。挂钟时间超出 CPU 时间的部分是在等待核心。
+# 不用缓存时，最初 16 次完整调用（$T$ 从 {{run:gen_time.prompt}} 到 {{run:gen_time.head_t_last}}）每次的 CPU 时间中位数是 {{run:gen_time.head_cpu_ms:.2f}} 毫秒；9.1 中 $P = {{run:timing.p_max}}$ 的完整重算窗口（$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）在最快的一轮中每步用了 {{run:clock.full_ms_per_step_max:.2f}} 毫秒。最后 16 次完整调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍），而它们的计数只增长到 {{run:gen_time.tail_count_growth:.2f}} 倍。计数没有包括扫过分数矩阵的几遍运算（9.1），它们的计算量随 $T^2$ 增长，在这两组调用之间最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍。它们的临时张量也在变大，而分配器新向操作系统要来的内存，每一页第一次写入时都会引发一次次缺页（9.4）：每次调用的次缺页次数（中位数），最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}。这次运行没有把耗时分摊到计算和缺页上；左图逐次显示耗时在哪里跳升。挂钟时间超出 CPU 时间的部分是在等待核心。
 
 # %% tags=["prose-values"]
 def tail_over_head(times) -> float:
