@@ -22,7 +22,7 @@
 # * **Sharing a cache between layers is a decision made in training**, not a trick for the cache: with the same weights,
 #   the shared model's logits differ from the ordinary model's. In the code, the upper layer reads the shared cache and
 #   never writes to it: an upper layer that also appended failed its own cached-versus-full check.
-# * **Attention sinks need positions as the cache sees them**: keys cached before RoPE and rotated at every read. Exact
+# * **StreamingLLM numbers positions as the cache sees them**: keys cached before RoPE and rotated at every read. Exact
 #   against the sparse pattern it defines; an approximation of dense attention.
 # * **Eviction policies are approximations**, judged against dense attention with bounds set after a first run (one
 #   with a thin margin, said so) and a random control; random weights can show that a policy finds what it looks for,
@@ -37,7 +37,7 @@
 # * **位置信息必须留在潜向量之外。** 夹在查询与 $W^{UK}$ 之间的旋转取决于距离，无法并入查询，把它挪到潜空间里也无济于事：两种吸收都只在距离为 0 时与模型一致。这就是单独设一个共享的 RoPE 键的原因。
 # * **在局部/全局模型中，几乎全部缓存都在全局层**：Gemma 3 27B 在 128k token 时需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而不是 {{run:local_global.gemma3_uniform_gib:.1f}} GiB。每一层的缓存都必须与它自己的掩码相配：给全局层配环形缓冲区，检查就失败了。
 # * **层间共享缓存是训练时做出的决定**，不是缓存上的技巧：权重相同时，共享模型的 logits 与普通模型不同。在代码中，上层只读取共享缓存、从不往里写：一个也往里追加的上层，连它自己的“缓存对照完整重算”检查都通不过。
-# * **注意力汇聚点要求按缓存所见来编号位置**：缓存 RoPE 之前的键，每次读取时再旋转。相对于它自己定义的稀疏模式，它是精确的；相对于稠密注意力，它是一种近似。
+# * **StreamingLLM 按缓存所见来编号位置**：缓存 RoPE 之前的键，每次读取时再旋转。相对于它自己定义的稀疏模式，它是精确的；相对于稠密注意力，它是一种近似。
 # * **淘汰策略是近似**，要以稠密注意力为基准、用第一次运行之后定下的误差界（其中一条余地很窄，我们直说了）和随机淘汰的负对照来评判；随机权重只能说明一个策略找到了它要找的东西，不能说明训练好的模型能保住它的答案。按头选择也与分页缓存格格不入，这是推理服务系统很少提供这些策略的原因之一。
 
 # %% [markdown] lang="en"

@@ -4,8 +4,7 @@
 # In a decode step each sequence has a single query per head, and it reads the whole cache. A GPU kernel
 # that gives each (sequence, head) pair to one group of threads leaves most of the GPU idle when the batch
 # is small and the cache long: a few groups walk through thousands of keys while the rest wait. By section 8's
-# count decode is memory-bound (section 9's measured verdict for this CPU's cache reads:
-# `{{run:roofline.cache_memory_bound}}`), and a GPU reaches its full memory bandwidth only when many of its cores read
+# count decode is memory-bound, and a GPU reaches its full memory bandwidth only when many of its cores read
 # at once; splitting one query's keys among many cores is what lets a long cache stream at that bandwidth.
 # **Flash-Decoding** ([Dao, Haziza, Massa and Sizov, 2023](https://crfm.stanford.edu/2023/10/12/flashdecoding.html), a blog post) splits the keys of one query into $S$ **splits**, computes each split's
 # attention in parallel, and merges the partial results. The merge must reproduce the softmax over *all*
@@ -33,7 +32,7 @@
 # %% [markdown] lang="zh"
 # ## 7. split-K 解码
 #
-# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 内核把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。按第 8 节的计数，解码受限于内存带宽（第 9 节对这台 CPU 上缓存读取的实测判断为 `{{run:roofline.cache_memory_bound}}`），而 GPU 只有在许多核心同时读取时才能达到全部内存带宽；把一个查询面对的键分给许多核心，长缓存才能以这个带宽读完。Dao、Haziza、Massa 和 Sizov 在 2023 年的一篇[博客文章](https://crfm.stanford.edu/2023/10/12/flashdecoding.html)中提出的 **Flash-Decoding** 把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
+# 在一个解码步里，每条序列的每个头只有一个查询，而它要读取整个缓存。如果 GPU 内核把每个（序列，头）对交给一组线程，那么在 batch 小、缓存长的时候，GPU 的大部分都闲着：少数几组线程逐个走过成千上万个键，其余的都在等待。按第 8 节的计数，解码受限于内存带宽，而 GPU 只有在许多核心同时读取时才能达到全部内存带宽；把一个查询面对的键分给许多核心，长缓存才能以这个带宽读完。Dao、Haziza、Massa 和 Sizov 在 2023 年的一篇[博客文章](https://crfm.stanford.edu/2023/10/12/flashdecoding.html)中提出的 **Flash-Decoding** 把一个查询面对的键分成 $S$ **段**，并行地计算每一段的注意力，再把部分结果合并起来。合并必须还原出对**全部**键做的 softmax，尽管每一段只在自己的键上做了归一化。每一段就自己的分数 $x_j$ 报告三样东西：最大值 $m_s$、指数和 $l_s = \sum_{j \in s} e^{x_j - m_s}$，以及归一化后的输出 $o_s = \sum_{j \in s} e^{x_j - m_s} v_j / l_s$。由于 $l_s e^{m_s} = \sum_{j \in s} e^{x_j}$ 正是这一段在 softmax 分母中所占的部分，
 #
 # $$\mathrm{out} = \frac{\sum_s w_s\, o_s}{\sum_s w_s}, \qquad w_s = l_s\, e^{m_s - M}, \quad M = \max_s m_s.$$
 #
