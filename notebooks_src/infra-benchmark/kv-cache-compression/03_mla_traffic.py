@@ -1,0 +1,189 @@
+# %% [markdown] lang="en"
+# **What each form moves.** Now the counts at DeepSeek-V3's size, per layer and decode step, next to the bytes each
+# form reads from its cache (BF16). The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the
+# attention arithmetic of the naive one per key, but reads 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it
+# behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
+#
+# The expand-on-read form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form,
+# but the cache is not all it moves. At every step, for every cached position ($H$ heads):
+#
+# 1. it reads the latent and the RoPE key, $r + d_R$ numbers;
+# 2. `expand_kv` writes the whole `kv_b_proj` output, $H(d_C + d_v)$ (the values it returns are a view into it);
+# 3. it writes a new key tensor holding each head's $k^C$ and the RoPE key, $H(d_C + d_R)$;
+# 4. that copy reads $k^C$ once more, $H d_C$;
+# 5. attention reads the keys and values, $H(d_C + d_R + d_v)$.
+#
+# Our `expand` does the same (`kv_up`'s output, then `torch.cat`). Steps 2 and 3 write
+# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step at DeepSeek-V3's size and 32,768 keys, and a table
+# further down adds all five: the expand-on-read form saves cache capacity, not memory bandwidth. A fused
+# kernel that expanded each latent on chip, never writing the expansion to memory, would avoid that traffic.
+
+# %% [markdown] lang="zh"
+# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
+#
+# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，对每个缓存位置（共 $H$ 个头）：
+#
+# 1. 读取潜向量和 RoPE 键，$r + d_R$ 个数；
+# 2. `expand_kv` 写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图）；
+# 3. 写出一个新的键张量，装入每个头的 $k^C$ 和 RoPE 键，$H(d_C + d_R)$ 个数；
+# 4. 这次复制还要把 $k^C$ 再读一遍，$H d_C$ 个数；
+# 5. 注意力读取键和值，$H(d_C + d_R + d_v)$ 个数。
+#
+# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB；下文的一张表把五项加在一起：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
+
+# %%
+def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
+    return keys * (expanded_elements(c) if form == "naive" else mla_elements(c)) * bytes_per_element
+
+
+def materialised_elements(c: MLAConfig) -> int:
+    # [en] Per position: the kv_up output (the values are a view into it) and the new key tensor.
+    # [zh] 每个位置：kv_up 的输出（值只是其中的一个视图）和新的键张量。
+    return c.heads * (c.nope_dim + c.value_dim) + c.heads * (c.nope_dim + c.rope_dim)   # H (2 d_C + d_R + d_v)
+
+
+def materialised_bytes(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
+    # [en] What the expand-on-read form writes at every step.
+    # [zh] 读时展开形式每一步写出的数据。
+    return keys * materialised_elements(c) * bytes_per_element if form == "expand_on_read" else 0
+
+
+def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF16) -> int:
+    # [en] Bytes per step, each operation reading its inputs once and writing its output once: the cache (latents for
+    # [en] kv_up, RoPE keys for the copy), the expansion written, the copy's read of k^C, and the K/V attention reads.
+    # [zh] 每步的字节数（每个运算读一次输入、写一次输出）：读缓存（kv_up 读潜向量，复制读 RoPE 键）、写出展开结果、
+    # [zh] 复制时读 k^C，以及注意力读取的 K/V。
+    copy_reads = keys * c.heads * c.nope_dim * bytes_per_element
+    return (cache_bytes_read(c, "expand_on_read", keys, bytes_per_element) + materialised_bytes(c, "expand_on_read", keys, bytes_per_element)
+            + copy_reads + keys * expanded_elements(c) * bytes_per_element)
+
+# %% [markdown] lang="en"
+# The next cell (its code folded) checks `materialised_bytes` against our `ExpandOnReadMLA` and, when transformers is
+# installed, Hugging Face's `expand_kv`: it wraps the layer's expanding method so that it records what it returns,
+# runs one decode step after 24 positions, and counts the numbers held by the memory (storage) behind the returned
+# tensors, each storage once; both must equal the formula.
+
+# %% [markdown] lang="zh"
+# 下一个单元格（代码已折叠）用我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出返回的张量背后的内存（存储）中有多少个数，每块存储只数一次；两者都必须等于公式。
+
+# %% tags=["hide-input"]
+def recording(method, record: list):
+    # [en] Wrap a bound method so that every call's result is also appended to `record`.
+    # [zh] 包装一个绑定方法，把每次调用的结果也追加到 `record` 中。
+    def wrapper(*args):
+        record.append(method(*args))
+        return record[-1]
+    return wrapper
+
+
+@torch.inference_mode()
+def expanded_per_step(attn, call_attn, name: str) -> int:
+    # [en] Numbers in the memory behind what the layer's `name` method returns in the last of two calls (24 positions, then 1).
+    # [zh] 两次调用（先 24 个位置，再 1 个）中的最后一次里，该层 `name` 方法返回的张量背后的内存中数的个数。
+    call_attn(STREAM[:1, :-1])
+    record = []
+    setattr(attn, name, recording(getattr(attn, name), record))
+    call_attn(STREAM[:1, -1:])
+    delattr(attn, name)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage() for t in record[-1]}
+    return sum(st.nbytes() for st in storages.values()) // record[-1][0].element_size()
+
+
+ours = build(mla_cfg, lambda i: ExpandOnReadMLA(mla_cfg))
+cache = ours.new_cache()
+MATERIALISED = {"ExpandOnReadMLA": expanded_per_step(ours.blocks[0].attn, lambda ids: ours(ids, cache), "expand")}
+if HAVE_HF:
+    hf = hf_deepseek(build(mla_cfg, lambda i: ExpandOnReadMLA(mla_cfg)).double())
+    hf_cache = DynamicCache(config=hf.config)
+    MATERIALISED["DeepseekV3Attention"] = expanded_per_step(
+        hf.model.layers[0].self_attn, lambda ids: hf(input_ids=ids, past_key_values=hf_cache, use_cache=True), "expand_kv")
+say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * materialised_elements(mla_cfg):,}"] for name, n in MATERIALISED.items()],
+          en=["expand-on-read form", "cached positions", "numbers materialized in one decode step", "formula: $T H (2d_C + d_R + d_v)$"],
+          zh=["读时展开形式", "缓存的位置数", "一个解码步中生成的数", "公式：$T H (2d_C + d_R + d_v)$"])
+assert all(n == STREAM_LEN * materialised_elements(mla_cfg) for n in MATERIALISED.values())
+
+# %% [markdown] lang="en"
+# The three forms at DeepSeek-V3's size with a context of 32,768 keys: multiply-adds, bytes read from the cache, and
+# for the expand-on-read form the expansion it writes.
+
+# %% [markdown] lang="zh"
+# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字：乘加次数、从缓存读取的字节数，以及读时展开形式写出的展开结果。
+
+# %%
+d, T = DEEPSEEK_V3, 32 * 1024
+per_key_naive = d.heads * (d.nope_dim + d.rope_dim + d.value_dim)
+per_key_absorbed = d.heads * (2 * d.latent + d.rope_dim)
+MLA_TRADE = {"context": T, "forms": {form: {"macs": decode_macs(d, form, T), "cache_bytes_read": cache_bytes_read(d, form, T),
+                                            "expanded_bytes_written": materialised_bytes(d, form, T)}
+                                     for form in MLA_FORMS}}
+say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{v['expanded_bytes_written'] / 2 ** 20:,.0f}"]
+           for form, v in MLA_TRADE["forms"].items()],
+          en=["form ($T = 32{,}768$)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB)"],
+          zh=["形式（$T = 32{,}768$）", "乘加次数（十亿）", "读取的缓存（MiB）", "写出的展开 K/V（MiB）"])
+assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
+
+# %% [markdown] lang="en"
+# The expand-on-read form's whole traffic, the five operations of the list above in order (bold: their sum), against
+# what the naive form reads; the sum must equal `expand_on_read_traffic`.
+
+# %% [markdown] lang="zh"
+# 读时展开形式的全部访存量：依次是上文列表中的五项运算（粗体为合计），最后一行是朴素形式读取的字节数；合计必须等于 `expand_on_read_traffic`。
+
+# %%
+H, r, dR, dC, dv = d.heads, d.latent, d.rope_dim, d.nope_dim, d.value_dim
+# [en] The operations in the order of the list above: (formula, numbers per position).
+# [zh] 各项运算，顺序与上文列表相同：（公式，每个位置的数）。
+TRAFFIC_ROWS = [("$r + d_R$", r + dR), ("$H(d_C + d_v)$", H * (dC + dv)), ("$H(d_C + d_R)$", H * (dC + dR)),
+                ("$H d_C$", H * dC), ("$H(d_C + d_R + d_v)$", H * (dC + dR + dv))]
+per_position = sum(n for _, n in TRAFFIC_ROWS)
+traffic_total = per_position * T * BF16
+say_table([["`expand_on_read`", formula, f"{n:,}", f"{n * T * BF16 / 2 ** 20:,.0f}"] for formula, n in TRAFFIC_ROWS]
+          + [["**`expand_on_read`**", "**$r + d_R + H(4d_C + 2d_R + 2d_v)$**", f"**{per_position:,}**", f"**{traffic_total / 2 ** 20:,.0f}**"],
+             ["`naive`", "$H(d_C + d_R + d_v)$", f"{expanded_elements(d):,}", f"{cache_bytes_read(d, 'naive', T) / 2 ** 20:,.0f}"]],
+          en=["form", "formula: numbers read or written per position", "at DeepSeek-V3's size", "MiB per step ($T = 32{,}768$, BF16)"],
+          zh=["形式", "公式：每个位置读写的数", "DeepSeek-V3 规模下", "每步 MiB（$T = 32{,}768$，BF16）"])
+assert per_position == r + dR + H * (4 * dC + 2 * dR + 2 * dv)
+assert traffic_total == expand_on_read_traffic(d, T)
+EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
+EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"]
+say(en=f"Expand-on-read against naive: {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times the bytes, {EXPAND_ON_READ_MACS_RATIO:.0f} times the multiply-adds.",
+    zh=f"读时展开形式与朴素形式相比：字节数是 {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} 倍，乘加次数是 {EXPAND_ON_READ_MACS_RATIO:.0f} 倍。")
+assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
+
+# %% [markdown] lang="en"
+# The figure shows both quantities as the context grows; the bytes panel adds the expand-on-read form's whole
+# traffic: the expansion written, the copy's read of $k^C$ and attention's read of the keys and values.
+
+# %% [markdown] lang="zh"
+# 下图画出这两个量随上下文增长的情况；字节数那一幅还加上了读时展开形式的全部访存量：写出的展开结果、复制时读取的 $k^C$，以及注意力读取的键和值。
+
+# %%
+CONTEXTS = [2 ** k for k in range(8, 18)]
+fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.4))
+for form, style in (("naive", "-o"), ("expand_on_read", "-s"), ("absorbed", "-^")):
+    axes[0].plot(CONTEXTS, [cache_bytes_read(DEEPSEEK_V3, form, t) / 2 ** 20 for t in CONTEXTS], style, markersize=3, label=f"{form}: cache read")
+    axes[1].plot(CONTEXTS, [decode_macs(DEEPSEEK_V3, form, t) / 1e9 for t in CONTEXTS], style, markersize=3, label=form)
+axes[0].plot(CONTEXTS, [expand_on_read_traffic(DEEPSEEK_V3, t) / 2 ** 20 for t in CONTEXTS], ":s", markersize=3,
+             label="expand_on_read: cache + expansion written and read")
+for ax, label in zip(axes, ("bytes per step (MiB, BF16)", "multiply-adds per step (billions)")):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context: cached keys T")
+    ax.set_ylabel(label)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+fig.suptitle("DeepSeek-V3 attention, one layer, one decode step", fontsize=10)
+fig.tight_layout()
+MLA_COST_PNG = OUT / "mla_cost.png"
+fig.savefig(MLA_COST_PNG, dpi=120)
+plt.show()
+
+# %% [markdown] lang="en"
+# *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys $T$ (both axes
+# logarithmic). Left: bytes per step (MiB, BF16). The solid lines are the bytes read from the cache; the
+# expand-on-read and absorbed lines coincide (both read the latents and RoPE keys). The dotted line adds everything
+# else the expand-on-read form writes and reads at every step (each operation reading its inputs once):
+# {{run:mla.expand_on_read_traffic_ratio:.1f}} times the bytes the naive form reads. Right: multiply-adds per step (billions); `expand_on_read` climbs fastest because it
+# re-expands every cached latent.*
+
+# %% [markdown] lang="zh"
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（每个运算只读一次输入）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
