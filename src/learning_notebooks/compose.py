@@ -36,6 +36,7 @@ HEADER_TEXT = {
         "quick": "**Quick-mode build** (a fast smoke run for tests): its numbers are not the published ones.",
         "shared": "*Shared section.* This section comes from [{title}]({link}), where it is taught; if you have "
                   "read it there, you can skip to the next section. Its code is folded here, and it runs all the same.",
+        "values": "# Numbers for the text, not part of the lesson: the builder copies this cell's result into the prose.",
     },
     "zh": {
         "other": "其他语言版本：",
@@ -43,6 +44,7 @@ HEADER_TEXT = {
         "quick": "**快速模式构建**（供测试用的冒烟运行）：其中的数字不是正式发布的结果。",
         "shared": "*共用的一节。* 本节取自[《{title}》]({link})，完整的讲解在那里；如果已经读过，可以直接跳到下一节。"
                   "这里把本节的代码折叠了起来，但代码照常运行。",
+        "values": "# 供正文引用的数值，不属于课程内容：构建笔记本时，这个单元格的结果会被填进正文。",
     },
 }
 
@@ -138,7 +140,8 @@ def code_metadata(tags: tuple[str, ...], included: bool) -> dict:
     """A code cell's metadata in an edition: its tags; a cell tagged `hide-input` (by its source, or
     because it belongs to a section included from another notebook) has its code folded in Jupyter
     and Colab (`jupyter.source_hidden`) and behind a toggle on the site; a `prose-values` cell
-    (numbers for the prose, no lesson of its own) folded, output too, and left off the site."""
+    (numbers for the prose, no lesson of its own) folded, output too, and left off the site; its
+    code opens with a comment in the edition's language that says so (`_cells`)."""
     tags = list(tags)
     jupyter = {}
     if included and "hide-input" not in tags:  # nbformat: tags are unique
@@ -188,6 +191,8 @@ def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object
             code = localize_comments(cell.source, lang)
             if lang is not None:
                 code = edition_code(code, lang)
+                if placeholders.TAG in cell.tags:  # say what it is where viewers ignore the fold (GitHub)
+                    code = f"{HEADER_TEXT[lang]['values']}\n{code}"
             cells.append(nbformat.v4.new_code_cell(code, id=cell.id, metadata=metadata))
             if "parameters" in cell.tags and overrides:
                 cells.append(

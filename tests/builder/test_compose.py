@@ -144,3 +144,14 @@ def test_a_section_without_a_heading_continues_the_numbering_of_the_one_before()
                 section("## {{section}}. Decoder"))
     assert section_numbers(sections) == [1, 1, 2, 3]
     assert section_numbers((section("no heading yet"), section("## {{section}}. First"))) == [1, 1]
+
+
+def test_a_prose_values_cell_says_what_it_is_in_the_editions_language(source, config):
+    """Folded in Jupyter and Colab, but GitHub's viewer shows it: its first line says it is the
+    numbers for the text, in the edition's language; the executed code has no such line."""
+    for lang, words in (("en", "Numbers for the text"), ("zh", "供正文引用的数值")):
+        [cell] = [c for c in compose(source, lang, config, {}, {}).cells if "prose-values" in c.metadata.get("tags", [])]
+        assert cell.source.startswith(f"# {words}") and cell.source.endswith('{"sums": {"total": total, "mean": total / STEPS}}')
+        assert cell.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+    [executed] = [c for c in compose_for_execution(source, {}).cells if "prose-values" in c.metadata.get("tags", [])]
+    assert executed.source.startswith("{")

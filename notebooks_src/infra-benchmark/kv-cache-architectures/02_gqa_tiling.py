@@ -89,6 +89,4 @@ say(en=f"Head by head (FP64): the real layer differs from the loop by {HEAD_LOOP
 assert HEAD_LOOP["gqa2"] < 1e-10 and HEAD_LOOP["mqa"] < 1e-10 and CONTROLS["tiled_kv_heads"]["caught"]
 
 # %% tags=["prose-values"]
-# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
-# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
 {"gqa": {"tile_logit_diff": float(TILE_LOGIT_DIFF)}}

@@ -162,8 +162,6 @@ say_table([["FP32", f"{QUANT_MEMORY['exact_bytes']:,}", "1.00"]]
 assert all(QUANT_MEMORY[f"{name}_bytes"] == QUANT_MEMORY[f"{name}_formula_bytes"] for name in ["exact"] + [f"int{b}" for b in QUANT_BITS])
 
 # %% tags=["prose-values"]
-# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
-# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
 {"quant": {**{f"int{b}_err": float(QUANT[b]["max_abs_logit_err"]) for b in QUANT_BITS},
            **{f"int{b}_fraction": QUANT_MEMORY[f"int{b}_bytes"] / QUANT_MEMORY["exact_bytes"] for b in QUANT_BITS},
            "positions": T_TOTAL, "window_positions": T_TOTAL - QUANT[4]["cache"][0].quantized_positions(),

@@ -216,8 +216,6 @@ for name, prof in DECODE_PROFILE.items():
               zh=["算子", "每步调用次数", "每步自身耗时（微秒）", "占该步的比例"])
 
 # %% tags=["prose-values"]
-# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
-# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
 {"fused": {**{f"{name}_{what}": FUSED_TIMING[f"{name}_{what}"]["p50_ms"] for name in ("explicit", "sdpa") for what in ("prefill", "decode")},
            **{f"{name}_calls": float(prof["calls"]) for name, prof in DECODE_PROFILE.items()},
            **{f"{name}_self_us": float(prof["self_us"]) for name, prof in DECODE_PROFILE.items()},

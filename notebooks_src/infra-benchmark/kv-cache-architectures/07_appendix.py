@@ -57,8 +57,6 @@ say(en=f"`q @ k.T` by view and by copy, lengths 1 to {STREAM_LEN}, on this machi
 assert all(close(*pair) for pair in LAYOUT_PAIRS.values())
 
 # %% tags=["prose-values"]
-# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
-# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
 {"gqa": {"layout_lengths_differing": len(LAYOUT["lengths_differing"]), "layout_max_diff": float(LAYOUT["max_abs_diff"])}}
 
 

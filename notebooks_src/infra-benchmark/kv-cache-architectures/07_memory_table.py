@@ -112,6 +112,4 @@ plt.show()
 # *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 1）下的 K/V 缓存大小。每种变体一根柱子（左侧的标签就是表格的第一列：`GQA-8` 即 Llama 3 8B 本身，`W = 4,096` 表示滑动窗口，`int8` 和 `int4` 是量化缓存）；横轴的单位是 GiB（线性刻度），每根柱子旁标出它的大小。点线（图例 weights, FP16）标出模型自身 FP16 权重的大小：单是 MHA 的缓存就比它还大。*
 
 # %% tags=["prose-values"]
-# [en] The run's numbers that the text quotes: the text is filled in from this cell's output when the notebook is built.
-# [zh] 正文引用的本次运行结果：构建笔记本时，正文就是用这个单元格的输出填写的。
 {"memory": MEMORY}
