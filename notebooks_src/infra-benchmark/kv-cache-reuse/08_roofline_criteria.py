@@ -115,14 +115,14 @@ plt.show()
 assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 
 # %% [markdown] lang="en"
-# ### Optional: the shares behind the check, how fast the library read the cache, and what a few rows cost
+# ### Optional, to skip on a first read: the shares behind the check, how fast the library read the cache, what a few rows cost
 #
 # **The shares behind the check.** For each call, the two measured shares the check compares with a third. The
 # last row applies the same test to the cache as attention reads it at batch 1; it is reported, not asserted,
 # since how fast a library reads a cache depends on its routines (below).
 
 # %% [markdown] lang="zh"
-# ### 可选：判断所依据的比例、数学库读取缓存有多快，以及处理几行的调用要花多少时间
+# ### 可选（初读可跳过）：判断所依据的比例、数学库读取缓存有多快，以及处理几行的调用要花多少时间
 #
 # **判断所依据的比例**：下表给出每个调用的两个实测比例，判断就是把它们与三分之一比较。最后一行对 batch 为 1、按注意力的写法读取缓存的调用做同样的判断；这一行只报告，不做断言，因为数学库读取缓存有多快取决于它的例程（见下文）。
 
@@ -178,15 +178,27 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # {{run:roofline.scores_kq_share:.0%}} of it written `k @ q^T`, and at {{run:roofline.scores_qk_share:.0%}} written
 # `q @ k^T`; the value product read the values at {{run:roofline.values_share:.0%}}. So where `k @ q^T` is the faster,
 # what holds the score half back is neither side of the roof nor the data's layout (the same buffer), but how
-# fast the library's routine runs for the shape it is handed. A product that only reads can pass 100% of STREAM without breaking the roof: its
-# sloped side is STREAM's credited rate, below what the memory really moves (the timing details above). The last
-# column is a rough guide only: the products were timed as separate calls, so their shares
+# fast the library's routine runs for the shape it is handed. A decode kernel on a GPU (Flash-Decoding, vLLM's
+# paged attention) is written for exactly this job: to stream the whole cache at the memory bandwidth.
+#
+# <details><summary>Two remarks on the table (optional)</summary>
+#
+# A product that only reads can pass 100% of STREAM without breaking the roof: its sloped side is STREAM's
+# credited rate, below what the memory really moves (the timing details above). The last column is a rough
+# guide only: the products were timed as separate calls, so their shares
 # ({{run:roofline.scores_qk_attention_share:.0%}} and {{run:roofline.values_attention_share:.0%}} here) are not parts
-# of one call's time, whatever their sum. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is
-# written for exactly this job: to stream the whole cache at the memory bandwidth.
+# of one call's time, whatever their sum.
+#
+# </details>
 
 # %% [markdown] lang="zh"
-# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快。只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）并不是同一次调用耗时的组成部分，无论相加是多少。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
+# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
+#
+# <details><summary>关于上表的两点说明（可选）</summary>
+#
+# 只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）并不是同一次调用耗时的组成部分，无论相加是多少。
+#
+# </details>
 
 # %% [markdown] lang="en"
 # **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one, so
@@ -194,13 +206,24 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # On the machine that built this notebook every batch size calls the same routine, oneMKL's `SGEMM`, yet in
 # this run a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
 # {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one.
-# Why a call over a few rows can cost more, we did not find out. A hypothesis, not checked here:
-# inside `SGEMM` a one-row product can stream the weights once, as a matrix-vector product does, while a few rows
+# Why a call over a few rows can cost more, we did not find out.
+#
+# <details><summary>A hypothesis, not checked here (optional)</summary>
+#
+# Inside `SGEMM` a one-row product can stream the weights once, as a matrix-vector product does, while a few rows
 # take the general path, which first copies (packs) blocks of the weights into a buffer laid out for many rows:
 # extra memory traffic and work that only a large batch repays.
+#
+# </details>
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，所以如果两者都达到屋顶线的斜边（即内存带宽的上限），耗时应当相差无几。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。一个假设（这里未加验证）：在 `SGEMM` 内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重一块一块地复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
+# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，所以如果两者都达到屋顶线的斜边（即内存带宽的上限），耗时应当相差无几。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。
+#
+# <details><summary>一个假设，这里未加验证（可选）</summary>
+#
+# 在 `SGEMM` 内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重一块一块地复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
+#
+# </details>
 
 # %% tags=["hide-input"]
 # [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.
@@ -212,8 +235,8 @@ say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
           zh=["每次调用的行数 $B$", "一次调用的耗时（以单行调用为单位）"])
 
 # %% [markdown] lang="en"
-# *You may skip the next section: it is the first notebook's check of our decoder against Hugging Face GPT-2,
+# *End of section 9's optional part. You may skip the next section too: it is the first notebook's check of our decoder against Hugging Face GPT-2,
 # re-run unchanged only because section 11 needs its mapping of our weights into `GPT2LMHeadModel`.*
 
 # %% [markdown] lang="zh"
-# *下一节可以跳过：它是第一份笔记本中用 Hugging Face GPT-2 检验我们解码器的内容，原样重新运行，只是因为第 11 节要用到其中把我们的权重装进 `GPT2LMHeadModel` 的映射。*
+# *第 9 节的可选部分到此结束。下一节也可以跳过：它是第一份笔记本中用 Hugging Face GPT-2 检验我们解码器的内容，原样重新运行，只是因为第 11 节要用到其中把我们的权重装进 `GPT2LMHeadModel` 的映射。*
