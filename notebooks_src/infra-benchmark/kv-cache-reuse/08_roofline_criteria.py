@@ -5,11 +5,10 @@
 # bandwidth and does **at most a third** of $\pi$, a rough line chosen to separate these measurements, not a
 # standard; the largest batch, the control, must fail this), and that batching
 # amortizes the weights, not the cache (from the smallest to the largest batch the weights' time per token falls
-# below half, the cache's time per sequence does not; the same test on the weights is the control). The measured
-# shares behind these verdicts are in the optional part at the end of this section.
+# below half, the cache's time per sequence does not; the same test on the weights is the control).
 
 # %% [markdown] lang="zh"
-# **检查**：按算术强度（{{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节），Roofline 模型把 batch 为 1 的权重乘法归类为受限于内存带宽，把最大的 batch 归类为受限于计算。下面的单元格断言两点。一是对 batch 为 1 的情形，实测与之相符（搬运字节的速度**至少达到** STREAM 带宽的三分之一，FLOP/s **至多为** $\pi$ 的三分之一；三分之一只是为区分这些测量粗略选定的界线，并不是什么标准；负对照是最大的 batch，它必须不满足这一条）。二是 batch 分摊了权重的开销，却分摊不了缓存的开销（从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有；负对照是把同样的判断用在权重上）。这些判断所依据的实测比例，见本节末尾的可选部分。
+# **检查**：按算术强度（{{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节），Roofline 模型把 batch 为 1 的权重乘法归类为受限于内存带宽，把最大的 batch 归类为受限于计算。下面的单元格断言两点。一是对 batch 为 1 的情形，实测与之相符（搬运字节的速度**至少达到** STREAM 带宽的三分之一，FLOP/s **至多为** $\pi$ 的三分之一；三分之一只是为区分这些测量粗略选定的界线，并非标准；负对照是最大的 batch，它必须不满足这一条）。二是 batch 分摊了权重的开销，却分摊不了缓存的开销（从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有；负对照是把同样的判断用在权重上）。
 
 # %%
 def memory_bound(row) -> bool:
@@ -59,8 +58,8 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # their time, the time of reading their bytes. This is why a decode step is at best as fast as memory lets it
 # be, and why the mechanisms of this series, which share or shrink the bytes read, pay off.
 #
-# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$; the call
-# that sets $\pi$ lies on its flat side by definition, and a read-only call may lie slightly above its sloped side), the
+# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$; a
+# read-only call may lie slightly above its sloped side), the
 # weight product at each batch size (blue circles, batch written beside each), and the cache reads as attention
 # computes them (orange triangles, all at 0.5 FLOP/byte). Right, predictions from the published configurations
 # with 16-bit weights and cache at a context of 4,096 tokens: the decode step's intensity against the batch
@@ -68,11 +67,11 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # dotted).*
 
 # %% [markdown] lang="zh"
-# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。实测 batch 为 1 时，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，FLOP/s 是 $\pi$ 的 {{run:roofline.cache_peak_share:.0%}}，所以上面的判断对它们给出 `{{run:roofline.cache_memory_bound}}`（见可选部分比例表的最后一行）。无论结果如何，这样的比例反映的不只是内存，也是数学库为这种形状选用的例程：可选部分把同样的键（batch 为 {{run:roofline.cache_batch_max}}）换成另一种操作数顺序 `k @ q^T` 计时，速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，而按注意力的写法 `q @ k^T` 是 {{run:roofline.scores_qk_share:.0%}}。
+# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。实测 batch 为 1 时，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，FLOP/s 是 $\pi$ 的 {{run:roofline.cache_peak_share:.0%}}，所以上面的判断对它们给出 `{{run:roofline.cache_memory_bound}}`（见可选部分比例表的最后一行）。无论结果如何，这个比例反映的既是内存，也是数学库为这种形状选用的例程：可选部分中，同样的键（batch 为 {{run:roofline.cache_batch_max}}）换成另一种操作数顺序 `k @ q^T`，读取速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。
 #
 # 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以两次调用耗时的下界相同，都是读取各自字节的时间。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制（分摊或缩小所读取的字节）能带来收益的原因。
 #
-# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured；决定 $\pi$ 的那次调用按定义落在水平边上，只读不写的调用可能略高于斜边）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
+# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured；只读不写的调用可能略高于斜边）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
@@ -201,8 +200,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # </details>
 
 # %% [markdown] lang="en"
-# **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one, so
-# at the memory roof both would take about the same time.
+# **What a call over a few rows costs.** At the memory roof, as long as a one-row call: it reads the same weight bytes.
 # On the machine that built this notebook every batch size calls the same routine, oneMKL's `SGEMM`, yet in
 # this run a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
 # {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one.
@@ -217,7 +215,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # </details>
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，所以如果两者都达到屋顶线的斜边（即内存带宽的上限），耗时应当相差无几。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。
+# **处理几行的一次调用要花多少时间**：它读取的权重字节与单行调用相同，所以在屋顶线的斜边上，两者耗时应当相差无几。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。
 #
 # <details><summary>一个假设，这里未加验证（可选）</summary>
 #
