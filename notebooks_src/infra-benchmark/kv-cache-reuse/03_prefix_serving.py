@@ -27,7 +27,8 @@
 # **The admission rule.** The idea: of the blocks free or evictable now, count as usable only those nobody
 # else will claim. Two kinds are claimed already: the hit blocks this request is about to hold itself, and the
 # blocks *promised* to the running requests. Each running request was admitted on the promise that every block
-# it may still need will be there when it needs it; the blocks it may still take are spoken for. What is left
+# it may still need will be there when it needs it: if a newcomer took those blocks, a running request could
+# later find no free block and stall halfway through its answer. What is left
 # must cover the new blocks the request needs (if nothing runs and it still does not fit, it never will: `serve`
 # raises `PoolFull`). As a formula, a waiting request is admitted when
 #
@@ -46,7 +47,7 @@
 # | 5 | 3 | 9 | 2 | 4 | 3 | yes |
 
 # %% [markdown] lang="zh"
-# **接纳规则**：思路是，在眼下空闲或可淘汰的物理块中，只把没有别人要的算作能用的。有两类已经有主了：这个请求自己即将持有的命中物理块，以及许诺给运行中请求的物理块。每个运行中的请求被接纳时都得到了许诺：它之后可能还需要的每个物理块，到时都一定有；这些它还可能取走的物理块已经许诺给它了。剩下的物理块必须够这个请求需要的新物理块（如果没有请求在运行，它仍然放不下，那就永远放不下：`serve` 抛出 `PoolFull`）。写成公式，等待中的请求满足
+# **接纳规则**：思路是，在眼下空闲或可淘汰的物理块中，只把没有别人要的算作能用的。有两类已经有主了：这个请求自己即将持有的命中物理块，以及许诺给运行中请求的物理块。每个运行中的请求被接纳时都得到了许诺：它之后可能还需要的每个物理块，到时都一定有。否则新请求占走这些物理块后，运行中的请求可能找不到空闲的物理块，中途停住。剩下的物理块必须够这个请求需要的新物理块（如果没有请求在运行，它仍然放不下，那就永远放不下：`serve` 抛出 `PoolFull`）。写成公式，等待中的请求满足
 #
 # $$\text{新物理块数} \le \text{可用物理块数} - \text{LRU 中命中的物理块数} - \text{已许诺、尚未取走的物理块数}$$
 #

@@ -46,12 +46,11 @@ def decode_step(model, cache, request):
     run_tokens(model, cache, request, torch.tensor(request.tokens[-1:]))
 
 # %% [markdown] lang="en"
-# `promised` counts the blocks the running requests may still take: what each may need, less what it holds. It
-# is the serving notebook's bookkeeping, folded here. `serve` is the loop: its admission test is the rule of
-# the list above, line for line.
+# `promised` (folded) is the formula's last term, the serving notebook's bookkeeping. `serve` is the loop: its
+# admission test is the rule above, line for line.
 
 # %% [markdown] lang="zh"
-# `promised` 计算运行中的请求还可能取走的物理块：每个请求可能需要的，减去它已持有的。这是服务笔记本中的记账代码，这里折叠起来。`serve` 就是服务循环：它的接纳判断与上面列表中的规则逐项对应。
+# `promised`（已折叠）算出公式的最后一项，是服务笔记本中的记账代码。`serve` 就是服务循环：它的接纳判断与上面的规则逐项对应。
 
 # %% tags=["hide-input"]
 def promised(cache, running) -> int:

@@ -26,8 +26,9 @@
 # back** to the confirmed tokens: the entries of rejected drafts are cut off. Hugging Face's
 # `DynamicCache.crop` exists for this (`crop(-n)` removes the last $n$ positions of every layer); for our
 # list of `(K, V)` pairs it is a slice. Why verify in one call at all: a call over $k + 1$ tokens reads the
-# weights and the sequence's cache once, where $k + 1$ plain steps read them $k + 1$ times; whether it also
-# takes about the time of one step is measured in section 9.
+# weights and the sequence's cache once, where $k + 1$ plain steps read them $k + 1$ times. On a GPU at batch 1
+# such a call stays memory-bound, far left of an H100's ridge (section 9), so it costs about one step; what a few
+# rows cost on this CPU, section 9 measures: a property of its math library, not of the method.
 #
 # The draft model here is the target's own first layer followed by its final LayerNorm and vocabulary
 # projection, a one-layer decoder that exits early. Self-speculative methods such as LayerSkip train a
@@ -52,7 +53,7 @@
 # </details>
 
 # %% [markdown] lang="zh"
-# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：把被拒绝的草稿留下的缓存项截掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截掉就是切片。为什么要在一次调用里验证？处理 $k + 1$ 个 token 的一次调用只读一遍权重和这条序列的缓存，而 $k + 1$ 个普通解码步要读 $k + 1$ 遍；这样一次调用的耗时是否也与一个解码步差不多，由第 9 节测量。
+# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：把被拒绝的草稿留下的缓存项截掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截掉就是切片。为什么要在一次调用里验证？处理 $k + 1$ 个 token 的一次调用只读一遍权重和这条序列的缓存，而 $k + 1$ 个普通解码步要读 $k + 1$ 遍。在 GPU 上，batch 为 1 时这样的调用仍受限于内存带宽，远在 H100 的拐点左侧（第 9 节），耗时与一个解码步相当；几行的调用在本机 CPU 上耗时多少，由第 9 节测量：这取决于它的数学库，而非方法本身。
 #
 # 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法会专门训练模型，让提前退出得到的输出可以直接当作好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。
 #
@@ -120,11 +121,10 @@ say(en=f"The one-layer draft chooses the target's token at {DRAFT_AGREEMENT:.1%}
 # family (it must share the tokenizer): Leviathan et al. drafted for T5-XXL (11B parameters) with T5-small
 # (77M), and a 1B Llama 3.2 can draft for Llama 3.1 70B. Only then is a draft call much cheaper than a target
 # call. This notebook counts calls and tokens, not time: with a draft this close to its target in size,
-# speculative decoding would save no time here. What it shows is that the tokens are the target's own, and
-# how many target calls the draft saves.
+# speculative decoding would save no time here.
 
 # %% [markdown] lang="zh"
-# 这个草稿模型的规模为什么达到目标模型的 {{run:spec.draft_share:.0%}}？我们的玩具解码器只有两个 Transformer 块，Transformer 块之外的部分，即嵌入表（含 {{run:spec.positions}} 个可学习的位置）、最终 LayerNorm 和词表投影，占了全部参数的 {{run:spec.outside_share:.0%}}。草稿模型把这些全部保留，只去掉了第二个 Transformer 块。实际使用的草稿模型是同一系列中另一个小得多的模型（它必须与目标模型共用分词器）：Leviathan 等人为 T5-XXL（110 亿参数）配的草稿模型是 T5-small（7,700 万参数）；又如 10 亿参数的 Llama 3.2 可以给 Llama 3.1 70B 当草稿模型。只有这样，草稿模型的一次调用才会比目标模型便宜得多。本笔记本统计的是调用次数和 token 数，而不是时间：草稿模型与目标模型规模如此接近，投机解码在这里省不下时间。它展示的是：生成的 token 正是目标模型自己的，以及草稿模型省下了多少次目标模型调用。
+# 这个草稿模型的规模为什么达到目标模型的 {{run:spec.draft_share:.0%}}？我们的玩具解码器只有两个 Transformer 块，Transformer 块之外的部分，即嵌入表（含 {{run:spec.positions}} 个可学习的位置）、最终 LayerNorm 和词表投影，占了全部参数的 {{run:spec.outside_share:.0%}}。草稿模型把这些全部保留，只去掉了第二个 Transformer 块。实际使用的草稿模型是同一系列中另一个小得多的模型（它必须与目标模型共用分词器）：Leviathan 等人为 T5-XXL（110 亿参数）配的草稿模型是 T5-small（7,700 万参数）；又如 10 亿参数的 Llama 3.2 可以给 Llama 3.1 70B 当草稿模型。只有这样，草稿模型的一次调用才会比目标模型便宜得多。本笔记本统计的是调用次数和 token 数，而不是时间：草稿模型与目标模型规模如此接近，投机解码在这里省不下时间。
 
 # %% [markdown] lang="en"
 # `Speculator` is the loop. Each round, `propose` feeds the draft model the confirmed tokens its cache

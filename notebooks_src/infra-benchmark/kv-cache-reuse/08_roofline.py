@@ -8,8 +8,8 @@
 # machine (one thread, FP32):
 #
 # * **the sloped side, the bandwidth $\beta$**: the copy (`a = b`) and triad (`a = b + 3 c`) kernels of STREAM,
-#   the standard memory benchmark, on arrays of 256 MiB each, credited with 8 and 12 bytes per element as
-#   STREAM does; $\beta$ is the faster of the two. It is the rate STREAM credits, not a hard limit: a kernel
+#   the standard memory benchmark, on arrays of 256 MiB each, credited with 2 and 3 array accesses per element,
+#   as STREAM counts them, here of 4-byte floats; $\beta$ is the faster of the two. It is the rate STREAM credits, not a hard limit: a kernel
 #   that only reads can slightly exceed it (the optional details below say why);
 # * **the flat side, $\pi$**: the fastest FLOP rate this run measures, either a square matrix product
 #   `[1024, 1024] @ [1024, 1024]` ({{run:roofline.matmul_intensity:.0f}} FLOP per byte, far right of the ridge) or
@@ -48,7 +48,7 @@
 #
 # 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的速率 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边都在本机的一个核心上测出（单线程，FP32）：
 #
-# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的做法每个元素分别记 8 字节和 12 字节；$\beta$ 取两者中较快的那个。它是 STREAM 记入的速率，并不是硬性上限：只读不写的内核可以略微超过它（原因见下面的可选部分）；
+# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的计法每个元素分别记 2 次和 3 次数组访问（这里是 4 字节的浮点数）；$\beta$ 取两者中较快的那个。它是 STREAM 记入的速率，并不是硬性上限：只读不写的内核可以略微超过它（原因见下面的可选部分）；
 # * **水平边，即 $\pi$**：本次运行测得的最快 FLOP 速率，取方阵乘法 `[1024, 1024] @ [1024, 1024]`（算术强度 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在拐点右侧）与下面各次权重乘法中最快的那个。所以 $\pi$ 是**这里测得的最快速率，而不是这个核心的运算峰值**（峰值更高），任何测量点都不会高于水平边。
 #
 # 两组扫描分别代表解码步的两个部分，每组都扫过几种 batch 大小 $B$：

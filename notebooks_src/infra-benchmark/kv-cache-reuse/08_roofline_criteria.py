@@ -2,13 +2,13 @@
 # **The check.** By their intensities, {{run:roofline.intensity_b1:.2f}} and {{run:roofline.intensity_bmax:.0f}} FLOP/byte,
 # the roofline classifies the batch-1 weight product as memory-bound and the largest batch as compute-bound. The
 # cell asserts that the measurement agrees for batch 1 (it moves its bytes at **at least a third** of the STREAM
-# bandwidth and does **at most a third** of $\pi$; the largest batch, the control, must fail this), and that batching
+# bandwidth and does **at most a third** of $\pi$, a rough line chosen to separate these measurements, not a
+# standard; the largest batch, the control, must fail this), and that batching
 # amortizes the weights, not the cache (from the smallest to the largest batch the weights' time per token falls
-# below half, the cache's time per sequence does not; the same test on the weights is the control). The measured
-# shares behind these verdicts are in the optional part at the end of this section.
+# below half, the cache's time per sequence does not; the same test on the weights is the control).
 
 # %% [markdown] lang="zh"
-# **检查**：按算术强度（{{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节），Roofline 模型把 batch 为 1 的权重乘法归类为受限于内存带宽，把最大的 batch 归类为受限于计算。下面的单元格断言两点。一是对 batch 为 1 的情形，实测与之相符（搬运字节的速度**至少达到** STREAM 带宽的三分之一，FLOP/s **至多为** $\pi$ 的三分之一；负对照是最大的 batch，它必须不满足这一条）。二是 batch 分摊了权重的开销，却分摊不了缓存的开销（从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有；负对照是把同样的判断用在权重上）。这些判断所依据的实测比例，见本节末尾的可选部分。
+# **检查**：按算术强度（{{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节），Roofline 模型把 batch 为 1 的权重乘法归类为受限于内存带宽，把最大的 batch 归类为受限于计算。下面的单元格断言两点。一是对 batch 为 1 的情形，实测与之相符（搬运字节的速度**至少达到** STREAM 带宽的三分之一，FLOP/s **至多为** $\pi$ 的三分之一；三分之一只是为区分这些测量粗略选定的界线，并非标准；负对照是最大的 batch，它必须不满足这一条）。二是 batch 分摊了权重的开销，却分摊不了缓存的开销（从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有；负对照是把同样的判断用在权重上）。
 
 # %%
 def memory_bound(row) -> bool:
@@ -45,10 +45,10 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # not fall the way the weights' time per token does ({{run:roofline.cache_ms_first:.1f}} ms at batch 1,
 # {{run:roofline.cache_ms_last:.1f}} ms at batch {{run:roofline.cache_batch_max}}). Measured at batch 1, they moved their
 # bytes at {{run:roofline.cache_bandwidth_share:.0%}} of the STREAM bandwidth and did {{run:roofline.cache_peak_share:.0%}} of
-# $\pi$, so the check's test gives `{{run:roofline.cache_memory_bound}}` for them (last row of the shares table, optional part). The
-# test is a rough classifier with a threshold of one third of STREAM, so a share near it can land on either
-# side; the optional part below times the two forms of the score product and shows how much the library's
-# routine for each shape, not the memory alone, sets the pace.
+# $\pi$, so the check's test gives `{{run:roofline.cache_memory_bound}}` for them (last row of the shares table, optional part).
+# Whatever the verdict, such a share measures the library's routine for the shape as well as the memory: the
+# optional part times the same keys (batch {{run:roofline.cache_batch_max}}) in the other operand order, `k @ q^T`, at
+# {{run:roofline.scores_kq_share:.0%}} of STREAM, against {{run:roofline.scores_qk_share:.0%}} as attention writes it, `q @ k^T`.
 #
 # The published models' decode steps at batch 1 (between {{run:cost.min_intensity_b1:.2f}} and
 # {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a hundred times below a data-centre
@@ -58,8 +58,8 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # their time, the time of reading their bytes. This is why a decode step is at best as fast as memory lets it
 # be, and why the mechanisms of this series, which share or shrink the bytes read, pay off.
 #
-# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$; the call
-# that sets $\pi$ lies on its flat side by definition, and a read-only call may lie slightly above its sloped side), the
+# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$; a
+# read-only call may lie slightly above its sloped side), the
 # weight product at each batch size (blue circles, batch written beside each), and the cache reads as attention
 # computes them (orange triangles, all at 0.5 FLOP/byte). Right, predictions from the published configurations
 # with 16-bit weights and cache at a context of 4,096 tokens: the decode step's intensity against the batch
@@ -67,11 +67,11 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # dotted).*
 
 # %% [markdown] lang="zh"
-# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。实测 batch 为 1 时，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，FLOP/s 是 $\pi$ 的 {{run:roofline.cache_peak_share:.0%}}，所以上面的判断对它们给出 `{{run:roofline.cache_memory_bound}}`（见可选部分比例表的最后一行）。这个检验只做粗略的二分：阈值是 STREAM 带宽的三分之一，占比接近阈值时，结果落在哪一边都有可能；下面的可选部分给分数乘法的两种写法分别计时，说明在多大程度上决定速度的是数学库为每种形状选用的例程，而不只是内存。
+# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。实测 batch 为 1 时，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，FLOP/s 是 $\pi$ 的 {{run:roofline.cache_peak_share:.0%}}，所以上面的判断对它们给出 `{{run:roofline.cache_memory_bound}}`（见可选部分比例表的最后一行）。无论结果如何，这个比例反映的既是内存，也是数学库为这种形状选用的例程：可选部分中，同样的键（batch 为 {{run:roofline.cache_batch_max}}）换成另一种操作数顺序 `k @ q^T`，读取速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。
 #
 # 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以两次调用耗时的下界相同，都是读取各自字节的时间。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制（分摊或缩小所读取的字节）能带来收益的原因。
 #
-# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured；决定 $\pi$ 的那次调用按定义落在水平边上，只读不写的调用可能略高于斜边）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
+# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured；只读不写的调用可能略高于斜边）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
@@ -114,14 +114,14 @@ plt.show()
 assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 
 # %% [markdown] lang="en"
-# ### Optional: the shares behind the check, how fast the library read the cache, and what a few rows cost
+# ### Optional, to skip on a first read: the shares behind the check, how fast the library read the cache, what a few rows cost
 #
 # **The shares behind the check.** For each call, the two measured shares the check compares with a third. The
 # last row applies the same test to the cache as attention reads it at batch 1; it is reported, not asserted,
 # since how fast a library reads a cache depends on its routines (below).
 
 # %% [markdown] lang="zh"
-# ### 可选：判断所依据的比例、数学库读取缓存有多快，以及处理几行的调用要花多少时间
+# ### 可选（初读可跳过）：判断所依据的比例、数学库读取缓存有多快，以及处理几行的调用要花多少时间
 #
 # **判断所依据的比例**：下表给出每个调用的两个实测比例，判断就是把它们与三分之一比较。最后一行对 batch 为 1、按注意力的写法读取缓存的调用做同样的判断；这一行只报告，不做断言，因为数学库读取缓存有多快取决于它的例程（见下文）。
 
@@ -177,29 +177,51 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # {{run:roofline.scores_kq_share:.0%}} of it written `k @ q^T`, and at {{run:roofline.scores_qk_share:.0%}} written
 # `q @ k^T`; the value product read the values at {{run:roofline.values_share:.0%}}. So where `k @ q^T` is the faster,
 # what holds the score half back is neither side of the roof nor the data's layout (the same buffer), but how
-# fast the library's routine runs for the shape it is handed. A product that only reads can pass 100% of STREAM without breaking the roof: its
-# sloped side is STREAM's credited rate, below what the memory really moves (the timing details above). The last
-# column is a rough guide only: the products were timed as separate calls, so their shares
+# fast the library's routine runs for the shape it is handed. A decode kernel on a GPU (Flash-Decoding, vLLM's
+# paged attention) is written for exactly this job: to stream the whole cache at the memory bandwidth.
+#
+# <details><summary>Two remarks on the table (optional)</summary>
+#
+# A product that only reads can pass 100% of STREAM without breaking the roof: its sloped side is STREAM's
+# credited rate, below what the memory really moves (the timing details above). The last column is a rough
+# guide only: the products were timed as separate calls, so their shares
 # ({{run:roofline.scores_qk_attention_share:.0%}} and {{run:roofline.values_attention_share:.0%}} here) are not parts
-# of one call's time, whatever their sum. A decode kernel on a GPU (Flash-Decoding, vLLM's paged attention) is
-# written for exactly this job: to stream the whole cache at the memory bandwidth.
+# of one call's time, whatever their sum.
+#
+# </details>
 
 # %% [markdown] lang="zh"
-# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快。只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）并不是同一次调用耗时的组成部分，无论相加是多少。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
+# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
+#
+# <details><summary>关于上表的两点说明（可选）</summary>
+#
+# 只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）并不是同一次调用耗时的组成部分，无论相加是多少。
+#
+# </details>
 
 # %% [markdown] lang="en"
-# **What a call over a few rows costs.** A call over $B$ rows reads the same weight bytes as a call over one, so
-# at the memory roof both would take about the same time.
+# **What a call over a few rows costs.** At the memory roof, as long as a one-row call: it reads the same weight bytes.
 # On the machine that built this notebook every batch size calls the same routine, oneMKL's `SGEMM`, yet in
 # this run a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
 # {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one.
-# Why a call over a few rows can cost more, we did not find out. A hypothesis, not checked here:
-# inside `SGEMM` a one-row product can stream the weights once, as a matrix-vector product does, while a few rows
+# Why a call over a few rows can cost more, we did not find out.
+#
+# <details><summary>A hypothesis, not checked here (optional)</summary>
+#
+# Inside `SGEMM` a one-row product can stream the weights once, as a matrix-vector product does, while a few rows
 # take the general path, which first copies (packs) blocks of the weights into a buffer laid out for many rows:
 # extra memory traffic and work that only a large batch repays.
+#
+# </details>
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：处理 $B$ 行的一次调用读取的权重字节与只处理一行的调用相同，所以如果两者都达到屋顶线的斜边（即内存带宽的上限），耗时应当相差无几。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。一个假设（这里未加验证）：在 `SGEMM` 内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重一块一块地复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
+# **处理几行的一次调用要花多少时间**：它读取的权重字节与单行调用相同，所以在屋顶线的斜边上，两者耗时应当相差无几。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。
+#
+# <details><summary>一个假设，这里未加验证（可选）</summary>
+#
+# 在 `SGEMM` 内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重一块一块地复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
+#
+# </details>
 
 # %% tags=["hide-input"]
 # [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.
@@ -211,8 +233,8 @@ say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
           zh=["每次调用的行数 $B$", "一次调用的耗时（以单行调用为单位）"])
 
 # %% [markdown] lang="en"
-# *You may skip the next section: it is the first notebook's check of our decoder against Hugging Face GPT-2,
+# *End of section 9's optional part. You may skip the next section too: it is the first notebook's check of our decoder against Hugging Face GPT-2,
 # re-run unchanged only because section 11 needs its mapping of our weights into `GPT2LMHeadModel`.*
 
 # %% [markdown] lang="zh"
-# *下一节可以跳过：它是第一份笔记本中用 Hugging Face GPT-2 检验我们解码器的内容，原样重新运行，只是因为第 11 节要用到其中把我们的权重装进 `GPT2LMHeadModel` 的映射。*
+# *第 9 节的可选部分到此结束。下一节也可以跳过：它是第一份笔记本中用 Hugging Face GPT-2 检验我们解码器的内容，原样重新运行，只是因为第 11 节要用到其中把我们的权重装进 `GPT2LMHeadModel` 的映射。*
