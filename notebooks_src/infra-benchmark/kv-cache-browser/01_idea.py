@@ -22,13 +22,9 @@
 # - section 6 repeats the comparison for one attention head, counting the work each path does;
 # - section 7 sums up, and ends with exercises.
 #
-# Each claim is checked in the cell that makes it, by an `assert` (in section 5, by an `if` that raises an
-# error). In sections 2 to 6 and exercise 2, each claim that the cached path equals
-# the full pass (or that a mask or window is the right one) sits next to a *negative control*: the same
-# check on a deliberately wrong variant, which must fail. Exercises 1 and 3 use the same tolerance check
-# as section 2, whose control has already been shown, and add none of their own. The shape tables, the key counts and the knob
-# checks of section 5 check plain counts and have no such control. If you change something and a claim
-# stops being true, the cell says so.
+# Each claim is checked in the cell that makes it. In sections 2 to 6, each check that the cached path
+# equals the full pass sits next to a *negative control*: a deliberately wrong variant that the same check
+# must reject, which shows the check can fail.
 
 # %% [markdown] lang="zh"
 # ## 1. 核心思路
@@ -46,7 +42,7 @@
 # - 第 6 节在单个注意力头上重复这个比较，并统计两条路径各做了多少计算；
 # - 第 7 节总结要点，最后是练习。
 #
-# 每条结论都在给出它的那个单元格中检查：用 `assert`（第 5 节用一个会报错的 `if`）。在第 2–6 节和练习 2 中，凡是断言缓存路径与完整调用一致（或者某个掩码、某个窗口正确）的结论，旁边都配有一个**负对照**（negative control）：对一个故意改错的版本做同样的检查，它必须通不过。练习 1 和练习 3 使用与第 2 节相同的容差检查（它的负对照前面已经演示过），不再另配负对照。形状表、键的计数和第 5 节对参数的检查核对的是简单的计数，没有这样的对照。如果你改了某处，导致某个结论不再成立，相应的单元格就会报错。
+# 每条结论都在给出它的那个单元格中检查。在第 2–6 节中，每项“缓存路径与完整调用一致”的检查旁边都配有一个**负对照**（negative control）：一个故意改错的版本，同样的检查必须把它查出来，这说明检查确实会失败。
 
 # %% tags=["parameters"]
 # [en] Seed for the random toy weights and inputs.

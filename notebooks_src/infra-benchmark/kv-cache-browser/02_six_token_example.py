@@ -163,22 +163,11 @@ say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the
 # the cached K and V within the float64 tolerance. Its negative control compares the cached rows with
 # the full rows shifted by one (full rows 3 and 4), which must not match: the comparison can tell one
 # position from the next.
-#
-# Do not be surprised if the matching pairs show an error of exactly 0, nor if exercises 1 and 3 show
-# differences in the last bits. The products go through NumPy's BLAS library, which picks a routine and
-# a blocking for each matrix shape, and with them the order in which each sum is added up. The cached
-# call multiplies matrices of 2 rows and the full pass of 6: the way the sequence is split sets the
-# shapes, and the routine chosen for each shape sets the order. On this run, for these two shapes, the
-# orders coincided. It cannot be predicted from the code, and another CPU or BLAS library may choose
-# differently. That is why every check uses a tolerance: `close` allows a difference in the last bits
-# but does not require one.
 
 # %% [markdown] lang="zh"
 # 查询 4 可以读取键 0–4，查询 5 可以读取键 0–5。两个 token 在同一次调用里到达，并不意味着位置 4 可以提前看到位置 5。
 #
 # 返回的第一行 logits 是模型对 ID 9 **之后**那个 token 的预测，而不是给 9 本身打的分。因此，把带缓存的调用与一次处理全部六个 token 的完整调用相比较时，缓存结果的第 $i$ 行应当对应完整结果的第 $4 + i$ 行。下面的检查在 FP64 容差内逐一比较词表上的全部 logits，以及缓存的 K 和 V。它的负对照是把缓存结果与错开一行的完整结果（第 3、4 行）比较，两者必须对不上：这说明这个比较分得清相邻的两个位置。
-#
-# 如果一致的那几组比较误差恰好为 0，不必奇怪；练习 1 和练习 3 的误差出现在最后几个比特上，也不必奇怪。矩阵乘法由 NumPy 调用的 BLAS 库完成，它会针对每种矩阵形状选择一个例程和一种矩阵的划分方式，每个和式的相加顺序也随之确定。带缓存的调用相乘的矩阵有 2 行，完整调用的有 6 行，序列的切分方式决定了矩阵的形状，为每种形状选中的例程又决定了相加顺序。在这次运行中，对这两种形状，两者的顺序恰好一致。这一点无法从代码推断，换一种 CPU 或 BLAS 库也可能选得不同。正因如此，每项检查都使用容差：`close` 允许最后几个比特有差异，但并不要求一定有。
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)
@@ -197,3 +186,12 @@ say_table([[f"`{cached}`", f"`{full}`", f"{max_abs_err(*pair):.2e}", f"`{close(*
 assert [close(*pair) for pair in six_token_pairs.values()] == [True, True, True, False]
 say(en="Cached logits and K/V match the full pass, position by position; shifted by one row, they do not.",
     zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致；错开一行就对不上。")
+
+# %% [markdown] lang="en"
+# If the matching pairs show an error of exactly 0, the two paths happened to add in the same order:
+# NumPy's BLAS library picks the order of each sum by matrix shape (here 2 rows against 6), and another
+# split, CPU or BLAS library may differ in the last bits. That is why every check uses a tolerance:
+# `close` allows such a difference but does not require one.
+
+# %% [markdown] lang="zh"
+# 如果一致的那几组比较误差恰好为 0，那是因为两条路径碰巧以相同的顺序做了加法：NumPy 调用的 BLAS 库按矩阵形状（这里是 2 行对 6 行）选择每个和式的相加顺序，换一种切分方式、CPU 或 BLAS 库，最后几个比特就可能不同。正因如此，每项检查都使用容差：`close` 允许这种差异，但并不要求一定有。

@@ -3,8 +3,10 @@
 #
 # Sections 2 and 3 compared whole layers; this section goes down to one head to **count the work** the
 # cache saves, row by row, for the `HISTORY` and `CHUNK` you chose in section 5 (one head of width 16).
-# Run it again after changing the knobs. The rows of `layer_input` stand for the layer's input at each absolute position (token
-# and position embeddings already added).
+# Run it again after changing the knobs. This is a separate minimal head, not one of the four of section 2:
+# its input `layer_input` is as wide as the head, one row per absolute position, with weights of its own,
+# because the saving depends only on how many rows go through the projections. The earlier call that
+# filled the cache is shown only by its K and V projections, the ones the cache keeps.
 #
 # - **Full recomputation** projects all $P + C$ positions to Q, K and V, runs causal attention over
 #   all of them, and keeps the last $C$ output rows.
@@ -13,9 +15,8 @@
 #   $C$ new queries attend with the offset mask.
 #
 # In FP64 both paths should agree up to rounding, so the cell compares them with `close` (an error of
-# exactly 0 is possible, as section 2 explained: here both paths may add in the same order). Every
-# projection goes through `project`, which counts the rows it receives: full recomputation sends
-# $P + C$ rows, the cached path $C$ in this call (its $P$ history rows went through once, in the earlier
+# exactly 0 is possible; see section 2). Every projection goes through `project`, which counts the
+# rows it receives: full recomputation sends $P + C$ rows, the cached path $C$ in this call (its $P$ history rows went through once, in the earlier
 # call that filled the cache). That difference is the work the cache saves. The cell also runs the
 # cached path once more with the upper-left triangle, the negative control, which the same comparison
 # must reject whenever the cache is not empty.
@@ -23,12 +24,12 @@
 # %% [markdown] lang="zh"
 # ## 6. 单个注意力头：用缓存与不用缓存
 #
-# 第 2、3 节比较的是整层；本节回到单个注意力头，为的是**逐行数出缓存省下的计算**，`HISTORY` 和 `CHUNK` 沿用你在第 5 节中设定的值（一个头，每头 16 维）。改了参数之后，请把本节再运行一遍。`layer_input` 的每一行代表该层在某个绝对位置上的输入（token 嵌入和位置嵌入已经加好）。
+# 第 2、3 节比较的是整层；本节回到单个注意力头，为的是**逐行数出缓存省下的计算**，`HISTORY` 和 `CHUNK` 沿用你在第 5 节中设定的值（一个头，每头 16 维）。改了参数之后，请把本节再运行一遍。这是一个单独的最小注意力头，不是第 2 节四个头中的某一个：它的输入 `layer_input` 每个绝对位置一行，宽度就等于每头的维度，权重也是它自己的，因为省下多少计算只取决于有多少行经过投影。先前填充缓存的那次调用只写出了它的 K、V 投影，也就是缓存保存下来的那部分。
 #
 # - **完整重算**：把全部 $P + C$ 个位置投影成 Q、K、V，在所有位置上做因果注意力，只保留最后 $C$ 行输出。
 # - **缓存路径**：前 $P$ 个位置的 K、V 早先已经算好，这就是缓存。本次调用只投影 $C$ 个新行，把它们的 K/V 拼接在缓存之后，再让这 $C$ 个新查询按带偏移的掩码做注意力。
 #
-# 在 FP64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者（误差也可能恰好为 0，原因见第 2 节：这里两条路径可能以相同的顺序做加法）。每次投影都经过 `project`，它统计自己收到了多少行：完整重算送入 $P + C$ 行，缓存路径在本次调用中只送入 $C$ 行（它的 $P$ 个历史行只在先前填充缓存的那次调用中投影过一次）。差额就是缓存省下的计算。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
+# 在 FP64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者（误差也可能恰好为 0，见第 2 节）。每次投影都经过 `project`，它统计自己收到了多少行：完整重算送入 $P + C$ 行，缓存路径在本次调用中只送入 $C$ 行（它的 $P$ 个历史行只在先前填充缓存的那次调用中投影过一次）。差额就是缓存省下的计算。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
 
 # %%
 def single_head_attention(q, k, v, mask):
