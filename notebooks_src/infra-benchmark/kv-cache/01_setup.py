@@ -67,9 +67,9 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
-# [en] NumPy, torch and the modules that describe the machine come with the next cell, which every notebook
-# [en] of this series shares.
-# [zh] NumPy、torch 以及记录机器信息所用的模块由下一个单元格导入，本系列的每份笔记本都共用那个单元格。
+# [en] NumPy, torch and the modules that describe the machine come with the next code cell, which every
+# [en] notebook of this series shares.
+# [zh] NumPy、torch 以及记录机器信息所用的模块由下一个代码单元格导入，本系列的每份笔记本都共用那个单元格。
 import json
 import math
 import os

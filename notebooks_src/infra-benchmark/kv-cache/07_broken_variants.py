@@ -72,6 +72,8 @@ SCENARIOS = [("SIX_TOKENS", SIX_TOKENS, [4, 2])] + [("STREAM", STREAM, c) for c 
 
 
 def run_variant(net, hooks: dict) -> list[dict]:
+    # [en] The hooks go on `model`; `net` is `model` itself or a wrapper that calls it (SwappedLayerCaches).
+    # [zh] 钩子装在 `model` 上；`net` 要么就是 `model`，要么是调用它的包装（SwappedLayerCaches）。
     with model.hooks(**hooks):
         return [{"scenario": name, **check_equivalence(net, stream, 1, chunk)} for name, stream, chunk in SCENARIOS]
 

@@ -109,19 +109,20 @@ plt.show()
 # $P = {{run:timing.p_max}}$ ($T$ = {{run:timing.t_first}} to {{run:timing.t_last}}) took
 # {{run:clock.full_ms_per_step_max:.2f}} ms per step in its fastest round. The last 16 passes took
 # {{run:gen_time.tail_over_head:.1f}} times the CPU time of the first 16 (medians;
-# {{run:gen_time.tail_over_head_clock:.1f}} times in clock time), while their count grows
-# {{run:gen_time.tail_count_growth:.2f}}-fold. The passes over the score matrix that the count leaves out
-# (9.1) do arithmetic that grows with $T^2$, at most {{run:gen_time.quadratic_growth:.2f}}-fold between
-# these two groups of passes. Their temporaries grow too, and memory the allocator takes fresh from the
-# operating system costs a minor page fault per page on first touch (9.4): per pass (medians)
-# {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16. This run
-# does not split the time between arithmetic and faults; the left panel shows where, call by call, the
-# time steps up. Clock time beyond CPU time is waiting for the core.
+# {{run:gen_time.tail_over_head_clock:.1f}} times in clock time). The arithmetic of a pass grows at most
+# like $T^2$ (the score-matrix passes of 9.2): at most {{run:gen_time.quadratic_growth:.2f}}-fold between
+# these two groups, against {{run:gen_time.tail_count_growth:.2f}}-fold for the counted multiply-adds. Any
+# growth beyond that is not arithmetic: it comes from memory (pages the allocator takes fresh from the
+# operating system, a minor page fault each on first touch, 9.4; or data outgrowing the CPU's caches) or
+# from a disturbance of this one run, and the run does not tell these apart. Minor page faults per pass
+# (medians): {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16.
+# So take from this loop the gap between the two loops ({{run:gen_time.ratio:.1f}} times in CPU time), not
+# the shape of the curve without the cache.
 
 # %% [markdown] lang="zh"
 # 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。
 #
-# 不用缓存时，最初 16 次完整调用（$T$ 从 {{run:gen_time.prompt}} 到 {{run:gen_time.head_t_last}}）每次的 CPU 时间中位数是 {{run:gen_time.head_cpu_ms:.2f}} 毫秒；9.1 中 $P = {{run:timing.p_max}}$ 的完整重算窗口（$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）在最快的一轮中每步用了 {{run:clock.full_ms_per_step_max:.2f}} 毫秒。最后 16 次完整调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍），而它们的计数只增长到 {{run:gen_time.tail_count_growth:.2f}} 倍。计数没有包括扫过分数矩阵的几遍运算（9.1），它们的计算量随 $T^2$ 增长，在这两组调用之间最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍。它们的临时张量也在变大，而分配器新向操作系统要来的内存，每一页第一次写入时，都会引发一个次缺页（9.4）：每次调用的次缺页次数（中位数），最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}。这次运行没有把耗时分摊到计算和缺页上；左图逐次显示耗时在哪里跳升。挂钟时间超出 CPU 时间的部分是在等待核心。
+# 不用缓存时，最初 16 次完整调用（$T$ 从 {{run:gen_time.prompt}} 到 {{run:gen_time.head_t_last}}）每次的 CPU 时间中位数是 {{run:gen_time.head_cpu_ms:.2f}} 毫秒；9.1 中 $P = {{run:timing.p_max}}$ 的完整重算窗口（$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）在最快的一轮中每步用了 {{run:clock.full_ms_per_step_max:.2f}} 毫秒。最后 16 次完整调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍）。一次调用的计算量最多按 $T^2$ 增长（即 9.2 中扫过分数矩阵的几遍运算）：在这两组调用之间最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍，计数的乘加次数则增长到 {{run:gen_time.tail_count_growth:.2f}} 倍。超出这一部分的增长都不来自计算：要么来自内存（分配器新向操作系统要来的内存页，每页第一次写入时都会引发一个次缺页，见 9.4；或者数据超出了 CPU 的高速缓存），要么来自这一次运行受到的干扰，而这次运行分不清是哪一种。每次调用的次缺页次数（中位数）：最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}。所以，从这个循环应当读出的是两个循环之间的差距（按 CPU 时间为 {{run:gen_time.ratio:.1f}} 倍），而不是不用缓存那条曲线的形状。
 
 # %% tags=["prose-values"]
 def tail_over_head(times) -> float:

@@ -17,17 +17,21 @@
 #   allocator's thresholds, not on the model, so it can hit one prompt length or one path and change from
 #   run to run. Read with `resource.getrusage` around each window ("–" where the `resource` module does
 #   not exist, as on Windows).
-# * **CPU share.** `time.process_time_ns` over `perf_counter_ns` for the window. Near 100 % the process had
-#   the core for the whole window; well below, it waited while the core ran another program, and the
-#   window measured that wait too.
+# * **CPU share.** `time.process_time_ns` over `perf_counter_ns` for the window. The CPU time counts every
+#   thread of the process: PyTorch computes on one thread here, but other threads of the process, such as
+#   the Jupyter kernel's, count too, so a share can slightly exceed 100 %. Near 100 % the process had the core for the whole
+#   window; well below, it waited while the core ran another program, and the clock time counts that wait.
 # * **p95.** Over 15 samples (3 with `QUICK = True`), NumPy's linear interpolation puts the p95 between
 #   the second-largest and the largest sample, so one or two slow rounds decide it: far too few samples to
 #   estimate a service's tail latency. The median shrugs such rounds off, but not a slowdown that holds
 #   most rounds; the fastest round shrugs off both.
 #
 # On this run, minor page faults per window (median of the rounds): fewest {{run:notes.faults_min:,}}, most
-# {{run:notes.faults_max:,}}. CPU share per window: lowest {{run:notes.cpu_share_min:.0%}}, highest
-# {{run:notes.cpu_share_max:.0%}}. The largest slowest-over-fastest ratio of a window's rounds:
+# {{run:notes.faults_max:,}}; the rounds of the full window at $P = {{run:timing.p_max}}$ took
+# {{run:notes.full_faults_lo:,}} to {{run:notes.full_faults_hi:,}} faults (its fastest round
+# {{run:notes.full_faults_best:,}}), and its median round {{run:notes.full_p50_over_min:.2f}} times the CPU
+# time of its fastest. CPU share per window: lowest {{run:notes.cpu_share_min:.0%}}, highest
+# {{run:notes.cpu_share_max:.0%}}; windows below 90 %: {{run:notes.busy_windows}} of {{run:notes.windows}}. The largest slowest-over-fastest ratio of a window's rounds:
 # {{run:notes.spread_max:.2f}} (at $P = {{run:notes.spread_max_at}}$; the tables name the window).
 # The cached window's p95 over its p50: at most {{run:notes.cached_p95_over_p50:.2f}} (at
 # $P = {{run:notes.cached_p95_over_p50_at}}$).
@@ -40,10 +44,10 @@
 # 下面三张表（预填充、完整重算、缓存续写）每行对应 9.1 的一个窗口，给出：CPU 时间（最快的一轮、p50、最慢的一轮）；挂钟时间（p50、p95）；每轮的次缺页次数（最少、p50、最多）；CPU 时间占比（各轮的中位数）。最快与最慢一轮之间的差距能显示出干扰，而中位数或“远慢于中位数的轮数”可能把它掩盖掉，例如大多数轮次都同样变慢的时候。
 #
 # * **缺页**：每次调用都为临时张量分配内存，返回时再释放；其中最大的张量随序列变长（一层的 $[H, T, T]$ 分数矩阵在 $T = 256$、FP32 时就有 1 MiB）。C 库的内存分配器（Linux 上是 glibc）把释放的一大块内存交还给操作系统后，下一次需要这么多内存的调用就会拿到新的内存页，而对每个 4 KiB 内存页的第一次写入都会引发一次*次缺页*（minor page fault）：操作系统暂停程序，映射进一个清零的内存页。这种情况是否发生取决于分配器的阈值，与模型无关，所以它可能只落在某个提示长度或某条路径上，每次运行也可能不同。缺页次数在每个窗口前后用 `resource.getrusage` 读取（没有 `resource` 模块的系统上显示“–”，例如 Windows）。
-# * **CPU 时间占比**：窗口期间的 `time.process_time_ns` 除以 `perf_counter_ns`。接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等核心运行别的程序，窗口的耗时也把这段等待算了进去。
+# * **CPU 时间占比**：窗口期间的 `time.process_time_ns` 除以 `perf_counter_ns`。CPU 时间计入进程的所有线程：这里 PyTorch 只用一个线程计算，但进程的其他线程（例如 Jupyter 内核的线程）也计算在内，所以占比可能略高于 100%。接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等核心运行别的程序，挂钟时间把这段等待也算了进去。
 # * **p95**：对 15 个样本（`QUICK = True` 时为 3 个），NumPy 的线性插值让 p95 落在第二大和最大的样本之间，所以由一两轮慢的测量决定；这么少的样本远不足以估计一个服务的尾延迟。中位数几乎不受这些轮次影响，但挡不住波及大多数轮次的变慢；最快的一轮则两者都不受影响。
 #
-# 这次运行中，每个窗口的次缺页次数（各轮的中位数）：最少 {{run:notes.faults_min:,}}，最多 {{run:notes.faults_max:,}}。每个窗口的 CPU 时间占比：最低 {{run:notes.cpu_share_min:.0%}}，最高 {{run:notes.cpu_share_max:.0%}}。一个窗口内最慢一轮与最快一轮之比，最大为 {{run:notes.spread_max:.2f}}（$P = {{run:notes.spread_max_at}}$ 时，具体是哪个窗口见上面的表）。缓存续写窗口的 p95 与 p50 之比：最大 {{run:notes.cached_p95_over_p50:.2f}}（$P = {{run:notes.cached_p95_over_p50_at}}$ 时）。
+# 这次运行中，每个窗口的次缺页次数（各轮的中位数）：最少 {{run:notes.faults_min:,}}，最多 {{run:notes.faults_max:,}}；$P = {{run:timing.p_max}}$ 时，完整重算窗口各轮的次缺页次数在 {{run:notes.full_faults_lo:,}} 到 {{run:notes.full_faults_hi:,}} 之间（最快的一轮为 {{run:notes.full_faults_best:,}}），中位数那一轮的 CPU 时间是最快一轮的 {{run:notes.full_p50_over_min:.2f}} 倍。每个窗口的 CPU 时间占比：最低 {{run:notes.cpu_share_min:.0%}}，最高 {{run:notes.cpu_share_max:.0%}}；占比低于 90% 的窗口：{{run:notes.windows}} 个中有 {{run:notes.busy_windows}} 个。一个窗口内最慢一轮与最快一轮之比，最大为 {{run:notes.spread_max:.2f}}（$P = {{run:notes.spread_max_at}}$ 时，具体是哪个窗口见上面的表）。缓存续写窗口的 p95 与 p50 之比：最大 {{run:notes.cached_p95_over_p50:.2f}}（$P = {{run:notes.cached_p95_over_p50_at}}$ 时）。
 
 # %% tags=["hide-input"]
 def faults_range(row: dict, path: str) -> str:
@@ -75,8 +79,17 @@ window_faults = [r[f"{path}_faults"] for r in TIMING_ROWS for path in PATHS if r
 spreads = [(r[f"{path}_cpu_ms"]["max"] / r[f"{path}_cpu_ms"]["min"], r["prompt_tokens"], path)
            for r in TIMING_ROWS for path in PATHS]
 spread_max = max(spreads)
+# [en] Page faults of the full window's rounds at the longest prompt (zeros where `resource` does not exist),
+# [en] and those of its fastest round.
+# [zh] 最长提示下完整重算窗口各轮的缺页次数（没有 `resource` 时记为 0），以及其中最快那一轮的次数。
+full_faults = longest["full_faults_rounds"] or [0] * REPEATS
+full_faults_best = full_faults[int(np.argmin(longest["full_cpu_ms"]["samples"]))]
 {"notes": {"cached_p95_over_p50": max(p95_ratios)[0], "cached_p95_over_p50_at": max(p95_ratios)[1],
            "faults_min": min(window_faults), "faults_max": max(window_faults),
            "spread_max": spread_max[0], "spread_max_at": spread_max[1],
            "cpu_share_min": min(r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS),
-           "cpu_share_max": max(r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS)}}
+           "cpu_share_max": max(r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS),
+           "full_faults_lo": min(full_faults), "full_faults_hi": max(full_faults), "full_faults_best": full_faults_best,
+           "full_p50_over_min": longest["full_cpu_ms"]["p50"] / longest["full_cpu_ms"]["min"],
+           "windows": len(TIMING_ROWS) * len(PATHS),
+           "busy_windows": sum(r[f"{path}_cpu_share"] < 0.9 for r in TIMING_ROWS for path in PATHS)}}

@@ -1,8 +1,9 @@
 # %% [markdown] lang="en"
 # ## 9. Timing on this CPU
 #
-# The count of section 8 says the cache does up to {{run:timing.macs_ratio_max:.0f}} times less work (at the
-# longest prompt; far less at short ones). The clock says how much faster
+# The count of 8.1, averaged over the 16 steps of the longest window timed below ($P = {{run:timing.p_max}}$, so
+# $T$ = {{run:timing.t_first}} to {{run:timing.t_last}}), says the cache does {{run:timing.macs_ratio_max:.0f}} times less
+# work there (far less at short prompts). The clock says how much faster
 # it is on this CPU, and why that is far less: section 9.1 measures the two continuation paths and gives the
 # headline, 9.2 explains the gap, 9.3 times a whole generation. An optional appendix (9.4 and 9.5) holds
 # the measurement notes and a profile of one decode step.
@@ -20,14 +21,15 @@
 # slowest (max), and compare windows by their fastest round: a disturbance (a page fault, another program)
 # can only add time to a round, never remove it, so the best of $N$ rounds is the least disturbed estimate
 # (the advice of Python's `timeit` documentation). `QUICK = True` keeps only 16 and 256 tokens,
-# 1 warm-up and 3 rounds. We compare the windows by the **CPU time** of the process: the run uses one
-# thread, so it counts the computation and not the wait while the core runs other programs, which the
-# clock time also counts (programs sharing the CPU's caches can still slow it). Both are shown.
+# 1 warm-up and 3 rounds. We compare the windows by the **CPU time** of the process: the time its threads
+# spend computing (PyTorch computes on one thread here; other threads of the process, such as the Jupyter
+# kernel's, count too, 9.4), not the wait while the core runs other programs, which the clock time also counts (programs
+# sharing the CPU's caches can still slow it). Both are shown.
 
 # %% [markdown] lang="zh"
 # ## 9. 在这台 CPU 上计时
 #
-# 第 8 节的计数表明，完整重算的工作量最多是缓存路径的 {{run:timing.macs_ratio_max:.0f}} 倍（在最长的提示下；提示短时远没有这么多）。计时则告诉我们，在这台 CPU 上它实际快了多少，以及为什么远没有那么多：9.1 测量两条续写路径并给出主要结论，9.2 解释其中的差距，9.3 计时一次完整的生成。可选的附录（9.4 和 9.5）收录测量说明和对一个解码步的性能分析。
+# 把 8.1 的计数在下面最长的计时窗口（$P = {{run:timing.p_max}}$，$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）的 16 步上取平均，完整重算的工作量是缓存路径的 {{run:timing.macs_ratio_max:.0f}} 倍（提示短时远没有这么多）。计时则告诉我们，在这台 CPU 上它实际快了多少，以及为什么远没有那么多：9.1 测量两条续写路径并给出主要结论，9.2 解释其中的差距，9.3 计时一次完整的生成。可选的附录（9.4 和 9.5）收录测量说明和对一个解码步的性能分析。
 #
 # ### 9.1 三个计时窗口与主要结论
 #
@@ -37,7 +39,7 @@
 # * **完整重算**：依次处理 $G = 16$ 个预先确定的 token，每一步都把当前的整个前缀送入模型，不用缓存（即 8.1 中那种朴素的写法）；
 # * **缓存续写**：从已有的前缀缓存出发，逐个处理同样的 16 个 token（预填充不在这个窗口内，`torch.cat` 的复制则在窗口内）。
 #
-# 测量规程：单线程、FP32、`inference_mode()`；预热 3 轮、正式测量 15 轮，每一轮都轮换三条路径的执行顺序。每个窗口报告最快的一轮（min）、中位数（p50）和最慢的一轮（max），比较窗口时用最快的一轮：干扰（缺页、别的程序）只会让某一轮变慢，不会让它变快，所以 $N$ 轮中最好的一轮是受干扰最少的估计（Python `timeit` 文档也这样建议）。`QUICK = True` 时只测 16 和 256 个 token，预热 1 轮、测量 3 轮。比较各窗口时我们用进程的 **CPU 时间**：运行只用一个线程，所以 CPU 时间只计入计算本身，不计入核心运行别的程序时的等待，挂钟时间则把等待也算了进去（与它共用 CPU 缓存的程序仍可能拖慢它）。两者都会列出。
+# 测量规程：单线程、FP32、`inference_mode()`；预热 3 轮、正式测量 15 轮，每一轮都轮换三条路径的执行顺序。每个窗口报告最快的一轮（min）、中位数（p50）和最慢的一轮（max），比较窗口时用最快的一轮：干扰（缺页、别的程序）只会让某一轮变慢，不会让它变快，所以 $N$ 轮中最好的一轮是受干扰最少的估计（Python `timeit` 文档也这样建议）。`QUICK = True` 时只测 16 和 256 个 token，预热 1 轮、测量 3 轮。比较各窗口时我们用进程的 **CPU 时间**：它计入进程的各个线程用于计算的时间（这里 PyTorch 只用一个线程计算；进程的其他线程，例如 Jupyter 内核的线程，也计算在内，见 9.4），不计入核心运行别的程序时的等待，挂钟时间则把等待也算了进去（与它共用 CPU 缓存的程序仍可能拖慢它）。两者都会列出。
 
 # %%
 PROMPTS = [16, 256] if QUICK else [16, 64, 128, 256]
@@ -194,8 +196,8 @@ def time_prompt(model, prompt_len: int) -> dict:
     return {
         "prompt_tokens": prompt_len,
         **{f"{path}_ms": percentile_summary(samples[path]) for path in PATHS},
-        # [en] The same windows in CPU time of the process (one thread: the computation, not the waits).
-        # [zh] 同样的窗口，以进程的 CPU 时间计（单线程：只有计算，不含等待）。
+        # [en] The same windows in CPU time of the process (all its threads' computation, not the waits).
+        # [zh] 同样的窗口，以进程的 CPU 时间计（进程所有线程的计算时间，不含等待）。
         **{f"{path}_cpu_ms": percentile_summary(cpu_samples[path]) for path in PATHS},
         # [en] Minor page faults per window, median of the measured rounds (None without `resource`).
         # [zh] 每个窗口的次缺页次数，取正式测量轮次的中位数（没有 `resource` 时为 None）。
@@ -276,31 +278,13 @@ say(en=f"Multiply-adds per step at $P = {P_MAX}$, full / cached: {WORK_RATIO:.0f
 # {{run:timing.macs_ratio_max:.0f}} times the multiply-adds of the cached one. Both windows make the same 16
 # calls of a tiny model, and most of such a call is fixed overhead, not arithmetic; 9.2 shows it. The cell
 # below asserts only that the cached window is faster at all at the longest prompt, a margin no CPU should
-# erase; the factors themselves change from machine to machine and are reported, not asserted.
-#
-# From $P = {{run:timing.p_prev}}$ to $P = {{run:timing.p_max}}$ the full window's fastest round grew
-# {{run:timing.full_growth_last:.1f}}-fold (its median {{run:timing.full_growth_last_p50:.1f}}-fold) and its
-# count {{run:timing.count_growth_last:.1f}}-fold. Two things move the measured growth away from the count,
-# in opposite directions: the fixed cost of each call (9.2) pulls it below, and the elementwise passes over
-# the $[H, T, T]$ score matrix (scaling, mask, softmax), which grow with $T^2$ and do no multiply-adds, push
-# it above; a close match at one pair of prompt lengths does not show which won. The rounds also disagree: at $P = {{run:timing.p_max}}$ the full window's median round took
-# {{run:timing.full_p50_over_min:.2f}} times the CPU time of its fastest, and its rounds took
-# {{run:timing.full_faults_lo:,}} to {{run:timing.full_faults_hi:,}} minor page faults (the fastest round
-# {{run:timing.full_faults_best:,}}; 9.4 lists every window).
-#
-# **Was the core shared?** Windows that received less than 90 % of their clock time as CPU time (median
-# of the rounds): {{run:timing.busy_windows}} of {{run:timing.windows}}; the lowest share was
-# {{run:timing.cpu_share_min:.0%}}. A window below 90 % waited while the core ran other programs: its clock
-# time includes that wait, its CPU time does not.
+# erase; the factors themselves change from machine to machine and are reported, not asserted. How much
+# the rounds varied, and whether the core was shared: 9.4.
 #
 # None of this measures a GPU, a serving system's latency, or production kernels and schedulers.
 
 # %% [markdown] lang="zh"
-# **主要结论**：在这次运行中，按 CPU 时间、比较最快的一轮，完整重算的耗时是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$）；$P = {{run:timing.p_max}}$ 时，按中位数算为 {{run:timing.speedup_p50_max:.1f}} 倍，按挂钟时间的最快一轮算为 {{run:timing.speedup_clock_max:.1f}} 倍。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次，而这样一次调用的时间大部分是固定开销，而不是计算；9.2 会说明这一点。下面的单元格只断言：在最长的提示下，缓存续写确实更快。这个门槛余地极大，换哪颗 CPU 都不该跌破；倍数本身因机器而异，所以只报告，不做断言。
-#
-# 从 $P = {{run:timing.p_prev}}$ 到 $P = {{run:timing.p_max}}$，完整重算窗口最快一轮的 CPU 时间增长到 {{run:timing.full_growth_last:.1f}} 倍（中位数增长到 {{run:timing.full_growth_last_p50:.1f}} 倍），它的计数增长到 {{run:timing.count_growth_last:.1f}} 倍。有两样东西让实测增长偏离计数，方向相反：每次调用的固定开销（9.2）把它往下拉；逐元素扫过 $[H, T, T]$ 分数矩阵的几遍运算（缩放、掩码、softmax）随 $T^2$ 增长、却不做乘加，把它往上推。所以在某一对提示长度上两者接近，并不能说明哪一方占了上风。各轮之间也有差异：$P = {{run:timing.p_max}}$ 时，完整重算窗口中位数那一轮的 CPU 时间是最快一轮的 {{run:timing.full_p50_over_min:.2f}} 倍；各轮的次缺页次数在 {{run:timing.full_faults_lo:,}} 到 {{run:timing.full_faults_hi:,}} 之间（最快的一轮为 {{run:timing.full_faults_best:,}}；9.4 列出了每个窗口）。
-#
-# **核心是否被别的程序占用**：得到的 CPU 时间不到挂钟时间 90% 的窗口（各轮的中位数）：{{run:timing.windows}} 个中有 {{run:timing.busy_windows}} 个；最低的占比为 {{run:timing.cpu_share_min:.0%}}。占比低于 90% 的窗口，有一段时间在等核心运行别的程序：它的挂钟时间包含这段等待，CPU 时间则不包含。
+# **主要结论**：在这次运行中，按 CPU 时间、比较最快的一轮，完整重算的耗时是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$）；$P = {{run:timing.p_max}}$ 时，按中位数算为 {{run:timing.speedup_p50_max:.1f}} 倍，按挂钟时间的最快一轮算为 {{run:timing.speedup_clock_max:.1f}} 倍。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次，而这样一次调用的时间大部分是固定开销，而不是计算；9.2 会说明这一点。下面的单元格只断言：在最长的提示下，缓存续写确实更快。这个门槛余地极大，换哪颗 CPU 都不该跌破；倍数本身因机器而异，所以只报告，不做断言。各轮之间差异多大、核心是否被别的程序占用，见 9.4。
 #
 # 这些数字都不能说明 GPU、推理服务系统的延迟，或生产级内核与调度器的表现。
 
@@ -321,25 +305,10 @@ say(en=f"At $P = {longest['prompt_tokens']}$ the cached window is faster: full /
 
 # %% tags=["prose-values"]
 speedups = [(cpu_ratio(r), r["prompt_tokens"]) for r in TIMING_ROWS]
-previous = TIMING_ROWS[-2]
-# [en] Page faults of the full window's rounds at the longest prompt (zeros where `resource` does not exist),
-# [en] and those of its fastest round.
-# [zh] 最长提示下完整重算窗口各轮的缺页次数（没有 `resource` 时记为 0），以及其中最快那一轮的次数。
-full_faults = longest["full_faults_rounds"] or [0] * REPEATS
-full_faults_best = full_faults[int(np.argmin(longest["full_cpu_ms"]["samples"]))]
 {"timing": {"p_max": longest["prompt_tokens"], "p_min": TIMING_ROWS[0]["prompt_tokens"],
-            "p_prev": previous["prompt_tokens"],
             "speedup_lo": min(speedups)[0], "speedup_lo_at": min(speedups)[1],
             "speedup_hi": max(speedups)[0], "speedup_hi_at": max(speedups)[1], "speedup_max": SPEEDUP_CPU,
             "speedup_clock_max": SPEEDUP_CLOCK_MIN, "speedup_p50_max": SPEEDUP_CPU_P50,
-            "full_growth_last": longest["full_cpu_ms"]["min"] / previous["full_cpu_ms"]["min"],
-            "full_growth_last_p50": longest["full_cpu_ms"]["p50"] / previous["full_cpu_ms"]["p50"],
-            "full_p50_over_min": longest["full_cpu_ms"]["p50"] / longest["full_cpu_ms"]["min"],
-            "full_faults_lo": min(full_faults), "full_faults_hi": max(full_faults), "full_faults_best": full_faults_best,
-            "count_growth_last": window_macs(longest["prompt_tokens"], "full") / window_macs(previous["prompt_tokens"], "full"),
             "t_first": P_MAX + 1, "t_last": P_MAX + CONTINUATION, "t_mean": P_MAX + (CONTINUATION + 1) / 2,
             "fed_full": WORK["full"], "fed_cached": WORK["cached"], "payload": PAYLOAD,
-            "macs_ratio_max": WORK_RATIO,
-            "windows": len(TIMING_ROWS) * len(PATHS),
-            "busy_windows": sum(r[f"{path}_cpu_share"] < 0.9 for r in TIMING_ROWS for path in PATHS),
-            "cpu_share_min": min(r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS)}}
+            "macs_ratio_max": WORK_RATIO}}
