@@ -59,18 +59,18 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
+# [en] The notebook's imports. The shared sections taken from the first notebook repeat the ones they use,
+# [en] so that each also runs on its own.
+# [zh] 本笔记本用到的导入。取自第一份笔记本的共享节会重复导入自己用到的模块，这样每一节单独也能运行。
 import copy
 import json
 import math
 import os
-import platform
 import random
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np

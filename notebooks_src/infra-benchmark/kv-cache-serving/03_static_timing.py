@@ -162,6 +162,13 @@ fig.tight_layout()
 STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
+long_interval_contains_copies = bool(gap_intervals[-1, 0] <= copies_p50[-1] <= gap_intervals[-1, 1])
+say(en=f"At P = {STEP_PREFIXES[-1]}, the difference's 95% interval " + (
+        "contains the copies' time: at that length the difference is consistent with the copies alone."
+        if long_interval_contains_copies else "does not contain the copies' time: the other differences weigh too."),
+    zh=f"在 P = {STEP_PREFIXES[-1]} 时，差值的 95% 区间" + (
+        "包含复制的耗时：在这个长度上，耗时之差与单独的复制耗时相符。"
+        if long_interval_contains_copies else "不包含复制的耗时：其他区别也有影响。"))
 
 # %% [markdown] lang="en"
 # **What the table shows.** A `torch.cat` step copies the whole history, $P + 1$ positions of K/V
@@ -176,13 +183,12 @@ plt.show()
 # the 95% interval of the difference of the medians excludes zero: {{run:step.interval_excludes_zero_count}}
 # of {{run:step.prefix_count}} (where it contains zero, this run cannot tell the two steps apart). At
 # $P = {{run:step.prefix}}$ the interval is [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] ms;
-# it contains the copies' time there: `{{run:step.long_interval_contains_copies}}` (`True`: at that length
-# the difference is consistent with the copies alone; `False`: the other differences weigh too). Timing is therefore reported, not asserted. On a GPU with a large
+# the line under the figure says whether it contains the copies' time there. Timing is therefore reported, not asserted. On a GPU with a large
 # model the picture changes: a decode step is bound by memory bandwidth, and the copies of a `torch.cat`
 # cache become extra memory traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差。中位数之差的 95% 区间不包含 0 的前缀长度个数：{{run:step.interval_excludes_zero_count}}（共 {{run:step.prefix_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时：`{{run:step.long_interval_contains_copies}}`（`True` 表示在这个长度上，耗时之差与单独的复制耗时相符；`False` 表示其他区别也有影响）。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差。中位数之差的 95% 区间不包含 0 的前缀长度个数：{{run:step.interval_excludes_zero_count}}（共 {{run:step.prefix_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时，见图下方的一行说明。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
@@ -198,7 +204,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
                 "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
                 "interval_excludes_zero_count": gap_excludes_zero, "prefix_count": len(STEP_TIMING),
                 "long_gap_low_ms": float(gap_intervals[-1, 0]), "long_gap_high_ms": float(gap_intervals[-1, 1]),
-                "long_interval_contains_copies": bool(gap_intervals[-1, 0] <= copies_p50[-1] <= gap_intervals[-1, 1])}
+                "long_interval_contains_copies": long_interval_contains_copies}
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"

@@ -1,9 +1,11 @@
 # %% [markdown] lang="en"
 # The paged cache must equal a reference: a **contiguous cache** with the same interface, which keeps each
 # sequence's K and V in one `[H, n, Dh]` tensor per layer, grown by `torch.cat` as in the first notebook.
+# It implements the interface trivially: `reserve` only counts the new positions (it returns no
+# addresses), `write` ignores the addresses and appends with `torch.cat`, `read` returns the tensors.
 
 # %% [markdown] lang="zh"
-# 检验分页缓存时，拿来比较的参照是一个接口相同的**连续缓存**：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。分页缓存的结果必须与它相等。
+# 检验分页缓存时，拿来比较的参照是一个接口相同的**连续缓存**：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。分页缓存的结果必须与它相等。它实现这个接口的方式再简单不过：`reserve` 只给新位置计数（不返回地址），`write` 不理会地址，直接用 `torch.cat` 追加，`read` 返回这些张量。
 
 # %%
 class ContiguousCache:
@@ -44,9 +46,15 @@ class ContiguousCache:
 
 # %% [markdown] lang="en"
 # `SeqBatchStore` turns a list of sequences, each with its own length, into a store for `store_forward`.
-# At every call, for every layer, it writes the new K/V into the cache and then **gathers** each sequence's
-# whole K/V back out into one fresh dense tensor, left-padded as in sections 4 and 5, so that positions and
-# masks come from the same rules and attention stays the code of the first notebook. This gather is a
+# One call of `store_forward` (a decode step, say) makes these calls:
+#
+# 1. `begin`, once: `cache.reserve(seq, n)` for each sequence, which returns the addresses of its $n$ new
+#    positions (one for a decode step);
+# 2. `write`, once per layer: for each sequence, `cache.write` stores the new K/V at those same addresses,
+#    then `cache.read` returns the sequence's whole K/V, which `write` **gathers** into one fresh dense
+#    tensor, left-padded as in sections 4 and 5.
+#
+# So positions and masks come from the same rules and attention stays the code of the first notebook. This gather is a
 # correctness device, not how a real engine works: it copies every sequence's whole cache at every step,
 # which is exactly the traffic paging exists to avoid. Real engines (vLLM's PagedAttention, FlashInfer,
 # FlashAttention's paged mode) pass the block table to the attention kernel, which reads the K/V straight
@@ -61,7 +69,12 @@ class ContiguousCache:
 # by the weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
 
 # %% [markdown] lang="zh"
-# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。每次调用时，它在每一层先把新的 K/V 写入缓存，再把每条序列的全部 K/V **收集**出来，放进一个新建的稠密张量，按第 4、5 节的方式左填充。这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这次收集只是为了检验正确性，真实的推理引擎并不这样做：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的分页注意力（PagedAttention）、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V；第 8 节还会回到这个玩具实现没有模拟的部分。
+# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。`store_forward` 的一次调用（比如一个解码步）依次发出这些调用：
+#
+# 1. `begin`，只调用一次：对每条序列调用 `cache.reserve(seq, n)`，返回它 $n$ 个新位置的地址（解码步中 $n$ 为 1）；
+# 2. `write`，每层调用一次：对每条序列，`cache.write` 把新的 K/V 存到这些地址，然后 `cache.read` 返回这条序列的全部 K/V，由 `write` 把它们**收集**到一个新建的稠密张量中，按第 4、5 节的方式左填充。
+#
+# 这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这次收集只是为了检验正确性，真实的推理引擎并不这样做：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的分页注意力（PagedAttention）、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V；第 8 节还会回到这个玩具实现没有模拟的部分。
 #
 # batch 的布局是这样的：键轴长度等于最长的**已缓存**历史加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位。设序列 `a` 已缓存 5 个位置，`b` 已缓存 2 个，各来 1 个新 token：`a` 将有 6 个位置，`b` 有 3 个，batch 有 $\max(5, 2) + 1 = 6$ 列键。`a` 这一行的第 0–5 列都是真实位置；`b` 这一行的第 0–2 列是填充位，第 3–5 列是真实位置，它的新 token 和 `a` 的一样在第 5 列。下一个单元格构造的就是这个例子。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 

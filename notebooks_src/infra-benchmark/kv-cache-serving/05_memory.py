@@ -20,7 +20,7 @@
 # memory is occupied over time) and call $1 - \text{used}/\text{reserved}$ the **waste**. Bytes follow
 # `kv_bytes_per_token` ({{run:memory.bytes_per_token:,}} bytes per token for our decoder in FP32). The
 # waste is a ratio, so it does not depend on the bytes per token: for this workload (this distribution of
-# lengths) it is the same for any model.
+# lengths) it is the same for any model with this context limit.
 
 # %% [markdown] lang="zh"
 # ## 7. 内存：预留量与使用量
@@ -31,7 +31,7 @@
 # * `contiguous_final`，**连续分配，按最终长度**：从一开始就预留 $p + o - 1$ 个位置，这要求事先知道输出长度（真实的推理服务无从知道）；
 # * `paged_8`、`paged_16`、`paged_32`，**分页**：物理块大小 $b$ 取 8、16 或 32，预留 $\lceil (p + j) / b \rceil \cdot b$ 个位置。
 #
-# 我们把每个请求每一步的使用量和预留量分别累加（相当于按时间平均，因为服务器的内存是在一段时间里被占用的），并把 $1 - \text{使用量}/\text{预留量}$ 称为**浪费率**。字节数按 `kv_bytes_per_token` 计算（我们的解码器在 FP32 下每个 token 为 {{run:memory.bytes_per_token:,}} 字节）。浪费率是一个比值，与每个 token 的字节数无关，所以对这个负载（这种长度分布）来说，任何模型的浪费率都一样。
+# 我们把每个请求每一步的使用量和预留量分别累加（相当于按时间平均，因为服务器的内存是在一段时间里被占用的），并把 $1 - \text{使用量}/\text{预留量}$ 称为**浪费率**。字节数按 `kv_bytes_per_token` 计算（我们的解码器在 FP32 下每个 token 为 {{run:memory.bytes_per_token:,}} 字节）。浪费率是一个比值，与每个 token 的字节数无关，所以对这个负载（这种长度分布）来说，上下文上限同为 $T_{\max}$ 的任何模型，浪费率都一样。
 
 # %%
 N_REQUESTS, MIN_LEN, MAX_LEN, T_LIMIT = 1000, 16, 1024, 2048
