@@ -217,13 +217,13 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # The other rows, on this PyTorch build, come from the views and slices each store's code path makes
 # (`aten::narrow`, `aten::slice`, `aten::as_strided`). Self time counts only the time inside operators: the concatenations took
 # {{run:profile.cat_us:.0f}} µs per step on this run (the median call times the calls per step), against
-# {{run:profile.copies_alone_us:.0f}} µs for the copies timed alone. These self times are measured under
-# the profiler, which adds its own cost to every operator call, so they can add up to more than a whole
-# step timed without it; the medians above were timed without the profiler and also count the Python work
-# between operators. That is why a gap in operator self time need not show in the medians.
+# {{run:profile.copies_alone_us:.0f}} µs for the copies timed alone. The profiler adds its own cost to
+# every operator call, so these self times can add up to more than a whole step timed without it; the
+# medians above were timed without it and also count the Python work between operators, so a gap in self
+# time need not show in them.
 
 # %% [markdown] lang="zh"
-# **两种解码步调用的算子**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步，两种存储对象每五步轮换一次）。表中列出每步调用次数不同的每一个算子，以及全部算子的合计。单元格断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。在这个 PyTorch 版本上，其余各行来自两种存储对象各自代码路径上的视图和切片（`aten::narrow`、`aten::slice`、`aten::as_strided`）。自身耗时只计算算子内部的时间：本次运行中，这些拼接每步耗时 {{run:profile.cat_us:.0f}} 微秒（单次调用耗时的中位数乘以每步的调用次数），单独计时的复制为 {{run:profile.copies_alone_us:.0f}} 微秒。这些自身耗时是开着性能分析器测得的，分析器会给每次算子调用加上它自己的开销，所以合计起来可能超过不开分析器时整个解码步的耗时；上面的中位数是在不开分析器时测得的，而且还包括算子之间的 Python 代码。所以算子自身耗时上的差距不一定会出现在中位数里。
+# **两种解码步调用的算子**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步，两种存储对象每五步轮换一次）。表中列出每步调用次数不同的每一个算子，以及全部算子的合计。单元格断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。在这个 PyTorch 版本上，其余各行来自两种存储对象各自代码路径上的视图和切片（`aten::narrow`、`aten::slice`、`aten::as_strided`）。自身耗时只计算算子内部的时间：本次运行中，这些拼接每步耗时 {{run:profile.cat_us:.0f}} 微秒（单次调用耗时的中位数乘以每步的调用次数），单独计时的复制为 {{run:profile.copies_alone_us:.0f}} 微秒。性能分析器会给每次算子调用加上它自己的开销，所以这些自身耗时合计起来可能超过不开分析器时整个解码步的耗时；上面的中位数是不开分析器测得的，还包括算子之间的 Python 代码，所以自身耗时上的差距不一定会出现在中位数里。
 
 # %% tags=["hide-input"]
 # [en] Kineto, the profiler's engine, prints a line at every start and stop below this log level.

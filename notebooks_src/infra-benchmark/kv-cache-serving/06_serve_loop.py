@@ -223,7 +223,7 @@ assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE[
 # about what went wrong); we then give it twice the blocks so that you can see the wrong numbers instead.
 
 # %% [markdown] lang="zh"
-# **负对照：复用的物理块没有清理**。`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用的物理块超过调度器为它预留的数量。用正常大小的池，这个错误会让运行直接崩溃（下面的单元格会显示物理块耗尽时的 `RuntimeError`，它说明不了错在哪里）；于是我们再给它多配一倍的物理块，以便看到它算出的错误数值。
+# **负对照：复用的物理块没有清理**。`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用的物理块超过调度器为它预留的数量。用正常大小的池，这个错误会让运行直接崩溃（下面的单元格显示了物理块耗尽时的 `RuntimeError`，它说明不了错在哪里）；所以我们再多配一倍的物理块，好让错误的数值显现出来。
 
 # %%
 class NotClearedPool(BlockPool):
