@@ -11,7 +11,7 @@
 #   blocks returned and reused, and prompts shared between sequences.
 #
 # Every variant is compared with full recomputation, or with a variant already proven equal to it, and
-# every check is shown able to fail: each variant has broken twins that the same check must catch. Then
+# has broken twins that the same check must catch. Then
 # we measure what paging buys in memory on a simulated workload, and run a small continuous-batching
 # loop on top of the paged cache.
 #
@@ -29,7 +29,7 @@
 # * **预分配缓存**（也称静态缓存）：每层一个缓冲区，原地写入，从不重新分配；
 # * **分页缓存**：K/V 存放在共享池中大小固定的物理块里，每条序列有一张块表；物理块用完后归还、再被复用，多条序列还能共享同一段提示的物理块。
 #
-# 每种做法都要与完整重算比较，或者与已经证明等于完整重算的做法比较。每项检查也都要证明它确实能发现错误：每种做法都配有几个故意改坏的版本，同一项检查必须把它们一一查出。之后，我们在一个模拟负载上衡量分页能省下多少内存，并在分页缓存之上运行一个小小的连续批处理循环。
+# 每种做法都要与完整重算比较，或者与已经证明等于完整重算的做法比较，并且都配有几个故意改坏的版本，同一项检查必须把它们一一查出。之后，我们在一个模拟负载上衡量分页能省下多少内存，并在分页缓存之上运行一个小小的连续批处理循环。
 #
 # 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节原样取自第一份笔记本） · 4 长度不同的 batch · 5 预分配缓存 · 6 分页缓存 · 7 内存 · 8 连续批处理 · 9 和 10（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，先检验解码器（取自第一份笔记本，默认折叠），再检验填充和静态缓存 · 11（可选）为静态缓存和 `torch.cat` 的解码步计时 · 12 保存结果 · 13 要点与练习。
 
@@ -59,18 +59,18 @@ SEED = 0
 OUTPUT_DIR = "."
 
 # %%
+# [en] The notebook's imports. The shared sections taken from the first notebook repeat the ones they use,
+# [en] so that each also runs on its own.
+# [zh] 本笔记本用到的导入。取自第一份笔记本的共享节会重复导入自己用到的模块，这样每一节单独也能运行。
 import copy
 import json
 import math
 import os
-import platform
 import random
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np

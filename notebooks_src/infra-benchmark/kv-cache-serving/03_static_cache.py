@@ -147,13 +147,12 @@ assert STORE_FORWARD_BIT_EXACT and CAT_MOVES
 # `StaticCache`, written for `torch.compile`, goes one step further than ours: attention reads the whole `T_max` buffer at every step, and the mask hides the
 # slots not written yet, so even the shapes inside attention stay fixed (section 10 checks this). Our
 # store reads the valid prefix, a view whose length still grows: simpler to follow, with fixed buffers but
-# not fixed shapes, so on its own it would not let a CUDA graph replay its step; that needs a cache that
-# reads its whole buffer under a mask, as `StaticCache` does. This notebook runs eagerly on a CPU and
+# not fixed shapes, so on its own it would not let a CUDA graph replay its step. This notebook runs eagerly on a CPU and
 # compiles nothing, so it shows the fixed buffers, not the speed-up that compilation buys. The optional
 # section 11 times the two stores' decode steps in eager mode.
 
 # %% [markdown] lang="zh"
-# **推理服务系统为什么需要预分配缓存**：主要原因并不是省掉复制。在 GPU 上，**CUDA 图**把一个解码步记录一次，之后每一步都直接重放，省去逐个启动内核的开销；只有当这一步里每个张量的形状和地址都保持不变时，重放才是正确的（`torch.compile(mode="reduce-overhead")` 会自动录制这样的图）。单用 `torch.compile` 时，要求的是形状稳定：形状一变，这一步就要重新编译（此后改按动态形状编译，生成的代码可能更慢）。`torch.cat` 缓存每一步都会同时改变形状和地址，预分配的缓冲区本身则两者都不变（注意力从中读到的张量是另一回事，见下文）。Hugging Face 的 `StaticCache` 正是为 `torch.compile` 设计的，它比我们更进一步：每一步的注意力都读取整个长为 `T_max` 的缓冲区，由掩码遮住尚未写入的槽位，这样连注意力内部的形状也固定不变（第 10 节会检查这一点）。我们的存储对象只读取有效前缀，这个视图的长度仍会增长：代码更容易读懂，缓冲区固定了，形状却没有固定，所以单靠它，CUDA 图无法重放这一步；要做到这一点，缓存必须像 `StaticCache` 那样在掩码下读取整个缓冲区。本笔记本在 CPU 上以 eager 模式运行，不做任何编译，所以它能展示固定不动的缓冲区，却展示不了编译带来的加速。可选的第 11 节会在 eager 模式下为两种存储对象的解码步计时。
+# **推理服务系统为什么需要预分配缓存**：主要原因并不是省掉复制。在 GPU 上，**CUDA 图**把一个解码步记录一次，之后每一步都直接重放，省去逐个启动内核的开销；只有当这一步里每个张量的形状和地址都保持不变时，重放才是正确的（`torch.compile(mode="reduce-overhead")` 会自动录制这样的图）。单用 `torch.compile` 时，要求的是形状稳定：形状一变，这一步就要重新编译（此后改按动态形状编译，生成的代码可能更慢）。`torch.cat` 缓存每一步都会同时改变形状和地址，预分配的缓冲区本身则两者都不变（注意力从中读到的张量是另一回事，见下文）。Hugging Face 的 `StaticCache` 正是为 `torch.compile` 设计的，它比我们更进一步：每一步的注意力都读取整个长为 `T_max` 的缓冲区，由掩码遮住尚未写入的槽位，这样连注意力内部的形状也固定不变（第 10 节会检查这一点）。我们的存储对象只读取有效前缀，这个视图的长度仍会增长：代码更容易读懂，缓冲区固定了，形状却没有固定，所以单靠它，CUDA 图无法重放这一步。本笔记本在 CPU 上以 eager 模式运行，不做任何编译，所以它能展示固定不动的缓冲区，却展示不了编译带来的加速。可选的第 11 节会在 eager 模式下为两种存储对象的解码步计时。
 
 # %% [markdown] lang="en"
 # The static store. Its buffers start filled with **NaN**, not zeros: a slot that has not been written

@@ -162,6 +162,13 @@ fig.tight_layout()
 STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
+long_interval_contains_copies = bool(gap_intervals[-1, 0] <= copies_p50[-1] <= gap_intervals[-1, 1])
+say(en=f"At P = {STEP_PREFIXES[-1]}, the difference's 95% interval " + (
+        "contains the copies' time: at that length the difference is consistent with the copies alone."
+        if long_interval_contains_copies else "does not contain the copies' time: the other differences weigh too."),
+    zh=f"在 P = {STEP_PREFIXES[-1]} 时，差值的 95% 区间" + (
+        "包含复制的耗时：在这个长度上，耗时之差与单独的复制耗时相符。"
+        if long_interval_contains_copies else "不包含复制的耗时：其他区别也有影响。"))
 
 # %% [markdown] lang="en"
 # **What the table shows.** A `torch.cat` step copies the whole history, $P + 1$ positions of K/V
@@ -176,13 +183,12 @@ plt.show()
 # the 95% interval of the difference of the medians excludes zero: {{run:step.interval_excludes_zero_count}}
 # of {{run:step.prefix_count}} (where it contains zero, this run cannot tell the two steps apart). At
 # $P = {{run:step.prefix}}$ the interval is [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] ms;
-# it contains the copies' time there: `{{run:step.long_interval_contains_copies}}` (`True`: at that length
-# the difference is consistent with the copies alone; `False`: the other differences weigh too). Timing is therefore reported, not asserted. On a GPU with a large
+# the line under the figure says whether it contains the copies' time there. Timing is therefore reported, not asserted. On a GPU with a large
 # model the picture changes: a decode step is bound by memory bandwidth, and the copies of a `torch.cat`
 # cache become extra memory traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差。中位数之差的 95% 区间不包含 0 的前缀长度个数：{{run:step.interval_excludes_zero_count}}（共 {{run:step.prefix_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时：`{{run:step.long_interval_contains_copies}}`（`True` 表示在这个长度上，耗时之差与单独的复制耗时相符；`False` 表示其他区别也有影响）。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差。中位数之差的 95% 区间不包含 0 的前缀长度个数：{{run:step.interval_excludes_zero_count}}（共 {{run:step.prefix_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时，见图下方的一行说明。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
@@ -198,7 +204,7 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
                 "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
                 "interval_excludes_zero_count": gap_excludes_zero, "prefix_count": len(STEP_TIMING),
                 "long_gap_low_ms": float(gap_intervals[-1, 0]), "long_gap_high_ms": float(gap_intervals[-1, 1]),
-                "long_interval_contains_copies": bool(gap_intervals[-1, 0] <= copies_p50[-1] <= gap_intervals[-1, 1])}
+                "long_interval_contains_copies": long_interval_contains_copies}
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
@@ -211,13 +217,13 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 # The other rows, on this PyTorch build, come from the views and slices each store's code path makes
 # (`aten::narrow`, `aten::slice`, `aten::as_strided`). Self time counts only the time inside operators: the concatenations took
 # {{run:profile.cat_us:.0f}} µs per step on this run (the median call times the calls per step), against
-# {{run:profile.copies_alone_us:.0f}} µs for the copies timed alone. These self times are measured under
-# the profiler, which adds its own cost to every operator call, so they can add up to more than a whole
-# step timed without it; the medians above were timed without the profiler and also count the Python work
-# between operators. That is why a gap in operator self time need not show in the medians.
+# {{run:profile.copies_alone_us:.0f}} µs for the copies timed alone. The profiler adds its own cost to
+# every operator call, so these self times can add up to more than a whole step timed without it; the
+# medians above were timed without it and also count the Python work between operators, so a gap in self
+# time need not show in them.
 
 # %% [markdown] lang="zh"
-# **两种解码步调用的算子**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步，两种存储对象每五步轮换一次）。表中列出每步调用次数不同的每一个算子，以及全部算子的合计。单元格断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。在这个 PyTorch 版本上，其余各行来自两种存储对象各自代码路径上的视图和切片（`aten::narrow`、`aten::slice`、`aten::as_strided`）。自身耗时只计算算子内部的时间：本次运行中，这些拼接每步耗时 {{run:profile.cat_us:.0f}} 微秒（单次调用耗时的中位数乘以每步的调用次数），单独计时的复制为 {{run:profile.copies_alone_us:.0f}} 微秒。这些自身耗时是开着性能分析器测得的，分析器会给每次算子调用加上它自己的开销，所以合计起来可能超过不开分析器时整个解码步的耗时；上面的中位数是在不开分析器时测得的，而且还包括算子之间的 Python 代码。所以算子自身耗时上的差距不一定会出现在中位数里。
+# **两种解码步调用的算子**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步，两种存储对象每五步轮换一次）。表中列出每步调用次数不同的每一个算子，以及全部算子的合计。单元格断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。在这个 PyTorch 版本上，其余各行来自两种存储对象各自代码路径上的视图和切片（`aten::narrow`、`aten::slice`、`aten::as_strided`）。自身耗时只计算算子内部的时间：本次运行中，这些拼接每步耗时 {{run:profile.cat_us:.0f}} 微秒（单次调用耗时的中位数乘以每步的调用次数），单独计时的复制为 {{run:profile.copies_alone_us:.0f}} 微秒。性能分析器会给每次算子调用加上它自己的开销，所以这些自身耗时合计起来可能超过不开分析器时整个解码步的耗时；上面的中位数是不开分析器测得的，还包括算子之间的 Python 代码，所以自身耗时上的差距不一定会出现在中位数里。
 
 # %% tags=["hide-input"]
 # [en] Kineto, the profiler's engine, prints a line at every start and stop below this log level.

@@ -1,9 +1,11 @@
 # %% [markdown] lang="en"
 # The paged cache must equal a reference: a **contiguous cache** with the same interface, which keeps each
 # sequence's K and V in one `[H, n, Dh]` tensor per layer, grown by `torch.cat` as in the first notebook.
+# It implements the interface trivially: `reserve` only counts the new positions (it returns no
+# addresses), `write` ignores the addresses and appends with `torch.cat`, `read` returns the tensors.
 
 # %% [markdown] lang="zh"
-# 检验分页缓存时，拿来比较的参照是一个接口相同的**连续缓存**：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。分页缓存的结果必须与它相等。
+# 检验分页缓存时，拿来比较的参照是一个接口相同的**连续缓存**：每条序列的 K 和 V 在每层各是一个 `[H, n, Dh]` 张量，像第一份笔记本那样用 `torch.cat` 增长。它对这个接口的实现很简单：`reserve` 只给新位置计数（不返回地址），`write` 不理会地址，直接用 `torch.cat` 追加，`read` 返回这些张量。
 
 # %%
 class ContiguousCache:
@@ -44,13 +46,17 @@ class ContiguousCache:
 
 # %% [markdown] lang="en"
 # `SeqBatchStore` turns a list of sequences, each with its own length, into a store for `store_forward`.
-# At every call, for every layer, it writes the new K/V into the cache and then **gathers** each sequence's
-# whole K/V back out into one fresh dense tensor, left-padded as in sections 4 and 5, so that positions and
-# masks come from the same rules and attention stays the code of the first notebook. This gather is a
+# One call of `store_forward` (a decode step, say) makes these calls:
+#
+# 1. `begin`, once: `cache.reserve(seq, n)` per sequence returns the addresses of its $n$ new positions;
+# 2. `write`, once per layer: per sequence, `cache.write` stores the new K/V at those addresses, and the
+#    whole K/V that `cache.read` returns is **gathered** into one fresh dense tensor, left-padded as in sections 4 and 5.
+#
+# So positions and masks follow the same rules and attention stays the first notebook's code. This gather is a
 # correctness device, not how a real engine works: it copies every sequence's whole cache at every step,
 # which is exactly the traffic paging exists to avoid. Real engines (vLLM's PagedAttention, FlashInfer,
 # FlashAttention's paged mode) pass the block table to the attention kernel, which reads the K/V straight
-# from the blocks; section 8 comes back to what this toy does not model.
+# from the blocks.
 #
 # How the batch is laid out: the key axis is as long as the longest *cached* history plus the new tokens;
 # each sequence's keys are placed at the right end of its row, and the slots to the left are padding.
@@ -61,7 +67,12 @@ class ContiguousCache:
 # by the weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
 
 # %% [markdown] lang="zh"
-# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。每次调用时，它在每一层先把新的 K/V 写入缓存，再把每条序列的全部 K/V **收集**出来，放进一个新建的稠密张量，按第 4、5 节的方式左填充。这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这次收集只是为了检验正确性，真实的推理引擎并不这样做：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的分页注意力（PagedAttention）、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V；第 8 节还会回到这个玩具实现没有模拟的部分。
+# `SeqBatchStore` 把一组长度各不相同的序列包装成 `store_forward` 所需的存储对象。`store_forward` 的一次调用（比如一个解码步）依次调用：
+#
+# 1. `begin`，只调用一次：对每条序列，`cache.reserve(seq, n)` 返回它 $n$ 个新位置的地址；
+# 2. `write`，每层调用一次：对每条序列，`cache.write` 把新的 K/V 存到这些地址，再把 `cache.read` 读出的全部 K/V **收集**到一个新建的稠密张量中，按第 4、5 节的方式左填充。
+#
+# 这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这次收集只是检验正确性的手段，并非真实推理引擎的做法：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的分页注意力（PagedAttention）、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V。
 #
 # batch 的布局是这样的：键轴长度等于最长的**已缓存**历史加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位。设序列 `a` 已缓存 5 个位置，`b` 已缓存 2 个，各来 1 个新 token：`a` 将有 6 个位置，`b` 有 3 个，batch 有 $\max(5, 2) + 1 = 6$ 列键。`a` 这一行的第 0–5 列都是真实位置；`b` 这一行的第 0–2 列是填充位，第 3–5 列是真实位置，它的新 token 和 `a` 的一样在第 5 列。下一个单元格构造的就是这个例子。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 
@@ -124,16 +135,14 @@ assert example_store.total == 6 and example_mask.tolist() == [[True] * 6, [False
 # `write`, `read`: every position lands in its slot and comes back from it), not attention, which is the
 # same code over the same gathered tensor for both caches. The padded batch of section 4 (prompts of 3, 7 and 12
 # tokens), each prompt its own sequence in the pool, prefill and 20 decode steps, blocks of 4 positions
-# so that every sequence spans several blocks, in FP32 and FP64. Against the contiguous cache under the
-# same calls, the logits must be equal **bit for bit**, and so must every layer's K and V read back from
-# the blocks (the equality rule of section 4: a gather only copies values, into the same fresh tensor for
-# both caches). Against the `torch.cat` store of section 5, whose K/V have another layout, the logits must
+# so that every sequence spans several blocks, in FP32 and FP64. Bit for bit, by the equality rule of
+# section 4: a gather only copies values, into the same fresh tensor for both caches. Against the `torch.cat` store of section 5, whose K/V have another layout, the logits must
 # agree within the tolerance of their dtype. Each sequence of $n$ positions must hold $\lceil n / 4 \rceil$ blocks, and like the
 # static buffers, the pool never moves: it is allocated once, and only the block tables change (the
 # contiguous cache is the counterexample: its tensors move at every call).
 
 # %% [markdown] lang="zh"
-# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。它检验的是寻址（`reserve`、`write`、`read`：每个位置都写进自己的槽位，也从那里读回），而不是注意力：对两种缓存，注意力都是同一段代码，作用在收集出的同样的张量上。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。与同样调用下的连续缓存相比，logits 必须**逐比特相同**，从物理块中读回的每一层 K 和 V 也必须逐比特相同。（第 4 节的相等规则：收集只是复制数值，两种缓存都复制进同一种新建的张量。）与第 5 节的 `torch.cat` 存储对象相比，它的 K/V 内存布局不同，logits 要求在该精度的容差内一致。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
+# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。它检验的是寻址（`reserve`、`write`、`read`：每个位置都写进自己的槽位，也从那里读回），而不是注意力：对两种缓存，注意力都是同一段代码，作用在收集出的同样的张量上。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。按第 4 节的相等规则要求逐比特相同：收集只是复制数值，两种缓存都复制进同一种新建的张量。与第 5 节的 `torch.cat` 存储对象相比，它的 K/V 内存布局不同，logits 要求在该精度的容差内一致。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
 
 # %%
 # [en] Small, so that sequences span many blocks.

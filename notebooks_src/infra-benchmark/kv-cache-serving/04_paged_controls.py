@@ -5,12 +5,14 @@
 #
 # **Off-by-one block offset** (first criterion): `reserve` hands out the slot one past the block's
 # fill count, so each position is written one slot too far while `read` reads the slots the block
-# counts as filled.
+# counts as filled. Slot 0 of each block is read, yet none of the block's own positions is written there
+# (it holds the pool's initial NaN, or a spill), and a block's last position spills into slot 0 of the
+# next *physical* block.
 
 # %% [markdown] lang="zh"
 # **负对照**：两种记账错误，各自写成只改动一个方法的子类，都交给它所违反的那条判据的检查。每个负对照必须让哪些检查失败，见下面的结论。第一个错在分页本身：
 #
-# **物理块内偏移差一**（第一条判据）：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都往后多偏了一个槽位，而 `read` 读取的仍是物理块记为已填的那些槽位。
+# **物理块内偏移差一**（第一条判据）：`reserve` 分配的槽位比物理块的已填计数多一，于是每个位置都往后多偏了一个槽位，而 `read` 读取的仍是物理块记为已填的那些槽位。每个物理块的 0 号槽位都被读取，可这个物理块自己的位置没有一个写在那里（那里是池初始的 NaN，或者是溢出的值）；物理块的最后一个位置则溢出到下一个**物理**块的 0 号槽位。
 
 # %%
 class OffByOneOffset(PagedCache):

@@ -20,7 +20,7 @@
 # memory is occupied over time) and call $1 - \text{used}/\text{reserved}$ the **waste**. Bytes follow
 # `kv_bytes_per_token` ({{run:memory.bytes_per_token:,}} bytes per token for our decoder in FP32). The
 # waste is a ratio, so it does not depend on the bytes per token: for this workload (this distribution of
-# lengths) it is the same for any model.
+# lengths) it is the same for any model with this context limit.
 
 # %% [markdown] lang="zh"
 # ## 7. 内存：预留量与使用量
@@ -31,7 +31,7 @@
 # * `contiguous_final`，**连续分配，按最终长度**：从一开始就预留 $p + o - 1$ 个位置，这要求事先知道输出长度（真实的推理服务无从知道）；
 # * `paged_8`、`paged_16`、`paged_32`，**分页**：物理块大小 $b$ 取 8、16 或 32，预留 $\lceil (p + j) / b \rceil \cdot b$ 个位置。
 #
-# 我们把每个请求每一步的使用量和预留量分别累加（相当于按时间平均，因为服务器的内存是在一段时间里被占用的），并把 $1 - \text{使用量}/\text{预留量}$ 称为**浪费率**。字节数按 `kv_bytes_per_token` 计算（我们的解码器在 FP32 下每个 token 为 {{run:memory.bytes_per_token:,}} 字节）。浪费率是一个比值，与每个 token 的字节数无关，所以对这个负载（这种长度分布）来说，任何模型的浪费率都一样。
+# 我们把每个请求每一步的使用量和预留量分别累加（相当于按时间平均，因为服务器的内存是在一段时间里被占用的），并把 $1 - \text{使用量}/\text{预留量}$ 称为**浪费率**。字节数按 `kv_bytes_per_token` 计算（我们的解码器在 FP32 下每个 token 为 {{run:memory.bytes_per_token:,}} 字节）。浪费率是一个比值，与每个 token 的字节数无关，所以对这个负载（这种长度分布）来说，上下文上限同为 $T_{\max}$ 的任何模型，浪费率都一样。
 
 # %%
 N_REQUESTS, MIN_LEN, MAX_LEN, T_LIMIT = 1000, 16, 1024, 2048
@@ -109,20 +109,18 @@ assert waste["contiguous_max"] > waste["contiguous_final"] > waste["paged_32"] >
 # length in advance and reserves exactly that, like our `contiguous_final`; vLLM allocates blocks on
 # demand (16 positions by default), like our `paged_16`. In the same terms, the share of reserved memory
 # holding tokens, ours are {{run:memory.used_contiguous_max:.1f}}%, {{run:memory.used_contiguous_final:.1f}}%
-# and {{run:memory.used_paged_16:.1f}}%. The figure puts them next to the paper's bars, for orientation
-# only: the setups differ too much for the numbers to be compared. The paper measured on GPUs, with the
-# authors' own implementation of Orca (Orca is not public) and workloads synthesized from the ShareGPT and
-# Alpaca datasets; its bars also count *external* fragmentation (free memory in
-# gaps too small for a request) and other overheads of the allocator; ours is an exact count per request
-# on a synthetic length distribution, with no allocator at all, and other length distributions would give
-# other percentages. What carries over is the order, which the cell asserts on our numbers only:
-# reserving the maximum length uses the least of its memory, reserving the final length more, and paging
-# the most, since it leaves less than one block per request unfilled.
+# and {{run:memory.used_paged_16:.1f}}%. The figure puts them next to the paper's bars for orientation
+# only: the paper measured on GPUs, with its authors' own Orca (Orca is not public), on workloads
+# synthesized from ShareGPT and Alpaca, and its bars also count *external* fragmentation (free memory in
+# gaps too small for a request) and other allocator overheads; ours is an exact count per request on a
+# synthetic length distribution, with no allocator. What carries over is the order, which the cell
+# asserts on our numbers only: the maximum length uses the least of its memory, the final length more,
+# paging the most.
 
 # %% [markdown] lang="zh"
 # 在这个负载上，按最大长度预留会浪费 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存；即便事先知道每个请求的最终长度，也要浪费 {{run:memory.contiguous_final:.1f}}%，因为请求在第一步就预留了要到最后一步才填满的位置。分页时，物理块大小为 8、16、32 的浪费率分别为 {{run:memory.paged_8:.1f}}%、{{run:memory.paged_16:.1f}}% 和 {{run:memory.paged_32:.1f}}%：浪费的只是每个请求最后一个物理块中未填满的部分，少于 $b$ 个位置，上面的单元格对每一步都断言了这一点。物理块越小，浪费越少，代价是块表更长、索引操作更多。
 #
-# **vLLM 论文中的数字**：Kwon 等人（SOSP 2023）测量了推理服务系统预留的 K/V 内存中，真正存放 token 状态的比例：三个版本的 Orca 为 **20.4% 到 38.2%**，vLLM 则为 **96.3%**。本节的几种分配方式中，有三种分别对应论文中的三根柱子。Orca (Max) 按最大长度预留，相当于我们的 `contiguous_max`；Orca (Oracle) 事先知道每个请求真实的输出长度，并恰好预留这么多，相当于我们的 `contiguous_final`；vLLM 按需分配物理块（默认每个物理块 16 个位置），相当于我们的 `paged_16`。按同样的口径，即预留内存中存有 token 的比例，我们的结果分别为 {{run:memory.used_contiguous_max:.1f}}%、{{run:memory.used_contiguous_final:.1f}}% 和 {{run:memory.used_paged_16:.1f}}%。图中把它们和论文的柱子画在一起，只是为了便于对照：两边的实验设置差别太大，这些数字不能直接比较。论文是在 GPU 上测量的，Orca 用的是作者自己的实现（Orca 没有公开），负载则依据 ShareGPT 和 Alpaca 数据集合成；它的柱子里还计入了**外部**碎片（空闲内存散落在容不下一个请求的空隙里）以及内存分配器的其他开销；我们则是在合成的长度分布上逐个请求精确计数，根本没有内存分配器，换一种长度分布，百分比也会不同。能够对应上的是三者的先后顺序，下面的单元格只用我们自己的数字断言这一点：按最大长度预留时利用率最低，按最终长度预留时高一些，分页最高，因为每个请求未填满的部分不到一个物理块。
+# **vLLM 论文中的数字**：Kwon 等人（SOSP 2023）测量了推理服务系统预留的 K/V 内存中，真正存放 token 状态的比例：三个版本的 Orca 为 **20.4% 到 38.2%**，vLLM 则为 **96.3%**。本节的几种分配方式中，有三种分别对应论文中的三根柱子。Orca (Max) 按最大长度预留，相当于我们的 `contiguous_max`；Orca (Oracle) 事先知道每个请求真实的输出长度，并恰好预留这么多，相当于我们的 `contiguous_final`；vLLM 按需分配物理块（默认每个物理块 16 个位置），相当于我们的 `paged_16`。按同样的口径，即预留内存中存有 token 的比例，我们的结果分别为 {{run:memory.used_contiguous_max:.1f}}%、{{run:memory.used_contiguous_final:.1f}}% 和 {{run:memory.used_paged_16:.1f}}%。图中把它们和论文的柱子画在一起，只是为了便于对照：论文是在 GPU 上测量的，Orca 用的是作者自己的实现（Orca 没有公开），负载依据 ShareGPT 和 Alpaca 合成，它的柱子还计入了**外部**碎片（空闲内存散落在容不下一个请求的空隙里）和内存分配器的其他开销；我们则是在合成的长度分布上逐个请求精确计数，没有内存分配器。能够对应上的是三者的先后顺序，下面的单元格只用我们自己的数字断言这一点：按最大长度预留时利用率最低，按最终长度预留时高一些，分页最高。
 
 # %%
 # [en] The share of reserved K/V memory holding token states, as reported by Kwon et al. (2023), Figure 2.

@@ -164,21 +164,19 @@ fig.savefig(SERVING_PNG, dpi=120)
 plt.show()
 
 # %% [markdown] lang="en"
-# **The scheduler's promises.** In one line: in the trace of a run, never more than `max_batch` requests
-# run, requests are admitted in arrival order and never before they arrive, and the first in line never
-# waits without a reason. No logit can tell whether the scheduler kept its promises: a request's
-# logits are the same whenever it runs. So `check_schedule` reads them from the trace of a run, one
-# verdict for each promise, in the order above: `cap_respected`, `first_come_first_served`,
-# `none_before_arrival` and `no_needless_wait`. For the last one it looks, at every iteration after admission, at the first request
-# still waiting, and asks why it waits: it has not arrived (`arrival`), the batch is full (`batch`), or its
-# blocks do not fit beside the running requests' reservations (`blocks`). `head_waited_for` counts the
-# iterations for each reason; a wait for none of them counts as `nothing`, and must never happen. The table
-# audits both runs of the loop: the six requests of the reuse proof, where the cap of three running requests made
-# the first in line wait, and the stream above, where the blocks did. The code of the audit is folded; its
-# table follows.
+# **The scheduler's promises.** No logit can tell whether the scheduler kept its promises (a request's
+# logits are the same whenever it runs), so a folded audit, `check_schedule`, reads them from the trace of
+# both runs of the loop (the six requests of the reuse proof, the stream above): never more than
+# `max_batch` requests run (`cap_respected`), requests are admitted in arrival order
+# (`first_come_first_served`) and never before they arrive (`none_before_arrival`), and the first in line
+# never waits without a reason (`no_needless_wait`). `head_waited_for` counts, iteration by iteration, why
+# the first request still waiting waits: it has not arrived (`arrival`), the batch is full (`batch`), or its
+# blocks do not fit beside the running requests' reservations (`blocks`); `nothing` must stay 0. The cell
+# asserts every promise kept in both runs, and both limits in force: the cap of three made the first in
+# line wait in the reuse proof, the blocks did in the stream.
 
 # %% [markdown] lang="zh"
-# **调度器的承诺**：一句话概括，在一次运行的迭代记录中，同时运行的请求从不超过 `max_batch` 个，请求按到达顺序接纳、从不在到达之前被接纳，排在最前面的请求从不无故等待。调度器有没有兑现承诺，任何 logits 都看不出来，因为一个请求无论何时运行，logits 都一样。所以 `check_schedule` 从一次运行的迭代记录中读出这些承诺，按上面的顺序每项给出一个结论：`cap_respected`、`first_come_first_served`（先来先服务）、`none_before_arrival` 和 `no_needless_wait`。为了检查最后一项，它在每次迭代接纳结束后，看排在最前面、仍在等待的那个请求，问它为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）。`head_waited_for` 按原因统计等待的迭代次数；不属于这三种原因的等待记为 `nothing`，绝不能出现。下表核查了这个循环的两次运行：复用证明的六个请求（在那里，同时最多运行三个请求的上限让排在最前面的请求等待过），以及上面的请求流（在这里，让请求等待的是物理块）。核查的代码默认折叠，下面紧接着是它打印的表格。
+# **调度器的承诺**：调度器有没有兑现承诺，任何 logits 都看不出来（一个请求无论何时运行，logits 都一样），所以由折叠起来的核查函数 `check_schedule` 从循环两次运行（复用证明的六个请求和上面的请求流）的迭代记录中读出这些承诺：同时运行的请求从不超过 `max_batch` 个（`cap_respected`），请求按到达顺序接纳（`first_come_first_served`，先来先服务），从不在到达之前被接纳（`none_before_arrival`），排在最前面的请求从不无故等待（`no_needless_wait`）。`head_waited_for` 逐次迭代统计排在最前面、仍在等待的请求为什么等待：尚未到达（`arrival`）、batch 已满（`batch`），或者它的物理块与运行中请求的预留量加起来放不进池中（`blocks`）；`nothing` 必须保持为 0。这个单元格断言两次运行都兑现了每项承诺，而且两种限制都确实起了作用：在复用证明中，三个请求的上限让排在最前面的请求等待过；在请求流中，让它等待的是物理块。
 
 # %% tags=["hide-input"]
 def check_schedule(requests, trace, num_blocks, block_size, max_batch) -> dict:
@@ -222,30 +220,34 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 # On this run the loop produced {{run:continuous.tokens_per_decode_step:.2f}} tokens per decode step on
 # average, against {{run:static_batching.tokens_per_decode_step:.2f}} for static batching and exactly 1 for one
 # request at a time (the first token of each request comes from its prefill and is not counted). Tokens
-# per step matter to a server because on a GPU, a decode step reads every weight and the whole cache to do little arithmetic, so it is
-# bound by memory bandwidth. The weights are read once for the whole batch, but each sequence's K/V is still
-# read for that sequence alone. So a batch of a few sequences costs little more than one sequence only while
-# the weights make up most of the bytes a step reads; with long contexts and large batches the caches
-# outweigh the weights, and the step grows with the batch (the
+# per step matter because on a GPU a decode step is bound by memory bandwidth: it reads every weight and the
+# whole cache for little arithmetic. The weights are read once for the whole batch, each sequence's K/V for
+# that sequence alone, so a batch of a few sequences costs little more than one only while the weights make
+# up most of the bytes a step reads; with long contexts and large batches the caches outweigh the weights,
+# and the step grows with the batch (the
 # [reuse notebook]({{colab:infra-benchmark/kv-cache-reuse}}) counts both parts for published models). This CPU
 # toy does not measure that; it checks that batching changes nothing in the tokens.
 #
 # **What this toy does not model.**
 #
-# * GPU kernels: vLLM's paged attention reads K/V from the blocks inside the attention kernel; we gather
-#   them into a padded tensor first.
+# * GPU kernels: real engines read K/V from the blocks inside the attention kernel (section 6); we gather
+#   them first.
 # * Preemption: real schedulers admit optimistically and, when blocks run out, swap or recompute a
 #   request; our worst-case reservation never runs out, and wastes blocks instead (the gap in the figure).
 # * Prefill chunking and mixed batches: real systems split long prompts into chunks and run them in the
 #   same step as decode tokens; we prefill each request alone, in its own call.
 # * Nor does it model sampling, stop tokens, priorities or fairness, or the cost of Python in the loop.
+#
+# **Sections 9 to 11 are optional** (9 and 10 need `transformers`); the takeaways are in section 13.
 
 # %% [markdown] lang="zh"
-# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，静态批处理是 {{run:static_batching.tokens_per_decode_step:.2f}} 个，一次只处理一个请求时恰好是 1 个（每个请求的第一个 token 来自它的预填充，不计在内）。每步的 token 数对推理服务很重要，因为在 GPU 上，一个解码步要读取全部权重和整个缓存，运算却很少，因此受限于内存带宽。权重只需为整个 batch 读取一次，但每条序列的 K/V 仍要为这条序列单独读取。因此，只有当权重在一步读取的字节中占大头时，由几条序列组成的 batch 才只比单条序列略慢；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
+# 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，静态批处理是 {{run:static_batching.tokens_per_decode_step:.2f}} 个，一次只处理一个请求时恰好是 1 个（每个请求的第一个 token 来自它的预填充，不计在内）。每步的 token 数很重要，因为在 GPU 上解码步受限于内存带宽：它要读取全部权重和整个缓存，运算却很少。权重为整个 batch 只读一次，每条序列的 K/V 却要各读各的，所以只有当权重在一步读取的字节中占大头时，几条序列组成的 batch 才只比单条序列略慢；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
 #
 # **这个小例子没有模拟的东西**：
 #
-# * GPU 内核：vLLM 的分页注意力在注意力内核内部直接从物理块读取 K/V，而我们先把它们收集成一个填充过的张量。
+# * GPU 内核：真实的推理引擎在注意力内核内部直接从物理块读取 K/V（见第 6 节），而我们先把它们收集出来。
 # * 抢占：真实的调度器会乐观地接纳请求，物理块不够时再把某个请求换出或重算；我们按最坏情况预留，永远不会耗尽，代价是浪费物理块（图中两条曲线之间的差距）。
 # * 分块预填充与混合 batch：真实系统会把长提示切成若干分块，与解码 token 放在同一步里计算；我们则让每个请求在一次单独的调用中完成预填充。
 # * 此外，它也没有模拟采样、停止 token、优先级与公平性，以及循环中 Python 的开销。
+#
+# **第 9 至 11 节是可选内容**（第 9、10 节需要 `transformers`）；要点在第 13 节。

@@ -219,11 +219,11 @@ assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE[
 # **Negative control: a reused block not cleared.** `release` returns a block to the free list without
 # resetting its fill count; its next owner appends behind slots it never wrote, and reads them. Stale
 # fill counts also make sequences take more blocks than the scheduler reserved for them. With the
-# normal pool this bug crashes (a `RuntimeError` from an exhausted pool, which says nothing about what
-# went wrong); we give it twice the blocks so that you can see the wrong numbers instead.
+# normal pool this bug crashes (the cell shows the `RuntimeError` of the exhausted pool, which says nothing
+# about what went wrong); we then give it twice the blocks so that you can see the wrong numbers instead.
 
 # %% [markdown] lang="zh"
-# **负对照：复用的物理块没有清理**。`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用的物理块超过调度器为它预留的数量。用正常大小的池，这个错误会让运行直接崩溃（物理块耗尽时的 `RuntimeError`，它说明不了错在哪里）；我们给它多配一倍的物理块，以便看到它算出的错误数值。
+# **负对照：复用的物理块没有清理**。`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用的物理块超过调度器为它预留的数量。用正常大小的池，这个错误会让运行直接崩溃（下面的单元格显示了物理块耗尽时的 `RuntimeError`，它说明不了错在哪里）；所以我们再多配一倍的物理块，好让错误的数值显现出来。
 
 # %%
 class NotClearedPool(BlockPool):
@@ -234,6 +234,14 @@ class NotClearedPool(BlockPool):
             t[block] = float("nan")
 
 
+try:
+    check_reuse(NotClearedPool(cfg, REUSE_BLOCKS, BLOCK_SIZE))
+    crash = None
+except RuntimeError as error:
+    crash = error
+say(en=f"With the normal pool ({REUSE_BLOCKS} blocks): `RuntimeError: {crash}`",
+    zh=f"用正常大小的池（{REUSE_BLOCKS} 个物理块）：`RuntimeError: {crash}`")
+assert crash is not None and str(crash).startswith("free == []")
 not_cleared = check_reuse(NotClearedPool(cfg, 2 * REUSE_BLOCKS, BLOCK_SIZE))
 
 # %%
