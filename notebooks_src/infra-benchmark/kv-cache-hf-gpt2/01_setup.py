@@ -10,7 +10,7 @@
 # answers one question:
 #
 # - **2–4. What are we comparing, and do the two models agree?** The masks, the decoder and the short
-#   comparison with GPT-2 of *KV cache from scratch*, included from that notebook's own section files.
+#   comparison with GPT-2 of *KV cache from scratch*, copied unchanged from that notebook.
 #   Sections 2 and 3 are folded, with a banner: if you have read that notebook, skip them. Section 4 is
 #   shown open (only its imports are folded), because the rest of this notebook takes apart its four
 #   functions, `gpt2_config`, `gpt2_state_dict`, `build_gpt2` and `compare_with_gpt2`. It gives the result: with our weights in
@@ -41,7 +41,7 @@
 #
 # 阅读本笔记本需要熟悉 PyTorch（`nn.Linear`、`state_dict`、`load_state_dict`），不需要了解 transformers。每一节回答一个问题：
 #
-# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，直接取自那个笔记本的源文件。第 2、3 节的代码已折叠，开头有横幅说明：读过那个笔记本的话，可以跳过。第 4 节展开显示（只有导入语句折叠），因为本笔记本后面各节要逐一剖析它的四个函数 `gpt2_config`、`gpt2_state_dict`、`build_gpt2` 和 `compare_with_gpt2`。第 4 节给出结论：把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。后面各节都在检验这个结论。
+# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，原样照搬自那个笔记本。第 2、3 节的代码已折叠，开头有横幅说明：读过那个笔记本的话，可以跳过。第 4 节展开显示（只有导入语句折叠），因为本笔记本后面各节要逐一剖析它的四个函数 `gpt2_config`、`gpt2_state_dict`、`build_gpt2` 和 `compare_with_gpt2`。第 4 节给出结论：把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。后面各节都在检验这个结论。
 # - **第 5 节：什么样的配置描述我们的解码器？** `GPT2Config` 的默认值描述的是公开发布的 GPT-2；我们说明改了哪些配置项，以及为什么要改。
 # - **第 6 节：权重怎样对应？** `nn.Linear` 把矩阵存成 `[out, in]`，GPT-2 的 `Conv1D` 存成 `[in, out]`，而且 GPT-2 用一个矩阵同时算出 Q、K、V。一张图展示这种对应关系。
 # - **第 7 节：映射出错时，比较能查出来吗？** 三个现实中很容易犯的映射错误，以及每个错误最先在哪一层显现。

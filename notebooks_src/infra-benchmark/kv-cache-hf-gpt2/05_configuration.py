@@ -1,9 +1,10 @@
 # %% [markdown] lang="en"
-# From here on, "agrees within $10^{-10}$" (or $10^{-5}$ in FP32) always means `agrees`, section 4's
-# absolute test on the dict of errors that `compare_with_gpt2` returns; every later table reads that dict.
+# From here on, "agrees within $10^{-10}$" (or $10^{-5}$ in FP32) means `agrees`, section 4's absolute
+# test on the dict of errors that `compare_with_gpt2` returns. Where two single tensors are compared
+# instead, the cell says which test it uses (`close` also allows a relative error).
 
 # %% [markdown] lang="zh"
-# 下文说“在 $10^{-10}$（FP32 下为 $10^{-5}$）以内一致”，指的都是 `agrees`，即第 4 节对 `compare_with_gpt2` 所返回误差字典的绝对误差判定；后面每张表读的都是这个字典。
+# 下文说“在 $10^{-10}$（FP32 下为 $10^{-5}$）以内一致”，指的是 `agrees`，即第 4 节对 `compare_with_gpt2` 所返回误差字典的绝对误差判定。如果比较的是两个单独的张量，单元格会说明用的是哪种判定（`close` 还允许相对误差）。
 
 # %% [markdown] lang="en"
 # ## 5. The configuration, field by field

@@ -106,8 +106,8 @@ if HAVE_TRANSFORMERS:
 # - In FP64 the correct mapping stays at rounding level, and the trap is caught with both sets of
 #   weights.
 #
-# The smaller of the other two traps' errors in section 7 is about {{run:gelu.other_over_gelu:,.0f}} times the
-# GELU trap's: of the three, this is the only one that an FP32 comparison can let through. As for the
+# Each of section 7's other two traps errs at least {{run:gelu.other_over_gelu:,.0f}} times as much as the
+# GELU trap: of the three, the GELU trap is the only one that an FP32 comparison can let through. As for the
 # exact value $10^{-10}$: in FP64 the correct mapping's largest absolute error here is
 # {{run:gelu.fp64_noise:.1e}} and the smallest trap error {{run:gelu.fp64_smallest_trap:.1e}}, so any
 # tolerance between the two would do; $10^{-10}$ is simply a round number inside that gap. The next cell
@@ -121,7 +121,7 @@ if HAVE_TRANSFORMERS:
 # - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
 # - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
 #
-# 第 7 节另外两个陷阱中误差较小的那个，也约为 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有这一个可能在 FP32 的比较中蒙混过关。至于为什么恰好取 $10^{-10}$：在 FP64 下，这里正确映射的最大绝对误差为 {{run:gelu.fp64_noise:.1e}}，各陷阱中误差最小的也有 {{run:gelu.fp64_smallest_trap:.1e}}，介于两者之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。下一个单元格断言上面这些判读。
+# 第 7 节另外两个陷阱的误差都至少是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍：三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。至于为什么恰好取 $10^{-10}$：在 FP64 下，这里正确映射的最大绝对误差为 {{run:gelu.fp64_noise:.1e}}，各陷阱中误差最小的也有 {{run:gelu.fp64_smallest_trap:.1e}}，介于两者之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。下一个单元格断言上面这些判读。
 
 # %%
 if HAVE_TRANSFORMERS:

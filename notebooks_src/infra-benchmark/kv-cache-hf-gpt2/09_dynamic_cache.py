@@ -59,11 +59,6 @@ if HAVE_TRANSFORMERS:
 # the old list is enough, and cutting our cache back means slicing every layer's K and V to the first
 # $P$ positions.
 #
-# The cut must change the cache's length, not merely hide entries: given no
-# `position_ids`, `GPT2Model.forward` numbers the new tokens `torch.arange(T) +
-# past_key_values.get_seq_length()` (`modeling_gpt2.py`), which is exactly our `absolute_positions` hook
-# of section 3.
-#
 # Why would a cache ever be cut back? For *speculative decoding*, which transformers calls *assisted
 # generation* (`generate(..., assistant_model=...)`). A small draft model proposes several tokens; the
 # large model checks them all in one call, which appends K and V for every proposed token to its cache;
@@ -72,23 +67,21 @@ if HAVE_TRANSFORMERS:
 # transformers 5.23.0 (`GenerationMixin._assisted_decoding` in `transformers/generation/utils.py`) calls
 # `past_key_values.crop(-n)` with $n$ the number of rejected draft tokens.
 # Exercise 2 at the end replays one such round.
-#
-# The experiment takes two cells. The first runs on GPT-2 alone: prefill 200 positions of section 4's
-# sequences, take a deep copy of the cache, continue with 24 tokens, cut the cache back to 200 positions
-# with `crop(-24)`, and continue from there with 24 different tokens. It asserts that the cropped cache
-# gives exactly the logits obtained from the deep copy. That claim is bit for bit, and holds on any
-# machine: the crop slices the cached tensors and the deep copy copies them, and the next call
-# concatenates either into a fresh tensor of the same layout, so both continuations make the same calls on
-# the same inputs.
 
 # %% [markdown] lang="zh"
 # 所以 `DynamicCache` 可以重复使用，只是用法要符合这个对象的设计。办法有两种：续写之前先用 `copy.deepcopy` 把前缀缓存深拷贝一份，transformers 文档讲缓存复用的那一节（`Re-use Cache`）的例子就是这样做的；或者先续写，再用 `cache.crop(-n)` 把缓存截短，它会去掉每一层的最后 $n$ 个位置。我们的列表两种办法都用不着：留着旧列表就够了；要把我们的缓存截短，只需对每层的 K 和 V 做切片，保留前 $P$ 个位置。
 #
-# 截短必须真正改变缓存的长度，而不能只是把多出的部分藏起来：没有传入 `position_ids` 时，`GPT2Model.forward` 把新 token 的位置编为 `torch.arange(T) + past_key_values.get_seq_length()`（见 `modeling_gpt2.py`），这正是第 3 节里我们的 `absolute_positions` 钩子。
-#
 # 缓存为什么会需要截短？这是为了**投机解码**（speculative decoding），transformers 称之为**辅助生成**（assisted generation，即 `generate(..., assistant_model=...)`）。一个小的草稿模型先提出若干个 token，目标模型（即大模型）在一次调用中把它们全部验证一遍；这次调用会把每个被提出的 token 的 K 和 V 都追加进目标模型的缓存。随后，目标模型接受与自己一致的 token，拒绝其余的。进入下一轮之前，缓存必须丢掉被拒绝的那些位置，`crop` 正是为此而设：transformers 5.23.0 的辅助生成循环（`transformers/generation/utils.py` 中的 `GenerationMixin._assisted_decoding`）会调用 `past_key_values.crop(-n)`，其中 $n$ 是被拒绝的草稿 token 数。本笔记本最后的练习 2 会重演这样的一轮。
-#
-# 这个实验分两个单元格。第一个只在 GPT-2 上运行：用第 4 节的序列预填充 200 个位置，把缓存深拷贝一份，续写 24 个 token，再用 `crop(-24)` 把缓存截回 200 个位置，然后从那里续写另外 24 个 token。它断言：从截短后的缓存出发得到的 logits，与从深拷贝出发得到的完全相同。这一条是逐比特相同，而且在任何机器上都成立：截短只是对缓存的张量做切片，深拷贝只是复制它们，下一次调用又都把它们拼接成内存布局相同的新张量，所以两次续写是在相同输入上做的相同调用。
+
+# %% [markdown] lang="en"
+# The experiment takes two cells. The first runs on GPT-2 alone: prefill 200 positions of section 4's
+# sequences, take a deep copy of the cache, continue with 24 tokens, cut the cache back to 200 positions
+# with `crop(-24)`, and continue from there with 24 different tokens. It asserts that the cropped cache
+# gives exactly, bit for bit, the logits obtained from the deep copy; the comment above that assertion
+# says why this holds on any machine.
+
+# %% [markdown] lang="zh"
+# 这个实验分两个单元格。第一个只在 GPT-2 上运行：用第 4 节的序列预填充 200 个位置，把缓存深拷贝一份，续写 24 个 token，再用 `crop(-24)` 把缓存截回 200 个位置，然后从那里续写另外 24 个 token。它断言：从截短后的缓存出发得到的 logits，与从深拷贝出发得到的逐比特相同；这在任何机器上都成立，原因见这条断言上方的注释。
 
 # %%
 CROP_PREFIX, CROP_TOKENS = 200, 24
@@ -120,18 +113,23 @@ if HAVE_TRANSFORMERS:
            f"bit for bit equal: {torch.equal(after_crop, after_copy)}.",
         zh=f"`crop` 之后、深拷贝、未截短副本的缓存长度：{'、'.join(map(str, lengths))}。`crop` 之后的续写与从深拷贝"
            f"出发的续写相比：最大绝对误差 {max_abs_err(after_crop, after_copy):.1e}，逐比特相同：{'是' if torch.equal(after_crop, after_copy) else '否'}。")
-    # [en] Same calls on the same inputs: bit for bit.
-    # [zh] 相同输入上的相同调用：逐比特相同。
+    # [en] Bit for bit on any machine: crop slices the cached tensors and deepcopy copies them, and the
+    # [en] next call concatenates either into a fresh tensor of the same layout: same calls, same inputs.
+    # [zh] 在任何机器上都逐比特相同：crop 对缓存的张量做切片，deepcopy 复制它们，下一次调用又都把它们
+    # [zh] 拼接成内存布局相同的新张量：相同输入上的相同调用。
     assert torch.equal(after_crop, after_copy)
 
 # %% [markdown] lang="en"
 # The second cell cuts our cache back the same way, by slicing every layer to its first 200 positions,
-# and compares it with GPT-2's cropped cache layer by layer, then the continuations of both. As a negative
-# control, it also continues GPT-2 from the copy that was not cropped: the new tokens then sit 24
-# positions too late and read 24 extra keys, and the comparison with ours catches it.
+# and compares it with GPT-2's cropped cache layer by layer, then the continuations of both. The cut must
+# change the cache's length, not merely hide entries: given no `position_ids`, `GPT2Model.forward`
+# numbers the new tokens `torch.arange(T) + past_key_values.get_seq_length()` (`modeling_gpt2.py`),
+# exactly our `absolute_positions` hook of section 3. So the negative control continues GPT-2 from the
+# copy that was not cropped: the new tokens then sit 24 positions too late and read 24 extra keys, and
+# the comparison with ours catches it.
 
 # %% [markdown] lang="zh"
-# 第二个单元格用同样的方式截短我们的缓存：把每一层切片，只保留前 200 个位置；然后把它与 GPT-2 截短后的缓存逐层比较，再比较两边的续写结果。作为负对照，它还让 GPT-2 从没有截短的那份副本出发续写：这时新 token 的位置整体往后错了 24 个，还会多读 24 个键，与我们的结果一比就能查出来。
+# 第二个单元格用同样的方式截短我们的缓存：把每一层切片，只保留前 200 个位置；然后把它与 GPT-2 截短后的缓存逐层比较，再比较两边的续写结果。截短必须真正改变缓存的长度，而不能只是把多出的部分藏起来：没有传入 `position_ids` 时，`GPT2Model.forward` 把新 token 的位置编为 `torch.arange(T) + past_key_values.get_seq_length()`（见 `modeling_gpt2.py`），这正是第 3 节里我们的 `absolute_positions` 钩子。所以负对照让 GPT-2 从没有截短的那份副本出发续写：这时新 token 的位置整体往后错了 24 个，还会多读 24 个键，与我们的结果一比就能查出来。
 
 # %%
 # [en] Our cache cut back to its first `length` positions: every layer's K and V sliced.

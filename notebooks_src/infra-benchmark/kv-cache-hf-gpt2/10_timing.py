@@ -9,8 +9,8 @@
 # `time.perf_counter_ns`, the median (p50) and the 95th percentile (p95) reported.
 #
 # The first cell defines the two loops (one call per token, logits kept) and the percentile summary.
-# The second builds the FP32 GPT-2, prefills the prompt once on both sides and checks that the two loops
-# give the same logits within the FP32 tolerance. The third runs the race: our decoder restarts every
+# The second builds the FP32 GPT-2, prefills the prompt once on both sides and checks with `close` that the
+# two loops give the same logits within the FP32 tolerance. The third runs the race: our decoder restarts every
 # round from its prefix list, which no call writes into; the library's `DynamicCache` grows with every
 # call, so, as section 9 showed, each of its rounds starts from a deep copy of the prefix cache, made
 # outside the timed window. The fourth, folded, prints the table.
@@ -20,7 +20,7 @@
 #
 # 两种实现算出的数相同，花的时间也一样吗？让它们在同一个任务上比一比：在 256 个 token 的提示之后，每次调用送入一个预先确定的 token，共 16 个（即 16 个解码步），每个 token 之后都返回 logits。两个模型都使用第 3 节的 FP32 权重，都只用一个线程：先做 `WARMUPS` 轮预热，再做 `REPEATS` 轮正式测量（分别为 5 和 41；`QUICK = True` 时为 1 和 5），每一轮轮换两者的先后顺序，用 `time.perf_counter_ns` 计时，报告中位数（p50）和第 95 百分位数（p95）。
 #
-# 第一个单元格定义两个循环（每个 token 调用一次，保留 logits）和百分位数汇总。第二个单元格构建 FP32 的 GPT-2，在两边各预填充一次提示，并确认两个循环在 FP32 容差内给出相同的 logits。第三个单元格进行比赛：我们的解码器每一轮都从前缀列表重新开始，任何调用都不会改写它；库的 `DynamicCache` 每调用一次就变长，所以按第 9 节的做法，它的每一轮都从前缀缓存的一份深拷贝出发，拷贝在计时窗口之外完成。第四个单元格（代码已折叠）打印结果表。
+# 第一个单元格定义两个循环（每个 token 调用一次，保留 logits）和百分位数汇总。第二个单元格构建 FP32 的 GPT-2，在两边各预填充一次提示，并用 `close` 确认两个循环在 FP32 容差内给出相同的 logits。第三个单元格进行比赛：我们的解码器每一轮都从前缀列表重新开始，任何调用都不会改写它；库的 `DynamicCache` 每调用一次就变长，所以按第 9 节的做法，它的每一轮都从前缀缓存的一份深拷贝出发，拷贝在计时窗口之外完成。第四个单元格（代码已折叠）打印结果表。
 
 # %%
 PEER_PROMPT, CONTINUATION = 256, 16

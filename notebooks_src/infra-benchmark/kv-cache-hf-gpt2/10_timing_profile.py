@@ -1,14 +1,14 @@
 # %% [markdown] lang="en"
-# **What one step costs.** Both models do the same arithmetic, so where does the difference come from? We
-# take one decode step of each, the token after the race's prompt, and count what it does with two
-# profilers: `torch.profiler` counts the ATen operations the step launches (ATen is the C++ library
-# behind PyTorch's operators), their time and, with `with_flops=True`, the floating-point operations of
-# the matrix products; Python's `cProfile` counts the function calls. The next cell, folded, defines the
-# two measurements (a warm-up session and five more, the median self time per operator; calls grouped
-# by the file that defines each function).
+# **What one step costs.** The answer first: one decode step of each model does the same matrix
+# arithmetic, but GPT-2's step makes {{run:profile.python_ratio:.1f}} times as many Python function calls as
+# ours. We take one decode step of each, the token after the race's prompt, and count with two profilers:
+# `torch.profiler` counts the ATen operations the step launches (ATen is the C++ library behind
+# PyTorch's operators) and, with `with_flops=True`, the floating-point operations of the matrix
+# products; Python's `cProfile` counts the function calls. The next cell, folded, defines the two
+# measurements (calls grouped by the file that defines each function).
 
 # %% [markdown] lang="zh"
-# **一步的开销都花在哪里。** 两个模型的运算相同，差距从何而来？我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器统计它做了什么：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库）的次数和耗时，打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计函数调用次数。下一个单元格（代码已折叠）定义这两种测量（先预热一次，再分析 5 次，每个算子的自身耗时取中位数；函数调用按定义它的文件分组）。
+# **一步的开销都花在哪里。** 先说结论：两个模型的一个解码步所做的矩阵运算完全相同，但 GPT-2 这一步的 Python 函数调用次数是我们的 {{run:profile.python_ratio:.1f}} 倍。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器统计：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库），打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计函数调用次数。下一个单元格（代码已折叠）定义这两种测量（函数调用按定义它的文件分组）。
 
 # %% tags=["hide-input"]
 import cProfile
@@ -30,10 +30,10 @@ PROFILE_SESSIONS, PROFILE_STEPS = 5, 10
 PROFILE_CALLS = (PROFILE_SESSIONS + 1) * PROFILE_STEPS + 1
 
 
-# [en] Per step: each ATen operator's (calls, self time in microseconds, FLOPs); the self time is the
-# [en] median over the sessions after the first, which warms up.
+# [en] Per step: each ATen operator's (calls, self time in microseconds, FLOPs); the self time, the
+# [en] median over the sessions after the first (a warm-up), is only saved to results.json.
 # [zh] 每步：每个 ATen 算子的（调用次数，自身耗时（微秒），浮点运算次数）；自身耗时取第一次（预热）之后
-# [zh] 各次分析的中位数。
+# [zh] 各次分析的中位数，只写入 results.json。
 def aten_profile(step, sessions, steps):
     runs = []
     for _ in range(sessions + 1):
@@ -108,14 +108,14 @@ if HAVE_TRANSFORMERS:
 # %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:
     say_table([[f"`{name}`", f"{race_timing[key]['p50'] / CONTINUATION:.3f}" if key in race_timing else "-",
-                str(step_profile[key]["aten_calls"]), f"{step_profile[key]['aten_ms']:.3f}", f"{step_profile[key]['python_calls']:,}",
+                str(step_profile[key]["aten_calls"]), f"{step_profile[key]['python_calls']:,}",
                 f"{step_profile[key]['matmul_flops']:,}"]
                for key, name in [("ours", "model(next_token, ours_prefix)"),
                                  ("gpt2", "gpt2_32(input_ids=next_token, past_key_values=copy)"),
                                  ("ours_no_cache", "model(race_stream[:, :257])")]],
               en=["one decode step", "time per step, race p50 / 16 (ms)", "ATen op calls",
-                  "time in ATen ops, profiled (ms)", "Python function calls", "matrix-product FLOPs"],
-              zh=["一个解码步", "每步耗时（比赛 p50 / 16，毫秒）", "ATen 算子调用次数", "ATen 算子内耗时（性能分析器下，毫秒）",
+                  "Python function calls", "matrix-product FLOPs"],
+              zh=["一个解码步", "每步耗时（比赛 p50 / 16，毫秒）", "ATen 算子调用次数",
                   "Python 函数调用次数", "矩阵乘法浮点运算次数"])
 
 # %%
@@ -127,23 +127,21 @@ if HAVE_TRANSFORMERS:
 
 # %% [markdown] lang="en"
 # Which operations, and where do the calls go? The next cell, folded, prints two tables: the ATen
-# operations that took the most time in either step (calls and profiled microseconds per step), and the
+# operations each step calls most often (calls per step), and the
 # function calls of one step by the file that defines the function (`<built-in>`: functions implemented
 # in C; `<cell>`: functions defined in this notebook's cells).
 
 # %% [markdown] lang="zh"
-# 具体是哪些算子？函数调用又花在了哪里？下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中耗时最多的 ATen 算子（每步的调用次数和分析器下每步的微秒数），第二张把一步中的函数调用按定义该函数的文件分组统计：`<built-in>` 指用 C 实现的内置函数，`<cell>` 指本笔记本单元格里定义的函数。
+# 具体是哪些算子？函数调用又花在了哪里？下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中调用最多的 ATen 算子（每步的调用次数），第二张把一步中的函数调用按定义该函数的文件分组统计：`<built-in>` 指用 C 实现的内置函数，`<cell>` 指本笔记本单元格里定义的函数。
 
 # %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:
     ours_ops, gpt2_ops = step_profile["ours"]["ops"], step_profile["gpt2"]["ops"]
     none = (0, 0.0, 0)
     top_ops = sorted(set(ours_ops) | set(gpt2_ops),
-                     key=lambda op: -max(ours_ops.get(op, none)[1], gpt2_ops.get(op, none)[1]))[:10]
-    say_table([[f"`{op}`", f"{ours_ops.get(op, none)[0]:g}", f"{ours_ops.get(op, none)[1]:.0f}",
-                f"{gpt2_ops.get(op, none)[0]:g}", f"{gpt2_ops.get(op, none)[1]:.0f}"] for op in top_ops],
-              en=["ATen op", "ours: calls", "ours: time (us)", "GPT-2: calls", "GPT-2: time (us)"],
-              zh=["ATen 算子", "我们的：调用次数", "我们的：耗时（微秒）", "GPT-2：调用次数", "GPT-2：耗时（微秒）"])
+                     key=lambda op: -max(ours_ops.get(op, none)[0], gpt2_ops.get(op, none)[0]))[:10]
+    say_table([[f"`{op}`", f"{ours_ops.get(op, none)[0]:g}", f"{gpt2_ops.get(op, none)[0]:g}"] for op in top_ops],
+              en=["ATen op", "ours: calls", "GPT-2: calls"], zh=["ATen 算子", "我们的：调用次数", "GPT-2：调用次数"])
     ours_python, gpt2_python = step_profile["ours"]["python"], step_profile["gpt2"]["python"]
     top_sources = sorted(set(ours_python) | set(gpt2_python),
                          key=lambda source: -max(ours_python.get(source, 0), gpt2_python.get(source, 0)))[:10]
@@ -156,22 +154,26 @@ if HAVE_TRANSFORMERS:
 # matrix products, against {{run:profile.no_cache_flops:,}} ({{run:profile.no_cache_ratio:,.0f}} times as
 # many) when the 257 positions are recomputed without a cache. They launch about as many ATen operations,
 # {{run:profile.ours_ops}} and {{run:profile.gpt2_ops}} (ours goes through `aten::linear` and makes three
-# products where GPT-2's `c_attn` makes one). Profiled times include the profiler's own cost and can
-# even exceed a whole step of the race (ours here: {{run:profile.ours_aten_ms:.2f}} ms inside ATen operations,
-# {{run:race.ours_step_ms:.2f}} ms for its whole race step), so they serve only to compare the two models: GPT-2's time inside ATen operations minus ours, {{run:profile.aten_diff_ms:+.2f}} ms.
+# products where GPT-2's `c_attn` makes one).
 #
 # **The calls are not.** GPT-2's step makes {{run:profile.gpt2_python:,}} function calls, ours
 # {{run:profile.ours_python:,}}; the second table shows that the extra ones are the library's machinery
-# (configuration reads, output dataclasses, the cache object's methods). A simple model reads the race's
-# two step times with these counts: time per step = a fixed cost $a$ + a cost $b$ per function call
-# (Python functions and built-ins counted alike). The next cell solves it for $a$ and $b$.
+# (configuration reads, output dataclasses, the cache object's methods).
+#
+# How much could one call cost? Suppose time per step = a fixed cost $a$ + a cost $b$ per function call
+# (Python functions and built-ins counted alike). The race's two step times fix $a$ and $b$ exactly (the
+# next cell, folded): $b$ = {{run:profile.us_per_call:.1f}} µs, to compare with the cost of a function call
+# plus the little work each does. It is a reading of the counts, not a measurement: no tool here times
+# Python alone without distorting it (`cProfile` adds a cost to every call it counts).
 
 # %% [markdown] lang="zh"
-# **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。两者调用的 ATen 算子数目相近，分别为 {{run:profile.ours_ops}} 次和 {{run:profile.gpt2_ops}} 次（我们的要经过 `aten::linear`，而且用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次）。分析器下的耗时包含分析器自身的开销，甚至可能超过比赛中整个一步的耗时（这里我们的模型在 ATen 算子内耗时 {{run:profile.ours_aten_ms:.2f}} 毫秒，比赛中整个一步为 {{run:race.ours_step_ms:.2f}} 毫秒），所以只适合用来比较两个模型：两者在 ATen 算子内的耗时之差（GPT-2 减去我们的）为 {{run:profile.aten_diff_ms:+.2f}} 毫秒。
+# **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。两者调用的 ATen 算子数目相近，分别为 {{run:profile.ours_ops}} 次和 {{run:profile.gpt2_ops}} 次（我们的要经过 `aten::linear`，而且用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次）。
 #
-# **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；第二张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）。可以用一个简单的模型，结合这两个计数来解读比赛中两个模型每步的耗时：每步耗时 = 固定开销 $a$ + 每次函数调用的开销 $b$ × 调用次数（Python 函数和内置函数同等计数）。下一个单元格解出 $a$ 和 $b$。
+# **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；第二张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）。
+#
+# 一次调用大约要花多少时间？假设每步耗时 = 固定开销 $a$ + 每次函数调用的开销 $b$ × 调用次数（Python 函数和内置函数同等计数）。比赛中两个模型每步的耗时恰好确定 $a$ 和 $b$（下一个单元格，代码已折叠）：$b$ = {{run:profile.us_per_call:.1f}} 微秒，可以拿它与一次函数调用再加上它所做的一点点工作的开销相比。这是对计数的一种解读，而不是测量：这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
 
-# %%
+# %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:
     per_step = {path: race_timing[path]["p50"] / CONTINUATION for path in PEER_PATHS}                # ms
     calls = {path: step_profile[path]["python_calls"] for path in PEER_PATHS}
@@ -185,17 +187,13 @@ if HAVE_TRANSFORMERS:
            f"{per_step['ours']:.2f}$ 毫秒；GPT-2：$a + {calls['gpt2']}b = {per_step['gpt2']:.2f}$ 毫秒。")
 
 # %% [markdown] lang="en"
-# Two steps fix two unknowns, so the model fits them by construction: it is a reading of the counts, not
-# a measurement of Python's time, which no tool here can time without distorting it (`cProfile` adds a
-# cost to every call it counts). What supports the reading is the rest of this section (the same FLOPs,
-# about as many ATen operations) and the size of $b$, here {{run:profile.us_per_call:.1f}} µs, to compare with
-# the cost of a function call plus the little work each does. It is also why the race says nothing about speed at real
-# sizes: at GPT-2 small's width of 768 each projection does $(768 / 64)^2 = 144$ times the work of ours,
-# while a layer makes the same calls, so the arithmetic per call grows about 144-fold (its 12 layers,
-# against our 2, multiply work and calls alike).
+# The counts also explain why the race says nothing about speed at real sizes: at GPT-2 small's width of
+# 768, each projection call of a layer (both dimensions of its matrix grow with the width) does
+# $(768 / 64)^2 = 144$ times the work of ours and each attention product $768 / 64 = 12$ times, while a
+# layer makes the same calls (its 12 layers, against our 2, multiply work and calls alike).
 
 # %% [markdown] lang="zh"
-# 两个解码步恰好确定两个未知数，所以这个模型必然与它们吻合：它是对计数的一种解读，而不是对 Python 耗时的测量；这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。支持这种解读的，是本节的其余结果（浮点运算次数相同，ATen 算子数目相近），以及 $b$ 的大小：这里为 {{run:profile.us_per_call:.1f}} 微秒，可以拿它与一次函数调用再加上它所做的一点点工作的开销相比。也正因如此，这场比赛说明不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它的每个投影的计算量是我们的 $(768 / 64)^2 = 144$ 倍，而每一层的函数调用次数不变，所以每次调用分摊的运算量约增大 144 倍（它有 12 层，我们只有 2 层，层数对运算量和调用次数的放大是一样的）。
+# 这些计数也解释了为什么这场比赛反映不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它在每一层中的每次投影调用（矩阵的两个维度都随宽度增长）的计算量是我们的 $(768 / 64)^2 = 144$ 倍，每次注意力矩阵乘法是 $768 / 64 = 12$ 倍，而每一层的函数调用次数不变（它有 12 层，我们只有 2 层，层数对运算量和调用次数的放大是一样的）。
 
 # %% tags=["prose-values"]
 {"profile": {
@@ -203,7 +201,6 @@ if HAVE_TRANSFORMERS:
     "no_cache_ratio": step_profile["ours_no_cache"]["matmul_flops"] / step_profile["ours"]["matmul_flops"],
     "ours_ops": step_profile["ours"]["aten_calls"], "gpt2_ops": step_profile["gpt2"]["aten_calls"],
     "ours_python": step_profile["ours"]["python_calls"], "gpt2_python": step_profile["gpt2"]["python_calls"],
-    "aten_diff_ms": step_profile["gpt2"]["aten_ms"] - step_profile["ours"]["aten_ms"],
-    "ours_aten_ms": step_profile["ours"]["aten_ms"],
+    "python_ratio": step_profile["gpt2"]["python_calls"] / step_profile["ours"]["python_calls"],
     "fixed_ms": fixed_ms, "us_per_call": 1e3 * per_call_ms,
 }} if HAVE_TRANSFORMERS else {}
