@@ -59,7 +59,7 @@ def norm_layer(c: ArchConfig) -> nn.Module:
 # `attend` (how the scores and the weighted sum are computed), or `forward` itself.
 
 # %% [markdown] lang="zh"
-# **注意力层。** `Attention` 投影出 $H$ 个查询头和 $H_{kv}$ 个 K/V 头；如果模型使用 RoPE，就用上面的 `Rotary` 按 token 的绝对位置旋转 Q 和 K；然后把新的 K/V 交给本层的缓存，再用 `mask` 方法由位置算出掩码，对缓存返回的内容计算注意力。每种变体都是一个子类，只重写它要改动的部分：`new_cache`（这一层保留什么）、`mask`（查询可以读取哪些键）、`rotate`（位置怎样进入计算）、`attend`（怎样计算分数和加权和），或者 `forward` 本身。
+# **注意力层。** `Attention` 投影出 $H$ 个查询头和 $H_{kv}$ 个 K/V 头；如果模型使用 RoPE，就用 `Rotary` 按 token 的绝对位置旋转 Q 和 K；然后把新的 K/V 交给本层的缓存，再用 `mask` 方法由位置算出掩码，对缓存返回的内容计算注意力。每种变体都是一个子类，只重写它要改动的部分：`new_cache`（这一层保留什么）、`mask`（查询可以读取哪些键）、`rotate`（位置怎样进入计算）、`attend`（怎样计算分数和加权和），或者 `forward` 本身。
 
 # %%
 class Attention(nn.Module):

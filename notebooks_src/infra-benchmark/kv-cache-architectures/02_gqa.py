@@ -12,10 +12,10 @@
 # The section has two parts:
 #
 # * **4.1** builds a generalized decoder next to the first notebook's, one option per design change (later
-#   sections reuse it), and the check every exact variant must pass. Its configuration's RoPE, RMSNorm, gated-MLP
-#   and bias fields serve the Llama-shaped model used from section 5 on: skip them until then. The `caches`
-#   argument of `new_cache` and the helper `distinct` serve the compression notebook, whose layers share
-#   caches; every layer here ignores them.
+#   sections reuse it), and the check every exact variant must pass. **Skip on a first read** what serves only
+#   later parts: the configuration's RoPE, RMSNorm, gated-MLP and bias fields (the Llama-shaped model of section
+#   5, which also shows the rotation `Rotary`), and the `caches` argument of `new_cache` and the helper `distinct`
+#   (the compression notebook's layers that share a cache). In this section they change nothing.
 # * **4.2** proves GQA and MQA by four criteria: (1) with $H_{kv} = H$ the decoder is section 3's; (2) with
 #   $H_{kv} = 2$ and $1$ the cached path equals full recomputation; (3) the cache holds $H_{kv}$ heads, as the
 #   payload formula says; (4) query head $h$ reads K/V head $\lfloor h / g \rfloor$, checked head by head.
@@ -31,7 +31,7 @@
 #
 # 本节分两部分：
 #
-# * **4.1** 在第一份笔记本的解码器旁边另建一个通用的解码器，每种设计改动对应一个选项（后面各节都沿用它），并给出每个精确变体都必须通过的检查。配置中的 RoPE、RMSNorm、门控 MLP 和偏置这几个字段供第 5 节起使用的 Llama 结构模型使用，读到那里之前可以先略过。`new_cache` 的参数 `caches` 和辅助函数 `distinct` 是为压缩笔记本准备的，那里有共享缓存的层；本笔记本的每一层都用不到它们。
+# * **4.1** 在第一份笔记本的解码器旁边另建一个通用的解码器，每种设计改动对应一个选项（后面各节都沿用它），并给出每个精确变体都必须通过的检查。**初读时可以略过**只为后文准备的部分：配置中的 RoPE、RMSNorm、门控 MLP 和偏置这几个字段（供第 5 节的 Llama 结构模型使用，旋转 `Rotary` 的代码也在第 5 节给出），以及 `new_cache` 的参数 `caches` 和辅助函数 `distinct`（供压缩笔记本中共享缓存的层使用）。它们在本节不起任何作用。
 # * **4.2** 用四条判据证明 GQA 和 MQA：(1) $H_{kv} = H$ 时，这个解码器就是第 3 节的解码器；(2) $H_{kv} = 2$ 和 $1$ 时，缓存路径与完整重算一致；(3) 缓存中保存的是 $H_{kv}$ 个头，与数据量公式相符；(4) 查询头 $h$ 读取第 $\lfloor h / g \rfloor$ 个 K/V 头，逐头检查。
 #
 # ### 4.1 要改动的解码器及其检查

@@ -56,14 +56,14 @@ say_table([[f"`{r['variant']}`", str(r["kv_heads"]), f"{r['positions_kept']:,}",
 
 # %% [markdown] lang="en"
 # The rows, asserted. MHA needs {{run:memory.mha_kib_per_token:.0f}} KiB per token and
-# {{run:memory.mha_gib:.0f}} GiB for one 32k context, more than the 8B model's own FP16 weights
-# ({{run:memory.weights_gib:.1f}} GiB, computed from the same configuration). GQA-8 divides both by 4 and MQA by
+# {{run:memory.mha_gib:.0f}} GiB for one 32k context, more than all the FP16 weights of Llama 3 8B itself
+# ({{run:memory.weights_gib:.1f}} GiB for this GQA-8 model, computed from the same configuration). GQA-8 divides both by 4 and MQA by
 # 32. The window of 4,096 caps the cache at 4,095 positions, {{run:memory.window_gib:.2f}} GiB however long the
 # context. int8 and int4 keep {{run:memory.int8_fraction:.1%}} and {{run:memory.int4_fraction:.1%}} of GQA-8's
 # cache: half and a quarter, plus a few percent for the scales and the full-precision window.
 
 # %% [markdown] lang="zh"
-# 用断言核对各行。MHA 每个 token 需要 {{run:memory.mha_kib_per_token:.0f}} KiB，一个 32k 上下文需要 {{run:memory.mha_gib:.0f}} GiB，比这个 8B 模型自身的 FP16 权重（{{run:memory.weights_gib:.1f}} GiB，用同一份配置算出）还多。GQA-8 把两者都缩小到 1/4，MQA 缩小到 1/32。4,096 的窗口把缓存限制在 4,095 个位置，无论上下文多长，都只有 {{run:memory.window_gib:.2f}} GiB。int8 和 int4 缓存的大小分别是 GQA-8 的 {{run:memory.int8_fraction:.1%}} 和 {{run:memory.int4_fraction:.1%}}，即一半和四分之一，再加上缩放因子和全精度窗口所占的几个百分点。
+# 用断言核对各行。MHA 每个 token 需要 {{run:memory.mha_kib_per_token:.0f}} KiB，一个 32k 上下文需要 {{run:memory.mha_gib:.0f}} GiB，比 Llama 3 8B 本身的全部 FP16 权重（这个 GQA-8 模型为 {{run:memory.weights_gib:.1f}} GiB，用同一份配置算出）还多。GQA-8 把两者都缩小到 1/4，MQA 缩小到 1/32。4,096 的窗口把缓存限制在 4,095 个位置，无论上下文多长，都只有 {{run:memory.window_gib:.2f}} GiB。int8 和 int4 缓存的大小分别是 GQA-8 的 {{run:memory.int8_fraction:.1%}} 和 {{run:memory.int4_fraction:.1%}}，即一半和四分之一，再加上缩放因子和全精度窗口所占的几个百分点。
 
 # %%
 def llama_parameters(c: ArchConfig) -> int:
@@ -105,11 +105,11 @@ plt.show()
 # *Figure: the K/V cache of one 32k-token context (32,768 positions, batch 1) for each variant of the table, on
 # Llama 3 8B's shape (title). One bar per variant (the labels on the left are the table's first column:
 # `GQA-8` is Llama 3 8B itself, `W = 4,096` the sliding window, `int8` and `int4` the quantized caches); the
-# horizontal axis is in GiB (linear), and each bar is labelled with its size. The dotted line (legend "weights, FP16") marks the model's own FP16
-# weights: MHA's cache alone is larger.*
+# horizontal axis is in GiB (linear), and each bar is labelled with its size. The dotted line (legend "weights, FP16") marks the FP16
+# weights of Llama 3 8B itself, the GQA-8 model: MHA's cache alone is larger.*
 
 # %% [markdown] lang="zh"
-# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 1）下的 K/V 缓存大小。每种变体一根柱子（左侧的标签就是表格的第一列：`GQA-8` 即 Llama 3 8B 本身，`W = 4,096` 表示滑动窗口，`int8` 和 `int4` 是量化缓存）；横轴的单位是 GiB（线性刻度），每根柱子旁标出它的大小。点线（图例 weights, FP16）标出模型自身 FP16 权重的大小：单是 MHA 的缓存就比它还大。*
+# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 1）下的 K/V 缓存大小。每种变体一根柱子（左侧的标签就是表格的第一列：`GQA-8` 即 Llama 3 8B 本身，`W = 4,096` 表示滑动窗口，`int8` 和 `int4` 是量化缓存）；横轴的单位是 GiB（线性刻度），每根柱子旁标出它的大小。点线（图例 weights, FP16）标出 Llama 3 8B 本身（即 GQA-8 模型）FP16 权重的大小：单是 MHA 的缓存就比它还大。*
 
 # %% tags=["prose-values"]
 {"memory": MEMORY}

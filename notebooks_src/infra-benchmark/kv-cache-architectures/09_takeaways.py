@@ -23,7 +23,7 @@
 #   `is_causal=True` after a cache passes a prefill followed by one-token steps and fails for chunks of 2 and 5
 #   tokens.
 # * **At 7–8B scale the choice matters**: one 32k-token context costs {{run:memory.mha_gib:.0f}} GiB with MHA,
-#   more than the model's weights, and a quarter of that with Llama 3's eight K/V heads.
+#   more than Llama 3 8B's own (GQA-8) weights, and a quarter of that with its eight K/V heads.
 #
 # The [compression notebook]({{colab:infra-benchmark/kv-cache-compression}}) builds on this decoder: multi-head
 # latent attention (MLA), local and global layers, a cache shared across layers, attention sinks and eviction.
@@ -37,7 +37,7 @@
 # * **滑动窗口只需要最后 $W - 1$ 个位置**，存在一个先读后写的环形缓冲区里。“$W$ 的窗口”在 Hugging Face 的代码里是 $W$ 个键，而 Mistral 论文的措辞按闭区间理解则是 $W + 1$ 个键；宽了一个键的窗口通不过缓存检查，窄了一个键的窗口只有键数检查能查出。把上下文裁剪到 $W$ 个 token 并不等于滑动窗口：多层叠加之后，能回看 $L(W - 1)$ 个位置。
 # * **量化缓存是一种近似**，要用明确写出的误差界和一个必须违反这些界的负对照来评判。这些界是在第一次运行之后定下的，明显高于当时测得的误差，此后每次运行都必须落在界内。随机权重只能说明这个缓存读回了它存下的内容，不能说明训练好的模型能保持质量，而后者才是 KIVI 所测量的。
 # * **融合注意力改变的是运算次序，而不是结果**，前提是掩码正确：在缓存之后使用 `is_causal=True` 的错误，能通过“预填充后逐 token 解码”的运行，而在分块长度为 2 和 5 时失败。
-# * **到了 7B 到 8B 的规模，这些选择举足轻重**：一个 32k token 的上下文，用 MHA 需要 {{run:memory.mha_gib:.0f}} GiB，比模型权重还大；用 Llama 3 的 8 个 K/V 头，只需要它的四分之一。
+# * **到了 7B 到 8B 的规模，这些选择举足轻重**：一个 32k token 的上下文，用 MHA 需要 {{run:memory.mha_gib:.0f}} GiB，比 Llama 3 8B 本身（GQA-8）的权重还大；用它的 8 个 K/V 头，只需要这个数的四分之一。
 #
 # [压缩笔记本]({{colab:infra-benchmark/kv-cache-compression}})在这个解码器的基础上更进一步：多头潜在注意力（MLA）、局部层与全局层、跨层共享的缓存、注意力汇聚点以及淘汰策略。
 
