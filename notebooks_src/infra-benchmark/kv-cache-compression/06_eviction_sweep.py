@@ -89,7 +89,7 @@ say_table([[str(SEED + 4) if name == "main" else name.removeprefix("seed_"), ", 
             f"{min(ratios.values()):.2f}"] for name, ratios in RANDOM_RATIOS.items()],
           en=[f"seed of the prompts (with favourites; {SEED + 4}: this section's)", "budget: random eviction's error / the worse policy's", "smallest"],
           zh=[f"提示的随机种子（有偏好；{SEED + 4} 为本节的提示）", "预算：随机淘汰的误差 / 较差策略的误差", "最小值"])
-CONTROLS["random_eviction"] = {"section": 7, "check": "eviction_sweep", "measured": min(RANDOM_RATIOS["main"].values()),
+CONTROLS["random_eviction"] = {"section": 7, "check": "eviction_sweep", "measured": min(RANDOM_RATIOS["main"].values()), "unit": "ratio",
                                "other_prompt_sets": min(min(r.values()) for name, r in RANDOM_RATIOS.items() if name != "main"),
                                "caught": min(min(r.values()) for r in RANDOM_RATIOS.values()) > EVICTION_BOUNDS["random_min_error_ratio"]}
 assert all(run["exact"] for case in EVICTION.values() for run in case.values() if run["budget"] == PROMPT_LEN)
