@@ -60,13 +60,12 @@ def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF1
             + copy_reads + keys * expanded_elements(c) * bytes_per_element)
 
 # %% [markdown] lang="en"
-# The next cell (its code folded) checks `materialised_bytes` against our `ExpandOnReadMLA` and, when transformers is
-# installed, Hugging Face's `expand_kv`: it wraps the layer's expanding method so that it records what it returns,
-# runs one decode step after 24 positions, and counts the numbers held by the memory (storage) behind the returned
-# tensors, each storage once; both must equal the formula.
+# The next cell (its code folded) checks `materialised_bytes` on our `ExpandOnReadMLA` and, with transformers,
+# Hugging Face's `expand_kv`: after 24 positions it records what the expanding method returns in one decode step and
+# counts the numbers in the memory (storage) behind it, each storage once; both must equal the formula.
 
 # %% [markdown] lang="zh"
-# 下一个单元格（代码已折叠）用我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出返回的张量背后的内存（存储）中有多少个数，每块存储只数一次；两者都必须等于公式。
+# 下一个单元格（代码已折叠）用我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）核对 `materialised_bytes`：在 24 个位置之后的一个解码步中，记下负责展开的方法的返回值，数出其背后的内存（存储）中有多少个数，每块存储只数一次；两者都必须等于公式。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):
@@ -105,11 +104,10 @@ say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * materialised
 assert all(n == STREAM_LEN * materialised_elements(mla_cfg) for n in MATERIALISED.values())
 
 # %% [markdown] lang="en"
-# The three forms at DeepSeek-V3's size with a context of 32,768 keys: multiply-adds, bytes read from the cache, and
-# for the expand-on-read form the expansion it writes.
+# The three forms at DeepSeek-V3's size, with 32,768 cached keys:
 
 # %% [markdown] lang="zh"
-# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字：乘加次数、从缓存读取的字节数，以及读时展开形式写出的展开结果。
+# 三种形式在 DeepSeek-V3 规模、缓存 32,768 个键时的数字：
 
 # %%
 d, T = DEEPSEEK_V3, 32 * 1024
@@ -153,11 +151,10 @@ say(en=f"Expand-on-read against naive: {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times 
 assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
 
 # %% [markdown] lang="en"
-# The figure shows both quantities as the context grows; the bytes panel adds the expand-on-read form's whole
-# traffic: the expansion written, the copy's read of $k^C$ and attention's read of the keys and values.
+# The figure shows both quantities as the context grows.
 
 # %% [markdown] lang="zh"
-# 下图画出这两个量随上下文增长的情况；字节数那一幅还加上了读时展开形式的全部访存量：写出的展开结果、复制时读取的 $k^C$，以及注意力读取的键和值。
+# 下图画出这两个量随上下文增长的情况。
 
 # %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
@@ -183,9 +180,9 @@ plt.show()
 # *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys $T$ (both axes
 # logarithmic). Left: bytes per step (MiB, BF16). The solid lines are the bytes read from the cache; the
 # expand-on-read and absorbed lines coincide (both read the latents and RoPE keys). The dotted line adds everything
-# else the expand-on-read form writes and reads at every step, unfused (each operation reading its inputs once):
+# else the expand-on-read form writes and reads at every step, unfused:
 # {{run:mla.expand_on_read_traffic_ratio:.1f}} times the bytes the naive form reads. Right: multiply-adds per step (billions); `expand_on_read` climbs fastest because it
 # re-expands every cached latent.*
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（非融合实现，每个运算只读一次输入）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（非融合实现）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
