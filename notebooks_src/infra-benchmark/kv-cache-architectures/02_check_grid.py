@@ -3,11 +3,11 @@
 # every exact variant runs the series' grid `GRID` through `run_grid`: batch 1 and 2, chunks of 1, 2 and 5
 # tokens, FP32 and FP64, 12 configurations (the FP64 runs convert the same weights). `run_control` runs a
 # negative control, a model broken on purpose: the same check on batch 1 in FP32 with chunks of 1, 2 and 5,
-# caught when every run fails. `CONTROLS` collects every negative control of the notebook: its section, the
+# caught when every run fails (a control judged another way says how in its own section). `CONTROLS` collects every negative control of the notebook: its section, the
 # check that judged it, what that check measured, and whether it was caught.
 
 # %% [markdown] lang="zh"
-# 一种配置说明不了多少：某个错误可能只在某一种分块长度、某一种 batch 大小或某一种精度下才暴露出来。所以每种精确变体都要用 `run_grid` 跑遍本系列的网格 `GRID`：batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64，共 12 种配置（FP64 运行时转换的是同一份权重）。`run_control` 运行一个负对照，也就是故意改坏的模型：在 batch 1、FP32 下，以分块长度 1、2、5 做同样的检查，每次运行都失败才算查出。`CONTROLS` 收集本笔记本的所有负对照：所在的节、评判它的检查、该检查测得的数值，以及是否查出。
+# 一种配置说明不了多少：某个错误可能只在某一种分块长度、某一种 batch 大小或某一种精度下才暴露出来。所以每种精确变体都要用 `run_grid` 跑遍本系列的网格 `GRID`：batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64，共 12 种配置（FP64 运行时转换的是同一份权重）。`run_control` 运行一个负对照，也就是故意改坏的模型：在 batch 1、FP32 下，以分块长度 1、2、5 做同样的检查，每次运行都失败才算查出（用别的方式判定的负对照，会在它所在的节里说明判定方法）。`CONTROLS` 收集本笔记本的所有负对照：所在的节、评判它的检查、该检查测得的数值，以及是否查出。
 
 # %%
 def run_grid(make, reference=None) -> list[dict]:
@@ -56,32 +56,21 @@ def summary_table(grids: dict) -> None:
 
 
 def controls_table(controls: dict) -> None:
-    def table(header: list[str], what: dict) -> str:
-        # [en] One Markdown table; `what` says, per check, what its measured number is. The labels cover the checks
-        # [en] of every notebook that includes this cell; a table shows only the checks its run recorded.
-        # [zh] 生成一张 Markdown 表格；`what` 按检查说明测得值是什么。这些说明涵盖所有包含本单元格的笔记本用到的检查；
-        # [zh] 每张表只列出本次运行记录下来的检查。
-        rows = [[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}", what[c["check"]], f"`{c['caught']}`"]
+    def table(header: list[str], cached: str, difference: str, count: str, ratio: str) -> str:
+        # [en] One Markdown table. What the measured number is comes from the control itself: `run_control`'s own
+        # [en] check, a ratio when its record says so, a count when it is an integer, otherwise the largest
+        # [en] difference its check found (its section says which).
+        # [zh] 生成一张 Markdown 表格。测得值是什么由负对照自身决定：`run_control` 自己的检查；记录里注明是比值的为比值；
+        # [zh] 整数为计数；其余是该检查测得的最大绝对误差（具体是什么，见所在的节）。
+        def what(c: dict) -> str:
+            if c["check"] == "check_cached":
+                return cached
+            return ratio if c.get("unit") == "ratio" else count if isinstance(c["measured"], int) else difference
+        rows = [[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}", what(c), f"`{c['caught']}`"]
                 for name, c in controls.items()]
         return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header)] + rows)
 
-    say(en=table(["control", "section", "check", "measured", "what was measured", "caught"], {
-            "check_cached": "max abs logit error, smallest of its failing runs",
-            "heads_by_loop": "max abs difference from the head-by-head loop (FP64)",
-            "rope_by_formula": "max abs difference from the rotation formula (FP64)",
-            "keys_read": "number of queries reading a wrong number of keys (a count)",
-            "crop_vs_windowed": "max abs logit difference from the windowed model (FP64)",
-            "BOUNDS[8]": "max abs logit error over the 64 steps",
-            "absorbed_vs_naive": "max abs logit difference, absorbed vs naive form, smallest of 12 configurations",
-            "hf_ministral": "max abs logit difference from the Ministral referee (FP64)",
-            "eviction_sweep": "random eviction's error / the worse policy's (a ratio), smallest over budgets"}),
-        zh=table(["负对照", "节", "检查", "测得值", "测得的是什么", "查出"], {
-            "check_cached": "logits 最大绝对误差，各次失败运行中最小的",
-            "heads_by_loop": "与逐头循环之间的最大绝对误差（FP64）",
-            "rope_by_formula": "与旋转公式之间的最大绝对误差（FP64）",
-            "keys_read": "读取的键数不对的查询个数（计数）",
-            "crop_vs_windowed": "与滑动窗口模型之间 logits 的最大绝对误差（FP64）",
-            "BOUNDS[8]": "64 步中 logits 的最大绝对误差",
-            "absorbed_vs_naive": "吸收形式与朴素形式之间 logits 的最大绝对误差，12 种配置中最小的",
-            "hf_ministral": "与 Ministral 裁判之间 logits 的最大绝对误差（FP64）",
-            "eviction_sweep": "随机淘汰的误差与较差策略的误差之比，各预算中最小的"}))
+    say(en=table(["control", "section", "check", "measured", "what was measured", "caught"],
+                 "max abs logit error, smallest of its failing runs", "max abs difference", "a count", "a ratio"),
+        zh=table(["负对照", "节", "检查", "测得值", "测得的是什么", "查出"],
+                 "logits 最大绝对误差，各次失败运行中最小的", "最大绝对误差", "计数", "比值"))

@@ -19,7 +19,7 @@ assert all(r["passed"] for r in BASE_GRID)
 # **Negative control: every call starts counting at 0.** The classic cache bug, kept as the control that shows
 # this check can fail: the layer rotates (and masks) each call's tokens as if the chunk began the sequence. The
 # full call is unaffected (it starts at 0 anyway), the cached path is not. The check must fail for every chunk
-# length; every control of this notebook is recorded in `CONTROLS` with what it measured and whether it was caught.
+# length.
 
 # %% [markdown] lang="zh"
 # **负对照：每次调用都从 0 开始计数。** 这是缓存最经典的错误，留作负对照，用来说明这项检查确实可能失败：注意力层把每次调用的 token 都当作序列的开头来旋转（并构造掩码）。完整调用不受影响（它本来就从 0 开始），缓存路径则不然。无论分块长度是多少，检查都必须失败。本笔记本的每个负对照都记录在 `CONTROLS` 中，包括它测得的数值以及是否查出。

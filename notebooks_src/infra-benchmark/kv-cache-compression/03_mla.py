@@ -11,7 +11,7 @@
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^R_t = \mathrm{RoPE}(W^{KR} h_t).$$
 #
 # These $r + d_R$ numbers are all a layer caches per token, whatever the number of heads. The RMSNorm is not in
-# the paper's MLA equations; its section 3.1.2 (Hyper-Parameters) adds it: "Therefore, in practice, we employ additional RMS Norm
+# the MLA equations of the DeepSeek-V2 paper; its section 3.1.2 (Hyper-Parameters) adds it: "Therefore, in practice, we employ additional RMS Norm
 # layers after the compressed latent vectors" (`kv_a_layernorm` in DeepSeek's and Hugging Face's code).
 # The notation, with our sizes and DeepSeek-V3's (from its `config.json`, section 4):
 #
@@ -38,7 +38,7 @@
 #
 # $$c_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad k^R_t = \mathrm{RoPE}(W^{KR} h_t).$$
 #
-# 每个 token 在每一层只缓存这 $r + d_R$ 个数，与头数无关。论文的 MLA 公式里没有这个 RMSNorm，是论文第 3.1.2 节（超参数）补充的：实践中在压缩后的潜向量之后另加 RMSNorm 层（DeepSeek 和 Hugging Face 的代码中是 `kv_a_layernorm`）。下表汇总这些记号，并列出我们的尺寸和 DeepSeek-V3 的尺寸（取自它的 `config.json`，见第 4 节）：
+# 每个 token 在每一层只缓存这 $r + d_R$ 个数，与头数无关。DeepSeek-V2 论文的 MLA 公式里没有这个 RMSNorm，是该论文第 3.1.2 节（超参数）补充的：实践中在压缩后的潜向量之后另加 RMSNorm 层（DeepSeek 和 Hugging Face 的代码中是 `kv_a_layernorm`）。下表汇总这些记号，并列出我们的尺寸和 DeepSeek-V3 的尺寸（取自它的 `config.json`，见第 4 节）：
 #
 # | 张量（对 token $t$） | 记号 | 我们的模型 | DeepSeek-V3 | 哪些形式缓存它（各形式在第三、四步定义） |
 # |---|---|---|---|---|

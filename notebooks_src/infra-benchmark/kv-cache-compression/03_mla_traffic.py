@@ -1,8 +1,11 @@
 # %% [markdown] lang="en"
-# **What each form moves.** Now the counts at DeepSeek-V3's size, per layer and decode step, next to the bytes each
-# form reads from its cache (BF16). The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the
-# attention arithmetic of the naive one per key, but reads 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it
-# behaves like multi-query attention with one K/V head of $r + d_R$ dimensions shared by all 128 heads.
+# **What each form moves.** The answer first: the expand-on-read form saves cache capacity, not memory traffic. In
+# an unfused implementation, where each operation reads its inputs from memory once and writes its output once (the
+# assumption of every byte count below), it moves {{run:mla.expand_on_read_traffic_ratio:.1f}} times the bytes the
+# naive form reads. The absorbed form does about {{run:mla.absorbed_vs_naive_macs:.1f}} times the attention
+# arithmetic of the naive one per key, but reads 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it behaves
+# like multi-query attention whose one K/V head, shared by all 128 heads, has keys of $r + d_R$ dimensions and
+# values of $r$ (the same latents).
 #
 # The expand-on-read form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form,
 # but the cache is not all it moves. At every step, for every cached position ($H$ heads):
@@ -14,12 +17,11 @@
 # 5. attention reads the keys and values, $H(d_C + d_R + d_v)$.
 #
 # Our `expand` does the same (`kv_up`'s output, then `torch.cat`). Steps 2 and 3 write
-# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step at DeepSeek-V3's size and 32,768 keys, and a table
-# further down adds all five: the expand-on-read form saves cache capacity, not memory bandwidth. A fused
-# kernel that expanded each latent on chip, never writing the expansion to memory, would avoid that traffic.
+# {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step at DeepSeek-V3's size and 32,768 keys. A fused kernel
+# that expanded each latent on chip, never writing the expansion to memory, would avoid steps 2 to 4.
 
 # %% [markdown] lang="zh"
-# **每种形式搬运多少数据。** 下面把乘加次数放到 DeepSeek-V3 的规模上（每层、每个解码步），并列出每种形式从缓存中读取的字节数（BF16）。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 $r + d_R$ 维的 K/V 头。
+# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。在非融合的实现中，每个运算从内存读一次输入、写一次输出（下文所有字节数都基于这一假设），它搬运的字节数是朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。
 #
 # 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，对每个缓存位置（共 $H$ 个头）：
 #
@@ -29,7 +31,7 @@
 # 4. 这次复制还要把 $k^C$ 再读一遍，$H d_C$ 个数；
 # 5. 注意力读取键和值，$H(d_C + d_R + d_v)$ 个数。
 #
-# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB；下文的一张表把五项加在一起：读时展开形式省下的是缓存容量，而不是内存带宽。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉这部分访存。
+# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉第 2 到第 4 步。
 
 # %%
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -58,13 +60,12 @@ def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF1
             + copy_reads + keys * expanded_elements(c) * bytes_per_element)
 
 # %% [markdown] lang="en"
-# The next cell (its code folded) checks `materialised_bytes` against our `ExpandOnReadMLA` and, when transformers is
-# installed, Hugging Face's `expand_kv`: it wraps the layer's expanding method so that it records what it returns,
-# runs one decode step after 24 positions, and counts the numbers held by the memory (storage) behind the returned
-# tensors, each storage once; both must equal the formula.
+# The next cell (its code folded) checks `materialised_bytes` on our `ExpandOnReadMLA` and, with transformers,
+# Hugging Face's `expand_kv`: after 24 positions it records what the expanding method returns in one decode step and
+# counts the numbers in the memory (storage) behind it, each storage once; both must equal the formula.
 
 # %% [markdown] lang="zh"
-# 下一个单元格（代码已折叠）用我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）核对 `materialised_bytes`：它包装该层负责展开的方法，记下其返回值，在 24 个位置之后跑一个解码步，再数出返回的张量背后的内存（存储）中有多少个数，每块存储只数一次；两者都必须等于公式。
+# 下一个单元格（代码已折叠）用我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）核对 `materialised_bytes`：在 24 个位置之后的一个解码步中，记下负责展开的方法的返回值，数出其背后的内存（存储）中有多少个数，每块存储只数一次；两者都必须等于公式。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):
@@ -103,11 +104,10 @@ say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * materialised
 assert all(n == STREAM_LEN * materialised_elements(mla_cfg) for n in MATERIALISED.values())
 
 # %% [markdown] lang="en"
-# The three forms at DeepSeek-V3's size with a context of 32,768 keys: multiply-adds, bytes read from the cache, and
-# for the expand-on-read form the expansion it writes.
+# The three forms at DeepSeek-V3's size, with 32,768 cached keys:
 
 # %% [markdown] lang="zh"
-# 下面是三种形式在 DeepSeek-V3 规模、上下文为 32,768 个键时的数字：乘加次数、从缓存读取的字节数，以及读时展开形式写出的展开结果。
+# 三种形式在 DeepSeek-V3 规模、缓存 32,768 个键时的数字：
 
 # %%
 d, T = DEEPSEEK_V3, 32 * 1024
@@ -123,13 +123,13 @@ say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
 
 # %% [markdown] lang="en"
-# The expand-on-read form's whole traffic, the five operations of the list above in order (bold: their sum), against
-# what the naive form reads; the sum must equal `expand_on_read_traffic`.
+# The next cell (its code folded) adds up the expand-on-read form's five operations of the list above (bold: their
+# sum) against what the naive form reads; the sum must equal `expand_on_read_traffic`.
 
 # %% [markdown] lang="zh"
-# 读时展开形式的全部访存量：依次是上文列表中的五项运算（粗体为合计），最后一行是朴素形式读取的字节数；合计必须等于 `expand_on_read_traffic`。
+# 下一个单元格（代码已折叠）把读时展开形式的五项运算（上文列表，粗体为合计）加在一起，最后一行是朴素形式读取的字节数；合计必须等于 `expand_on_read_traffic`。
 
-# %%
+# %% tags=["hide-input"]
 H, r, dR, dC, dv = d.heads, d.latent, d.rope_dim, d.nope_dim, d.value_dim
 # [en] The operations in the order of the list above: (formula, numbers per position).
 # [zh] 各项运算，顺序与上文列表相同：（公式，每个位置的数）。
@@ -151,11 +151,10 @@ say(en=f"Expand-on-read against naive: {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times 
 assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
 
 # %% [markdown] lang="en"
-# The figure shows both quantities as the context grows; the bytes panel adds the expand-on-read form's whole
-# traffic: the expansion written, the copy's read of $k^C$ and attention's read of the keys and values.
+# The figure shows both quantities as the context grows.
 
 # %% [markdown] lang="zh"
-# 下图画出这两个量随上下文增长的情况；字节数那一幅还加上了读时展开形式的全部访存量：写出的展开结果、复制时读取的 $k^C$，以及注意力读取的键和值。
+# 下图画出这两个量随上下文增长的情况。
 
 # %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
@@ -181,9 +180,9 @@ plt.show()
 # *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys $T$ (both axes
 # logarithmic). Left: bytes per step (MiB, BF16). The solid lines are the bytes read from the cache; the
 # expand-on-read and absorbed lines coincide (both read the latents and RoPE keys). The dotted line adds everything
-# else the expand-on-read form writes and reads at every step (each operation reading its inputs once):
+# else the expand-on-read form writes and reads at every step, unfused:
 # {{run:mla.expand_on_read_traffic_ratio:.1f}} times the bytes the naive form reads. Right: multiply-adds per step (billions); `expand_on_read` climbs fastest because it
 # re-expands every cached latent.*
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（每个运算只读一次输入）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式）和 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（非融合实现）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*

@@ -19,8 +19,8 @@
 # We write the rule as two small functions. `sink_window_mask` says which keys a query reads; `cache_positions`
 # numbers them, for every query separately, by counting the readable keys to its left (a cumulative sum along the
 # key axis). The table applies the rule to the paper's example ($S = 4$, $W = 4$, the query at position 9) and to
-# one query of this section's setting ($S = 4$, $W = 8$, position 20): the text positions of the keys it reads, and
-# the positions the cache gives them.
+# two neighbouring queries of this section's setting ($S = 4$, $W = 8$, positions 20 and 21): the text positions of
+# the keys each reads, and the positions the cache gives them.
 
 # %% [markdown] lang="zh"
 # ## 6. 注意力汇聚点：保留开头几个 token 的窗口
@@ -29,7 +29,7 @@
 #
 # 微妙之处在于位置。StreamingLLM **按缓存所见**给键编号：一个查询读取的那些键依次编号为 $0, 1, 2, \dots$，查询本身是最后一个。论文中的例子：缓存里有 token 0、1、2、3、6、7、8，token 9 到来时（4 个汇聚点、窗口大小为 4），查询读取的这八个 token 的位置是 0 到 7，而不是它们在文本中的位置 0、1、2、3、6、7、8、9。这样，无论序列多长，RoPE 看到的距离始终小于 $S + W$，不会超出模型训练时见过的范围。但这也意味着，窗口每滑动一次，键的位置就会变，所以不能把键旋转一次就缓存起来：StreamingLLM 缓存的是 RoPE **之前**的键，每次读取时再旋转。
 #
-# 我们用两个小函数写出这条规则。`sink_window_mask` 指出一个查询读取哪些键；`cache_positions` 为每个查询分别给这些键编号，办法是数一数它左边有多少个可读的键（沿键的方向求累加和）。下表把这条规则用在论文的例子上（$S = 4$、$W = 4$，位置 9 上的查询），也用在本节设置中的一个查询上（$S = 4$、$W = 8$，位置 20）：列出它读取的键在文本中的位置，以及缓存给这些键的位置。
+# 我们用两个小函数写出这条规则。`sink_window_mask` 指出一个查询读取哪些键；`cache_positions` 为每个查询分别给这些键编号，办法是数一数它左边有多少个可读的键（沿键的方向求累加和）。下表把这条规则用在论文的例子上（$S = 4$、$W = 4$，位置 9 上的查询），也用在本节设置中两个相邻的查询上（$S = 4$、$W = 8$，位置 20 和 21）：列出每个查询读取的键在文本中的位置，以及缓存给这些键的位置。
 
 # %%
 SINKS = 4
@@ -55,12 +55,15 @@ def read_and_numbered(sinks: int, window: int, query: int) -> tuple[list[int], l
     return torch.arange(query + 1)[allowed].tolist(), cache_positions(allowed[None])[0][allowed].tolist()
 
 
-SINK_EXAMPLES = {(4, 4, 9): read_and_numbered(4, 4, 9), (SINKS, WINDOW, 20): read_and_numbered(SINKS, WINDOW, 20)}
+SINK_EXAMPLES = {(4, 4, 9): read_and_numbered(4, 4, 9)} | {(SINKS, WINDOW, p): read_and_numbered(SINKS, WINDOW, p) for p in (20, 21)}
 say_table([[f"$S = {s},\\ W = {w},\\ p = {q}$", ", ".join(map(str, text)), ", ".join(map(str, cached))]
            for (s, w, q), (text, cached) in SINK_EXAMPLES.items()],
           en=["sinks, window, query position $p$", "text positions read", "cache positions"],
           zh=["汇聚点、窗口、查询位置 $p$", "读取的文本位置", "缓存位置"])
 assert SINK_EXAMPLES[(4, 4, 9)] == ([0, 1, 2, 3, 6, 7, 8, 9], list(range(8)))
+# [en] The same key at two places: key 14 is at cache position 5 for query 20 and at 4 for query 21.
+# [zh] 同一个键处在两个位置：对查询 20，键 14 的缓存位置是 5；对查询 21，是 4。
+assert [cached[text.index(14)] for (_, _, p), (text, cached) in SINK_EXAMPLES.items() if p in (20, 21)] == [5, 4]
 
 # %% [markdown] lang="en"
 # **The cache.** `SinkRingKV` is a `RingKV` of $W - 1$ slots that keeps the first $S$ positions aside, in a `FullKV`:
@@ -100,10 +103,12 @@ class SinkRingKV(RingKV):
 # and, for every (query, key) pair, the key at the position that query gives it, a `[B, H, T_new, T_keys, D]` tensor;
 # then it attends under the sink-and-window mask. With one new token that tensor is just the cached keys, each
 # rotated once at its place in the cache (what a real decoder does); the pairwise form is needed only for a chunk of
-# several tokens, whose queries can see the same key at different places because the window slides between them.
+# several tokens, because the window slides between its queries. In the table above, a chunk of tokens 20 and 21:
+# query 20 reads key 14 at cache position 5, query 21 (whose window no longer holds key 13) at position 4, so key 14
+# must be rotated once for each of them.
 
 # %% [markdown] lang="zh"
-# `StreamingAttention` 缓存的是**未经旋转**的 K。每次读取时，它按每个查询自己的缓存位置旋转查询，并为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量；然后在“汇聚点加窗口”的掩码下计算注意力。只送入一个新 token 时，这个张量就是缓存中的键，每个键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）；只有一次送入多个 token 时才需要逐对的形式，因为窗口在这些查询之间会滑动，同一个键在不同查询看来可能处于不同的位置。
+# `StreamingAttention` 缓存的是**未经旋转**的 K。每次读取时，它按每个查询自己的缓存位置旋转查询，并为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量；然后在“汇聚点加窗口”的掩码下计算注意力。只送入一个新 token 时，这个张量就是缓存中的键，每个键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）；只有一次送入多个 token 时才需要逐对的形式，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。
 
 # %%
 class StreamingAttention(Attention):

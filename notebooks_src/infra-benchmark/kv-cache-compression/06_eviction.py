@@ -163,8 +163,8 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 
 # %% [markdown] lang="en"
 # **A model with favourites.** With random weights, attention has only weak, incidental preferences (keys of larger
-# norm; early keys, which every later query can see), so there is little for a policy to find: without help, expect results near a coin toss (the random-eviction
-# control), a little better or a little worse. Trained models are different (H2O
+# norm; early keys, which every later query can see), so there is little for a policy to find: without help, expect
+# results near the random-eviction control's (the sweep's figure gives the numbers). Trained models are different (H2O
 # reports attention that is sparse and concentrated on a few tokens). `query_bias` is a toy stand-in for such
 # trained attention: one fixed vector added to every query of a head before RoPE, so that the same few keys score
 # high for most queries. Its score with key $s$, $b \cdot R_{s-t} k_s$, depends on the distance, but the slower half of
@@ -179,7 +179,7 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 # share must stay below a quarter. These thresholds were set after a first run.
 
 # %% [markdown] lang="zh"
-# **有偏好的模型。** 随机权重下，注意力只有微弱的、偶然的偏好（范数较大的键；靠前的键，因为之后的每个查询都看得到它们），所以策略几乎无从下手：不加帮助时，结果应与抛硬币（随机淘汰的对照）相近，可能略好，也可能略差。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。`query_bias` 是这种训练后注意力的玩具替身：在 RoPE 之前给某个头的每个查询都加上同一个固定向量，使得同样几个键对大多数查询都得分很高。它与键 $s$ 的得分 $b \cdot R_{s-t} k_s$ 取决于距离，但较慢的一半维度对在 64 个位置内转过不到 1 弧度，在那里偏置几乎不变。扫描时把它分别设为 0（普通的随机权重）和 4（与查询的其余部分相比很大）。
+# **有偏好的模型。** 随机权重下，注意力只有微弱的、偶然的偏好（范数较大的键；靠前的键，因为之后的每个查询都看得到它们），所以策略几乎无从下手：不加帮助时，结果应与随机淘汰的对照相近（具体数字见扫描结果的图）。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。`query_bias` 是这种训练后注意力的玩具替身：在 RoPE 之前给某个头的每个查询都加上同一个固定向量，使得同样几个键对大多数查询都得分很高。它与键 $s$ 的得分 $b \cdot R_{s-t} k_s$ 取决于距离，但较慢的一半维度对在 64 个位置内转过不到 1 弧度，在那里偏置几乎不变。扫描时把它分别设为 0（普通的随机权重）和 4（与查询的其余部分相比很大）。
 #
 # **把偏好展示出来。** 下一个单元格用两种偏置分别读入同样的四个各含 64 个 token 的提示，记录每一层在提示上的注意力。对每个（层，提示，头），取提示后一半的查询，找出从这些查询得到注意力最多的 8 个键（提示的八分之一），报告两个数：这些查询的注意力中落在这 8 个键上的比例，以及自己最关注的键恰好是其中之一的查询所占的比例。有偏置时，两者都必须很大（比例超过一半）；没有偏置时，比例必须低于四分之一。这些阈值是在第一次运行之后定下的。
 

@@ -56,6 +56,8 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
             if HAVE_HF else {})
 
 # %% tags=["prose-values"]
+plain_vs_h2o = [EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVICTION["plain"][f"h2o/{b}"]["mean_max_abs_logit_err"]
+          for b in BUDGETS if b < PROMPT_LEN]
 {"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive, "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
          "absorbed_vs_naive_fp64": largest(ABSORBED_VS_NAIVE, "fp64"),
          "absorbed_vs_naive_fp64_exponent": round(math.log10(largest(ABSORBED_VS_NAIVE, "fp64"))), "tp8_mha_per_gpu": DEEPSEEK_MEMORY["mha"] // 8,
@@ -74,7 +76,9 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
               "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
               "random_ratio_smallest": RANDOM_RATIOS["main"][min(RANDOM_RATIOS["main"])], "random_ratio_half": RANDOM_RATIOS["main"][half],
               "random_ratio_largest": max(RANDOM_RATIOS["main"].values()),
-              "random_ratio_other_prompts": CONTROLS["random_eviction"]["other_prompt_sets"]},
+              "random_ratio_other_prompts": CONTROLS["random_eviction"]["other_prompt_sets"],
+              "plain_random_vs_h2o": {k: f(plain_vs_h2o) for k, f in (("smallest", min), ("largest", max), ("random_closer", lambda x: sum(q < 1 for q in x)),
+                                                                 ("budgets", len))}},
  "takeaways": {"deepseek_latent": DEEPSEEK_MEMORY["mla_latent"], "deepseek_expanded": DEEPSEEK_MEMORY["mla_naive"],
                "mla_fp32": max(largest(MLA_GRIDS[form], "fp32") for form in MLA_FORMS),
                "absorbed_vs_naive_fp32": largest(ABSORBED_VS_NAIVE, "fp32")}}
