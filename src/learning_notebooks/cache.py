@@ -10,8 +10,9 @@ the cache). Its parts answer different questions:
   differ, the outputs are still those of this code, but `--execute` runs the notebook again.
 - `run`: a digest of every output of the run (all languages): the languages of one build carry the
   same value, so two files from different runs are never taken for one build.
-- `outputs_digest`: a digest of the outputs embedded in this file, so outputs edited by hand are
-  detected instead of reused.
+- `outputs_digest`: a digest of the outputs embedded in this file and of the values its prose
+  quotes from the run (`run_values`), so outputs or values edited by hand are detected instead of
+  reused.
 - `output_files`: the sha256 of every file the run wrote, which `outputs/<series>/<notebook>/`
   must hold, exactly.
 
@@ -33,7 +34,7 @@ from importlib import metadata
 
 # Bump when a change to the builder changes what an executed or built notebook holds: every
 # recorded run then counts as stale. Independent of the package version.
-BUILDER_FORMAT = 3
+BUILDER_FORMAT = 4
 
 
 # -- the execution key -----------------------------------------------------------------------------
@@ -165,14 +166,17 @@ def _normal(output: Mapping) -> dict:
     return normal
 
 
-def outputs_digest(cells: Iterable[Mapping]) -> str:
-    """Hash of the outputs and execution counts of the code cells among `cells`, in order; the same
-    whether the notebook was just executed or read back from disk."""
-    record = [
+def outputs_digest(cells: Iterable[Mapping], values: Mapping[str, object] | None = None) -> str:
+    """Hash of the outputs and execution counts of the code cells among `cells`, in order, and of
+    the run's `values` for the prose (an edition carries them in its metadata, not in a cell); the
+    same whether the notebook was just executed or read back from disk."""
+    record: list = [
         {"execution_count": cell.get("execution_count"), "outputs": [_normal(o) for o in cell.get("outputs", [])]}
         for cell in cells
         if cell.get("cell_type") == "code"
     ]
+    if values:
+        record.append({"run_values": dict(values)})
     blob = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
     return "sha256:" + hashlib.sha256(blob).hexdigest()
 

@@ -4,8 +4,9 @@ folder or lock (it waits for a build in progress, if there is one).
 Per notebook, the verdict on its recorded run (cache.verdict: every language present, executed,
 not quick, outputs intact, of the current code, one run, outputs/ holding exactly that run's files;
 environment drift a warning unless strict), each language's bytes against what the build would
-write now, the twins of language-tagged outputs, and the values the prose quotes; then anything
-under build/ or outputs/ that no source produces.
+write now (its prose filled from the values the run recorded, which the outputs' digest covers),
+the twins of language-tagged outputs; then anything under build/ or outputs/ that no source
+produces.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from .localize import missing_twins
 from .options import BuildOptions
 from .plan import Plan, editions, plan, record_of, reused_runs
 from .sources import NotebookSource, ProjectConfig
-from .compose import RUN_VALUES_KEY
 
 
 def check_notebook(p: Plan, config: ProjectConfig, options: BuildOptions) -> NotebookResult:
@@ -39,7 +39,6 @@ def check_notebook(p: Plan, config: ProjectConfig, options: BuildOptions) -> Not
         if lang in verdict.reusable and path.read_bytes() != notebook_bytes(notebook):
             result.problems.append(f"{path}: stale: prose or header differ from what the sources produce; rebuild")
     result.problems += twin_problems(p)
-    result.problems += run_value_problems(p, composed)
     return result
 
 
@@ -57,20 +56,6 @@ def twin_problems(p: Plan) -> list[str]:
         origin = origins.get(cell_id)
         where = f"{origin.file}:{origin.line}" if origin else f"cell {cell_id}"
         problems += [f"{where}: {problem} (built notebooks of {p.target})" for problem in found]
-    return problems
-
-
-def run_value_problems(p: Plan, composed) -> list[str]:
-    """The values each built notebook's prose quotes are those its recorded run exposed."""
-    problems = []
-    for lang, notebook in composed.items():
-        old = record_of(p.previous.get(lang)) or {}
-        if lang not in p.verdict.reusable:
-            continue
-        recorded, expected = old.get(RUN_VALUES_KEY, {}), notebook.metadata[METADATA_KEY].get(RUN_VALUES_KEY, {})
-        if recorded != expected:
-            keys = sorted(k for k in set(recorded) | set(expected) if recorded.get(k) != expected.get(k))
-            problems.append(f"{p.paths[lang]}: prose values differ from the recorded run ({', '.join(keys)})")
     return problems
 
 

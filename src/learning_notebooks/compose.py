@@ -36,7 +36,6 @@ HEADER_TEXT = {
         "quick": "**Quick-mode build** (a fast smoke run for tests): its numbers are not the published ones.",
         "shared": "*Shared section.* This section comes from [{title}]({link}), where it is taught; if you have "
                   "read it there, you can skip to the next section. Its code is folded here, and it runs all the same.",
-        "values": "# Numbers for the text, not part of the lesson: the builder copies this cell's result into the prose.",
     },
     "zh": {
         "other": "其他语言版本：",
@@ -44,7 +43,6 @@ HEADER_TEXT = {
         "quick": "**快速模式构建**（供测试用的冒烟运行）：其中的数字不是正式发布的结果。",
         "shared": "*共用的一节。* 本节取自[《{title}》]({link})，完整的讲解在那里；如果已经读过，可以直接跳到下一节。"
                   "这里把本节的代码折叠了起来，但代码照常运行。",
-        "values": "# 供正文引用的数值，不属于课程内容：构建笔记本时，这个单元格的结果会被填进正文。",
     },
 }
 
@@ -139,22 +137,24 @@ def parameters_source(overrides: dict[str, object]) -> str:
 def code_metadata(tags: tuple[str, ...], included: bool) -> dict:
     """A code cell's metadata in an edition: its tags; a cell tagged `hide-input` (by its source, or
     because it belongs to a section included from another notebook) has its code folded in Jupyter
-    and Colab (`jupyter.source_hidden`) and behind a toggle on the site; a `prose-values` cell
-    (numbers for the prose, no lesson of its own) folded, output too, and left off the site; its
-    code opens with a comment in the edition's language that says so (`_cells`)."""
+    and Colab (`jupyter.source_hidden`) and behind a toggle on the site."""
     tags = list(tags)
     jupyter = {}
     if included and "hide-input" not in tags:  # nbformat: tags are unique
         tags.append("hide-input")
     if "hide-input" in tags:
         jupyter["source_hidden"] = True
-    if placeholders.TAG in tags:
-        jupyter.update(source_hidden=True, outputs_hidden=True)
-        tags.append("remove-cell")
     metadata = {"jupyter": jupyter} if jupyter else {}
     if tags:
         metadata["tags"] = tags
     return metadata
+
+
+def is_values_cell(cell: NotebookNode) -> bool:
+    """A `prose-values` cell of the executed notebook: numbers for the prose, no lesson of its own.
+    It runs once, with everything else; the editions leave it out (`_cells`) and carry its values
+    in their metadata instead (`compose`)."""
+    return placeholders.TAG in cell.get("metadata", {}).get("tags", [])
 
 
 def shared_note(section: Section, lang: str, cell_id: str, link: Callable[[str, str], str]) -> NotebookNode:
@@ -184,6 +184,8 @@ def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object
                         cells.append(shared_note(section, lang, cell.id, link))
                         note = False
                 continue
+            if lang is not None and placeholders.TAG in cell.tags:
+                continue  # the prose quotes its values; the reader's edition leaves it out
             metadata = code_metadata(cell.tags, section.folded) if lang is not None else (
                 {"tags": list(cell.tags)} if cell.tags else {})
             if not any(c.cell_type == "code" for c in cells):
@@ -191,8 +193,6 @@ def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object
             code = localize_comments(cell.source, lang)
             if lang is not None:
                 code = edition_code(code, lang)
-                if placeholders.TAG in cell.tags:  # say what it is where viewers ignore the fold (GitHub)
-                    code = f"{HEADER_TEXT[lang]['values']}\n{code}"
             cells.append(nbformat.v4.new_code_cell(code, id=cell.id, metadata=metadata))
             if "parameters" in cell.tags and overrides:
                 cells.append(
@@ -229,16 +229,16 @@ def compose(
 ) -> NotebookNode:
     """The `lang` edition, without outputs: header, then each section's prose and shared code.
 
-    `values`: what the run exposed for `{{run:...}}` placeholders (None: show their names); the
-    values the prose quotes are recorded as `run_values` in the notebook's metadata.
+    `values`: what the run's `prose-values` cells exposed, by dotted key, for the `{{run:...}}`
+    placeholders (None: no run; the prose shows their names). The edition leaves those cells out,
+    so it records every value as `run_values` in its metadata: a later build that reuses this run
+    (a prose edit quoting another value) reads them there.
     `quick`: mark it as a quick-mode build in its header. `links`: where Colab links point (default:
     config.toml's repository, if it names one); recorded as `colab` in the metadata.
     """
     links = links or from_config(config)
-    used: dict[str, object] = {}
-
     def prose(cell, ordinal: int) -> str:
-        return placeholders.fill(cell.source, cell.file, cell.first_line, section=ordinal, values=values, used=used,
+        return placeholders.fill(cell.source, cell.file, cell.first_line, section=ordinal, values=values, used={},
                                  link=lambda target: links.prose_link(*target.split("/"), lang, source.series))
 
     cells = [header_cell(source, lang, config, quick, links),
@@ -247,8 +247,8 @@ def compose(
     metadata = {**build_metadata, "language": lang}
     if links.record:
         metadata["colab"] = links.record
-    if used:
-        metadata[RUN_VALUES_KEY] = dict(sorted(used.items()))
+    if values:
+        metadata[RUN_VALUES_KEY] = dict(sorted(values.items()))
     return _new_notebook(cells, metadata)
 
 
@@ -272,18 +272,21 @@ def notebook_language(notebook: NotebookNode) -> str | None:
 
 
 def comparable_code(notebook: NotebookNode, lang: str | None = None) -> list[tuple[str, list]]:
-    """(id, code tokens) of each code cell but the builder's prelude, as `lang`'s edition has them
-    (lang=None: without any language's texts): equal for the executed notebook and every edition of
-    one source, comments and layout aside."""
-    return [
-        (cell.get("id", ""), code_tokens(edition_code(cell.source, lang)))
-        for cell in notebook.cells
-        if cell.cell_type == "code" and cell.get("id") != PRELUDE_ID
-    ]
+    """(id, code tokens) of each code cell an edition shows, but the builder's prelude, as `lang`'s
+    edition has them (lang=None: without any language's texts): equal for the executed notebook and
+    every edition of one source, comments and layout aside."""
+    return [(cell.get("id", ""), code_tokens(edition_code(cell.source, lang))) for cell in shown_code(notebook)
+            if cell.get("id") != PRELUDE_ID]
+
+
+def shown_code(notebook: NotebookNode) -> list[NotebookNode]:
+    """The code cells an edition shows: all but the `prose-values` cells the executed notebook has."""
+    return [cell for cell in notebook.cells if cell.cell_type == "code" and not is_values_cell(cell)]
 
 
 def transplant(executed: NotebookNode, target: NotebookNode) -> None:
-    """Copy outputs and execution counts of `executed`'s code cells into `target`'s, in order.
+    """Copy outputs and execution counts of `executed`'s code cells into `target`'s, in order (the
+    executed notebook's `prose-values` cells, which no edition shows, aside).
 
     Only the outputs of `target`'s language are copied (and the untagged ones). Refuses (CodeDrift)
     when the code differs, comments and the other languages' texts aside: outputs only belong to the
@@ -295,7 +298,7 @@ def transplant(executed: NotebookNode, target: NotebookNode) -> None:
         mismatch = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
         raise CodeDrift(f"cannot embed the run's outputs: code cell {mismatch + 1} differs "
                         f"({len(ours)} code cells here, {len(theirs)} executed)")
-    runs = (c for c in executed.cells if c.cell_type == "code")
+    runs = iter(shown_code(executed))
     for cell in target.cells:
         if cell.cell_type == "code":
             run = next(runs)

@@ -5,9 +5,9 @@
   the target: its Colab page, or its file when no GitHub repository is known).
 - `{{run:KEY}}`, `{{run:KEY:FORMAT}}`: a value the run measured. The values come from the code
   cells tagged `prose-values`: each ends with an expression that evaluates to a dict (nested dicts
-  allowed; values int, float, str or bool). The kernel shows that dict as the cell's result, so
-  every built notebook carries it as an `execute_result`; the builder reads the values back from
-  there (`ast.literal_eval` of its text/plain form). KEY is a dotted path into the merged dicts,
+  allowed; values int, float, str or bool). The kernel shows that dict as the cell's result in the
+  executed notebook; the builder reads the values back from there (`ast.literal_eval` of its
+  text/plain form). The editions leave those cells out and carry the values in their metadata. KEY is a dotted path into the merged dicts,
   FORMAT a Python format spec (width and precision at most 100). Without outputs (a build without
   execution after a code change) each shows its name, `[run:KEY]`, never a stale number.
 
@@ -89,7 +89,7 @@ def _bound(tree: ast.Module) -> set[str]:
 
 
 def check_values_private(cells: list[tuple[str, bool, Path, int]]) -> None:
-    """A prose-values cell is folded in the notebook and left off the site, so what it defines stays
+    """A prose-values cell is left out of the editions (and the site), so what it defines stays
     with it: no shown code cell may use a name that only a prose-values cell binds. `cells`: the code
     cells in order, as (source, tagged prose-values, file, line of the `# %%` marker)."""
     trees = []

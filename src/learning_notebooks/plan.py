@@ -12,7 +12,7 @@ import nbformat
 from nbformat import NotebookNode
 
 from . import cache, placeholders
-from .compose import code_sources, comparable_code, compose, compose_for_execution, transplant
+from .compose import RUN_VALUES_KEY, code_sources, comparable_code, compose, compose_for_execution, transplant
 from .errors import OptionError
 from .files import digest_tree
 from .layout import METADATA_KEY, built_path, outputs_dir
@@ -71,7 +71,8 @@ def _previous(path: Path, notebook: NotebookNode | None, executable: NotebookNod
         return cache.Previous(str(path), record)
     lang = record.get("language")
     return cache.Previous(str(path), record,
-                          outputs_intact=record.get("outputs_digest") == cache.outputs_digest(notebook.cells),
+                          outputs_intact=record.get("outputs_digest") == cache.outputs_digest(
+                              notebook.cells, record.get(RUN_VALUES_KEY)),
                           code_intact=comparable_code(notebook, lang) == comparable_code(executable, lang))
 
 
@@ -153,15 +154,24 @@ def editions(p: Plan, config: ProjectConfig, runs: dict[str, tuple[NotebookNode,
     producers = {c.id: (c.file, c.line) for c in p.source.code_cells() if placeholders.TAG in c.tags}
     for lang in p.languages:
         executed, record = runs.get(lang, (None, None))
-        values = placeholders.run_values(producers, executed.cells) if executed is not None else None
+        values = run_values(producers, executed, record) if executed is not None else None
         notebook = compose(p.source, lang, config, p.overrides, run_record(p, record), values, quick=p.quick,
                            links=links[lang])
         if executed is not None:
             transplant(executed, notebook)
-            notebook.metadata[METADATA_KEY]["outputs_digest"] = cache.outputs_digest(notebook.cells)
+            notebook.metadata[METADATA_KEY]["outputs_digest"] = cache.outputs_digest(notebook.cells, values)
         nbformat.validate(notebook)
         composed[lang] = notebook
     return composed
+
+
+def run_values(producers: Mapping[str, tuple[Path, int]], executed: NotebookNode, record: dict) -> dict[str, object]:
+    """The values the run exposed for the prose: read from the outputs of its `prose-values` cells
+    (`producers`) in a notebook just executed, or from the metadata of a built edition whose run is
+    reused (it leaves those cells out)."""
+    if any(cell.get("id") in producers for cell in executed.cells):
+        return placeholders.run_values(producers, executed.cells)
+    return dict(record.get(RUN_VALUES_KEY, {}))
 
 
 def reused_runs(p: Plan) -> dict[str, tuple[NotebookNode, dict]]:

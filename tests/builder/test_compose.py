@@ -115,7 +115,8 @@ def test_transplant_refuses_different_code(source, config):
     with pytest.raises(CodeDrift, match="code cell 2 differs"):  # the prelude aside
         transplant(executed, compose(source, "en", config, {}, {}))
     shorter = executed_copy(compose_for_execution(source, {}))
-    del shorter.cells[-1]
+    shown = [i for i, c in enumerate(shorter.cells) if c.cell_type == "code" and "prose-values" not in c.metadata.get("tags", [])]
+    del shorter.cells[shown[-1]]
     with pytest.raises(CodeDrift, match="differs"):
         transplant(shorter, compose(source, "en", config, {}, {}))
 
@@ -146,12 +147,15 @@ def test_a_section_without_a_heading_continues_the_numbering_of_the_one_before()
     assert section_numbers((section("no heading yet"), section("## {{section}}. First"))) == [1, 1]
 
 
-def test_a_prose_values_cell_says_what_it_is_in_the_editions_language(source, config):
-    """Folded in Jupyter and Colab, but GitHub's viewer shows it: its first line says it is the
-    numbers for the text, in the edition's language; the executed code has no such line."""
-    for lang, words in (("en", "Numbers for the text"), ("zh", "供正文引用的数值")):
-        [cell] = [c for c in compose(source, lang, config, {}, {}).cells if "prose-values" in c.metadata.get("tags", [])]
-        assert cell.source.startswith(f"# {words}") and cell.source.endswith('{"sums": {"total": total, "mean": total / STEPS}}')
-        assert cell.metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
-    [executed] = [c for c in compose_for_execution(source, {}).cells if "prose-values" in c.metadata.get("tags", [])]
-    assert executed.source.startswith("{")
+def test_only_the_executed_notebook_has_the_prose_values_cell(source, config):
+    """It runs once with the rest; no edition shows it (its values are in the edition's metadata),
+    and the comparison of code between editions and the run leaves it aside."""
+    executed = compose_for_execution(source, {})
+    assert [c.source for c in executed.cells if "prose-values" in c.metadata.get("tags", [])] == [
+        '{"sums": {"total": total, "mean": total / STEPS}}']
+    for lang in ("en", "zh"):
+        edition = compose(source, lang, config, {}, {}, values={"sums.total": 10, "sums.mean": 2.0})
+        assert not any("sums" in c.source and "STEPS}}" in c.source for c in edition.cells if c.cell_type == "code")
+        assert len(code_sources(edition)) == len(code_sources(executed)) - 1
+        assert edition.metadata["learning_notebooks"]["run_values"] == {"sums.mean": 2.0, "sums.total": 10}
+        assert comparable_code(edition) == comparable_code(executed)

@@ -78,15 +78,24 @@ def test_a_build_without_outputs_shows_names_not_stale_numbers(executed: Project
     assert "run_values" not in project.meta("zh")
 
 
+def test_the_editions_leave_the_values_cell_out_and_carry_its_values(executed: Project):
+    """The reader's edition shows the prose and the lesson's code, not the cell that feeds the prose:
+    its values travel in the metadata, under the outputs' digest."""
+    for lang in ("en", "zh"):
+        notebook = executed.read(lang)
+        assert not [c for c in notebook.cells if c.cell_type == "code" and "sums" in c.source and "{" in c.source]
+        assert "prose-values" not in str([c.metadata for c in notebook.cells])
+
+
 def test_check_verifies_the_quoted_values(executed: Project):
     project = executed
     notebook = project.read("en")
     notebook.metadata["learning_notebooks"]["run_values"]["sums.total"] = 11
     project.built("en").write_bytes(notebook_bytes(notebook))
     run = project.build("--check")
-    assert run.code == 1 and "hello.en.ipynb: prose values differ from the recorded run (sums.total)" in run.log
+    assert run.code == 1 and "hello.en.ipynb: outputs edited by hand" in run.log, run.log
 
-    project.build()
+    project.build("--execute")
     assert project.build("--check").code == 0
     text = project.built("zh").read_text(encoding="utf-8").replace("运行得到的总和是 10", "运行得到的总和是 12")
     project.built("zh").write_text(text, encoding="utf-8")
