@@ -120,11 +120,12 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
 # %% [markdown] lang="en"
 # Now the two calls: the prefill over the first four tokens, then `9` and `18` with the cache it
 # returned. The table gives each array's shape as NumPy reports it, next to the same shape in symbols
-# (B: batch, H: heads, Dh: head width). The cell also checks that the second call wrote nothing into
-# the prefill's cache.
+# (B: batch, H: heads, Dh: head width). The cell also checks that the second call left the prefill's
+# cache unchanged: a serving system reuses one cache across many calls, so a call that altered it
+# would corrupt every later one.
 
 # %% [markdown] lang="zh"
-# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有往预填充得到的缓存里写任何东西。
+# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有改动预填充得到的缓存：推理服务系统会在多次调用之间复用同一份缓存，某次调用若改动了它，之后的每次调用都会出错。
 
 # %%
 token_ids = np.array([[12, 7, 31, 4, 9, 18]])               # [B, T] = [1, 6]
@@ -171,27 +172,30 @@ say(en="`prefill_cache[0]` holds the cached K (V has the same shape), `step` the
 
 # %%
 full_logits, full_cache, _ = toy_forward(token_ids)
-# [en] (cached, full) pairs; the last one is the negative control: full rows shifted by one.
-# [zh] （缓存结果，完整结果）成对比较；最后一对是负对照：完整结果错开一行。
-six_token_pairs = {
+# [en] (cached, full) pairs that must match ...
+# [zh] 必须一致的（缓存结果，完整结果）……
+matching_pairs = {
     ("step_logits", "full_logits[:, 4:6]"): (step_logits, full_logits[:, PAST:]),
     ("step_cache[0]", "full_cache[0]"): (step_cache[0], full_cache[0]),
     ("step_cache[1]", "full_cache[1]"): (step_cache[1], full_cache[1]),
-    ("step_logits", "full_logits[:, 3:5]"): (step_logits, full_logits[:, PAST - 1:-1]),
 }
+# [en] ... and the negative control, which must not: the full rows shifted by one.
+# [zh] ……以及必须对不上的负对照：完整结果错开一行。
+control_pair = (step_logits, full_logits[:, PAST - 1:-1])
+table_rows = [*matching_pairs.items(), (("step_logits", "full_logits[:, 3:5]"), control_pair)]
 say_table([[f"`{cached}`", f"`{full}`", f"{max_abs_err(*pair):.2e}", f"`{close(*pair)}`"]
-           for (cached, full), pair in six_token_pairs.items()],
-          en=["cached call", "full pass", "max abs error", "within $10^{-10}$"],
-          zh=["带缓存的调用", "完整调用", "最大绝对误差", "在 $10^{-10}$ 内一致"])
-assert [close(*pair) for pair in six_token_pairs.values()] == [True, True, True, False]
+           for (cached, full), pair in table_rows],
+          en=["cached call", "full pass (last row: the control)", "max abs error", "within $10^{-10}$"],
+          zh=["带缓存的调用", "完整调用（最后一行是负对照）", "最大绝对误差", "在 $10^{-10}$ 内一致"])
+assert all(close(*pair) for pair in matching_pairs.values())
+assert not close(*control_pair)
 say(en="Cached logits and K/V match the full pass, position by position; shifted by one row, they do not.",
     zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致；错开一行就对不上。")
 
 # %% [markdown] lang="en"
-# If the matching pairs show an error of exactly 0, the two paths happened to add in the same order:
-# NumPy's BLAS library picks the order of each sum by matrix shape (here 2 rows against 6), and another
-# split, CPU or BLAS library may differ in the last bits. That is why every check uses a tolerance:
-# `close` allows such a difference but does not require one.
+# Where the table shows an error of exactly 0, the two paths happened to add in the same order; another
+# split, CPU or BLAS library may differ in the last bits, so `close` allows such a difference without
+# requiring one.
 
 # %% [markdown] lang="zh"
-# 如果一致的那几组比较误差恰好为 0，那是因为两条路径碰巧以相同的顺序做了加法：NumPy 调用的 BLAS 库按矩阵形状（这里是 2 行对 6 行）选择每个和式的相加顺序，换一种切分方式、CPU 或 BLAS 库，最后几个比特就可能不同。正因如此，每项检查都使用容差：`close` 允许这种差异，但并不要求一定有。
+# 表中误差恰好为 0 的地方，是两条路径碰巧以相同的顺序做了加法；换一种切分方式、CPU 或 BLAS 库，最后几个比特就可能不同，所以 `close` 允许这种差异，但并不要求一定有。

@@ -40,7 +40,8 @@
 # `(1, 4, 3, 16)`, then `(1, 4, 5, 16)`, then `(1, 4, 6, 16)`: the cache grows by the length of each
 # chunk. And yes, the logits agree with the full pass within the tolerance: every call numbers its
 # tokens from the cache length and uses the lower-right mask, so cutting the prompt into chunks
-# changes only the order of the additions. The next cell runs the three calls and checks both answers.
+# changes only the order of the additions (NumPy's BLAS library picks it by matrix shape), which can
+# move the last bits. The next cell runs the three calls and checks both answers.
 #
 # </details>
 
@@ -49,7 +50,7 @@
 #
 # <details><summary>查看答案</summary>
 #
-# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是加法的顺序。下一个单元格执行这三次调用，并核对这两个答案。
+# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是加法的顺序（NumPy 调用的 BLAS 库按矩阵形状选择这个顺序），这可能让最后几个比特不同。下一个单元格执行这三次调用，并核对这两个答案。
 #
 # </details>
 
@@ -81,7 +82,8 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 # $P + i$: a window written with the local index $i$ would go wrong in the same way as the upper-left
 # triangle. The window also lets the cache forget: no query of this chunk or a later one reads a key older
 # than $W - 1$ positions before the chunk, so the cache only needs its last $W - 1 = 2$ keys and values.
-# The next cell builds the window mask from `allowed_keys`, lists the keys each query reads, then runs
+# With the cache trimmed, the mask may number positions 4–7 as 0–3: a window depends only on the distance
+# between query and key (position embeddings or RoPE would still need the true positions). The next cell builds the window mask from `allowed_keys`, lists the keys each query reads, then runs
 # one attention head three ways: without a cache (all 8 rows projected in one call), with the full cache
 # of the first 6 rows, and with that cache trimmed to its last 2 rows. All three must give the same
 # output; a cache trimmed to 1 row, one too few, must not (the negative control).
@@ -93,7 +95,7 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 #
 # <details><summary>查看答案</summary>
 #
-# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口的上下两个边界都要用绝对位置 $P + i$：如果用局部下标 $i$ 来写窗口，就会和左上角三角形错得一样。窗口还让缓存可以淘汰旧的项：这个分块及其后的查询，都不会读取比分块早 $W - 1$ 个位置以上的键，所以缓存只需保留最后 $W - 1 = 2$ 个键和值。下一个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，再用三种方式运行单个注意力头：不用缓存（一次投影全部 8 行）；用前 6 行的完整缓存；用只保留最后 2 行的缓存。三者的输出必须相同；只保留 1 行的缓存少了一行，输出必须不同（负对照）。
+# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口的上下两个边界都要用绝对位置 $P + i$：如果用局部下标 $i$ 来写窗口，就会和左上角三角形错得一样。窗口还让缓存可以淘汰旧的项：这个分块及其后的查询，都不会读取比分块早 $W - 1$ 个位置以上的键，所以缓存只需保留最后 $W - 1 = 2$ 个键和值。缓存裁短之后，掩码可以把位置 4–7 重新编号为 0–3：窗口只取决于查询与键之间的距离（位置嵌入或 RoPE 仍然需要真实位置）。下一个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，再用三种方式运行单个注意力头：不用缓存（一次投影全部 8 行）；用前 6 行的完整缓存；用只保留最后 2 行的缓存。三者的输出必须相同；只保留 1 行的缓存少了一行，输出必须不同（负对照）。
 #
 # </details>
 
@@ -124,13 +126,8 @@ def window_step(keep):
     # [zh] 2 个新行读取缓存的最后 `keep` 行和它们自己。
     keys = np.concatenate([win_k_cache[6 - keep:], new_rows @ Wk1])                  # [keep + 2, Dh]
     values = np.concatenate([win_v_cache[6 - keep:], new_rows @ Wv1])
-    # [en] The mask numbers positions from the start of the trimmed cache (0 .. keep + 1), not from the
-    # [en] true positions (6 - keep .. 7). That is safe because a window depends only on the distance
-    # [en] between query and key, which renumbering does not change. Position embeddings (or RoPE) would
-    # [en] still need the true absolute positions.
-    # [zh] 这里的掩码从只保留最后几行的缓存开头编号位置（0 .. keep + 1），而不是用真实位置（6 - keep .. 7）。
-    # [zh] 这样做没有问题：窗口只取决于查询与键之间的距离，重新编号不改变这个距离。
-    # [zh] 但位置嵌入（或 RoPE）仍然需要真实的绝对位置。
+    # [en] Positions 6 - keep .. 7 numbered 0 .. keep + 1: the window sees only distances (see the answer).
+    # [zh] 位置 6 - keep .. 7 被编号为 0 .. keep + 1：窗口只看距离（见答案）。
     return single_head_attention(new_rows @ Wq1, keys, values, window_keys(keep, 2, 3))
 
 
