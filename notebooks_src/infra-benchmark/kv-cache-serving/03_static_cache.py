@@ -17,14 +17,15 @@
 # and returns all the K/V to attend over. (`pointers()` lists the addresses of the store's tensors, so we
 # can see which ones move.)
 #
-# In code, a forward pass uses its store in two places:
-# ```python
-# key_mask = store.begin(new_mask)         # once per call: the mask of every slot to read, [B, T_total]
-# k, v = store.write(layer, k_new, v_new)  # in each layer: keep the new K/V, get back all K/V to read
+# The call order of one forward pass (the code follows):
+# ```text
+# store_forward(model, ids, new_mask, store)
+# ├─ key_mask = store.begin(new_mask)            # once: the mask of every slot to read, [B, T_total]
+# └─ in each layer: attend(...)
+#    └─ k, v = store.write(layer, k_new, v_new)  # keep the new K/V, get back all K/V to read
 # ```
 #
-# Which store it is decides where K and V live; `store_forward` itself never changes. Why a serving
-# system wants a preallocated store comes after the first store runs.
+# Which store it is decides where K and V live; `store_forward` itself never changes.
 
 # %% [markdown] lang="zh"
 # ## 5. 预分配缓存（静态缓存）
@@ -33,13 +34,15 @@
 #
 # **一个可以更换存储对象的前向计算**：第 3 节的解码器换不了缓存，因为它的注意力用 `torch.cat` 把新的 K/V 拼接到缓存后面，再把新的缓存作为返回值交出来。所以，为了比较存放 K 和 V 的不同做法，`store_forward` 把第 3 节的解码器用相同的运算、按相同的顺序重新写了一遍，只有一处不同：每个注意力层把新的 K 和 V 交给一个**存储对象**（store）。存储对象有两个方法。`begin(new_mask)` 接收新 token 的填充掩码，返回注意力要读取的全部槽位的掩码 `[B, T_total]`，所以位置和掩码都沿用第 4 节的规则。`write(layer, k, v)` 保存某一层新的 K/V，并返回参与注意力计算的全部 K/V。（`pointers()` 列出存储对象中各个张量的地址，用来观察哪些张量移动了。）
 #
-# 写成代码，前向计算在两处用到存储对象：
-# ```python
-# key_mask = store.begin(new_mask)         # 每次调用一次：要读取的全部槽位的掩码，[B, T_total]
-# k, v = store.write(layer, k_new, v_new)  # 每一层：保存新的 K/V，取回要读取的全部 K/V
+# 一次前向计算的调用顺序如下（代码在后面）：
+# ```text
+# store_forward(model, ids, new_mask, store)
+# ├─ key_mask = store.begin(new_mask)            # 只调用一次：要读取的全部槽位的掩码，[B, T_total]
+# └─ 每一层：attend(...)
+#    └─ k, v = store.write(layer, k_new, v_new)  # 保存新的 K/V，取回要读取的全部 K/V
 # ```
 #
-# 换哪种存储对象，决定 K 和 V 存放在哪里；`store_forward` 本身始终不变。推理服务系统为什么需要预分配的存储对象，放在第一个存储对象运行之后再讲。
+# 换哪种存储对象，决定 K 和 V 存放在哪里；`store_forward` 本身始终不变。
 
 # %%
 def attend(attn, x, allowed, write):
@@ -68,19 +71,15 @@ def store_forward(model, ids, new_mask, store):
     return model.lm_head(model.ln_f(x))
 
 # %% [markdown] lang="en"
-# The first store, `CatStore`, and the greedy loop of section 4 written over a store: `generate_with_store`
-# prefills the left-padded batch, then decodes one token per row per call, and records the addresses of
-# the store's tensors after every call.
-#
-# The first store is the first notebook's cache again, `torch.cat` behind this interface. With it,
+# The first store, `CatStore`, is the first notebook's cache again, `torch.cat` behind this interface;
+# `generate_with_store` is section 4's greedy loop over a store that also records the store's addresses
+# after every call. With `CatStore`,
 # `store_forward` must **be** the decoder of section 3: the same logits, bit for bit, on the padded batch
 # (the equality rule of section 4: it hands attention the very tensors the decoder builds itself). And the
 # addresses of its K and V must change after every call.
 
 # %% [markdown] lang="zh"
-# 第一个存储对象 `CatStore`，以及改用存储对象的第 4 节贪心生成循环：`generate_with_store` 先对左填充的 batch 做预填充，然后每次调用为每一行解码一个 token，并在每次调用之后记录存储对象中各张量的地址。
-#
-# 第一个存储对象还是第一份笔记本的缓存，即套上这个接口的 `torch.cat`。用它时，`store_forward` 必须**就是**第 3 节的解码器：在填充后的 batch 上，logits 逐比特相同（第 4 节的相等规则：它交给注意力的正是解码器自己构造的那些张量）。此外，每次调用之后，它的 K 和 V 的地址都必须改变。
+# 第一个存储对象 `CatStore` 还是第一份笔记本的缓存，即套上这个接口的 `torch.cat`；`generate_with_store` 是改用存储对象的第 4 节贪心生成循环，它还在每次调用之后记录存储对象中各张量的地址。用 `CatStore` 时，`store_forward` 必须**就是**第 3 节的解码器：在填充后的 batch 上，logits 逐比特相同（第 4 节的相等规则：它交给注意力的正是解码器自己构造的那些张量）。此外，每次调用之后，它的 K 和 V 的地址都必须改变。
 
 # %%
 class CatStore:

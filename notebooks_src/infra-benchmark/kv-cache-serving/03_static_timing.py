@@ -130,7 +130,7 @@ assert all(r["logits_agree"] for r in STEP_TIMING)
 # 95% interval, and the copies of a `torch.cat` step timed alone.
 
 # %% [markdown] lang="zh"
-# 下图画的是表中的数。左图：每种存储对象一个解码步耗时的中位数，竖线覆盖中间一半的样本（第 25 到第 75 百分位数）。右图纵轴更细：两个中位数之差及其 95% 区间，以及单独计时的 `torch.cat` 解码步中的复制。图中的英文标注：横轴 prefix length P (tokens) 是前缀长度（token 数）；左图纵轴 step time (ms): median, bar 25th-75th percentile 是解码步耗时（毫秒），标记为中位数，竖线为第 25 到第 75 百分位数；右图纵轴 time (ms) 是时间（毫秒）。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，median difference, 95% interval 是中位数之差及其 95% 区间，the copies of a torch.cat step, alone 是单独计时的复制。两图标题 one decode step 和 the difference, magnified 分别是“一个解码步”和“放大后的差值”；总标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
+# 下图画的是表中的数。左图：每种存储对象一个解码步耗时的中位数，竖线覆盖中间一半的样本（第 25 到第 75 百分位数）。右图放大了纵轴（刻度更细）：两个中位数之差及其 95% 区间，以及单独计时的 `torch.cat` 解码步中的复制。图中的英文标注：横轴 prefix length P (tokens) 是前缀长度（token 数）；左图纵轴 step time (ms): median, bar 25th-75th percentile 是解码步耗时（毫秒），标记为中位数，竖线为第 25 到第 75 百分位数；右图纵轴 time (ms) 是时间（毫秒）。图例中，torch.cat cache 是 `torch.cat` 缓存，static cache 是静态缓存，median difference, 95% interval 是中位数之差及其 95% 区间，the copies of a torch.cat step, alone 是单独计时的复制。两图标题 one decode step 和 the difference, magnified 分别是“一个解码步”和“放大后的差值”；总标题写明计时条件：CPU，单线程，FP32，batch 为 1，以及计时的轮数（rounds）。
 
 # %% tags=["hide-input"]
 cat_p50, static_p50, copies_p50 = (np.array([r[f"{name}_ms"]["p50"] for r in STEP_TIMING]) for name in ("cat", "static", "copies"))
@@ -163,12 +163,12 @@ STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
 long_interval_contains_copies = bool(gap_intervals[-1, 0] <= copies_p50[-1] <= gap_intervals[-1, 1])
-say(en=f"At P = {STEP_PREFIXES[-1]}, the difference's 95% interval " + (
+say(en=f"At $P = {STEP_PREFIXES[-1]}$, the difference's 95% interval " + (
         "contains the copies' time: at that length the difference is consistent with the copies alone."
         if long_interval_contains_copies else "does not contain the copies' time: the other differences weigh too."),
-    zh=f"在 P = {STEP_PREFIXES[-1]} 时，差值的 95% 区间" + (
+    zh=f"在 $P = {STEP_PREFIXES[-1]}$ 时，差值的 95% 区间" + (
         "包含复制的耗时：在这个长度上，耗时之差与单独的复制耗时相符。"
-        if long_interval_contains_copies else "不包含复制的耗时：其他区别也有影响。"))
+        if long_interval_contains_copies else "不包含复制的耗时：两种解码步的其他区别也起了作用。"))
 
 # %% [markdown] lang="en"
 # **What the table shows.** A `torch.cat` step copies the whole history, $P + 1$ positions of K/V
@@ -188,7 +188,7 @@ say(en=f"At P = {STEP_PREFIXES[-1]}, the difference's 95% interval " + (
 # cache become extra memory traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差。中位数之差的 95% 区间不包含 0 的前缀长度个数：{{run:step.interval_excludes_zero_count}}（共 {{run:step.prefix_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢）。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时，见图下方的一行说明。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差。在 {{run:step.prefix_count}} 个前缀长度中，中位数之差的 95% 区间不包含 0 的有 {{run:step.interval_excludes_zero_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时，见图下方的一行说明。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]

@@ -88,13 +88,15 @@ class SeqBatchStore:
         # [zh] 每次调用只预留一次新位置，而且在任何一层运行之前：之后每一层都把自己的 K/V
         # [zh] 写到这些相同的地址，下面的长度也已经算上了新 token。
         self.addresses = [self.cache.reserve(s, n) for s, n in zip(self.seqs, self.new_counts)]
-        # [en] Cached plus new positions.
-        # [zh] 已缓存的加上新的位置。
+        # [en] Cached plus new positions (example below: a 5 + 1 = 6, b 2 + 1 = 3).
+        # [zh] 已缓存的加上新的位置（下面的例子中：a 为 5 + 1 = 6，b 为 2 + 1 = 3）。
         lengths = [self.cache.length(s) for s in self.seqs]
-        # [en] Key columns: the longest cached history (length - new) plus the chunk's T_new columns.
-        # [zh] 键的列数：最长的已缓存历史（length - new）加上这个分块的 T_new 列。
+        # [en] Key columns: the longest cached history (length - new) plus the chunk's T_new columns: max(5, 2) + 1 = 6.
+        # [zh] 键的列数：最长的已缓存历史（length - new）加上这个分块的 T_new 列：max(5, 2) + 1 = 6。
         self.total = max(n - new for n, new in zip(lengths, self.new_counts)) + new_mask.shape[1]
         columns = torch.arange(self.total)
+        # [en] A row's keys are its last `length` columns: a from column 6 - 6 = 0, b from column 6 - 3 = 3.
+        # [zh] 一行的键是它最后 `length` 列：a 从第 6 - 6 = 0 列起，b 从第 6 - 3 = 3 列起。
         return columns[None, :] >= (self.total - torch.tensor(lengths))[:, None]   # [B, T_total]
 
     def write(self, layer, k, v):                                      # k, v: [B, H, T_new, Dh]

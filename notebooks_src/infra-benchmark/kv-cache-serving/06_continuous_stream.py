@@ -124,15 +124,15 @@ assert CONTINUOUS["decoded_tokens"] == STATIC_BATCHING["decoded_tokens"] and CON
 # the loop iteration: a dotted grey line while it waits after its arrival, a dark blue mark where it is
 # admitted and its prompt is prefilled alone, and an orange bar for the iterations in which it takes part
 # in the batched decode step, up to the iteration in which it finishes. Where several orange bars overlap,
-# that is the batch (near the start and the end of the run a request may run alone). The middle panel follows the pool at each iteration's peak: the
+# that is the batch. The middle panel follows the pool at each iteration's peak: the
 # blocks reserved by the scheduler (shaded area), the blocks in use (blue line) and the pool's size (black
 # line); the bottom panel, the number of running requests at that peak (its axis goes up to the cap). The
 # shaded area above the blue line is the price of the worst-case admission rule: blocks reserved for
-# tokens not generated yet. A waiting request is refused whenever the gap between the shaded area and the
-# black line is smaller than its own reservation, although fewer blocks are in use.
+# tokens not generated yet. The first request in line is refused whenever the gap between the shaded area
+# and the black line is smaller than its own reservation, although fewer blocks are in use.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与 batch 解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数和同时运行的上限，括号里依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。几根橙色条重叠的地方就是 batch（在运行的开头和结尾，可能只有一个请求单独运行）。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。只要阴影与黑线之间的空隙小于等待中请求自己的预留量，这个请求就会被拒绝，尽管实际使用的物理块更少。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与 batch 解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数、同时运行的请求数的最大值，以及括号里的上限（cap）；冒号后依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。几根橙色条重叠的地方就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。只要阴影与黑线之间的空隙小于排在最前面的等待请求自己的预留量，这个请求就会被拒绝，尽管实际使用的物理块更少。
 
 # %%
 fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})
@@ -143,7 +143,7 @@ for r in stream_requests:
     ax_time.broken_barh([(r.admitted, 0.3)], (r.rid - 0.35, 0.7), color="#4c72b0")
 ax_time.set_ylabel("request")
 ax_time.invert_yaxis()
-ax_time.set_title(f"{STREAM_REQUESTS} requests, at most {STREAM_MAX_BATCH} at once: wait (dotted), prefill (blue), decode (orange)", fontsize=9)
+ax_time.set_title(f"{STREAM_REQUESTS} requests, at most {CONTINUOUS['max_running']} at once (cap {STREAM_MAX_BATCH}): wait (dotted), prefill (blue), decode (orange)", fontsize=9)
 iterations = [t["iteration"] for t in TRACE]
 # [en] Reservations as a shaded area, blocks in use as a line inside it, the pool's size as a black line above.
 # [zh] 预留量画成阴影区域，使用中的物理块画成其中的一条线，池的大小画成上方的一条黑线。

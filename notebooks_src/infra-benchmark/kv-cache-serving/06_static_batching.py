@@ -54,6 +54,8 @@ def static_schedule(requests, num_blocks, block_size, max_batch) -> dict:
         decode_steps += steps
         idle_row_steps += sum(steps - (r.max_new - 1) for r in batch)
         batches += 1
+        # [en] One iteration per decode step, as in `serve` (a batch with no decode step still takes one).
+        # [zh] 与 `serve` 相同，每个解码步占一次迭代（没有解码步的 batch 也占一次）。
         iteration += max(steps, 1)
     decoded_tokens = sum(r.max_new - 1 for r in requests)
     return {"batches": batches, "iterations": iteration, "decode_steps": decode_steps, "decoded_tokens": decoded_tokens,
