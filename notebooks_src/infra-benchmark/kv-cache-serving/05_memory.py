@@ -112,8 +112,8 @@ assert waste["contiguous_max"] > waste["contiguous_final"] > waste["paged_32"] >
 # and {{run:memory.used_paged_16:.1f}}%. The figure puts them next to the paper's bars for orientation
 # only: the paper measured on GPUs, with its authors' own Orca (Orca is not public), on workloads
 # synthesized from ShareGPT and Alpaca, and its bars also count *external* fragmentation (free memory in
-# gaps too small for a request) and other allocator overheads. These take over a third of the Oracle bar
-# (36.6%, beside 25.2% reserved for tokens to come); set aside, token states hold 60% of the rest, the
+# gaps too small for a request) and other allocator overheads. Fragmentation takes over a third of the Oracle bar
+# (36.6%, beside 25.2% reserved for tokens to come); set it aside, and token states hold 60% of the rest, the
 # quantity ours counts, exactly per request on a synthetic length distribution, with no allocator. What carries over is the order, which the cell
 # asserts on our numbers only: the maximum length uses the least of its memory, the final length more,
 # paging the most.
@@ -121,7 +121,7 @@ assert waste["contiguous_max"] > waste["contiguous_final"] > waste["paged_32"] >
 # %% [markdown] lang="zh"
 # 在这个负载上，按最大长度预留会浪费 {{run:memory.contiguous_max:.1f}}% 的预留 K/V 内存；即便事先知道每个请求的最终长度，也要浪费 {{run:memory.contiguous_final:.1f}}%，因为请求在第一步就预留了要到最后一步才填满的位置。分页时，物理块大小为 8、16、32 的浪费率分别为 {{run:memory.paged_8:.1f}}%、{{run:memory.paged_16:.1f}}% 和 {{run:memory.paged_32:.1f}}%：浪费的只是每个请求最后一个物理块中未填满的部分，少于 $b$ 个位置，上面的单元格对每一步都断言了这一点。物理块越小，浪费越少，代价是块表更长、索引操作更多。
 #
-# **vLLM 论文中的数字**：Kwon 等人（SOSP 2023）测量了推理服务系统预留的 K/V 内存中，真正存放 token 状态的比例：三个版本的 Orca 为 **20.4% 到 38.2%**，vLLM 则为 **96.3%**。Orca (Max) 按最大长度预留，相当于我们的 `contiguous_max`；Orca (Oracle) 事先知道每个请求真实的输出长度，并恰好预留这么多，相当于我们的 `contiguous_final`；vLLM 按需分配物理块（默认每个物理块 16 个位置），相当于我们的 `paged_16`。按同样的口径，即预留内存中存有 token 的比例，我们的结果分别为 {{run:memory.used_contiguous_max:.1f}}%、{{run:memory.used_contiguous_final:.1f}}% 和 {{run:memory.used_paged_16:.1f}}%。图中把它们和论文的柱子画在一起，只是为了便于对照：论文是在 GPU 上测量的，Orca 用的是作者自己的实现（Orca 没有公开），负载依据 ShareGPT 和 Alpaca 合成，它的柱子还计入了**外部**碎片（空闲内存散落在容不下一个请求的空隙里）和内存分配器的其他开销。这部分占了 Oracle 那根柱子的三分之一以上（36.6%，另有 25.2% 是为尚未生成的 token 预留的）；除去这部分，token 状态占其余内存的 60%，这才与我们统计的量口径相同。我们没有内存分配器，是在合成的长度分布上逐个请求精确计数的。能够对应上的是三者的先后顺序，下面的单元格只用我们自己的数字断言这一点：按最大长度预留时利用率最低，按最终长度预留时高一些，分页最高。
+# **vLLM 论文中的数字**：Kwon 等人（SOSP 2023）测量了推理服务系统预留的 K/V 内存中，真正存放 token 状态的比例：三个版本的 Orca 为 **20.4% 到 38.2%**，vLLM 则为 **96.3%**。Orca (Max) 按最大长度预留，相当于我们的 `contiguous_max`；Orca (Oracle) 事先知道每个请求真实的输出长度，并恰好预留这么多，相当于我们的 `contiguous_final`；vLLM 按需分配物理块（默认每个物理块 16 个位置），相当于我们的 `paged_16`。按同样的口径，即预留内存中存有 token 的比例，我们的结果分别为 {{run:memory.used_contiguous_max:.1f}}%、{{run:memory.used_contiguous_final:.1f}}% 和 {{run:memory.used_paged_16:.1f}}%。图中把它们和论文的柱子画在一起，只是为了便于对照：论文是在 GPU 上测量的，Orca 用的是作者自己的实现（Orca 没有公开），负载依据 ShareGPT 和 Alpaca 合成，它的柱子还计入了**外部**碎片（空闲内存散落在容不下一个请求的空隙里）和内存分配器的其他开销。碎片占了 Oracle 那根柱子的三分之一以上（36.6%，另有 25.2% 是为尚未生成的 token 预留的）；除去碎片，token 状态占其余内存的 60%，这才与我们统计的量口径相同。我们没有内存分配器，是在合成的长度分布上逐个请求精确计数的。能够对应上的是三者的先后顺序，下面的单元格只用我们自己的数字断言这一点：按最大长度预留时利用率最低，按最终长度预留时高一些，分页最高。
 
 # %%
 # [en] The share of reserved K/V memory holding token states, as reported by Kwon et al. (2023), Figure 2.
