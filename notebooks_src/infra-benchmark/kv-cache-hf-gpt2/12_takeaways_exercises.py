@@ -89,7 +89,8 @@ if HAVE_TRANSFORMERS:
 #
 # `crop(-3)`: it removes the 3 rejected positions and leaves $20 + 2 = 22$. The next call then sees
 # exactly the cache of a 22-token prefix, so its logits must agree within $10^{-10}$ with those of one
-# full call over the 22 tokens plus the new one. The next cell replays the round.
+# full call over the 22 tokens plus the new one (in assisted decoding, the token GPT-2 itself chose in
+# place of the first rejected one). The next cell replays the round.
 #
 # </details>
 
@@ -98,7 +99,7 @@ if HAVE_TRANSFORMERS:
 #
 # <details><summary>查看答案</summary>
 #
-# 调用 `crop(-3)`：它去掉 3 个被拒绝的位置，留下 $20 + 2 = 22$ 个。这样，下一次调用看到的恰好是 22 个 token 的前缀所对应的缓存，所以它的 logits 必须与对这 22 个 token 加上新 token 做一次完整调用的结果在 $10^{-10}$ 以内一致。下一个单元格重演这一轮。
+# 调用 `crop(-3)`：它去掉 3 个被拒绝的位置，留下 $20 + 2 = 22$ 个。这样，下一次调用看到的恰好是 22 个 token 的前缀所对应的缓存，所以它的 logits 必须与对这 22 个 token 加上新 token 做一次完整调用的结果在 $10^{-10}$ 以内一致（在辅助生成中，这个新 token 就是 GPT-2 自己选出、用来替换第一个被拒绝 token 的那个）。下一个单元格重演这一轮。
 #
 # </details>
 
