@@ -1,21 +1,19 @@
 # %% [markdown] lang="en"
 # The notebook *KV cache from scratch* ([open it]({{colab:infra-benchmark/kv-cache}})) builds a
-# small two-layer decoder with a KV cache and checks the cached path against full recomputation. Both
-# sides of that check were written by the same hands, so a misunderstanding shared by both would go
-# unnoticed. This notebook asks a referee nobody here wrote: Hugging Face's `GPT2LMHeadModel`. We copy
-# our decoder's weights into it and ask whether the two compute the same function and cache the same
-# keys and values. Then we ask what that agreement is worth, and what it teaches about the library.
+# small two-layer decoder with a KV cache and checks it against itself. This notebook copies that
+# decoder's weights into a referee nobody here wrote, Hugging Face's `GPT2LMHeadModel` (section 4 says
+# why that matters), and asks whether the two agree, what that agreement is worth, and what it teaches
+# about the library.
 #
 # You need PyTorch (`nn.Linear`, `state_dict`, `load_state_dict`), not transformers. Each section
 # answers one question:
 #
 # - **2–4. What are we comparing, and do the two models agree?** The masks, the decoder and the short
 #   comparison with GPT-2 of *KV cache from scratch*, copied unchanged from that notebook.
-#   Sections 2 and 3 are folded, with a banner: if you have read that notebook, skip them. Section 4 is
-#   shown open (only its imports are folded), because the rest of this notebook takes apart its four
-#   functions, `gpt2_config`, `gpt2_state_dict`, `build_gpt2` and `compare_with_gpt2`. It gives the result: with our weights in
-#   GPT-2, the logits of a full call, the logits of the cached path chunk by chunk, and every layer's
-#   cached K and V agree within $10^{-10}$ in FP64. The rest of the notebook examines it.
+#   Sections 2 and 3 are folded: if you have read that notebook, skip them. Section 4 is shown open,
+#   because the rest of this notebook takes apart its four functions, `gpt2_config`,
+#   `gpt2_state_dict`, `build_gpt2` and `compare_with_gpt2`, and examines its result: logits and
+#   cached K and V agree within $10^{-10}$ in FP64.
 # - **5. Which configuration describes our decoder?** `GPT2Config`'s defaults describe the released
 #   GPT-2; we say which fields change and why.
 # - **6. How do the weights map?** `nn.Linear` stores its matrix as `[out, in]`, GPT-2's `Conv1D` as
@@ -37,11 +35,11 @@
 # sentence, and the later sections do nothing except record the skip in `results.json`.
 
 # %% [markdown] lang="zh"
-# 笔记本《从零实现 KV 缓存》（[打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并拿缓存路径与完整重算对照。这个对照的双方都出自同一批人之手，如果两边有同一个理解上的错误，它是发现不了的。本笔记本请来一位不是我们编写的裁判：Hugging Face 的 `GPT2LMHeadModel`。我们把解码器的权重复制进去，看两个模型算的是不是同一个函数、缓存的 K 和 V 是否相同；然后追问这种一致有多大的说服力，以及它揭示了这个库的哪些行为。
+# 笔记本《从零实现 KV 缓存》（[打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并拿它与自身对照。本笔记本把这个解码器的权重复制进一位不是我们编写的裁判：Hugging Face 的 `GPT2LMHeadModel`（第 4 节说明为什么需要它），然后追问两者是否一致、这种一致有多大的说服力，以及它揭示了这个库的哪些行为。
 #
 # 阅读本笔记本需要熟悉 PyTorch（`nn.Linear`、`state_dict`、`load_state_dict`），不需要了解 transformers。每一节回答一个问题：
 #
-# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，原样照搬自那个笔记本。第 2、3 节的代码已折叠，开头有横幅说明：读过那个笔记本的话，可以跳过。第 4 节展开显示（只有导入语句折叠），因为本笔记本后面各节要逐一剖析它的四个函数 `gpt2_config`、`gpt2_state_dict`、`build_gpt2` 和 `compare_with_gpt2`。第 4 节给出结论：把我们的权重放进 GPT-2 后，完整调用的 logits、缓存路径逐个分块算出的 logits，以及每一层缓存的 K 和 V，在 FP64 下都在 $10^{-10}$ 以内一致。后面各节都在检验这个结论。
+# - **第 2–4 节：比较的是什么？两个模型一致吗？** 《从零实现 KV 缓存》中的掩码、解码器以及与 GPT-2 的简短比较，原样照搬自那个笔记本。第 2、3 节的代码已折叠：读过那个笔记本的话，可以跳过。第 4 节展开显示，因为本笔记本后面各节要逐一剖析它的四个函数 `gpt2_config`、`gpt2_state_dict`、`build_gpt2` 和 `compare_with_gpt2`，并检验它的结论：在 FP64 下，logits 以及缓存的 K 和 V 都在 $10^{-10}$ 以内一致。
 # - **第 5 节：什么样的配置描述我们的解码器？** `GPT2Config` 的默认值描述的是公开发布的 GPT-2；我们说明改了哪些配置项，以及为什么要改。
 # - **第 6 节：权重怎样对应？** `nn.Linear` 把矩阵存成 `[out, in]`，GPT-2 的 `Conv1D` 存成 `[in, out]`，而且 GPT-2 用一个矩阵同时算出 Q、K、V。一张图展示这种对应关系。
 # - **第 7 节：映射出错时，比较能查出来吗？** 三个现实中很容易犯的映射错误，以及每个错误最先在哪一层显现。
@@ -80,7 +78,6 @@ OUTPUT_DIR = "."
 # [en] NumPy and the modules that describe the machine come with the next cell, which every notebook of
 # [en] this series shares.
 # [zh] NumPy 以及记录机器信息所用的模块由下一个单元格导入，本系列的每份笔记本都共用那个单元格。
-import copy
 import json
 import math
 import os

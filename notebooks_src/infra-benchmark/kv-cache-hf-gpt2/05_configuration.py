@@ -33,7 +33,8 @@
 #   matmul → softmax → matmul, so the arithmetic we compare against is explicit.
 #
 # No cell checks these fields one by one: the agreement of section 4 within $10^{-10}$ is the check of
-# the configuration as a whole, and section 7 shows that getting a single field wrong is caught.
+# the configuration as a whole: getting wrong a field that changes the arithmetic is caught, and section 7
+# shows two such fields.
 
 # %% [markdown] lang="zh"
 # ## 5. 逐项核对配置
@@ -48,7 +49,7 @@
 # - `scale_attn_weights=True`（默认值）让注意力分数除以 $\sqrt{d_h}$，和我们的做法一样；按层号追加的缩放（`scale_attn_by_inverse_layer_idx`）以及调整计算顺序并提升到 FP32 的做法（`reorder_and_upcast_attn`）都保持默认的关闭状态。
 # - `attn_implementation="eager"` 选用 `modeling_gpt2.py` 里的 `eager_attention_forward`，即最直接的“矩阵乘 → softmax → 矩阵乘”，这样我们拿来对照的运算每一步都清清楚楚。
 #
-# 这里没有单元格逐项检查这些配置：第 4 节在 $10^{-10}$ 以内的一致，就是对整个配置的检查；第 7 节则表明，只要有一项配错，比较就能查出来。
+# 这里没有单元格逐项检查这些配置：第 4 节在 $10^{-10}$ 以内的一致，就是对整个配置的检查：凡是会改变运算结果的配置项，配错了都会被查出来，第 7 节演示了其中两项。
 
 # %%
 CONFIG_FIELDS = ["vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",

@@ -18,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 9. transformers 的缓存对象：`DynamicCache`
 #
-# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象。一次调用中，每个注意力层都会调用 `cache.update(k, v, layer_idx)`。`DynamicCache` 的每个层对象（`DynamicLayer`）同样用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量本身原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
+# 我们的缓存是一个普通列表，每层一对 `(K, V)`。每次调用都返回一个新列表，而 `torch.cat` 生成更长的新张量，不会改写旧张量，所以调用方手里的旧列表描述的仍是调用之前的那个前缀。transformers 保存的是同样的张量，保存方式却不同。`DynamicCache` 为每一层保存一个层对象（`DynamicLayer`）。一次调用中，每个注意力层都调用 `cache.update(k, v, layer_idx)`，层对象同样用 `torch.cat` 拼接：它用更长的新张量替换自己的 `keys` 和 `values` 属性，旧张量本身原封不动。被原地更新的是缓存对象本身：模型返回的正是传进去的那个对象，只不过它现在装着更长的张量，调用方手里再也没有描述较短前缀的对象了。
 #
 # 下面的单元格用一个小例子同时演示这两种方式：先预填充 8 个位置，再送入一个含 2 个 token 的分块。第 0 层在调用之前持有的张量仍然是 8 个位置，数值也没变，而缓存对象已经指向一个 10 个位置的新张量；我们的旧列表仍然只有 8 个位置。
 
@@ -156,7 +156,7 @@ if HAVE_TRANSFORMERS:
               zh=["截短后的 K/V 与我们切片后的缓存", "`crop` 之后的 logits 与我们的", "不做 `crop`（负对照）与我们的"])
     # [en] Cropped caches and continuations agree; without the crop the comparison fails.
     # [zh] 截短后的缓存和续写结果都一致；不截短则比较失败。
-    crop_verdicts = [crop_errors[key] <= PEER_TOL for key in ("cropped_kv", "logits_after_crop", "logits_without_crop")]
+    crop_verdicts = [crop_errors[key] <= TOLERANCE[torch.float64] for key in ("cropped_kv", "logits_after_crop", "logits_without_crop")]
     assert crop_verdicts == [True, True, False]
     say(en=f"After `crop(-{CROP_TOKENS})` the library's cache and ours agree within $10^{{-10}}$, and so do the "
            "continuations. Without the crop, the same comparison fails.",

@@ -160,31 +160,17 @@ if HAVE_TRANSFORMERS:
 # {{run:profile.ours_python:,}}; the second table shows that the extra ones are the library's machinery
 # (configuration reads, output dataclasses, the cache object's methods).
 #
-# How much could one call cost? Suppose time per step = a fixed cost $a$ + a cost $b$ per function call
-# (Python functions and built-ins counted alike). The race's two step times fix $a$ and $b$ exactly (the
-# next cell, folded): $b$ = {{run:profile.us_per_call:.1f}} µs, to compare with the cost of a function call
-# plus the little work each does. It is a reading of the counts, not a measurement: no tool here times
-# Python alone without distorting it (`cProfile` adds a cost to every call it counts).
+# GPT-2's step time minus ours (race medians): {{run:profile.step_gap_ms:.3f}} ms. Spread over the
+# {{run:profile.extra_calls:,}} extra calls, that is {{run:profile.us_per_call:.1f}} µs per call. This
+# division charges the whole gap to the calls, so it is an average, not the measured cost of a call: no
+# tool here times Python alone without distorting it (`cProfile` adds a cost to every call it counts).
 
 # %% [markdown] lang="zh"
 # **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。两者调用的 ATen 算子数目相近，分别为 {{run:profile.ours_ops}} 次和 {{run:profile.gpt2_ops}} 次（我们的要经过 `aten::linear`，而且用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次）。
 #
 # **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；第二张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）。
 #
-# 一次调用大约要花多少时间？假设每步耗时 = 固定开销 $a$ + 每次函数调用的开销 $b$ × 调用次数（Python 函数和内置函数同等计数）。比赛中两个模型每步的耗时恰好确定 $a$ 和 $b$（下一个单元格，代码已折叠）：$b$ = {{run:profile.us_per_call:.1f}} 微秒，可以拿它与一次函数调用再加上它所做的一点点工作的开销相比。这是对计数的一种解读，而不是测量：这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
-
-# %% tags=["hide-input"]
-if HAVE_TRANSFORMERS:
-    per_step = {path: race_timing[path]["p50"] / CONTINUATION for path in PEER_PATHS}                # ms
-    calls = {path: step_profile[path]["python_calls"] for path in PEER_PATHS}
-    # [en] Two steps, two unknowns: per_step = fixed_ms + per_call_ms * calls, for ours and for GPT-2.
-    # [zh] 两个解码步，两个未知数：对我们的和 GPT-2 的都有 per_step = fixed_ms + per_call_ms * calls。
-    per_call_ms = (per_step["gpt2"] - per_step["ours"]) / (calls["gpt2"] - calls["ours"])
-    fixed_ms = per_step["ours"] - per_call_ms * calls["ours"]
-    say(en=f"$a = {fixed_ms:.2f}$ ms, $b = {1e3 * per_call_ms:.1f}$ µs per call. Ours: $a + {calls['ours']}b = "
-           f"{per_step['ours']:.2f}$ ms; GPT-2: $a + {calls['gpt2']}b = {per_step['gpt2']:.2f}$ ms.",
-        zh=f"$a = {fixed_ms:.2f}$ 毫秒，$b = {1e3 * per_call_ms:.1f}$ 微秒（每次调用）。我们的：$a + {calls['ours']}b = "
-           f"{per_step['ours']:.2f}$ 毫秒；GPT-2：$a + {calls['gpt2']}b = {per_step['gpt2']:.2f}$ 毫秒。")
+# GPT-2 每步的耗时减去我们的（取比赛的中位数）为 {{run:profile.step_gap_ms:.3f}} 毫秒，平摊到多出来的 {{run:profile.extra_calls:,}} 次调用上，每次约 {{run:profile.us_per_call:.1f}} 微秒。这个除法把全部差距都算在了函数调用头上，所以它只是一个平均值，而不是一次调用的实测开销：这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
 
 # %% [markdown] lang="en"
 # The counts also explain why the race says nothing about speed at real sizes: at GPT-2 small's width of
@@ -193,7 +179,7 @@ if HAVE_TRANSFORMERS:
 # layer makes the same calls (its 12 layers, against our 2, multiply work and calls alike).
 
 # %% [markdown] lang="zh"
-# 这些计数也解释了为什么这场比赛反映不了实际规模下的速度：最小的 GPT-2（124M）的宽度是 768，它在每一层中的每次投影调用（矩阵的两个维度都随宽度增长）的计算量是我们的 $(768 / 64)^2 = 144$ 倍，每次注意力矩阵乘法是 $768 / 64 = 12$ 倍，而每一层的函数调用次数不变（它有 12 层，我们只有 2 层，层数对运算量和调用次数的放大是一样的）。
+# 这些计数也解释了为什么这场比赛反映不了实际规模下的速度。最小的 GPT-2（124M）宽度为 768：每一层中，每次投影调用的计算量是我们的 $(768 / 64)^2 = 144$ 倍（矩阵的两个维度都随宽度增长），每次注意力矩阵乘法是 $768 / 64 = 12$ 倍，而每一层的函数调用次数不变（它有 12 层，我们只有 2 层，层数对运算量和调用次数的放大是一样的）。
 
 # %% tags=["prose-values"]
 {"profile": {
@@ -202,5 +188,8 @@ if HAVE_TRANSFORMERS:
     "ours_ops": step_profile["ours"]["aten_calls"], "gpt2_ops": step_profile["gpt2"]["aten_calls"],
     "ours_python": step_profile["ours"]["python_calls"], "gpt2_python": step_profile["gpt2"]["python_calls"],
     "python_ratio": step_profile["gpt2"]["python_calls"] / step_profile["ours"]["python_calls"],
-    "fixed_ms": fixed_ms, "us_per_call": 1e3 * per_call_ms,
+    "step_gap_ms": (race_timing["gpt2"]["p50"] - race_timing["ours"]["p50"]) / CONTINUATION,
+    "extra_calls": step_profile["gpt2"]["python_calls"] - step_profile["ours"]["python_calls"],
+    "us_per_call": 1e3 * (race_timing["gpt2"]["p50"] - race_timing["ours"]["p50"]) / CONTINUATION
+                   / (step_profile["gpt2"]["python_calls"] - step_profile["ours"]["python_calls"]),
 }} if HAVE_TRANSFORMERS else {}
