@@ -56,9 +56,12 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
             if HAVE_HF else {})
 
 # %% tags=["prose-values"]
-plain_vs_h2o = [EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVICTION["plain"][f"h2o/{b}"]["mean_max_abs_logit_err"]
-          for b in BUDGETS if b < PROMPT_LEN]
-{"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive, "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
+plain_vs_h2o = {b: EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVICTION["plain"][f"h2o/{b}"]["mean_max_abs_logit_err"]
+                for b in BUDGETS if b < PROMPT_LEN}
+lowest_highest = lambda ratios: {"lowest": min(ratios.values()), "lowest_budget": min(ratios, key=ratios.get),
+                                 "highest": max(ratios.values()), "highest_budget": max(ratios, key=ratios.get)}
+{"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive,
+         "absorbed_vs_naive_total_macs": MLA_TRADE["forms"]["absorbed"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"], "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
          "absorbed_vs_naive_fp64": largest(ABSORBED_VS_NAIVE, "fp64"),
          "absorbed_vs_naive_fp64_exponent": round(math.log10(largest(ABSORBED_VS_NAIVE, "fp64"))), "tp8_mha_per_gpu": DEEPSEEK_MEMORY["mha"] // 8,
          "latent_expanded_gib": materialised_bytes(DEEPSEEK_V3, "expand_on_read", MLA_TRADE["context"]) / GiB,
@@ -75,10 +78,10 @@ plain_vs_h2o = [EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVI
               "snapkv_half_agreement": fav[f"snapkv/{half}"]["greedy_agreement"],
               "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
               "random_ratio_smallest": RANDOM_RATIOS["main"][min(RANDOM_RATIOS["main"])], "random_ratio_half": RANDOM_RATIOS["main"][half],
-              "random_ratio_largest": max(RANDOM_RATIOS["main"].values()),
+              "random_ratio": lowest_highest(RANDOM_RATIOS["main"]),
               "random_ratio_other_prompts": CONTROLS["random_eviction"]["other_prompt_sets"],
-              "plain_random_vs_h2o": {k: f(plain_vs_h2o) for k, f in (("smallest", min), ("largest", max), ("random_closer", lambda x: sum(q < 1 for q in x)),
-                                                                 ("budgets", len))}},
+              "plain_random_vs_h2o": lowest_highest(plain_vs_h2o) | {"random_closer": sum(q < 1 for q in plain_vs_h2o.values()),
+                                                                     "budgets": len(plain_vs_h2o)}},
  "takeaways": {"deepseek_latent": DEEPSEEK_MEMORY["mla_latent"], "deepseek_expanded": DEEPSEEK_MEMORY["mla_naive"],
                "mla_fp32": max(largest(MLA_GRIDS[form], "fp32") for form in MLA_FORMS),
                "absorbed_vs_naive_fp32": largest(ABSORBED_VS_NAIVE, "fp32")}}
