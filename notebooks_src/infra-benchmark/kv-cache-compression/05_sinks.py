@@ -249,9 +249,9 @@ all_pairs = sink_window_mask(SINKS, WINDOW)(torch.arange(DENSE_LEN), torch.arang
 SINK_DISTANCES = {"max_cache_distance": int((all_pairs.sum(dim=-1) - 1).max()), "max_text_distance": DENSE_LEN - 1}
 say_table([["$" + STREAMING_LABELS[name].replace(", ", r",\ ") + "$", str(d["exact_positions"]), f"{d['exact_max_abs_logit_err']:.1e}", f"{d['max_abs_logit_err']:.2f}",
             f"{d['greedy_agreement']:.0%}"] for name, d in DENSE_DISTANCE.items()],
-          en=["cache", "positions read in full", "their max logit difference", "max logit difference, all positions",
+          en=["cache", "positions that read every earlier key", "their max logit difference", "max logit difference, all positions",
               "greedy agreement after them"],
-          zh=["缓存", "完整读取的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差", "此后贪心 token 一致的比例"])
+          zh=["缓存", "能读到全部先前键的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差", "此后贪心 token 一致的比例"])
 assert all(close(logits[:, :exact_until[name]], dense_logits[:, :exact_until[name]]) for name, logits in approx_logits.items())
 assert all(d["max_abs_logit_err"] > 1e-2 for d in DENSE_DISTANCE.values())
 assert SINK_DISTANCES["max_cache_distance"] == SINKS + WINDOW - 1
