@@ -100,7 +100,7 @@ class SinkRingKV(RingKV):
 
 # %% [markdown] lang="en"
 # `StreamingAttention` caches K *without* rotating it. At every read it rotates each query at its own cache position
-# and, for every (query, key) pair, the key at the position that query gives it, a `[B, H, T_new, T_keys, D]` tensor;
+# (the last of the keys it reads, its own: the number of those keys minus 1) and, for every (query, key) pair, the key at the position that query gives it, a `[B, H, T_new, T_keys, D]` tensor;
 # then it attends under the sink-and-window mask. With one new token that tensor is just the cached keys, each
 # rotated once at its place in the cache (what a real decoder does); the pairwise form is needed only for a chunk of
 # several tokens, because the window slides between its queries. In the table above, a chunk of tokens 20 and 21:
@@ -108,7 +108,7 @@ class SinkRingKV(RingKV):
 # must be rotated once for each of them.
 
 # %% [markdown] lang="zh"
-# `StreamingAttention` 缓存的是**未经旋转**的 K。每次读取时，它按每个查询自己的缓存位置旋转查询，并为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量；然后在“汇聚点加窗口”的掩码下计算注意力。只送入一个新 token 时，这个张量就是缓存中的键，每个键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）；只有一次送入多个 token 时才需要逐对的形式，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。
+# `StreamingAttention` 缓存的是**未经旋转**的 K。每次读取时，它按每个查询自己的缓存位置旋转查询（查询本身就是它读取的最后一个键，位置等于它读取的键数减 1），并为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量；然后在“汇聚点加窗口”的掩码下计算注意力。只送入一个新 token 时，这个张量就是缓存中的键，每个键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）；只有一次送入多个 token 时才需要逐对的形式，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。
 
 # %%
 class StreamingAttention(Attention):

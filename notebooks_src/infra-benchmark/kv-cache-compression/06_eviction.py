@@ -41,11 +41,12 @@
 # positions. SnapKV scores a key by the attention of the last 8 prompt queries, max-pooled over 5 neighbours, and
 # keeps those 8 window positions. These sizes are scaled down to our 64-token prompts: SnapKV's reference code
 # (`init_snapkv` in `snapkv_utils.py` of FasterDecoding/SnapKV) defaults to an observation window of 32 and a pooling
-# kernel of 5 for prompts of thousands of tokens, with average pooling (max pooling is its other option). The control
+# kernel of 5 for prompts of thousands of tokens, with average pooling; we use its other option, max pooling, under
+# which every key within 2 positions of a strongly attended one scores at least as high as that key. The control
 # keeps H2O's recent half and fills the rest at random: same recency, no information.
 
 # %% [markdown] lang="zh"
-# **各个策略。** 每个策略接收提示的注意力权重 `[B, H, P, P]` 和预算，为每个（提示，头）返回要保留的位置。`keep_top` 先强制保留最新的若干位置，再保留得分最高的位置。H2O 用一个键从全部提示查询那里得到的注意力之和作为它的得分，并把一半预算留给最新的位置。SnapKV 用最后 8 个提示查询对这个键的注意力作为得分，在相邻 5 个位置上做最大池化，并保留这 8 个窗口位置。这些尺寸是按我们 64 个 token 的提示缩小过的：SnapKV 的参考代码（FasterDecoding/SnapKV 中 `snapkv_utils.py` 的 `init_snapkv`）面向数千个 token 的提示，默认观察窗口为 32、池化核为 5，并使用平均池化（最大池化是它的另一个选项）。负对照保留与 H2O 相同的最新一半，其余位置随机选取：新旧程度相同，但不含任何信息。
+# **各个策略。** 每个策略接收提示的注意力权重 `[B, H, P, P]` 和预算，为每个（提示，头）返回要保留的位置。`keep_top` 先强制保留最新的若干位置，再保留得分最高的位置。H2O 用一个键从全部提示查询那里得到的注意力之和作为它的得分，并把一半预算留给最新的位置。SnapKV 用最后 8 个提示查询对这个键的注意力作为得分，在相邻 5 个位置上做最大池化，并保留这 8 个窗口位置。这些尺寸是按我们 64 个 token 的提示缩小过的：SnapKV 的参考代码（FasterDecoding/SnapKV 中 `snapkv_utils.py` 的 `init_snapkv`）面向数千个 token 的提示，默认观察窗口为 32、池化核为 5，并使用平均池化；我们用的是它的另一个选项，最大池化：与某个被强烈关注的键相距不超过 2 个位置的每个键，得分都不低于那个键。负对照保留与 H2O 相同的最新一半，其余位置随机选取：新旧程度相同，但不含任何信息。
 
 # %%
 def keep_top(scores, budget: int, newest: int):
