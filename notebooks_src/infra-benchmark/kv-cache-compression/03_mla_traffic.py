@@ -104,8 +104,8 @@ say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * materialised
 assert all(n == STREAM_LEN * materialised_elements(mla_cfg) for n in MATERIALISED.values())
 
 # %% [markdown] lang="en"
-# The three forms at DeepSeek-V3's size, with 32,768 cached keys. Their multiply-adds also count the work a step does
-# whatever $T$ (mostly the projections all forms share), so absorbed over naive is
+# The three forms at DeepSeek-V3's size, with 32,768 cached keys. The multiply-adds also count each step's work that
+# does not grow with $T$ (mostly the shared projections), so absorbed over naive is
 # {{run:mla.absorbed_vs_naive_total_macs:.1f}} here, against {{run:mla.absorbed_vs_naive_macs:.1f}} for the attention
 # per key:
 
@@ -126,11 +126,11 @@ say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
 
 # %% [markdown] lang="en"
-# The next cell (its code folded) adds up the expand-on-read form's five operations of the list above (bold: their
-# sum) against what the naive form reads; the sum must equal `expand_on_read_traffic`.
+# The next cell (its code folded) adds up the five operations of the list above (bold) against the naive form's read;
+# the sum must equal `expand_on_read_traffic`.
 
 # %% [markdown] lang="zh"
-# 下一个单元格（代码已折叠）把读时展开形式的五项运算（上文列表，粗体为合计）加在一起，最后一行是朴素形式读取的字节数；合计必须等于 `expand_on_read_traffic`。
+# 下一个单元格（代码已折叠）把上文列表的五项运算加在一起（粗体），并与朴素形式的读取量对照；合计必须等于 `expand_on_read_traffic`。
 
 # %% tags=["hide-input"]
 H, r, dR, dC, dv = d.heads, d.latent, d.rope_dim, d.nope_dim, d.value_dim

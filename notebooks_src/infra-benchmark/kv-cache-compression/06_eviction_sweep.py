@@ -138,7 +138,7 @@ plt.show()
 #
 # In this run SnapKV lands a little closer to dense attention than H2O without favourites, and H2O clearly closer
 # with them. A reading of the code, not a proof: with favourites every prompt query votes for the same keys, and H2O
-# counts 64 such votes to SnapKV's 8 (which also spends 8 slots on its window); without them, the last prompt queries,
+# counts 64 such votes to SnapKV's 8; without them, the last prompt queries,
 # closest to the decode steps, are the better guide.
 #
 # </details>
@@ -167,7 +167,7 @@ plt.show()
 #
 # <details><summary>可选：为什么 H2O 和 SnapKV 互换了名次</summary>
 #
-# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键，H2O 计入 64 票，SnapKV 只计入 8 票（还要把 8 个位置留给观察窗口）；无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取什么。
+# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键，H2O 计入 64 票，SnapKV 只计入 8 票；无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取什么。
 #
 # </details>
 #

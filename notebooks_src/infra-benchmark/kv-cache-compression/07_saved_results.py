@@ -1,20 +1,18 @@
 # %% [markdown] lang="en"
 # ## 8. Saved results
 #
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: every
-# grid row of every exact variant, the MLA memory and multiply-add counts, the DeepSeek-V3 and Gemma 3 tables, the
-# streaming and eviction measurements with their bounds, the referees' errors (or why they were skipped), and
-# every negative control with what it measured and whether it was caught. The schema is documented in
+# Everything this run checked and measured, every negative control included, goes into `results.json` in
+# `OUTPUT_DIR`, next to the figures. The schema is documented in
 # `docs/kv-cache-compression-results-schema.md` in the repository. The tables below are built from the same
 # dictionary that is written. In them, the absorbed-versus-naive row compares two forms rather than a cached path
 # with its full call, and the control recorded only with `transformers` is the shifted layer pattern, which only
-# the Ministral referee can see. The next cell (folded) only gathers the results into one dictionary, `RESULTS`, and
-# writes it with `save_results`.
+# the Ministral referee can see. The next cell (folded) gathers them into `RESULTS` and writes it
+# with `save_results`.
 
 # %% [markdown] lang="zh"
 # ## 8. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起：每种精确变体的每一行网格结果，MLA 的内存与乘加次数，DeepSeek-V3 与 Gemma 3 的表格，流式缓存与淘汰策略的测量结果及其误差界，各裁判的误差（或跳过的原因），以及每个负对照测得的数值和是否查出。文件格式见仓库中的 `docs/kv-cache-compression-results-schema.md`。下面的表格就是由写入文件的同一个字典生成的。其中，“吸收对照朴素”一行比较的是两种形式，而不是缓存路径与它自己的完整调用；只有安装了 `transformers` 才会记录的负对照是错开一层的模式，只有 Ministral 裁判能发现它。下一个单元格（已折叠）只是把这些结果收集到一个字典 `RESULTS` 中，再用 `save_results` 写入文件。
+# 本次运行检查和测量的全部内容（包括每个负对照）都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起。文件格式见仓库中的 `docs/kv-cache-compression-results-schema.md`。下面的表格就是由写入文件的同一个字典生成的。其中，“吸收对照朴素”一行比较的是两种形式，而不是缓存路径与它自己的完整调用；只有安装了 `transformers` 才会记录的负对照是错开一层的模式，只有 Ministral 裁判能发现它。下一个单元格（已折叠）把这些结果收集到 `RESULTS` 中，再用 `save_results` 写入文件。
 
 # %% tags=["hide-input"]
 EXACT_GRIDS = {"gqa_base": BASE_GRID, "mla_naive": MLA_GRIDS["naive"], "mla_latent": MLA_GRIDS["expand_on_read"],
