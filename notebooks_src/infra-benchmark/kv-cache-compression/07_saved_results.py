@@ -71,7 +71,8 @@ lowest_highest = lambda ratios: {"lowest": min(ratios.values()), "lowest_budget"
  "shared": {"vs_ordinary": SHARED_VS_ORDINARY, "crossover": GROWTH_CROSSOVER},
  "sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
            "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
-           "agreement_window_only": DENSE_DISTANCE["window_only"]["greedy_agreement"]},
+           "agreement_window_only_same_positions": float((approx_logits["window_only"].argmax(-1) == dense_logits.argmax(-1))
+                                                         [:, DENSE_DISTANCE["sinks_and_window"]["exact_positions"]:].float().mean())},
  "eviction": {"h2o_half_agreement": fav[f"h2o/{half}"]["greedy_agreement"], "h2o_half_error": fav[f"h2o/{half}"]["mean_max_abs_logit_err"],
               "snapkv_half_agreement": fav[f"snapkv/{half}"]["greedy_agreement"],
               "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
