@@ -3,16 +3,16 @@
 #
 # So far our MLA has been compared only with itself. `DeepseekV3ForCausalLM` from transformers is an implementation
 # nobody here wrote. We build a tiny one from our sizes (nothing is downloaded), copy our weights into it and
-# compare in FP64. The names map one to one, with no transposes (`MLA_NAMES` below). The configuration asks for no query compression (`q_lora_rank=None`), dense MLPs in every layer
-# (`first_k_dense_replace` = the number of layers, so no mixture of experts), and `rope_interleave=False`:
-# DeepSeek's checkpoints pair neighbouring RoPE dimensions, a fixed reordering of the rows of `q` and `kv_down` that produce $q^R$ and $k^R$, which our
-# `rotate_half` layout does not need.
+# compare in FP64. One precision detail: even after `.double()`, Hugging Face computes two steps in FP32, so we copy
+# that in our model (`with_hf_precision`, the architectures notebook's referee tool, included below) and can then
+# compare at FP64's tolerance.
 #
-# One precision detail: even after `.double()`, Hugging Face computes two steps in FP32, so we copy that in our model
-# (`with_hf_precision`, the architectures notebook's referee tool, included below) and can then compare at FP64's
-# tolerance.
+# <details><summary>Optional: the configuration and the precision details</summary>
 #
-# <details><summary>Optional: the precision details</summary>
+# The names map one to one, with no transposes (`MLA_NAMES`). The configuration asks for no query compression
+# (`q_lora_rank=None`), dense MLPs in every layer (`first_k_dense_replace` = the number of layers, so no mixture of
+# experts), and `rope_interleave=False`: DeepSeek's checkpoints pair neighbouring RoPE dimensions, a fixed reordering
+# of the rows of `q` and `kv_down` that produce $q^R$ and $k^R$, which our `rotate_half` layout does not need.
 #
 # From `modeling_deepseek_v3.py`: the model computes its
 # RMSNorms (`.to(torch.float32)` in `DeepseekV3RMSNorm.forward`) and its rotary angles (`.float()` in
@@ -32,11 +32,11 @@
 # %% [markdown] lang="zh"
 # ### 3.1 裁判：Hugging Face 的 DeepSeek-V3（可选）
 #
-# 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。参数名一一对应，不需要转置（见下面的 `MLA_NAMES`）。配置要求：不压缩查询（`q_lora_rank=None`）；每一层都用稠密 MLP（`first_k_dense_replace` 设为层数，因此没有混合专家）；`rope_interleave=False`：DeepSeek 的检查点把 RoPE 相邻的两维配成一对，这只是 `q` 和 `kv_down` 中产生 $q^R$ 与 $k^R$ 的那些行的一个固定重排，我们的 `rotate_half` 布局用不着它。
+# 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。有一处精度细节：即使调用了 `.double()`，Hugging Face 仍有两步在 FP32 下计算，所以我们在自己的模型里照做（即架构笔记本中的裁判工具 `with_hf_precision`，下文一并收录），这样就能在 FP64 的容差下比较。
 #
-# 有一处精度细节：即使调用了 `.double()`，Hugging Face 仍有两步在 FP32 下计算，所以我们在自己的模型里照做（即架构笔记本中的裁判工具 `with_hf_precision`，下文一并收录），这样就能在 FP64 的容差下比较。
+# <details><summary>可选：配置与精度细节</summary>
 #
-# <details><summary>可选：精度细节</summary>
+# 参数名一一对应，不需要转置（`MLA_NAMES`）。配置要求：不压缩查询（`q_lora_rank=None`）；每一层都用稠密 MLP（`first_k_dense_replace` 设为层数，因此没有混合专家）；`rope_interleave=False`：DeepSeek 的检查点把 RoPE 相邻的两维配成一对，这只是 `q` 和 `kv_down` 中产生 $q^R$ 与 $k^R$ 的那些行的一个固定重排，我们的 `rotate_half` 布局用不着它。
 #
 # 出自 `modeling_deepseek_v3.py`：这个模型在 FP32 下计算它的 RMSNorm（`DeepseekV3RMSNorm.forward` 中的 `.to(torch.float32)`）和旋转角（`DeepseekV3RotaryEmbedding.forward` 中的 `.float()`），因此与我们纯 FP64 的模型相比，会相差 FP32 量级的舍入误差。我们让 Hugging Face 使用 `sdpa` 注意力，它按输入的精度计算 softmax（而它的 `eager` 注意力会再多出一个 FP32 步骤）。另外，潜向量的 RMSNorm（`kv_a_layernorm`）在构造时没有用到配置中的 `rms_norm_eps`：它的 $\epsilon$ 总是 $10^{-6}$，这恰好也是 DeepSeek-V3 的 `rms_norm_eps` 和我们的取值。
 #

@@ -1,15 +1,14 @@
 # %% [markdown] lang="en"
-# The comparison. `hf_deepseek` builds the tiny `DeepseekV3ForCausalLM` and loads our weights into it. Hugging Face's cache for this model holds, per layer, the latent (`keys`, `[B, 1, T, r]`) and the
+# The comparison. `hf_deepseek` (folded) builds the tiny `DeepseekV3ForCausalLM` and loads our weights into it. Hugging Face's cache for this model holds, per layer, the latent (`keys`, `[B, 1, T, r]`) and the
 # rotated RoPE key (`values`, `[B, 1, T, d_R]`): exactly what `AbsorbedMLA` and `ExpandOnReadMLA` cache, so the cached
 # tensors are compared directly. The pure FP64 model differs by FP32 rounding only. The last row is the model of
 # control 1, `RopeOnCompressedPart`, whose keys the referee rotates differently: it must be rejected, which shows that
-# this referee can fail. If the first two rows read exactly 0.0, the optional note right under the table says why.
+# this referee can fail.
 
 # %% [markdown] lang="zh"
-# 正式比较。`hf_deepseek` 构造那个很小的 `DeepseekV3ForCausalLM`，并把我们的权重加载进去。对这个模型，Hugging Face 的缓存每层保存潜向量（`keys`，形状 `[B, 1, T, r]`）和旋转后的 RoPE 键（`values`，形状 `[B, 1, T, d_R]`）：这正是 `AbsorbedMLA` 和 `ExpandOnReadMLA` 缓存的内容，所以可以直接比较缓存的张量。纯 FP64 的模型只差 FP32 量级的舍入误差。最后一行是负对照 1 中的模型 `RopeOnCompressedPart`：它旋转键的方式与裁判不同，裁判必须把它判为不一致，这也说明这个裁判确实会判出不一致。如果前两行恰好是 0.0，表格下方的可选说明解释了原因。
+# 正式比较。`hf_deepseek`（代码已折叠）构造那个很小的 `DeepseekV3ForCausalLM`，并把我们的权重加载进去。对这个模型，Hugging Face 的缓存每层保存潜向量（`keys`，形状 `[B, 1, T, r]`）和旋转后的 RoPE 键（`values`，形状 `[B, 1, T, d_R]`）：这正是 `AbsorbedMLA` 和 `ExpandOnReadMLA` 缓存的内容，所以可以直接比较缓存的张量。纯 FP64 的模型只差 FP32 量级的舍入误差。最后一行是负对照 1 中的模型 `RopeOnCompressedPart`：它旋转键的方式与裁判不同，裁判必须把它判为不一致，这也说明这个裁判确实会判出不一致。
 
-# %%
-DEEPSEEK_REFEREE = None
+# %% tags=["hide-input"]
 if HAVE_HF:
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
@@ -24,6 +23,9 @@ if HAVE_HF:
                                   rope_interleave=False)
         return copy_weights(ours, DeepseekV3ForCausalLM(config).eval(), MLA_NAMES)
 
+# %%
+DEEPSEEK_REFEREE = None
+if HAVE_HF:
     mla_models = {form: build(mla_cfg, lambda i: MLA_FORMS[form](mla_cfg)).double() for form in ("absorbed", "expand_on_read")}
     hf = hf_deepseek(mla_models["absorbed"])
     DEEPSEEK_REFEREE = {
@@ -54,8 +56,7 @@ else:
 # <details><summary>Optional: why the first two rows can be exactly 0.0</summary>
 #
 # Our absorbed and naive forms differ by about $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$ in pure FP64
-# (criterion 2). But in both models every RMSNorm works on an FP32 copy of the residual stream (before each layer's
-# projections and before the `lm_head`; the stream itself stays FP64), and differences of order $10^{-16}$ almost
+# (criterion 2). But in both models every RMSNorm works on an FP32 copy of the residual stream, and differences of order $10^{-16}$ almost
 # never survive that rounding, so both hand the same numbers to the same projections. Nothing asserts the zero: the
 # check is the FP64 tolerance.
 #
@@ -64,6 +65,6 @@ else:
 # %% [markdown] lang="zh"
 # <details><summary>可选：为什么前两行可能恰好是 0.0</summary>
 #
-# 即使在纯 FP64 下，我们自己模型的吸收形式与朴素形式之间也相差约 $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$（判据 2）。但两个模型的每个 RMSNorm 处理的都是残差流的一份 FP32 副本（在每一层的投影之前和词表投影 `lm_head` 之前；残差流本身仍是 FP64），而 $10^{-16}$ 量级的差异几乎不可能在这次舍入后保留下来，于是两个模型把同样的数交给同样的投影。这里并没有断言误差为零，检查用的是 FP64 的容差。
+# 即使在纯 FP64 下，我们自己模型的吸收形式与朴素形式之间也相差约 $10^{{{run:mla.absorbed_vs_naive_fp64_exponent}}}$（判据 2）。但两个模型的每个 RMSNorm 处理的都是残差流的一份 FP32 副本，而 $10^{-16}$ 量级的差异几乎不可能在这次舍入后保留下来，于是两个模型把同样的数交给同样的投影。这里并没有断言误差为零，检查用的是 FP64 的容差。
 #
 # </details>

@@ -60,12 +60,12 @@ def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF1
             + copy_reads + keys * expanded_elements(c) * bytes_per_element)
 
 # %% [markdown] lang="en"
-# The next cell (its code folded) checks `materialised_bytes` on our `ExpandOnReadMLA` and, with transformers,
-# Hugging Face's `expand_kv`: after 24 positions it records what the expanding method returns in one decode step and
-# counts the numbers in the memory (storage) behind it, each storage once; both must equal the formula.
+# The next cell (its code folded) checks `materialised_bytes`: in one decode step after 24 positions, it counts the
+# numbers stored behind what our `expand` (and, with transformers, Hugging Face's `expand_kv`) returns; both must equal
+# the formula.
 
 # %% [markdown] lang="zh"
-# 下一个单元格（代码已折叠）用我们的 `ExpandOnReadMLA`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）核对 `materialised_bytes`：在 24 个位置之后的一个解码步中，记下负责展开的方法的返回值，数出其背后的内存（存储）中有多少个数，每块存储只数一次；两者都必须等于公式。
+下一个单元格（代码已折叠）核对 `materialised_bytes`：在 24 个位置之后的一个解码步中，数出我们的 `expand`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）返回的张量背后存储了多少个数；两者都必须等于公式。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):
@@ -104,10 +104,13 @@ say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * materialised
 assert all(n == STREAM_LEN * materialised_elements(mla_cfg) for n in MATERIALISED.values())
 
 # %% [markdown] lang="en"
-# The three forms at DeepSeek-V3's size, with 32,768 cached keys:
+# The three forms at DeepSeek-V3's size, with 32,768 cached keys. The multiply-adds also count each step's work that
+# does not grow with $T$ (mostly the shared projections), so absorbed over naive is
+# {{run:mla.absorbed_vs_naive_total_macs:.1f}} here, against {{run:mla.absorbed_vs_naive_macs:.1f}} for the attention
+# per key:
 
 # %% [markdown] lang="zh"
-# 三种形式在 DeepSeek-V3 规模、缓存 32,768 个键时的数字：
+# 三种形式在 DeepSeek-V3 规模、缓存 32,768 个键时的数字。乘加次数还包括每一步与 $T$ 无关的计算（主要是各形式共有的投影），所以这里吸收形式与朴素形式之比是 {{run:mla.absorbed_vs_naive_total_macs:.1f}}，而只算每个键的注意力时是 {{run:mla.absorbed_vs_naive_macs:.1f}}：
 
 # %%
 d, T = DEEPSEEK_V3, 32 * 1024
@@ -123,11 +126,11 @@ say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
 
 # %% [markdown] lang="en"
-# The next cell (its code folded) adds up the expand-on-read form's five operations of the list above (bold: their
-# sum) against what the naive form reads; the sum must equal `expand_on_read_traffic`.
+# The next cell (its code folded) adds up the five operations of the list above (bold) against the naive form's read;
+# the sum must equal `expand_on_read_traffic`.
 
 # %% [markdown] lang="zh"
-# 下一个单元格（代码已折叠）把读时展开形式的五项运算（上文列表，粗体为合计）加在一起，最后一行是朴素形式读取的字节数；合计必须等于 `expand_on_read_traffic`。
+# 下一个单元格（代码已折叠）把上文列表的五项运算加在一起（粗体），并与朴素形式的读取量对照；合计必须等于 `expand_on_read_traffic`。
 
 # %% tags=["hide-input"]
 H, r, dR, dC, dv = d.heads, d.latent, d.rope_dim, d.nope_dim, d.value_dim

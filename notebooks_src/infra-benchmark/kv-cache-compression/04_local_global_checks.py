@@ -69,7 +69,7 @@ assert CONTROLS["ring_on_global_layer"]["caught"]
 # {{run:local_global.gemma3_mixed_gib:.2f}} GiB for the 5:1 mix: the global layers hold almost all of it.
 
 # %% [markdown] lang="zh"
-# **内存。** 在 24 个 token 的序列（batch 2，FP32）之后，每个局部层保存 $W - 1 = 7$ 个位置，全局层保存 24 个；六层全是全局层的模型则要保存 $6 \times 24$ 个。下面的单元格测量每一层的字节数，并与 `kv_bytes_per_token` 乘以这一层应保存的位置数相比较。再放到 Gemma 3 27B 的规模上：它的数值取自 Google 的参照实现（google/gemma_pytorch 中 `gemma/config.py` 的 `get_config_for_27b_v3`）：62 层，16 个 K/V 头、每头 128 维，窗口 1,024，层的类型按“五个局部层、一个全局层”循环，因此有 {{run:local_global.gemma3_local_layers}} 个局部层和 {{run:local_global.gemma3_global_layers}} 个全局层。如果安装了 transformers，单元格还会用它的 `Gemma3TextConfig` 默认的 `layer_types`（第二个来源）核对这个模式。对 128k 上下文、BF16 精度，同一个公式给出：62 个全局层需要 {{run:local_global.gemma3_uniform_gib:.1f}} GiB，5:1 的混合模式只需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而且几乎全部花在全局层上。
+# **内存。** 在 24 个 token 的序列（batch 为 2，FP32）之后，每个局部层保存 $W - 1 = 7$ 个位置，全局层保存 24 个；六层全是全局层的模型则要保存 $6 \times 24$ 个。下面的单元格测量每一层的字节数，并与 `kv_bytes_per_token` 乘以这一层应保存的位置数相比较。再放到 Gemma 3 27B 的规模上：它的数值取自 Google 的参照实现（google/gemma_pytorch 中 `gemma/config.py` 的 `get_config_for_27b_v3`）：62 层，16 个 K/V 头、每头 128 维，窗口 1,024，层的类型按“五个局部层、一个全局层”循环，因此有 {{run:local_global.gemma3_local_layers}} 个局部层和 {{run:local_global.gemma3_global_layers}} 个全局层。如果安装了 transformers，单元格还会用它的 `Gemma3TextConfig` 默认的 `layer_types`（第二个来源）核对这个模式。对 128k 上下文、BF16 精度，同一个公式给出：62 个全局层需要 {{run:local_global.gemma3_uniform_gib:.1f}} GiB，5:1 的混合模式只需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而且几乎全部花在全局层上。
 
 # %%
 def positions_held(pattern: list[str], tokens: int, window: int) -> list[int]:

@@ -7,18 +7,16 @@
 # (`"sliding_attention"` or `"full_attention"`); its `DynamicCache`, built from the configuration, gives each
 # sliding layer a `DynamicSlidingWindowLayer`, which keeps the last `sliding_window - 1` positions, and each full
 # layer a `DynamicLayer`. That is exactly our mix, so the weights map as for Llama and the caches can be compared
-# layer by layer. The precision is handled as in 3.1 (`with_hf_precision`, `sdpa` attention). We picked Ministral
-# rather than Gemma 3 because Gemma 3 adds parts that do not touch the cache (normalized queries and keys, four
-# norms per layer, scaled embeddings, two RoPE bases). transformers has no model with our shared pairs alone (Gemma
+# layer by layer. The precision is handled as in 3.1 (`with_hf_precision`, `sdpa` attention); Gemma 3 would add
+# parts that do not touch the cache. transformers has no model with our shared pairs alone (Gemma
 # 3n and Gemma 4 share K/V inside much larger architectures), so 5.1 has no referee.
 
 # %% [markdown] lang="zh"
 # ### 5.2 裁判：按层指定类型的 Hugging Face Ministral（可选）
 #
-# 自洽的错误能通过“缓存对照完整重算”：如果层的模式错开了一层（全局层放在最前面），完整路径和缓存路径会犯同一个错误。外部裁判才能发现它。`MinistralForCausalLM` 就是 Llama 的结构加上 `sliding_window` 和一个按层指定类型的 `layer_types` 列表（取值为 `"sliding_attention"` 或 `"full_attention"`）；它根据配置构造的 `DynamicCache` 为每个局部层（即 Hugging Face 所说的滑动窗口层）创建一个保留最后 `sliding_window - 1` 个位置的 `DynamicSlidingWindowLayer`，为每个全局层创建一个 `DynamicLayer`。这与我们的混合模式完全一致，所以权重映射与 Llama 相同，缓存也可以逐层比较。精度的处理与第 3.1 节相同（`with_hf_precision`，`sdpa` 注意力）。我们选 Ministral 而不选 Gemma 3，是因为 Gemma 3 还有一些与缓存无关的部分（对查询和键做归一化、每层四个归一化、缩放的嵌入、两种 RoPE 底数）。transformers 中没有哪个模型只做了我们这种两两共享（Gemma 3n 和 Gemma 4 是在大得多的架构里共享 K/V），所以第 5.1 节没有裁判。
+# 自洽的错误能通过“缓存对照完整重算”：如果层的模式错开了一层（全局层放在最前面），完整路径和缓存路径会犯同一个错误。外部裁判才能发现它。`MinistralForCausalLM` 就是 Llama 的结构加上 `sliding_window` 和一个按层指定类型的 `layer_types` 列表（取值为 `"sliding_attention"` 或 `"full_attention"`）；它根据配置构造的 `DynamicCache` 为每个局部层（即 Hugging Face 所说的滑动窗口层）创建一个保留最后 `sliding_window - 1` 个位置的 `DynamicSlidingWindowLayer`，为每个全局层创建一个 `DynamicLayer`。这与我们的混合模式完全一致，所以权重映射与 Llama 相同，缓存也可以逐层比较。精度的处理与第 3.1 节相同（`with_hf_precision`，`sdpa` 注意力）；换成 Gemma 3 则会多出一些与缓存无关的部分。transformers 中没有哪个模型只做了我们这种两两共享（Gemma 3n 和 Gemma 4 是在大得多的架构里共享 K/V），所以第 5.1 节没有裁判。
 
-# %%
-MINISTRAL_REFEREE = None
+# %% tags=["hide-input"]
 if HAVE_HF:
     from transformers import MinistralConfig, MinistralForCausalLM
 
@@ -28,6 +26,9 @@ if HAVE_HF:
                                  layer_types=["sliding_attention" if kind == "local" else "full_attention" for kind in pattern])
         return copy_weights(ours, MinistralForCausalLM(config).eval(), LLAMA_NAMES | KV_NAMES)
 
+# %%
+MINISTRAL_REFEREE = None
+if HAVE_HF:
     ours = build(six_cfg, local_global()).double()
     hf = hf_ministral(ours, LOCAL_GLOBAL)
     HF_CACHE_LAYERS = [type(layer).__name__ for layer in DynamicCache(config=hf.config).layers]

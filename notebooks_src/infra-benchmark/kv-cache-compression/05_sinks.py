@@ -100,7 +100,7 @@ class SinkRingKV(RingKV):
 
 # %% [markdown] lang="en"
 # `StreamingAttention` caches K *without* rotating it. At every read it rotates each query at its own cache position
-# and, for every (query, key) pair, the key at the position that query gives it, a `[B, H, T_new, T_keys, D]` tensor;
+# (the last of the keys it reads, its own: the number of those keys minus 1) and, for every (query, key) pair, the key at the position that query gives it, a `[B, H, T_new, T_keys, D]` tensor;
 # then it attends under the sink-and-window mask. With one new token that tensor is just the cached keys, each
 # rotated once at its place in the cache (what a real decoder does); the pairwise form is needed only for a chunk of
 # several tokens, because the window slides between its queries. In the table above, a chunk of tokens 20 and 21:
@@ -108,7 +108,7 @@ class SinkRingKV(RingKV):
 # must be rotated once for each of them.
 
 # %% [markdown] lang="zh"
-# `StreamingAttention` 缓存的是**未经旋转**的 K。每次读取时，它按每个查询自己的缓存位置旋转查询，并为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量；然后在“汇聚点加窗口”的掩码下计算注意力。只送入一个新 token 时，这个张量就是缓存中的键，每个键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）；只有一次送入多个 token 时才需要逐对的形式，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。
+# `StreamingAttention` 缓存的是**未经旋转**的 K。每次读取时，它按每个查询自己的缓存位置旋转查询（查询本身就是它读取的最后一个键，位置等于它读取的键数减 1），并为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量；然后在“汇聚点加窗口”的掩码下计算注意力。只送入一个新 token 时，这个张量就是缓存中的键，每个键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）；只有一次送入多个 token 时才需要逐对的形式，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。
 
 # %%
 class StreamingAttention(Attention):
@@ -249,9 +249,9 @@ all_pairs = sink_window_mask(SINKS, WINDOW)(torch.arange(DENSE_LEN), torch.arang
 SINK_DISTANCES = {"max_cache_distance": int((all_pairs.sum(dim=-1) - 1).max()), "max_text_distance": DENSE_LEN - 1}
 say_table([["$" + STREAMING_LABELS[name].replace(", ", r",\ ") + "$", str(d["exact_positions"]), f"{d['exact_max_abs_logit_err']:.1e}", f"{d['max_abs_logit_err']:.2f}",
             f"{d['greedy_agreement']:.0%}"] for name, d in DENSE_DISTANCE.items()],
-          en=["cache", "positions read in full", "their max logit difference", "max logit difference, all positions",
+          en=["cache", "positions that read every earlier key", "their max logit difference", "max logit difference, all positions",
               "greedy agreement after them"],
-          zh=["缓存", "完整读取的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差", "此后贪心 token 一致的比例"])
+          zh=["缓存", "能读到全部先前键的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差", "此后贪心 token 一致的比例"])
 assert all(close(logits[:, :exact_until[name]], dense_logits[:, :exact_until[name]]) for name, logits in approx_logits.items())
 assert all(d["max_abs_logit_err"] > 1e-2 for d in DENSE_DISTANCE.values())
 assert SINK_DISTANCES["max_cache_distance"] == SINKS + WINDOW - 1
@@ -284,9 +284,9 @@ plt.show()
 # both read every earlier key and the difference is FP32 rounding (the window alone leaves that regime at $W$).*
 #
 # Read the right part with care: with random weights it says almost nothing about quality. Our toy has no attention
-# sinks, since nothing trained it to put attention on the first tokens, so keeping them changes little here: the
-# greedy agreement after each model's exact part (which ends later with sinks) is
-# {{run:sinks.agreement_with_sinks:.0%}} with sinks and {{run:sinks.agreement_window_only:.0%}} without. StreamingLLM's evidence is perplexity on long texts (PG19, up to
+# sinks, since nothing trained it to put attention on the first tokens, so here they are just $S$ more keys to read:
+# over the same positions (from $S + W$ on), the greedy agreement is {{run:sinks.agreement_with_sinks:.0%}} with sinks and
+# {{run:sinks.agreement_window_only_same_positions:.0%}} without. StreamingLLM's evidence is perplexity on long texts (PG19, up to
 # 4 million tokens) with trained Llama-2, MPT, Falcon and Pythia models: window attention's perplexity rises sharply
 # once the first tokens are evicted, while four sink tokens keep it close to that of a sliding window that
 # recomputes its keys.
@@ -294,4 +294,4 @@ plt.show()
 # %% [markdown] lang="zh"
 # *图：横轴 position in the stream 是序列中的位置，纵轴（对数刻度）是两条 96 个 token 的序列上每个位置与稠密注意力（dense）的 logits 最大绝对误差；标题中的 S = 4 sinks 指 4 个汇聚 token，window W = 8 指窗口 $W = 8$，random weights 表示随机权重，即未经训练的模型。实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口时，从位置 $W$ 起就离开了这一段）。*
 #
-# 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以保不保留它们，这里差别不大：在各自仍与稠密注意力完全一致的那一段之后（有汇聚点时这一段更长），贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。
+# 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以在这里，它们只是多读的 $S$ 个键：在同样的位置上（从 $S + W$ 起），贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only_same_positions:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。

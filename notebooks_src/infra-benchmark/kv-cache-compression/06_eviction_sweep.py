@@ -125,18 +125,20 @@ plt.show()
 # the 64 of the prompt) grows to the whole prompt (where every curve reaches zero). Left, plain random weights
 # (`query_bias = 0`; H2O is "h2o", SnapKV "snapkv", the random control "random", dotted): attention's
 # preferences are weak (the favourites table above). Over the
-# {{run:eviction.plain_random_vs_h2o.budgets}} budgets below the prompt, random eviction's error divided by H2O's is
-# {{run:eviction.plain_random_vs_h2o.smallest:.2f}} at the smallest and {{run:eviction.plain_random_vs_h2o.largest:.2f}} at
-# the largest, and random eviction comes closer to dense attention than H2O at
-# {{run:eviction.plain_random_vs_h2o.random_closer}} of them. Right, with favourites (`query_bias = 4`): the two policies find the keys most
-# queries attend to, and random eviction stays above both at every budget below the prompt, by a factor of
-# {{run:eviction.random_ratio_smallest:.2f}} to {{run:eviction.random_ratio_largest:.2f}} over the worse policy.*
+# {{run:eviction.plain_random_vs_h2o.budgets}} budgets below the prompt, random eviction's error divided by H2O's ranges
+# from {{run:eviction.plain_random_vs_h2o.lowest:.2f}} ($b = {{run:eviction.plain_random_vs_h2o.lowest_budget}}$) to
+# {{run:eviction.plain_random_vs_h2o.highest:.2f}} ($b = {{run:eviction.plain_random_vs_h2o.highest_budget}}$), and random
+# eviction comes closer to dense attention than H2O at {{run:eviction.plain_random_vs_h2o.random_closer}} of them.
+# Right, with favourites (`query_bias = 4`): the two policies find the keys most queries attend to, and random
+# eviction stays above both at every budget below the prompt: its error divided by the worse policy's ranges from
+# {{run:eviction.random_ratio.lowest:.2f}} ($b = {{run:eviction.random_ratio.lowest_budget}}$) to
+# {{run:eviction.random_ratio.highest:.2f}} ($b = {{run:eviction.random_ratio.highest_budget}}$).*
 #
 # <details><summary>Optional: why H2O and SnapKV swap places</summary>
 #
 # In this run SnapKV lands a little closer to dense attention than H2O without favourites, and H2O clearly closer
 # with them. A reading of the code, not a proof: with favourites every prompt query votes for the same keys, and H2O
-# counts 64 such votes to SnapKV's 8 (which also spends 8 slots on its window); without them, the last prompt queries,
+# counts 64 such votes to SnapKV's 8; without them, the last prompt queries,
 # closest to the decode steps, are the better guide.
 #
 # </details>
@@ -161,11 +163,11 @@ plt.show()
 # and, in TensorRT-LLM, StreamingLLM's sink tokens (`sink_token_length`).
 
 # %% [markdown] lang="zh"
-# *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`；图中 H2O 为 h2o，SnapKV 为 snapkv，随机淘汰的负对照为 random，点线）：注意力的偏好很弱（见上面的偏好表）。在小于提示长度的 {{run:eviction.plain_random_vs_h2o.budgets}} 个预算上，随机淘汰的误差与 H2O 误差之比最小为 {{run:eviction.plain_random_vs_h2o.smallest:.2f}}，最大为 {{run:eviction.plain_random_vs_h2o.largest:.2f}}；其中随机淘汰比 H2O 更接近稠密注意力的预算有 {{run:eviction.plain_random_vs_h2o.random_closer}} 个。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰都高于两者，是较差策略的 {{run:eviction.random_ratio_smallest:.2f}} 到 {{run:eviction.random_ratio_largest:.2f}} 倍。*
+# *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`；图中 H2O 为 h2o，SnapKV 为 snapkv，随机淘汰的负对照为 random，点线）：注意力的偏好很弱（见上面的偏好表）。在小于提示长度的 {{run:eviction.plain_random_vs_h2o.budgets}} 个预算上，随机淘汰的误差与 H2O 误差之比介于 {{run:eviction.plain_random_vs_h2o.lowest:.2f}}（$b = {{run:eviction.plain_random_vs_h2o.lowest_budget}}$）和 {{run:eviction.plain_random_vs_h2o.highest:.2f}}（$b = {{run:eviction.plain_random_vs_h2o.highest_budget}}$）之间；其中随机淘汰比 H2O 更接近稠密注意力的预算有 {{run:eviction.plain_random_vs_h2o.random_closer}} 个。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰的误差都高于两者：它与较差策略的误差之比介于 {{run:eviction.random_ratio.lowest:.2f}}（$b = {{run:eviction.random_ratio.lowest_budget}}$）和 {{run:eviction.random_ratio.highest:.2f}}（$b = {{run:eviction.random_ratio.highest_budget}}$）之间。*
 #
 # <details><summary>可选：为什么 H2O 和 SnapKV 互换了名次</summary>
 #
-# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键，H2O 计入 64 票，SnapKV 只计入 8 票（还要把 8 个位置留给观察窗口）；无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取什么。
+# 在本次运行中，无偏好时 SnapKV 比 H2O 略接近稠密注意力，有偏好时则是 H2O 明显更接近。以下只是对代码的解读，并非证明：有偏好时，每个提示查询都投给同样的那些键，H2O 计入 64 票，SnapKV 只计入 8 票；无偏好时，最后几个提示查询离解码步最近，更能预示解码步会读取什么。
 #
 # </details>
 #

@@ -1,20 +1,18 @@
 # %% [markdown] lang="en"
 # ## 8. Saved results
 #
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: every
-# grid row of every exact variant, the MLA memory and multiply-add counts, the DeepSeek-V3 and Gemma 3 tables, the
-# streaming and eviction measurements with their bounds, the referees' errors (or why they were skipped), and
-# every negative control with what it measured and whether it was caught. The schema is documented in
+# Everything this run checked and measured, every negative control included, goes into `results.json` in
+# `OUTPUT_DIR`, next to the figures. The schema is documented in
 # `docs/kv-cache-compression-results-schema.md` in the repository. The tables below are built from the same
 # dictionary that is written. In them, the absorbed-versus-naive row compares two forms rather than a cached path
 # with its full call, and the control recorded only with `transformers` is the shifted layer pattern, which only
-# the Ministral referee can see. The next cell (folded) only gathers the results into one dictionary, `RESULTS`, and
-# writes it with `save_results`.
+# the Ministral referee can see. The next cell (folded) gathers them into `RESULTS` and writes it
+# with `save_results`.
 
 # %% [markdown] lang="zh"
 # ## 8. 保存结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起：每种精确变体的每一行网格结果，MLA 的内存与乘加次数，DeepSeek-V3 与 Gemma 3 的表格，流式缓存与淘汰策略的测量结果及其误差界，各裁判的误差（或跳过的原因），以及每个负对照测得的数值和是否查出。文件格式见仓库中的 `docs/kv-cache-compression-results-schema.md`。下面的表格就是由写入文件的同一个字典生成的。其中，“吸收对照朴素”一行比较的是两种形式，而不是缓存路径与它自己的完整调用；只有安装了 `transformers` 才会记录的负对照是错开一层的模式，只有 Ministral 裁判能发现它。下一个单元格（已折叠）只是把这些结果收集到一个字典 `RESULTS` 中，再用 `save_results` 写入文件。
+# 本次运行检查和测量的全部内容（包括每个负对照）都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起。文件格式见仓库中的 `docs/kv-cache-compression-results-schema.md`。下面的表格就是由写入文件的同一个字典生成的。其中，“吸收对照朴素”一行比较的是两种形式，而不是缓存路径与它自己的完整调用；只有安装了 `transformers` 才会记录的负对照是错开一层的模式，只有 Ministral 裁判能发现它。下一个单元格（已折叠）把这些结果收集到 `RESULTS` 中，再用 `save_results` 写入文件。
 
 # %% tags=["hide-input"]
 EXACT_GRIDS = {"gqa_base": BASE_GRID, "mla_naive": MLA_GRIDS["naive"], "mla_latent": MLA_GRIDS["expand_on_read"],
@@ -56,9 +54,12 @@ REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministra
             if HAVE_HF else {})
 
 # %% tags=["prose-values"]
-plain_vs_h2o = [EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVICTION["plain"][f"h2o/{b}"]["mean_max_abs_logit_err"]
-          for b in BUDGETS if b < PROMPT_LEN]
-{"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive, "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
+plain_vs_h2o = {b: EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVICTION["plain"][f"h2o/{b}"]["mean_max_abs_logit_err"]
+                for b in BUDGETS if b < PROMPT_LEN}
+lowest_highest = lambda ratios: {"lowest": min(ratios.values()), "lowest_budget": min(ratios, key=ratios.get),
+                                 "highest": max(ratios.values()), "highest_budget": max(ratios, key=ratios.get)}
+{"mla": {"absorbed_vs_naive_macs": per_key_absorbed / per_key_naive,
+         "absorbed_vs_naive_total_macs": MLA_TRADE["forms"]["absorbed"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"], "naive_vs_latent_bytes": expanded_elements(DEEPSEEK_V3) / mla_elements(DEEPSEEK_V3),
          "absorbed_vs_naive_fp64": largest(ABSORBED_VS_NAIVE, "fp64"),
          "absorbed_vs_naive_fp64_exponent": round(math.log10(largest(ABSORBED_VS_NAIVE, "fp64"))), "tp8_mha_per_gpu": DEEPSEEK_MEMORY["mha"] // 8,
          "latent_expanded_gib": materialised_bytes(DEEPSEEK_V3, "expand_on_read", MLA_TRADE["context"]) / GiB,
@@ -70,15 +71,16 @@ plain_vs_h2o = [EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVI
  "shared": {"vs_ordinary": SHARED_VS_ORDINARY, "crossover": GROWTH_CROSSOVER},
  "sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
            "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
-           "agreement_window_only": DENSE_DISTANCE["window_only"]["greedy_agreement"]},
+           "agreement_window_only_same_positions": float((approx_logits["window_only"].argmax(-1) == dense_logits.argmax(-1))
+                                                         [:, DENSE_DISTANCE["sinks_and_window"]["exact_positions"]:].float().mean())},
  "eviction": {"h2o_half_agreement": fav[f"h2o/{half}"]["greedy_agreement"], "h2o_half_error": fav[f"h2o/{half}"]["mean_max_abs_logit_err"],
               "snapkv_half_agreement": fav[f"snapkv/{half}"]["greedy_agreement"],
               "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
               "random_ratio_smallest": RANDOM_RATIOS["main"][min(RANDOM_RATIOS["main"])], "random_ratio_half": RANDOM_RATIOS["main"][half],
-              "random_ratio_largest": max(RANDOM_RATIOS["main"].values()),
+              "random_ratio": lowest_highest(RANDOM_RATIOS["main"]),
               "random_ratio_other_prompts": CONTROLS["random_eviction"]["other_prompt_sets"],
-              "plain_random_vs_h2o": {k: f(plain_vs_h2o) for k, f in (("smallest", min), ("largest", max), ("random_closer", lambda x: sum(q < 1 for q in x)),
-                                                                 ("budgets", len))}},
+              "plain_random_vs_h2o": lowest_highest(plain_vs_h2o) | {"random_closer": sum(q < 1 for q in plain_vs_h2o.values()),
+                                                                     "budgets": len(plain_vs_h2o)}},
  "takeaways": {"deepseek_latent": DEEPSEEK_MEMORY["mla_latent"], "deepseek_expanded": DEEPSEEK_MEMORY["mla_naive"],
                "mla_fp32": max(largest(MLA_GRIDS[form], "fp32") for form in MLA_FORMS),
                "absorbed_vs_naive_fp32": largest(ABSORBED_VS_NAIVE, "fp32")}}
