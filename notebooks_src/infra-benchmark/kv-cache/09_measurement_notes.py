@@ -69,7 +69,7 @@ for path in PATHS:
             "CPU ms (min / p50 / max)", "clock ms (p50 / p95)", "minor page faults per round (min / p50 / max)",
             "CPU time / clock time"],
         zh=[f"{ {'prefill': '预填充', 'full': '完整重算', 'cached': '缓存续写'}[path]}：提示长度 $P$",
-            "CPU 毫秒（min / p50 / max）", "挂钟毫秒（p50 / p95）", "每轮的次缺页次数（min / p50 / max）",
+            "CPU 毫秒（最快 / 中位数 / 最慢）", "挂钟毫秒（中位数 / p95）", "每轮的次缺页次数（最少 / 中位数 / 最多）",
             "CPU 时间 / 挂钟时间"],
     )
 
