@@ -36,7 +36,7 @@ PER_STEP = [{
 # 下面画图并列出图中的数字；绘图代码已折叠。
 
 # %% tags=["hide-input"]
-from matplotlib.ticker import FormatStrFormatter, NullFormatter, ScalarFormatter
+from matplotlib.ticker import FormatStrFormatter, FuncFormatter, NullFormatter, ScalarFormatter
 
 fig, (ax_time, ax_growth) = plt.subplots(1, 2, figsize=(11, 4))
 lengths = [r["prompt_tokens"] for r in PER_STEP]
@@ -64,10 +64,10 @@ for ax in (ax_time, ax_growth):
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-# [en] Plain numbers on the log axes ("0.2", not "2x10^-1").
-# [zh] 对数坐标轴上用普通数字标注（写作“0.2”，而不是“2x10^-1”）。
+# [en] Plain numbers on the log axes ("0.2", not "2x10^-1"); between powers of ten only 2 and 5 are labelled.
+# [zh] 对数坐标轴上用普通数字标注（写作“0.2”，而不是“2x10^-1”）；相邻的 10 的幂之间只标 2 和 5。
 ax_time.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-ax_time.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+ax_time.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[:1] in "25" else ""))
 ax_growth.yaxis.set_major_formatter(ScalarFormatter())
 ax_growth.yaxis.set_minor_formatter(NullFormatter())
 fig.suptitle("CPU, 1 thread, fp32", fontsize=10)

@@ -100,7 +100,7 @@ plt.show()
 #
 # Without the cache, the last 16 passes took {{run:gen_time.tail_over_head:.1f}} times the CPU time of the
 # first 16 (medians), while their arithmetic grows at most {{run:gen_time.quadratic_growth:.2f}}-fold (like
-# $T^2$, 9.2). Any growth beyond that, like any sudden jump of the orange points, is not arithmetic: it
+# $T^2$, 9.2). Any growth beyond that, like any sudden jump of the points, is not arithmetic: it
 # comes from memory (fresh pages from the operating system, 9.4; minor page faults per pass, medians:
 # {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16) or from a
 # disturbance of this one run. So take from this figure the gap between the two loops
@@ -109,7 +109,7 @@ plt.show()
 # %% [markdown] lang="zh"
 # 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。
 #
-# 不用缓存时，最后 16 次调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍，而它们的计算量最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍（按 $T^2$ 增长，见 9.2）。超出这一部分的增长，以及橙色点的任何突然跳升，都不来自计算：要么来自内存（分配器新向操作系统要来的内存页，见 9.4；每次调用的次缺页次数取中位数，最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}），要么来自这一次运行受到的干扰。所以，从这幅图应当读出的是两个循环之间的差距（按 CPU 时间为 {{run:gen_time.ratio:.1f}} 倍），而不是不用缓存那条曲线的形状。
+# 不用缓存时，最后 16 次调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍，而它们的计算量最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍（按 $T^2$ 增长，见 9.2）。超出这一部分的增长，以及图中各点的任何突然跳升，都不来自计算：要么来自内存（分配器新向操作系统要来的内存页，见 9.4；每次调用的次缺页次数取中位数，最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}），要么来自这一次运行受到的干扰。所以，从这幅图应当读出的是两个循环之间的差距（按 CPU 时间为 {{run:gen_time.ratio:.1f}} 倍），而不是不用缓存那条曲线的形状。
 
 # %% tags=["prose-values"]
 def tail_over_head(times) -> float:
