@@ -238,11 +238,11 @@ assert all(r["passed"] for r in EQUIVALENCE)
 # mask that lets every query read every key must fail the causality test, and a decoder that writes
 # into the cache it received must be caught by `check_equivalence`. That decoder writes after computing
 # its step, so its logits and its new cache are right: only the lifecycle check can catch it, the bug
-# a caller meets when it keeps an old cache (to try two continuations, say). The table gives each verdict; for
-# causality it adds, in parentheses, how far the earlier logits moved and how far the last ones did.
+# a caller meets when it keeps an old cache (to try two continuations, say). One table per property gives
+# the verdicts and the numbers behind them.
 
 # %% [markdown] lang="zh"
-# 再检查两条性质。**因果性**：改动序列的最后一个 token，之前所有位置的 logits 都必须保持不变（在容差之内），而最后一个位置的 logits 必须改变，否则这项检验什么也证明不了。**缓存生命周期**：任何一次增量调用都不得修改传给它的缓存张量；对上面每种配置的每一次调用，`check_equivalence` 都已经记录了这一项。两项检查各配一个负对照：让每个查询都能读取所有键的掩码必须通不过因果性检验；往传入的缓存里写数据的解码器必须被 `check_equivalence` 查出。这个解码器在算完这一步之后才往缓存里写数据，所以它的 logits 和新缓存都是对的，只有生命周期检查能查出它；调用方保留旧缓存时（比如要试两种续写）就会遇到这种错误。表中给出每项检查的结论；因果性一行的括号里依次是之前位置的 logits 的变化量和最后一个位置的变化量。
+# 再检查两条性质。**因果性**：改动序列的最后一个 token，之前所有位置的 logits 都必须保持不变（在容差之内），而最后一个位置的 logits 必须改变，否则这项检验什么也证明不了。**缓存生命周期**：任何一次增量调用都不得修改传给它的缓存张量；对上面每种配置的每一次调用，`check_equivalence` 都已经记录了这一项。两项检查各配一个负对照：让每个查询都能读取所有键的掩码必须通不过因果性检验；往传入的缓存里写数据的解码器必须被 `check_equivalence` 查出。这个解码器在算完这一步之后才往缓存里写数据，所以它的 logits 和新缓存都是对的，只有生命周期检查能查出它；调用方保留旧缓存时（比如要试两种续写）就会遇到这种错误。每项性质一张表，给出检查的结论及其依据的数字。
 
 # %%
 # [en] Change only the last token: earlier logits must not move, the last ones must.
@@ -284,15 +284,19 @@ writer = WritesIntoCache(cfg).eval()
 writer.load_state_dict(model.state_dict())
 WRITER_RUN = check_equivalence(writer, STREAM, 1, 2)
 say_table(
-    [["`check_causality`", f"`{CAUSALITY['passed']}` ({CAUSALITY['earlier_max_abs_diff']:.1e}, "
-      f"{CAUSALITY['last_max_abs_diff']:.1e})", "`see_everything`",
-      f"`{LEAKY_CAUSALITY['passed']}` ({LEAKY_CAUSALITY['earlier_max_abs_diff']:.1e}, "
-      f"{LEAKY_CAUSALITY['last_max_abs_diff']:.1e})"],
-     ["`check_equivalence`", f"`{all(r['passed'] for r in EQUIVALENCE)}`", "`WritesIntoCache`",
-      f"`{WRITER_RUN['passed']}` (logits {WRITER_RUN['max_abs_logit_err']:.1e}, "
-      f"`cache_unchanged` = `{WRITER_RUN['cache_unchanged']}`)"]],
-    en=["check", "our decoder", "negative control", "control's result"],
-    zh=["检查", "我们的解码器", "负对照", "负对照的结果"],
+    [[label, f"{run['earlier_max_abs_diff']:.1e}", f"{run['last_max_abs_diff']:.1e}", f"`{run['passed']}`"]
+     for label, run in (("`model`", CAUSALITY), ("`model` + `see_everything`", LEAKY_CAUSALITY))],
+    en=["causality: decoder", "earlier logits moved (max abs)", "last logits moved (max abs)", "`check_causality` passes"],
+    zh=["因果性：解码器", "之前位置 logits 的变化量（最大绝对值）", "最后一个位置 logits 的变化量（最大绝对值）",
+        "`check_causality` 通过"],
+)
+say_table(
+    [["`model`", f"{max(WORST_LOGIT_ERR.values()):.1e}", f"`{CACHE_UNCHANGED_OK}`",
+      f"`{all(r['passed'] for r in EQUIVALENCE)}`"],
+     ["`WritesIntoCache`", f"{WRITER_RUN['max_abs_logit_err']:.1e}",
+      f"`{WRITER_RUN['cache_unchanged']}`", f"`{WRITER_RUN['passed']}`"]],
+    en=["cache lifecycle: decoder", "logits: max abs error", "received caches unchanged", "`check_equivalence` passes"],
+    zh=["缓存生命周期：解码器", "logits 最大绝对误差", "传入的缓存未被改动", "`check_equivalence` 通过"],
 )
 assert CAUSALITY["passed"] and CACHE_UNCHANGED_OK and not LEAKY_CAUSALITY["passed"] and not WRITER_RUN["passed"]
 # [en] The writer's logits are right: only the lifecycle check catches it.

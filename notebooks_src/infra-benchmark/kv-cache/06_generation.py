@@ -53,17 +53,13 @@ for row in range(GEN_PROMPTS.shape[0]):
     print(f"GEN_FULL[{row}]    ", GEN_FULL[row].tolist())
 
 # %% [markdown] lang="en"
-# The two rows start differently, yet from index {{run:gen_tail.shared_tail_from}} of the generated tokens on they
-# choose the same tokens; this happens with these random weights and need not happen with others (a likely
-# reason: with random weights the next token depends mostly on the current token and its position, so once the two rows
-# pick the same token at one position they stay together). To
-# show that it is not one row leaking into the other, the cell generates each prompt alone, in a batch of
-# one: each row must get the very tokens it got in the batch. The control is the rows' first tokens,
-# which differ, so the comparison can tell the two rows apart. (The grid of 6.2 could not show this: a
-# leak between rows would be in the full call as well as in the cached one.)
+# With random weights the two rows may fall into the same tokens (the cell says from which index); to show
+# that this is not one row leaking into the other (a leak the grid of 6.2 could not see, as it would be in
+# both calls), each prompt is generated alone, in a batch of one, and must get exactly its batch row's
+# tokens; the rows' different first tokens are the control.
 
 # %% [markdown] lang="zh"
-# 两行的开头不同，但从生成 token 的下标 {{run:gen_tail.shared_tail_from}} 起，它们选出的 token 完全相同；这是这组随机权重下的现象，换一组权重未必如此（一个可能的原因：权重随机时，下一个 token 主要取决于当前 token 和它的位置，所以两行只要在某个位置选出同一个 token，之后就一直相同）。为了说明这不是一行的内容漏进了另一行，下面的单元格把每个提示单独生成一次（batch 为 1）：每一行得到的 token 必须与它在 batch 中得到的完全相同。对照是两行的第一个 token：它们不同，说明这个比较分得清两行。（6.2 的网格证明不了这一点：两行若互相混杂，完整调用和带缓存的调用会同样混杂。）
+# 权重随机时，两行生成的 token 可能从某处起变得完全相同（下面的单元格会给出下标）。为了说明这不是一行的内容漏进了另一行（6.2 的网格看不出这种混杂，因为完整调用和带缓存的调用会同样混杂），下面把每个提示单独生成一次（batch 为 1），它必须与 batch 中对应的行逐个 token 相同；对照是两行各不相同的第一个 token。
 
 # %%
 ALONE = [greedy_generate(model, GEN_PROMPTS[row:row + 1], GEN_TOKENS)[0][0] for row in range(GEN_PROMPTS.shape[0])]
@@ -76,12 +72,10 @@ same = (GEN_CACHED[0] == GEN_CACHED[1]).tolist()
 # [zh] 两行从这个下标起一直相同，直到结尾。
 SHARED_TAIL_FROM = len(same) - same[::-1].index(False)
 say(en=f"Each of the {len(ALONE)} rows generated alone matches its batch row token for token; "
-       f"the rows share their tokens from index {SHARED_TAIL_FROM} on.",
+       + (f"the rows share their tokens from index {SHARED_TAIL_FROM} on." if SHARED_TAIL_FROM < len(same)
+          else "the rows' last tokens differ."),
     zh=f"{len(ALONE)} 行单独生成的结果都与 batch 中对应的行逐个 token 相同；"
-       f"两行从下标 {SHARED_TAIL_FROM} 起 token 相同。")
-
-# %% tags=["prose-values"]
-{"gen_tail": {"shared_tail_from": SHARED_TAIL_FROM}}
+       + (f"两行从下标 {SHARED_TAIL_FROM} 起 token 相同。" if SHARED_TAIL_FROM < len(same) else "两行的最后一个 token 不同。"))
 
 # %% [markdown] lang="en"
 # The checks: the very same 40 tokens in both runs (cached and full) for each row, logits within tolerance at every step,

@@ -36,7 +36,7 @@ PER_STEP = [{
 # 下面画图并列出图中的数字；绘图代码已折叠。
 
 # %% tags=["hide-input"]
-from matplotlib.ticker import NullFormatter, ScalarFormatter
+from matplotlib.ticker import FormatStrFormatter, FuncFormatter, NullFormatter, ScalarFormatter
 
 fig, (ax_time, ax_growth) = plt.subplots(1, 2, figsize=(11, 4))
 lengths = [r["prompt_tokens"] for r in PER_STEP]
@@ -64,6 +64,10 @@ for ax in (ax_time, ax_growth):
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+# [en] Plain numbers on the log axes ("0.2", not "2x10^-1"); between powers of ten only 2 and 5 are labelled.
+# [zh] 对数坐标轴上用普通数字标注（写作“0.2”，而不是“2x10^-1”）；相邻的 10 的幂之间只标 2 和 5。
+ax_time.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+ax_time.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}".lstrip("0.")[:1] in "25" else ""))
 ax_growth.yaxis.set_major_formatter(ScalarFormatter())
 ax_growth.yaxis.set_minor_formatter(NullFormatter())
 fig.suptitle("CPU, 1 thread, fp32", fontsize=10)
@@ -79,8 +83,8 @@ say_table(
       f"{r['prefill_ms_per_token']['min']:.4f} / {r['prefill_ms_per_token']['p50']:.4f}"] for r in PER_STEP],
     en=["prompt $P$", "full: multiply-adds per step", "full: CPU ms per step (min / p50)", "cached: multiply-adds per step",
         "cached: CPU ms per step (min / p50)", "prefill: CPU ms per prompt token (min / p50)"],
-    zh=["提示长度 $P$", "完整重算：每步乘加次数", "完整重算：每步 CPU 时间（毫秒，min / p50）", "缓存续写：每步乘加次数",
-        "缓存续写：每步 CPU 时间（毫秒，min / p50）", "预填充：每个提示 token 的 CPU 时间（毫秒，min / p50）"],
+    zh=["提示长度 $P$", "完整重算：每步乘加次数", "完整重算：每步 CPU 时间（毫秒，最快 / 中位数）", "缓存续写：每步乘加次数",
+        "缓存续写：每步 CPU 时间（毫秒，最快 / 中位数）", "预填充：每个提示 token 的 CPU 时间（毫秒，最快 / 中位数）"],
 )
 
 
@@ -134,8 +138,8 @@ say_table(
      for r in PER_STEP],
     en=["prompt $P$", "full: count growth", "full: CPU-time growth (min / p50)", "cached: count growth",
         "cached: CPU-time growth (min / p50)"],
-    zh=["提示长度 $P$", "完整重算：计数增长倍数", "完整重算：CPU 时间增长倍数（min / p50）", "缓存续写：计数增长倍数",
-        "缓存续写：CPU 时间增长倍数（min / p50）"],
+    zh=["提示长度 $P$", "完整重算：计数增长倍数", "完整重算：CPU 时间增长倍数（最快 / 中位数）", "缓存续写：计数增长倍数",
+        "缓存续写：CPU 时间增长倍数（最快 / 中位数）"],
 )
 
 # %% tags=["prose-values"]
@@ -144,17 +148,15 @@ say_table(
 
 # %% [markdown] lang="en"
 # **What this run says.** From $P = {{run:clock.p_min}}$ to $P = {{run:clock.p_max}}$ the count predicts the
-# full step's work to grow {{run:clock.model_full_growth:.1f}}-fold, and its CPU time (fastest rounds) grew
-# {{run:clock.measured_full_growth:.1f}}-fold (medians: {{run:clock.measured_full_growth_p50:.1f}}-fold); the
-# cached step's count grows {{run:clock.model_cached_growth:.2f}}-fold and its CPU time grew
-# {{run:clock.measured_cached_growth:.2f}}-fold ({{run:clock.cached_ms_per_step_min:.3f}} ms, then
-# {{run:clock.cached_ms_per_step_max:.3f}} ms; medians: {{run:clock.measured_cached_growth_p50:.2f}}-fold). Two
+# full step's work to grow {{run:clock.model_full_growth:.1f}}-fold, and its CPU time grew
+# {{run:clock.measured_full_growth:.1f}}-fold; the cached step's count grows
+# {{run:clock.model_cached_growth:.2f}}-fold and its CPU time grew {{run:clock.measured_cached_growth:.2f}}-fold
+# ({{run:clock.cached_ms_per_step_min:.3f}} ms per step, then {{run:clock.cached_ms_per_step_max:.3f}} ms). Two
 # things pull the measured growth away from the count: a fixed cost per call that does not grow with $P$
-# pulls it below, and work the count leaves out pushes it above (for the full step, the elementwise passes
-# over its $[H, T, T]$ score matrix: scaling, mask and softmax grow with $T^2$ but do no multiply-adds; a
-# cached step's scores are only $[H, 1, T]$). The two can balance, so
-# measured and counted growth agreeing at one prompt length would not show that the count predicts the
-# time. A median above the fastest round says that some rounds were disturbed, not that the step costs more.
+# pulls it below, and work the count leaves out pushes it above (the full step's elementwise passes over
+# its $[H, T, T]$ score matrix: scaling, mask and softmax grow with $T^2$ but do no multiply-adds). The two
+# can balance, so measured and counted growth agreeing at one prompt length would not show that the count
+# predicts the time.
 #
 # That fixed cost is the reason the cache wins by less than the work ratio. Sixteen cached one-token calls
 # took {{run:clock.cached16_ms:.3f}} ms of CPU time (fastest rounds here and below), {{run:clock.cached16_over_prefill16:.1f}} times the
@@ -173,6 +175,6 @@ say_table(
 # and the K/V cache can be read; that is a general remark, not measured here.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，计数预测完整重算每步的工作量增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间（最快的一轮）增长到 {{run:clock.measured_full_growth:.1f}} 倍（按中位数为 {{run:clock.measured_full_growth_p50:.1f}} 倍）；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒到 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒；按中位数为 {{run:clock.measured_cached_growth_p50:.2f}} 倍）。有两样东西让实测增长偏离计数：不随 $P$ 增长的每次调用固定开销把它往下拉，计数漏掉的工作把它往上推（对完整重算的一步，是逐元素扫过 $[H, T, T]$ 分数矩阵的几遍运算：缩放、掩码和 softmax 随 $T^2$ 增长，却不做乘加；缓存路径一步的分数只有 $[H, 1, T]$）。两者可能互相抵消，所以即使在某个提示长度上实测增长与计数增长吻合，也不能说明计数能预测耗时。中位数高于最快的一轮，说明有些轮次受了干扰，而不是这一步本身更贵。
+# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，计数预测完整重算每步的工作量增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（每步从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒到 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。有两样东西让实测增长偏离计数：不随 $P$ 增长的每次调用固定开销把它往下拉，计数漏掉的工作把它往上推（完整重算的一步要逐元素扫过 $[H, T, T]$ 分数矩阵好几遍：缩放、掩码和 softmax 随 $T^2$ 增长，却不做乘加）。两者可能互相抵消，所以即使在某个提示长度上实测增长与计数增长吻合，也不能说明计数能预测耗时。
 #
 # 正是这种固定开销，让缓存的优势远小于工作量之比。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 的复制），调用 16 次就要付 16 次。按 9.1 中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（这只是粗略估计：预填充的速率里含有它自己的调用开销，而只有一行的矩阵乘法，平均每次乘加的耗时又更长）。两个窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。

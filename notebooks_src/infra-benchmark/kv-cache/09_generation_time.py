@@ -62,23 +62,17 @@ say_table(
 # %% [markdown] lang="en"
 # The figure (plotting code folded) puts the two loops side by side in CPU time. Left, each call's CPU
 # time against the token $g$ it produced (logarithmic axis): what one token costs on each loop, call by
-# call; call 1 of the cached loop is the prefill. Right, the CPU time until token $g$ is ready, and for
-# the loop without the cache what the multiply-add count of 8.1 predicts (dotted), scaled to its first 16
-# calls: where the two orange curves part, time grows faster than the count (the text below says how much).
+# call; call 1 of the cached loop is the prefill. Right, the CPU time until token $g$ is ready.
 
 # %% [markdown] lang="zh"
-# 下面的图（绘图代码已折叠）按 CPU 时间把两个循环放在一起比较。图中文字是英文。左图（CPU time of each call，“每次调用的 CPU 时间”）的横轴 new token g 是该次调用产生的第 $g$ 个新 token，纵轴 CPU ms per call 是每次调用的 CPU 毫秒数（对数刻度）：它逐次给出每个循环生成一个 token 的代价；用缓存（with cache）的循环中，第 1 次调用就是预填充。右图（CPU time until token g，“第 $g$ 个 token 就绪前的 CPU 时间”）画的是第 $g$ 个 token 就绪所需的 CPU 时间；对不用缓存（without cache）的循环，还用点线（count, scaled to the first 16 calls）画出按 8.1 的乘加计数预测的值，按它最初 16 次调用缩放：两条橙色曲线分开的地方，耗时比计数增长得快（下文给出这次运行的数字）。总标题 one greedy generation, CPU, 1 thread, fp32 意为“一次贪心生成，CPU、单线程、FP32”。
+# 下面的图（绘图代码已折叠）按 CPU 时间把两个循环放在一起比较。图中文字是英文。左图（CPU time of each call，“每次调用的 CPU 时间”）的横轴 new token g 是该次调用产生的第 $g$ 个新 token，纵轴 CPU ms per call 是每次调用的 CPU 毫秒数（对数刻度）：它逐次给出每个循环生成一个 token 的代价；用缓存（with cache）的循环中，第 1 次调用就是预填充。右图（CPU time until token g，“第 $g$ 个 token 就绪前的 CPU 时间”）画的是第 $g$ 个 token 就绪所需的 CPU 时间，without cache 指不用缓存的循环。总标题 one greedy generation, CPU, 1 thread, fp32 意为“一次贪心生成，CPU、单线程、FP32”。
 
 # %% tags=["hide-input"]
 fig, (ax_calls, ax_total) = plt.subplots(1, 2, figsize=(11, 3.6))
 tokens = np.arange(1, GEN_TIME_TOKENS + 1)
-COUNT_FULL = np.array([sum(full_step_macs(cfg, GEN_TIME_PROMPT.shape[1] + i).values()) for i in range(GEN_TIME_TOKENS)])
 for path, color, marker, label in (("cached", "tab:green", "^", "with cache"), ("full", "tab:orange", "o", "without cache")):
     ax_calls.plot(tokens, GEN_CPU[path], linestyle="none", marker=marker, markersize=3, color=color, label=label)
     ax_total.plot(tokens, np.cumsum(GEN_CPU[path]), color=color, label=label)
-scale = np.median(GEN_CPU["full"][:16]) / np.median(COUNT_FULL[:16])
-ax_total.plot(tokens, np.cumsum(COUNT_FULL) * scale, linestyle=":", color="tab:orange",
-              label="count, scaled to the first 16 calls")
 ax_calls.set_yscale("log")
 ax_calls.set_xlabel("new token g")
 ax_calls.set_ylabel("CPU ms per call")
@@ -104,25 +98,18 @@ plt.show()
 # {{run:gen_time.decode_ms:.3f}} ms): the two waits serving systems call time to first token (TTFT) and
 # inter-token latency (ITL), here for one sequence on one CPU thread.
 #
-# Without the cache, the first 16 passes ($T$ = {{run:gen_time.prompt}} to {{run:gen_time.head_t_last}})
-# took a median {{run:gen_time.head_cpu_ms:.2f}} CPU ms each; the full window of 9.1 at
-# $P = {{run:timing.p_max}}$ ($T$ = {{run:timing.t_first}} to {{run:timing.t_last}}) took
-# {{run:clock.full_ms_per_step_max:.2f}} ms per step in its fastest round. The last 16 passes took
-# {{run:gen_time.tail_over_head:.1f}} times the CPU time of the first 16 (medians;
-# {{run:gen_time.tail_over_head_clock:.1f}} times in clock time). The arithmetic of a pass grows at most
-# like $T^2$ (the score-matrix passes of 9.2): at most {{run:gen_time.quadratic_growth:.2f}}-fold between
-# these two groups, against {{run:gen_time.tail_count_growth:.2f}}-fold for the counted multiply-adds. Any
-# growth beyond that is not arithmetic: it comes from memory (pages the allocator takes fresh from the
-# operating system, a minor page fault each on first touch, 9.4; or data outgrowing the CPU's caches) or
-# from a disturbance of this one run, and the run does not tell these apart. Minor page faults per pass
-# (medians): {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16.
-# So take from this loop the gap between the two loops ({{run:gen_time.ratio:.1f}} times in CPU time), not
-# the shape of the curve without the cache.
+# Without the cache, the last 16 passes took {{run:gen_time.tail_over_head:.1f}} times the CPU time of the
+# first 16 (medians), while their arithmetic grows at most {{run:gen_time.quadratic_growth:.2f}}-fold (like
+# $T^2$, 9.2). Any growth beyond that, like any sudden jump of the points, is not arithmetic: it
+# comes from memory (fresh pages from the operating system, 9.4; minor page faults per pass, medians:
+# {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16) or from a
+# disturbance of this one run. So take from this figure the gap between the two loops
+# ({{run:gen_time.ratio:.1f}} times in CPU time), not the shape of the curve without the cache.
 
 # %% [markdown] lang="zh"
 # 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。
 #
-# 不用缓存时，最初 16 次完整调用（$T$ 从 {{run:gen_time.prompt}} 到 {{run:gen_time.head_t_last}}）每次的 CPU 时间中位数是 {{run:gen_time.head_cpu_ms:.2f}} 毫秒；9.1 中 $P = {{run:timing.p_max}}$ 的完整重算窗口（$T$ 从 {{run:timing.t_first}} 到 {{run:timing.t_last}}）在最快的一轮中每步用了 {{run:clock.full_ms_per_step_max:.2f}} 毫秒。最后 16 次完整调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍（按挂钟时间为 {{run:gen_time.tail_over_head_clock:.1f}} 倍）。一次调用的计算量最多按 $T^2$ 增长（即 9.2 中扫过分数矩阵的几遍运算）：在这两组调用之间最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍，计数的乘加次数则增长到 {{run:gen_time.tail_count_growth:.2f}} 倍。超出这一部分的增长都不来自计算：要么来自内存（分配器新向操作系统要来的内存页，每页第一次写入时都会引发一个次缺页，见 9.4；或者数据超出了 CPU 的高速缓存），要么来自这一次运行受到的干扰，而这次运行分不清是哪一种。每次调用的次缺页次数（中位数）：最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}。所以，从这个循环应当读出的是两个循环之间的差距（按 CPU 时间为 {{run:gen_time.ratio:.1f}} 倍），而不是不用缓存那条曲线的形状。
+# 不用缓存时，最后 16 次调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍，而它们的计算量最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍（按 $T^2$ 增长，见 9.2）。超出这一部分的增长，以及图中各点的任何突然跳升，都不来自计算：要么来自内存（分配器新向操作系统要来的内存页，见 9.4；每次调用的次缺页次数取中位数，最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}），要么来自这一次运行受到的干扰。所以，从这幅图应当读出的是两个循环之间的差距（按 CPU 时间为 {{run:gen_time.ratio:.1f}} 倍），而不是不用缓存那条曲线的形状。
 
 # %% tags=["prose-values"]
 def tail_over_head(times) -> float:
@@ -144,8 +131,5 @@ full_faults_calls = [f or 0 for f in GEN_FAULTS["full"]]
               "ratio": sum(GEN_CPU["full"]) / sum(GEN_CPU["cached"]), "cached_first_ms": GEN_TIME["cached"][0][1],
               "decode_ms": float(np.median(decode_ms)),
               "tail_over_head": tail_over_head(GEN_CPU["full"]),
-              "tail_over_head_clock": tail_over_head([end - start for start, end in GEN_TIME["full"]]),
-              "tail_count_growth": tail_over_head(COUNT_FULL),
-              "head_t_last": int(GEN_TIME_PROMPT.shape[1]) + 15, "head_cpu_ms": float(np.median(GEN_CPU["full"][:16])),
               "head_faults": int(np.median(full_faults_calls[:16])), "tail_faults": int(np.median(full_faults_calls[-16:])),
               "quadratic_growth": tail_over_head(GEN_T_FULL.astype(float) ** 2)}}

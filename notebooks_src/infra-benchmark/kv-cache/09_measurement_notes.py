@@ -26,15 +26,7 @@
 #   estimate a service's tail latency. The median shrugs such rounds off, but not a slowdown that holds
 #   most rounds; the fastest round shrugs off both.
 #
-# On this run, minor page faults per window (median of the rounds): fewest {{run:notes.faults_min:,}}, most
-# {{run:notes.faults_max:,}}; the rounds of the full window at $P = {{run:timing.p_max}}$ took
-# {{run:notes.full_faults_lo:,}} to {{run:notes.full_faults_hi:,}} faults (its fastest round
-# {{run:notes.full_faults_best:,}}), and its median round {{run:notes.full_p50_over_min:.2f}} times the CPU
-# time of its fastest. CPU share per window: lowest {{run:notes.cpu_share_min:.0%}}, highest
-# {{run:notes.cpu_share_max:.0%}}; windows below 90 %: {{run:notes.busy_windows}} of {{run:notes.windows}}. The largest slowest-over-fastest ratio of a window's rounds:
-# {{run:notes.spread_max:.2f}} (at $P = {{run:notes.spread_max_at}}$; the tables name the window).
-# The cached window's p95 over its p50: at most {{run:notes.cached_p95_over_p50:.2f}} (at
-# $P = {{run:notes.cached_p95_over_p50_at}}$).
+# What this run's tables say is printed below them.
 
 # %% [markdown] lang="zh"
 # ### 9.4 可选附录：测量说明
@@ -47,7 +39,7 @@
 # * **CPU 时间占比**：窗口期间的 `time.process_time_ns` 除以 `perf_counter_ns`。CPU 时间计入进程的所有线程：这里 PyTorch 只用一个线程计算，但进程的其他线程（例如 Jupyter 内核的线程）也计算在内，所以占比可能略高于 100%。接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等核心运行别的程序，挂钟时间把这段等待也算了进去。
 # * **p95**：对 15 个样本（`QUICK = True` 时为 3 个），NumPy 的线性插值让 p95 落在第二大和最大的样本之间，所以由一两轮慢的测量决定；这么少的样本远不足以估计一个服务的尾延迟。中位数几乎不受这些轮次影响，但挡不住波及大多数轮次的变慢；最快的一轮则两者都不受影响。
 #
-# 这次运行中，每个窗口的次缺页次数（各轮的中位数）：最少 {{run:notes.faults_min:,}}，最多 {{run:notes.faults_max:,}}；$P = {{run:timing.p_max}}$ 时，完整重算窗口各轮的次缺页次数在 {{run:notes.full_faults_lo:,}} 到 {{run:notes.full_faults_hi:,}} 之间（最快的一轮为 {{run:notes.full_faults_best:,}}），中位数那一轮的 CPU 时间是最快一轮的 {{run:notes.full_p50_over_min:.2f}} 倍。每个窗口的 CPU 时间占比：最低 {{run:notes.cpu_share_min:.0%}}，最高 {{run:notes.cpu_share_max:.0%}}；占比低于 90% 的窗口：{{run:notes.windows}} 个中有 {{run:notes.busy_windows}} 个。一个窗口内最慢一轮与最快一轮之比，最大为 {{run:notes.spread_max:.2f}}（$P = {{run:notes.spread_max_at}}$ 时，具体是哪个窗口见上面的表）。缓存续写窗口的 p95 与 p50 之比：最大 {{run:notes.cached_p95_over_p50:.2f}}（$P = {{run:notes.cached_p95_over_p50_at}}$ 时）。
+# 这次运行的表格说明了什么，打印在表格下方。
 
 # %% tags=["hide-input"]
 def faults_range(row: dict, path: str) -> str:
@@ -69,27 +61,45 @@ for path in PATHS:
             "CPU ms (min / p50 / max)", "clock ms (p50 / p95)", "minor page faults per round (min / p50 / max)",
             "CPU time / clock time"],
         zh=[f"{ {'prefill': '预填充', 'full': '完整重算', 'cached': '缓存续写'}[path]}：提示长度 $P$",
-            "CPU 毫秒（min / p50 / max）", "挂钟毫秒（p50 / p95）", "每轮的次缺页次数（min / p50 / max）",
+            "CPU 毫秒（最快 / 中位数 / 最慢）", "挂钟毫秒（中位数 / p95）", "每轮的次缺页次数（最少 / 中位数 / 最多）",
             "CPU 时间 / 挂钟时间"],
     )
 
-# %% tags=["prose-values"]
-p95_ratios = [(r["cached_ms"]["p95"] / r["cached_ms"]["p50"], r["prompt_tokens"]) for r in TIMING_ROWS]
+# [en] What the tables say, in one paragraph. `span` says a range, or one value when its two ends are
+# [en] equal: `one` and `two` are the sentence's words around the value(s).
+# [zh] 用一段话说出这些表格的结论。`span` 说出一个范围；两端相等时只说一个值：`one` 和 `two` 是
+# [zh] 句子中围绕这些值的文字。
+def span(lo, hi, fmt: str, one: str, two: str) -> str:
+    return one.format(f"{lo:{fmt}}") if f"{lo:{fmt}}" == f"{hi:{fmt}}" else two.format(f"{lo:{fmt}}", f"{hi:{fmt}}")
+
+
 window_faults = [r[f"{path}_faults"] for r in TIMING_ROWS for path in PATHS if r[f"{path}_faults"] is not None] or [0]
-spreads = [(r[f"{path}_cpu_ms"]["max"] / r[f"{path}_cpu_ms"]["min"], r["prompt_tokens"], path)
-           for r in TIMING_ROWS for path in PATHS]
-spread_max = max(spreads)
-# [en] Page faults of the full window's rounds at the longest prompt (zeros where `resource` does not exist),
-# [en] and those of its fastest round.
-# [zh] 最长提示下完整重算窗口各轮的缺页次数（没有 `resource` 时记为 0），以及其中最快那一轮的次数。
-full_faults = longest["full_faults_rounds"] or [0] * REPEATS
-full_faults_best = full_faults[int(np.argmin(longest["full_cpu_ms"]["samples"]))]
-{"notes": {"cached_p95_over_p50": max(p95_ratios)[0], "cached_p95_over_p50_at": max(p95_ratios)[1],
-           "faults_min": min(window_faults), "faults_max": max(window_faults),
-           "spread_max": spread_max[0], "spread_max_at": spread_max[1],
-           "cpu_share_min": min(r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS),
-           "cpu_share_max": max(r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS),
-           "full_faults_lo": min(full_faults), "full_faults_hi": max(full_faults), "full_faults_best": full_faults_best,
-           "full_p50_over_min": longest["full_cpu_ms"]["p50"] / longest["full_cpu_ms"]["min"],
-           "windows": len(TIMING_ROWS) * len(PATHS),
-           "busy_windows": sum(r[f"{path}_cpu_share"] < 0.9 for r in TIMING_ROWS for path in PATHS)}}
+shares = [r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS]
+spread, spread_at, spread_path = max((r[f"{path}_cpu_ms"]["max"] / r[f"{path}_cpu_ms"]["min"], r["prompt_tokens"], path)
+                                     for r in TIMING_ROWS for path in PATHS)
+p95_ratio, p95_at = max((r["cached_ms"]["p95"] / r["cached_ms"]["p50"], r["prompt_tokens"]) for r in TIMING_ROWS)
+# [en] Faults of the full window's rounds at the longest prompt (None without `resource`), and of its fastest round.
+# [zh] 最长提示下完整重算窗口各轮的缺页次数（没有 `resource` 时为 None），以及最快那一轮的次数。
+full_faults = longest["full_faults_rounds"]
+full_best = full_faults[int(np.argmin(longest["full_cpu_ms"]["samples"]))] if full_faults else None
+full_p50_over_min = longest["full_cpu_ms"]["p50"] / longest["full_cpu_ms"]["min"]
+busy = sum(share < 0.9 for share in shares)
+wf_lo, wf_hi, ff_lo, ff_hi = min(window_faults), max(window_faults), min(full_faults or [0]), max(full_faults or [0])
+say(en="On this run: " + (
+        f"minor page faults per window (median of its rounds): {span(wf_lo, wf_hi, ',', '{} in every window', 'from {} to {}')}; "
+        f"in the rounds of the full window at $P = {P_MAX}$: {span(ff_lo, ff_hi, ',', '{} in every round', 'from {} to {}')} "
+        f"(its fastest round: {full_best:,}). " if full_faults else "page faults were not counted (no `resource` module). ")
+       + f"The median round of the full window at $P = {P_MAX}$ took {full_p50_over_min:.2f} times the CPU time of its "
+       f"fastest. CPU share per window: {span(min(shares), max(shares), '.0%', '{} in every window', 'from {} to {}')}; "
+       f"below 90 %: {busy} of {len(shares)} windows. Largest slowest-over-fastest ratio of a window's rounds: "
+       f"{spread:.2f} ({ {'prefill': 'prefill', 'full': 'full recomputation', 'cached': 'cached continuation'}[spread_path]}, "
+       f"$P = {spread_at}$). The cached window's p95 over its p50: at most {p95_ratio:.2f} ($P = {p95_at}$).",
+    zh="这次运行中：" + (
+        f"每个窗口的次缺页次数（各轮的中位数）{span(wf_lo, wf_hi, ',', '都是 {}', '在 {} 到 {} 之间')}；"
+        f"$P = {P_MAX}$ 时完整重算窗口各轮的次缺页次数{span(ff_lo, ff_hi, ',', '都是 {}', '在 {} 到 {} 之间')}"
+        f"（最快的一轮为 {full_best:,}）。" if full_faults else "没有统计缺页次数（没有 `resource` 模块）。")
+       + f"$P = {P_MAX}$ 时完整重算窗口中位数那一轮的 CPU 时间是最快一轮的 {full_p50_over_min:.2f} 倍。"
+       f"每个窗口的 CPU 时间占比{span(min(shares), max(shares), '.0%', '都是 {}', '在 {} 到 {} 之间')}；"
+       f"占比低于 90% 的窗口：{len(shares)} 个中有 {busy} 个。一个窗口内最慢一轮与最快一轮之比，最大为 {spread:.2f}"
+       f"（{ {'prefill': '预填充', 'full': '完整重算', 'cached': '缓存续写'}[spread_path]}，$P = {spread_at}$）。"
+       f"缓存续写窗口的 p95 与 p50 之比：最大 {p95_ratio:.2f}（$P = {p95_at}$）。")

@@ -9,7 +9,8 @@
 # {{run:profile.full_len}} tokens. Each runs ten times per session; after a warm-up session there are
 # {{run:profile.sessions}} more, and each self time is the median over them (in microseconds per call of
 # the model). The first table lists the busiest operators and those the text names; the second gives
-# totals per call. The profiler adds its own cost to every operator call, so compare these times with
+# totals per call: the operators our Python code called directly (events without a parent operator), and
+# all operator calls, those nested inside them included. The profiler adds its own cost to every operator call, so compare these times with
 # each other, not with 9.1. The profiler plumbing is folded.
 
 # %% [markdown] lang="zh"
@@ -17,7 +18,7 @@
 #
 # *与 9.4 一样是可选内容：用性能分析器检验 9.2 的解释。*
 #
-# `torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、调用次数以及*自身*耗时（不含它再调用的算子）。我们分析三种调用：**缓存路径的一步**（一个 token，带 {{run:profile.past}} 个位置的缓存）、**16 个 token 的预填充**，以及对 {{run:profile.full_len}} 个 token 的**完整重算一步**。每种调用在一次性能分析中执行 10 次；先做一次预热，再做 {{run:profile.sessions}} 次分析，自身耗时取各次的中位数（单位是模型每被调用一次的微秒数）。第一张表列出最忙的算子和正文提到的算子，第二张表给出每次调用的总数。性能分析器会给每次算子调用加上它自己的开销，所以这些时间只宜相互比较，不宜与 9.1 比较。调用性能分析器的辅助代码已折叠。
+# `torch.profiler` 记录一次调用执行的每一个 PyTorch 算子（`aten::...`）、调用次数以及*自身*耗时（不含它再调用的算子）。我们分析三种调用：**缓存路径的一步**（一个 token，带 {{run:profile.past}} 个位置的缓存）、**16 个 token 的预填充**，以及对 {{run:profile.full_len}} 个 token 的**完整重算一步**。每种调用在一次性能分析中执行 10 次；先做一次预热，再做 {{run:profile.sessions}} 次分析，自身耗时取各次的中位数（单位是模型每被调用一次的微秒数）。第一张表列出最忙的算子和正文提到的算子，第二张表给出每次调用的总数：我们的 Python 代码直接调用的算子数（没有上层算子的事件），以及算子调用的总次数（包括嵌套在它们内部的调用）。性能分析器会给每次算子调用加上它自己的开销，所以这些时间只宜相互比较，不宜与 9.1 比较。调用性能分析器的辅助代码已折叠。
 
 # %% tags=["hide-input"]
 from torch.profiler import ProfilerActivity, profile
