@@ -10,7 +10,7 @@
 # * **K per channel:** the cached keys are cut into groups of $G$ consecutive positions, and each channel of
 #   each group gets its own scale and minimum;
 # * **V per token:** each position of each head gets its own scale and minimum over its $D_h$ channels;
-# * **a full-precision window:** the most recent positions (all of them while fewer than $R$ are cached; after that
+# * **a full-precision window:** the most recent positions (every position until $R + G$ have piled up; after that
 #   at least $R$, fewer than $R + G$) stay in the model's dtype; whenever $G$ positions beyond $R$ have piled up,
 #   the oldest $G$ are quantized as a group.
 #
@@ -34,7 +34,7 @@
 #
 # * **K 按通道量化**：把缓存中的键按每 $G$ 个相邻位置分成一组，每组的每个通道各有自己的缩放因子和最小值；
 # * **V 按 token 量化**：每个头的每个位置，在它的 $D_h$ 个通道上各有自己的缩放因子和最小值；
-# * **全精度窗口**：最近的若干位置（缓存的位置不足 $R$ 个时就是全部位置；此后至少 $R$ 个，少于 $R + G$ 个）保持模型原本的精度；超出 $R$ 的位置每积累满 $G$ 个，就把最旧的 $G$ 个作为一组量化。
+# * **全精度窗口**：最近的若干位置（缓存的位置积累到 $R + G$ 个之前就是全部位置；此后至少 $R$ 个，少于 $R + G$ 个）保持模型原本的精度；超出 $R$ 的位置每积累满 $G$ 个，就把最旧的 $G$ 个作为一组量化。
 #
 # 取 $R = 16$、$G = 8$、每次调用送入一个 token，这条规则给出下面的时间线（表中是使缓存达到 $l$ 个位置的那次调用之后的状态）：
 #
