@@ -103,13 +103,11 @@ plt.show()
 
 # %% [markdown] lang="en"
 # *Figure: the K/V cache of one 32k-token context (32,768 positions, batch 1) for each variant of the table, on
-# Llama 3 8B's shape (title). One bar per variant (the labels on the left are the table's first column:
-# `GQA-8` is Llama 3 8B itself, `W = 4,096` the sliding window, `int8` and `int4` the quantized caches); the
-# horizontal axis is in GiB (linear), and each bar is labelled with its size. The dotted line (legend "weights, FP16") marks the FP16
-# weights of Llama 3 8B itself, the GQA-8 model: MHA's cache alone is larger.*
+# Llama 3 8B's shape (title), one bar per row of the table (`GQA-8` is Llama 3 8B itself), in GiB. The dotted line
+# ("weights, FP16") marks Llama 3 8B's FP16 weights: MHA's cache alone is larger.*
 
 # %% [markdown] lang="zh"
-# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 为 1）下的 K/V 缓存大小。每种变体一根柱子（左侧的标签就是表格的第一列：`GQA-8` 即 Llama 3 8B 本身，`W = 4,096` 表示滑动窗口，`int8` 和 `int4` 是量化缓存）；横轴的单位是 GiB（线性刻度），每根柱子旁标出它的大小。点线（图例 weights, FP16）标出 Llama 3 8B 本身（即 GQA-8 模型）FP16 权重的大小：单是 MHA 的缓存就比它还大。*
+# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 为 1）下的 K/V 缓存大小。表格每一行对应一根柱子（`GQA-8` 即 Llama 3 8B 本身），单位为 GiB。点线（图例 weights, FP16）标出 Llama 3 8B 的 FP16 权重大小：单是 MHA 的缓存就比它还大。*
 
 # %% tags=["prose-values"]
 {"memory": MEMORY}
