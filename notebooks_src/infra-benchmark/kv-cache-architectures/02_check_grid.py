@@ -27,12 +27,12 @@ def run_control(make, reference=None, chunks=(1, 2, 5)) -> dict:
 
 
 # %% [markdown] lang="en"
-# Three tables print these results (the cell only formats them, and can be skipped): `grid_table` lists the 12
-# configurations of one grid, `summary_table` gives one row per variant (how many configurations passed, and the
-# largest logit and cache errors in each dtype), and `controls_table` one row per negative control.
+# Two tables print these results (the cell only formats them, and can be skipped): `grid_table` lists the 12
+# configurations of one grid, and `summary_table` gives one row per variant (how many configurations passed, and the
+# largest logit and cache errors in each dtype).
 
 # %% [markdown] lang="zh"
-# 下面三种表格用来打印这些结果（这个单元格只负责排版，可以跳过）：`grid_table` 列出一个网格的全部 12 种配置；`summary_table` 每种变体只列一行（通过了几种配置，以及每种精度下 logits 和缓存的最大绝对误差）；`controls_table` 每个负对照列一行。
+# 下面两种表格用来打印这些结果（这个单元格只负责排版，可以跳过）：`grid_table` 列出一个网格的全部 12 种配置；`summary_table` 每种变体只列一行（通过了几种配置，以及每种精度下 logits 和缓存的最大绝对误差）。
 
 # %% tags=["hide-input"]
 def largest(rows: list[dict], dtype: str, key: str = "max_abs_logit_err") -> float:
@@ -53,24 +53,3 @@ def summary_table(grids: dict) -> None:
                for name, rows in grids.items()],
               en=["variant", "passed", "logits, FP32", "logits, FP64", "cache, FP32", "cache, FP64"],
               zh=["变体", "通过", "logits（FP32）", "logits（FP64）", "缓存（FP32）", "缓存（FP64）"])
-
-
-def controls_table(controls: dict) -> None:
-    def table(header: list[str], cached: str, difference: str, count: str, ratio: str) -> str:
-        # [en] One Markdown table. What the measured number is comes from the control itself: `run_control`'s own
-        # [en] check, a ratio when its record says so, a count when it is an integer, otherwise the largest
-        # [en] difference its check found (its section says which).
-        # [zh] 生成一张 Markdown 表格。测得值是什么由负对照自身决定：`run_control` 自己的检查；记录里注明是比值的为比值；
-        # [zh] 整数为计数；其余是该检查测得的最大绝对误差（具体是什么，见所在的节）。
-        def what(c: dict) -> str:
-            if c["check"] == "check_cached":
-                return cached
-            return ratio if c.get("unit") == "ratio" else count if isinstance(c["measured"], int) else difference
-        rows = [[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}", what(c), f"`{c['caught']}`"]
-                for name, c in controls.items()]
-        return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header)] + rows)
-
-    say(en=table(["control", "section", "check", "measured", "what was measured", "caught"],
-                 "max abs logit error, smallest of its failing runs", "max abs difference", "a count", "a ratio"),
-        zh=table(["负对照", "节", "检查", "测得值", "测得的是什么", "查出"],
-                 "logits 最大绝对误差，各次失败运行中最小的", "最大绝对误差", "计数", "比值"))

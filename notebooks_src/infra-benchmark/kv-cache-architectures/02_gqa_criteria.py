@@ -6,7 +6,7 @@
 # and the same cached K and V in both layers, within the FP32 tolerance (appendix A shows why not bit for bit).
 
 # %% [markdown] lang="zh"
-# ### 4.2 证明 GQA 与 MQA
+# ### 4.2 检验 GQA 与 MQA 的实现
 #
 # **判据 1：当 $H_{kv} = H$ 时，通用解码器就是第 3 节的解码器。** 以 `strict=True`（参数名必须一一对应）加载第 3 节的权重后，它给出的 logits（完整调用和分块长度为 5 的带缓存运行）以及两层缓存中的 K 和 V，都与第 3 节的解码器在 FP32 容差内一致（为什么不是逐比特相同，见附录 A）。
 

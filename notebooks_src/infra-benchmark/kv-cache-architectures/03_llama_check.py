@@ -31,10 +31,12 @@ if HAVE_HF:
     llama_err = max(LLAMA_CROSS["hf_precision"].values())
     if llama_err == 0:
         say(en=f"Bit for bit equal in this run, although the two attentions alone differ by {ATTENTION_GAP:.0e} on the same FP64 "
-               "inputs: every RMSNorm rounds its input to FP32 here, which erases differences that small before the next "
-               "projection. The assertion asks only for $10^{-10}$.",
-            zh=f"本次运行中两者逐比特相同，尽管单看注意力，两种实现在同一组 FP64 输入上相差 {ATTENTION_GAP:.0e}：这里每个 RMSNorm "
-               "都先把输入舍入到 FP32，这么小的差异在进入下一个投影之前就被抹掉了。断言只要求误差小于 $10^{-10}$。")
+               "inputs. The residual stream keeps that difference, but everything that reads it (the next layer's projections, "
+               "hence its cache, and `lm_head`) reads it through an RMSNorm, and every RMSNorm rounds its input to FP32 here, "
+               "which erased differences that small in this run. The assertion asks only for $10^{-10}$.",
+            zh=f"本次运行中两者逐比特相同，尽管单看注意力，两种实现在同一组 FP64 输入上相差 {ATTENTION_GAP:.0e}。残差流保留着这个差异，"
+               "但读取残差流的一切（下一层的各个投影，因而也包括它的缓存，以及 `lm_head`）都要先经过一个 RMSNorm，而这里每个 RMSNorm "
+               "都先把输入舍入到 FP32，本次运行中这么小的差异就这样被抹掉了。断言只要求误差小于 $10^{-10}$。")
     else:
         say(en=f"Within $10^{{-10}}$: the largest difference, {llama_err:.1e}, is FP64 rounding (the two attentions alone differ "
                f"by {ATTENTION_GAP:.0e} on the same FP64 inputs).",
@@ -46,10 +48,11 @@ else:
         zh=f"与 Hugging Face Llama 的交叉核对已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
 
 # %% [markdown] lang="en"
-# The referee also rejects section 4's negative control, the tiled K/V heads, in a full call.
+# The referee also rejects section 4's negative control, the tiled K/V heads, in a full call. It is built here on
+# this section's RoPE model and compared with Hugging Face's logits, so its number is neither of section 4's.
 
 # %% [markdown] lang="zh"
-# 裁判同样能在完整调用中查出第 4 节的负对照，即平铺的 K/V 头。
+# 裁判同样能在完整调用中查出第 4 节的负对照，即平铺的 K/V 头。这里的平铺模型是本节的 RoPE 模型，比较的是它与 Hugging Face 模型的 logits，所以得到的数与第 4 节的两个数都不同。
 
 # %%
 if HAVE_HF:

@@ -10,7 +10,7 @@
 # * **K per channel:** the cached keys are cut into groups of $G$ consecutive positions, and each channel of
 #   each group gets its own scale and minimum;
 # * **V per token:** each position of each head gets its own scale and minimum over its $D_h$ channels;
-# * **a full-precision window:** the most recent positions (all of them while fewer than $R$ are cached; after that
+# * **a full-precision window:** the most recent positions (every position until $R + G$ have piled up; after that
 #   at least $R$, fewer than $R + G$) stay in the model's dtype; whenever $G$ positions beyond $R$ have piled up,
 #   the oldest $G$ are quantized as a group.
 #
@@ -34,7 +34,7 @@
 #
 # * **K 按通道量化**：把缓存中的键按每 $G$ 个相邻位置分成一组，每组的每个通道各有自己的缩放因子和最小值；
 # * **V 按 token 量化**：每个头的每个位置，在它的 $D_h$ 个通道上各有自己的缩放因子和最小值；
-# * **全精度窗口**：最近的若干位置（缓存的位置不足 $R$ 个时就是全部位置；此后至少 $R$ 个，少于 $R + G$ 个）保持模型原本的精度；超出 $R$ 的位置每积累满 $G$ 个，就把最旧的 $G$ 个作为一组量化。
+# * **全精度窗口**：最近的若干位置（缓存的位置积累到 $R + G$ 个之前就是全部位置；此后至少 $R$ 个，少于 $R + G$ 个）保持模型原本的精度；超出 $R$ 的位置每积累满 $G$ 个，就把最旧的 $G$ 个作为一组量化。
 #
 # 取 $R = 16$、$G = 8$、每次调用送入一个 token，这条规则给出下面的时间线（表中是使缓存达到 $l$ 个位置的那次调用之后的状态）：
 #
@@ -154,7 +154,7 @@ def quant_model(bits: int) -> Decoder:
 # * **KIVI**, with $l$ positions cached: the newest $l \bmod R$ keys stay in full precision (the key window
 #   empties each time $R$ keys have piled up and are quantized as a block), and exactly the newest $R$ values,
 #   a value being quantized token by token as it leaves.
-# * **Hugging Face's `QuantizedCache`** (transformers 5.23, `cache_utils.py`, `QuantizedLayer.update`): the first
+# * **Hugging Face's `QuantizedCache`** (transformers 5.23.0, `cache_utils.py`, `QuantizedLayer.update`): the first
 #   call quantizes the whole prompt at once (that call attends over the prompt's full-precision keys and values,
 #   but keeps only the quantized copy), so after the prompt the full-precision window is empty. Each later call
 #   adds its tokens to the window; when the window would reach $R$ tokens, the whole cache is quantized anew
@@ -170,7 +170,7 @@ def quant_model(bits: int) -> Decoder:
 # 别的系统采用别的规则；我们的规则对键和值是同一条。
 #
 # * **KIVI**：缓存中有 $l$ 个位置时，最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空）；值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。
-# * **Hugging Face 的 `QuantizedCache`**（transformers 5.23，`cache_utils.py` 中的 `QuantizedLayer.update`）：第一次调用就把整个提示一次性量化（这次调用本身用提示的全精度键和值计算注意力，但只保存量化后的副本），所以处理完提示后，全精度窗口是空的。此后每次调用把新的 token 加入窗口；窗口即将达到 $R$ 个 token 时，就把整个缓存重新量化一遍，并清空窗口。
+# * **Hugging Face 的 `QuantizedCache`**（transformers 5.23.0，`cache_utils.py` 中的 `QuantizedLayer.update`）：第一次调用就把整个提示一次性量化（这次调用本身用提示的全精度键和值计算注意力，但只保存量化后的副本），所以处理完提示后，全精度窗口是空的。此后每次调用把新的 token 加入窗口；窗口即将达到 $R$ 个 token 时，就把整个缓存重新量化一遍，并清空窗口。
 #
 # </details>
 

@@ -176,7 +176,7 @@ assert all(QUANT_MEMORY[f"{name}_bytes"] == QUANT_MEMORY[f"{name}_formula_bytes"
 # do not shrink (which is also why int2 barely beats int4). The full-precision window still holds
 # {{run:quant.window_positions}} of the {{run:quant.positions}} positions. K's FP32 scale and minimum, one pair per
 # channel and group of $G = 8$ positions, cost {{run:quant.k_scale_bytes}} bytes per head and position with
-# $D_h = 16$: as much as the four-bit codes of K and V together (2 × {{run:quant.int4_code_bytes}} bytes). V's
+# $D_h = 16$: as much as the four-bit codes of K and V together ($2 \times$ {{run:quant.int4_code_bytes}} bytes). V's
 # scale and minimum per token add {{run:quant.v_scale_bytes}} bytes more. For long contexts, $D_h = 128$ and
 # $G = 32$ the codes dominate (section 9).
 #
@@ -185,7 +185,7 @@ assert all(QUANT_MEMORY[f"{name}_bytes"] == QUANT_MEMORY[f"{name}_formula_bytes"
 # (`ScaleForgottenKV`) must violate the 8-bit bound.
 
 # %% [markdown] lang="zh"
-# 这里省下的内存并不多（int4 仍占 FP32 字节数的 {{run:quant.int4_fraction:.0%}}，int2 占 {{run:quant.int2_fraction:.0%}}），原因有三，公式里都看得出来：这三部分字节都不随比特数减少而缩小（所以 int2 只比 int4 略省一点）。第一，全精度窗口仍保存着 {{run:quant.positions}} 个位置中的 {{run:quant.window_positions}} 个。第二，K 的 FP32 缩放因子和最小值按通道、按每组 $G = 8$ 个位置各存一对，$D_h = 16$ 时折合每个头、每个位置 {{run:quant.k_scale_bytes}} 字节，与 K 和 V 的 4 比特编码加起来一样多（2 × {{run:quant.int4_code_bytes}} 字节）。第三，V 按 token 存放的缩放因子和最小值还要再加 {{run:quant.v_scale_bytes}} 字节。到了长上下文、$D_h = 128$、$G = 32$ 时，编码本身才占主要部分（见第 9 节）。
+# 这里省下的内存并不多（int4 仍占 FP32 字节数的 {{run:quant.int4_fraction:.0%}}，int2 占 {{run:quant.int2_fraction:.0%}}）。原因有三，公式里都看得出来，而且这三部分字节都不随比特数减少而缩小（所以 int2 只比 int4 略省一点）。第一，全精度窗口仍保存着 {{run:quant.positions}} 个位置中的 {{run:quant.window_positions}} 个。第二，K 的 FP32 缩放因子和最小值按通道、按每组 $G = 8$ 个位置各存一对，$D_h = 16$ 时折合每个头、每个位置 {{run:quant.k_scale_bytes}} 字节，与 K 和 V 的 4 比特编码加起来一样多（$2 \times$ {{run:quant.int4_code_bytes}} 字节）。第三，V 按 token 存放的缩放因子和最小值还要再加 {{run:quant.v_scale_bytes}} 字节。到了长上下文、$D_h = 128$、$G = 32$ 时，编码本身才占主要部分（见第 9 节）。
 #
 # **负对照：漏乘缩放因子。** 把读回的值写成 $\mathrm{code} + \min$，而不是 $\mathrm{code} \cdot \mathrm{scale} + \min$，只是一处笔误。带着这个错误的 8 比特缓存（`ScaleForgottenKV`）必须违反 8 比特的误差界。
 

@@ -18,7 +18,7 @@
 # %% [markdown] lang="zh"
 # ## 9. 7B 到 8B 规模下各变体的内存与开销
 #
-# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4,096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出保留的位置数、每个保留位置的字节数，以及两者的乘积，即一个 32k token 的上下文（32,768 个位置，batch 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是长上下文下的解码往往受限于内存带宽的原因；缓存越小，每个 token 的访存量也就越少。
+# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4,096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出保留的位置数、每个保留位置的字节数，以及两者的乘积，即一个 32k token 的上下文（32,768 个位置，batch 为 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是长上下文下的解码往往受限于内存带宽的原因；缓存越小，每个 token 的访存量也就越少。
 #
 # 各变体如下：MHA（32 个头各自保存 K/V）、GQA-8（即 Llama 3 8B 本身）、MQA、带 4k 滑动窗口的 GQA-8（与第 6 节一样，只保留 $W - 1$ 个位置），以及采用 int8 和 int4 缓存的 GQA-8（存储布局同第 7 节，缩放因子为 FP16，取 KIVI 论文公布的设置 $G = 32$、$R = 128$）。
 
@@ -103,13 +103,11 @@ plt.show()
 
 # %% [markdown] lang="en"
 # *Figure: the K/V cache of one 32k-token context (32,768 positions, batch 1) for each variant of the table, on
-# Llama 3 8B's shape (title). One bar per variant (the labels on the left are the table's first column:
-# `GQA-8` is Llama 3 8B itself, `W = 4,096` the sliding window, `int8` and `int4` the quantized caches); the
-# horizontal axis is in GiB (linear), and each bar is labelled with its size. The dotted line (legend "weights, FP16") marks the FP16
-# weights of Llama 3 8B itself, the GQA-8 model: MHA's cache alone is larger.*
+# Llama 3 8B's shape (title), one bar per row of the table (`GQA-8` is Llama 3 8B itself), in GiB. The dotted line
+# ("weights, FP16") marks Llama 3 8B's FP16 weights: MHA's cache alone is larger.*
 
 # %% [markdown] lang="zh"
-# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 1）下的 K/V 缓存大小。每种变体一根柱子（左侧的标签就是表格的第一列：`GQA-8` 即 Llama 3 8B 本身，`W = 4,096` 表示滑动窗口，`int8` 和 `int4` 是量化缓存）；横轴的单位是 GiB（线性刻度），每根柱子旁标出它的大小。点线（图例 weights, FP16）标出 Llama 3 8B 本身（即 GQA-8 模型）FP16 权重的大小：单是 MHA 的缓存就比它还大。*
+# *图：以 Llama 3 8B 的形状（见标题）为例，表中每种变体在一个 32k token 的上下文（32,768 个位置，batch 为 1）下的 K/V 缓存大小。表格每一行对应一根柱子（`GQA-8` 即 Llama 3 8B 本身），单位为 GiB。点线（图例 weights, FP16）标出 Llama 3 8B 的 FP16 权重大小：单是 MHA 的缓存就比它还大。*
 
 # %% tags=["prose-values"]
 {"memory": MEMORY}

@@ -11,12 +11,34 @@ summary_table({f"`{name}`": rows for name, rows in EXACT_GRIDS.items()})
 
 # %% [markdown] lang="en"
 # The negative controls: each broke one thing on purpose, and each was caught by the check named in its row. The
-# measured column is the number that check judged, and the next column says what that number is: most are logit
-# differences, and a count or a ratio is labelled as such. Last, the Hugging Face referees: for each, the largest FP64 difference from our model, logits and
+# measured column is the number that check judged, and the next column says what that number is: a logit error, a
+# count, a ratio, or the largest difference the named check found (its section says between what). Last, the Hugging Face referees: for each, the largest FP64 difference from our model, logits and
 # caches, full and cached (or why they were skipped).
 
 # %% [markdown] lang="zh"
-# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值，下一列说明这个数值是什么：大多是 logits 的误差，计数或比值都会注明。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对误差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
+# 负对照：每一个都故意改坏了一处，每一处都被该行所列的检查查出。“测得值”一列是该检查据以判断的数值，下一列说明这个数值是什么：logits 的误差、计数、比值，或者该行所列检查测得的最大绝对误差（比较的是什么，见所在的节）。最后是 Hugging Face 裁判：每个裁判与我们的模型在 FP64 下的最大绝对误差，包括 logits 和缓存、完整路径和缓存路径（或者说明为什么跳过）。
+
+# %% tags=["hide-input"]
+def controls_table(controls: dict) -> None:
+    def table(header: list[str], cached: str, difference: str, count: str, ratio: str) -> str:
+        # [en] One Markdown table. What the measured number is comes from the control itself: `run_control`'s own
+        # [en] check, a ratio when its record says so, a count when it is an integer, otherwise the largest
+        # [en] difference its check found (its section says which).
+        # [zh] 生成一张 Markdown 表格。测得值是什么由负对照自身决定：`run_control` 自己的检查；记录里注明是比值的为比值；
+        # [zh] 整数为计数；其余是该检查测得的最大绝对误差（具体是什么，见所在的节）。
+        def what(c: dict) -> str:
+            if c["check"] == "check_cached":
+                return cached
+            return ratio if c.get("unit") == "ratio" else count if isinstance(c["measured"], int) else difference
+        rows = [[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"{c['measured']:.3g}", what(c), f"`{c['caught']}`"]
+                for name, c in controls.items()]
+        return "\n".join("| " + " | ".join(row) + " |" for row in [header, ["---"] * len(header)] + rows)
+
+    say(en=table(["control", "section", "check", "measured", "what was measured", "caught"],
+                 "max abs logit error, smallest of its failing runs", "max abs difference", "a count", "a ratio"),
+        zh=table(["负对照", "节", "检查", "测得值", "测得的是什么", "查出"],
+                 "logits 最大绝对误差，各次失败运行中最小的", "最大绝对误差", "计数", "比值"))
+
 
 # %%
 controls_table(CONTROLS)
