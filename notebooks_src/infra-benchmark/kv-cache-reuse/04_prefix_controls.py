@@ -66,8 +66,7 @@ SCENARIOS = scenario_specs(SEED + 2)
 # * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too. Request 4
 #   then shares request 3's last block, but by the time it arrives, request 3 has written its first
 #   generated tokens into the free slots of that block: request 4 reads them as if they were part of its
-#   own prompt: its table holds 16 cached positions, 2 of them request 3's generated tokens, though only 14 (the
-#   hits `lookup` reports) are its text. (Request 3 itself is safe: a full block is never written again, and the store copies a
+#   own prompt: its table holds 16 cached positions, 2 of them request 3's generated tokens, where its text has 14. (Request 3 itself is safe: a full block is never written again, and the store copies a
 #   shared block that is not full before writing into it.)
 # * **held block left in the LRU queue**: `hold` raises the count but forgets to take the block out of
 #   the queue. When request 2 needs more blocks than are free, the pool evicts a system-prompt block that
@@ -77,7 +76,7 @@ SCENARIOS = scenario_specs(SEED + 2)
 # **三种错误**，每种都是只改动 `PrefixPool` 一个方法的子类：
 #
 # * **块哈希不含前缀**：每个物理块的哈希只覆盖它自己的 token。于是在请求 2 中，文档所在的物理块“命中”了请求 0 在系统提示 1 之后算出的那些物理块：token 相同，前缀不同，K/V 也就不同；
-# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读：它的块表里有 16 个已缓存的位置，其中 2 个是请求 3 生成的 token，而属于它这段文本的只有 14 个（即 `lookup` 报告的命中数）。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
+# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读：它的块表里有 16 个已缓存的位置，其中 2 个是请求 3 生成的 token，而它这段文本只有 14 个。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
 # * **被持有的物理块留在 LRU 队列中**：`hold` 把引用计数加一，却忘了把物理块移出队列。当请求 2 需要的物理块比空闲的还多时，池淘汰了请求 1 仍在读取的一个系统提示物理块，请求 2 又把自己的 K/V 写了进去。
 
 # %%
@@ -162,8 +161,8 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # {{run:prefix.hits_largest}} of the {{run:prefix.requests}} requests find at least their system prompt there (each of the
 # four system prompts must be computed once). With {{run:prefix.smallest_pool}} blocks, barely more than the
 # {{run:prefix.largest_request_blocks}} the largest request needs, the hit rate is {{run:prefix.hit_rate_smallest:.1%}}
-# (blocks are evicted before their next use), and, since the admission rule lets fewer requests run at once in
-# a small pool, the others wait: the stream takes {{run:prefix.iterations_smallest}} iterations, against
+# (blocks are evicted before their next use), and, as the admission rule lets fewer requests run at once, the
+# others wait: the stream takes {{run:prefix.iterations_smallest}} iterations, against
 # {{run:prefix.iterations_largest}} with the largest pool. Where the hit rate stays flat
 # between two pool sizes while the evictions fall, the extra evictions of the smaller pool cost no hits: the
 # blocks they took held what no later request looked up, such as a question asked only once.

@@ -3,7 +3,7 @@
 #
 # This section measures how close real calls on one core come to the limit the roofline sets; the metric is a
 # call's **share of the roof**. If the check's rough test says `False` for the cache reads, that verdict is about
-# the library's routine for their shape (the optional part times it), not about the roofline.
+# the library's routine for their shape, not about the roofline.
 #
 # A processor reads memory at some bandwidth $\beta$ (bytes per second) and computes at some rate $\pi$
 # (FLOP per second). An operation of intensity $I$ can therefore run at most at $\min(\pi, \beta I)$ FLOP/s:
@@ -13,8 +13,7 @@
 #
 # * **the sloped side, the bandwidth $\beta$**: the copy (`a = b`) and triad (`a = b + 3 c`) kernels of STREAM,
 #   the standard memory benchmark, on arrays of 256 MiB each, credited with 2 and 3 array accesses per element,
-#   as STREAM counts them, here of 4-byte floats; $\beta$ is the faster of the two. It is the rate STREAM credits, not a hard limit: a kernel
-#   that only reads can slightly exceed it (the optional details below say why);
+#   as STREAM counts them, here of 4-byte floats; $\beta$ is the faster of the two;
 # * **the flat side, $\pi$**: the fastest FLOP rate this run measures, either a square matrix product
 #   `[1024, 1024] @ [1024, 1024]` ({{run:roofline.matmul_intensity:.0f}} FLOP per byte, far right of the ridge) or
 #   one of the weight products below, whichever is faster. So $\pi$ is **the fastest rate measured here, not the
@@ -49,11 +48,11 @@
 # %% [markdown] lang="zh"
 # ## 9. 本机单个核心的 Roofline 模型
 #
-# 本节测量在一个核心上，实际的调用离 Roofline 模型给出的界限有多近；衡量的指标是调用**达到屋顶线的比例**。如果检查中的粗略判断对缓存读取给出 `False`，这个结果说的是数学库为这种形状选用的例程（可选部分会给它计时），而不是 Roofline 模型本身。
+# 本节测量在一个核心上，实际的调用离 Roofline 模型给出的界限有多近；衡量的指标是调用**达到屋顶线的比例**。如果检查中的粗略判断对缓存读取给出 `False`，这个结果说的是数学库为这种形状选用的例程，而不是 Roofline 模型本身。
 #
 # 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的速率 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边都在本机的一个核心上测出（单线程，FP32）：
 #
-# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的计法每个元素分别记 2 次和 3 次数组访问（这里是 4 字节的浮点数）；$\beta$ 取两者中较快的那个。它是 STREAM 记入的速率，并不是硬性上限：只读不写的内核可以略微超过它（原因见下面的可选部分）；
+# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的计法每个元素分别记 2 次和 3 次数组访问（这里是 4 字节的浮点数）；$\beta$ 取两者中较快的那个；
 # * **水平边，即 $\pi$**：本次运行测得的最快 FLOP 速率，取方阵乘法 `[1024, 1024] @ [1024, 1024]`（算术强度 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在拐点右侧）与下面各次权重乘法中最快的那个。所以 $\pi$ 是**这里测得的最快速率，而不是这个核心的运算峰值**（峰值更高），任何测量点都不会高于水平边。
 #
 # 两组扫描分别代表解码步的两个部分，每组都扫过几种 batch 大小 $B$：
@@ -138,10 +137,10 @@ say(en=f"One core of this machine (one thread), FP32: STREAM copy {STREAM_RATES[
 # once, plus $B$ inputs and $B$ outputs of $W$ numbers each: the intensity $2BW^2 / (4(W^2 + 2BW))$ grows with
 # $B$. The column "ms per token" is the call's time divided by $B$; the column "share of the roof" divides the
 # call's FLOP/s by the roof at its intensity, $\min(\pi, \beta I)$; the call that sets $\pi$ shows 100% by
-# definition (the line above the table names it).
+# definition.
 
 # %% [markdown] lang="zh"
-# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$；决定 $\pi$ 的那次调用按定义就是 100%（表格上方那一行写明了是哪次调用）。
+# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$；决定 $\pi$ 的那次调用按定义就是 100%。
 
 # %%
 with torch.inference_mode():
@@ -176,18 +175,14 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
           zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "达到屋顶线的比例", "每个 token 的毫秒数", "波动范围"])
 
 # %% [markdown] lang="en"
-# **What the table shows.** In this run $\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s is the faster of the square product
-# ({{run:roofline.matmul_gflops:.1f}}) and the batch-{{run:roofline.weight_batch_max}} weight product ({{run:roofline.gflops_bmax:.1f}}). The call that sets $\pi$ lies on the flat side by definition, and no call
-# can cross it. The call over
-# one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
+# **What the table shows.** The call over one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
 # {{run:roofline.small_batch_hi}} rows, {{run:roofline.small_roof_share_min:.0%}} to
 # {{run:roofline.small_roof_share_max:.0%}}. **The roof is a limit, not a prediction**: the flat side is a ceiling by
 # construction, the sloped side is STREAM's credited rate (a read-only kernel may slightly exceed it), and a call
 # can run far below both. To be memory-bound by the count says where the limit is, not that a call reaches it.
-# This is the one caveat of the section; later paragraphs point back here.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：本次运行中，$\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s，取方阵乘法（{{run:roofline.matmul_gflops:.1f}}）与 batch 为 {{run:roofline.weight_batch_max}} 的权重乘法（{{run:roofline.gflops_bmax:.1f}}）中较快的那个。决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
+# **表中可以看出什么**：单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per
