@@ -1,8 +1,8 @@
 # %% [markdown] lang="en"
 # ## 9. The roofline of one core of this machine
 #
-# This section measures how close real calls on one core come to the limit the roofline sets; the metric is a
-# call's **share of the roof**. If the check's rough test says `False` for the cache reads, that verdict is about
+# This section measures how close real calls come to the roofline's limit; the metric is a call's **share of
+# the roof**. If the check's rough test says `False` for the cache reads, that verdict is about
 # the library's routine for their shape, not about the roofline.
 #
 # A processor reads memory at some bandwidth $\beta$ (bytes per second) and computes at some rate $\pi$
