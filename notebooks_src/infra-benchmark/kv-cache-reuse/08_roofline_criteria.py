@@ -231,8 +231,8 @@ CALL_RATIOS = {b: median(SECONDS[("weights", b)]) / median(SECONDS[("weights", 1
 # [en] The roof's floor on a call's time: its FLOPs over the roof at its intensity, min(pi, beta I).
 # [zh] 屋顶线给一次调用耗时定的下界：浮点运算次数除以它所在算术强度处的屋顶线 min(pi, beta I)。
 SWEEP_ROWS = {r["batch"]: r for r in WEIGHT_SWEEP}
-floor = lambda r: 2 * r["batch"] * WIDTH * WIDTH / min(PEAK, BANDWIDTH * r["intensity"])
-FLOOR_RATIOS = {b: floor(SWEEP_ROWS[b]) / floor(SWEEP_ROWS[1]) for b in SMALL_BATCHES}
+roof_floor = lambda r: 2 * r["batch"] * WIDTH * WIDTH / min(PEAK, BANDWIDTH * r["intensity"])
+FLOOR_RATIOS = {b: roof_floor(SWEEP_ROWS[b]) / roof_floor(SWEEP_ROWS[1]) for b in SMALL_BATCHES}
 say_table([[str(b), f"{SWEEP_ROWS[b]['intensity']:.2f}", f"`{SWEEP_ROWS[b]['intensity'] < RIDGE}`", f"{FLOOR_RATIOS[b]:.2f}", f"{ratio:.2f}"]
            for b, ratio in CALL_RATIOS.items()],
           en=["rows per call B", "intensity (FLOP/byte)", f"left of the ridge ({RIDGE:.2f})", "roof's floor, in one-row calls",
