@@ -66,7 +66,7 @@ SCENARIOS = scenario_specs(SEED + 2)
 # * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too. Request 4
 #   then shares request 3's last block, but by the time it arrives, request 3 has written its first
 #   generated tokens into the free slots of that block: request 4 reads them as if they were part of its
-#   own prompt. (Request 3 itself is safe: a full block is never written again, and the store copies a
+#   own prompt: its table holds 16 cached positions, 2 of them request 3's generated tokens, where its text has 14. (Request 3 itself is safe: a full block is never written again, and the store copies a
 #   shared block that is not full before writing into it.)
 # * **held block left in the LRU queue**: `hold` raises the count but forgets to take the block out of
 #   the queue. When request 2 needs more blocks than are free, the pool evicts a system-prompt block that
@@ -76,7 +76,7 @@ SCENARIOS = scenario_specs(SEED + 2)
 # **三种错误**，每种都是只改动 `PrefixPool` 一个方法的子类：
 #
 # * **块哈希不含前缀**：每个物理块的哈希只覆盖它自己的 token。于是在请求 2 中，文档所在的物理块“命中”了请求 0 在系统提示 1 之后算出的那些物理块：token 相同，前缀不同，K/V 也就不同；
-# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
+# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读：它的块表里有 16 个已缓存的位置，其中 2 个是请求 3 生成的 token，而它这段文本只有 14 个。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
 # * **被持有的物理块留在 LRU 队列中**：`hold` 把引用计数加一，却忘了把物理块移出队列。当请求 2 需要的物理块比空闲的还多时，池淘汰了请求 1 仍在读取的一个系统提示物理块，请求 2 又把自己的 K/V 写了进去。
 
 # %%
@@ -161,7 +161,8 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # {{run:prefix.hits_largest}} of the {{run:prefix.requests}} requests find at least their system prompt there (each of the
 # four system prompts must be computed once). With {{run:prefix.smallest_pool}} blocks, barely more than the
 # {{run:prefix.largest_request_blocks}} the largest request needs, the hit rate is {{run:prefix.hit_rate_smallest:.1%}}
-# (blocks are evicted before their next use), and the stream takes {{run:prefix.iterations_smallest}} iterations, against
+# (blocks are evicted before their next use), and, as the admission rule lets fewer requests run at once, the
+# others wait: the stream takes {{run:prefix.iterations_smallest}} iterations, against
 # {{run:prefix.iterations_largest}} with the largest pool. Where the hit rate stays flat
 # between two pool sizes while the evictions fall, the extra evictions of the smaller pool cost no hits: the
 # blocks they took held what no later request looked up, such as a question asked only once.
@@ -174,7 +175,7 @@ assert CONTROL_RUNS["correct"]["full_pool"]["iterations"] > CONTROL_RUNS["held_b
 # %% [markdown] lang="zh"
 # 每个负对照都被与冷启动结果的比较查出，而且给出的都是有限但错误的 logits（最大绝对误差分别为 {{run:prefix.controls.hash_without_prefix:.2f}}、{{run:prefix.controls.partial_block_shared:.2f}} 和 {{run:prefix.controls.held_block_evicted:.2f}}）：没有 NaN 来示警，因为读到的每个槽位里都是真实的 K/V，只是不该读它们。受害的是读错物理块的那个请求：块哈希不含前缀时是请求 2；共享未填满的物理块时是后来的请求 4；被持有的物理块遭淘汰时是请求 1，它仍在读取的物理块被淘汰后，又被请求 2 写进了自己的 K/V。正确的池通过了两个场景，命中的 token 数也与上面的场景表完全一致；在池满的场景中，它让请求 2 等待物理块，于是这个场景共需 {{run:prefix.full_pool_iterations.correct}} 次迭代；有错的池立即接纳请求 2，共需 {{run:prefix.full_pool_iterations.held_block_evicted}} 次：正确性可能要以等待为代价。
 #
-# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率为 {{run:prefix.hit_rate_smallest:.1%}}（物理块在下一次用到之前就被淘汰了），整个请求流需要 {{run:prefix.iterations_smallest}} 次迭代，池最大时为 {{run:prefix.iterations_largest}} 次。如果两种池大小的命中率相同，而淘汰次数下降，那么较小的池多出的淘汰并没有让命中变少：被淘汰的物理块里存的是之后没有请求会查找的内容，例如只被问过一次的问题。
+# **缓存省下了什么**：下图是同一个包含 {{run:prefix.requests}} 个请求的请求流在各种大小的池上的结果。池最大时，全部提示 token 中有 {{run:prefix.hit_rate_largest:.1%}} 在缓存中找到，{{run:prefix.requests}} 个请求中有 {{run:prefix.hits_largest}} 个至少在缓存中找到了自己的系统提示（四段系统提示各自都必须先算一次）。池只有 {{run:prefix.smallest_pool}} 个物理块（仅比最大请求所需的 {{run:prefix.largest_request_blocks}} 个多一点）时，命中率为 {{run:prefix.hit_rate_smallest:.1%}}（物理块在下一次用到之前就被淘汰了）；而且池小时，准入规则允许同时运行的请求更少，其余请求只能等待，所以整个请求流需要 {{run:prefix.iterations_smallest}} 次迭代，池最大时为 {{run:prefix.iterations_largest}} 次。如果两种池大小的命中率相同，而淘汰次数下降，那么较小的池多出的淘汰并没有让命中变少：被淘汰的物理块里存的是之后没有请求会查找的内容，例如只被问过一次的问题。
 #
 # *图：左图是命中率随池中物理块数的变化：横轴 blocks in the pool 是池中的物理块数，纵轴 hit rate (% of prompt tokens) 是在缓存中找到的提示 token 所占的百分比。右图横轴相同，纵轴 count 表示次数，画了两种次数：图例中 evictions（橙色）是淘汰次数，iterations to finish（灰色）是处理完整个请求流所需的迭代次数。总标题 prefix cache: … requests, blocks of 4 tokens 的意思是：前缀缓存，请求流中的请求数，每个物理块 4 个 token。省下的预填充 token 数等于命中率乘以请求流的提示 token 总数（见上表）。*
 

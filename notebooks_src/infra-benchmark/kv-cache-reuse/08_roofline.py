@@ -1,6 +1,10 @@
 # %% [markdown] lang="en"
 # ## 9. The roofline of one core of this machine
 #
+# This section measures how close real calls come to the roofline's limit; the metric is a call's **share of
+# the roof**. If the check's rough test says `False` for the cache reads, that verdict is about
+# the library's routine for their shape, not about the roofline.
+#
 # A processor reads memory at some bandwidth $\beta$ (bytes per second) and computes at some rate $\pi$
 # (FLOP per second). An operation of intensity $I$ can therefore run at most at $\min(\pi, \beta I)$ FLOP/s:
 # the **roofline**. Below the **ridge point** $I^* = \pi / \beta$ the memory is the bottleneck (the operation is
@@ -9,8 +13,7 @@
 #
 # * **the sloped side, the bandwidth $\beta$**: the copy (`a = b`) and triad (`a = b + 3 c`) kernels of STREAM,
 #   the standard memory benchmark, on arrays of 256 MiB each, credited with 2 and 3 array accesses per element,
-#   as STREAM counts them, here of 4-byte floats; $\beta$ is the faster of the two. It is the rate STREAM credits, not a hard limit: a kernel
-#   that only reads can slightly exceed it (the optional details below say why);
+#   as STREAM counts them, here of 4-byte floats; $\beta$ is the faster of the two;
 # * **the flat side, $\pi$**: the fastest FLOP rate this run measures, either a square matrix product
 #   `[1024, 1024] @ [1024, 1024]` ({{run:roofline.matmul_intensity:.0f}} FLOP per byte, far right of the ridge) or
 #   one of the weight products below, whichever is faster. So $\pi$ is **the fastest rate measured here, not the
@@ -23,9 +26,8 @@
 # * **cache**: $B$ sequences, each with its own cache of {{run:roofline.cache_keys:,}} keys in 8 heads of 128
 #   dimensions (128 MiB of K and V per sequence), attended by one query per head.
 #
-# By the roofline's count both parts are memory-bound at batch 1. This section checks two things by
-# measurement: the batch-1 weight product is memory-bound, and batching amortizes the weights but not the cache.
-# The first cell below, folded, times each call in rounds (the optional details say how).
+# Both parts are memory-bound at batch 1 by the count. We check by measurement that the batch-1 weight product
+# is, and that batching amortizes the weights but not the cache. The folded cell below times each call in rounds.
 #
 # <details><summary>How the timings are made, and why one core (optional)</summary>
 #
@@ -46,9 +48,11 @@
 # %% [markdown] lang="zh"
 # ## 9. 本机单个核心的 Roofline 模型
 #
+# 本节测量在一个核心上，实际的调用离 Roofline 模型给出的界限有多近；衡量的指标是调用**达到屋顶线的比例**。如果检查中的粗略判断对缓存读取给出 `False`，这个结果说的是数学库为这种形状选用的例程，而不是 Roofline 模型本身。
+#
 # 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的速率 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边都在本机的一个核心上测出（单线程，FP32）：
 #
-# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的计法每个元素分别记 2 次和 3 次数组访问（这里是 4 字节的浮点数）；$\beta$ 取两者中较快的那个。它是 STREAM 记入的速率，并不是硬性上限：只读不写的内核可以略微超过它（原因见下面的可选部分）；
+# * **斜边，即带宽 $\beta$**：标准内存基准测试 STREAM 中的 copy（`a = b`）和 triad（`a = b + 3 c`）两个内核，每个数组 256 MiB，按 STREAM 的计法每个元素分别记 2 次和 3 次数组访问（这里是 4 字节的浮点数）；$\beta$ 取两者中较快的那个；
 # * **水平边，即 $\pi$**：本次运行测得的最快 FLOP 速率，取方阵乘法 `[1024, 1024] @ [1024, 1024]`（算术强度 {{run:roofline.matmul_intensity:.0f}} FLOP/字节，远在拐点右侧）与下面各次权重乘法中最快的那个。所以 $\pi$ 是**这里测得的最快速率，而不是这个核心的运算峰值**（峰值更高），任何测量点都不会高于水平边。
 #
 # 两组扫描分别代表解码步的两个部分，每组都扫过几种 batch 大小 $B$：
@@ -56,11 +60,11 @@
 # * **权重**：$B$ 个 token 向量乘以一个 `[6144, 6144]` 的权重矩阵（144 MiB，每次调用读一遍，就像一层的权重那样）；
 # * **缓存**：$B$ 条序列，每条都有自己的缓存，含 {{run:roofline.cache_keys:,}} 个键，分 8 个头、每头 128 维（每条序列 128 MiB 的 K 和 V），每个头用一个查询去做注意力。
 #
-# 按 Roofline 模型的计数，batch 为 1 时两个部分都受限于内存带宽。本节用实测检验两件事：batch 为 1 的权重乘法受限于内存带宽；batch 分摊了权重的开销，却分摊不了缓存的开销。下面第一个单元格（已折叠）按轮次给每个调用计时（具体做法见可选部分）。
+# 按计数，batch 为 1 时两个部分都受限于内存带宽。我们用实测检验：batch 为 1 的权重乘法确实如此；batch 分摊了权重的开销，却分摊不了缓存的开销。下面已折叠的单元格按轮次给每个调用计时。
 #
 # <details><summary>如何计时，以及为什么只用一个核心（可选）</summary>
 #
-# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都有意大于 L3 缓存；在 L3 更大的处理器上（有些 Intel Xeon 有几百 MiB），测到的其实是缓存而非内存的速率，会高估内存带宽。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比 $\beta$ 记入的多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 缓存里。
+# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都有意大于 L3 高速缓存；在 L3 更大的处理器上（有些 Intel Xeon 有几百 MiB），测到的其实是 L3 高速缓存而非内存的速率，会高估内存带宽。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的高速缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比 $\beta$ 记入的多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 高速缓存里。
 #
 # </details>
 
@@ -133,10 +137,10 @@ say(en=f"One core of this machine (one thread), FP32: STREAM copy {STREAM_RATES[
 # once, plus $B$ inputs and $B$ outputs of $W$ numbers each: the intensity $2BW^2 / (4(W^2 + 2BW))$ grows with
 # $B$. The column "ms per token" is the call's time divided by $B$; the column "share of the roof" divides the
 # call's FLOP/s by the roof at its intensity, $\min(\pi, \beta I)$; the call that sets $\pi$ shows 100% by
-# definition (the line above the table names it).
+# definition.
 
 # %% [markdown] lang="zh"
-# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$；决定 $\pi$ 的那次调用按定义就是 100%（表格上方那一行写明了是哪次调用）。
+# **权重**：一次处理 $B$ 个 token 向量的调用做 $2 B W^2$ 次浮点运算（$W = 6{,}144$），把 $W^2$ 个权重读一遍，另外还有 $B$ 个输入和 $B$ 个输出，各含 $W$ 个数：算术强度 $2BW^2 / (4(W^2 + 2BW))$ 随 $B$ 增大。“每个 token 的毫秒数”一列是一次调用的耗时除以 $B$；“达到屋顶线的比例”一列是这次调用的 FLOP/s 除以它所在算术强度处的屋顶线 $\min(\pi, \beta I)$；决定 $\pi$ 的那次调用按定义就是 100%。
 
 # %%
 with torch.inference_mode():
@@ -161,9 +165,9 @@ for r in WEIGHT_SWEEP:
 # [en] No point lies above the flat side: it is the largest of these rates.
 # [zh] 没有哪个点高于水平边：它就是这些速率中最大的那个。
 assert all(r["gflops"] * 1e9 <= PEAK for r in WEIGHT_SWEEP) and MATMUL_RATE <= PEAK
-say(en=f"Flat side of the roof: π = {PEAK / 1e9:.1f} GFLOP/s, the largest FLOP rate measured so far, that of "
+say(en=f"Flat side of the roof: $\\pi = {PEAK / 1e9:.1f}$ GFLOP/s, the largest FLOP rate measured so far, that of "
        + (f"the batch-{PEAK_BATCH} weight product" if PEAK_BATCH else "the square matrix product") + f"; ridge point: {RIDGE:.2f} FLOP/byte.",
-    zh=f"屋顶线的水平边：π = {PEAK / 1e9:.1f} GFLOP/s，即目前测得的最大 FLOP 速率，来自"
+    zh=f"屋顶线的水平边：$\\pi = {PEAK / 1e9:.1f}$ GFLOP/s，即目前测得的最大 FLOP 速率，来自"
        + (f" batch 为 {PEAK_BATCH} 的权重乘法" if PEAK_BATCH else "方阵乘法") + f"；拐点：{RIDGE:.2f} FLOP/字节。")
 say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['gflops']:.1f}", f"{r['roof_share']:.0%}",
             f"{r['ms_per_token']:.3f}", f"{r['spread']:.2f}"] for r in WEIGHT_SWEEP],
@@ -171,18 +175,14 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
           zh=["权重：batch $B$", "算术强度（FLOP/字节）", "GB/s", "GFLOP/s", "达到屋顶线的比例", "每个 token 的毫秒数", "波动范围"])
 
 # %% [markdown] lang="en"
-# **What the table shows.** In this run $\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s is the faster of the square product
-# ({{run:roofline.matmul_gflops:.1f}}) and the batch-{{run:roofline.weight_batch_max}} weight product ({{run:roofline.gflops_bmax:.1f}}). The call that sets $\pi$ lies on the flat side by definition, and no call
-# can cross it. The call over
-# one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
+# **What the table shows.** The call over one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
 # {{run:roofline.small_batch_hi}} rows, {{run:roofline.small_roof_share_min:.0%}} to
 # {{run:roofline.small_roof_share_max:.0%}}. **The roof is a limit, not a prediction**: the flat side is a ceiling by
 # construction, the sloped side is STREAM's credited rate (a read-only kernel may slightly exceed it), and a call
 # can run far below both. To be memory-bound by the count says where the limit is, not that a call reaches it.
-# This is the one caveat of the section; later paragraphs point back here.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：本次运行中，$\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s，取方阵乘法（{{run:roofline.matmul_gflops:.1f}}）与 batch 为 {{run:roofline.weight_batch_max}} 的权重乘法（{{run:roofline.gflops_bmax:.1f}}）中较快的那个。决定 $\pi$ 的那次调用按定义就落在水平边上，任何调用都不会越过水平边。单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。这是本节唯一的保留说明，后文需要时都指回这里。
+# **表中可以看出什么**：单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边按构造就是上限；斜边是 STREAM 记入的速率（只读不写的内核可能略微超过它）；调用也可能远远达不到这两条边。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per

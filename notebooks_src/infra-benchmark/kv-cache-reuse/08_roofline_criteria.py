@@ -35,20 +35,19 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 
 # %% [markdown] lang="en"
 # **The picture.** The roof of this core has a sloped side set by STREAM, $\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s,
-# and a flat side set by the fastest rate measured, $\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s; the ridge lies at
-# {{run:roofline.ridge:.1f}} FLOP/byte. The batch-1 product, at {{run:roofline.intensity_b1:.2f}} FLOP/byte, streamed its
+# and a flat side set by the fastest rate measured, $\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s; the ridge lies at
+# {{run:roofline.ridge:.2f}} FLOP/byte. The batch-1 product, at {{run:roofline.intensity_b1:.2f}} FLOP/byte, streamed its
 # weights at {{run:roofline.weight_gbs_b1:.1f}} GB/s, {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth, and did
 # {{run:roofline.gflops_b1:.1f}} GFLOP/s, {{run:roofline.b1_peak_share:.0%}} of $\pi$. At batch
 # {{run:roofline.weight_batch_max}} the same weights serve {{run:roofline.weight_batch_max}} tokens at
 # {{run:roofline.gflops_bmax:.0f}} GFLOP/s, and a token's share of the call's time is 1/{{run:roofline.amortization:.1f}} of
 # the batch-1 time. The cache reads stay at 0.5 FLOP/byte whatever the batch, and their time per sequence does
-# not fall the way the weights' time per token does ({{run:roofline.cache_ms_first:.1f}} ms at batch 1,
-# {{run:roofline.cache_ms_last:.1f}} ms at batch {{run:roofline.cache_batch_max}}). Measured at batch 1, they moved their
+# not fall the way the weights' time per token does (the check's output above). The whole attention call at batch 1 moved its
 # bytes at {{run:roofline.cache_bandwidth_share:.0%}} of the STREAM bandwidth and did {{run:roofline.cache_peak_share:.0%}} of
-# $\pi$, so the check's test gives `{{run:roofline.cache_memory_bound}}` for them (last row of the shares table, optional part).
+# $\pi$, so the check's test gives `{{run:roofline.cache_memory_bound}}` for it (last row of the shares table, optional part).
 # Whatever the verdict, such a share measures the library's routine for the shape as well as the memory: the
-# optional part times the same keys (batch {{run:roofline.cache_batch_max}}) in the other operand order, `k @ q^T`, at
-# {{run:roofline.scores_kq_share:.0%}} of STREAM, against {{run:roofline.scores_qk_share:.0%}} as attention writes it, `q @ k^T`.
+# optional part times the score product alone at batch {{run:roofline.cache_batch_max}}, which read the same keys at
+# {{run:roofline.scores_kq_share:.0%}} of STREAM written `k @ q^T`, and at {{run:roofline.scores_qk_share:.0%}} written `q @ k^T`, as attention does.
 #
 # The published models' decode steps at batch 1 (between {{run:cost.min_intensity_b1:.2f}} and
 # {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a hundred times below a data-centre
@@ -58,8 +57,7 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # their time, the time of reading their bytes. This is why a decode step is at best as fast as memory lets it
 # be, and why the mechanisms of this series, which share or shrink the bytes read, pay off.
 #
-# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$; a
-# read-only call may lie slightly above its sloped side), the
+# *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$), the
 # weight product at each batch size (blue circles, batch written beside each), and the cache reads as attention
 # computes them (orange triangles, all at 0.5 FLOP/byte). Right, predictions from the published configurations
 # with 16-bit weights and cache at a context of 4,096 tokens: the decode step's intensity against the batch
@@ -67,11 +65,11 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # dotted).*
 
 # %% [markdown] lang="zh"
-# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.0f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.1f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（batch 为 1 时 {{run:roofline.cache_ms_first:.1f}} 毫秒，batch 为 {{run:roofline.cache_batch_max}} 时 {{run:roofline.cache_ms_last:.1f}} 毫秒）。实测 batch 为 1 时，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，FLOP/s 是 $\pi$ 的 {{run:roofline.cache_peak_share:.0%}}，所以上面的判断对它们给出 `{{run:roofline.cache_memory_bound}}`（见可选部分比例表的最后一行）。无论结果如何，这个比例反映的既是内存，也是数学库为这种形状选用的例程：可选部分中，同样的键（batch 为 {{run:roofline.cache_batch_max}}）换成另一种操作数顺序 `k @ q^T`，读取速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。
+# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.2f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（见上面检查的输出）。batch 为 1 时，整个注意力调用搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，FLOP/s 是 $\pi$ 的 {{run:roofline.cache_peak_share:.0%}}，所以上面的判断对它给出 `{{run:roofline.cache_memory_bound}}`（见可选部分比例表的最后一行）。无论结果如何，这个比例反映的既是内存，也是数学库为这种形状选用的例程：可选部分单独给 batch 为 {{run:roofline.cache_batch_max}} 的分数乘法计时，读取同样的键，写成 `k @ q^T` 时速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。
 #
 # 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以两次调用耗时的下界相同，都是读取各自字节的时间。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制（分摊或缩小所读取的字节）能带来收益的原因。
 #
-# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured；只读不写的调用可能略高于斜边）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
+# *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
 
 # %%
 # [en] NVIDIA H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity (989 dense), 3.35 TB/s HBM3.
@@ -84,7 +82,7 @@ colors = plt.rcParams["axes.prop_cycle"].by_key()["color"][2:]
 fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4))
 xs = np.logspace(-1.3, 3, 200)
 left.loglog(xs, np.minimum(PEAK, BANDWIDTH * xs) / 1e9, color="black",
-            label=f"roof: STREAM {BANDWIDTH / 1e9:.1f} GB/s, fastest measured {PEAK / 1e9:.0f} GFLOP/s")
+            label=f"roof: STREAM {BANDWIDTH / 1e9:.1f} GB/s, fastest measured {PEAK / 1e9:.1f} GFLOP/s")
 left.plot([r["intensity"] for r in WEIGHT_SWEEP], [r["gflops"] for r in WEIGHT_SWEEP], "o", color="tab:blue", label="weights x B tokens")
 for r in WEIGHT_SWEEP:
     left.annotate(str(r["batch"]), (r["intensity"], r["gflops"]), textcoords="offset points", xytext=(4, -10), fontsize=7)
@@ -131,9 +129,9 @@ assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['gflops'] * 1e9 / PEAK:.0%}", f"`{memory_bound(r)}`"]
            for call, batch, r in (("F.linear(x, weight)", first["batch"], first), ("F.linear(x, weight)", last["batch"], last),
                                   ("masked_attention(q, k, v, ...)", CACHE_SWEEP[0]["batch"], CACHE_SWEEP[0]))],
-          en=["call", "batch B", "bytes per second, share of STREAM", "FLOP/s, share of π",
+          en=["call", "batch B", "bytes per second, share of STREAM", "FLOP/s, share of $\\pi$",
               "memory-bound (bytes share >= 1/3, FLOP/s share <= 1/3)"],
-          zh=["调用", "batch $B$", "每秒字节数占 STREAM 的比例", "FLOP/s 占 π 的比例",
+          zh=["调用", "batch $B$", "每秒字节数占 STREAM 的比例", "FLOP/s 占 $\\pi$ 的比例",
               "受限于内存带宽（带宽占比 ≥ 1/3 且算力占比 ≤ 1/3）"])
 
 # %% [markdown] lang="en"
@@ -195,31 +193,33 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 #
 # <details><summary>关于上表的两点说明（可选）</summary>
 #
-# 只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，它们的比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）并不是同一次调用耗时的组成部分，无论相加是多少。
+# 只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，两个比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）即使加起来接近 100%，也不是同一次调用耗时的分解。
 #
 # </details>
 
 # %% [markdown] lang="en"
-# **What a call over a few rows costs.** At the memory roof, as long as a one-row call: it reads the same weight bytes.
-# On the machine that built this notebook every batch size calls the same routine, oneMKL's `SGEMM`, yet in
-# this run a call over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
-# {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} times as long as a call over one.
-# Why a call over a few rows can cost more, we did not find out.
+# **What a call over a few rows costs.** The roof sets a floor on a call's time: reading its bytes at $\beta$ left
+# of the ridge, doing its FLOPs at $\pi$ right of it. A call over a few rows reads the same weight bytes as a
+# one-row call, so left of the ridge it has the same floor. The table marks which calls lie left of this run's
+# ridge and gives their floors and measured times in one-row calls: over {{run:roofline.small_batch_lo}} to
+# {{run:roofline.small_batch_hi}} rows, floors of {{run:roofline.floor_ratio_min:.2f}} to {{run:roofline.floor_ratio_max:.2f}},
+# times of {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}}. Why a few rows can take longer than their floor,
+# we did not find out.
 #
 # <details><summary>A hypothesis, not checked here (optional)</summary>
 #
-# Inside `SGEMM` a one-row product can stream the weights once, as a matrix-vector product does, while a few rows
+# On the machine that built this notebook every batch size calls oneMKL's `SGEMM`. Inside it a one-row product can stream the weights once, as a matrix-vector product does, while a few rows
 # take the general path, which first copies (packs) blocks of the weights into a buffer laid out for many rows:
 # extra memory traffic and work that only a large batch repays.
 #
 # </details>
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：它读取的权重字节与单行调用相同，所以在屋顶线的斜边上，两者耗时应当相差无几。在构建本笔记本的机器上，每种 batch 大小调用的都是同一个例程，即 oneMKL 的 `SGEMM`；然而本次运行中，一次处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，耗时是只处理一行的调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍。几行的调用为什么可能更慢，我们没有查明。
+# **处理几行的一次调用要花多少时间**：屋顶线给调用的耗时定了一个下界：在拐点左侧是以 $\beta$ 读完它的字节的时间，在拐点右侧是以 $\pi$ 做完它的浮点运算的时间。处理几行的调用读取的权重字节与单行调用相同，所以只要位于拐点左侧，两者的下界就相同。下表标出哪些调用位于本次运行的拐点左侧，并以单行调用为单位给出它们的下界和实测耗时：处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，下界为 {{run:roofline.floor_ratio_min:.2f}} 到 {{run:roofline.floor_ratio_max:.2f}}，实测耗时为 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}}。几行的调用为什么可能比下界慢，我们没有查明。
 #
 # <details><summary>一个假设，这里未加验证（可选）</summary>
 #
-# 在 `SGEMM` 内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重一块一块地复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
+# 在构建本笔记本的机器上，每种 batch 大小调用的都是 oneMKL 的 `SGEMM`。在它内部，单行乘法可以像矩阵乘向量那样把权重读一遍，而几行的乘法走通用的路径，先把权重一块一块地复制（打包）到一块为多行排布的缓冲区里：多出的内存传输和工作只有 batch 大时才划算。
 #
 # </details>
 
@@ -228,9 +228,17 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # [zh] 处理几行的一次调用与只处理一行的调用相比耗时多少（第 6 节的验证调用）：只报告，不做断言。
 SMALL_BATCHES = [b for b in WEIGHT_BATCHES if 1 < b <= 8] or [WEIGHT_BATCHES[1]]
 CALL_RATIOS = {b: median(SECONDS[("weights", b)]) / median(SECONDS[("weights", 1)]) for b in SMALL_BATCHES}
-say_table([[str(b), f"{ratio:.2f}"] for b, ratio in CALL_RATIOS.items()],
-          en=["rows per call B", "time of one call, in one-row calls"],
-          zh=["每次调用的行数 $B$", "一次调用的耗时（以单行调用为单位）"])
+# [en] The roof's floor on a call's time: its FLOPs over the roof at its intensity, min(pi, beta I).
+# [zh] 屋顶线给一次调用耗时定的下界：浮点运算次数除以它所在算术强度处的屋顶线 min(pi, beta I)。
+SWEEP_ROWS = {r["batch"]: r for r in WEIGHT_SWEEP}
+roof_floor = lambda r: 2 * r["batch"] * WIDTH * WIDTH / min(PEAK, BANDWIDTH * r["intensity"])
+FLOOR_RATIOS = {b: roof_floor(SWEEP_ROWS[b]) / roof_floor(SWEEP_ROWS[1]) for b in SMALL_BATCHES}
+say_table([[str(b), f"{SWEEP_ROWS[b]['intensity']:.2f}", f"`{SWEEP_ROWS[b]['intensity'] < RIDGE}`", f"{FLOOR_RATIOS[b]:.2f}", f"{ratio:.2f}"]
+           for b, ratio in CALL_RATIOS.items()],
+          en=["rows per call B", "intensity (FLOP/byte)", f"left of the ridge ({RIDGE:.2f})", "roof's floor, in one-row calls",
+              "time of one call, in one-row calls"],
+          zh=["每次调用的行数 $B$", "算术强度（FLOP/字节）", f"位于拐点（{RIDGE:.2f}）左侧", "屋顶线给出的下界（以单行调用为单位）",
+              "一次调用的耗时（以单行调用为单位）"])
 
 # %% [markdown] lang="en"
 # *End of section 9's optional part. You may skip the next section too: it is the first notebook's check of our decoder against Hugging Face GPT-2,

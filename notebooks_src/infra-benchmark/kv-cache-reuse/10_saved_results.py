@@ -145,6 +145,7 @@ one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
               "cache_memory_bound": memory_bound(CACHE_SWEEP[0]),
               "small_batch_lo": SMALL_BATCHES[0], "small_batch_hi": SMALL_BATCHES[-1],
               "call_ratio_min": min(CALL_RATIOS.values()), "call_ratio_max": max(CALL_RATIOS.values()),
+              "floor_ratio_min": min(FLOOR_RATIOS.values()), "floor_ratio_max": max(FLOOR_RATIOS.values()),
               "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
               "values_share": PRODUCTS["w @ v"]["gbs"] * 1e9 / BANDWIDTH, "scores_qk_attention_share": PRODUCTS["q @ k^T"]["attention_share"],
               "values_attention_share": PRODUCTS["w @ v"]["attention_share"], "b1_roof_share": WEIGHT_SWEEP[0]["roof_share"],
