@@ -51,11 +51,11 @@ def max_abs_err(a, b):
 # The layer itself: token embedding plus position embedding, multi-head attention with a residual
 # connection, then a projection to vocabulary logits. `toy_forward` reads the cache length from the
 # cached K, numbers the new tokens from there, and masks with `allowed_keys`: query $i$ of the call may
-# read every key up to its own absolute position (sections 3 and 4 explain both rules). It returns the
-# logits, the longer cache and the intermediate arrays.
+# read every key up to its own absolute position. It returns the logits, the longer cache and the
+# intermediate arrays. Take both rules as given for now: sections 3 and 4 explain each one by breaking it on purpose.
 
 # %% [markdown] lang="zh"
-# 下面是这个层本身：token 嵌入加上位置嵌入，经过带残差连接的多头注意力，再投影成词表上的 logits。`toy_forward` 从缓存的 K 读出缓存长度，从这个长度开始为新 token 编号，并用 `allowed_keys` 做掩码：本次调用的查询 $i$ 可以读取绝对位置不超过它自己的所有键（第 3、4 节分别解释这两条规则）。它返回 logits、加长后的缓存和各个中间数组。
+# 下面是这个层本身：token 嵌入加上位置嵌入，经过带残差连接的多头注意力，再投影成词表上的 logits。`toy_forward` 从缓存的 K 读出缓存长度，从这个长度开始为新 token 编号，并用 `allowed_keys` 做掩码：本次调用的查询 $i$ 可以读取绝对位置不超过它自己的所有键。它返回 logits、加长后的缓存和各个中间数组。这两条规则暂且照用：第 3、4 节会逐一故意改错，以此说明为什么要这样做。
 
 # %%
 # [en] Boolean mask [new_len, past_len + new_len]: query i may read key j when j <= past_len + i.
@@ -121,11 +121,12 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
 # Now the two calls: the prefill over the first four tokens, then `9` and `18` with the cache it
 # returned. The table gives each array's shape as NumPy reports it, next to the same shape in symbols
 # (B: batch, H: heads, Dh: head width). The cell also checks that the second call left the prefill's
-# cache unchanged: a serving system reuses one cache across many calls, so a call that altered it
-# would corrupt every later one.
+# cache unchanged. This toy returns a new, longer cache; real caches are usually extended in place,
+# which is fine. What must never happen is that a call overwrites an entry already in the cache: when
+# one prefix's cache is shared by several continuations, that would corrupt all of them.
 
 # %% [markdown] lang="zh"
-# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有改动预填充得到的缓存：推理服务系统会在多次调用之间复用同一份缓存，某次调用若改动了它，之后的每次调用都会出错。
+# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有改动预填充得到的缓存。这个玩具层返回一份新的、更长的缓存；实际系统中的缓存通常原地追加，这没有问题。绝不能发生的是某次调用覆盖缓存里已有的项：同一个前缀的缓存由多个续写共享时，这会让它们全部出错。
 
 # %%
 token_ids = np.array([[12, 7, 31, 4, 9, 18]])               # [B, T] = [1, 6]

@@ -2,7 +2,8 @@
 # ## 6. One attention head, with and without the cache
 #
 # Sections 2 and 3 compared whole layers; this section goes down to one head of width 16 to **count the
-# work** the cache saves, row by row, for the `HISTORY` and `CHUNK` you chose in section 5.
+# projections** the cache saves, row by row, for the `HISTORY` and `CHUNK` you chose in section 5
+# (attention's own work comes up in exercise 3).
 # Run it again after changing the knobs. This is a separate minimal head, not one of the four of section 2:
 # its input `layer_input` is as wide as the head, one row per absolute position, with weights of its own,
 # because the saving we count here depends only on how many rows go through the projections. The
@@ -24,12 +25,12 @@
 # %% [markdown] lang="zh"
 # ## 6. 单个注意力头：用缓存与不用缓存
 #
-# 第 2、3 节比较的是整层；本节回到单个注意力头（每头 16 维），为的是**逐行数出缓存省下的计算**，`HISTORY` 和 `CHUNK` 沿用你在第 5 节中设定的值。改了参数之后，请把本节再运行一遍。这是一个单独的最小注意力头，不是第 2 节四个头中的某一个：它的输入 `layer_input` 每个绝对位置一行，宽度就等于每头的维度，权重也是它自己的，因为这里统计的节省只取决于有多少行经过投影。先前填充缓存的那次调用只写出了它的 K、V 投影，也就是缓存保存下来的那部分。
+# 第 2、3 节比较的是整层；本节回到单个注意力头（每头 16 维），为的是**逐行数出缓存省下的投影**（注意力本身的计算量留到练习 3 讨论），`HISTORY` 和 `CHUNK` 沿用你在第 5 节中设定的值。改了参数之后，请把本节再运行一遍。这是一个单独的最小注意力头，不是第 2 节四个头中的某一个：它的输入 `layer_input` 每个绝对位置一行，宽度就等于每头的维度，权重也是它自己的，因为这里统计的节省只取决于有多少行经过投影。先前写入缓存的那次调用只算出了 K、V 投影，也就是缓存保存下来的那部分。
 #
 # - **完整重算**：把全部 $P + C$ 个位置投影成 Q、K、V，在所有位置上做因果注意力，只保留最后 $C$ 行输出。
 # - **缓存路径**：前 $P$ 个位置的 K、V 早先已经算好，这就是缓存。本次调用只投影 $C$ 个新行，把它们的 K/V 拼接在缓存之后，再让这 $C$ 个新查询按带偏移的掩码做注意力。
 #
-# 在 FP64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者（误差也可能恰好为 0，见第 2 节）。每次投影都经过 `project`，它统计自己收到了多少行：完整重算送入 $P + C$ 行，缓存路径在本次调用中只送入 $C$ 行（它的 $P$ 个历史行只在先前填充缓存的那次调用中投影过一次）。差额就是缓存省下的计算。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
+# 在 FP64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者（误差也可能恰好为 0，见第 2 节）。每次投影都经过 `project`，它统计自己收到了多少行：完整重算送入 $P + C$ 行，缓存路径在本次调用中只送入 $C$ 行（它的 $P$ 个历史行只在先前写入缓存的那次调用中投影过一次）。差额就是缓存省下的计算。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
 
 # %%
 def single_head_attention(q, k, v, mask):
@@ -71,14 +72,15 @@ wrong_out = single_head_attention(q_new, k_cat, v_cat, upper_left_mask(HISTORY, 
 
 say(en=f"$P = {HISTORY}$, $C = {CHUNK}$, head width {HEAD_DIM}, FP64.",
     zh=f"$P = {HISTORY}$，$C = {CHUNK}$，每头 {HEAD_DIM} 维，FP64。")
-say_table([[str(ROWS_PROJECTED["full"]), str(ROWS_PROJECTED["this call"]), str(ROWS_PROJECTED["earlier call"]),
-            f"{max_abs_err(cached_out, full_out):.2e}", f"{max_abs_err(wrong_out, full_out):.2e}"]],
-          en=["rows projected in this call, full recomputation", "rows projected in this call, cached path",
-              "rows projected by the earlier call (K and V only: the cache)",
-              "max abs error vs full, lower-right (ours)", "max abs error vs full, upper-left (control)"],
-          zh=["本次调用投影的行数（完整重算）", "本次调用投影的行数（缓存路径）",
-              "先前那次调用投影的行数（只算 K、V，即缓存）",
-              "与完整重算相比的最大绝对误差（右下角对齐）", "与完整重算相比的最大绝对误差（左上角对齐，负对照）"])
+say_table([["`full_out`", ROWS_PROJECTED["full"], 0],
+           ["`cached_out`", ROWS_PROJECTED["this call"], ROWS_PROJECTED["earlier call"]]],
+          en=["path (its output)", "rows projected in this call",
+              "rows projected by the earlier call (K, V: the cache)"],
+          zh=["路径（其输出）", "本次调用投影的行数", "先前那次调用投影的行数（K、V，即缓存）"])
+say_table([["`allowed_keys`", f"{max_abs_err(cached_out, full_out):.2e}"],
+           ["`upper_left_mask`", f"{max_abs_err(wrong_out, full_out):.2e}"]],
+          en=["mask of the cached path (second row: the control)", "max abs error vs `full_out`"],
+          zh=["缓存路径所用的掩码（第二行是负对照）", "与 `full_out` 相比的最大绝对误差"])
 # [en] The cache saves the projections of the P history rows: they went through once, earlier ...
 # [zh] 缓存省下了 P 个历史行的投影：它们只在先前那次调用中投影过一次……
 assert ROWS_PROJECTED == {"full": HISTORY + CHUNK, "earlier call": HISTORY, "this call": CHUNK}
