@@ -87,10 +87,10 @@ if HAVE_TRANSFORMERS:
                for label, row in gelu_rows.items()],
               en=["weights", "FP32, correct", "FP32, `gelu_new`", "FP64, correct", "FP64, `gelu_new`"],
               zh=["权重", "FP32，正确映射", "FP32，`gelu_new`", "FP64，正确映射", "FP64，`gelu_new`"])
-    say(en="Largest logit difference, GPT-2 against ours; in brackets whether it agrees within $10^{-5}$ (FP32) "
-           "or $10^{-10}$ (FP64).",
-        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里注明它是否在 $10^{-5}$（FP32）或 $10^{-10}$（FP64）"
-           "的容差内一致。")
+    say(en="Largest logit difference, GPT-2 against ours; in brackets the verdict of `agrees` (section 4's absolute "
+           "test on the largest error, not `close`): within $10^{-5}$ (FP32) or $10^{-10}$ (FP64)?",
+        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里是 `agrees` 的判定（第 4 节那个只看最大绝对误差的检验，"
+           "不是 `close`）：是否在 $10^{-5}$（FP32）或 $10^{-10}$（FP64）的容差内一致。")
 
 
 # %% [markdown] lang="en"
@@ -108,8 +108,9 @@ if HAVE_TRANSFORMERS:
 #
 # Each of section 7's other two traps errs at least {{run:gelu.other_over_gelu_floor:,}} times as much as the
 # GELU trap: of the three, the GELU trap is the only one that an FP32 comparison can let through. As for the
-# exact value $10^{-10}$: in FP64 the correct mapping's largest absolute error here is
-# {{run:gelu.fp64_noise:.1e}} and the smallest trap error {{run:gelu.fp64_smallest_trap:.1e}}, so any
+# exact value $10^{-10}$: in FP64, over both weight sets, the correct mapping's largest absolute error is
+# {{run:gelu.fp64_noise:.1e}} (row `{{run:gelu.fp64_noise_set}}`) and the smallest trap error
+# {{run:gelu.fp64_smallest_trap:.1e}} (row `{{run:gelu.fp64_trap_set}}`); each bound holds for both sets, so any
 # tolerance between the two would do; $10^{-10}$ is simply a round number inside that gap. The next cell
 # asserts the table's verdicts, that FP32 rounding alone exceeds $10^{-10}$, and that the other two traps
 # exceed the FP32 tolerance more than a thousandfold.
@@ -122,7 +123,7 @@ if HAVE_TRANSFORMERS:
 # - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
 # - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
 #
-# 第 7 节另外两个陷阱的误差都至少是 GELU 陷阱的 {{run:gelu.other_over_gelu_floor:,}} 倍：三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。至于为什么恰好取 $10^{-10}$：在 FP64 下，这里正确映射的最大绝对误差为 {{run:gelu.fp64_noise:.1e}}，各陷阱中误差最小的也有 {{run:gelu.fp64_smallest_trap:.1e}}，介于两者之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。下一个单元格断言表中的判定、单是 FP32 的舍入噪声就超过 $10^{-10}$，以及另外两个陷阱的误差都超过 FP32 容差的 1000 倍。
+# 第 7 节另外两个陷阱的误差都至少是 GELU 陷阱的 {{run:gelu.other_over_gelu_floor:,}} 倍：三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。至于为什么恰好取 $10^{-10}$：在 FP64 下，综合两组权重，正确映射的最大绝对误差为 {{run:gelu.fp64_noise:.1e}}（`{{run:gelu.fp64_noise_set}}` 那一行），各陷阱中误差最小的也有 {{run:gelu.fp64_smallest_trap:.1e}}（`{{run:gelu.fp64_trap_set}}` 那一行）；这两个界对两组权重都成立，介于两者之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。下一个单元格断言表中的判定、单是 FP32 的舍入噪声就超过 $10^{-10}$，以及另外两个陷阱的误差都超过 FP32 容差的 1000 倍。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -147,4 +148,6 @@ if HAVE_TRANSFORMERS:
     "other_over_gelu_floor": math.floor(other_traps / worst_logit_error(trap_errors["gelu_new"])),
     "fp64_noise": max(worst_error(row[("fp64", "correct")]) for row in gelu_rows.values()),
     "fp64_smallest_trap": min(worst_error(row[("fp64", "gelu_new")]) for row in gelu_rows.values()),
+    "fp64_noise_set": max(gelu_rows, key=lambda label: worst_error(gelu_rows[label][("fp64", "correct")])),
+    "fp64_trap_set": min(gelu_rows, key=lambda label: worst_error(gelu_rows[label][("fp64", "gelu_new")])),
 }} if HAVE_TRANSFORMERS else {}

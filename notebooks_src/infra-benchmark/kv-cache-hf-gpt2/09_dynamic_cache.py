@@ -77,11 +77,12 @@ if HAVE_TRANSFORMERS:
 # The experiment takes two cells. The first runs on GPT-2 alone: prefill 200 positions of section 4's
 # sequences, take a deep copy of the cache, continue with 24 tokens, cut the cache back to 200 positions
 # with `crop(-24)`, and continue from there with 24 different tokens. It asserts that the cropped cache
-# gives exactly, bit for bit, the logits obtained from the deep copy; the comment above that assertion
-# says why this holds on any machine.
+# gives exactly, bit for bit, the logits obtained from the deep copy. This holds on any machine, because
+# both continuations make the same calls on the same values: `crop` slices the cached tensors, the deep
+# copy copies them, and the next call concatenates either into a fresh tensor of the same layout.
 
 # %% [markdown] lang="zh"
-# 这个实验分两个单元格。第一个只在 GPT-2 上运行：用第 4 节的序列预填充 200 个位置，把缓存深拷贝一份，续写 24 个 token，再用 `crop(-24)` 把缓存截回 200 个位置，然后从那里续写另外 24 个 token。它断言：从截短后的缓存出发得到的 logits，与从深拷贝出发得到的逐比特相同；这在任何机器上都成立，原因见这条断言上方的注释。
+# 这个实验分两个单元格。第一个只在 GPT-2 上运行：用第 4 节的序列预填充 200 个位置，把缓存深拷贝一份，续写 24 个 token，再用 `crop(-24)` 把缓存截回 200 个位置，然后从那里续写另外 24 个 token。它断言：从截短后的缓存出发得到的 logits，与从深拷贝出发得到的逐比特相同；这在任何机器上都成立，因为两次续写是在相同的值上做相同的调用：`crop` 对缓存的张量做切片，深拷贝复制它们，下一次调用又都把它们拼接成内存布局相同的新张量。
 
 # %%
 CROP_PREFIX, CROP_TOKENS = 200, 24

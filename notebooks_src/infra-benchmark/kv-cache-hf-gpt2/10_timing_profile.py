@@ -126,13 +126,16 @@ if HAVE_TRANSFORMERS:
     assert step_profile["gpt2"]["matmul_flops"] == ours_flops and step_profile["ours_no_cache"]["matmul_flops"] > 100 * ours_flops
 
 # %% [markdown] lang="en"
-# Which operations, and where do the calls go? The next cell, folded, prints two tables: the ATen
-# operations each step calls most often (calls per step), and the
+# Which operations, and where do the calls go? Expect ours to show more ATen calls on most rows of the
+# first table: every projection of ours is an `nn.Linear`, whose `aten::linear` launches a transpose and
+# views around its product, and we compute Q, K and V with three products where GPT-2's `c_attn` makes one
+# `addmm`. The next cell, folded, prints two tables: the ATen operations each step calls most often
+# (calls per step), and the
 # function calls of one step by the file that defines the function (`<built-in>`: functions implemented
 # in C; `<cell>`: functions defined in this notebook's cells).
 
 # %% [markdown] lang="zh"
-# 具体是哪些算子？函数调用又花在了哪里？下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中调用最多的 ATen 算子（每步的调用次数），第二张把一步中的函数调用按定义该函数的文件分组统计：`<built-in>` 指用 C 实现的内置函数，`<cell>` 指本笔记本单元格里定义的函数。
+# 具体是哪些算子？函数调用又花在了哪里？第一张表的多数行上，我们的调用次数会更多：我们的每个投影都是一个 `nn.Linear`，它的 `aten::linear` 在矩阵乘法前后还要调用转置和视图操作；而且我们用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次 `addmm`。下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中调用最多的 ATen 算子（每步的调用次数），第二张把一步中的函数调用按定义该函数的文件分组统计：`<built-in>` 指用 C 实现的内置函数，`<cell>` 指本笔记本单元格里定义的函数。
 
 # %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:
@@ -153,12 +156,14 @@ if HAVE_TRANSFORMERS:
 # **The arithmetic is the same.** Both steps do {{run:profile.matmul_flops:,}} floating-point operations in
 # matrix products, against {{run:profile.no_cache_flops:,}} ({{run:profile.no_cache_ratio:,.0f}} times as
 # many) when the 257 positions are recomputed without a cache. They launch about as many ATen operations,
-# {{run:profile.ours_ops}} and {{run:profile.gpt2_ops}} (ours goes through `aten::linear` and makes three
-# products where GPT-2's `c_attn` makes one).
+# {{run:profile.ours_ops}} and {{run:profile.gpt2_ops}} (the difference comes from `aten::linear` and the
+# separate Q, K and V products, as said above).
 #
 # **The calls are not.** GPT-2's step makes {{run:profile.gpt2_python:,}} function calls, ours
 # {{run:profile.ours_python:,}}; the second table shows that the extra ones are the library's machinery
-# (configuration reads, output dataclasses, the cache object's methods).
+# (configuration reads, output dataclasses, the cache object's methods) and the functions implemented in C
+# that this machinery calls. The largest single share of the {{run:profile.extra_calls:,}} extra calls,
+# {{run:profile.top_extra:,}}, comes from `{{run:profile.top_extra_source}}`.
 #
 # GPT-2's step time minus ours (race medians): {{run:profile.step_gap_ms:.3f}} ms. Spread over the
 # {{run:profile.extra_calls:,}} extra calls, that is {{run:profile.us_per_call:.1f}} µs per call. This
@@ -166,11 +171,11 @@ if HAVE_TRANSFORMERS:
 # tool here times Python alone without distorting it (`cProfile` adds a cost to every call it counts).
 
 # %% [markdown] lang="zh"
-# **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。两者调用的 ATen 算子数目相近，分别为 {{run:profile.ours_ops}} 次和 {{run:profile.gpt2_ops}} 次（我们的要经过 `aten::linear`，而且用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次）。
+# **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。两者调用 ATen 算子的次数相近，分别为 {{run:profile.ours_ops}} 次和 {{run:profile.gpt2_ops}} 次（差别来自 `aten::linear` 和分开计算的 Q、K、V，原因见上文）。
 #
-# **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；第二张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法）。
+# **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；第二张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法），以及这些机制所调用的、用 C 实现的函数。在多出来的 {{run:profile.extra_calls:,}} 次调用中，单一来源占得最多的是 `{{run:profile.top_extra_source}}`，共 {{run:profile.top_extra:,}} 次。
 #
-# GPT-2 每步的耗时减去我们的（取比赛的中位数）为 {{run:profile.step_gap_ms:.3f}} 毫秒，平摊到多出来的 {{run:profile.extra_calls:,}} 次调用上，每次约 {{run:profile.us_per_call:.1f}} 微秒。这个除法把全部差距都算在了函数调用头上，所以它只是一个平均值，而不是一次调用的实测开销：这里没有哪种工具能单独给 Python 代码计时而不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
+# GPT-2 每步的耗时减去我们的（取比赛的中位数）为 {{run:profile.step_gap_ms:.3f}} 毫秒，平摊到多出来的 {{run:profile.extra_calls:,}} 次调用上，每次约 {{run:profile.us_per_call:.1f}} 微秒。这个除法把全部差距都算在了函数调用头上，所以它只是一个平均值，而不是一次调用的实测开销：这里没有一种工具能只给 Python 代码计时而又不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
 
 # %% [markdown] lang="en"
 # The counts also explain why the race says nothing about speed at real sizes: at GPT-2 small's width of
@@ -179,7 +184,7 @@ if HAVE_TRANSFORMERS:
 # layer makes the same calls (its 12 layers, against our 2, multiply work and calls alike).
 
 # %% [markdown] lang="zh"
-# 这些计数也解释了为什么这场比赛反映不了实际规模下的速度。最小的 GPT-2（124M）宽度为 768：每一层中，每次投影调用的计算量是我们的 $(768 / 64)^2 = 144$ 倍（矩阵的两个维度都随宽度增长），每次注意力矩阵乘法是 $768 / 64 = 12$ 倍，而每一层的函数调用次数不变（它有 12 层，我们只有 2 层，层数对运算量和调用次数的放大是一样的）。
+# 这些计数也解释了为什么这场比赛反映不了实际规模下的速度。最小的 GPT-2（124M）宽度为 768：每一层中，每次投影调用的计算量是我们的 $(768 / 64)^2 = 144$ 倍（矩阵的两个维度都随宽度增长），每次注意力矩阵乘法是 $768 / 64 = 12$ 倍，而每一层的函数调用次数不变（它有 12 层，我们只有 2 层；层数增加时，运算量和调用次数按同样的倍数增长）。
 
 # %% tags=["prose-values"]
 {"profile": {
@@ -190,6 +195,10 @@ if HAVE_TRANSFORMERS:
     "python_ratio": step_profile["gpt2"]["python_calls"] / step_profile["ours"]["python_calls"],
     "step_gap_ms": (race_timing["gpt2"]["p50"] - race_timing["ours"]["p50"]) / CONTINUATION,
     "extra_calls": step_profile["gpt2"]["python_calls"] - step_profile["ours"]["python_calls"],
+    "top_extra_source": max(step_profile["gpt2"]["python"], key=lambda source: step_profile["gpt2"]["python"][source]
+                            - step_profile["ours"]["python"].get(source, 0)),
+    "top_extra": max(calls - step_profile["ours"]["python"].get(source, 0)
+                     for source, calls in step_profile["gpt2"]["python"].items()),
     "us_per_call": 1e3 * (race_timing["gpt2"]["p50"] - race_timing["ours"]["p50"]) / CONTINUATION
                    / (step_profile["gpt2"]["python_calls"] - step_profile["ours"]["python_calls"]),
 }} if HAVE_TRANSFORMERS else {}

@@ -20,8 +20,8 @@
 #   rejected draft tokens. Our list of tensors needs neither.
 # - **Same arithmetic, different overhead.** Both decode steps do the same
 #   {{run:profile.matmul_flops:,}} matrix-product FLOPs; the library's step makes
-#   {{run:profile.gpt2_python:,}} function calls against our {{run:profile.ours_python:,}}, and its time
-#   was {{run:race.ratio:.2f}} times ours here. Spread over the extra calls, the time difference is
+#   {{run:profile.gpt2_python:,}} function calls against our {{run:profile.ours_python:,}}, and on the
+#   machine that built this notebook its time was {{run:race.ratio:.2f}} times ours. Spread over the extra calls, the time difference is
 #   {{run:profile.us_per_call:.1f}} µs per call (an average, not a measured cost: section 10); it says nothing
 #   about speed at real sizes.
 
@@ -33,7 +33,7 @@
 # - **逐层的误差能指出错误所在的位置**：发生在某一层注意力之后的错误，不影响这一层的缓存，要到下一层的缓存才显现出来。
 # - **容差决定了比较能看见什么。** 用错 GELU 只让 logits 偏离了 {{run:takeaways.gelu_error:.1e}}：远高于 FP64 的舍入误差；FP32 下也能查出，但误差只是 FP32 容差的 {{run:gelu.fp32_margin:.0f}} 倍。把 `mlp.fc` 乘以 0.1、让激活函数的输入变小之后，它在 FP32 下的误差 {{run:gelu.fp32_small_trap:.1e}} 就通过了 FP32 的容差。要分辨微小的系统性差异，就在 FP64 下比较。
 # - **库的缓存是一个被原地更新的对象。** 要复用某个前缀，先做一份深拷贝；或者用 `crop(-n)` 把缓存截短，辅助生成（投机解码）正是这样丢掉被拒绝的草稿 token 的。我们的张量列表两种办法都用不着。
-# - **运算相同，开销不同。** 两个模型的一个解码步都做了 {{run:profile.matmul_flops:,}} 次矩阵乘法浮点运算；库的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次，这里库所用的时间是我们的 {{run:race.ratio:.2f}} 倍。把耗时之差平摊到多出来的调用上，每次调用约 {{run:profile.us_per_call:.1f}} 微秒（这是平均值，不是实测的开销，见第 10 节）；它说明不了实际规模下的速度。
+# - **运算相同，开销不同。** 两个模型的一个解码步都做了 {{run:profile.matmul_flops:,}} 次矩阵乘法浮点运算；库的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；在构建本笔记本的机器上，库的耗时是我们的 {{run:race.ratio:.2f}} 倍。把耗时之差平摊到多出来的调用上，每次调用约 {{run:profile.us_per_call:.1f}} 微秒（这是平均值，不是实测的开销，见第 10 节）；它说明不了实际规模下的速度。
 
 # %% tags=["prose-values"]
 {"takeaways": {"worst_error": worst_error(peer_errors),
