@@ -102,7 +102,7 @@ say(en="On this run: " + (
        f"$P = {spread_at}$). The cached window's p95 over its p50: at most {p95_ratio:.2f} ($P = {p95_at}$).",
     zh="这次运行中：" + (
         f"按各轮的中位数，{faults_span(wf_lo, wf_hi, '每个窗口都没有次缺页', '每个窗口的次缺页次数都是 {}', '各窗口的次缺页次数在 {} 到 {} 之间')}；"
-        f"$P = {P_MAX}$ 时完整重算窗口的{faults_span(ff_lo, ff_hi, '每一轮都没有次缺页', '每一轮的次缺页次数都是 {}', '各轮的次缺页次数在 {} 到 {} 之间')}"
+        f"$P = {P_MAX}$ 时完整重算窗口的{faults_span(ff_lo, ff_hi, '每一轮都没有次缺页', '每一轮次缺页次数都是 {}', '各轮次缺页次数在 {} 到 {} 之间')}"
         + (f"（最快的一轮为 {full_best:,} 次）" if ff_lo != ff_hi else "") + "。" if full_faults else "没有统计缺页次数（没有 `resource` 模块）。")
        + f"$P = {P_MAX}$ 时完整重算窗口中位数那一轮的 CPU 时间是最快一轮的 {full_p50_over_min:.2f} 倍。"
        f"每个窗口的 CPU 时间占比{span(min(shares), max(shares), '.0%', '都是 {}', '在 {} 到 {} 之间')}；"
