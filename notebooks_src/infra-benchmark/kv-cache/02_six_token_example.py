@@ -7,7 +7,7 @@
 #
 # Before writing the real decoder, we walk through one attention layer of that second call with small
 # random projections (width 64, 4 heads of 16 dimensions, a 97-token vocabulary, the sizes used later).
-# Every shape in the table below is read from a tensor the cell actually computed.
+# Every shape and every position in the table below is read from a tensor the cell actually computed.
 #
 # One line of `toy_layer` runs ahead of the story: the mask. It lets a query at absolute position $p$
 # read the keys at positions $0 \dots p$, counting positions from the start of the sequence rather
@@ -19,7 +19,7 @@
 #
 # 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经处理了前四个 token，因此缓存里存有绝对位置 0–3 的 K/V。下一次调用一次性送入剩下的两个 ID，即 9 和 18，它们的绝对位置是 4 和 5。
 #
-# 在写真正的解码器之前，我们先用一组小的随机投影，把第二次调用中的一层注意力走一遍。尺寸与后文一致：宽度 64，4 个头、每头 16 维，词表大小 97。下表中的每个形状都读自这个单元格实际算出的张量。
+# 在写真正的解码器之前，我们先用一组小的随机投影，把第二次调用中的一层注意力走一遍。尺寸与后文一致：宽度 64，4 个头、每头 16 维，词表大小 97。下表中的每个形状和每个位置都读自这个单元格实际算出的张量。
 #
 # `toy_layer` 里有一行提前用到了后文的内容，那就是掩码：它让绝对位置为 $p$ 的查询读取位置 $0 \dots p$ 上的键；位置从序列的开头数起，而不是从本次调用的开头数起。这就是**带偏移的**因果掩码，第 3 节会推导它，并说明它避免了什么错误。这里只需把它理解为“任何查询都看不到自己的未来”。
 
@@ -74,24 +74,30 @@ def toy_layer(ids, positions, past_k=None, past_v=None):
 # %%
 with torch.inference_mode():
     ids = torch.tensor([IDS])
-    prefill = toy_layer(ids[:, :PAST_LEN], torch.arange(PAST_LEN))
+    cached_positions = torch.arange(PAST_LEN)
+    prefill = toy_layer(ids[:, :PAST_LEN], cached_positions)
     cache_k, cache_v = prefill["k"], prefill["v"]
     new_positions = PAST_LEN + torch.arange(NEW_LEN)
     step = toy_layer(ids[:, PAST_LEN:], new_positions, cache_k, cache_v)
 
+# [en] The positions of the keys: the cached ones, then the new ones.
+# [zh] 各个键的位置：先是缓存的位置，然后是新的位置。
+key_positions = torch.cat((cached_positions, new_positions))
+cached_txt, new_txt, keys_txt = (", ".join(map(str, p.tolist())) for p in (cached_positions, new_positions, key_positions))
 say_table(
-    [["`cache_k`", f"`{list(cache_k.shape)}`", "0, 1, 2, 3"],
-     ["`ids[:, PAST_LEN:]`", f"`{list(ids[:, PAST_LEN:].shape)}`", ", ".join(map(str, new_positions.tolist()))],
-     ['`step["q"]`', f"`{list(step['q'].shape)}`", ", ".join(map(str, new_positions.tolist()))],
-     ['`step["k"]`, `step["v"]`', f"`{list(step['k'].shape)}`", "0, 1, 2, 3, 4, 5"],
-     ['`step["scores"]`', f"`{list(step['scores'].shape)}`", "[4, 5] × [0, 1, 2, 3, 4, 5]"],
-     ['`step["logits"]`', f"`{list(step['logits'].shape)}`", "4, 5"]],
+    [["`cache_k`", f"`{list(cache_k.shape)}`", cached_txt],
+     ["`ids[:, PAST_LEN:]`", f"`{list(ids[:, PAST_LEN:].shape)}`", new_txt],
+     ['`step["q"]`', f"`{list(step['q'].shape)}`", new_txt],
+     ['`step["k"]`, `step["v"]`', f"`{list(step['k'].shape)}`", keys_txt],
+     ['`step["scores"]`', f"`{list(step['scores'].shape)}`", f"[{new_txt}] × [{keys_txt}]"],
+     ['`step["logits"]`', f"`{list(step['logits'].shape)}`", new_txt]],
     en=["tensor", "shape", "positions"], zh=["张量", "形状", "位置"],
 )
 
 # [en] The shapes the table shows: 4 cached positions; 2 new queries that read 6 keys.
 # [zh] 表中的形状：缓存 4 个位置；2 个新查询读取 6 个键。
 assert (cache_k.shape[-2], step["q"].shape[-2], step["scores"].shape[-2:]) == (PAST_LEN, NEW_LEN, (NEW_LEN, len(IDS)))
+assert step["k"].shape[-2] == len(key_positions)
 
 # %% [markdown] lang="en"
 # Query 4 may read keys 0–4 and query 5 may read keys 0–5: arriving in the same call does not let

@@ -2,7 +2,7 @@
 # ### 9.2 Why the cache wins by less than the work ratio
 #
 # The figure divides each continuation window's CPU time by its 16 steps. Left: CPU milliseconds per step (marker:
-# fastest round; vertical line: from the fastest to the slowest round; short dash: p50; orange circles:
+# fastest round; vertical line: from the fastest to the slowest round; short dash: median (p50); orange circles:
 # full recomputation, green triangles: cached continuation).
 # Right: how each path's time per step grows with $P$ relative to the shortest prompt, measured
 # from the fastest rounds (solid), and predicted by the multiply-add count of 8.1 (dashed, same colour). Only the vertical axes are
@@ -12,7 +12,7 @@
 # %% [markdown] lang="zh"
 # ### 9.2 缓存的优势为什么远小于工作量之比
 #
-# 图中把每个续写窗口的 CPU 时间除以 16 步。图中文字是英文：两幅图的横轴 prompt length P (tokens) 是提示长度 $P$（token 数），总标题 CPU, 1 thread, fp32 意为“CPU、单线程、FP32”。左图（CPU time per step, {{run:takeaways.repeats}} rounds，“每步的 CPU 时间，{{run:takeaways.repeats}} 轮测量”）的纵轴 CPU ms (marker min, line min to max, dash p50) 意为“CPU 毫秒（标记点为最快的一轮，竖线从最快的一轮延伸到最慢的一轮，短横线为 p50）”；橙色圆点 full recomputation, per step 是完整重算，绿色三角 cached continuation, per step 是缓存续写。右图（measured time vs counted multiply-adds，“实测时间与乘加计数的对照”）的纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”：带标记的实线（measured CPU time, fastest round）是按最快一轮实测的增长倍数，同色虚线（multiply-adds）是按 8.1 的乘加计数预测的增长倍数。两幅图都只有纵轴是对数刻度。下面折叠的单元格做除法，再下一个单元格画图并列出图中的数字。
+# 图中把每个续写窗口的 CPU 时间除以 16 步。图中文字是英文：两幅图的横轴 prompt length P (tokens) 是提示长度 $P$（token 数），总标题 CPU, 1 thread, fp32 意为“CPU、单线程、FP32”。左图（CPU time per step, {{run:takeaways.repeats}} rounds，“每步的 CPU 时间，{{run:takeaways.repeats}} 轮测量”）的纵轴 CPU ms (marker min, line min to max, dash p50) 意为“CPU 毫秒（标记点为最快的一轮，竖线从最快的一轮延伸到最慢的一轮，短横线为中位数（p50））”；橙色圆点 full recomputation, per step 是完整重算，绿色三角 cached continuation, per step 是缓存续写。右图（measured time vs counted multiply-adds，“实测时间与乘加计数的对照”）的纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”：带标记的实线（measured CPU time, fastest round）是按最快一轮实测的增长倍数，同色虚线（multiply-adds）是按 8.1 的乘加计数预测的增长倍数。两幅图都只有纵轴是对数刻度。下面折叠的单元格做除法，再下一个单元格画图并列出图中的数字。
 
 # %% tags=["hide-input"]
 def per_step_ms(row: dict, path: str) -> dict:
@@ -143,38 +143,35 @@ say_table(
 )
 
 # %% tags=["prose-values"]
-{"clock": TIMING_SUMMARY}
+{"clock": {**TIMING_SUMMARY, "prefill_mmacs_per_ms": prefill_rate / 1e6, "prefill_wan_macs_per_ms": prefill_rate / 1e4}}
 
 
 # %% [markdown] lang="en"
-# **What this run says.** From $P = {{run:clock.p_min}}$ to $P = {{run:clock.p_max}}$ the count predicts the
-# full step's work to grow {{run:clock.model_full_growth:.1f}}-fold, and its CPU time grew
-# {{run:clock.measured_full_growth:.1f}}-fold; the cached step's count grows
-# {{run:clock.model_cached_growth:.2f}}-fold and its CPU time grew {{run:clock.measured_cached_growth:.2f}}-fold
-# ({{run:clock.cached_ms_per_step_min:.3f}} ms per step, then {{run:clock.cached_ms_per_step_max:.3f}} ms). Two
-# things pull the measured growth away from the count: a fixed cost per call that does not grow with $P$
-# pulls it below, and work the count leaves out pushes it above (the full step's elementwise passes over
-# its $[H, T, T]$ score matrix: scaling, mask and softmax grow with $T^2$ but do no multiply-adds). The two
-# can balance, so measured and counted growth agreeing at one prompt length would not show that the count
-# predicts the time.
+# **What this run says.** Compare two ways of pushing 16 positions through the network. Sixteen cached
+# one-token calls took {{run:clock.cached16_ms:.3f}} ms of CPU time (fastest rounds here and below),
+# {{run:clock.cached16_over_prefill16:.1f}} times the {{run:clock.prefill16_ms:.3f}} ms of one 16-token prefill
+# call, although their multiply-add counts differ by only {{run:clock.cached16_extra_macs:.1%}}. That gap is
+# not arithmetic but **per-call overhead**: every call pays for the Python code of its modules, the dispatch
+# of each operator and small allocations (on the cached path also the `torch.cat` copy) whatever the size
+# of its inputs, and 16 calls pay it 16 times. At the rate of 9.1's fastest prefill (about
+# {{run:clock.prefill_mmacs_per_ms:.0f}} million multiply-adds per millisecond), a cached step's multiply-adds
+# would fill only {{run:clock.cached_step_arithmetic_share_lo:.1%}} to
+# {{run:clock.cached_step_arithmetic_share_hi:.1%}} of its measured time (a rough estimate: that rate includes
+# the prefill's own overhead). Both continuation windows pay the same 16 calls' overhead and only the full
+# one also does the large work, so the measured factor is far below the work ratio.
 #
-# That fixed cost is the reason the cache wins by less than the work ratio. Sixteen cached one-token calls
-# took {{run:clock.cached16_ms:.3f}} ms of CPU time (fastest rounds here and below), {{run:clock.cached16_over_prefill16:.1f}} times the
-# {{run:clock.prefill16_ms:.3f}} ms of one 16-token prefill call, although both push 16 positions through
-# the network and their counts differ by only {{run:clock.cached16_extra_macs:.1%}}. That gap is not
-# arithmetic but **per-call overhead**: every call pays for the Python code of its modules, the dispatch of
-# each operator and small allocations (on the cached path also the `torch.cat` copy) whatever the size of
-# its inputs, and 16 calls pay it 16 times. At the rate of the fastest prefill of 9.1,
-# {{run:clock.prefill_macs_per_ms:,.0f}} multiply-adds per millisecond, a cached step's multiply-adds would
-# fill only {{run:clock.cached_step_arithmetic_share_lo:.1%}} to {{run:clock.cached_step_arithmetic_share_hi:.1%}}
-# of its measured time (a rough estimate: the prefill's rate includes its own call overhead, and one-row
-# products are slower per multiply-add). Both windows pay the
-# same 16 calls' overhead and only the full one also does the large work, so the measured factor is far
-# below the work ratio. With a real model's width and context (8.3) the overhead shrinks next to the work,
-# and at small batch a decode step becomes **memory-bandwidth-bound**, its time set by how fast the weights
-# and the K/V cache can be read; that is a general remark, not measured here.
+# The same overhead bends the growth with $P$. From $P = {{run:clock.p_min}}$ to $P = {{run:clock.p_max}}$ the
+# count predicts the full step to grow {{run:clock.model_full_growth:.1f}}-fold and its CPU time grew
+# {{run:clock.measured_full_growth:.1f}}-fold; the cached step's count grows {{run:clock.model_cached_growth:.2f}}-fold,
+# its CPU time {{run:clock.measured_cached_growth:.2f}}-fold ({{run:clock.cached_ms_per_step_min:.3f}} ms per
+# step, then {{run:clock.cached_ms_per_step_max:.3f}} ms). The fixed cost pulls measured growth below the
+# count; work the count leaves out (scaling, mask and softmax over the full step's $[H, T, T]$ scores) pushes
+# it above; the two can balance, so agreement at one length would not prove that the count predicts the time.
+# With a real model's width and context (8.3) the overhead shrinks next to the work, and at small batch a
+# decode step becomes **memory-bandwidth-bound**, its time set by how fast the weights and the K/V cache can
+# be read; that is a general remark, not measured here.
 
 # %% [markdown] lang="zh"
-# **这次运行说明了什么**：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，计数预测完整重算每步的工作量增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（每步从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒到 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。有两样东西让实测增长偏离计数：不随 $P$ 增长的每次调用固定开销把它往下拉，计数漏掉的工作把它往上推（完整重算的一步要逐元素扫过 $[H, T, T]$ 分数矩阵好几遍：缩放、掩码和 softmax 随 $T^2$ 增长，却不做乘加）。两者可能互相抵消，所以即使在某个提示长度上实测增长与计数增长吻合，也不能说明计数能预测耗时。
+# **这次运行说明了什么**：比较让 16 个位置经过网络的两种做法。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍，可两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 的复制），调用 16 次就要付 16 次。按 9.1 中最快的预填充的速度（每毫秒约 {{run:clock.prefill_wan_macs_per_ms:,.0f}} 万次乘加），缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（粗略估计：这个速度里含有预填充自己的调用开销）。两个续写窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。
 #
-# 正是这种固定开销，让缓存的优势远小于工作量之比。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍；可是两者都让 16 个位置经过了网络，乘加次数也只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配（缓存路径还有 `torch.cat` 的复制），调用 16 次就要付 16 次。按 9.1 中最快的预填充的速度，即每毫秒 {{run:clock.prefill_macs_per_ms:,.0f}} 次乘加，缓存路径一步的乘加只占实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（这只是粗略估计：预填充的速率里含有它自己的调用开销，而只有一行的矩阵乘法，平均每次乘加的耗时又更长）。两个窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。
+# 同样的开销也改变了耗时随 $P$ 的增长。从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，计数预测完整重算每步的工作量增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（每步从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒到 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。固定开销把实测增长拉到计数之下，计数漏掉的工作（完整重算一步对 $[H, T, T]$ 分数矩阵的缩放、掩码和 softmax）又把它推到计数之上；两者可能互相抵消，所以在某个长度上吻合并不能说明计数能预测耗时。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。

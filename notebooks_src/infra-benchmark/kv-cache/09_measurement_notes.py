@@ -33,7 +33,7 @@
 #
 # *可选内容。本小节和 9.5 说明 9.1 的时间是怎样测出来的，以及哪些因素会干扰它；后面的内容都不依赖它们。初读时可以直接跳到第 10 节。*
 #
-# 下面三张表（预填充、完整重算、缓存续写）每行对应 9.1 的一个窗口，给出：CPU 时间（最快的一轮、p50、最慢的一轮）；挂钟时间（p50、p95）；每轮的次缺页次数（最少、p50、最多）；CPU 时间占比（各轮的中位数）。最快与最慢一轮之间的差距能显示出干扰，而中位数或“远慢于中位数的轮数”可能把它掩盖掉，例如大多数轮次都同样变慢的时候。
+# 下面三张表（预填充、完整重算、缓存续写）每行对应 9.1 的一个窗口，给出：CPU 时间（最快的一轮、中位数、最慢的一轮）；挂钟时间（p50、p95）；每轮的次缺页次数（最少、中位数、最多）；CPU 时间占比（各轮的中位数）。最快与最慢一轮之间的差距能显示出干扰，而中位数或“远慢于中位数的轮数”可能把它掩盖掉，例如大多数轮次都同样变慢的时候。
 #
 # * **缺页**：每次调用都为临时张量分配内存，返回时再释放；其中最大的张量随序列变长（一层的 $[H, T, T]$ 分数矩阵在 $T = 256$、FP32 时就有 1 MiB）。C 库的内存分配器（Linux 上是 glibc）把释放的一大块内存交还给操作系统后，下一次需要这么多内存的调用就会拿到新的内存页，而对每个 4 KiB 内存页的第一次写入都会引发一次*次缺页*（minor page fault）：操作系统暂停程序，映射进一个清零的内存页。这种情况是否发生取决于分配器的阈值，与模型无关，所以它可能只落在某个提示长度或某条路径上，每次运行也可能不同。缺页次数在每个窗口前后用 `resource.getrusage` 读取（没有 `resource` 模块的系统上显示“–”，例如 Windows）。
 # * **CPU 时间占比**：窗口期间的 `time.process_time_ns` 除以 `perf_counter_ns`。CPU 时间计入进程的所有线程：这里 PyTorch 只用一个线程计算，但进程的其他线程（例如 Jupyter 内核的线程）也计算在内，所以占比可能略高于 100%。接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等核心运行别的程序，挂钟时间把这段等待也算了进去。
@@ -73,6 +73,12 @@ def span(lo, hi, fmt: str, one: str, two: str) -> str:
     return one.format(f"{lo:{fmt}}") if f"{lo:{fmt}}" == f"{hi:{fmt}}" else two.format(f"{lo:{fmt}}", f"{hi:{fmt}}")
 
 
+# [en] Page-fault counts: the words `none` when every count is zero, else those of `span`.
+# [zh] 缺页次数：全部为零时用 `none` 这句话，否则与 `span` 相同。
+def faults_span(lo: int, hi: int, none: str, one: str, two: str) -> str:
+    return none if hi == 0 else span(lo, hi, ",", one, two)
+
+
 window_faults = [r[f"{path}_faults"] for r in TIMING_ROWS for path in PATHS if r[f"{path}_faults"] is not None] or [0]
 shares = [r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS]
 spread, spread_at, spread_path = max((r[f"{path}_cpu_ms"]["max"] / r[f"{path}_cpu_ms"]["min"], r["prompt_tokens"], path)
@@ -86,20 +92,21 @@ full_p50_over_min = longest["full_cpu_ms"]["p50"] / longest["full_cpu_ms"]["min"
 busy = sum(share < 0.9 for share in shares)
 wf_lo, wf_hi, ff_lo, ff_hi = min(window_faults), max(window_faults), min(full_faults or [0]), max(full_faults or [0])
 say(en="On this run: " + (
-        f"minor page faults per window (median of its rounds): {span(wf_lo, wf_hi, ',', '{} in every window', 'from {} to {}')}; "
-        f"in the rounds of the full window at $P = {P_MAX}$: {span(ff_lo, ff_hi, ',', '{} in every round', 'from {} to {}')} "
-        f"(its fastest round: {full_best:,}). " if full_faults else "page faults were not counted (no `resource` module). ")
+        f"minor page faults per window (median of its rounds): {faults_span(wf_lo, wf_hi, 'none in any window', '{} in every window', 'from {} to {}')}; "
+        f"in the rounds of the full window at $P = {P_MAX}$: {faults_span(ff_lo, ff_hi, 'none in any round', '{} in every round', 'from {} to {}')}"
+        + (f" (its fastest round: {full_best:,})" if ff_lo != ff_hi else "") + ". " if full_faults else "page faults were not counted (no `resource` module). ")
        + f"The median round of the full window at $P = {P_MAX}$ took {full_p50_over_min:.2f} times the CPU time of its "
        f"fastest. CPU share per window: {span(min(shares), max(shares), '.0%', '{} in every window', 'from {} to {}')}; "
-       f"below 90 %: {busy} of {len(shares)} windows. Largest slowest-over-fastest ratio of a window's rounds: "
+       f"{busy or 'none'} of the {len(shares)} windows had a CPU share below 90 %. Largest slowest-over-fastest ratio of a window's rounds: "
        f"{spread:.2f} ({ {'prefill': 'prefill', 'full': 'full recomputation', 'cached': 'cached continuation'}[spread_path]}, "
        f"$P = {spread_at}$). The cached window's p95 over its p50: at most {p95_ratio:.2f} ($P = {p95_at}$).",
     zh="这次运行中：" + (
-        f"每个窗口的次缺页次数（各轮的中位数）{span(wf_lo, wf_hi, ',', '都是 {}', '在 {} 到 {} 之间')}；"
-        f"$P = {P_MAX}$ 时完整重算窗口各轮的次缺页次数{span(ff_lo, ff_hi, ',', '都是 {}', '在 {} 到 {} 之间')}"
-        f"（最快的一轮为 {full_best:,}）。" if full_faults else "没有统计缺页次数（没有 `resource` 模块）。")
+        f"按各轮的中位数，{faults_span(wf_lo, wf_hi, '每个窗口都没有次缺页', '每个窗口的次缺页次数都是 {}', '各窗口的次缺页次数在 {} 到 {} 之间')}；"
+        f"$P = {P_MAX}$ 时完整重算窗口的{faults_span(ff_lo, ff_hi, '每一轮都没有次缺页', '每一轮次缺页次数都是 {}', '各轮次缺页次数在 {} 到 {} 之间')}"
+        + (f"（最快的一轮为 {full_best:,} 次）" if ff_lo != ff_hi else "") + "。" if full_faults else "没有统计缺页次数（没有 `resource` 模块）。")
        + f"$P = {P_MAX}$ 时完整重算窗口中位数那一轮的 CPU 时间是最快一轮的 {full_p50_over_min:.2f} 倍。"
        f"每个窗口的 CPU 时间占比{span(min(shares), max(shares), '.0%', '都是 {}', '在 {} 到 {} 之间')}；"
-       f"占比低于 90% 的窗口：{len(shares)} 个中有 {busy} 个。一个窗口内最慢一轮与最快一轮之比，最大为 {spread:.2f}"
+       + (f"{len(shares)} 个窗口中有 {busy} 个占比低于 90%。" if busy else f"{len(shares)} 个窗口中没有一个占比低于 90%。") +
+       f"一个窗口内最慢一轮与最快一轮之比，最大为 {spread:.2f}"
        f"（{ {'prefill': '预填充', 'full': '完整重算', 'cached': '缓存续写'}[spread_path]}，$P = {spread_at}$）。"
        f"缓存续写窗口的 p95 与 p50 之比：最大 {p95_ratio:.2f}（$P = {p95_at}$）。")
