@@ -41,5 +41,4 @@
 # | `PagedCache` | 每条序列一张块表 | `SeqBatchStore`：`reserve`、`write`、`read`；各循环：`add`、`fork`、`free` |
 # | `BlockPool` | K/V 张量、空闲列表、已填计数、持有者 | `PagedCache`：`allocate`、`hold`、`release`（它再调用 `reclaim`，然后 `clear`）；它也直接索引这些张量 |
 #
-# 分页本身由 `PagedCache` 和 `BlockPool` 实现。`SeqBatchStore` 只是一个适配层，让第 5 节原封不动的稠密注意力能在分页缓存上运行；它的内部细节可以跳过。
-# 本节先构造池和块表，画出一个小例子，再把分页缓存与连续缓存相比较（一个 batch；共用的提示），最后是负对照。陆续到达又陆续离开的请求属于第 8 节的服务循环。
+# 分页本身由 `PagedCache` 和 `BlockPool` 实现。`SeqBatchStore` 只是一个适配层，让第 5 节原封不动的稠密注意力能在分页缓存上运行；它的内部细节可以跳过。本节先构造池和块表，画出一个小例子，再把分页缓存与连续缓存相比较（一个 batch；共用的提示），最后是负对照。陆续到达又陆续离开的请求属于第 8 节的服务循环。
