@@ -65,6 +65,10 @@ def show_static(runs):
 STATIC = {DTYPE_NAME[d]: check_static(StaticStore(cfg, len(PROMPTS), T_MAX, d)) for d in TOLERANCE}
 STATIC["fp32_spare_slot"] = check_static(StaticStore(cfg, len(PROMPTS), T_MAX + 1))
 show_static(STATIC)
+# [en] In one line: within tolerance of `torch.cat` with the same tokens, buffers never moved, one call per step,
+# [en] finite logits, the unwritten slots still NaN, and the buffer filled exactly to T_max.
+# [zh] 一句话：与 `torch.cat` 在容差内一致且 token 相同，缓冲区从未移动，每步一次调用，logits 有限，
+# [zh] 没写过的槽位仍是 NaN，缓冲区恰好写满到 T_max。
 assert all(r["close"] and r["tokens_identical"] and r["pointers_fixed"] and r["calls"] == DECODE_STEPS + 1
            and r["finite"] and r["unused_slots_nan"] and r["length"] == T_MAX for r in STATIC.values())
 
@@ -145,4 +149,4 @@ assert [(r["close"], r["finite"]) for r in (REUSE_WITH_RESET, *STATIC_CONTROLS.v
 # catches it.
 
 # %% [markdown] lang="zh"
-# 第一个负对照靠 NaN 填充查出：那个空洞是一个没写过的槽位，NaN 一直传到了 logits。第二个负对照给出的数都是有限的，看上去也合理；只有与全新缓存的比较才能把它查出来。
+# 第一个负对照靠预先填满缓冲区的 NaN 查出：那个空洞是一个没写过的槽位，NaN 一直传到了 logits。第二个负对照给出的数都是有限的，看上去也合理；只有与全新缓存的比较才能把它查出来。

@@ -2,8 +2,8 @@
 # ## 11. Optional: timing the static and the `torch.cat` step in eager mode
 #
 # This section can be skipped: nothing later depends on it. What to expect: with a model this small on a
-# CPU, the gap between the two steps is small next to the timing noise, so at most prefix lengths the run
-# may not tell them apart. Section 5 showed that the two stores compute
+# CPU, the gap between the two steps is small next to the timing noise: at some prefix lengths the run
+# may not tell them apart, and at short ones either step may come out ahead. Section 5 showed that the two stores compute
 # the same thing; here we time them. For prefix lengths $P$ from 16 to 480 tokens (batch 1) we time one
 # decode step with each store, and a third call that makes only the copies of a `torch.cat` step. Before
 # every timed call the store is put back to length $P$; every round times every call once, in an order
@@ -14,7 +14,7 @@
 # %% [markdown] lang="zh"
 # ## 11. 可选：在 eager 模式下为静态缓存和 `torch.cat` 的解码步计时
 #
-# 本节可以跳过，后面的内容都不依赖它。预期的结果是：模型这样小、又在 CPU 上，两种解码步耗时之差与计时噪声相比很小，所以在多数前缀长度上，这次运行可能分辨不出两者。第 5 节表明两种存储对象算出的结果相同；这里为它们计时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步计时，第三项调用只做 `torch.cat` 解码步中的那些复制。每次计时之前都把存储对象恢复到长度 $P$；每一轮把每项调用各计时一次，先后顺序逐轮轮换，这样机器负载的起伏会同样地落到每一项上；我们比较的是**中位数**，几次被拖慢的调用几乎不会改变它。计时之前，两种解码步在每个 $P$ 上给出的 logits 必须在 FP32 容差内一致。计时代码折叠在下面。
+# 本节可以跳过，后面的内容都不依赖它。预期的结果是：模型这样小、又在 CPU 上，两种解码步耗时之差与计时噪声相比很小，在有些前缀长度上，这次运行可能分辨不出两者，在较短的前缀上哪一种更快都有可能。第 5 节表明两种存储对象算出的结果相同；这里为它们计时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步计时，第三项调用只做 `torch.cat` 解码步中的那些复制。每次计时之前都把存储对象恢复到长度 $P$；每一轮把每项调用各计时一次，先后顺序逐轮轮换，这样机器负载的起伏会同样地落到每一项上；我们比较的是**中位数**，几次被拖慢的调用几乎不会改变它。计时之前，两种解码步在每个 $P$ 上给出的 logits 必须在 FP32 容差内一致。计时代码折叠在下面。
 
 # %% tags=["hide-input"]
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
@@ -111,6 +111,15 @@ def show_step_table(rows):
                   "its copies alone (ms)", "copies' share of the `torch.cat` step", "K/V written, `cat` (KiB)", "K/V written, static (KiB)"],
               zh=["前缀长度 $P$", "`torch.cat` 解码步（毫秒）", "静态缓存解码步（毫秒）", "差值 [95% 区间]（毫秒）",
                   "仅其中的复制（毫秒）", "复制占 `torch.cat` 解码步的比例", "`cat` 写入的 K/V（KiB）", "静态缓存写入的 K/V（KiB）"])
+    # [en] Per prefix length, where the difference's 95% interval lies: above zero, below zero, or across it.
+    # [zh] 每个前缀长度上，差值的 95% 区间落在哪里：0 以上、0 以下，还是跨过 0。
+    sides = [(r["prefix"], (low > 0) - (high < 0)) for r in rows for low, high in [median_gap_interval(r)]]
+    say(en="This run, per prefix length: " + "; ".join(
+            f"$P = {p}$: " + {1: "the static step was faster", -1: "the static step was slower",
+                              0: "cannot tell (the interval contains zero)"}[side] for p, side in sides) + ".",
+        zh="本次运行，各前缀长度上：" + "；".join(
+            f"$P = {p}$ 时" + {1: "静态缓存的解码步更快", -1: "静态缓存的解码步更慢",
+                              0: "分辨不出快慢（区间包含 0）"}[side] for p, side in sides) + "。")
 
 # %% [markdown] lang="en"
 # The table gives medians. "Difference" is the `torch.cat` step's median minus the static step's, with its
@@ -179,16 +188,16 @@ say(en=f"At $P = {STEP_PREFIXES[-1]}$, the difference's 95% interval " + (
 # A static step writes one slot per layer instead. Yet the copies are not the only difference between the
 # two steps: the static store hands attention strided views of its buffers, makes its writes with extra
 # in-place `copy_` calls through slices, and calls other operators (the profile below lists every operator
-# whose count differs), so the copies' time need not equal the step difference. Prefix lengths at which
-# the 95% interval of the difference of the medians excludes zero: {{run:step.interval_excludes_zero_count}}
-# of {{run:step.prefix_count}} (where it contains zero, this run cannot tell the two steps apart). At
-# $P = {{run:step.prefix}}$ the interval is [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] ms;
+# whose count differs), so the copies' time need not equal the step difference, and where the copies are
+# cheap the static step can even be the slower one. The line under the table gives this run's verdict at each
+# prefix length: which step was faster where the 95% interval of the difference excludes zero, and "cannot
+# tell" where it contains zero. At $P = {{run:step.prefix}}$ the interval is [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] ms;
 # the line under the figure says whether it contains the copies' time there. Timing is therefore reported, not asserted. On a GPU with a large
 # model the picture changes: a decode step is bound by memory bandwidth, and the copies of a `torch.cat`
 # cache become extra memory traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差。在 {{run:step.prefix_count}} 个前缀长度中，中位数之差的 95% 区间不包含 0 的有 {{run:step.interval_excludes_zero_count}} 个；区间包含 0 的长度上，这次运行分辨不出两种解码步的快慢。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时，见图下方的一行说明。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差；在复制很便宜的地方，静态缓存的解码步甚至可能更慢。表下方的一行给出本次运行在每个前缀长度上的结论：差值的 95% 区间不包含 0 时，说明哪一种解码步更快；包含 0 时，则是“分辨不出快慢”。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时，见图下方的一行说明。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
@@ -209,21 +218,14 @@ STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p5
 
 # %% [markdown] lang="en"
 # **The two steps' operators.** `torch.profiler` records every operator a step calls. We profile the
-# decode step at $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each, the stores
-# taking turns every five steps). The table lists every operator whose calls per step differ, and the
-# totals. The cell asserts the two counts the code fixes: the {{run:profile.cat_ops:.0f}} concatenations of
-# a `torch.cat` step (`aten::cat`: K and V in each layer, and the padding mask) are missing from the static
-# step, which calls `aten::copy_` {{run:profile.copy_extra:.0f}} more times instead (its in-place writes).
-# The other rows, on this PyTorch build, come from the views and slices each store's code path makes
-# (`aten::narrow`, `aten::slice`, `aten::as_strided`). Self time counts only the time inside operators: the concatenations took
-# {{run:profile.cat_us:.0f}} µs per step on this run (the median call times the calls per step), against
-# {{run:profile.copies_alone_us:.0f}} µs for the copies timed alone. The profiler adds its own cost to
-# every operator call, so these self times can add up to more than a whole step timed without it; the
-# medians above were timed without it and also count the Python work between operators, so a gap in self
-# time need not show in them.
+# decode step at $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each) and list every
+# operator whose calls per step differ. The cell asserts the two counts the code fixes: the
+# {{run:profile.cat_ops:.0f}} concatenations of a `torch.cat` step (`aten::cat`: K and V in each layer, and
+# the padding mask) are missing from the static step, which calls `aten::copy_` {{run:profile.copy_extra:.0f}}
+# more times instead (its in-place writes). The other rows are the views and slices each store's code makes.
 
 # %% [markdown] lang="zh"
-# **两种解码步调用的算子**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步，两种存储对象每五步轮换一次）。表中列出每步调用次数不同的每一个算子，以及全部算子的合计。单元格断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。在这个 PyTorch 版本上，其余各行来自两种存储对象各自代码路径上的视图和切片（`aten::narrow`、`aten::slice`、`aten::as_strided`）。自身耗时只计算算子内部的时间：本次运行中，这些拼接每步耗时 {{run:profile.cat_us:.0f}} 微秒（单次调用耗时的中位数乘以每步的调用次数），单独计时的复制为 {{run:profile.copies_alone_us:.0f}} 微秒。性能分析器会给每次算子调用加上它自己的开销，所以这些自身耗时合计起来可能超过不开分析器时整个解码步的耗时；上面的中位数是不开分析器测得的，还包括算子之间的 Python 代码，所以自身耗时上的差距不一定会出现在中位数里。
+# **两种解码步调用的算子**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步），列出每步调用次数不同的每一个算子。单元格断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。其余各行是两种存储对象各自的代码所做的视图和切片。
 
 # %% tags=["hide-input"]
 # [en] Kineto, the profiler's engine, prints a line at every start and stop below this log level.
@@ -261,14 +263,9 @@ PROFILE = profile_step(STEP_PREFIXES[-1])
 totals = {name: (sum(c for c, _ in ops.values()), sum(t for _, t in ops.values())) for name, ops in PROFILE.items()}
 differing = sorted(op for op in set(PROFILE["cat"]) | set(PROFILE["static"])
                    if PROFILE["cat"].get(op, (0, 0))[0] != PROFILE["static"].get(op, (0, 0))[0])
-say_table([[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[i]:{fmt}}" for name in ("cat", "static") for i, fmt in ((0, ".0f"), (1, ".1f")))]
-           for op in differing],
-          en=["operator", "`torch.cat` step: calls", "`torch.cat` step: self time (µs)", "static step: calls", "static step: self time (µs)"],
-          zh=["算子", "`torch.cat` 解码步：调用次数", "`torch.cat` 解码步：自身耗时（微秒）", "静态缓存解码步：调用次数", "静态缓存解码步：自身耗时（微秒）"])
-say(en=f"All operators, per step: `torch.cat` step {totals['cat'][0]:.0f} calls, {totals['cat'][1]:.1f} µs of self time; "
-       f"static step {totals['static'][0]:.0f} calls, {totals['static'][1]:.1f} µs.",
-    zh=f"每步全部算子合计：`torch.cat` 解码步 {totals['cat'][0]:.0f} 次调用，自身耗时 {totals['cat'][1]:.1f} 微秒；"
-       f"静态缓存解码步 {totals['static'][0]:.0f} 次调用，{totals['static'][1]:.1f} 微秒。")
+say_table([[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[0]:.0f}" for name in ("cat", "static"))] for op in differing],
+          en=["operator", "`torch.cat` step: calls", "static step: calls"],
+          zh=["算子", "`torch.cat` 解码步：调用次数", "静态缓存解码步：调用次数"])
 # [en] The counts the code predicts: no concatenation in a static step, one in-place copy in its place (K and V
 # [en] in each layer, and the mask's new slot).
 # [zh] 代码推算出的调用次数：静态缓存的解码步没有拼接，每次拼接都换成一次原地复制（每层的 K 和 V，以及掩码的新槽位）。

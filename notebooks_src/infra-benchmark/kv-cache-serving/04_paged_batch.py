@@ -72,7 +72,7 @@ class ContiguousCache:
 # 1. `begin`，只调用一次：对每条序列，`cache.reserve(seq, n)` 返回它 $n$ 个新位置的地址；
 # 2. `write`，每层调用一次：对每条序列，`cache.write` 把新的 K/V 存到这些地址，再把 `cache.read` 读出的全部 K/V **收集**到一个新建的稠密张量中，按第 4、5 节的方式左填充。
 #
-# 这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这次收集只是检验正确性的手段，并非真实推理引擎的做法：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的分页注意力（PagedAttention）、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V。
+# 这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这样收集只是为了检验正确性，真实的推理引擎并不这样做：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的分页注意力（PagedAttention）、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V。
 #
 # batch 的布局是这样的：键轴长度等于最长的**已缓存**历史加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位。设序列 `a` 已缓存 5 个位置，`b` 已缓存 2 个，各来 1 个新 token：`a` 将有 6 个位置，`b` 有 3 个，batch 有 $\max(5, 2) + 1 = 6$ 列键。`a` 这一行的第 0–5 列都是真实位置；`b` 这一行的第 0–2 列是填充位，第 3–5 列是真实位置，它的新 token 和 `a` 的一样在第 5 列。下一个单元格构造的就是这个例子。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 
@@ -212,6 +212,10 @@ def show_paged(runs):
 # %%
 PAGED = {DTYPE_NAME[d]: check_paged(PagedCache(BlockPool(cfg, 32, BLOCK_SIZE, d))) for d in TOLERANCE}
 show_paged(PAGED)
+# [en] In one line: bit-exact vs the contiguous cache, within tolerance of `torch.cat` with the same tokens,
+# [en] the pool never moved (the contiguous cache did), and ceil(n / 4) blocks per sequence.
+# [zh] 一句话：与连续缓存逐比特相同，与 `torch.cat` 在容差内一致且 token 相同，池从未移动（连续缓存移动了），
+# [zh] 每条序列占 ceil(n / 4) 个物理块。
 assert all(r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and r["close_vs_cat"] and r["tokens_identical"]
            and r["pool_fixed"] and not r["contiguous_fixed"]
            and [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]] for r in PAGED.values())

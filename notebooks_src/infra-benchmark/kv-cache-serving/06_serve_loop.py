@@ -202,6 +202,10 @@ def show_reuse(reuse):
 # %%
 REUSE = check_reuse(BlockPool(cfg, REUSE_BLOCKS, BLOCK_SIZE))
 show_reuse(REUSE)
+# [en] In one line: reused blocks give the same results as fresh ones (contiguous cache, each request alone),
+# [en] blocks really were reused, every request stayed within its reservation, and every block came back.
+# [zh] 一句话：复用的物理块给出的结果与全新的相同（连续缓存、每个请求单独运行），确实有物理块被复用，
+# [zh] 每个请求都没超出预留，每个物理块都回到了池中。
 assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"]
         and REUSE["reused_blocks"] > 0 and REUSE["within_reservation"] and REUSE["all_returned"])
 
