@@ -7,7 +7,7 @@
 # like multi-query attention whose one K/V head, shared by all 128 heads, has keys of $r + d_R$ dimensions and
 # values of $r$ (the same latents).
 #
-# The expand-on-read form, what transformers 5.23 does, reads as few bytes *from its cache* as the absorbed form,
+# The expand-on-read form, what transformers 5.23.0 does, reads as few bytes *from its cache* as the absorbed form,
 # but the cache is not all it moves. At every step, for every cached position ($H$ heads):
 #
 # 1. it reads the latent and the RoPE key, $r + d_R$ numbers;
@@ -23,7 +23,7 @@
 # %% [markdown] lang="zh"
 # **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。在非融合的实现中，每个运算从内存读一次输入、写一次输出（下文所有字节数都基于这一假设），它搬运的字节数是朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。
 #
-# 读时展开形式（即 transformers 5.23 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，对每个缓存位置（共 $H$ 个头）：
+# 读时展开形式（即 transformers 5.23.0 的做法）**从缓存中**读取的字节和吸收形式一样少，但它搬运的不只是缓存。每一步，对每个缓存位置（共 $H$ 个头）：
 #
 # 1. 读取潜向量和 RoPE 键，$r + d_R$ 个数；
 # 2. `expand_kv` 写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图）；
