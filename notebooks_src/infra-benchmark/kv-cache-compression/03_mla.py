@@ -168,7 +168,7 @@ class MLAttention(MLAProjections):
 # %% [markdown] lang="en"
 # **Step 4: caching the latent, two ways.** The **expand-on-read form**, `ExpandOnReadMLA`, caches the latent and
 # the RoPE key and, at every call, expands *all* cached latents again into every head's keys and values. That is
-# what Hugging Face's `DeepseekV3Attention` does in transformers 5.23 (its `expand_kv`): it saves cache capacity,
+# what Hugging Face's `DeepseekV3Attention` does in transformers 5.23.0 (its `expand_kv`): it saves cache capacity,
 # not work and not memory traffic (section 4 counts both).
 #
 # The **absorbed form**, `AbsorbedMLA`, never expands, because matrix products regroup. For the score,
@@ -180,9 +180,9 @@ class MLAttention(MLAProjections):
 # values, `"absorb"` caches the latent.
 
 # %% [markdown] lang="zh"
-# **第四步：缓存潜向量的两种用法。** **读时展开形式** `ExpandOnReadMLA` 缓存潜向量和 RoPE 键，每次调用都把**全部**缓存的潜向量重新展开成每个头的键和值。transformers 5.23 中 Hugging Face 的 `DeepseekV3Attention` 正是这样做的（它的 `expand_kv`）：这样省下的是缓存容量，既没有省下计算，也没有省下访存（第 4 节统计这两者）。
+# **第四步：缓存潜向量的两种用法。** **读时展开形式** `ExpandOnReadMLA` 缓存潜向量和 RoPE 键，每次调用都把**全部**缓存的潜向量重新展开成每个头的键和值。transformers 5.23.0 中 Hugging Face 的 `DeepseekV3Attention` 正是这样做的（它的 `expand_kv`）：这样省下的是缓存容量，既没有省下计算，也没有省下访存（第 4 节统计这两者）。
 #
-# **吸收形式** `AbsorbedMLA` 从不展开，因为矩阵乘法可以换个次序计算。对分数而言，$q^C_{t,i} \cdot (W^{UK}_i c_s) = ((W^{UK}_i)^\top q^C_{t,i}) \cdot c_s$：把 $W^{UK}_i$ 一次性并入查询（`q_c @ w_uk`），再与缓存的潜向量做点积。对输出而言，$\sum_s w_s W^{UV}_i c_s = W^{UV}_i \sum_s w_s c_s$：先用注意力权重对潜向量加权平均，再乘一次 $W^{UV}_i$。这就是**吸收**；它只改变算术运算的先后次序，所以必须与朴素形式在舍入误差范围内一致。DeepSeek 自己的推理代码两种做法都提供：`attn_impl = "naive"` 缓存键和值，`"absorb"` 缓存潜向量。
+# **吸收形式** `AbsorbedMLA` 从不展开，因为矩阵乘法可以换个次序计算。对分数而言，$q^C_{t,i} \cdot (W^{UK}_i c_s) = ((W^{UK}_i)^\top q^C_{t,i}) \cdot c_s$：把 $W^{UK}_i$ 一次性并入查询（`q_c @ w_uk`），再与缓存的潜向量做点积。对输出而言，$\sum_s w_s W^{UV}_i c_s = W^{UV}_i \sum_s w_s c_s$：先用注意力权重对潜向量求加权和，再乘一次 $W^{UV}_i$。这就是**吸收**；它只改变算术运算的先后次序，所以必须与朴素形式在舍入误差范围内一致。DeepSeek 自己的推理代码两种做法都提供：`attn_impl = "naive"` 缓存键和值，`"absorb"` 缓存潜向量。
 
 # %%
 class ExpandOnReadMLA(MLAttention):

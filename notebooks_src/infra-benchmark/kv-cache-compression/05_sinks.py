@@ -133,6 +133,9 @@ class StreamingAttention(Attention):
         q = self.rotary(q, allowed.sum(dim=-1) - 1)                                # [B, H, T_new, Dh]
         groups = self.heads // self.kv_heads
         keys, values = repeat_kv(keys, groups), repeat_kv(values, groups)
+        # [en] Each key rotated once per query that reads it; when decoding one token (T_new = 1),
+        # [en] this is just each cached key rotated once.
+        # [zh] 每个键对读取它的每个查询各旋转一次；解码单个 token（T_new = 1）时，就是把每个缓存的键旋转一次。
         seen = self.rotary(keys[:, :, None], cache_positions(allowed))            # [B, H, T_new, T_keys, Dh]
         scores = (q[:, :, :, None, :] * seen).sum(dim=-1) * self.head_dim ** -0.5  # [B, H, T_new, T_keys]
         weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
@@ -248,10 +251,10 @@ DENSE_DISTANCE = {name: {"exact_positions": exact_until[name],
 all_pairs = sink_window_mask(SINKS, WINDOW)(torch.arange(DENSE_LEN), torch.arange(DENSE_LEN))
 SINK_DISTANCES = {"max_cache_distance": int((all_pairs.sum(dim=-1) - 1).max()), "max_text_distance": DENSE_LEN - 1}
 say_table([["$" + STREAMING_LABELS[name].replace(", ", r",\ ") + "$", str(d["exact_positions"]), f"{d['exact_max_abs_logit_err']:.1e}", f"{d['max_abs_logit_err']:.2f}",
-            f"{d['greedy_agreement']:.0%}"] for name, d in DENSE_DISTANCE.items()],
+            f"{d['greedy_agreement']:.0%} ({d['exact_positions']}–{DENSE_LEN - 1})"] for name, d in DENSE_DISTANCE.items()],
           en=["cache", "positions that read every earlier key", "their max logit difference", "max logit difference, all positions",
-              "greedy agreement after them"],
-          zh=["缓存", "能读到全部先前键的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差", "此后贪心 token 一致的比例"])
+              "greedy agreement after them (positions)"],
+          zh=["缓存", "能读到全部先前键的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差", "此后贪心 token 一致的比例（位置范围）"])
 assert all(close(logits[:, :exact_until[name]], dense_logits[:, :exact_until[name]]) for name, logits in approx_logits.items())
 assert all(d["max_abs_logit_err"] > 1e-2 for d in DENSE_DISTANCE.values())
 assert SINK_DISTANCES["max_cache_distance"] == SINKS + WINDOW - 1
@@ -285,8 +288,8 @@ plt.show()
 #
 # Read the right part with care: with random weights it says almost nothing about quality. Our toy has no attention
 # sinks, since nothing trained it to put attention on the first tokens, so here they are just $S$ more keys to read:
-# over the same positions (from $S + W$ on), the greedy agreement is {{run:sinks.agreement_with_sinks:.0%}} with sinks and
-# {{run:sinks.agreement_window_only_same_positions:.0%}} without. StreamingLLM's evidence is perplexity on long texts (PG19, up to
+# over the same positions (from $S + W = 12$ to 95), the greedy agreement is {{run:sinks.agreement_with_sinks:.0%}} with sinks and
+# {{run:sinks.agreement_window_only_same_positions:.0%}} without (the table's figure for the window alone counts from $W = 8$ on). StreamingLLM's evidence is perplexity on long texts (PG19, up to
 # 4 million tokens) with trained Llama-2, MPT, Falcon and Pythia models: window attention's perplexity rises sharply
 # once the first tokens are evicted, while four sink tokens keep it close to that of a sliding window that
 # recomputes its keys.
@@ -294,4 +297,4 @@ plt.show()
 # %% [markdown] lang="zh"
 # *图：横轴 position in the stream 是序列中的位置，纵轴（对数刻度）是两条 96 个 token 的序列上每个位置与稠密注意力（dense）的 logits 最大绝对误差；标题中的 S = 4 sinks 指 4 个汇聚 token，window W = 8 指窗口 $W = 8$，random weights 表示随机权重，即未经训练的模型。实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口时，从位置 $W$ 起就离开了这一段）。*
 #
-# 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以在这里，它们只是多读的 $S$ 个键：在同样的位置上（从 $S + W$ 起），贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only_same_positions:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。
+# 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以在这里，它们只是多读的 $S$ 个键：在同样的位置上（位置 $S + W = 12$ 到 95），贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only_same_positions:.0%}}（表中只有窗口一行的比例从位置 $W = 8$ 起算）。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。

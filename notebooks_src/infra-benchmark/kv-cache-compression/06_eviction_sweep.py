@@ -16,7 +16,7 @@
 #
 # 1. 预算等于整个提示：没有任何内容被淘汰，每个策略都在 FP32 的容差内等于稠密注意力。稠密基准正是这种情形：不设策略、预算等于整个提示的 `EvictingAttention`；
 # 2. 有偏好、预算为提示的一半：H2O 和 SnapKV 至少保住稠密模型 75% 的贪心 token，logits 最大绝对误差的平均值低于 0.25（本次运行：H2O 为 {{run:eviction.h2o_half_agreement:.0%}}、{{run:eviction.h2o_half_error:.3f}}；SnapKV 为 {{run:eviction.snapkv_half_agreement:.0%}}、{{run:eviction.snapkv_half_error:.3f}}）；
-# 3. 负对照，有偏好，小于提示长度的每个预算：随机淘汰的误差都大于这两种策略各自的误差（比值大于 1）。余地很窄，本次运行在最小预算下只有 {{run:eviction.random_ratio_smallest:.2f}}，所以这条界还在另外两组提示上断言（最小比值 {{run:eviction.random_ratio_other_prompts:.2f}}）；它只说明随机淘汰更差，并不说明差多少。
+# 3. 负对照：有偏好时，在每个小于提示长度的预算下，随机淘汰的误差都大于两种策略各自的误差（比值大于 1）。余地很窄，本次运行在最小预算下只有 {{run:eviction.random_ratio_smallest:.2f}}，所以这条界还在另外两组提示上断言（最小比值 {{run:eviction.random_ratio_other_prompts:.2f}}）；它只说明随机淘汰更差，并不说明差多少。
 
 # %%
 PROMPT_LEN, PROMPTS_N, STEPS = 64, (2 if QUICK else 4), (16 if QUICK else 32)
