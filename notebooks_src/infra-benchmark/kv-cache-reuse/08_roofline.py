@@ -2,8 +2,7 @@
 # ## 9. The roofline of one core of this machine
 #
 # This section measures how close real calls come to the roofline's limit; the metric is a call's **share of
-# the roof**. If the check's rough test says `False` for the cache reads, that verdict is about
-# the library's routine for their shape, not about the roofline.
+# the roof**.
 #
 # A processor reads memory at some bandwidth $\beta$ (bytes per second) and computes at some rate $\pi$
 # (FLOP per second). An operation of intensity $I$ can therefore run at most at $\min(\pi, \beta I)$ FLOP/s:
@@ -26,8 +25,8 @@
 # * **cache**: $B$ sequences, each with its own cache of {{run:roofline.cache_keys:,}} keys in 8 heads of 128
 #   dimensions (128 MiB of K and V per sequence), attended by one query per head.
 #
-# Both parts are memory-bound at batch 1 by the count. We check by measurement that the batch-1 weight product
-# is, and that batching amortizes the weights but not the cache. The folded cell below times each call in rounds.
+# Both parts are memory-bound at batch 1 by the count. We measure how fast the batch-1 weight product streams its
+# weights, and check that batching amortizes the weights but not the cache. The folded cell below times each call in rounds.
 #
 # <details><summary>How the timings are made, and why one core (optional)</summary>
 #
@@ -48,7 +47,7 @@
 # %% [markdown] lang="zh"
 # ## 9. 本机单个核心的 Roofline 模型
 #
-# 本节测量在一个核心上，实际的调用离 Roofline 模型给出的界限有多近；衡量的指标是调用**达到屋顶线的比例**。如果检查中的粗略判断对缓存读取给出 `False`，这个结果说的是数学库为这种形状选用的例程，而不是 Roofline 模型本身。
+# 本节测量在一个核心上，实际的调用离 Roofline 模型给出的界限有多近；衡量的指标是调用**达到屋顶线的比例**。
 #
 # 处理器读取内存有一定的带宽 $\beta$（字节/秒），做运算有一定的速率 $\pi$（FLOP/秒）。因此，算术强度为 $I$ 的运算最快只能达到 $\min(\pi, \beta I)$ FLOP/秒：这就是 **Roofline 模型**（屋顶线模型）。在**拐点** $I^* = \pi / \beta$ 左侧，瓶颈在内存（运算**受限于内存带宽**）；在拐点右侧，瓶颈在运算（**受限于计算**）。屋顶线的两条边都在本机的一个核心上测出（单线程，FP32）：
 #
@@ -60,7 +59,7 @@
 # * **权重**：$B$ 个 token 向量乘以一个 `[6144, 6144]` 的权重矩阵（144 MiB，每次调用读一遍，就像一层的权重那样）；
 # * **缓存**：$B$ 条序列，每条都有自己的缓存，含 {{run:roofline.cache_keys:,}} 个键，分 8 个头、每头 128 维（每条序列 128 MiB 的 K 和 V），每个头用一个查询去做注意力。
 #
-# 按计数，batch 为 1 时两个部分都受限于内存带宽。我们用实测检验：batch 为 1 的权重乘法确实如此；batch 分摊了权重的开销，却分摊不了缓存的开销。下面已折叠的单元格按轮次给每个调用计时。
+# 按计数，batch 为 1 时两个部分都受限于内存带宽。我们测量 batch 为 1 的权重乘法读取权重有多快，并检验 batch 分摊了权重的开销，却分摊不了缓存的开销。下面已折叠的单元格按轮次给每个调用计时。
 #
 # <details><summary>如何计时，以及为什么只用一个核心（可选）</summary>
 #

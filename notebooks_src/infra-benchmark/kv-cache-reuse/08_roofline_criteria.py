@@ -1,20 +1,14 @@
 # %% [markdown] lang="en"
 # **The check.** By their intensities, {{run:roofline.intensity_b1:.2f}} and {{run:roofline.intensity_bmax:.0f}} FLOP/byte,
 # the roofline classifies the batch-1 weight product as memory-bound and the largest batch as compute-bound. The
-# cell asserts that the measurement agrees for batch 1 (it moves its bytes at **at least a third** of the STREAM
-# bandwidth and does **at most a third** of $\pi$, a rough line chosen to separate these measurements, not a
-# standard; the largest batch, the control, must fail this), and that batching
-# amortizes the weights, not the cache (from the smallest to the largest batch the weights' time per token falls
-# below half, the cache's time per sequence does not; the same test on the weights is the control).
+# cell asserts this, and that batching amortizes the weights, not the cache: from the smallest to the largest
+# batch the weights' time per token falls below half, the cache's time per sequence does not (the same test on
+# the weights is the control).
 
 # %% [markdown] lang="zh"
-# **检查**：按算术强度（{{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节），Roofline 模型把 batch 为 1 的权重乘法归类为受限于内存带宽，把最大的 batch 归类为受限于计算。下面的单元格断言两点。一是对 batch 为 1 的情形，实测与之相符（搬运字节的速度**至少达到** STREAM 带宽的三分之一，FLOP/s **至多为** $\pi$ 的三分之一；三分之一只是为区分这些测量粗略选定的界线，并非标准；负对照是最大的 batch，它必须不满足这一条）。二是 batch 分摊了权重的开销，却分摊不了缓存的开销（从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有；负对照是把同样的判断用在权重上）。
+# **检查**：按算术强度（{{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节），Roofline 模型把 batch 为 1 的权重乘法归类为受限于内存带宽，把最大的 batch 归类为受限于计算。下面的单元格断言这一点，并断言 batch 分摊了权重的开销，却分摊不了缓存的开销：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有（负对照是把同样的判断用在权重上）。
 
 # %%
-def memory_bound(row) -> bool:
-    return row["gbs"] * 1e9 >= BANDWIDTH / 3 and row["gflops"] * 1e9 <= PEAK / 3
-
-
 def amortized(times) -> bool:
     return times[-1] < times[0] / 2
 
@@ -22,32 +16,23 @@ def amortized(times) -> bool:
 weight_ms = [r["ms_per_token"] for r in WEIGHT_SWEEP]
 cache_ms = [r["ms_per_sequence"] for r in CACHE_SWEEP]
 first, last = WEIGHT_SWEEP[0], WEIGHT_SWEEP[-1]
-ROOFLINE_CHECKS = {"classified": first["intensity"] < RIDGE < last["intensity"], "batch_1_memory_bound": memory_bound(first),
+ROOFLINE_CHECKS = {"classified": first["intensity"] < RIDGE < last["intensity"],
                    "weights_amortized": amortized(weight_ms), "cache_not_amortized": not amortized(cache_ms)}
-ROOFLINE_CONTROLS = {"largest_batch_memory_bound": {"batch": last["batch"], "bandwidth_share": last["gbs"] * 1e9 / BANDWIDTH,
-                                                    "peak_share": last["gflops"] * 1e9 / PEAK, "caught": not memory_bound(last)},
-                     "weights_not_amortized": {"caught": amortized(weight_ms)}}
+ROOFLINE_CONTROLS = {"weights_not_amortized": {"caught": amortized(weight_ms)}}
 assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTROLS.values())
-say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight_ms[0]:.3f} ms to {weight_ms[-1]:.3f} ms per token; "
+say(en=f"Both criteria hold, and the control is caught. Weights: from {weight_ms[0]:.3f} ms to {weight_ms[-1]:.3f} ms per token; "
        f"cache: from {cache_ms[0]:.2f} ms to {cache_ms[-1]:.2f} ms per sequence.",
-    zh=f"两条判据都成立，两个负对照都被查出。权重：每个 token 从 {weight_ms[0]:.3f} 毫秒降到 {weight_ms[-1]:.3f} 毫秒；"
+    zh=f"两条判据都成立，负对照被查出。权重：每个 token 从 {weight_ms[0]:.3f} 毫秒变为 {weight_ms[-1]:.3f} 毫秒；"
        f"缓存：每条序列从 {cache_ms[0]:.2f} 毫秒变为 {cache_ms[-1]:.2f} 毫秒。")
 
 # %% [markdown] lang="en"
 # **The picture.** The roof of this core has a sloped side set by STREAM, $\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s,
 # and a flat side set by the fastest rate measured, $\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s; the ridge lies at
-# {{run:roofline.ridge:.2f}} FLOP/byte. The batch-1 product, at {{run:roofline.intensity_b1:.2f}} FLOP/byte, streamed its
-# weights at {{run:roofline.weight_gbs_b1:.1f}} GB/s, {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth, and did
+# {{run:roofline.ridge:.2f}} FLOP/byte. The batch-1 product, at {{run:roofline.intensity_b1:.2f}} FLOP/byte, did
 # {{run:roofline.gflops_b1:.1f}} GFLOP/s, {{run:roofline.b1_peak_share:.0%}} of $\pi$. At batch
 # {{run:roofline.weight_batch_max}} the same weights serve {{run:roofline.weight_batch_max}} tokens at
 # {{run:roofline.gflops_bmax:.0f}} GFLOP/s, and a token's share of the call's time is 1/{{run:roofline.amortization:.1f}} of
-# the batch-1 time. The cache reads stay at 0.5 FLOP/byte whatever the batch, and their time per sequence does
-# not fall the way the weights' time per token does (the check's output above). The whole attention call at batch 1 moved its
-# bytes at {{run:roofline.cache_bandwidth_share:.0%}} of the STREAM bandwidth and did {{run:roofline.cache_peak_share:.0%}} of
-# $\pi$, so the check's test gives `{{run:roofline.cache_memory_bound}}` for it (last row of the shares table, optional part).
-# Whatever the verdict, such a share measures the library's routine for the shape as well as the memory: the
-# optional part times the score product alone at batch {{run:roofline.cache_batch_max}}, which read the same keys at
-# {{run:roofline.scores_kq_share:.0%}} of STREAM written `k @ q^T`, and at {{run:roofline.scores_qk_share:.0%}} written `q @ k^T`, as attention does.
+# the batch-1 time. The cache reads stay at 0.5 FLOP/byte whatever the batch (orange triangles in the figure).
 #
 # The published models' decode steps at batch 1 (between {{run:cost.min_intensity_b1:.2f}} and
 # {{run:cost.max_intensity_b1:.2f}} FLOP/byte with 16-bit numbers) lie more than a hundred times below a data-centre
@@ -57,6 +42,10 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # their time, the time of reading their bytes. This is why a decode step is at best as fast as memory lets it
 # be, and why the mechanisms of this series, which share or shrink the bytes read, pay off.
 #
+# **What this section shows.** The batch-1 weight product streamed its weights at
+# {{run:roofline.weight_gbs_b1:.1f}} GB/s, {{run:roofline.b1_bandwidth_share:.0%}} of the STREAM bandwidth; batching
+# amortizes the weights, not the cache.
+#
 # *Figure: left, measurements on one core of this machine, in FP32: the roof (black, $\min(\pi, \beta I)$), the
 # weight product at each batch size (blue circles, batch written beside each), and the cache reads as attention
 # computes them (orange triangles, all at 0.5 FLOP/byte). Right, predictions from the published configurations
@@ -65,9 +54,11 @@ say(en=f"Both criteria hold, and both controls are caught. Weights: from {weight
 # dotted).*
 
 # %% [markdown] lang="zh"
-# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.2f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；它的速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节；每条序列所花的时间也不像权重那样随 batch 下降（见上面检查的输出）。batch 为 1 时，整个注意力调用搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share:.0%}}，FLOP/s 是 $\pi$ 的 {{run:roofline.cache_peak_share:.0%}}，所以上面的判断对它给出 `{{run:roofline.cache_memory_bound}}`（见可选部分比例表的最后一行）。无论结果如何，这个比例反映的既是内存，也是数学库为这种形状选用的例程：可选部分单独给 batch 为 {{run:roofline.cache_batch_max}} 的分数乘法计时，读取同样的键，写成 `k @ q^T` 时速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，按注意力的写法 `q @ k^T` 则是 {{run:roofline.scores_qk_share:.0%}}。
+# **图示**：这个核心的屋顶线斜边由 STREAM 决定，$\beta = {{run:roofline.bandwidth_gbs:.1f}}$ GB/s；水平边由测得的最快速率决定，$\pi = {{run:roofline.peak_gflops:.1f}}$ GFLOP/s；拐点位于 {{run:roofline.ridge:.2f}} FLOP/字节。batch 为 1 的矩阵乘法算术强度为 {{run:roofline.intensity_b1:.2f}} FLOP/字节，速度为 {{run:roofline.gflops_b1:.1f}} GFLOP/s，只有 $\pi$ 的 {{run:roofline.b1_peak_share:.0%}}。batch 为 {{run:roofline.weight_batch_max}} 时，同样的权重服务 {{run:roofline.weight_batch_max}} 个 token，速度达到 {{run:roofline.gflops_bmax:.0f}} GFLOP/s，每个 token 的耗时只有 batch 为 1 时的 1/{{run:roofline.amortization:.1f}}。缓存读取无论 batch 多大，算术强度都停留在 0.5 FLOP/字节（图中的橙色三角形）。
 #
 # 各公开模型在 batch 为 1 时的解码步（16 位数值下为 {{run:cost.min_intensity_b1:.2f}} 到 {{run:cost.max_intensity_b1:.2f}} FLOP/字节）不到数据中心 GPU 拐点的百分之一：NVIDIA H100 SXM 的稠密 BF16 算力为 {{run:roofline.gpu_peak_tflops:.0f}} TFLOP/s，带宽为 {{run:roofline.gpu_bandwidth_tbs:.2f}} TB/s（见其数据手册），拐点位于 {{run:roofline.gpu_ridge:.0f}} FLOP/字节。在那里，把一行换成 $k + 1$ 行的调用仍远在拐点左侧，所以两次调用耗时的下界相同，都是读取各自字节的时间。这就是为什么解码步最快也只能达到内存允许的速度，也是本系列各种机制（分摊或缩小所读取的字节）能带来收益的原因。
+#
+# **本节的结论**：batch 为 1 的权重乘法读取权重的速度为 {{run:roofline.weight_gbs_b1:.1f}} GB/s，达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；batch 分摊了权重的开销，却分摊不了缓存的开销。
 #
 # *图：左图是在本机一个核心上的测量值，FP32。黑线是屋顶线 $\min(\pi, \beta I)$（图例 roof 给出 STREAM 带宽和测得的最快速率 fastest measured）；蓝色圆点（weights x B tokens）是各种 batch 大小下的权重乘法，旁边标注 batch 大小；橙色三角形（cache reads, B sequences）是按注意力的写法读取缓存，都位于 0.5 FLOP/字节。横轴是算术强度（FLOP/字节），纵轴是单线程 FP32 下的 GFLOP/s。右图是由公开模型的配置算出的预测值（16 位权重和缓存，上下文 4,096 个 token）：解码步的算术强度（纵轴）随 batch 大小（横轴）的变化，并画出这个核心的拐点（黑色虚线，ridge of one core (fp32)，用 FP32 测出，只是粗略的参照）和 H100 的拐点（灰色点线，ridge of an H100 (bf16)）。*
 
@@ -112,18 +103,29 @@ plt.show()
 assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 
 # %% [markdown] lang="en"
-# ### Optional, to skip on a first read: the shares behind the check, how fast the library read the cache, what a few rows cost
+# ### Optional, to skip on a first read: a rough memory-bound test, how fast the library read the cache, what a few rows cost
 #
-# **The shares behind the check.** For each call, the two measured shares the check compares with a third. The
-# last row applies the same test to the cache as attention reads it at batch 1; it is reported, not asserted,
-# since how fast a library reads a cache depends on its routines (below).
+# **A rough memory-bound test.** Does a call behave as memory-bound? The cell below calls it so if it moves its
+# bytes at **at least a third** of the STREAM bandwidth and does **at most a third** of $\pi$: a rough line chosen
+# to separate these measurements, not a standard. It asserts that the batch-1 weight product passes and the
+# largest batch, the control, fails. The last row applies the same test to the cache as attention reads it at
+# batch 1; it is reported, not asserted, since how fast a library reads a cache depends on its routine for the
+# shape (below), so a `False` there is about the routine, not the roofline.
 
 # %% [markdown] lang="zh"
-# ### 可选（初读可跳过）：判断所依据的比例、数学库读取缓存有多快，以及处理几行的调用要花多少时间
+# ### 可选（初读可跳过）：粗略的内存带宽受限判断、数学库读取缓存有多快，以及处理几行的调用要花多少时间
 #
-# **判断所依据的比例**：下表给出每个调用的两个实测比例，判断就是把它们与三分之一比较。最后一行对 batch 为 1、按注意力的写法读取缓存的调用做同样的判断；这一行只报告，不做断言，因为数学库读取缓存有多快取决于它的例程（见下文）。
+# **粗略的内存带宽受限判断**：一次调用算不算受限于内存带宽？下面的单元格这样判断：搬运字节的速度**至少达到** STREAM 带宽的三分之一，FLOP/s **至多为** $\pi$ 的三分之一。三分之一只是为区分这些测量粗略选定的界线，并非标准。单元格断言 batch 为 1 的权重乘法满足这一条，而负对照最大的 batch 不满足。最后一行对 batch 为 1、按注意力的写法读取缓存的调用做同样的判断；这一行只报告，不做断言，因为数学库读取缓存有多快取决于它为这种形状选用的例程（见下文），所以这里即使得到 `False`，说的也是例程，而不是 Roofline 模型。
 
 # %%
+def memory_bound(row) -> bool:
+    return row["gbs"] * 1e9 >= BANDWIDTH / 3 and row["gflops"] * 1e9 <= PEAK / 3
+
+
+ROOFLINE_CHECKS["batch_1_memory_bound"] = memory_bound(first)
+ROOFLINE_CONTROLS["largest_batch_memory_bound"] = {"batch": last["batch"], "bandwidth_share": last["gbs"] * 1e9 / BANDWIDTH,
+                                                   "peak_share": last["gflops"] * 1e9 / PEAK, "caught": not memory_bound(last)}
+assert ROOFLINE_CHECKS["batch_1_memory_bound"] and ROOFLINE_CONTROLS["largest_batch_memory_bound"]["caught"]
 # [en] Each row names the call that was timed; the last row (the cache) is reported, not asserted.
 # [zh] 每一行写明被计时的调用；最后一行（缓存）只报告，不做断言。
 say_table([[f"`{call}`", str(batch), f"{r['gbs'] * 1e9 / BANDWIDTH:.0%}", f"{r['gflops'] * 1e9 / PEAK:.0%}", f"`{memory_bound(r)}`"]
@@ -189,7 +191,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # </details>
 
 # %% [markdown] lang="zh"
-# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，如果 `k @ q^T` 更快，那么拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
+# **这两次乘法说明了什么**：按注意力的写法，在同样的 batch 大小 {{run:roofline.cache_batch_max}} 下，缓存读取搬运字节的速度是 STREAM 带宽的 {{run:roofline.cache_bandwidth_share_bmax:.0%}}。单独的分数乘法写成 `k @ q^T` 时，读取键的速度是 STREAM 带宽的 {{run:roofline.scores_kq_share:.0%}}，写成 `q @ k^T` 时是 {{run:roofline.scores_qk_share:.0%}}；值乘法读取值的速度是 {{run:roofline.values_share:.0%}}。所以，只要 `k @ q^T` 更快，就说明拖慢分数这一半的既不是屋顶线的哪条边，也不是数据的布局（两者读的是同一块内存），而是数学库的例程在拿到的那种形状下跑得多快。GPU 上的解码内核（Flash-Decoding、vLLM 的分页注意力）正是为这件事而写的：以内存带宽把整个缓存一路读完。
 #
 # <details><summary>关于上表的两点说明（可选）</summary>
 #
@@ -224,8 +226,8 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # </details>
 
 # %% tags=["hide-input"]
-# [en] What a call over a few rows costs next to a call over one (section 6's verifying call): reported, not asserted.
-# [zh] 处理几行的一次调用与只处理一行的调用相比耗时多少（第 6 节的验证调用）：只报告，不做断言。
+# [en] What the weight product over a few rows costs next to one over one row (as many rows as section 6's verifying call): reported, not asserted.
+# [zh] 处理几行的权重乘法与只处理一行的相比耗时多少（行数与第 6 节的验证调用相当）：只报告，不做断言。
 SMALL_BATCHES = [b for b in WEIGHT_BATCHES if 1 < b <= 8] or [WEIGHT_BATCHES[1]]
 CALL_RATIOS = {b: median(SECONDS[("weights", b)]) / median(SECONDS[("weights", 1)]) for b in SMALL_BATCHES}
 # [en] The roof's floor on a call's time: its FLOPs over the roof at its intensity, min(pi, beta I).
