@@ -12,15 +12,15 @@
 # K/V heads 0, 0, 1, 1.
 #
 # This is reference code, written to be read. `repeat_interleave` copies every K/V head $g$ times at every
-# step, so attention ends up reading $H$ heads' worth of keys and values: the memory traffic that GQA saves
-# is spent again. A fused kernel written for GQA need make no copy: query head $h$ indexes K/V head
+# step, so attention ends up reading $H$ heads' worth of keys and values: attention's reads lose GQA's
+# saving, though the cache still stores only $H_{kv}$ heads, $1/g$ of MHA's. A fused kernel written for GQA need make no copy: query head $h$ indexes K/V head
 # $\lfloor h / g \rfloor$. PyTorch's SDPA takes `enable_gqa=True` for this; its documented meaning is
 # `repeat_interleave`, and whether a backend copies internally is not measured here.
 
 # %% [markdown] lang="zh"
 # **由位置计算注意力。** 每个注意力层都要用到下面四个小函数。`split_heads` 和 `merge_heads` 在 `[B, T, heads * D]` 与 `[B, heads, T, D]` 之间变换形状。`causal` 是用位置写成的带偏移的掩码：缓存中的每个键都带着自己的绝对位置，当 $p^k_j \le p^q_i$ 时，查询 $i$ 可以读取键 $j$。如果键恰好位于位置 $0 \dots P + C - 1$，它就是第一份笔记本的 `causal_mask(P, C)`，即向右移动 $P$ 个键的下三角（`tril(diagonal=P)`）；又因为它看的是位置而不是下标，所以即使缓存只保留一部分位置，或者不按顺序保存，它仍然正确。`softmax_attention` 先用 `repeat_kv` 把 $H_{kv}$ 个 K/V 头扩展成 $H$ 个，再显式地计算注意力：分数矩阵、掩码、softmax，以及第二次矩阵乘法。`repeat_kv` 沿用 Hugging Face 的规则（`modeling_llama.py` 中的 `repeat_kv`，其文档说明它等价于 `repeat_interleave`）：$H = 4$、$H_{kv} = 2$ 时，各查询头依次读取 K/V 头 0、0、1、1。
 #
-# 这是参照实现，写出来是为了便于阅读。`repeat_interleave` 在每一步都把每个 K/V 头复制 $g$ 份，于是注意力最终读取的仍是 $H$ 个头的键和值，GQA 省下的访存又花了回去。为 GQA 编写的融合内核可以不做这种复制，查询头 $h$ 直接按下标读取第 $\lfloor h / g \rfloor$ 个 K/V 头。PyTorch 的 SDPA 为此提供 `enable_gqa=True`；文档给出的语义等价于 `repeat_interleave`，至于某个后端内部是否复制，这里没有测量。
+# 这是参照实现，写出来是为了便于阅读。`repeat_interleave` 在每一步都把每个 K/V 头复制 $g$ 份，于是注意力最终读取的仍是 $H$ 个头的键和值：注意力读取的数据量没有因 GQA 而减少，不过缓存中存储的仍只有 $H_{kv}$ 个头，是 MHA 的 $1/g$。为 GQA 编写的融合内核可以不做这种复制，查询头 $h$ 直接按下标读取第 $\lfloor h / g \rfloor$ 个 K/V 头。PyTorch 的 SDPA 为此提供 `enable_gqa=True`；文档给出的语义等价于 `repeat_interleave`，至于某个后端内部是否复制，这里没有测量。
 
 # %%
 def split_heads(x, heads: int):                  # [B, T, heads * D] -> [B, heads, T, D]

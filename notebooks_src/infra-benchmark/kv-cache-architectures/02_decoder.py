@@ -25,11 +25,14 @@ class ArchConfig:
     # [en] K/V heads per layer; None: one per query head (MHA).
     # [zh] 每层的 K/V 头数；None 表示每个查询头各有一个（MHA）。
     kv_heads: int | None = None
-    # [en] Rotary position embeddings in every attention layer instead of a learned position table.
-    # [zh] 在每个注意力层中使用旋转位置编码，代替可学习的位置嵌入表。
+    # [en] Rotary position embeddings in every attention layer instead of a learned position table (explained
+    # [en] where RoPE is taught; off for GQA).
+    # [zh] 在每个注意力层中使用旋转位置编码，代替可学习的位置嵌入表（讲解 RoPE 的一节会细说；GQA 用不到）。
     rope: bool = False
     rope_theta: float = 10000.0
+    # [en] The rest never touches the cache (ignore on a first read): they let Hugging Face referees load our weights.
     # [en] "layer" (LayerNorm, GPT-2) or "rms" (RMSNorm, Llama); eps of either.
+    # [zh] 以下几项与缓存无关（初读可略过），只为让 Hugging Face 的参照模型能载入我们的权重。
     # [zh] "layer"（LayerNorm，GPT-2）或 "rms"（RMSNorm，Llama）；eps 对两者都适用。
     norm: str = "layer"
     eps: float = 1e-5
@@ -70,12 +73,17 @@ class Attention(nn.Module):
         self.k = nn.Linear(c.width, c.n_kv * c.head_dim, bias=c.bias)
         self.v = nn.Linear(c.width, c.n_kv * c.head_dim, bias=c.bias)
         self.proj = nn.Linear(c.heads * c.head_dim, c.width, bias=c.bias)
+        # [en] None unless rope=True; Rotary, the RoPE code, is defined before any model that sets rope is built.
+        # [zh] 只有 rope=True 时才不为 None；RoPE 的代码 Rotary 会在构造任何设了 rope 的模型之前定义。
         self.rotary = Rotary(c.head_dim, c.max_positions, c.rope_theta) if c.rope else None
 
+    # [en] The four override points: a variant subclass overrides those it changes (GQA overrides none).
+    # [zh] 下面四个方法可供重写：每种变体的子类只重写它要改动的那些（GQA 一个都不用重写）。
+
     def new_cache(self, caches: list):
-        # [en] The cache of this layer; `caches` holds those of the layers below (the plain layer ignores it; a layer
-        # [en] that shares a lower layer's cache returns that cache from it).
-        # [zh] 本层的缓存；`caches` 中是下面各层的缓存（普通的层用不到它；与下面某一层共享缓存的层从中取出那一层的缓存）。
+        # [en] The cache of this layer; `caches` holds those of the layers below (the plain layer ignores it, so can
+        # [en] you: only a layer that shares a lower layer's cache uses it, returning that cache from it).
+        # [zh] 本层的缓存；`caches` 中是下面各层的缓存（普通的层用不到它，初读可略过；只有与下面某一层共享缓存的层才用它，从中取出那一层的缓存）。
         return FullKV()
 
     def mask(self, query_pos, key_pos):

@@ -1,14 +1,22 @@
 # %% [markdown] lang="en"
-# **The referee's tools.** `with_hf_precision(net)` returns a copy of our model that computes the RMSNorms
+# <details><summary>The referee's tools (plumbing you can skip).</summary>
+#
+# `with_hf_precision(net)` returns a copy of our model that computes the RMSNorms
 # (`Float32RMSNorm`) and the rotary angles in FP32, as Hugging Face's models do even in FP64; `steps` picks
 # which of the two. `hf_fields` holds the configuration fields every referee shares. `copy_weights` loads our
 # weights into a Hugging Face model under its names (`names` maps our module names inside a layer to its
 # names) and returns the model in FP64. `hf_chunked` is Hugging Face's cached path: one `DynamicCache` built from the model's configuration,
 # filled chunk by chunk. `referee_errors` compares a full call, then chunks of 1, 2 and 5: the logits, and every
 # tensor the caches hold (Hugging Face's layer caches must hold tensors of the very shapes ours hold).
+#
+# </details>
 
 # %% [markdown] lang="zh"
-# **裁判的工具。** `with_hf_precision(net)` 返回我们模型的一个副本，它在 FP32 下计算 RMSNorm（`Float32RMSNorm`）和旋转角；Hugging Face 的模型即使在 FP64 下也是这样做的。参数 `steps` 指定复现其中哪几步。`hf_fields` 是所有裁判共用的配置项。`copy_weights` 按 Hugging Face 的参数名把我们的权重加载进它的模型（`names` 给出一层之内我们的模块名到对方模块名的映射），并返回转成 FP64 的模型。`hf_chunked` 是 Hugging Face 的缓存路径：按模型配置构造一个 `DynamicCache`，逐个分块填充。`referee_errors` 先比较完整调用，再比较分块长度为 1、2、5 的情形：比较 logits，以及各缓存保存的每个张量（Hugging Face 每层缓存中的张量，形状必须与我们的完全相同）。
+# <details><summary>裁判的工具（可以跳过的辅助代码）。</summary>
+#
+# `with_hf_precision(net)` 返回我们模型的一个副本，它在 FP32 下计算 RMSNorm（`Float32RMSNorm`）和旋转角；Hugging Face 的模型即使在 FP64 下也是这样做的。参数 `steps` 指定复现其中哪几步。`hf_fields` 是所有裁判共用的配置项。`copy_weights` 按 Hugging Face 的参数名把我们的权重加载进它的模型（`names` 给出一层之内我们的模块名到对方模块名的映射），并返回转成 FP64 的模型。`hf_chunked` 是 Hugging Face 的缓存路径：按模型配置构造一个 `DynamicCache`，逐个分块填充。`referee_errors` 先比较完整调用，再比较分块长度为 1、2、5 的情形：比较 logits，以及各缓存保存的每个张量（Hugging Face 每层缓存中的张量，形状必须与我们的完全相同）。
+#
+# </details>
 
 # %% tags=["hide-input"]
 if HAVE_HF:

@@ -14,7 +14,7 @@
 # position never changes, so the cached value stays valid. And the new chunk must still be rotated at its
 # true absolute positions $P, P+1, \dots$, exactly as the learned table had to be indexed there.
 #
-# Next the rotation in code, `Rotary`, which section 4's attention layer calls when `rope=True`; then its proofs.
+# Next the code, then its proofs.
 
 # %% [markdown] lang="zh"
 # ## 5. 旋转位置编码（RoPE）
@@ -25,4 +25,4 @@
 #
 # 也就是说，注意力分数只通过两个位置之差依赖于位置。这对缓存意味着两件事。第一，每个键只在它自己的绝对位置上旋转一次，缓存的是**旋转之后**的键；键的位置永远不变，所以缓存的值始终有效。第二，新分块仍然必须按真实的绝对位置 $P, P+1, \dots$ 旋转，正如可学习的位置嵌入表也必须用这些位置去查。
 #
-# 下面先给出这种旋转的代码 `Rotary`，第 4 节的注意力层在 `rope=True` 时调用它；然后是证明。
+# 下面先给出代码，然后是证明。

@@ -55,8 +55,8 @@ assert RELATIVE["learned_shift_error"] > 1.0
 
 # %%
 def rope_by_formula(x, positions, theta: float = 10000.0):
-    # [en] The rotation written out pair by pair: pair i is (x_i, x_{i + D/2}), turned by p * theta**(-2i/D).
-    # [zh] 逐对写出的旋转：第 i 对是 (x_i, x_{i + D/2})，旋转角为 p * theta**(-2i/D)。
+    # [en] The rotation written out pair by pair: pair i is (x_i, x_{i + D_h/2}), turned by p * theta**(-2i/D_h).
+    # [zh] 逐对写出的旋转：第 i 对是 (x_i, x_{i + D_h/2})，旋转角为 p * theta**(-2i/D_h)。
     half, out = x.shape[-1] // 2, torch.empty_like(x)
     for i in range(half):
         angle = positions.to(torch.float64) * theta ** (-2 * i / x.shape[-1])              # [T]

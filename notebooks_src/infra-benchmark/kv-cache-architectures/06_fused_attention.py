@@ -94,13 +94,13 @@ assert CONTROLS["is_causal_after_cache"]["caught"]
 # decides the speed.</summary>
 #
 # * **The mask decides which kernel may run.** On a GPU, PyTorch's SDPA uses its FlashAttention backend only when no
-#   mask tensor is passed (a causal flag at most), so a boolean mask such as the band sends it to another, slower
-#   backend. That is a limit of SDPA's interface, not of FlashAttention.
+#   mask tensor is passed (a causal flag at most), so a boolean mask such as the band sends it to one of its other
+#   backends, those that accept a mask. That is a limit of SDPA's interface, not of FlashAttention.
 # * **Sliding windows without a mask.** The FlashAttention library takes a window natively, `window_size=(W - 1, 0)`
 #   with `causal=True`: each query reads itself and the $W - 1$ keys before it, the band of section 6. vLLM's
 #   FlashAttention backend passes exactly that for a windowed layer. Hugging Face's Mistral, loaded with
 #   `attn_implementation="flash_attention_2"`, passes `window_size=(W - 1, W - 1)` with `causal=True` only when the
-#   call's key length exceeds $W$ (`key_length > sliding_window` in transformers 5.23's
+#   call's key length exceeds $W$ (`key_length > sliding_window` in transformers 5.23.0's
 #   `modeling_flash_attention_utils.py`); with $W$ keys or fewer it passes no window, since every key is inside it. The causal flag
 #   makes that equivalent to `(W - 1, 0)`.
 # * **Split-K decoding.** A one-query decode step gives a kernel little to parallelize over, so decode kernels split
@@ -114,8 +114,8 @@ assert CONTROLS["is_causal_after_cache"]["caught"]
 # %% [markdown] lang="zh"
 # <details><summary>可选：真实的内核还要做什么。这些都不会改变检查所比较的数值，却决定了速度。</summary>
 #
-# * **掩码本身就决定了能用哪个内核。** 在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用另一个更慢的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制。
-# * **不用掩码的滑动窗口。** FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可：每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，只在这次调用的键数超过 $W$ 时才传入 `window_size=(W - 1, W - 1)` 加 `causal=True`（transformers 5.23 的 `modeling_flash_attention_utils.py` 中的条件是 `key_length > sliding_window`）；键不超过 $W$ 个时，每个键都在窗口之内，它就不传窗口。有了因果标志，它与 `(W - 1, 0)` 等价。
+# * **掩码本身就决定了能用哪个内核。** 在 GPU 上，只有不传掩码张量（最多给一个因果标志）时，PyTorch 的 SDPA 才会使用它的 FlashAttention 后端，所以像带状掩码这样的布尔掩码会让它改用其他接受掩码的后端。这是 SDPA 接口的限制，而不是 FlashAttention 的限制。
+# * **不用掩码的滑动窗口。** FlashAttention 库本身就支持滑动窗口，设置 `causal=True` 和 `window_size=(W - 1, 0)` 即可：每个查询读取它自己和前面的 $W - 1$ 个键，正是第 6 节的带状区域。vLLM 的 FlashAttention 后端对带窗口的层传入的正是这组参数。Hugging Face 的 Mistral 以 `attn_implementation="flash_attention_2"` 加载时，只在这次调用的键数超过 $W$ 时才传入 `window_size=(W - 1, W - 1)` 加 `causal=True`（transformers 5.23.0 的 `modeling_flash_attention_utils.py` 中的条件是 `key_length > sliding_window`）；键不超过 $W$ 个时，每个键都在窗口之内，它就不传窗口。有了因果标志，它与 `(W - 1, 0)` 等价。
 # * **split-K 解码。** 单个查询的解码步几乎没有可供并行的维度，所以解码用的内核会把缓存中的键切成若干段，分别计算局部的 softmax 再合并（例如 Flash-Decoding）。
 # * **分页缓存。** 分页缓存把 K/V 存在若干物理块里，内核必须通过块表去读取（vLLM 的 PagedAttention）。
 # * **按下标读取的 GQA。** 只有在内核按下标读取共享的 K/V 头、而不是复制它们时，GQA 才能真正省下访存。

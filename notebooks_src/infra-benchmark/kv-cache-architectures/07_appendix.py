@@ -65,10 +65,12 @@ assert all(close(*pair) for pair in LAYOUT_PAIRS.values())
 # computes its RMSNorms and its rotary angles in FP32 (`.to(torch.float32)` in `LlamaRMSNorm.forward`, `.float()`
 # in `LlamaRotaryEmbedding.forward`). The cell adds these two steps to our FP64 model, each alone and then both, and
 # compares a full call with the referee: only with both does the difference fall below $10^{-10}$, which is why section 5.1
-# compares the referee with `with_hf_precision`.
+# compares the referee with `with_hf_precision`. The FP32 norms also explain how section 5.1's match can be bit for
+# bit although the two attentions differ: everything that reads the residual stream (the next layer's projections, hence its cache, and
+# `lm_head`) reads it through an RMSNorm, which rounds its input to FP32 here and so can erase differences that small.
 
 # %% [markdown] lang="zh"
-# **B. Hugging Face 的哪几个 FP32 步骤起作用（第 5.1 节）。** 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角（`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`，`LlamaRotaryEmbedding.forward` 中的 `.float()`）。下面的单元格把这两步分别单独加进我们的 FP64 模型，再把两步一起加进去，每次都与裁判比较一次完整调用：只有两步都复现时，最大绝对误差才降到 $10^{-10}$ 以下。这就是第 5.1 节拿 `with_hf_precision` 与裁判比较的原因。
+# **B. Hugging Face 的哪几个 FP32 步骤起作用（第 5.1 节）。** 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角（`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`，`LlamaRotaryEmbedding.forward` 中的 `.float()`）。下面的单元格把这两步分别单独加进我们的 FP64 模型，再把两步一起加进去，每次都与裁判比较一次完整调用：只有两步都复现时，最大绝对误差才降到 $10^{-10}$ 以下。这就是第 5.1 节拿 `with_hf_precision` 与裁判比较的原因。FP32 的 RMSNorm 也解释了第 5.1 节的结果为什么可能逐比特相同，尽管两种注意力的结果并不相同：读取残差流的一切（下一层的各个投影，因而也包括它的缓存，以及 `lm_head`）都要先经过一个 RMSNorm，而这里每个 RMSNorm 都先把输入舍入到 FP32，这么小的差异就可能被抹掉。
 
 # %%
 LLAMA_FP32_STEPS = None

@@ -37,7 +37,7 @@ def controls_table(controls: dict) -> None:
     say(en=table(["control", "section", "check", "measured", "what was measured", "caught"],
                  "max abs logit error, smallest of its failing runs", "max abs difference", "a count", "a ratio"),
         zh=table(["负对照", "节", "检查", "测得值", "测得的是什么", "查出"],
-                 "logits 最大绝对误差，各次失败运行中最小的", "最大绝对误差", "计数", "比值"))
+                 "各次失败运行中最小的 logits 最大绝对误差", "最大绝对误差", "计数", "比值"))
 
 
 # %%
