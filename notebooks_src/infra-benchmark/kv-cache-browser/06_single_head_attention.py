@@ -3,7 +3,7 @@
 #
 # Sections 2 and 3 compared whole layers; this section goes down to one head of width 16 to **count the
 # projections** the cache saves, row by row, for the `HISTORY` and `CHUNK` you chose in section 5
-# (attention's own work comes up in exercise 3).
+# (attention's own work is not counted; exercise 3's answer says in one sentence how it grows).
 # Run it again after changing the knobs. This is a separate minimal head, not one of the four of section 2:
 # its input `layer_input` is as wide as the head, one row per absolute position, with weights of its own,
 # because the saving we count here depends only on how many rows go through the projections. The
@@ -25,7 +25,7 @@
 # %% [markdown] lang="zh"
 # ## 6. 单个注意力头：用缓存与不用缓存
 #
-# 第 2、3 节比较的是整层；本节回到单个注意力头（每头 16 维），为的是**逐行数出缓存省下的投影**（注意力本身的计算量留到练习 3 讨论），`HISTORY` 和 `CHUNK` 沿用你在第 5 节中设定的值。改了参数之后，请把本节再运行一遍。这是一个单独的最小注意力头，不是第 2 节四个头中的某一个：它的输入 `layer_input` 每个绝对位置一行，宽度就等于每头的维度，权重也是它自己的，因为这里统计的节省只取决于有多少行经过投影。先前写入缓存的那次调用只算出了 K、V 投影，也就是缓存保存下来的那部分。
+# 第 2、3 节比较的是整层；本节回到单个注意力头（每头 16 维），为的是**逐行数出缓存省下的投影**（注意力本身的计算量不在这里统计；练习 3 的答案用一句话说明它如何增长），`HISTORY` 和 `CHUNK` 沿用你在第 5 节中设定的值。改了参数之后，请把本节再运行一遍。这是一个单独的最小注意力头，不是第 2 节四个头中的某一个：它的输入 `layer_input` 每个绝对位置一行，宽度就等于每头的维度，权重也是它自己的，因为这里统计的节省只取决于有多少行经过投影。先前写入缓存的那次调用只算出了 K、V 投影，也就是缓存保存下来的那部分。
 #
 # - **完整重算**：把全部 $P + C$ 个位置投影成 Q、K、V，在所有位置上做因果注意力，只保留最后 $C$ 行输出。
 # - **缓存路径**：前 $P$ 个位置的 K、V 早先已经算好，这就是缓存。本次调用只投影 $C$ 个新行，把它们的 K/V 拼接在缓存之后，再让这 $C$ 个新查询按带偏移的掩码做注意力。
@@ -70,9 +70,10 @@ v_cat = np.concatenate([v_cache, v_new])
 cached_out = single_head_attention(q_new, k_cat, v_cat, allowed_keys(HISTORY, CHUNK))
 wrong_out = single_head_attention(q_new, k_cat, v_cat, upper_left_mask(HISTORY, CHUNK))
 
-say(en=f"$P = {HISTORY}$, $C = {CHUNK}$, head width {HEAD_DIM}, FP64.",
-    zh=f"$P = {HISTORY}$，$C = {CHUNK}$，每头 {HEAD_DIM} 维，FP64。")
-say_table([["`full_out`", ROWS_PROJECTED["full"], 0],
+say(en=f"$P = {HISTORY}$, $C = {CHUNK}$, head width {HEAD_DIM}, FP64. Rows are counted for this one call "
+       f"(full recomputation keeps no cache, hence the dash); exercise 3 counts a whole generation.",
+    zh=f"$P = {HISTORY}$，$C = {CHUNK}$，每头 {HEAD_DIM} 维，FP64。行数只统计这一次调用（完整重算不保存缓存，所以记为破折号）；练习 3 统计整个生成过程。")
+say_table([["`full_out`", ROWS_PROJECTED["full"], "—"],
            ["`cached_out`", ROWS_PROJECTED["this call"], ROWS_PROJECTED["earlier call"]]],
           en=["path (its output)", "rows projected in this call",
               "rows projected by the earlier call (K, V: the cache)"],

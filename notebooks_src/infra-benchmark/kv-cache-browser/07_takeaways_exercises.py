@@ -78,15 +78,20 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 #
 # <details><summary>Show the answer</summary>
 #
-# Query 6 reads keys 4, 5 and 6; query 7 reads keys 5, 6 and 7. What the mask must keep is the distance
-# between each query and each key. Numbering the query $P + i$, on the same scale as the keys, keeps it;
-# the local index $i$ alone (the upper-left numbering) breaks it, and the window goes wrong in the same way
-# as the upper-left triangle. The window also lets the cache forget: no query of this chunk or a later one
-# reads a key older than $W - 1$ positions before the chunk, so the cache only needs its last $W - 1 = 2$
-# keys and values. With the cache trimmed, the mask may number positions 4–7 as 0–3: that shifts queries
-# and keys by the same amount, so every distance is kept (position embeddings or RoPE would still need
-# the true positions). The next cell builds the window mask from `allowed_keys`, lists the keys each query reads, then runs
-# one attention head three ways: without a cache (all 8 rows projected in one call), with the full cache
+# Query 6 reads keys 4, 5 and 6; query 7 reads keys 5, 6 and 7. No, the mask does not need the absolute
+# positions: it needs one numbering shared by queries and keys, because the window depends only
+# on the distance between a query and a key. Position embeddings or RoPE are different: they need the
+# true positions. Numbering the query $P + i$, on the same scale as the keys, keeps every distance; the
+# local index $i$ alone (the upper-left numbering) breaks them, and the window goes wrong in the same way
+# as the upper-left triangle.
+#
+# The window also lets the cache forget: no query of this chunk or a later one reads a key older than
+# $W - 1$ positions before the chunk, so the cache only needs its last $W - 1 = 2$ keys and values. With
+# the cache trimmed to its last `keep` rows, the next cell's `window_step(keep)` builds the mask with
+# `past_len=keep`: it numbers the kept positions from 0 (with `keep = 2`, positions 4–7 become 0–3), which shifts queries and keys
+# by the same amount, so every distance is kept. That cell builds the window mask from `allowed_keys`,
+# lists the keys each query reads, then runs one attention head three ways: without a cache (all 8 rows
+# projected in one call), with the full cache
 # of the first 6 rows, and with that cache trimmed to its last 2 rows. All three must give the same
 # output; a cache trimmed to 1 row, one too few, must not (the negative control).
 #
@@ -97,7 +102,9 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 #
 # <details><summary>查看答案</summary>
 #
-# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。掩码必须保持的是每个查询与每个键之间的距离。把查询编号为 $P + i$，与键用同一套编号，距离就保持不变；只用局部下标 $i$（即左上角对齐的编号）则会破坏距离，窗口就会和左上角三角形错得一样。窗口还让缓存可以淘汰旧的项：这个分块及其后的查询，都不会读取比分块早 $W - 1$ 个位置以上的键，所以缓存只需保留最后 $W - 1 = 2$ 个键和值。缓存裁短之后，掩码可以把位置 4–7 重新编号为 0–3：查询和键平移了相同的量，每个距离都保持不变（位置嵌入或 RoPE 仍然需要真实位置）。下一个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，再用三种方式运行单个注意力头：不用缓存（一次投影全部 8 行）；用前 6 行的完整缓存；用只保留最后 2 行的缓存。三者的输出必须相同；只保留 1 行的缓存少了一行，输出必须不同（负对照）。
+# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口掩码不需要绝对位置：它需要的是查询和键共用同一套编号，因为窗口只取决于查询与键之间的距离。位置嵌入或 RoPE 则不同，它们需要真实位置。把查询编号为 $P + i$，与键用同一套编号，每个距离都保持不变；只用局部下标 $i$（即左上角对齐的编号）则会破坏距离，窗口就会和左上角三角形错得一样。
+#
+# 窗口还让缓存可以淘汰旧的项：这个分块及其后的查询，都不会读取比分块早 $W - 1$ 个位置以上的键，所以缓存只需保留最后 $W - 1 = 2$ 个键和值。缓存裁短为最后 `keep` 行之后，下一个单元格的 `window_step(keep)` 用 `past_len=keep` 构造掩码：它把保留下来的位置从 0 开始重新编号（`keep = 2` 时，位置 4–7 变成 0–3），查询和键平移了相同的量，所以每个距离都保持不变。这个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，再用三种方式运行单个注意力头：不用缓存（一次投影全部 8 行）；用前 6 行的完整缓存；用只保留最后 2 行的缓存。三者的输出必须相同；只保留 1 行的缓存少了一行，输出必须不同（负对照）。
 #
 # </details>
 
