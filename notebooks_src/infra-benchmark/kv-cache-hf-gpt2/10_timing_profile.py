@@ -5,10 +5,11 @@
 # `torch.profiler` counts the ATen operations the step launches (ATen is the C++ library behind
 # PyTorch's operators) and, with `with_flops=True`, the floating-point operations of the matrix
 # products; Python's `cProfile` counts the function calls. The next cell, folded, defines the two
-# measurements (calls grouped by the file that defines each function).
+# measurements (calls grouped by the file that defines each function; the ATen self time it also records
+# is only saved to `results.json`).
 
 # %% [markdown] lang="zh"
-# **一步的开销都花在哪里。** 先说结论：两个模型的一个解码步所做的矩阵运算完全相同，但 GPT-2 这一步的 Python 函数调用次数是我们的 {{run:profile.python_ratio:.1f}} 倍。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器统计：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库），打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计函数调用次数。下一个单元格（代码已折叠）定义这两种测量（函数调用按定义它的文件分组）。
+# **一步的开销都花在哪里。** 先说结论：两个模型的一个解码步所做的矩阵运算完全相同，但 GPT-2 这一步的 Python 函数调用次数是我们的 {{run:profile.python_ratio:.1f}} 倍。我们取两个模型各一个解码步（比赛所用提示之后的那个 token），用两种性能分析器统计：`torch.profiler` 统计这一步调用的 ATen 算子（ATen 是 PyTorch 各个运算背后的 C++ 库），打开 `with_flops=True` 后还统计矩阵乘法的浮点运算次数；Python 自带的 `cProfile` 统计函数调用次数。下一个单元格（代码已折叠）定义这两种测量（函数调用按定义它的文件分组；它顺带记录的 ATen 自身耗时只存入 `results.json`）。
 
 # %% tags=["hide-input"]
 import cProfile
@@ -129,13 +130,13 @@ if HAVE_TRANSFORMERS:
 # Which operations, and where do the calls go? Expect ours to show more ATen calls on most rows of the
 # first table: every projection of ours is an `nn.Linear`, whose `aten::linear` launches a transpose and
 # views around its product, and we compute Q, K and V with three products where GPT-2's `c_attn` makes one
-# `addmm`. The next cell, folded, prints two tables: the ATen operations each step calls most often
-# (calls per step), and the
+# `addmm`. The next cell, folded, prints three tables: the ATen operations each step calls most often
+# (calls per step); the matrix products alone, whose FLOPs add up to the earlier table's matrix-product FLOPs; and the
 # function calls of one step by the file that defines the function (`<built-in>`: functions implemented
 # in C; `<cell>`: functions defined in this notebook's cells).
 
 # %% [markdown] lang="zh"
-# 具体是哪些算子？函数调用又花在了哪里？第一张表的多数行上，我们的调用次数会更多：我们的每个投影都是一个 `nn.Linear`，它的 `aten::linear` 在矩阵乘法前后还要调用转置和视图操作；而且我们用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次 `addmm`。下一个单元格（代码已折叠）打印两张表：第一张列出在任一步中调用最多的 ATen 算子（每步的调用次数），第二张把一步中的函数调用按定义该函数的文件分组统计：`<built-in>` 指用 C 实现的内置函数，`<cell>` 指本笔记本单元格里定义的函数。
+# 具体是哪些算子？函数调用又花在了哪里？第一张表的多数行上，我们的调用次数会更多：我们的每个投影都是一个 `nn.Linear`，它的 `aten::linear` 在矩阵乘法前后还要调用转置和视图操作；而且我们用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次 `addmm`。下一个单元格（代码已折叠）打印三张表：第一张列出在任一步中调用最多的 ATen 算子（每步的调用次数）；第二张只列矩阵乘法，其浮点运算次数之和就是前面那张表中的矩阵乘法浮点运算次数；第三张把一步中的函数调用按定义该函数的文件分组统计：`<built-in>` 指用 C 实现的内置函数，`<cell>` 指本笔记本单元格里定义的函数。
 
 # %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:
@@ -145,6 +146,10 @@ if HAVE_TRANSFORMERS:
                      key=lambda op: -max(ours_ops.get(op, none)[0], gpt2_ops.get(op, none)[0]))[:10]
     say_table([[f"`{op}`", f"{ours_ops.get(op, none)[0]:g}", f"{gpt2_ops.get(op, none)[0]:g}"] for op in top_ops],
               en=["ATen op", "ours: calls", "GPT-2: calls"], zh=["ATen 算子", "我们的：调用次数", "GPT-2：调用次数"])
+    say_table([[f"`{op}`"] + [f"{ops.get(op, none)[k]:,.0f}" for ops in (ours_ops, gpt2_ops) for k in (0, 2)]
+               for op in MATMUL_OPS],
+              en=["matrix product", "ours: calls", "ours: FLOPs", "GPT-2: calls", "GPT-2: FLOPs"],
+              zh=["矩阵乘法", "我们的：调用次数", "我们的：浮点运算次数", "GPT-2：调用次数", "GPT-2：浮点运算次数"])
     ours_python, gpt2_python = step_profile["ours"]["python"], step_profile["gpt2"]["python"]
     top_sources = sorted(set(ours_python) | set(gpt2_python),
                          key=lambda source: -max(ours_python.get(source, 0), gpt2_python.get(source, 0)))[:10]
@@ -160,7 +165,7 @@ if HAVE_TRANSFORMERS:
 # separate Q, K and V products, as said above).
 #
 # **The calls are not.** GPT-2's step makes {{run:profile.gpt2_python:,}} function calls, ours
-# {{run:profile.ours_python:,}}; the second table shows that the extra ones are the library's machinery
+# {{run:profile.ours_python:,}}; the last table shows that the extra ones are the library's machinery
 # (configuration reads, output dataclasses, the cache object's methods) and the functions implemented in C
 # that this machinery calls. The largest single share of the {{run:profile.extra_calls:,}} extra calls,
 # {{run:profile.top_extra:,}}, comes from `{{run:profile.top_extra_source}}`.
@@ -173,7 +178,7 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="zh"
 # **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。两者调用 ATen 算子的次数相近，分别为 {{run:profile.ours_ops}} 次和 {{run:profile.gpt2_ops}} 次（差别来自 `aten::linear` 和分开计算的 Q、K、V，原因见上文）。
 #
-# **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；第二张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法），以及这些机制所调用的、用 C 实现的函数。在多出来的 {{run:profile.extra_calls:,}} 次调用中，单一来源占得最多的是 `{{run:profile.top_extra_source}}`，共 {{run:profile.top_extra:,}} 次。
+# **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；最后一张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法），以及这些机制所调用的、用 C 实现的函数。在多出来的 {{run:profile.extra_calls:,}} 次调用中，单一来源占得最多的是 `{{run:profile.top_extra_source}}`，共 {{run:profile.top_extra:,}} 次。
 #
 # GPT-2 每步的耗时减去我们的（取比赛的中位数）为 {{run:profile.step_gap_ms:.3f}} 毫秒，平摊到多出来的 {{run:profile.extra_calls:,}} 次调用上，每次约 {{run:profile.us_per_call:.1f}} 微秒。这个除法把全部差距都算在了函数调用头上，所以它只是一个平均值，而不是一次调用的实测开销：这里没有一种工具能只给 Python 代码计时而又不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
 
