@@ -104,8 +104,9 @@ plt.show()
 # * the cached path: the same stream fed in chunks, each call receiving the cache returned by the previous one.
 #
 # Position $t$ of the cached path is compared with position $t$ of the full path, with no shift. The
-# stream is fixed: 24 token IDs drawn from `SEED`, with a second, different row for batch 2 so that the
-# two sequences of a batch cannot hide each other's mistakes. The grid covers batch 1 and 2, chunks of 1,
+# stream is fixed: 24 token IDs drawn from `SEED`, with a second, different row for batch 2, so that a bug
+# mixing the two rows on one path only changes that path's logits (a mix-up both paths share would pass
+# this comparison; 6.3 checks for it). The grid covers batch 1 and 2, chunks of 1,
 # 2 and 5 tokens (with 5 the last chunk holds only 4), and FP32 and FP64 on the CPU: 12 configurations.
 # The FP64 runs convert the very same initial weights to FP64 (`.to(torch.float64)`).
 #
@@ -123,7 +124,7 @@ plt.show()
 # * 完整路径：对整段序列只调用一次，不用缓存；
 # * 缓存路径：把同一段序列切成若干分块依次送入，每次调用都带上前一次返回的缓存。
 #
-# 缓存路径的第 $t$ 个位置与完整路径的第 $t$ 个位置对齐比较，不错位。输入序列是固定的：由 `SEED` 生成的 24 个 token ID；batch 为 2 时再加一行不同的序列，免得同一 batch 里的两条序列互相掩盖错误。测试网格包括：batch 为 1 或 2；分块长度为 1、2 或 5（长度为 5 时最后一个分块只有 4 个 token）；在 CPU 上用 FP32 或 FP64。共 12 种配置。FP64 运行用的是同一份初始权重，只是转换成了 FP64（`.to(torch.float64)`）。
+# 缓存路径的第 $t$ 个位置与完整路径的第 $t$ 个位置对齐比较，不错位。输入序列是固定的：由 `SEED` 生成的 24 个 token ID；batch 为 2 时再加一行不同的序列：只在一条路径上把两行混在一起的错误，会改变这条路径的 logits（两条路径同样混杂的错误逃得过这项比较，6.3 另作检查）。测试网格包括：batch 为 1 或 2；分块长度为 1、2 或 5（长度为 5 时最后一个分块只有 4 个 token）；在 CPU 上用 FP32 或 FP64。共 12 种配置。FP64 运行用的是同一份初始权重，只是转换成了 FP64（`.to(torch.float64)`）。
 #
 # 浮点数按不同的顺序求和，舍入结果就会不同；而分块调用时参与乘法的矩阵，形状也与完整调用时不同。因此我们要求的是在容差范围内相等，而不是逐比特相同：`TOLERANCE` 同时用作 `atol` 和 `rtol`，FP32 下为 $10^{-5}$，FP64 下为 $10^{-10}$。这项检查还会核对所有形状，并确认每次调用都没有改动传给它的缓存（每次调用前先克隆一份输入缓存，调用后再与它比较）。
 
