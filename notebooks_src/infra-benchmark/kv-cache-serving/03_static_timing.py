@@ -14,7 +14,7 @@
 # %% [markdown] lang="zh"
 # ## 11. 可选：在 eager 模式下为静态缓存和 `torch.cat` 的解码步计时
 #
-# 本节可以跳过，后面的内容都不依赖它。预期的结果是：模型这样小、又在 CPU 上，两种解码步耗时之差与计时噪声相比很小，在有些前缀长度上，这次运行可能分辨不出两者，在较短的前缀上哪一种更快都有可能。第 5 节表明两种存储对象算出的结果相同；这里为它们计时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步计时，第三项调用只做 `torch.cat` 解码步中的那些复制。每次计时之前都把存储对象恢复到长度 $P$；每一轮把每项调用各计时一次，先后顺序逐轮轮换，这样机器负载的起伏会同样地落到每一项上；我们比较的是**中位数**，几次被拖慢的调用几乎不会改变它。计时之前，两种解码步在每个 $P$ 上给出的 logits 必须在 FP32 容差内一致。计时代码折叠在下面。
+# 本节可以跳过，后面的内容都不依赖它。预期的结果是：模型这样小、又在 CPU 上，两种解码步耗时之差与计时噪声相比很小，在有些前缀长度上，这次运行可能分辨不出两者；在较短的前缀上，哪一种更快都有可能。第 5 节表明两种存储对象算出的结果相同；这里为它们计时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步计时，第三项调用只做 `torch.cat` 解码步中的那些复制。每次计时之前都把存储对象恢复到长度 $P$；每一轮把每项调用各计时一次，先后顺序逐轮轮换，这样机器负载的起伏会同样地落到每一项上；我们比较的是**中位数**，几次被拖慢的调用几乎不会改变它。计时之前，两种解码步在每个 $P$ 上给出的 logits 必须在 FP32 容差内一致。计时代码折叠在下面。
 
 # %% tags=["hide-input"]
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
@@ -172,12 +172,27 @@ STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
 long_interval_contains_copies = bool(gap_intervals[-1, 0] <= copies_p50[-1] <= gap_intervals[-1, 1])
-say(en=f"At $P = {STEP_PREFIXES[-1]}$, the difference's 95% interval " + (
-        "contains the copies' time: at that length the difference is consistent with the copies alone."
-        if long_interval_contains_copies else "does not contain the copies' time: the other differences weigh too."),
-    zh=f"在 $P = {STEP_PREFIXES[-1]}$ 时，差值的 95% 区间" + (
-        "包含复制的耗时：在这个长度上，耗时之差与单独的复制耗时相符。"
-        if long_interval_contains_copies else "不包含复制的耗时：两种解码步的其他区别也起了作用。"))
+# [en] The verdict at the longest P: what the static step saves (the difference) against what the copies cost alone.
+# [zh] 最长前缀上的结论：静态缓存的解码步省下的时间（差值）与单独的复制耗时相比。
+saving, (saving_low, saving_high), copies_cost = gap[-1], gap_intervals[-1], copies_p50[-1]
+case = ("noisy" if saving_low <= 0 and saving_high >= copies_cost else "equal" if long_interval_contains_copies else "more" if saving_low > copies_cost
+        else "some" if saving_low > 0 else "none" if saving_high < 0 else "unclear")
+say(en=f"At $P = {STEP_PREFIXES[-1]}$ the static step " + (f"saves {saving:.3f} ms" if saving >= 0 else f"is {-saving:.3f} ms slower")
+       + f" (95% interval of the saving [{saving_low:+.3f}, {saving_high:+.3f}] ms), while the copies it avoids cost {copies_cost:.3f} ms alone: " + {
+        "noisy": "the interval is too wide to tell a zero saving from one as large as the copies (a loaded machine widens it).",
+        "equal": "within this run's precision, the saving matches the copies alone.",
+        "more": "it saves more than the copies: the `torch.cat` step has other costs besides them.",
+        "some": "it saves less than the copies cost: its own extra writes and views take back part of that saving.",
+        "none": "its own extra writes and views cost more than the copies it avoids.",
+        "unclear": "its own extra writes and views take back part or all of that saving (the run cannot tell whether any is left)."}[case],
+    zh=f"在 $P = {STEP_PREFIXES[-1]}$ 时，静态缓存的解码步" + (f"省下 {saving:.3f} 毫秒" if saving >= 0 else f"慢了 {-saving:.3f} 毫秒")
+       + f"（省下时间的 95% 区间为 [{saving_low:+.3f}, {saving_high:+.3f}] 毫秒），而它免去的复制单独耗时 {copies_cost:.3f} 毫秒：" + {
+        "noisy": "这个区间太宽，分不清是什么也没省下，还是省下了与复制相当的时间（机器负载重时区间会变宽）。",
+        "equal": "在本次运行的精度内，省下的时间与单独的复制耗时相符。",
+        "more": "省下的比复制还多，说明 `torch.cat` 解码步除了复制还有别的开销。",
+        "some": "省下的比复制少，它自己多出的写入和视图抵掉了一部分。",
+        "none": "它自己多出的写入和视图比免去的复制还要耗时。",
+        "unclear": "它自己多出的写入和视图抵掉了其中一部分甚至全部（本次运行分辨不出是否还有剩余）。"}[case])
 
 # %% [markdown] lang="en"
 # **What the table shows.** A `torch.cat` step copies the whole history, $P + 1$ positions of K/V
@@ -191,13 +206,13 @@ say(en=f"At $P = {STEP_PREFIXES[-1]}$, the difference's 95% interval " + (
 # whose count differs), so the copies' time need not equal the step difference, and where the copies are
 # cheap the static step can even be the slower one. The line under the table gives this run's verdict at each
 # prefix length: which step was faster where the 95% interval of the difference excludes zero, and "cannot
-# tell" where it contains zero. At $P = {{run:step.prefix}}$ the interval is [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] ms;
-# the line under the figure says whether it contains the copies' time there. Timing is therefore reported, not asserted. On a GPU with a large
+# tell" where it contains zero; timing is therefore reported, not asserted. The line under the figure compares,
+# at $P = {{run:step.prefix}}$, what the static step saves with what the copies alone cost. On a GPU with a large
 # model the picture changes: a decode step is bound by memory bandwidth, and the copies of a `torch.cat`
 # cache become extra memory traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差；在复制很便宜的地方，静态缓存的解码步甚至可能更慢。表下方的一行给出本次运行在每个前缀长度上的结论：差值的 95% 区间不包含 0 时，说明哪一种解码步更快；包含 0 时，则是“分辨不出快慢”。在 $P = {{run:step.prefix}}$ 时，这个区间是 [{{run:step.long_gap_low_ms:+.3f}}, {{run:step.long_gap_high_ms:+.3f}}] 毫秒；它是否包含该长度上复制的耗时，见图下方的一行说明。所以计时只报告，不做断言。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差；在复制开销很小的前缀长度上，静态缓存的解码步甚至可能更慢。表下方的一行给出本次运行在每个前缀长度上的结论：差值的 95% 区间不包含 0 时，说明哪一种解码步更快；包含 0 时，则是“分辨不出快慢”。因此计时只报告，不做断言。图下方的一行在 $P = {{run:step.prefix}}$ 上比较静态缓存的解码步省下的时间与单独的复制耗时。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]

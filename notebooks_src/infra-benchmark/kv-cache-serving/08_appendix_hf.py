@@ -72,7 +72,7 @@ else:
 
 # %% [markdown] lang="en"
 # One greedy loop serves both comparisons. It passes GPT-2 the attention mask of the whole sequence so
-# far and explicit `position_ids`, computed as `generate` computes them in transformers 5.23
+# far and explicit `position_ids`, computed as `generate` computes them in transformers 5.23.0
 # (`_prepare_position_ids_for_generation` in `generation/utils.py`): `cumsum - 1` over the attention
 # mask, padding slots at position 0 (section 4 showed that the padding slots' position cannot matter),
 # and after each step the last position plus one. Which slot a new K/V goes to is the cache's own
@@ -94,7 +94,7 @@ else:
 # of ours, and the trap caught, its logits within $10^{-10}$ of our `arange_positions` run.
 
 # %% [markdown] lang="zh"
-# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码和显式的 `position_ids` 交给 GPT-2。`position_ids` 的算法与 transformers 5.23 中 `generate` 的相同（`generation/utils.py` 里的 `_prepare_position_ids_for_generation`）：由注意力掩码按 `cumsum - 1` 算出，填充位取位置 0（第 4 节已经表明填充位取什么位置都没有影响），此后每一步取上一个位置加 1。新的 K/V 写进哪个槽位由缓存自己决定，不由参数指定：`DynamicCache` 接在末尾，`StaticCache` 用计数器 `cumulative_length` 记下已写入的槽位数，接着往后写（`cache_utils.py` 里的 `StaticLayer.update`）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
+# 两项比较共用一个贪心生成循环。它把目前为止整个序列的注意力掩码和显式的 `position_ids` 交给 GPT-2。`position_ids` 的算法与 transformers 5.23.0 中 `generate` 的相同（`generation/utils.py` 里的 `_prepare_position_ids_for_generation`）：由注意力掩码按 `cumsum - 1` 算出，填充位取位置 0（第 4 节已经表明填充位取什么位置都没有影响），此后每一步取上一个位置加 1。新的 K/V 写进哪个槽位由缓存自己决定，不由参数指定：`DynamicCache` 接在末尾，`StaticCache` 用计数器 `cumulative_length` 记下已写入的槽位数，接着往后写（`cache_utils.py` 里的 `StaticLayer.update`）。之所以手写这个循环，是因为即使模型是 FP64，`generate` 返回的 logits 也是 FP32（单元格会核对这一点），用来做 FP64 比较太粗；它贪心生成的 token 我们也一并核对。
 #
 # 再用一个陷阱说明这项比较确实能失败：同样的循环，但**不传 `position_ids`**。这时 `GPT2Model.forward`（`models/gpt2/modeling_gpt2.py`）把新 token 的位置取为 `arange(T_new) + cache.get_seq_length()`，即从缓存已有的槽位数接着编号，填充槽位也算在内，于是左填充的行得到的位置比应有的大，多出的正好是它的填充长度。这正是第 4 节 `arange` 的错误，只不过这次是在调用库时犯的。它必须被查出来；而且如果机制确实如此，GPT-2 的这个陷阱还必须与我们的解码器换用第 4 节故意写错的 `arange_positions` 后的结果相差不超过 $10^{-10}$。
 #
