@@ -1,8 +1,9 @@
 # %% [markdown] lang="en"
 # **What each form moves.** The answer first: the expand-on-read form saves cache capacity, not memory traffic. In
 # an unfused implementation, where each operation reads its inputs from memory once and writes its output once (the
-# assumption of every byte count below), at DeepSeek-V3's size and 32,768 keys it moves
-# {{run:mla.expand_on_read_traffic_ratio:.1f}} times the bytes the naive form reads and does
+# assumption of every byte count below), at DeepSeek-V3's size and 32,768 keys everything it reads and writes per step
+# comes to {{run:mla.expand_on_read_traffic_ratio:.1f}} times the naive form's cache read alone (all the naive form moves
+# per cached key, since it caches keys and values already expanded), and it does
 # {{run:mla.expand_on_read_macs_ratio:.0f}} times its multiply-adds. The absorbed form does about
 # {{run:mla.absorbed_vs_naive_macs:.1f}} times the attention arithmetic of the naive one per key, but reads
 # 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it behaves like multi-query attention whose one K/V head,
@@ -27,7 +28,7 @@
 # </details>
 
 # %% [markdown] lang="zh"
-# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。在非融合的实现中，每个运算从内存读一次输入、写一次输出（下文所有字节数都基于这一假设）；在 DeepSeek-V3 的规模、32,768 个键时，读时展开形式搬运的字节数是朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。
+# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。在非融合的实现中，每个运算从内存读一次输入、写一次输出（下文所有字节数都基于这一假设）；在 DeepSeek-V3 的规模、32,768 个键时，读时展开形式每步读写的全部字节，是朴素形式仅读取缓存的字节数的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍（朴素形式缓存的就是展开好的键和值，所以每个缓存的键只需这一次读取），乘加次数则是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。
 #
 # <details><summary>可选：读时展开形式的字节从何而来</summary>
 #
@@ -153,8 +154,8 @@ assert per_position == r + dR + H * (4 * dC + 2 * dR + 2 * dv)
 assert traffic_total == expand_on_read_traffic(d, T)
 EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
 EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"]
-say(en=f"Expand-on-read against naive: {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times the bytes, {EXPAND_ON_READ_MACS_RATIO:.0f} times the multiply-adds.",
-    zh=f"读时展开形式与朴素形式相比：字节数是 {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} 倍，乘加次数是 {EXPAND_ON_READ_MACS_RATIO:.0f} 倍。")
+say(en=f"Expand-on-read against naive: all its bytes read and written are {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times naive's cache read; multiply-adds {EXPAND_ON_READ_MACS_RATIO:.0f} times.",
+    zh=f"读时展开形式与朴素形式相比：它读写的全部字节是朴素形式缓存读取量的 {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} 倍；乘加次数是 {EXPAND_ON_READ_MACS_RATIO:.0f} 倍。")
 assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
 
 # %% [markdown] lang="en"

@@ -45,6 +45,10 @@ def sink_window_mask(sinks: int, window: int):
 def cache_positions(allowed):
     # [en] The position of each key as its query sees it: its rank among the keys that query reads.
     # [zh] 每个键在其查询看来的位置：它在该查询所读取的键中的排名。
+    # [en] A key the query does not read gets the number of the nearest read key on its left, or -1 if there is none,
+    # [en] which clamp_min(0) makes a valid position 0. Either is harmless: the mask hides that key from that query.
+    # [zh] 查询不读取的键，得到的是它左边最近一个被读取的键的编号；左边没有被读取的键时得到 -1，clamp_min(0)
+    # [zh] 把它变成合法的位置 0。两种情况都无害：掩码会对这个查询屏蔽该键。
     return (allowed.long().cumsum(dim=-1) - 1).clamp_min(0)                     # [T_new, T_keys]
 
 
@@ -99,16 +103,17 @@ class SinkRingKV(RingKV):
         return super().nbytes() + (0 if self.first.k is None else self.first.nbytes())
 
 # %% [markdown] lang="en"
-# `StreamingAttention` caches K *without* rotating it. At every read it rotates each query at its own cache position
-# (the last of the keys it reads, its own: the number of those keys minus 1) and, for every (query, key) pair, the key at the position that query gives it, a `[B, H, T_new, T_keys, D]` tensor;
-# then it attends under the sink-and-window mask. With one new token that tensor is just the cached keys, each
-# rotated once at its place in the cache (what a real decoder does); the pairwise form is needed only for a chunk of
-# several tokens, because the window slides between its queries. In the table above, a chunk of tokens 20 and 21:
-# query 20 reads key 14 at cache position 5, query 21 (whose window no longer holds key 13) at position 4, so key 14
-# must be rotated once for each of them.
+# `StreamingAttention` caches K *without* rotating it and rotates at every read. Decoding one token, it rotates the
+# query at its own cache position (the last of the keys it reads, its own: the number of those keys minus 1) and each
+# cached key once, at its place in the cache (what a real decoder does). A chunk of several tokens needs more, because
+# the window slides between its queries. In the table above, a chunk of tokens 20 and 21: query 20 reads key 14 at
+# cache position 5, query 21 (whose window no longer holds key 13) at position 4, so key 14 must be rotated once for
+# each. The layer therefore rotates, for every (query, key) pair, the key at the position that query gives it, a
+# `[B, H, T_new, T_keys, D]` tensor (with $T_\text{new} = 1$, the one-token case above), and then attends under the
+# sink-and-window mask.
 
 # %% [markdown] lang="zh"
-# `StreamingAttention` 缓存的是**未经旋转**的 K。每次读取时，它按每个查询自己的缓存位置旋转查询（查询本身就是它读取的最后一个键，位置等于它读取的键数减 1），并为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量；然后在“汇聚点加窗口”的掩码下计算注意力。只送入一个新 token 时，这个张量就是缓存中的键，每个键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）；只有一次送入多个 token 时才需要逐对的形式，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。
+# `StreamingAttention` 缓存的是**未经旋转**的 K，每次读取时再旋转。解码单个 token 时，它按查询自己的缓存位置旋转查询（查询本身就是它读取的最后一个键，位置等于它读取的键数减 1），并把每个缓存的键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）。一次送入多个 token 时就不够了，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。因此，这个注意力层为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量（$T_\text{new} = 1$ 时就是上面单个 token 的情形），然后在“汇聚点加窗口”的掩码下计算注意力。
 
 # %%
 class StreamingAttention(Attention):

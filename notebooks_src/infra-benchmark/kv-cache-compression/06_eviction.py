@@ -42,11 +42,12 @@
 # keeps those 8 window positions. These sizes are scaled down to our 64-token prompts: SnapKV's reference code
 # (`init_snapkv` in `snapkv_utils.py` of FasterDecoding/SnapKV) defaults to an observation window of 32 and a pooling
 # kernel of 5 for prompts of thousands of tokens, with average pooling; we use its other option, max pooling, under
-# which every key within 2 positions of a strongly attended one scores at least as high as that key. The control
+# which a key's score is the largest unpooled score (`votes`) within 2 positions of it, so every key within 2 positions
+# of a strongly attended one scores at least that key's own unpooled score. The control
 # keeps H2O's recent half and fills the rest at random: same recency, no information.
 
 # %% [markdown] lang="zh"
-# **各个策略。** 每个策略接收提示的注意力权重 `[B, H, P, P]` 和预算，为每个（提示，头）返回要保留的位置。`keep_top` 先强制保留最新的若干位置，再保留得分最高的位置。H2O 用一个键从全部提示查询那里得到的注意力之和作为它的得分，并把一半预算留给最新的位置。SnapKV 用最后 8 个提示查询对这个键的注意力作为得分，在相邻 5 个位置上做最大池化，并保留这 8 个窗口位置。这些尺寸是按我们 64 个 token 的提示缩小过的：SnapKV 的参考代码（FasterDecoding/SnapKV 中 `snapkv_utils.py` 的 `init_snapkv`）面向数千个 token 的提示，默认观察窗口为 32、池化核为 5，并使用平均池化；我们用的是它的另一个选项，最大池化：与某个被强烈关注的键相距不超过 2 个位置的每个键，得分都不低于那个键。负对照保留与 H2O 相同的最新一半，其余位置随机选取：新旧程度相同，但不含任何信息。
+# **各个策略。** 每个策略接收提示的注意力权重 `[B, H, P, P]` 和预算，为每个（提示，头）返回要保留的位置。`keep_top` 先强制保留最新的若干位置，再保留得分最高的位置。H2O 用一个键从全部提示查询那里得到的注意力之和作为它的得分，并把一半预算留给最新的位置。SnapKV 用最后 8 个提示查询对这个键的注意力作为得分，在相邻 5 个位置上做最大池化，并保留这 8 个窗口位置。这些尺寸是按我们 64 个 token 的提示缩小过的：SnapKV 的参考代码（FasterDecoding/SnapKV 中 `snapkv_utils.py` 的 `init_snapkv`）面向数千个 token 的提示，默认观察窗口为 32、池化核为 5，并使用平均池化；我们用的是它的另一个选项，最大池化：一个键的得分，是与它相距不超过 2 个位置的各个键池化前得分（`votes`）中的最大值，所以与某个被强烈关注的键相距不超过 2 个位置的每个键，得分都不低于那个键自己池化前的得分。负对照保留与 H2O 相同的最新一半，其余位置随机选取：新旧程度相同，但不含任何信息。
 
 # %%
 def keep_top(scores, budget: int, newest: int):
@@ -164,7 +165,7 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 
 # %% [markdown] lang="en"
 # **A model with favourites.** With random weights, attention has only weak, incidental preferences (keys of larger
-# norm; early keys, which every later query can see), so there is little for a policy to find: without help, expect
+# norm; and summing attention over queries, as H2O's score does, favours early keys, which more queries can see), so there is little for a policy to find: without help, expect
 # results near the random-eviction control's (the sweep's figure gives the numbers). Trained models are different (H2O
 # reports attention that is sparse and concentrated on a few tokens). `query_bias` is a toy stand-in for such
 # trained attention: one fixed vector added to every query of a head before RoPE, so that the same few keys score
@@ -180,7 +181,7 @@ assert not torch.equal(kept[0, 0], kept[0, 1]) and all(kept[0, h, -8:].tolist() 
 # share must stay below a quarter. These thresholds were set after a first run.
 
 # %% [markdown] lang="zh"
-# **有偏好的模型。** 随机权重下，注意力只有微弱的、偶然的偏好（范数较大的键；靠前的键，因为之后的每个查询都看得到它们），所以策略几乎无从下手：不加帮助时，结果应与随机淘汰的对照相近（具体数字见扫描结果的图）。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。`query_bias` 是这种训练后注意力的玩具替身：在 RoPE 之前给某个头的每个查询都加上同一个固定向量，使得同样几个键对大多数查询都得分很高。它给键 $s$ 带来的得分 $b \cdot R_{s-t} k_s$ 随距离变化；但转得较慢的那一半坐标对在 64 个位置内转过的角度不到 1 弧度，偏置在这些坐标上几乎不变。扫描时把它分别设为 0（普通的随机权重）和 4（与查询的其余部分相比很大）。
+# **有偏好的模型。** 随机权重下，注意力只有微弱的、偶然的偏好（范数较大的键；另外，像 H2O 的得分那样把注意力对各个查询求和，会偏向靠前的键，因为能看到它们的查询更多），所以策略几乎无从下手：不加帮助时，结果应与随机淘汰的对照相近（具体数字见扫描结果的图）。训练好的模型则不然（H2O 报告说，注意力是稀疏的，集中在少数几个 token 上）。`query_bias` 是这种训练后注意力的玩具替身：在 RoPE 之前给某个头的每个查询都加上同一个固定向量，使得同样几个键对大多数查询都得分很高。它给键 $s$ 带来的得分 $b \cdot R_{s-t} k_s$ 随距离变化；但转得较慢的那一半坐标对在 64 个位置内转过的角度不到 1 弧度，偏置在这些坐标上几乎不变。扫描时把它分别设为 0（普通的随机权重）和 4（与查询的其余部分相比很大）。
 #
 # **把偏好展示出来。** 下一个单元格用两种偏置分别读入同样的四个各含 64 个 token 的提示，记录每一层在提示上的注意力。对每个（层，提示，头），取提示后一半的查询，找出从这些查询得到注意力最多的 8 个键（提示的八分之一），报告两个数：这些查询的注意力中落在这 8 个键上的比例，以及自己最关注的键恰好是其中之一的查询所占的比例。有偏置时，两者都必须很大（比例超过一半）；没有偏置时，比例必须低于四分之一。这些阈值是在第一次运行之后定下的。
 
