@@ -1,7 +1,5 @@
 # %% [markdown] lang="en"
-# **Rotary position embeddings (RoPE), the code only.** Llama-shaped models give attention its positions by
-# rotating each query and key head, not by adding a position vector to the embedding. The attention layer
-# calls it when the configuration sets `rope=True`. Coordinate $i$ of a head is paired with coordinate
+# **The code of `Rotary`.** The attention layer calls `Rotary` when the configuration sets `rope=True`. Coordinate $i$ of a head is paired with coordinate
 # $i + D_h/2$ (the `rotate_half` layout of Hugging Face's Llama, so that no weights need reordering to compare
 # with it), and pair $i$ of a token at position $p$ is turned by the angle $p\,\theta_i$,
 # $\theta_i = \Theta^{-2i/D_h}$ ($D_h$ the head size). `Rotary` computes the cosines and sines of every position once, in FP64 unless
@@ -9,7 +7,7 @@
 # against the vectors, so a layer can give every (query, key) pair a position of its own.
 
 # %% [markdown] lang="zh"
-# **旋转位置编码（RoPE）：先看代码。** Llama 结构的模型不把位置向量加到嵌入上，而是旋转每个查询头和键头，以此把位置交给注意力。配置中设了 `rope=True` 时，注意力层会调用它。每个头的第 $i$ 维与第 $i + D_h/2$ 维配成一对（即 Hugging Face Llama 的 `rotate_half` 布局，与它对照时不必重排权重）；位于位置 $p$ 的 token，其第 $i$ 对旋转 $p\,\theta_i$ 角，$\theta_i = \Theta^{-2i/D_h}$（$D_h$ 为每个头的维数）。`Rotary` 把所有位置的余弦和正弦一次算好（除非另行指定精度，否则用 FP64），之后按位置查表。`positions` 可以是任何能与向量广播的形状，这样一个注意力层就能为每一对（查询，键）指定各自的位置。
+# **`Rotary` 的代码。** 配置中设了 `rope=True` 时，注意力层会调用 `Rotary`。每个头的第 $i$ 维与第 $i + D_h/2$ 维配成一对（即 Hugging Face Llama 的 `rotate_half` 布局，与它对照时不必重排权重）；位于位置 $p$ 的 token，其第 $i$ 对旋转 $p\,\theta_i$ 角，$\theta_i = \Theta^{-2i/D_h}$（$D_h$ 为每个头的维数）。`Rotary` 把所有位置的余弦和正弦一次算好（除非另行指定精度，否则用 FP64），之后按位置查表。`positions` 可以是任何能与向量广播的形状，这样一个注意力层就能为每一对（查询，键）指定各自的位置。
 
 # %%
 def rotate_half(x):

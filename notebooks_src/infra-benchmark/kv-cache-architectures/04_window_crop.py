@@ -42,18 +42,20 @@ assert CROP["crop_receptive_field"] < 1e-10 < 1e-6 < min(CROP["crop_receptive_fi
 # %% [markdown] lang="en"
 # **Negative control 3: cropping the context to $W$ tokens instead of masking.** A tempting shortcut: to produce the
 # logits at position $t$, run the model on the last $W$ tokens only, as a fresh sequence with positions restarting
-# at 0 (`crop_W_restart`). It makes two mistakes, and only one is visible here. It cuts off the receptive field, as
-# the last row above showed. And its positions restart, which RoPE happens not to see (section 5's lesson): `restart_vs_true_positions` compares it
+# at 0 (`crop_W_restart`). It makes two mistakes: it cuts off the receptive field, as the last row above showed,
+# which is what changes its logits; and it restarts the positions at 0, which RoPE cannot see, since scores depend
+# only on position differences (section 5's lesson). `restart_vs_true_positions` compares it
 # with the same crop at its true positions and must find no difference beyond FP64 rounding. The control must
 # be caught by the comparison with the windowed model.
 
 # %% [markdown] lang="zh"
-# **负对照 3：把上下文裁剪到 $W$ 个 token，而不是使用掩码。** 一条看似省事的捷径：要得到位置 $t$ 的 logits，只把最后 $W$ 个 token 当作一条新序列送入模型，位置从 0 重新开始（`crop_W_restart`）。这种做法犯了两个错误，但这里只看得到一个。它切掉了感受野的一部分，上表最后一行已经说明了这一点。它的位置也重新开始了，不过 RoPE 恰好看不到这一点（第 5 节的教训）：`restart_vs_true_positions` 把它与保留真实位置的同样裁剪相比较，差异必须不超过 FP64 的舍入误差。与滑动窗口模型的比较必须查出这个负对照。
+# **负对照 3：把上下文裁剪到 $W$ 个 token，而不是使用掩码。** 一条看似省事的捷径：要得到位置 $t$ 的 logits，只把最后 $W$ 个 token 当作一条新序列送入模型，位置从 0 重新开始（`crop_W_restart`）。这种做法犯了两个错误：一是切掉了感受野的一部分（上表最后一行已经说明了这一点），logits 正是因此而变；二是让位置从 0 重新开始，而 RoPE 看不到这一点，因为注意力分数只依赖位置之差（第 5 节的教训）。`restart_vs_true_positions` 把它与保留真实位置的同样裁剪相比较，差异必须不超过 FP64 的舍入误差。与滑动窗口模型的比较必须查出这个负对照。
 
 # %%
 crops["crop_W_restart"], CROP["crop_W_restart"] = crop_vs_windowed(WINDOW, False)
 CROP["restart_vs_true_positions"] = max_abs_err(crops["crop_W_restart"], crops["crop_W_true_positions"])
-CONTROLS["crop_to_window"] = {"section": 6, "check": "crop_vs_windowed", "measured": CROP["crop_W_restart"],
+CONTROLS["crop_to_window"] = {"section": 6, "check": "crop_vs_windowed", "unit": "crop_logits",
+                              "measured": CROP["crop_W_restart"],
                               "caught": CROP["crop_W_restart"] > 1e-2}
 say_table([[f"`{name}`", f"{CROP[name]:.2e}"] for name in ("crop_W_restart", "restart_vs_true_positions")],
           en=[f"comparison (FP64, positions {WINDOW} to {STREAM_LEN - 1})", "max abs logit difference"],

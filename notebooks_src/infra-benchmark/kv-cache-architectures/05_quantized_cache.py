@@ -10,9 +10,10 @@
 # * **K per channel:** the cached keys are cut into groups of $G$ consecutive positions, and each channel of
 #   each group gets its own scale and minimum;
 # * **V per token:** each position of each head gets its own scale and minimum over its $D_h$ channels;
-# * **a full-precision window:** the most recent positions (every position until $R + G$ have piled up; after that
-#   at least $R$, fewer than $R + G$) stay in the model's dtype; whenever $G$ positions beyond $R$ have piled up,
-#   the oldest $G$ are quantized as a group.
+# * **a full-precision window:** the newest {{run:quant.residual}} to {{run:quant.residual_max}} positions ($R$ to
+#   $R + G - 1$) stay in the model's dtype; each time {{run:quant.trigger}} ($R + G$) are waiting, the oldest
+#   {{run:quant.group}} ($G$) are quantized together. Before the first {{run:quant.trigger}} have piled up, every
+#   position stays in full precision.
 #
 # With $R = 16$ and $G = 8$, one token per call, the rule gives this timeline (the state after the call that brings
 # the cache to $l$ positions):
@@ -34,7 +35,7 @@
 #
 # * **K 按通道量化**：把缓存中的键按每 $G$ 个相邻位置分成一组，每组的每个通道各有自己的缩放因子和最小值；
 # * **V 按 token 量化**：每个头的每个位置，在它的 $D_h$ 个通道上各有自己的缩放因子和最小值；
-# * **全精度窗口**：最近的若干位置（缓存的位置积累到 $R + G$ 个之前就是全部位置；此后至少 $R$ 个，少于 $R + G$ 个）保持模型原本的精度；超出 $R$ 的位置每积累满 $G$ 个，就把最旧的 $G$ 个作为一组量化。
+# * **全精度窗口**：最新的 {{run:quant.residual}} 到 {{run:quant.residual_max}} 个位置（$R$ 到 $R + G - 1$ 个）保持模型原本的精度；每当有 {{run:quant.trigger}} 个（$R + G$ 个）位置等待量化，就把其中最旧的 {{run:quant.group}} 个（$G$ 个）作为一组一起量化。缓存积累到 {{run:quant.trigger}} 个位置之前，所有位置都保持全精度。
 #
 # 取 $R = 16$、$G = 8$、每次调用送入一个 token，这条规则给出下面的时间线（表中是使缓存达到 $l$ 个位置的那次调用之后的状态）：
 #

@@ -6,8 +6,8 @@
 # **A. Why criterion 1 of section 4 asks for a tolerance.** Section 3's decoder and `Decoder` run the same
 # operations in the same order, but hand the kernel keys in different memory layouts, and the logits may differ
 # in their last bits. Here is that rounding difference on the product itself:
-# `q @ k.T` for a batch of 2, with `k` a transposed view of a projection (as section 3's decoder passes it)
-# and with its contiguous copy (as `repeat_interleave` passes it), for every length from 1 to 24. The two
+# `q @ k.T` for a batch of 2, with `k` a transposed view of a projection (as section 3's decoder passes it on a
+# call with no cache; once `torch.cat` has joined a cache, its keys are contiguous) and with its contiguous copy (as `repeat_interleave` passes it), for every length from 1 to 24. The two
 # hold the same values in different layouts. On the machine that ran this notebook,
 # {{run:gqa.layout_lengths_differing}} of the 24 lengths rounded differently, by up to
 # {{run:gqa.layout_max_diff:.1e}}; every length agrees within the tolerance. Asserting bit-for-bit equality
@@ -18,7 +18,7 @@
 #
 # 上文有些做法源于下面两种舍入现象；正文并不依赖它们。
 #
-# **A. 第 4 节的判据 1 为什么要用容差。** 第 3 节的解码器和 `Decoder` 按相同的顺序执行相同的运算，但交给内核的键内存布局不同，logits 可能在最后几个比特上不同。下面直接在乘积上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器就这样传递）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。如果在这里断言逐比特相同，断言的其实是机器的性质，而不是代码的性质。
+# **A. 第 4 节的判据 1 为什么要用容差。** 第 3 节的解码器和 `Decoder` 按相同的顺序执行相同的运算，但交给内核的键内存布局不同，logits 可能在最后几个比特上不同。下面直接在乘积上展示这种舍入差异：batch 为 2 的 `q @ k.T`，`k` 分别取投影结果转置后的视图（第 3 节的解码器在没有缓存的调用中就这样传递；一旦 `torch.cat` 拼接了缓存，它的键就是连续存储的）和它的连续副本（`repeat_interleave` 传递的就是副本），长度从 1 取到 24。两者的数值相同，只是内存布局不同。在运行本笔记本的机器上，24 个长度中有 {{run:gqa.layout_lengths_differing}} 个的舍入结果不同，最大绝对误差为 {{run:gqa.layout_max_diff:.1e}}；每个长度上两者都在容差内一致。如果在这里断言逐比特相同，断言的其实是机器的性质，而不是代码的性质。
 
 # %% tags=["hide-input"]
 def by_view_and_by_copy(length: int):
