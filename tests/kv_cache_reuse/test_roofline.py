@@ -47,3 +47,12 @@ def test_the_sweeps(nb):
     # GB/s and GFLOP/s of one row describe the same time: their ratio is the row's intensity.
     assert all(r["gflops"] / r["gbs"] == pytest.approx(r["intensity"]) for r in weights + cache)
     assert all(nb["ROOFLINE_CHECKS"].values()) and all(c["caught"] for c in nb["ROOFLINE_CONTROLS"].values())
+
+
+def test_the_amortization_control_is_its_own_wrong_computation(nb):
+    """The control charges each token the whole call's time (the bug `time per token not divided by the batch`):
+    other numbers than the check's, which the same test rejects."""
+    per_call = [r["ms_per_token"] * r["batch"] for r in nb["WEIGHT_SWEEP"]]
+    assert nb["weight_ms_per_call"] == per_call and per_call != nb["weight_ms"]
+    assert nb["amortized"](nb["weight_ms"]) and not nb["amortized"](per_call)
+    assert nb["ROOFLINE_CONTROLS"]["weights_not_amortized"] == {"caught": True}

@@ -1,6 +1,6 @@
 # %% [markdown] lang="en"
 # **Negative controls.** Three mistakes a prefix cache can make, each a subclass of `PrefixPool` that
-# changes one method, each served through the same loop and judged by the same comparison with the cold
+# changes one method (two for the partly filled block), each served through the same loop and judged by the same comparison with the cold
 # runs. They need situations that the random stream above does not produce on its own, so they run on two
 # small scenarios, which the correct pool must pass as well:
 #
@@ -24,7 +24,7 @@
 # | | 2 | 36 tokens not seen before | 4 | 7 | nothing; it needs 10 blocks, and request 1 may take 4 of the 12 |
 
 # %% [markdown] lang="zh"
-# **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixPool` 一个方法的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
+# **负对照**：前缀缓存可能犯的三种错误，各自写成只改动 `PrefixPool` 一个方法（共享未填满的物理块时改动两个）的子类，都用同一个服务循环运行，也都用同样的方法与冷启动结果比较。上面的随机请求流自己不会产生触发这些错误的情形，所以它们运行在两个小场景上；正确的池也必须通过这两个场景：
 #
 # * **共用文档**（`shared_documents`，池中有 64 个物理块）：先是两个系统提示不同的请求，然后一个请求把先前见过的一份文档接在第二段系统提示后面；接着是一段最后一个物理块未填满的文本，以及同一段文本再加一个 token；
 # * **池满**（`full_pool`，12 个物理块）：一个请求把它的系统提示留在缓存里，第二个请求命中这段提示；第三个请求很长，在第二个请求运行期间到达，需要的物理块比空闲的还多。
@@ -58,7 +58,7 @@ def scenario_specs(seed):
 SCENARIOS = scenario_specs(SEED + 2)
 
 # %% [markdown] lang="en"
-# **The three mistakes**, each a subclass that changes one method of `PrefixPool`:
+# **The three mistakes**, each a subclass of `PrefixPool` that changes one method, except the second, which changes two:
 #
 # * **block hashed without its prefix**: each block's hash covers its own tokens only. In request 2 the
 #   document's blocks then "hit" the blocks that request 0 computed after system prompt 1: same tokens,
@@ -66,19 +66,20 @@ SCENARIOS = scenario_specs(SEED + 2)
 # * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too. Request 4
 #   then shares request 3's last block, but by the time it arrives, request 3 has written its first
 #   generated tokens into the free slots of that block: request 4 reads them as if they were part of its
-#   own prompt. The pool's `lookup` caps request 4's hit at the 14 tokens of the text (the table below shows 14), but `read_kv`
-#   reads every filled slot of the blocks request 4 holds: 16 positions, 2 of them request 3's generated tokens. So the bug
-#   shows in the read, not in the hit count. (Request 3 itself is safe: a full block is never written again, and the store copies a
+#   own prompt. Its `block_hashes` hashes that block, and its `lookup` caps request 4's hit at the 14 tokens of the text (the table below shows 14),
+#   but `read_kv` reads every filled slot of the blocks request 4 holds: 16 positions, 2 of them request 3's generated tokens,
+#   and the cache's length, 16, also puts request 4's last prompt token at position 16 instead of 14. So the bug
+#   shows in the read and the positions, not in the hit count. (Request 3 itself is safe: a full block is never written again, and the store copies a
 #   shared block that is not full before writing into it.)
 # * **held block left in the LRU queue**: `hold` raises the count but forgets to take the block out of
 #   the queue. When request 2 needs more blocks than are free, the pool evicts a system-prompt block that
 #   request 1 still reads, and request 2 writes its own K/V into it.
 
 # %% [markdown] lang="zh"
-# **三种错误**，每种都是只改动 `PrefixPool` 一个方法的子类：
+# **三种错误**，每种都是 `PrefixPool` 的子类，只改动一个方法，第二种除外，它改动两个：
 #
 # * **块哈希不含前缀**：每个物理块的哈希只覆盖它自己的 token。于是在请求 2 中，文档所在的物理块“命中”了请求 0 在系统提示 1 之后算出的那些物理块：token 相同，前缀不同，K/V 也就不同；
-# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读。池的 `lookup` 把请求 4 的命中数限制在这段文本的 14 个 token（下表显示 14），但 `read_kv` 会读取请求 4 所持有的物理块中每一个已写入的槽位：共 16 个位置，其中 2 个是请求 3 生成的 token。所以这个错误出现在读取中，而不是命中数里。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
+# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读。这个子类的 `block_hashes` 给这个物理块算出哈希，它的 `lookup` 把请求 4 的命中数限制在这段文本的 14 个 token（下表显示 14），但 `read_kv` 会读取请求 4 所持有的物理块中每一个已写入的槽位：共 16 个位置，其中 2 个是请求 3 生成的 token；缓存的长度 16 还让请求 4 提示的最后一个 token 落在位置 16，而不是 14。所以这个错误出现在读取和位置上，而不是命中数里。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
 # * **被持有的物理块留在 LRU 队列中**：`hold` 把引用计数加一，却忘了把物理块移出队列。当请求 2 需要的物理块比空闲的还多时，池淘汰了请求 1 仍在读取的一个系统提示物理块，请求 2 又把自己的 K/V 写了进去。
 
 # %%

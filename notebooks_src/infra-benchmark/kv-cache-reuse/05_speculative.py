@@ -27,9 +27,10 @@
 # `DynamicCache.crop` exists for this (`crop(-n)` removes the last $n$ positions of every layer); for our
 # list of `(K, V)` pairs it is a slice. Why verify in one call at all: a call over $k + 1$ tokens reads the
 # weights and the sequence's cache once, where $k + 1$ plain steps read them $k + 1$ times. On a GPU at batch 1
-# such a call stays memory-bound, far left of an H100's ridge (section 9), so it costs about one step; what a
-# product over a few rows costs on this CPU, section 9's optional part measures: a property of the CPU's math
-# library, not of speculative decoding.
+# such a call stays memory-bound, far left of an H100's ridge (section 9), so it costs about one step. A round saves
+# time whenever its verifying call plus its draft calls take less than one plain step times the tokens the round
+# yields; a call costing one step is the best case, not the condition. What a product over a few rows costs on this
+# CPU, section 9's optional part measures: a property of the CPU's math library, not of speculative decoding.
 #
 # The draft model here is the target's own first layer followed by its final LayerNorm and vocabulary
 # projection, a one-layer decoder that exits early. Self-speculative methods such as LayerSkip train a
@@ -54,7 +55,7 @@
 # </details>
 
 # %% [markdown] lang="zh"
-# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：把被拒绝的草稿留下的缓存项截掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截掉就是切片。为什么要在一次调用里验证？处理 $k + 1$ 个 token 的一次调用只读一遍权重和这条序列的缓存，而 $k + 1$ 个普通解码步要读 $k + 1$ 遍。在 GPU 上，batch 为 1 时这样的调用仍受限于内存带宽，远在 H100 的拐点左侧（第 9 节），耗时与一个解码步相当；只处理几行的乘法在本机 CPU 上耗时多少，第 9 节的可选部分会测量：这取决于 CPU 上的数学库，而不取决于投机解码本身。
+# 容易出错的是缓存。负责验证的那次调用把全部 $k$ 个草稿的 K/V 追加进了目标模型的缓存，草稿模型的缓存里也存着它自己的猜测。做出决定之后，两个缓存都必须**回滚**到已确认的 token：把被拒绝的草稿留下的缓存项截掉。Hugging Face 的 `DynamicCache.crop` 正是为此而设（`crop(-n)` 截掉每一层最后 $n$ 个位置）；对我们由 `(K, V)` 对组成的列表来说，截掉就是切片。为什么要在一次调用里验证？处理 $k + 1$ 个 token 的一次调用只读一遍权重和这条序列的缓存，而 $k + 1$ 个普通解码步要读 $k + 1$ 遍。在 GPU 上，batch 为 1 时这样的调用仍受限于内存带宽，远在 H100 的拐点左侧（第 9 节），耗时与一个解码步相当。只要一轮中验证调用与各次草稿调用的总耗时少于一个普通解码步的耗时乘以这一轮得到的 token 数，这一轮就能省下时间；验证调用只花一个解码步是最好的情形，而不是必要条件。只处理几行的乘法在本机 CPU 上耗时多少，第 9 节的可选部分会测量：这取决于 CPU 上的数学库，而不取决于投机解码本身。
 #
 # 这里的草稿模型是目标模型自己的第一层，后接目标模型的最终 LayerNorm 和词表投影：一个提前退出的单层解码器。LayerSkip 这类自投机方法会专门训练模型，让提前退出得到的输出可以直接当作好的草稿；在我们的随机权重上，它只是恰好经常与目标模型一致，足以演示这套机制（实测的一致率打印在下面）。
 #

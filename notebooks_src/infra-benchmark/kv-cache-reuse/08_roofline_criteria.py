@@ -2,11 +2,11 @@
 # **The check.** By their intensities, {{run:roofline.intensity_b1:.2f}} and {{run:roofline.intensity_bmax:.0f}} FLOP/byte,
 # the roofline classifies the batch-1 weight product as memory-bound and the largest batch as compute-bound. The
 # cell asserts this, and that batching amortizes the weights, not the cache: from the smallest to the largest
-# batch the weights' time per token falls below half, the cache's time per sequence does not (the same test on
-# the weights is the control).
+# batch the weights' time per token falls below half, the cache's time per sequence does not. The control is a
+# wrong bookkeeping the same test must reject: charging each token the whole call's time (not dividing it by the batch).
 
 # %% [markdown] lang="zh"
-# **检查**：按算术强度（{{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节），Roofline 模型把 batch 为 1 的权重乘法归类为受限于内存带宽，把最大的 batch 归类为受限于计算。下面的单元格断言这一点，并断言 batch 分摊了权重的开销，却分摊不了缓存的开销：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有（负对照是把同样的判断用在权重上）。
+# **检查**：按算术强度（{{run:roofline.intensity_b1:.2f}} 和 {{run:roofline.intensity_bmax:.0f}} FLOP/字节），Roofline 模型把 batch 为 1 的权重乘法归类为受限于内存带宽，把最大的 batch 归类为受限于计算。下面的单元格断言这一点，并断言 batch 分摊了权重的开销，却分摊不了缓存的开销：从最小的 batch 到最大的 batch，权重乘法每个 token 的时间降到一半以下，缓存读取每条序列的时间却没有。负对照是一种错误的记账，同样的判断必须拒绝它：让每个 token 承担整次调用的耗时（不除以 batch 大小）。
 
 # %%
 def amortized(times) -> bool:
@@ -18,7 +18,10 @@ cache_ms = [r["ms_per_sequence"] for r in CACHE_SWEEP]
 first, last = WEIGHT_SWEEP[0], WEIGHT_SWEEP[-1]
 ROOFLINE_CHECKS = {"classified": first["intensity"] < RIDGE < last["intensity"],
                    "weights_amortized": amortized(weight_ms), "cache_not_amortized": not amortized(cache_ms)}
-ROOFLINE_CONTROLS = {"weights_not_amortized": {"caught": amortized(weight_ms)}}
+# [en] WRONG on purpose: each token charged the whole call's time (the call's time not divided by its batch).
+# [zh] 故意写错：每个 token 承担整次调用的耗时（调用的耗时没有除以 batch 大小）。
+weight_ms_per_call = [r["ms_per_token"] * r["batch"] for r in WEIGHT_SWEEP]
+ROOFLINE_CONTROLS = {"weights_not_amortized": {"caught": not amortized(weight_ms_per_call)}}
 assert all(ROOFLINE_CHECKS.values()) and all(c["caught"] for c in ROOFLINE_CONTROLS.values())
 say(en=f"Both criteria hold, and the control is caught. Weights: from {weight_ms[0]:.3f} ms to {weight_ms[-1]:.3f} ms per token; "
        f"cache: from {cache_ms[0]:.2f} ms to {cache_ms[-1]:.2f} ms per sequence.",
