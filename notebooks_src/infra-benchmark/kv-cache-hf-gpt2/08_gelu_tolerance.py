@@ -123,7 +123,7 @@ if HAVE_TRANSFORMERS:
 # - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
 # - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
 #
-# 第 7 节另外两个陷阱的误差都至少是 GELU 陷阱的 {{run:gelu.other_over_gelu_floor:,}} 倍：三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。至于为什么恰好取 $10^{-10}$：在 FP64 下，综合两组权重，正确映射的最大绝对误差在 logits 上为 {{run:gelu.fp64_noise_logits:.1e}}（即上表），连同缓存的 K/V 一起算则为 {{run:gelu.fp64_noise:.1e}}（`{{run:gelu.fp64_noise_set}}` 那一行）；同样连同 K/V 一起算，各陷阱中误差最小的也有 {{run:gelu.fp64_smallest_trap:.1e}}（`{{run:gelu.fp64_trap_set}}` 那一行）；这两个界对两组权重都成立，介于两者之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。下一个单元格断言表中的判定、单是 FP32 的舍入噪声就超过 $10^{-10}$，以及另外两个陷阱的误差都超过 FP32 容差的 1000 倍。
+# 第 7 节另外两个陷阱的误差都至少是 GELU 陷阱的 {{run:gelu.other_over_gelu_floor:,}} 倍：三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。至于为什么恰好取 $10^{-10}$：在 FP64 下，综合两组权重，正确映射的最大绝对误差在 logits 上为 {{run:gelu.fp64_noise_logits:.1e}}（即上表），连同缓存的 K/V 一起算则为 {{run:gelu.fp64_noise:.1e}}（`{{run:gelu.fp64_noise_set}}` 那一行）。同样连同 K/V 一起算，各陷阱中误差最小的也有 {{run:gelu.fp64_smallest_trap:.1e}}（`{{run:gelu.fp64_trap_set}}` 那一行）。这两个界对两组权重都成立，介于两者之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。下一个单元格断言表中的判定、单是 FP32 的舍入噪声就超过 $10^{-10}$，以及另外两个陷阱的误差都超过 FP32 容差的 1,000 倍。
 
 # %%
 if HAVE_TRANSFORMERS:

@@ -180,7 +180,7 @@ if HAVE_TRANSFORMERS:
 #
 # **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；最后一张表表明，多出来的调用来自库的通用机制（读取配置项、输出用的数据类、缓存对象的方法），以及这些机制所调用的、用 C 实现的函数。在多出来的 {{run:profile.extra_calls:,}} 次调用中，单一来源占得最多的是 `{{run:profile.top_extra_source}}`，共 {{run:profile.top_extra:,}} 次。
 #
-# GPT-2 每步的耗时减去我们的（取比赛的中位数）为 {{run:profile.step_gap_ms:.3f}} 毫秒，平摊到多出来的 {{run:profile.extra_calls:,}} 次调用上，每次约 {{run:profile.us_per_call:.1f}} 微秒。这个除法把全部差距都算在了函数调用头上，所以它只是一个平均值，而不是一次调用的实测开销：这里没有一种工具能只给 Python 代码计时而又不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
+# 按比赛的中位数，GPT-2 每步的耗时减去我们的，得 {{run:profile.step_gap_ms:.3f}} 毫秒；平摊到多出来的 {{run:profile.extra_calls:,}} 次调用上，每次约 {{run:profile.us_per_call:.1f}} 微秒。这个除法把全部差距都算在了函数调用头上，所以它只是一个平均值，而不是一次调用的实测开销：这里没有一种工具能只给 Python 代码计时而又不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
 
 # %% [markdown] lang="en"
 # The counts also explain why the race says nothing about speed at real sizes: at GPT-2 small's width of
