@@ -9,8 +9,9 @@
 #
 # That is `allowed_keys` from section 2. The rule depends only on the distance $P + i - j$, so what
 # matters is that queries and keys are numbered on one scale; absolute positions are the natural
-# choice, since the cached keys already carry them. On the score grid of $C$ rows and $P + C$ columns, the
-# allowed cells are the whole cache block plus a causal triangle over the chunk's own $C$ columns.
+# choice, since the cached keys already carry them. On the score grid of $C$ rows and $P + C$
+# columns, the allowed cells are the whole cache block plus a causal triangle over the chunk's own
+# $C$ columns.
 # Where that triangle sits on a grid that is not square is called the *alignment* of a causal mask,
 # and libraries offer both:
 #

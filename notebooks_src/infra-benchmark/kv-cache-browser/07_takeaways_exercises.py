@@ -82,7 +82,8 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 # positions: it needs one numbering shared by queries and keys, because the window depends only
 # on the distance between a query and a key. Position embeddings or RoPE are different: they need the
 # true positions (for RoPE, a new query must use the numbering the cached keys were rotated with, and
-# since those keys are stored already rotated, in practice that means the absolute positions). Numbering the query $P + i$, on the same scale as the keys, keeps every distance; the
+# since those keys are stored already rotated, in practice that means the absolute positions).
+# Numbering the query $P + i$, on the same scale as the keys, keeps every distance; the
 # local index $i$ alone (the upper-left numbering) breaks them, and the window goes wrong in the same way
 # as the upper-left triangle.
 #
