@@ -19,7 +19,7 @@
 # - section 4 draws the mask of a chunk that follows a cache, and the two ways of aligning a causal
 #   triangle on a score grid that is not square;
 # - section 5 lets you change the cache and chunk lengths and look again;
-# - section 6 repeats the comparison for one attention head, counting the projections each path does;
+# - section 6 repeats the comparison for one attention head, counting the rows each path projects;
 # - section 7 sums up, and ends with exercises.
 #
 # Each claim is checked in the cell that makes it. In sections 2 to 6, each check that the cached path
@@ -39,7 +39,7 @@
 # - 第 3 节说明为什么新 token 的位置要从缓存长度接着数，而不是从零开始；
 # - 第 4 节画出接在缓存之后的分块所用的掩码，并比较在非方阵的分数网格上对齐因果三角形的两种方式；
 # - 第 5 节让你改变缓存长度和分块长度，再看一遍；
-# - 第 6 节在单个注意力头上重复这个比较，并统计两条路径各做了多少投影；
+# - 第 6 节在单个注意力头上重复这个比较，并统计两条路径各投影了多少行；
 # - 第 7 节总结要点，最后是练习。
 #
 # 每条结论都在给出它的那个单元格中检查。在第 2–6 节中，每项“缓存路径与完整调用一致”的检查旁边都配有一个**负对照**（negative control）：一个故意改错的版本，同样的检查必须把它查出来，这说明检查确实会失败。

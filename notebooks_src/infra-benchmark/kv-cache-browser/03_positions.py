@@ -44,8 +44,9 @@ assert [(same, agree) for same, _, agree in position_rows.values()] == [(True, T
 
 # %% [markdown] lang="en"
 # Rotary position embeddings (RoPE) encode position by rotating Q and K instead of adding a vector
-# to the input. They need the same care: the rotation for a new token must use its absolute
-# position. RoPE is not implemented here.
+# to the input. They need the same care: the rotation for a new token must use the numbering the
+# cached keys were rotated with, and since those keys are stored already rotated, in practice that
+# means its absolute position. RoPE is not implemented here.
 
 # %% [markdown] lang="zh"
-# 旋转位置编码（RoPE）不是往输入上加一个向量，而是通过旋转 Q 和 K 来编码位置。它同样不能弄错位置：新 token 的旋转必须按它的绝对位置计算。本笔记本没有实现 RoPE。
+# 旋转位置编码（RoPE）不是往输入上加一个向量，而是通过旋转 Q 和 K 来编码位置。它同样不能弄错位置：新 token 的旋转必须沿用缓存中的键旋转时所用的编号；缓存里的键存的是已经旋转过的结果，所以实际上就是按新 token 的绝对位置计算。本笔记本没有实现 RoPE。

@@ -7,8 +7,11 @@
 #
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
-# That is `allowed_keys` from section 2. On the score grid of $C$ rows and $P + C$ columns, the
-# allowed cells are the whole cache block plus a causal triangle over the chunk's own $C$ columns.
+# That is `allowed_keys` from section 2. The rule depends only on the distance $P + i - j$, so what
+# matters is that queries and keys are numbered on one scale; absolute positions are the natural
+# choice, since the cached keys already carry them. On the score grid of $C$ rows and $P + C$
+# columns, the allowed cells are the whole cache block plus a causal triangle over the chunk's own
+# $C$ columns.
 # Where that triangle sits on a grid that is not square is called the *alignment* of a causal mask,
 # and libraries offer both:
 #
@@ -30,7 +33,7 @@
 #
 # $$\mathrm{allowed}_{i,j} = [\, j \le P + i \,].$$
 #
-# 这就是第 2 节中的 `allowed_keys`。在 $C$ 行、$P + C$ 列的分数网格上，允许读取的格子由两部分组成：缓存对应的整个矩形区域，以及分块自身那 $C$ 列上的一个因果三角形。网格不是方阵时，这个三角形放在哪里，称为因果掩码的**对齐方式**。常用的库两种都提供：
+# 这就是第 2 节中的 `allowed_keys`。这条规则只取决于查询与键之间的距离 $P + i - j$，所以关键在于查询和键用同一套编号；绝对位置是最自然的选择，因为缓存中的键本来就按绝对位置编号。在 $C$ 行、$P + C$ 列的分数网格上，允许读取的格子由两部分组成：缓存对应的整个矩形区域，以及分块自身那 $C$ 列上的一个因果三角形。网格不是方阵时，这个三角形放在哪里，称为因果掩码的**对齐方式**。常用的库两种都提供：
 #
 # - **右下角对齐**：三角形的对角线终止于网格的右下角，所以最后一个查询能读取全部键。这就是我们带偏移的掩码，也是 PyTorch 的 `torch.nn.attention.bias.causal_lower_right` 构造的掩码。
 # - **左上角对齐**：对角线从网格的左上角开始，即 $j \le i$，相当于把第一个新查询当成了位置 0。网格不是方阵时，`scaled_dot_product_attention(..., is_causal=True)` 就按这种方式对齐，`np.tri` 返回的也是它。对于接在缓存之后的分块，这种掩码是错的。

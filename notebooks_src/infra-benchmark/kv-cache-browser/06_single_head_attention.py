@@ -1,7 +1,7 @@
 # %% [markdown] lang="en"
 # ## 6. One attention head, with and without the cache
 #
-# Sections 2 and 3 compared whole layers; this section goes down to one head of width 16 to **count the
+# Sections 2 to 4 compared whole layers; this section goes down to one head of width 16 to **count the
 # projections** the cache saves, row by row, for the `HISTORY` and `CHUNK` you chose in section 5
 # (attention's own work is not counted; exercise 3's answer says in one sentence how it grows).
 # Run it again after changing the knobs. This is a separate minimal head, not one of the four of section 2:
@@ -25,7 +25,7 @@
 # %% [markdown] lang="zh"
 # ## 6. 单个注意力头：用缓存与不用缓存
 #
-# 第 2、3 节比较的是整层；本节回到单个注意力头（每头 16 维），为的是**逐行数出缓存省下的投影**（注意力本身的计算量不在这里统计；练习 3 的答案用一句话说明它如何增长），`HISTORY` 和 `CHUNK` 沿用你在第 5 节中设定的值。改了参数之后，请把本节再运行一遍。这是一个单独的最小注意力头，不是第 2 节四个头中的某一个：它的输入 `layer_input` 每个绝对位置一行，宽度就等于每头的维度，权重也是它自己的，因为这里统计的节省只取决于有多少行经过投影。先前写入缓存的那次调用只算出了 K、V 投影，也就是缓存保存下来的那部分。
+# 第 2 至 4 节比较的是整层；本节回到单个注意力头（每头 16 维），为的是**逐行数出缓存省下的投影**（注意力本身的计算量不在这里统计；练习 3 的答案用一句话说明它如何增长），`HISTORY` 和 `CHUNK` 沿用你在第 5 节中设定的值。改了参数之后，请把本节再运行一遍。这是一个单独的最小注意力头，不是第 2 节四个头中的某一个：它的输入 `layer_input` 每个绝对位置一行，宽度就等于每头的维度，权重也是它自己的，因为这里统计的节省只取决于有多少行经过投影。先前写入缓存的那次调用只算出了 K、V 投影，也就是缓存保存下来的那部分。
 #
 # - **完整重算**：把全部 $P + C$ 个位置投影成 Q、K、V，在所有位置上做因果注意力，只保留最后 $C$ 行输出。
 # - **缓存路径**：前 $P$ 个位置的 K、V 早先已经算好，这就是缓存。本次调用只投影 $C$ 个新行，把它们的 K/V 拼接在缓存之后，再让这 $C$ 个新查询按带偏移的掩码做注意力。

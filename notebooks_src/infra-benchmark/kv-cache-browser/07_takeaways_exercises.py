@@ -81,7 +81,9 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 # Query 6 reads keys 4, 5 and 6; query 7 reads keys 5, 6 and 7. No, the mask does not need the absolute
 # positions: it needs one numbering shared by queries and keys, because the window depends only
 # on the distance between a query and a key. Position embeddings or RoPE are different: they need the
-# true positions. Numbering the query $P + i$, on the same scale as the keys, keeps every distance; the
+# true positions (for RoPE, a new query must use the numbering the cached keys were rotated with, and
+# since those keys are stored already rotated, in practice that means the absolute positions).
+# Numbering the query $P + i$, on the same scale as the keys, keeps every distance; the
 # local index $i$ alone (the upper-left numbering) breaks them, and the window goes wrong in the same way
 # as the upper-left triangle.
 #
@@ -102,7 +104,7 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 #
 # <details><summary>查看答案</summary>
 #
-# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口掩码不需要绝对位置：它需要的是查询和键共用同一套编号，因为窗口只取决于查询与键之间的距离。位置嵌入或 RoPE 则不同，它们需要真实位置。把查询编号为 $P + i$，与键用同一套编号，每个距离都保持不变；只用局部下标 $i$（即左上角对齐的编号）则会破坏距离，窗口就会和左上角三角形错得一样。
+# 查询 6 读取键 4、5、6；查询 7 读取键 5、6、7。窗口掩码不需要绝对位置：它需要的是查询和键共用同一套编号，因为窗口只取决于查询与键之间的距离。位置嵌入或 RoPE 则不同，它们需要真实位置（对 RoPE 而言，新查询必须沿用缓存中的键旋转时所用的编号；缓存里的键存的是已经旋转过的结果，所以实际上就是绝对位置）。把查询编号为 $P + i$，与键用同一套编号，每个距离都保持不变；只用局部下标 $i$（即左上角对齐的编号）则会破坏距离，窗口就会和左上角三角形错得一样。
 #
 # 窗口还让缓存可以淘汰旧的项：这个分块及其后的查询，都不会读取比分块早 $W - 1$ 个位置以上的键，所以缓存只需保留最后 $W - 1 = 2$ 个键和值。缓存裁短为最后 `keep` 行之后，下一个单元格的 `window_step(keep)` 用 `past_len=keep` 构造掩码：它把保留下来的位置从 0 开始重新编号（`keep = 2` 时，位置 4–7 变成 0–3），查询和键平移了相同的量，所以每个距离都保持不变。这个单元格在 `allowed_keys` 的基础上构造窗口掩码，列出每个查询读取的键，再用三种方式运行单个注意力头：不用缓存（一次投影全部 8 行）；用前 6 行的完整缓存；用只保留最后 2 行的缓存。三者的输出必须相同；只保留 1 行的缓存少了一行，输出必须不同（负对照）。
 #
