@@ -88,8 +88,9 @@ say_table([[f"`{label}`", str(run["top_level"]), f"{sum(c for c, _ in run['ops']
 # for the prefill (the difference comes from the cache, its `torch.cat` calls). Their attention even does
 # the same work: the cached step's one query reads {{run:profile.full_len}} keys, the prefill's 16 queries
 # read 16 each (the dense score matrix, masked half included), {{run:profile.full_len}} against 256 scores
-# per head. The prefill's projections and MLP handle 16 rows instead of one; had the operators' time grown
-# with their rows, the prefill's would be 16 times the cached step's. It was
+# per head. The prefill's projections, MLP and vocabulary projection handle 16 rows instead of one; had each
+# operator's time grown with its rows, these would take 16 times as long as the cached step's, its attention
+# about as long. Its operator time as a whole was
 # {{run:profile.prefill_over_cached:.2f}} times ({{run:profile.us_prefill:,.0f}} µs of operator time against
 # {{run:profile.us_cached:,.0f}} µs; per operator call, {{run:profile.per_call_prefill:.2f}} µs against
 # {{run:profile.per_call_cached:.2f}} µs on average). What the cached step has and the
@@ -104,7 +105,7 @@ say_table([[f"`{label}`", str(run["top_level"]), f"{sum(c for c, _ in run['ops']
 # runs at least as many operators as the whole prefill.
 
 # %% [markdown] lang="zh"
-# 怎样读这两张表？先看缓存路径的一步与 16 个 token 的预填充。两者执行的算子几乎完全相同：Python 代码直接调用的算子，缓存路径一步为 {{run:profile.top_cached}} 个，预填充为 {{run:profile.top_prefill}} 个（差别来自缓存，即它的 `torch.cat` 调用）。两者注意力部分的工作量也相同：缓存路径一步中唯一的查询读取 {{run:profile.full_len}} 个键，预填充的 16 个查询各读取 16 个键（稠密的分数矩阵，包括被遮住的那一半），每个头分别是 {{run:profile.full_len}} 个和 256 个分数。预填充的投影和 MLP 要处理 16 行而不是 1 行；假如算子的耗时随行数增长，预填充的算子耗时应是缓存路径一步的 16 倍。实际是 {{run:profile.prefill_over_cached:.2f}} 倍（预填充的算子耗时为 {{run:profile.us_prefill:,.0f}} 微秒，缓存路径一步为 {{run:profile.us_cached:,.0f}} 微秒；平均每次算子调用分别为 {{run:profile.per_call_prefill:.2f}} 微秒和 {{run:profile.per_call_cached:.2f}} 微秒）。缓存路径有而预填充没有的，是缓存本身：`aten::cat` 要把两层缓存的 K 和 V 的 {{run:profile.past}} 行复制进新张量，这一步中它花了 {{run:profile.cat_cached:,.0f}} 微秒。16 个缓存步调用算子的次数是一次预填充的 16 倍；再加上外围的 Python 代码，这就是 9.2 中那个差距的来源。
+# 怎样读这两张表？先看缓存路径的一步与 16 个 token 的预填充。两者执行的算子几乎完全相同：Python 代码直接调用的算子，缓存路径一步为 {{run:profile.top_cached}} 个，预填充为 {{run:profile.top_prefill}} 个（差别来自缓存，即它的 `torch.cat` 调用）。两者注意力部分的工作量也相同：缓存路径一步中唯一的查询读取 {{run:profile.full_len}} 个键，预填充的 16 个查询各读取 16 个键（稠密的分数矩阵，包括被遮住的那一半），每个头分别是 {{run:profile.full_len}} 个和 256 个分数。预填充的投影、MLP 和词表投影要处理 16 行而不是 1 行；假如每个算子的耗时随它处理的行数增长，这几部分的耗时应是缓存路径一步的 16 倍，注意力部分则大致相同。实际上，预填充的全部算子耗时是缓存路径一步的 {{run:profile.prefill_over_cached:.2f}} 倍（预填充的算子耗时为 {{run:profile.us_prefill:,.0f}} 微秒，缓存路径一步为 {{run:profile.us_cached:,.0f}} 微秒；平均每次算子调用分别为 {{run:profile.per_call_prefill:.2f}} 微秒和 {{run:profile.per_call_cached:.2f}} 微秒）。缓存路径有而预填充没有的，是缓存本身：`aten::cat` 要把两层缓存的 K 和 V 的 {{run:profile.past}} 行复制进新张量，这一步中它花了 {{run:profile.cat_cached:,.0f}} 微秒。16 个缓存步调用算子的次数是一次预填充的 16 倍；再加上外围的 Python 代码，这就是 9.2 中那个差距的来源。
 #
 # 完整重算的一步调用算子的次数同样不多，但时间花在大的算子上：共 {{run:profile.us_full:,.0f}} 微秒。性能分析与 9.1 在同一台机器上运行，核心繁忙时其中任何一个时间都可能被拉长；算子的调用次数则与负载无关。下面的单元格断言 9.2 的解释所依据的事实：缓存路径的一步执行的算子至少和整个预填充一样多。
 
