@@ -59,7 +59,7 @@ for row in range(GEN_PROMPTS.shape[0]):
 # tokens; the rows' different first tokens are the control.
 
 # %% [markdown] lang="zh"
-# 权重随机时，两行生成的 token 可能从某处起变得完全相同（未经训练的模型容易陷入一个与提示关系不大的循环；下面的单元格会给出下标）。为了说明这不是一行的内容漏进了另一行（6.2 的网格看不出这种混杂，因为两条路径会同样混杂），下面把每个提示单独生成一次（batch 为 1），它必须与 batch 中对应的行逐个 token 相同；对照是两行各不相同的第一个 token。
+# 权重随机时，两行生成的 token 可能从某处起变得完全相同（未经训练的模型容易陷入一个与提示关系不大的循环；下面的单元格会给出下标）。为了说明这不是一行的内容漏进了另一行（6.2 的网格看不出这种混杂，因为两条路径会同样混杂），下面把每个提示单独生成一次（batch 为 1），它必须与 batch 中对应的行逐个 token 相同；两行的第一个 token 各不相同，这就是对照：它表明两行确实是不同的序列。
 
 # %%
 ALONE = [greedy_generate(model, GEN_PROMPTS[row:row + 1], GEN_TOKENS)[0][0] for row in range(GEN_PROMPTS.shape[0])]

@@ -12,7 +12,7 @@
 # %% [markdown] lang="zh"
 # ### 9.2 缓存的优势为什么远小于工作量之比
 #
-# 图中把每个续写窗口的 CPU 时间除以 16 步。图中文字是英文：两幅图的横轴 prompt length P (tokens) 是提示长度 $P$（token 数），总标题 CPU, 1 thread, fp32 意为“CPU、单线程、FP32”。左图（CPU time per step, {{run:takeaways.repeats}} rounds，“每步的 CPU 时间，{{run:takeaways.repeats}} 轮测量”）的纵轴 CPU ms (marker min, line min to max, dash p50) 意为“CPU 毫秒（标记点为最快的一轮，竖线从最快的一轮延伸到最慢的一轮，短横线为中位数（p50））”；橙色圆点 full recomputation, per step 是完整重算，绿色三角 cached continuation, per step 是缓存续写。右图（measured time vs counted multiply-adds，“实测时间与乘加计数的对照”）的纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”：带标记的实线（measured CPU time, fastest round）是按最快一轮实测的增长倍数，同色虚线（multiply-adds）是按 8.1 的乘加计数预测的增长倍数。两幅图都只有纵轴是对数刻度。下面折叠的单元格做除法，再下一个单元格画图并列出图中的数字。
+# 图中把每个续写窗口的 CPU 时间除以 16 步。图中文字是英文：两幅图的横轴 prompt length P (tokens) 是提示长度 $P$（token 数），总标题 CPU, 1 thread, fp32 意为“CPU、单线程、FP32”。左图（CPU time per step, {{run:takeaways.repeats}} rounds，“每步的 CPU 时间，{{run:takeaways.repeats}} 轮测量”）的纵轴 CPU ms (marker min, line min to max, dash p50) 意为“CPU 毫秒（标记点为最快的一轮，竖线从最快的一轮延伸到最慢的一轮，短横线为中位数）”；橙色圆点 full recomputation, per step 是完整重算，绿色三角 cached continuation, per step 是缓存续写。右图（measured time vs counted multiply-adds，“实测时间与乘加计数的对照”）的纵轴 per step, relative to P = 16 意为“每步的量，以 $P = 16$ 时为 1”：带标记的实线（measured CPU time, fastest round）是按最快一轮实测的增长倍数，同色虚线（multiply-adds）是按 8.1 的乘加计数预测的增长倍数。两幅图都只有纵轴是对数刻度。下面折叠的单元格做除法，再下一个单元格画图并列出图中的数字。
 
 # %% tags=["hide-input"]
 def per_step_ms(row: dict, path: str) -> dict:

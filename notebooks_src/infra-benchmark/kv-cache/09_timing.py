@@ -281,7 +281,7 @@ say(en=f"Multiply-adds per step at $P = {P_MAX}$, full / cached: {WORK_RATIO:.0f
 # None of this measures a GPU, a serving system's latency, or production kernels and schedulers.
 
 # %% [markdown] lang="zh"
-# **主要结论**：在这次运行中，完整重算的 CPU 时间是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$）。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次，而缓存续写的一次调用，时间大部分是固定开销，而不是计算；9.2 会说明这一点。哪个窗口出现缺页（见 9.4），它的耗时里就多了内存而非计算的开销，所以这个比值在那个长度上的跳升，可能超出计数的增长所能解释的程度；下面的单元格列出完整重算窗口在每个 $P$ 上的缺页次数。它只断言：在最长的提示下，缓存续写确实更快。这个要求极其宽松，换成任何 CPU 都应当满足；倍数本身因机器而异，所以只报告，不做断言。
+# **主要结论**：在这次运行中，完整重算的 CPU 时间是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$）。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次；缓存续写的每次调用，时间大多花在固定开销上，而不是计算上（9.2 会说明这一点）。哪个窗口出现缺页（见 9.4），它的耗时里就多了一份来自内存、而非计算的开销，这个比值在那个长度上的跳升就可能超出计数的增长所能解释的程度。下面的单元格列出完整重算窗口在每个 $P$ 上的缺页次数，并且只断言一件事：在最长的提示下，缓存续写确实更快。这个要求极其宽松，换成任何 CPU 都应当满足；倍数本身因机器而异，所以只报告，不做断言。
 #
 # 这些数字都不能说明 GPU、推理服务系统的延迟，或生产级内核与调度器的表现。
 
@@ -318,8 +318,8 @@ else:
            + ", ".join(f"$P = {p}$" for p in faulted) + " is not the count's doing alone.",
         zh="完整重算窗口每轮的次缺页次数（各轮的中位数）："
            + "，".join(f"$P = {p}$ 时 {n:,} 次" for p, n in FULL_FAULTS.items())
-           + "。哪个窗口出现缺页，它的耗时里就多了内存而非计算的开销，所以 "
-           + "、".join(f"$P = {p}$" for p in faulted) + " 处的比值不只反映计数。")
+           + "。窗口一旦出现缺页，耗时里就多了一份内存（而非计算）的开销，所以 "
+           + "、".join(f"$P = {p}$" for p in faulted) + " 处的比值不能只用计数来解释。")
 
 # %% tags=["prose-values"]
 speedups = [(cpu_ratio(r), r["prompt_tokens"]) for r in TIMING_ROWS]
