@@ -16,7 +16,8 @@
 #
 # - The sizes (`vocab_size`, `n_positions`, `n_embd`, `n_layer`, `n_head`) are ours. `n_inner`, the MLP
 #   width, is given explicitly. Its default, `None`, means "4 × width", which happens to be our 256
-#   too; a decoder with another MLP width would silently get the wrong one.
+#   too; a decoder with another MLP width would get a 4 × width MLP, and loading its weights would then fail
+#   with a size mismatch (section 7 shows such a refusal).
 # - `activation_function="gelu"` is the exact GELU, $x\,\Phi(x)$ computed with the error function, like
 #   our `nn.GELU()`. The default, `"gelu_new"`, is the tanh approximation that the original GPT-2 used.
 #   Section 8 shows how small, and how hard to see, that difference is.
@@ -41,7 +42,7 @@
 #
 # 不带参数的 `GPT2Config()` 描述的是公开发布的 GPT-2 中最小的那个模型（宽度 768，12 层，词表 50,257）。第 4 节则为我们的解码器另行构造了配置。下表列出与比较有关的每一个配置项、它的默认值和我们的取值，改动过的取值加粗显示。每一项的作用如下：
 #
-# - 各项尺寸（`vocab_size`、`n_positions`、`n_embd`、`n_layer`、`n_head`）取我们的值。MLP 的宽度 `n_inner` 显式给出。它的默认值 `None` 表示“4 × 宽度”，在这里恰好也是 256；但如果解码器的 MLP 宽度不是这个值，就会悄无声息地得到错误的宽度。
+# - 各项尺寸（`vocab_size`、`n_positions`、`n_embd`、`n_layer`、`n_head`）取我们的值。MLP 的宽度 `n_inner` 显式给出。它的默认值 `None` 表示“4 × 宽度”，在这里恰好也是 256；但如果解码器的 MLP 宽度不是这个值，配置就会给出 4 × 宽度的 MLP，随后加载权重时会因形状不符而失败（第 7 节展示了这样的拒绝）。
 # - `activation_function="gelu"` 是精确 GELU，即用误差函数计算的 $x\,\Phi(x)$，与我们的 `nn.GELU()` 相同。默认值 `"gelu_new"` 是原版 GPT-2 使用的 tanh 近似。第 8 节会说明这个差别有多小、多难察觉。
 # - 三个 dropout 概率都设为 0：有了 dropout，每次调用的结果都是随机的。`layer_norm_epsilon` 保留默认值 `1e-5`，它也是 PyTorch 中 LayerNorm 的默认值。
 # - `tie_word_embeddings=False`：我们的词表投影（`lm_head`）有自己独立的矩阵；默认设置则让它与 token 嵌入表共享权重。第 7 节会展示把我们的权重加载进共享权重的模型会发生什么。
