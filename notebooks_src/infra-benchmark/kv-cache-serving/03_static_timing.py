@@ -171,28 +171,30 @@ fig.tight_layout()
 STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
-long_interval_contains_copies = bool(gap_intervals[-1, 0] <= copies_p50[-1] <= gap_intervals[-1, 1])
-# [en] The verdict at the longest P: what the static step saves (the difference) against what the copies cost alone.
+# [en] The verdict at the longest P: what the static step saves (the difference) against what the copies cost alone,
+# [en] compared at the precision the line prints (0.001 ms), so that every comparison it states can be seen in its numbers.
 # [zh] 最长前缀上的结论：静态缓存的解码步省下的时间（差值）与单独的复制耗时相比。
-saving, (saving_low, saving_high), copies_cost = gap[-1], gap_intervals[-1], copies_p50[-1]
+# [zh] 比较按这一行打印的精度（0.001 毫秒）进行，这样它陈述的每个比较都能从打印的数字里看出来。
+saving, saving_low, saving_high, copies_cost = (round(float(x), 3) + 0.0 for x in (gap[-1], *gap_intervals[-1], copies_p50[-1]))
+long_interval_contains_copies = bool(saving_low <= copies_cost <= saving_high)
 case = ("noisy" if saving_low <= 0 and saving_high >= copies_cost else "equal" if long_interval_contains_copies else "more" if saving_low > copies_cost
         else "some" if saving_low > 0 else "none" if saving_high < 0 else "unclear")
 say(en=f"At $P = {STEP_PREFIXES[-1]}$ the static step " + (f"saves {saving:.3f} ms" if saving >= 0 else f"is {-saving:.3f} ms slower")
        + f" (95% interval of the saving [{saving_low:+.3f}, {saving_high:+.3f}] ms), while the copies it avoids cost {copies_cost:.3f} ms alone: " + {
         "noisy": "the interval is too wide to tell a zero saving from one as large as the copies (a loaded machine widens it).",
         "equal": "within this run's precision, the saving matches the copies alone.",
-        "more": "it saves more than the copies: the `torch.cat` step has other costs besides them.",
-        "some": "it saves less than the copies cost: its own extra writes and views take back part of that saving.",
-        "none": "its own extra writes and views cost more than the copies it avoids.",
-        "unclear": "its own extra writes and views take back part or all of that saving (the run cannot tell whether any is left)."}[case],
+        "more": "it saves more than the copies: the `torch.cat` step may have other costs besides them.",
+        "some": "it saves less than the copies cost; its own extra writes and views may take back part of that saving (the run does not time them).",
+        "none": "it is slower although it avoids the copies; its own extra writes and views may cost as much as the copies or more (the run does not time them).",
+        "unclear": "it saves less than the copies cost, perhaps nothing (the run cannot tell whether any saving is left); its own extra writes and views may take it back."}[case],
     zh=f"在 $P = {STEP_PREFIXES[-1]}$ 时，静态缓存的解码步" + (f"省下 {saving:.3f} 毫秒" if saving >= 0 else f"慢了 {-saving:.3f} 毫秒")
        + f"（省下时间的 95% 区间为 [{saving_low:+.3f}, {saving_high:+.3f}] 毫秒），而它免去的复制单独耗时 {copies_cost:.3f} 毫秒：" + {
         "noisy": "这个区间太宽，分不清是什么也没省下，还是省下了与复制相当的时间（机器负载重时区间会变宽）。",
         "equal": "在本次运行的精度内，省下的时间与单独的复制耗时相符。",
-        "more": "省下的比复制还多，说明 `torch.cat` 解码步除了复制还有别的开销。",
-        "some": "省下的比复制少，它自己多出的写入和视图抵掉了一部分。",
-        "none": "它自己多出的写入和视图比免去的复制还要耗时。",
-        "unclear": "它自己多出的写入和视图抵掉了其中一部分甚至全部（本次运行分辨不出是否还有剩余）。"}[case])
+        "more": "省下的比复制还多，`torch.cat` 解码步除了复制可能还有别的开销。",
+        "some": "省下的比复制少；可能是它自己多出的写入和视图抵掉了一部分（本次运行没有单独为它们计时）。",
+        "none": "它虽然免去了复制，却反而更慢；它自己多出的写入和视图的耗时可能与复制相当甚至更多（本次运行没有单独为它们计时）。",
+        "unclear": "省下的比复制少，也可能什么也没省下（本次运行分辨不出是否还有剩余）；它自己多出的写入和视图可能抵掉了其中一部分甚至全部。"}[case])
 
 # %% [markdown] lang="en"
 # **What the table shows.** A `torch.cat` step copies the whole history, $P + 1$ positions of K/V

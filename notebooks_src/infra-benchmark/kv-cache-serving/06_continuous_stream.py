@@ -1,21 +1,21 @@
 # %% [markdown] lang="en"
 # **The stream, served continuously.** Now `serve` runs the stream of the baseline over the paged cache.
-# Its scheduler is the admission rule above: a request's reservation must fit beside those of the
+# Its scheduler is the admission rule above: a request's worst-case budget must fit beside those of the
 # running requests, first come, first served. On this stream the pool, not the cap, is the tighter
-# limit: the reservations fill the pool before {{run:stream.max_batch}} requests run, so at most
+# limit: the budgets fill the pool before {{run:stream.max_batch}} requests run, so at most
 # {{run:continuous.max_running}} run at once (the audit after the figure shows which limit made requests wait).
 #
 # **The criterion:** every request's generated tokens equal what it generates alone (batch 1, the
 # first notebook's cache, checked once more against full recomputation), and its logits agree with
 # the alone run within the FP32 tolerance. We also check the bookkeeping, at each iteration's peak
-# (after its decode step, before finished requests leave): no request holds more blocks than were
-# reserved for it, the blocks actually in use never exceed the reservations, and every block is back in
+# (after its decode step, before finished requests leave): no request holds more blocks than are
+# in its budget, the blocks actually in use never exceed the budgets, and every block is back in
 # the pool at the end.
 
 # %% [markdown] lang="zh"
-# **连续地服务请求流**：现在让 `serve` 在分页缓存上处理基线用过的那个请求流。它的调度器就是上面的接纳规则：一个请求的预留量必须能与运行中各请求的预留量一起放进池中，按先来先服务的顺序接纳。在这个请求流上，起限制作用的是池而不是上限：还没有 {{run:stream.max_batch}} 个请求在运行，它们的预留量就已占满了池，所以同时最多只有 {{run:continuous.max_running}} 个请求运行（图之后的核查会列出请求因哪种限制而等待）。
+# **连续地服务请求流**：现在让 `serve` 在分页缓存上处理基线用过的那个请求流。它的调度器就是上面的接纳规则：一个请求的最坏情况预算必须能与运行中各请求的预算一起放进池中，按先来先服务的顺序接纳。在这个请求流上，起限制作用的是池而不是上限：还没有 {{run:stream.max_batch}} 个请求在运行，它们的预算就已占满了池，所以同时最多只有 {{run:continuous.max_running}} 个请求运行（图之后的核查会列出请求因哪种限制而等待）。
 #
-# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每次迭代的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过为它预留的数量，实际使用的物理块从不超过预留量；运行结束时，所有物理块都已回到池中。
+# **判据**：每个请求生成的 token 都与它单独运行时（batch 为 1，用第一份笔记本的缓存，并再次与完整重算核对）完全相同，它的 logits 与单独运行的结果在 FP32 容差内一致。我们还在每次迭代的峰值时刻（解码步之后、完成的请求离开之前）检查记账：没有哪个请求持有的物理块超过它的预算，实际使用的物理块从不超过各请求的预算之和；运行结束时，所有物理块都已回到池中。
 
 # %% tags=["hide-input"]
 def summarize_stream(requests, trace, cache) -> dict:
@@ -52,13 +52,13 @@ def show_stream(c):
             f"{c['tokens_per_decode_step']:.2f} tokens per decode step on average (at most {c['max_running']} requests at once); "
             f"{c['waited']} requests waited after their arrival. Tokens identical to the alone runs: `{c['tokens_as_alone']}`; "
             f"max abs logit error {c['max_abs_logit_err_vs_alone']:.1e}. Peak blocks in use {c['peak_blocks_used']} "
-            f"of {STREAM_BLOCKS}; within the reservations at every peak: `{c['used_within_reserved']}`; all blocks back: "
+            f"of {STREAM_BLOCKS}; within the budgets at every peak: `{c['used_within_reserved']}`; all blocks back: "
             f"`{c['all_returned']}`."),
         zh=(f"{c['requests']} 个请求在 {c['iterations']} 次迭代内全部完成，其中 {c['decode_steps']} 次迭代有解码步；"
             f"平均每个解码步生成 {c['tokens_per_decode_step']:.2f} 个 token（同时最多 {c['max_running']} 个请求）；"
             f"有 {c['waited']} 个请求在到达之后等待过。token 与单独运行时完全相同：`{c['tokens_as_alone']}`；"
             f"logits 的最大绝对误差为 {c['max_abs_logit_err_vs_alone']:.1e}。使用中的物理块峰值为 {c['peak_blocks_used']} 个"
-            f"（共 {STREAM_BLOCKS} 个）；每次迭代的峰值都在预留量之内：`{c['used_within_reserved']}`；"
+            f"（共 {STREAM_BLOCKS} 个）；每次迭代的峰值都在预算之内：`{c['used_within_reserved']}`；"
             f"全部物理块都已归还：`{c['all_returned']}`。"))
 
 
@@ -93,9 +93,9 @@ show_trace([t for t in TRACE if t["admitted"]][:3])
 CONTINUOUS = summarize_stream(stream_requests, TRACE, stream_cache)
 show_stream(CONTINUOUS)
 # [en] In one line: each request's tokens and logits as when it runs alone (itself equal to full recomputation),
-# [en] blocks in use within those reserved, every block returned, and more than one token per decode step.
+# [en] blocks in use within the budgets, every block returned, and more than one token per decode step.
 # [zh] 一句话：每个请求的 token 和 logits 与它单独运行时相同（单独运行又与完整重算一致），在用的物理块
-# [zh] 不超过预留的，每个物理块都已归还，每个解码步产生不止一个 token。
+# [zh] 不超过预算，每个物理块都已归还，每个解码步产生不止一个 token。
 assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
         and CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"] and CONTINUOUS["tokens_per_decode_step"] > 1)
 
@@ -132,14 +132,16 @@ assert CONTINUOUS["decoded_tokens"] == STATIC_BATCHING["decoded_tokens"] and CON
 # admitted and its prompt is prefilled alone, and an orange bar for the iterations in which it takes part
 # in the batched decode step, up to the iteration in which it finishes. Where several orange bars overlap,
 # that is the batch. The middle panel follows the pool at each iteration's peak: the
-# blocks reserved by the scheduler (shaded area), the blocks in use (blue line) and the pool's size (black
+# scheduler's worst-case budget (shaded area), the blocks in use (blue line) and the pool's size (black
 # line); the bottom panel, the number of running requests at that peak (its axis goes up to the cap). The
-# shaded area above the blue line is the price of the worst-case admission rule: blocks reserved for
+# shaded area above the blue line is the price of the worst-case admission rule: blocks budgeted for
 # tokens not generated yet. The first request in line is refused whenever the gap between the shaded area
-# and the black line is smaller than its own reservation, although fewer blocks are in use.
+# and the black line is smaller than its own budget, although fewer blocks are in use. The blue line counts
+# the blocks actually allocated, section 7's measure (which gives paging its high share in use); the
+# shaded area is a promise, not an allocation, so the two sections do not contradict each other.
 
 # %% [markdown] lang="zh"
-# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与 batch 解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数、同时运行的请求数的最大值，以及括号里的上限（cap）；冒号后依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。几根橙色条重叠的地方就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：blocks reserved (worst case) 是调度器按最坏情况预留的物理块（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 预留的物理块。只要阴影与黑线之间的空隙小于排在最前面的等待请求自己的预留量，这个请求就会被拒绝，尽管实际使用的物理块更少。
+# 下面的图展示整个运行过程。上半部分是每个请求的时间线，每个请求占一行（纵轴 request 是请求编号），横轴 loop iteration 是循环的迭代序号：灰色虚线表示请求到达之后的等待；蓝色标记表示它被接纳、其提示单独预填充的那次迭代；橙色条表示它参与 batch 解码步的各次迭代，一直到它完成的那次迭代。标题写的是请求总数、同时运行的请求数的最大值，以及括号里的上限（cap）；冒号后依次说明等待（dotted，虚线）、预填充（blue，蓝色）和解码（orange，橙色）。几根橙色条重叠的地方就是 batch。中间部分跟踪每次迭代峰值时刻池的状态，左侧纵轴 blocks 是物理块数：worst-case budget (blocks) 是调度器的最坏情况预算（阴影区域），blocks in use 是使用中的物理块（蓝线），pool size 是池的大小（黑线，括号里是物理块数和每个物理块的位置数）。下半部分的纵轴 running 是峰值时刻正在运行的请求数（绿线，纵轴一直画到上限）。蓝线以上的那部分阴影，就是按最坏情况接纳请求的代价：为尚未生成的 token 做的预算。只要阴影与黑线之间的空隙小于排在最前面的等待请求自己的预算，这个请求就会被拒绝，尽管实际使用的物理块更少。蓝线统计的是实际分配的物理块，也就是第 7 节的度量（分页在那里的使用比例很高正是按它算的）；阴影只是预先承诺的数量，并没有真正分配，所以两节的结果并不矛盾。
 
 # %%
 fig, (ax_time, ax_pool, ax_running) = plt.subplots(3, 1, figsize=(7.5, 7.4), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})
@@ -152,10 +154,10 @@ ax_time.set_ylabel("request")
 ax_time.invert_yaxis()
 ax_time.set_title(f"{STREAM_REQUESTS} requests, at most {CONTINUOUS['max_running']} at once (cap {STREAM_MAX_BATCH}): wait (dotted), prefill (blue), decode (orange)", fontsize=9)
 iterations = [t["iteration"] for t in TRACE]
-# [en] Reservations as a shaded area, blocks in use as a line inside it, the pool's size as a black line above.
-# [zh] 预留量画成阴影区域，使用中的物理块画成其中的一条线，池的大小画成上方的一条黑线。
+# [en] Budgets as a shaded area, blocks in use as a line inside it, the pool's size as a black line above.
+# [zh] 预算画成阴影区域，使用中的物理块画成其中的一条线，池的大小画成上方的一条黑线。
 ax_pool.fill_between(iterations, [t["blocks_reserved"] for t in TRACE], step="post", color="#dd8452", alpha=0.35,
-                     linewidth=0, label="blocks reserved (worst case)")
+                     linewidth=0, label="worst-case budget (blocks)")
 ax_pool.step(iterations, [t["blocks_used"] for t in TRACE], where="post", color="#4c72b0", label="blocks in use")
 ax_pool.axhline(STREAM_BLOCKS, color="black", linewidth=1.6, label=f"pool size ({STREAM_BLOCKS} blocks of {STREAM_BLOCK_SIZE} positions)")
 ax_pool.set_ylim(0, STREAM_BLOCKS * 1.45)
@@ -237,7 +239,7 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 # * GPU kernels: real engines read K/V from the blocks inside the attention kernel (section 6); we gather
 #   them first.
 # * Preemption: real schedulers admit optimistically and, when blocks run out, swap or recompute a
-#   request; our worst-case reservation never runs out, and wastes blocks instead (the gap in the figure).
+#   request; our worst-case budget never runs out, and wastes blocks instead (the gap in the figure).
 # * Prefill chunking and mixed batches: real systems split long prompts into chunks and run them in the
 #   same step as decode tokens; we prefill each request alone, in its own call.
 # * Nor does it model sampling, stop tokens, priorities or fairness, or the cost of Python in the loop.
@@ -250,7 +252,7 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 # **这个小例子没有模拟的东西**：
 #
 # * GPU 内核：真实的推理引擎在注意力内核内部直接从物理块读取 K/V（见第 6 节），而我们先把它们收集出来。
-# * 抢占：真实的调度器会乐观地接纳请求，物理块不够时再把某个请求换出或重算；我们按最坏情况预留，永远不会耗尽，代价是浪费物理块（图中两条曲线之间的差距）。
+# * 抢占：真实的调度器会乐观地接纳请求，物理块不够时再把某个请求换出或重算；我们按最坏情况做预算，永远不会耗尽，代价是浪费物理块（图中两条曲线之间的差距）。
 # * 分块预填充与混合 batch：真实系统会把长提示切成若干分块，与解码 token 放在同一步里计算；我们则让每个请求在一次单独的调用中完成预填充。
 # * 此外，它也没有模拟采样、停止 token、优先级与公平性，以及循环中 Python 的开销。
 #

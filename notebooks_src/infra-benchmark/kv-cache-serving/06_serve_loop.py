@@ -28,18 +28,18 @@ def decode_step(model, cache, requests):
         r.tokens.append(int(logits[row, -1].argmax()))
 
 # %% [markdown] lang="en"
-# The loop itself, `serve`, written for any cache with the interface above. Its **admission rule** rests on a request's **reservation**: the most blocks it can ever hold, its
+# The loop itself, `serve`, written for any cache with the interface above. Its **admission rule** rests on a request's **worst-case budget**: the most blocks it can ever hold, its
 # prompt plus its output minus one (the last token's K/V is never stored), rounded up to whole blocks
 # (`blocks_needed` above). The first request in line is admitted when it has arrived, fewer than `max_batch`
-# requests are running, and its reservation plus the reservations of the running requests is at most
-# the `num_blocks` of the pool; then the next is tried. The rule compares reservations, not free blocks: the pool may hold free
+# requests are running, and its budget plus the budgets of the running requests is at most
+# the `num_blocks` of the pool; then the next is tried. The rule compares budgets, not free blocks: the pool may hold free
 # blocks and still refuse a request, because the running requests may still need them; in exchange the
 # pool can never run out in the middle of a request. Requests are admitted first come, first served: in
 # order of arrival (ties by request number), and a request never overtakes the one ahead of it, even if
 # it would fit. As in `static_schedule`, each decode step is one iteration (an iteration with nothing to
 # decode has none). `max_new` stands for a real request's `max_tokens`, an upper bound that real requests do
 # carry (without a stop token, our requests always reach it); section 7 counted the blocks actually
-# allocated, while this rule reserves for the worst case, a larger amount: the shaded area in the figure
+# allocated, while this rule budgets for the worst case, a larger amount: the shaded area in the figure
 # below, which real engines avoid by admitting optimistically and preempting.
 #
 # Inside one iteration the order is admit, decode, retire: a request admitted at iteration $i$ is
@@ -48,7 +48,7 @@ def decode_step(model, cache, requests):
 # requests leave, and hands over what it decided; a `for` loop over `serve(...)` runs it.
 
 # %% [markdown] lang="zh"
-# 下面是循环本身 `serve`，适用于任何具有上述接口的缓存。它的**接纳规则**建立在请求的**预留量**之上：预留量是一个请求最多会持有的物理块数，即提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。排在最前面的等待请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于 `max_batch` 个；它的预留量加上运行中各请求的预留量不超过池中的 `num_blocks` 个物理块。接着再检查下一个请求。这条规则比较的是预留量，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。与 `static_schedule` 一样，每个解码步占一次迭代（没有请求可解码的迭代不含解码步）。`max_new` 相当于真实请求中的 `max_tokens`，即真实请求确实会带上的一个上限（我们没有停止 token，请求总是生成到这个上限）；第 7 节统计的是实际分配的物理块，而这条规则按最坏情况预留，数量更多，即下面图中的阴影区域；真实的推理引擎则通过乐观接纳加抢占来避免这部分浪费。
+# 下面是循环本身 `serve`，适用于任何具有上述接口的缓存。它的**接纳规则**建立在请求的**最坏情况预算**之上：最坏情况预算是一个请求最多会持有的物理块数，即提示长度加输出长度再减一（最后一个 token 的 K/V 从不存储），再向上取整到整数个物理块（即上面的 `blocks_needed`）。排在最前面的等待请求在三个条件同时满足时被接纳：它已经到达；运行中的请求少于 `max_batch` 个；它的预算加上运行中各请求的预算不超过池中的 `num_blocks` 个物理块。接着再检查下一个请求。这条规则比较的是预算，而不是空闲的物理块：池中即使还有空闲的物理块，也可能拒绝一个请求，因为运行中的请求之后还可能用到它们；换来的好处是，池绝不会在某个请求中途耗尽。请求按先来先服务的顺序接纳：按到达顺序（同时到达的按请求编号），一个请求即使放得下，也从不越过排在它前面的请求。与 `static_schedule` 一样，每个解码步占一次迭代（没有请求可解码的迭代不含解码步）。`max_new` 相当于真实请求中的 `max_tokens`，即真实请求确实会带上的一个上限（我们没有停止 token，请求总是生成到这个上限）；第 7 节统计的是实际分配的物理块，而这条规则按最坏情况做预算，数量更多，即下面图中的阴影区域；真实的推理引擎则通过乐观接纳加抢占来避免这部分浪费。
 #
 # 一次迭代内部的顺序是：接纳、解码、退出。在第 $i$ 次迭代被接纳的请求先做预填充（得到第一个 token），再参加同一次迭代的解码步（得到第二个 token）。`serve` 在每次迭代的峰值时刻暂停（`yield`），即解码步之后、完成的请求离开之前，把这次迭代的决定交出来。用 `for` 循环遍历 `serve(...)` 就能运行它。
 
@@ -85,20 +85,20 @@ def serve(model, cache, requests, num_blocks, block_size, max_batch):
 
 # %% [markdown] lang="en"
 # Small helpers, folded: `watch` records the pool at each pause of `serve` (blocks in use, and
-# whether every running request is within its reservation); `make_requests` builds requests from
+# whether every running request is within its budget); `make_requests` builds requests from
 # `(prompt tokens, output tokens, arrival)` with seeded random prompts; `alone` is the reference for one
 # request, the first notebook's cache at batch 1, computed once per request and kept; `request_logits`
 # joins a request's logits into one tensor.
 
 # %% [markdown] lang="zh"
-# 下面几个小工具默认折叠：`watch` 在 `serve` 每次暂停时记录池的状态（使用中的物理块数，以及每个运行中的请求是否都在预留量之内）；`make_requests` 按 `(提示 token 数, 输出 token 数, 到达时的迭代)` 生成请求，提示是用固定种子随机生成的 token；`alone` 是单个请求的参照，即第一份笔记本的缓存、batch 为 1 时的结果，每个请求只算一次并保存下来；`request_logits` 把一个请求的 logits 拼成一个张量。
+# 下面几个小工具默认折叠：`watch` 在 `serve` 每次暂停时记录池的状态（使用中的物理块数，以及每个运行中的请求是否都在预算之内）；`make_requests` 按 `(提示 token 数, 输出 token 数, 到达时的迭代)` 生成请求，提示是用固定种子随机生成的 token；`alone` 是单个请求的参照，即第一份笔记本的缓存、batch 为 1 时的结果，每个请求只算一次并保存下来；`request_logits` 把一个请求的 logits 拼成一个张量。
 
 # %% tags=["hide-input"]
 def watch(paged, events, requests, block_size) -> list:
     # [en] The trace: each iteration's decisions, plus the pool at its peak (blocks in use, and whether every
-    # [en] running request holds at most the blocks reserved for it).
+    # [en] running request holds at most the blocks budgeted for it).
     # [zh] 迭代记录：每次迭代的决定，加上峰值时刻池的状态（使用中的物理块数，以及每个运行中的请求
-    # [zh] 持有的物理块是否都不超过为它预留的数量）。
+    # [zh] 持有的物理块是否都不超过它的预算）。
     needed = {r.rid: blocks_needed(r, block_size) for r in requests}
     return [event | {"blocks_used": paged.pool.used(),
                      "within_reservation": all(len(paged.tables[rid]) <= needed[rid] for rid in event["running"])}
@@ -136,7 +136,7 @@ def request_logits(request):
 # * **the numbers**: the paged run must equal, bit for bit, the same schedule over the contiguous cache
 #   (the same calls on the same inputs, as in section 6), and every request's tokens must equal
 #   what it generates alone;
-# * **the bookkeeping**: at each iteration's peak no request holds more blocks than were reserved for it,
+# * **the bookkeeping**: at each iteration's peak no request holds more blocks than its budget,
 #   blocks used earlier are handed out again, and at the end every block is back in the pool.
 #
 # The scheduler's own promises (never more than three running, first come first served, no request kept
@@ -148,7 +148,7 @@ def request_logits(request):
 # **物理块能归还、能复用**：之后加入的请求拿到的，正是已完成的请求归还的物理块；第一项证明检查的就是复用时不出错。这项证明用六个请求，它们的提示长度和输出长度各不相同，全部同时到达，共用一个 24 个物理块的池（每个物理块 4 个位置），同一时刻最多运行三个请求。`check_reuse` 让这些请求分别在给定的池和连续缓存上运行，并汇总各项检查，分为两组：
 #
 # * **数值**：分页缓存的运行结果必须与同一调度下连续缓存的结果逐比特相同（与第 6 节一样，这是同样的输入上的同样的调用），而且每个请求生成的 token 都必须与它单独运行时完全相同；
-# * **记账**：在每次迭代的峰值时刻，没有哪个请求持有的物理块超过为它预留的数量；先前用过的物理块会被再次分配出去；运行结束时，所有物理块都已回到池中。
+# * **记账**：在每次迭代的峰值时刻，没有哪个请求持有的物理块超过它的预算；先前用过的物理块会被再次分配出去；运行结束时，所有物理块都已回到池中。
 #
 # 调度器自己的承诺（同时运行的请求从不超过三个、先来先服务、没有请求无故等待），任何 logits 都反映不出来，因为一个请求无论何时运行，logits 都一样。请求流运行之后的核查会在这次运行和请求流上逐项核对这些承诺。代码默认折叠，下面紧接着是它打印的表格。
 
@@ -191,24 +191,24 @@ def check_reuse(pool) -> dict:
 
 def show_reuse(reuse):
     say_table([[str(x) for x in row] for row in reuse["requests"]],
-              en=["request", "prompt tokens", "output tokens", "blocks reserved", "arrives", "admitted", "finished"],
-              zh=["请求", "提示 token 数", "输出 token 数", "预留的物理块数", "到达时的迭代", "接纳时的迭代", "完成时的迭代"])
+              en=["request", "prompt tokens", "output tokens", "worst-case budget (blocks)", "arrives", "admitted", "finished"],
+              zh=["请求", "提示 token 数", "输出 token 数", "最坏情况预算（物理块数）", "到达时的迭代", "接纳时的迭代", "完成时的迭代"])
     say(en=f"Bit-exact vs the contiguous cache: `{reuse['bit_exact_vs_contiguous']}`; tokens as alone: `{reuse['tokens_as_alone']}` "
            f"(max abs logit error vs the alone runs {reuse['max_abs_logit_err_vs_alone']:.1e}). {reuse['reused_blocks']} allocations "
-           f"of a block an earlier request had used; every request within its reservation: `{reuse['within_reservation']}`; "
+           f"of a block an earlier request had used; every request within its budget: `{reuse['within_reservation']}`; "
            f"all blocks back in the pool: `{reuse['all_returned']}`.",
         zh=f"与连续缓存逐比特相同：`{reuse['bit_exact_vs_contiguous']}`；token 与单独运行时相同：`{reuse['tokens_as_alone']}`"
            f"（与单独运行相比，logits 的最大绝对误差为 {reuse['max_abs_logit_err_vs_alone']:.1e}）。有 {reuse['reused_blocks']} 次分配"
-           f"拿到的是先前请求用过的物理块；每个请求都未超出预留：`{reuse['within_reservation']}`；"
+           f"拿到的是先前请求用过的物理块；每个请求都未超出预算：`{reuse['within_reservation']}`；"
            f"全部物理块都已归还：`{reuse['all_returned']}`。")
 
 # %%
 REUSE = check_reuse(BlockPool(cfg, REUSE_BLOCKS, BLOCK_SIZE))
 show_reuse(REUSE)
 # [en] In one line: reused blocks give the same results as fresh ones (contiguous cache, each request alone),
-# [en] blocks really were reused, every request stayed within its reservation, and every block came back.
+# [en] blocks really were reused, every request stayed within its budget, and every block came back.
 # [zh] 一句话：复用的物理块给出的结果与全新的相同（连续缓存、每个请求单独运行），确实有物理块被复用，
-# [zh] 每个请求都没超出预留，每个物理块都回到了池中。
+# [zh] 每个请求都没超出预算，每个物理块都回到了池中。
 assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE["close_to_alone"]
         and REUSE["reused_blocks"] > 0 and REUSE["within_reservation"] and REUSE["all_returned"])
 
@@ -226,12 +226,12 @@ assert (REUSE["bit_exact_vs_contiguous"] and REUSE["tokens_as_alone"] and REUSE[
 # %% [markdown] lang="en"
 # **Negative control: a reused block not cleared.** `release` returns a block to the free list without
 # resetting its fill count; its next owner appends behind slots it never wrote, and reads them. Stale
-# fill counts also make sequences take more blocks than the scheduler reserved for them. With the
+# fill counts also make sequences take more blocks than the scheduler budgeted for them. With the
 # normal pool this bug crashes (the cell shows the `RuntimeError` of the exhausted pool, which says nothing
 # about what went wrong); we then give it twice the blocks so that you can see the wrong numbers instead.
 
 # %% [markdown] lang="zh"
-# **负对照：复用的物理块没有清理**。`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用的物理块超过调度器为它预留的数量。用正常大小的池，这个错误会让运行直接崩溃（下面的单元格显示了物理块耗尽时的 `RuntimeError`，它说明不了错在哪里）；所以我们再多配一倍的物理块，好让错误的数值显现出来。
+# **负对照：复用的物理块没有清理**。`release` 把物理块放回空闲列表，却没有把它的已填计数清零；下一个持有者会接在并非自己写入的槽位之后追加，并读取这些槽位。过期的已填计数还会让序列占用的物理块超过调度器给它的预算。用正常大小的池，这个错误会让运行直接崩溃（下面的单元格显示了物理块耗尽时的 `RuntimeError`，它说明不了错在哪里）；所以我们再多配一倍的物理块，好让错误的数值显现出来。
 
 # %%
 class NotClearedPool(BlockPool):
@@ -257,9 +257,9 @@ PAGED_CONTROLS["reused_block_not_cleared"] = {
     "max_abs_logit_err": not_cleared["max_abs_logit_err_vs_contiguous"], "finite": not_cleared["finite"],
     "detected": not (not_cleared["bit_exact_vs_contiguous"] or not_cleared["close_to_alone"] or not_cleared["within_reservation"])}
 say(en=f"Reused block not cleared: bit-exact vs the contiguous cache `{not_cleared['bit_exact_vs_contiguous']}`, close to the alone "
-       f"runs `{not_cleared['close_to_alone']}`, every request within its reservation `{not_cleared['within_reservation']}`: caught.",
+       f"runs `{not_cleared['close_to_alone']}`, every request within its budget `{not_cleared['within_reservation']}`: caught.",
     zh=f"复用的物理块没有清理：与连续缓存逐比特相同 `{not_cleared['bit_exact_vs_contiguous']}`，与单独运行一致 "
-       f"`{not_cleared['close_to_alone']}`，每个请求都未超出预留 `{not_cleared['within_reservation']}`：已查出。")
-# [en] Stale slots are NaN, and stale fill counts take more blocks than reserved: every check of the proof fails.
-# [zh] 过期的槽位是 NaN，过期的已填计数让请求占用的物理块超过预留量：这项证明的每项检查都失败。
+       f"`{not_cleared['close_to_alone']}`，每个请求都未超出预算 `{not_cleared['within_reservation']}`：已查出。")
+# [en] Stale slots are NaN, and stale fill counts take more blocks than budgeted: every check of the proof fails.
+# [zh] 过期的槽位是 NaN，过期的已填计数让请求占用的物理块超过预算：这项证明的每项检查都失败。
 assert PAGED_CONTROLS["reused_block_not_cleared"]["detected"] and not not_cleared["finite"]

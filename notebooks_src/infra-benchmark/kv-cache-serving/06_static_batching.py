@@ -24,14 +24,14 @@ STREAM_SPECS = list(zip(rng_stream.integers(STREAM_PROMPTS[0], STREAM_PROMPTS[1]
 # early. (That the schedule does not change a request's tokens is checked, on this stream, for the
 # continuous loop below.) `static_schedule` forms a batch from the requests that have arrived, first
 # come, first served, under the same two limits as the loop below: at most `max_batch` requests, and
-# their reservations (`blocks_needed`) must fit in the pool. The batch then runs until its longest request
+# their worst-case budgets (`blocks_needed`) must fit in the pool. The batch then runs until its longest request
 # is done, and only then leaves. Each request's first token comes from its prefill, so it needs
 # `max_new - 1` decode steps; a batch needs as many as its longest request. We count the decode steps,
 # the tokens per decode step, and the **idle row-steps**: decode steps in which a request that has
 # finished still holds its row.
 
 # %% [markdown] lang="zh"
-# **基线：静态批处理的计数**。不必运行模型，就能数出一种调度的代价：只需要每个请求的输出长度，而这里没有停止 token 让请求提前结束，输出长度是固定的。（调度不改变请求生成的 token，这一点后面会在这个请求流上对连续批处理循环加以核对。）`static_schedule` 用已经到达的请求按先来先服务的顺序组成一个 batch，限制与后面的循环相同：最多 `max_batch` 个请求，而且它们的预留量（`blocks_needed`）必须放得进池中。这个 batch 一直运行到其中最长的请求结束，然后才整体离开。每个请求的第一个 token 来自预填充，因此它需要 `max_new - 1` 个解码步；一个 batch 需要的解码步数与其中最长的请求相同。我们统计解码步数、每个解码步生成的 token 数，以及**空闲行步数**：已经完成的请求仍占着自己那一行的解码步数。
+# **基线：静态批处理的计数**。不必运行模型，就能数出一种调度的代价：只需要每个请求的输出长度，而这里没有停止 token 让请求提前结束，输出长度是固定的。（调度不改变请求生成的 token，这一点后面会在这个请求流上对连续批处理循环加以核对。）`static_schedule` 用已经到达的请求按先来先服务的顺序组成一个 batch，限制与后面的循环相同：最多 `max_batch` 个请求，而且它们的最坏情况预算（`blocks_needed`）必须放得进池中。这个 batch 一直运行到其中最长的请求结束，然后才整体离开。每个请求的第一个 token 来自预填充，因此它需要 `max_new - 1` 个解码步；一个 batch 需要的解码步数与其中最长的请求相同。我们统计解码步数、每个解码步生成的 token 数，以及**空闲行步数**：已经完成的请求仍占着自己那一行的解码步数。
 
 # %%
 def static_schedule(requests, num_blocks, block_size, max_batch) -> dict:
