@@ -114,7 +114,7 @@ assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTI
 # whole batch in one.
 
 # %% [markdown] lang="zh"
-# **与基线比较**：两种调度解码的都是同样的 {{run:static_batching.decoded_tokens}} 个 token（每个请求的输出减去第一个 token）；连续批处理需要的解码步更少，因为没有哪一行要等它所在 batch 中最长的请求。只要每个请求至少生成 2 个 token（这里每个请求至少生成 {{run:stream.output_min}} 个），循环的空闲行步数按构造就是 0：请求完成后在同一次迭代中离开；只生成 1 个 token 的请求则会在它被接纳那次迭代的解码步中空占一行。表中的数是从迭代记录里数出来的。两种计数都不含预填充：`serve` 对每个请求单独调用一次预填充，而静态批处理可以把整个 batch 的预填充放在一次调用里。
+# **与基线比较**：两种调度解码的都是同样的 {{run:static_batching.decoded_tokens}} 个 token（每个请求的输出减去第一个 token）；连续批处理需要的解码步更少，因为没有哪一行要等它所在 batch 中最长的请求。只要每个请求至少生成 2 个 token（这里每个请求至少生成 {{run:stream.output_min}} 个），由循环的设计，空闲行步数必然为 0：请求完成后在同一次迭代中离开；只生成 1 个 token 的请求则会在它被接纳那次迭代的解码步中空占一行。表中的数是从迭代记录里数出来的。两种计数都不含预填充：`serve` 对每个请求单独调用一次预填充，而静态批处理可以把整个 batch 的预填充放在一次调用里。
 
 # %%
 # [en] Rows in the loop's decode steps held by a request that is not decoding: a finished one waits for nobody.
@@ -179,7 +179,7 @@ plt.show()
 # the first in line never waiting without a reason (not arrived, batch full, or its blocks do not fit).
 
 # %% [markdown] lang="zh"
-# **调度器的承诺**：调度器有没有兑现这些承诺，任何 logits 都看不出来，所以由折叠起来的核查函数 `check_schedule` 从循环两次运行（复用证明的六个请求和上面的请求流）的迭代记录中读出并断言它们：同时运行的请求不超过 `max_batch` 个，先来先服务，没有请求在到达之前被接纳，排在最前面的请求从不无故等待（它的理由只能是尚未到达、batch 已满，或者它的物理块放不进池中）。
+# **调度器的承诺**：调度器有没有兑现这些承诺，任何 logits 都看不出来，所以由折叠起来的核查函数 `check_schedule` 从循环两次运行（复用证明的六个请求和上面的请求流）的迭代记录中读出并断言它们：同时运行的请求不超过 `max_batch` 个，先来先服务，没有请求在到达之前被接纳，排在最前面的请求从不无故等待（它等待的原因只能是尚未到达、batch 已满，或者它的物理块放不进池中）。
 
 # %% tags=["hide-input"]
 def check_schedule(requests, trace, num_blocks, block_size, max_batch) -> dict:
@@ -210,7 +210,7 @@ six_waits, stream_waits = SCHEDULES["six"]["head_waited_for"], SCHEDULES["stream
 say(en=(f"Every promise kept in both runs: `{SCHEDULES['six']['kept'] and SCHEDULES['stream']['kept']}`. Iterations in which the "
         f"first in line waited for a place in the batch / for blocks: reuse proof {six_waits['batch']} / {six_waits['blocks']}, "
         f"stream {stream_waits['batch']} / {stream_waits['blocks']}."),
-    zh=(f"两次运行都兑现了每一项承诺：`{SCHEDULES['six']['kept'] and SCHEDULES['stream']['kept']}`。排在最前面的请求因 batch 已满 / "
+    zh=(f"两次运行是否兑现了全部承诺：`{SCHEDULES['six']['kept'] and SCHEDULES['stream']['kept']}`。排在最前面的请求因 batch 已满 / "
         f"因物理块不够而等待的迭代数：复用证明中为 {six_waits['batch']} / {six_waits['blocks']}，"
         f"请求流中为 {stream_waits['batch']} / {stream_waits['blocks']}。"))
 # [en] Every promise kept in both runs, and both limits really in force: three requests at once and a wait for a place in the
@@ -256,4 +256,4 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 # * 分块预填充与混合 batch：真实系统会把长提示切成若干分块，与解码 token 放在同一步里计算；我们则让每个请求在一次单独的调用中完成预填充。
 # * 此外，它也没有模拟采样、停止 token、优先级与公平性，以及循环中 Python 的开销。
 #
-# **第 9 至 11 节是可选内容**（第 9、10 节需要 `transformers`）；要点在第 13 节。
+# **第 9 到 11 节是可选内容**（第 9、10 节需要 `transformers`）；要点在第 13 节。
