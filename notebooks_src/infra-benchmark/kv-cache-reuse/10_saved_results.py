@@ -134,18 +134,18 @@ mid = SPEC[(len(SPEC) - 1) // 2]
 mid_rows = mid["k"] + 1
 if mid_rows in CALL_RATIOS:
     cost, tokens = round(CALL_RATIOS[mid_rows], 2), round(mid["tokens_per_call"], 2)
-    head_en = (f"At $k = {mid['k']}$, for example, a verifying call covers {mid_rows} rows: by that timing it costs about "
-               f"{cost:.2f} one-row calls and yields {tokens:.2f} tokens, so on this CPU ")
-    head_zh = (f"以 $k = {mid['k']}$ 为例，一次验证调用处理 {mid_rows} 行：按上述计时，它约相当于 {cost:.2f} 次单行调用，"
-               f"得到 {tokens:.2f} 个 token，所以在本机 CPU 上，")
+    head = {"en": (f"At $k = {mid['k']}$, for example, a verifying call covers {mid_rows} rows: by that timing it costs about "
+                   f"{cost:.2f} one-row calls and yields {tokens:.2f} tokens, so on this CPU "),
+            "zh": (f"以 $k = {mid['k']}$ 为例，一次验证调用处理 {mid_rows} 行：按上述计时，它约相当于 {cost:.2f} 次单行调用，"
+                   f"得到 {tokens:.2f} 个 token，所以在本机 CPU 上，")}
     if cost >= tokens:
-        mid_verdict = {"en": head_en + "it does not pay, even before the draft's calls are counted.",
-                       "zh": head_zh + "即使不计草稿模型的调用，它也不划算。"}
+        mid_verdict = {"en": head["en"] + "it does not pay, even before the draft's calls are counted.",
+                       "zh": head["zh"] + "即使不计草稿模型的调用，它也不划算。"}
     else:
-        mid_verdict = {"en": head_en + (f"it pays only if the round's {mid['k']} draft calls together cost less than "
-                                        f"{tokens - cost:.2f} of the target's one-row calls."),
-                       "zh": head_zh + (f"只有当一轮的 {mid['k']} 次草稿模型调用合计少于目标模型的 {tokens - cost:.2f} 次"
-                                        "单行调用时，它才划算。")}
+        mid_verdict = {"en": head["en"] + (f"it pays only if the round's {mid['k']} draft calls together cost less than "
+                                           f"{tokens - cost:.2f} of the target's one-row calls."),
+                       "zh": head["zh"] + (f"只有当一轮的 {mid['k']} 次草稿模型调用合计少于目标模型的 {tokens - cost:.2f} 次"
+                                           "单行调用时，它才划算。")}
 else:
     mid_verdict = {"en": f"(This run timed no product over $k + 1 = {mid_rows}$ rows, the verifying call at $k = {mid['k']}$, "
                          "so it does not say whether that call pays on this CPU.)",
