@@ -206,9 +206,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # **What a call over a few rows costs.** The roof sets a floor on a call's time: reading its bytes at $\beta$ left
 # of the ridge, doing its FLOPs at $\pi$ right of it. A call over a few rows reads the same weight bytes as a
 # one-row call, so left of the ridge it has the same floor. The table marks which calls lie left of this run's
-# ridge and gives their floors and measured times in one-row calls: over {{run:roofline.small_batch_lo}} to
-# {{run:roofline.small_batch_hi}} rows, floors of {{run:roofline.floor_ratio_min:.2f}} to {{run:roofline.floor_ratio_max:.2f}},
-# times of {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}}. Why a few rows can take longer than their floor,
+# ridge and gives their floors and measured times in one-row calls: {{run:roofline.few_rows.en}}. Why a few rows can take longer than their floor,
 # we did not find out.
 #
 # <details><summary>A hypothesis, not checked here (optional)</summary>
@@ -220,7 +218,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 # </details>
 
 # %% [markdown] lang="zh"
-# **处理几行的一次调用要花多少时间**：屋顶线给调用的耗时定了一个下界：在拐点左侧是以 $\beta$ 读完它的字节的时间，在拐点右侧是以 $\pi$ 做完它的浮点运算的时间。处理几行的调用读取的权重字节与单行调用相同，所以只要位于拐点左侧，两者的下界就相同。下表标出哪些调用位于本次运行的拐点左侧，并以单行调用为单位给出它们的下界和实测耗时：处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用，下界为 {{run:roofline.floor_ratio_min:.2f}} 到 {{run:roofline.floor_ratio_max:.2f}}，实测耗时为 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}}。几行的调用为什么可能比下界慢，我们没有查明。
+# **处理几行的一次调用要花多少时间**：屋顶线给调用的耗时定了一个下界：在拐点左侧是以 $\beta$ 读完它的字节的时间，在拐点右侧是以 $\pi$ 做完它的浮点运算的时间。处理几行的调用读取的权重字节与单行调用相同，所以只要位于拐点左侧，两者的下界就相同。下表标出哪些调用位于本次运行的拐点左侧，并以单行调用为单位给出它们的下界和实测耗时：{{run:roofline.few_rows.zh}}。几行的调用为什么可能比下界慢，我们没有查明。
 #
 # <details><summary>一个假设，这里未加验证（可选）</summary>
 #

@@ -108,6 +108,49 @@ if IN_COLAB:
 
 # %% tags=["prose-values"]
 one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
+
+
+# [en] A range in words, or one value when its two ends read the same.
+# [zh] 用文字说出一个范围；两端格式化后相同时只说一个值。
+def span(lo, hi, fmt, one, two):
+    return one.format(f"{lo:{fmt}}") if f"{lo:{fmt}}" == f"{hi:{fmt}}" else two.format(f"{lo:{fmt}}", f"{hi:{fmt}}")
+
+
+several = len(SMALL_BATCHES) > 1
+few_rows = {
+    "en": span(SMALL_BATCHES[0], SMALL_BATCHES[-1], "d", "over {} rows", "over {} to {} rows") + ", "
+          + span(min(FLOOR_RATIOS.values()), max(FLOOR_RATIOS.values()), ".2f",
+                 "a floor of {} one-row calls" + (" at every row count" if several else ""), "floors of {} to {}") + ", "
+          + span(min(CALL_RATIOS.values()), max(CALL_RATIOS.values()), ".1f",
+                 "a time of {}" + (" at every row count" if several else ""), "times of {} to {}"),
+    "zh": span(SMALL_BATCHES[0], SMALL_BATCHES[-1], "d", "处理 {} 行的调用", "处理 {} 到 {} 行的调用") + "，"
+          + span(min(FLOOR_RATIOS.values()), max(FLOOR_RATIOS.values()), ".2f",
+                 ("每种行数的下界都是 {}" if several else "下界为 {}"), "下界为 {} 到 {}") + "，"
+          + span(min(CALL_RATIOS.values()), max(CALL_RATIOS.values()), ".1f",
+                 ("每种行数的实测耗时都是 {}" if several else "实测耗时为 {}"), "实测耗时为 {} 到 {}")}
+# [en] The middle k's verifying call (k + 1 rows) against its tokens per call, if section 9 timed a product over k + 1 rows.
+# [zh] 中间那个 k 的验证调用（k + 1 行）的耗时与它每次得到的 token 数之比较，前提是第 9 节给处理 k + 1 行的乘法计过时。
+mid = SPEC[(len(SPEC) - 1) // 2]
+mid_rows = mid["k"] + 1
+if mid_rows in CALL_RATIOS:
+    cost, tokens = round(CALL_RATIOS[mid_rows], 2), round(mid["tokens_per_call"], 2)
+    head = {"en": (f"At $k = {mid['k']}$, for example, a verifying call covers {mid_rows} rows: by that timing it costs about "
+                   f"{cost:.2f} one-row calls and yields {tokens:.2f} tokens, so on this CPU "),
+            "zh": (f"以 $k = {mid['k']}$ 为例，一次验证调用处理 {mid_rows} 行：按上述计时，它约相当于 {cost:.2f} 次单行调用，"
+                   f"得到 {tokens:.2f} 个 token，所以在本机 CPU 上，")}
+    if cost >= tokens:
+        mid_verdict = {"en": head["en"] + "it does not pay, even before the draft's calls are counted.",
+                       "zh": head["zh"] + "即使不计草稿模型的调用，它也不划算。"}
+    else:
+        mid_verdict = {"en": head["en"] + (f"it pays only if the round's {mid['k']} draft calls together cost less than "
+                                           f"{tokens - cost:.2f} of the target's one-row calls."),
+                       "zh": head["zh"] + (f"只有当一轮的 {mid['k']} 次草稿模型调用合计少于目标模型的 {tokens - cost:.2f} 次"
+                                           "单行调用时，它才划算。")}
+else:
+    mid_verdict = {"en": f"(This run timed no product over $k + 1 = {mid_rows}$ rows, the verifying call at $k = {mid['k']}$, "
+                         "so it does not say whether that call pays on this CPU.)",
+                   "zh": f"（本次运行没有给处理 $k + 1 = {mid_rows}$ 行（$k = {mid['k']}$ 时的验证调用）的乘法计时，"
+                         "因此无法判断这次调用在本机 CPU 上是否划算。）"}
 {"prefix": {
     "requests": STREAM_REQUESTS, "smallest_pool": SWEEP[0]["blocks"], "hits_largest": SWEEP[-1]["requests_with_hit"],
     "largest_request_blocks": max(blocks_needed(Request(0, prompt, max_new), BLOCK_SIZE) for prompt, max_new, _ in STREAM),
@@ -120,7 +163,7 @@ one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
           "agreement": DRAFT_AGREEMENT, "formula_k1": SPEC_FORMULA[0], "tokens_k1": SPEC[0]["tokens_per_call"],
           "formula_kmax": SPEC_FORMULA[-1], "tokens_kmax": SPEC[-1]["tokens_per_call"],
           "budget_cut_k1": SPEC[0]["budget_cut"], "budget_cut_kmax": SPEC[-1]["budget_cut"],
-          "draft_share": DRAFT_PARAMS / N_PARAMS, "outside_share": DRAFT_OUTSIDE_BLOCKS / N_PARAMS, "positions": cfg.max_positions},
+          "mid_verdict": mid_verdict, "draft_share": DRAFT_PARAMS / N_PARAMS, "outside_share": DRAFT_OUTSIDE_BLOCKS / N_PARAMS, "positions": cfg.max_positions},
  "splitk": {"keys": SPLIT_KEYS, "padding": SPLIT_PADDING, "prompt": SPLIT_PROMPT,
             "max_err_fp32": max(r["fp32"]["max_abs_err"] for r in SPLIT_K), "max_err_fp64": max(r["fp64"]["max_abs_err"] for r in SPLIT_K),
             "control_err_s2": SPLIT_K_CONTROL[1]["fp32"]["max_abs_err"],
@@ -145,7 +188,7 @@ one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
               "cache_memory_bound": memory_bound(CACHE_SWEEP[0]),
               "small_batch_lo": SMALL_BATCHES[0], "small_batch_hi": SMALL_BATCHES[-1],
               "call_ratio_min": min(CALL_RATIOS.values()), "call_ratio_max": max(CALL_RATIOS.values()),
-              "floor_ratio_min": min(FLOOR_RATIOS.values()), "floor_ratio_max": max(FLOOR_RATIOS.values()),
+              "floor_ratio_min": min(FLOOR_RATIOS.values()), "floor_ratio_max": max(FLOOR_RATIOS.values()), "few_rows": few_rows,
               "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
               "values_share": PRODUCTS["w @ v"]["gbs"] * 1e9 / BANDWIDTH, "scores_qk_attention_share": PRODUCTS["q @ k^T"]["attention_share"],
               "values_attention_share": PRODUCTS["w @ v"]["attention_share"], "b1_roof_share": WEIGHT_SWEEP[0]["roof_share"],
