@@ -8,7 +8,8 @@
 # 7B v0.1 has the same shape and a sliding window of 4,096 positions. K/V are FP16 (2 bytes) unless
 # quantized. For each variant the table gives the positions kept, the bytes per position kept, and their
 # product: the cache of one 32k-token context (32,768 positions, batch 1). A decode step at that length reads the whole cache once, so the last
-# column is also the K/V traffic of every generated token: this is why decoding at long contexts tends
+# column is also the K/V traffic of every generated token (for the int8 and int4 rows, with a kernel that reads the
+# packed codes; section 7's cache unpacks every group on every call instead): this is why decoding at long contexts tends
 # to be bound by memory traffic, and why a smaller cache means less traffic per token.
 #
 # The variants: MHA (each of the 32 heads keeps K/V), GQA-8 (Llama 3 8B itself), MQA, GQA-8 with a 4k
@@ -18,7 +19,7 @@
 # %% [markdown] lang="zh"
 # ## 9. 7B 到 8B 规模下各变体的内存与开销
 #
-# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4,096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出保留的位置数、每个保留位置的字节数，以及两者的乘积，即一个 32k token 的上下文（32,768 个位置，batch 为 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量：这正是长上下文下的解码往往受限于内存带宽的原因；缓存越小，每个 token 的访存量也就越少。
+# 我们的模型很小，但数据量公式与规模无关，而且第 4、7 节已经用真实缓存的字节数验证过这个公式（以及量化后的存储布局）。因此可以放心地把它用到 7B 到 8B 量级的配置上。下面的常数取自注释中注明的公开配置文件：Llama 3 8B 有 32 层、32 个查询头、8 个 K/V 头，$D_h = 128$；Mistral 7B v0.1 的形状相同，滑动窗口为 4,096 个位置。除量化外，K/V 均为 FP16（2 字节）。对每种变体，表中给出保留的位置数、每个保留位置的字节数，以及两者的乘积，即一个 32k token 的上下文（32,768 个位置，batch 为 1）的缓存大小。在这个长度下，每个解码步都要把整个缓存读一遍，所以最后一列也是每生成一个 token 的 K/V 访存量（int8 和 int4 两行要求内核直接读取打包的编码；第 7 节的缓存则在每次调用时把每一组都解包）：这正是长上下文下的解码往往受限于内存带宽的原因；缓存越小，每个 token 的访存量也就越少。
 #
 # 各变体如下：MHA（32 个头各自保存 K/V）、GQA-8（即 Llama 3 8B 本身）、MQA、带 4k 滑动窗口的 GQA-8（与第 6 节一样，只保留 $W - 1$ 个位置），以及采用 int8 和 int4 缓存的 GQA-8（存储布局同第 7 节，缩放因子为 FP16，取 KIVI 论文公布的设置 $G = 32$、$R = 128$）。
 
