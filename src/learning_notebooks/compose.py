@@ -237,8 +237,9 @@ def compose(
     config.toml's repository, if it names one); recorded as `colab` in the metadata.
     """
     links = links or from_config(config)
+
     def prose(cell, ordinal: int) -> str:
-        return placeholders.fill(cell.source, cell.file, cell.first_line, section=ordinal, values=values, used={},
+        return placeholders.fill(cell.source, cell.file, cell.first_line, section=ordinal, values=values,
                                  link=lambda target: links.prose_link(*target.split("/"), lang, source.series))
 
     cells = [header_cell(source, lang, config, quick, links),

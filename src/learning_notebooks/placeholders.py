@@ -150,11 +150,11 @@ def run_values(producers: Mapping[str, tuple[Path, int]], executed_cells: list) 
 
 
 def fill(text: str, file: Path, first_line: int, *, section: int, link: Callable[[str], str],
-         values: Mapping[str, object] | None, used: dict[str, object]) -> str:
+         values: Mapping[str, object] | None) -> str:
     """`text` (a prose cell starting on `first_line` of `file`) with every placeholder replaced.
 
     `link(target)` gives what a `{{colab:...}}` becomes; `values` is None when there is no run to
-    quote (then `[run:KEY]`); the values quoted are added to `used`.
+    quote (then `[run:KEY]`).
     """
 
     def replace(match: re.Match) -> str:
@@ -174,7 +174,6 @@ def fill(text: str, file: Path, first_line: int, *, section: int, link: Callable
             shown = format(values[key], spec)
         except (ValueError, TypeError, OverflowError, MemoryError) as err:
             raise SourceError(f"{{{{run:{key}:{spec}}}}}: cannot format {values[key]!r}: {err}", *where) from None
-        used[key] = values[key]
         return shown
 
     return EXACT.sub(replace, text)

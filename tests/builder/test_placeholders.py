@@ -21,14 +21,13 @@ def test_placeholders_are_filled_in_each_language_and_recorded(executed_tree: Pr
 
 
 def test_the_three_placeholders_fill_in_one_pass_and_name_their_line():
-    used: dict = {}
     text = "## {{section}}. Runs\nsee {{colab:demo/hello}}\n{{run:a.b:.1f}} and {{run:c}}"
     filled = fill(text, Path("x.py"), 7, section=3, link=lambda target: f"<{target}>",
-                  values={"a.b": 2.25, "c": "ok"}, used=used)
-    assert filled == "## 3. Runs\nsee <demo/hello>\n2.2 and ok" and used == {"a.b": 2.25, "c": "ok"}
-    assert fill(text, Path("x.py"), 7, section=1, link=str, values=None, used={}).endswith("[run:a.b] and [run:c]")
+                  values={"a.b": 2.25, "c": "ok"})
+    assert filled == "## 3. Runs\nsee <demo/hello>\n2.2 and ok"
+    assert fill(text, Path("x.py"), 7, section=1, link=str, values=None).endswith("[run:a.b] and [run:c]")
     with pytest.raises(SourceError) as caught:
-        fill(text, Path("x.py"), 7, section=1, link=str, values={"a.b": 1.0}, used={})
+        fill(text, Path("x.py"), 7, section=1, link=str, values={"a.b": 1.0})
     assert (caught.value.line, "expose no value 'c'" in str(caught.value)) == (9, True)
 
 
