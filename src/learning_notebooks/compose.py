@@ -24,7 +24,7 @@ from .cache import code_tokens
 from .errors import CodeDrift
 from .links import Links, from_config
 from .localize import edition_code, localize_comments, outputs_for
-from .sources import NotebookSource, ProjectConfig, Section
+from .sources import NotebookSource, ProjectConfig, Section, build_only_tag
 
 LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
 
@@ -150,11 +150,11 @@ def code_metadata(tags: tuple[str, ...], included: bool) -> dict:
     return metadata
 
 
-def is_values_cell(cell: NotebookNode) -> bool:
-    """A `prose-values` cell of the executed notebook: numbers for the prose, no lesson of its own.
-    It runs once, with everything else; the editions leave it out (`_cells`) and carry its values
-    in their metadata instead (`compose`)."""
-    return placeholders.TAG in cell.get("metadata", {}).get("tags", [])
+def is_build_only(cell: NotebookNode) -> bool:
+    """A cell of the executed notebook that no edition shows (`sources.build_only_tag`): a
+    `prose-values` cell (numbers for the prose; the editions carry them in their metadata) or a
+    `record` cell (the run's record, such as results.json). It runs once, with everything else."""
+    return build_only_tag(cell.get("metadata", {}).get("tags", [])) is not None
 
 
 def shared_note(section: Section, lang: str, cell_id: str, link: Callable[[str, str], str]) -> NotebookNode:
@@ -184,8 +184,8 @@ def _cells(source: NotebookSource, lang: str | None, overrides: dict[str, object
                         cells.append(shared_note(section, lang, cell.id, link))
                         note = False
                 continue
-            if lang is not None and placeholders.TAG in cell.tags:
-                continue  # the prose quotes its values; the reader's edition leaves it out
+            if lang is not None and build_only_tag(cell.tags):
+                continue  # numbers the prose quotes, or the run's record: the reader's edition leaves it out
             metadata = code_metadata(cell.tags, section.folded) if lang is not None else (
                 {"tags": list(cell.tags)} if cell.tags else {})
             if not any(c.cell_type == "code" for c in cells):
@@ -281,13 +281,13 @@ def comparable_code(notebook: NotebookNode, lang: str | None = None) -> list[tup
 
 
 def shown_code(notebook: NotebookNode) -> list[NotebookNode]:
-    """The code cells an edition shows: all but the `prose-values` cells the executed notebook has."""
-    return [cell for cell in notebook.cells if cell.cell_type == "code" and not is_values_cell(cell)]
+    """The code cells an edition shows: all but the build-only cells the executed notebook has."""
+    return [cell for cell in notebook.cells if cell.cell_type == "code" and not is_build_only(cell)]
 
 
 def transplant(executed: NotebookNode, target: NotebookNode) -> None:
     """Copy outputs and execution counts of `executed`'s code cells into `target`'s, in order (the
-    executed notebook's `prose-values` cells, which no edition shows, aside).
+    executed notebook's build-only cells, which no edition shows, aside).
 
     Only the outputs of `target`'s language are copied (and the untagged ones). Refuses (CodeDrift)
     when the code differs, comments and the other languages' texts aside: outputs only belong to the

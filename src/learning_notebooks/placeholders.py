@@ -88,10 +88,11 @@ def _bound(tree: ast.Module) -> set[str]:
     return names
 
 
-def check_values_private(cells: list[tuple[str, bool, Path, int]]) -> None:
-    """A prose-values cell is left out of the editions (and the site), so what it defines stays
-    with it: no shown code cell may use a name that only a prose-values cell binds. `cells`: the code
-    cells in order, as (source, tagged prose-values, file, line of the `# %%` marker)."""
+def check_values_private(cells: list[tuple[str, str | None, Path, int]]) -> None:
+    """A cell tagged prose-values or record is left out of the editions (and the site), so what it
+    defines stays with it: no shown code cell may use a name that only such a cell binds. `cells`:
+    the code cells in order, as (source, the build-only tag it carries or None, file, line of the
+    `# %%` marker)."""
     trees = []
     for source, hidden, file, line in cells:
         try:
@@ -99,15 +100,15 @@ def check_values_private(cells: list[tuple[str, bool, Path, int]]) -> None:
         except SyntaxError:
             return  # reported with its line by the compile check
     shown = set().union(*(_bound(tree) for tree, hidden, _, _ in trees if not hidden))
-    private: dict[str, tuple[Path, int]] = {}
+    private: dict[str, tuple[str, Path, int]] = {}
     for tree, hidden, file, line in trees:
         if hidden:
-            private.update({name: (file, line) for name in _bound(tree) - shown})
+            private.update({name: (hidden, file, line) for name in _bound(tree) - shown})
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in private:
-                home, home_line = private[node.id]
-                raise SourceError(f"'{node.id}' is defined only in the '{TAG}' cell at {home.name}:{home_line}, "
+                tag, home, home_line = private[node.id]
+                raise SourceError(f"'{node.id}' is defined only in the '{tag}' cell at {home.name}:{home_line}, "
                                   "which readers do not see: define it in a shown code cell", file,
                                   line + node.lineno)
 

@@ -212,6 +212,30 @@ def _quick(manifest: dict, text: str, path: Path) -> dict[str, object]:
     return dict(quick)
 
 
+RECORD_TAG = "record"
+BUILD_ONLY_TAGS = (placeholders.TAG, RECORD_TAG)
+
+
+def build_only_tag(tags) -> str | None:
+    """The tag that keeps a code cell out of the editions, if it has one: `prose-values` (numbers
+    the prose quotes) or `record` (the run's record, such as results.json). Such a cell runs once,
+    with all the others, in the executed notebook; no reader sees it."""
+    return next((tag for tag in BUILD_ONLY_TAGS if tag in tags), None)
+
+
+def check_record_cell(code: str, file: Path, line: int) -> None:
+    """A `record` cell writes down what the run found; it proves nothing, because readers do not
+    see it: a check belongs in a shown cell, next to the claim it checks."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return  # reported with its line by the compile check
+    found = next((node for node in ast.walk(tree) if isinstance(node, ast.Assert)), None)
+    if found is not None:
+        raise SourceError(f"an assert in a cell tagged '{RECORD_TAG}', which readers do not see: "
+                          "check the claim in a shown code cell", file, line + found.lineno)
+
+
 def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig) -> NotebookSource:
     """Read and validate the manifest and every section of one notebook: every check of the
     sources happens here, before anything executes."""
@@ -252,7 +276,9 @@ def load_notebook(src_root: Path, series: str, name: str, config: ProjectConfig)
     producers = [c for c in cells if c.kind == "code" and placeholders.TAG in c.tags]
     for cell in producers:
         placeholders.check_values_cell(cell.source, cell.file, cell.line)
-    placeholders.check_values_private([(c.source, placeholders.TAG in c.tags, c.file, c.line)
+    for cell in (c for c in cells if c.kind == "code" and RECORD_TAG in c.tags):
+        check_record_cell(cell.source, cell.file, cell.line)
+    placeholders.check_values_private([(c.source, build_only_tag(c.tags), c.file, c.line)
                                        for c in cells if c.kind == "code"])
     notebooks = {f"{s}/{n}" for s, n in discover(src_root)}
     for cell in (c for c in cells if c.kind == "markdown"):

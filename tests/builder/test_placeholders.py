@@ -146,7 +146,7 @@ def test_a_value_that_does_not_fit_its_format_names_the_placeholder(executed: Pr
     assert "cannot format 10" in run.last
 
 
-VALUES = ("total = 10\ndef share(x):\n    return x / total\n{'sums': {'share': share(5)}}", True, Path("a.py"), 20)
+VALUES = ("total = 10\ndef share(x):\n    return x / total\n{'sums': {'share': share(5)}}", "prose-values", Path("a.py"), 20)
 
 
 @pytest.mark.parametrize(
@@ -158,7 +158,7 @@ VALUES = ("total = 10\ndef share(x):\n    return x / total\n{'sums': {'share': s
 )
 def test_shown_code_may_not_use_what_only_a_prose_values_cell_defines(shown, line):
     with pytest.raises(SourceError) as caught:
-        check_values_private([VALUES, (shown, False, Path("b.py"), 30)])
+        check_values_private([VALUES, (shown, None, Path("b.py"), 30)])
     assert "readers do not see" in str(caught.value) and "a.py:20" in str(caught.value)
     assert (caught.value.file, caught.value.line) == (Path("b.py"), line)
 
@@ -166,10 +166,40 @@ def test_shown_code_may_not_use_what_only_a_prose_values_cell_defines(shown, lin
 @pytest.mark.parametrize(
     "cells",
     [
-        [VALUES, ("total = 3\nprint(total)", False, Path("b.py"), 30)],         # shown code binds it too
-        [("total = 10", False, Path("b.py"), 1), VALUES, ("print(total)", False, Path("b.py"), 30)],
-        [VALUES, ("{'more': {'total': total}}", True, Path("c.py"), 40)],       # another hidden cell
+        [VALUES, ("total = 3\nprint(total)", None, Path("b.py"), 30)],          # shown code binds it too
+        [("total = 10", None, Path("b.py"), 1), VALUES, ("print(total)", None, Path("b.py"), 30)],
+        [VALUES, ("{'more': {'total': total}}", "prose-values", Path("c.py"), 40)],  # another hidden cell
+        [VALUES, ("write(total)", "record", Path("c.py"), 40)],                 # the record may read it
     ],
 )
 def test_names_that_shown_code_binds_or_only_hidden_cells_read_pass(cells):
     check_values_private(cells)
+
+
+def test_shown_code_may_not_use_what_only_a_record_cell_defines():
+    record = ("RESULTS = {'total': 10}\nopen('r.json', 'w').write(str(RESULTS))", "record", Path("r.py"), 50)
+    with pytest.raises(SourceError) as caught:
+        check_values_private([record, ("print(RESULTS)", None, Path("b.py"), 60)])
+    assert "only in the 'record' cell at r.py:50" in str(caught.value) and caught.value.line == 61
+
+
+RECORD = ('# %%\nPath(OUTPUT_DIR, "result.json")', '# %% tags=["record"]\nPath(OUTPUT_DIR, "result.json")')
+
+
+def test_a_record_cell_runs_once_and_no_edition_shows_it(project: Project):
+    """The run writes its record (outputs/ gets result.json); the editions leave the cell out."""
+    project.edit("02_compute.py", *RECORD)
+    run = project.build("--execute")
+    assert run.code == 0, run.log
+    assert (project.outputs / "result.json").read_text() == '{"steps": 5, "total": 10}'
+    for lang in ("en", "zh"):
+        assert "result.json" not in project.code_text(lang) and "total = sum(range(STEPS))" in project.code_text(lang)
+    assert project.build("--check").code == 0
+
+
+def test_an_assert_in_a_record_cell_names_its_line_before_anything_runs(project: Project):
+    project.edit("02_compute.py", *RECORD)
+    project.edit("02_compute.py", 'Path(OUTPUT_DIR, "result.json")', 'assert total\nPath(OUTPUT_DIR, "result.json")')
+    run = project.build("--execute")
+    assert run.code == 2 and "executing" not in run.log, run.log
+    assert run.last.startswith(f"error: {project.notebook / '02_compute.py'}:21: an assert in a cell tagged 'record'")
