@@ -35,7 +35,7 @@
 # 与第 9 节一样，这里需要 `transformers`（按 5.23.0 版编写）。如果没有安装它，或者所装版本的 `StaticCache` 接口不同，下面的单元格只用一句话说明原因，不做别的事。
 
 # %%
-HF_TOL = PEER_TOL
+HF_TOL = TOLERANCE[torch.float64]
 HF_SKIP = None if HAVE_TRANSFORMERS else {"reason": "transformers_missing"}
 if HAVE_TRANSFORMERS:
     try:

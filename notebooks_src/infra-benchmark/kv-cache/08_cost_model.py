@@ -128,7 +128,10 @@ caught_bytes, caught_fresh = [], []
 
 
 def catch_kv(module, args, output):
-    (k, v), (past_k, _) = output[1], args[2]
+    # [en] Attention.forward(x, allowed, past) returns (attended, (k, v)): k, v are what it multiplied.
+    # [zh] Attention.forward(x, allowed, past) 返回 (attended, (k, v))：k、v 就是它实际参与乘法的张量。
+    x, allowed, (past_k, past_v) = args
+    attended, (k, v) = output
     caught_bytes.append(k.numel() * k.element_size() + v.numel() * v.element_size())
     caught_fresh.append(k.data_ptr() != past_k.data_ptr())
 

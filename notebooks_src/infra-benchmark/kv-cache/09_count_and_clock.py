@@ -163,17 +163,11 @@ say_table(
 # the prefill's own overhead). Both continuation windows pay the same 16 calls' overhead and only the full
 # one also does the large work, so the measured factor is far below the work ratio.
 #
-# The same overhead bends the growth with $P$. From $P = {{run:clock.p_min}}$ to $P = {{run:clock.p_max}}$ the
-# count predicts the full step to grow {{run:clock.model_full_growth:.1f}}-fold and its CPU time grew
-# {{run:clock.measured_full_growth:.1f}}-fold; the cached step's count grows {{run:clock.model_cached_growth:.2f}}-fold,
-# its CPU time {{run:clock.measured_cached_growth:.2f}}-fold ({{run:clock.cached_ms_per_step_min:.3f}} ms per
-# step, then {{run:clock.cached_ms_per_step_max:.3f}} ms). The fixed cost pulls measured growth from the
-# count toward 1× (the same time at every length), never below 1×; work the count leaves out (scaling, mask
-# and softmax over the full step's $[H, T, T]$ scores) and memory costs such as the page faults that 9.1
-# names push it above; the two can balance, so agreement at one length would not prove that the count
-# predicts the time. A factor below 1×, like any growth that neither the count nor the overhead explains,
-# comes from this run, not from the cache: warm-up, the CPU's clock frequency, the memory allocator (the
-# prompt lengths are timed in order, the shortest first).
+# The same overhead flattens the growth with $P$ in the right panel: from $P = {{run:clock.p_min}}$ to
+# $P = {{run:clock.p_max}}$ the count of a full step grows {{run:clock.model_full_growth:.1f}}-fold and its CPU
+# time grew {{run:clock.measured_full_growth:.1f}}-fold; a cached step's count grows
+# {{run:clock.model_cached_growth:.2f}}-fold, its CPU time {{run:clock.measured_cached_growth:.2f}}-fold (9.4 says
+# what else can bend these growths on one run).
 # With a real model's width and context (8.3) the overhead shrinks next to the work, and at small batch a
 # decode step becomes **memory-bandwidth-bound**, its time set by how fast the weights and the K/V cache can
 # be read; that is a general remark, not measured here.
@@ -181,4 +175,4 @@ say_table(
 # %% [markdown] lang="zh"
 # **这次运行说明了什么**：比较让 16 个位置经过网络的两种做法。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍，可两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配，调用 16 次就要付 16 次（缓存路径上 `torch.cat` 的复制是例外：它随缓存变长而增长，属于内存开销，它占多少见 9.5）。按 9.1 中最快的预填充的速度（每毫秒约 {{run:clock.prefill_wan_macs_per_ms_rounded:,.0f}} 万次乘加），缓存路径一步的乘加只需要实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（粗略估计：这个速度里含有预填充自己的调用开销）。两个续写窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。
 #
-# 同样的开销也改变了耗时随 $P$ 的增长。从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，计数预测完整重算每步的工作量增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（每步从 {{run:clock.cached_ms_per_step_min:.3f}} 毫秒到 {{run:clock.cached_ms_per_step_max:.3f}} 毫秒）。固定开销把实测增长从计数拉向 1 倍（即各个长度耗时相同），但不会拉到 1 倍以下；计数漏掉的工作（完整重算一步对 $[H, T, T]$ 分数矩阵的缩放、掩码和 softmax）和内存的开销（例如 9.1 列出的缺页）又把它推到计数之上；两者可能互相抵消，所以在某个长度上吻合并不能说明计数能预测耗时。低于 1 倍的增长，以及计数和固定开销都解释不了的任何增长，都来自这一次运行，而不来自缓存：预热、CPU 的时钟频率、内存分配器（各个提示长度按顺序计时，最短的最先）。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。
+# 同样的开销也压平了右图中耗时随 $P$ 的增长：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，完整重算一步的计数增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（一次运行中还有哪些因素会改变这些增长，见 9.4）。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。

@@ -96,49 +96,15 @@ plt.show()
 # {{run:gen_time.ratio:.1f}} times as long. With the cache the first token waited for the prefill
 # ({{run:gen_time.cached_first_ms:.2f}} ms) and every later one for a decode step (median
 # {{run:gen_time.decode_ms:.3f}} ms): the two waits serving systems call time to first token (TTFT) and
-# inter-token latency (ITL), here for one sequence on one CPU thread. A cached step's arithmetic grows only
-# slightly with $T$ (8.2), and call 1 does the same work in both loops; so any fall or jump of the green
-# points, any gap between their median and 9.1's cached step at $P = {{run:gen_time.prompt}}$, and any gap
-# between the two first calls comes from the run (the memory allocator, the CPU's clock frequency, other
-# programs on this shared machine), not from the arithmetic.
-#
-# Without the cache, the last 16 passes took {{run:gen_time.tail_over_head:.1f}} times the CPU time of the
-# first 16 (medians), while their arithmetic grows at most {{run:gen_time.quadratic_growth:.2f}}-fold: no part
-# of a pass grows faster than $T^2$ (8.1), and this bound is the square of the ratio of the two groups'
-# median lengths, $T = {{run:gen_time.head_len:.1f}}$ and $T = {{run:gen_time.tail_len:.1f}}$. The count of 8.1
-# itself grows {{run:gen_time.count_growth:.2f}}-fold (medians likewise). Any growth beyond the bound, like any
-# sudden jump of the points, is not arithmetic: it
-# comes from memory (fresh pages from the operating system, 9.4; minor page faults per pass, medians:
-# {{run:gen_time.head_faults:,}} in the first 16, {{run:gen_time.tail_faults:,}} in the last 16) or from a
-# disturbance of this one run. So take from this figure the gap between the two loops
-# ({{run:gen_time.ratio:.1f}} times in CPU time), not the shape of the curve without the cache.
+# inter-token latency (ITL), here for one sequence on one CPU thread. This is a single run and its points
+# are noisy (the memory allocator, the CPU's clock frequency, other programs), so take from the figure only the gap between the two
+# loops, not the shape of either curve.
 
 # %% [markdown] lang="zh"
-# 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。缓存路径一步的计算量随 $T$ 只略有增长（见 8.2），两个循环的第 1 次调用做的工作也完全相同；因此，绿色各点的任何下降或跳升、它们的中位数与 9.1 中 $P = {{run:gen_time.prompt}}$ 时缓存路径一步之间的任何差距、两个循环第 1 次调用之间的任何差距，都来自这一次运行（内存分配器、CPU 的时钟频率、共用这台机器的其他程序），而不来自计算。
-#
-# 不用缓存时，最后 16 次调用的 CPU 时间（取中位数）是最初 16 次的 {{run:gen_time.tail_over_head:.1f}} 倍，而它们的计算量最多增长到 {{run:gen_time.quadratic_growth:.2f}} 倍：一次调用中没有哪一部分比 $T^2$ 增长得更快（见 8.1），这个上限就是两组调用序列长度中位数（$T = {{run:gen_time.head_len:.1f}}$ 和 $T = {{run:gen_time.tail_len:.1f}}$）之比的平方。按 8.1 的计数，计算量本身增长到 {{run:gen_time.count_growth:.2f}} 倍（同样取中位数）。超出上限的增长，以及图中各点的任何突然跳升，都不来自计算：要么来自内存（分配器新向操作系统要来的内存页，见 9.4；每次调用的次缺页次数取中位数，最初 16 次为 {{run:gen_time.head_faults:,}}，最后 16 次为 {{run:gen_time.tail_faults:,}}），要么来自这一次运行受到的干扰。所以，从这幅图应当读出的是两个循环之间的差距（按 CPU 时间为 {{run:gen_time.ratio:.1f}} 倍），而不是不用缓存那条曲线的形状。
+# 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。这只是一次运行，图中各点有噪声（内存分配器、CPU 的时钟频率、同时运行的其他程序），所以从图中只应读出两个循环之间的差距，而不是任何一条曲线的形状。
 
 # %% tags=["prose-values"]
-def tail_over_head(times) -> float:
-    # [en] The last 16 passes against the first 16, medians.
-    # [zh] 最后 16 次与最初 16 次相比，取中位数。
-    return float(np.median(times[-16:]) / np.median(times[:16]))
-
-
-# [en] Sequence length T of each pass without the cache.
-# [zh] 不用缓存时每次调用的序列长度 T。
-GEN_T_FULL = np.arange(GEN_TIME_TOKENS) + int(GEN_TIME_PROMPT.shape[1])
-
-
-# [en] Faults of each call without the cache (zeros where `resource` does not exist).
-# [zh] 不用缓存时每次调用的缺页次数（没有 `resource` 时记为 0）。
-full_faults_calls = [f or 0 for f in GEN_FAULTS["full"]]
 {"gen_time": {"prompt": int(GEN_TIME_PROMPT.shape[1]), "tokens": GEN_TIME_TOKENS,
               "cached_total_ms": GEN_TIME["cached"][-1][1], "full_total_ms": GEN_TIME["full"][-1][1],
               "ratio": sum(GEN_CPU["full"]) / sum(GEN_CPU["cached"]), "cached_first_ms": GEN_TIME["cached"][0][1],
-              "decode_ms": float(np.median(decode_ms)),
-              "tail_over_head": tail_over_head(GEN_CPU["full"]),
-              "head_faults": int(np.median(full_faults_calls[:16])), "tail_faults": int(np.median(full_faults_calls[-16:])),
-              "quadratic_growth": tail_over_head(GEN_T_FULL.astype(float) ** 2),
-              "head_len": float(np.median(GEN_T_FULL[:16])), "tail_len": float(np.median(GEN_T_FULL[-16:])),
-              "count_growth": tail_over_head([float(sum(full_step_macs(cfg, int(t)).values())) for t in GEN_T_FULL])}}
+              "decode_ms": float(np.median(decode_ms))}}

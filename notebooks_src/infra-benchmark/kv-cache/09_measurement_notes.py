@@ -25,6 +25,11 @@
 #   the second-largest and the largest sample, so one or two slow rounds decide it: far too few samples to
 #   estimate a service's tail latency. The median shrugs such rounds off, but not a slowdown that holds
 #   most rounds; the fastest round shrugs off both.
+# * **Growth with $P$ (9.2).** The fixed cost per call pulls the measured growth from the count toward 1×
+#   (the same time at every length), never below; work the count leaves out (scaling, mask and softmax over
+#   the full step's $[H, T, T]$ scores) and page faults push it above. The two can balance, so agreement at
+#   one length does not prove that the count predicts the time. A growth below 1× comes from the run:
+#   warm-up, the CPU's clock frequency, the memory allocator (the lengths are timed in order, shortest first).
 #
 # What this run's tables say is printed below them.
 
@@ -38,6 +43,7 @@
 # * **缺页**：每次调用都为临时张量分配内存，返回时再释放；其中最大的张量随序列变长（一层的 $[H, T, T]$ 分数矩阵在 $T = 256$、FP32 时就有 1 MiB）。C 库的内存分配器（Linux 上是 glibc）把释放的一大块内存交还给操作系统后，下一次需要这么多内存的调用就会拿到新的内存页，而对每个 4 KiB 内存页的第一次写入都会引发一次*次缺页*（minor page fault）：操作系统暂停程序，映射进一个清零的内存页。这种情况是否发生取决于分配器的阈值，与模型无关，所以它可能只落在某个提示长度或某条路径上，每次运行也可能不同。缺页次数在每个窗口前后用 `resource.getrusage` 读取（没有 `resource` 模块的系统上显示“–”，例如 Windows）。
 # * **CPU 时间占比**：窗口期间的 `time.process_time_ns` 除以 `perf_counter_ns`。CPU 时间计入进程的所有线程：这里 PyTorch 只用一个线程计算，但进程的其他线程（例如 Jupyter 内核的线程）也计算在内，所以占比可能略高于 100%。接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等核心运行别的程序，挂钟时间把这段等待也算了进去。
 # * **p95**：对 15 个样本（`QUICK = True` 时为 3 个），NumPy 的线性插值让 p95 落在第二大和最大的样本之间，所以由一两轮慢的测量决定；这么少的样本远不足以估计一个服务的尾延迟。中位数几乎不受这些轮次影响，但挡不住波及大多数轮次的变慢；最快的一轮则两者都不受影响。
+# * **随 $P$ 的增长（9.2）**：每次调用的固定开销把实测的增长从计数拉向 1 倍（即各个长度耗时相同），但不会拉到 1 倍以下；计数漏掉的工作（完整重算一步对 $[H, T, T]$ 分数矩阵的缩放、掩码和 softmax）和缺页又把它推到计数之上。两者可能互相抵消，所以在某个长度上吻合并不能说明计数能预测耗时。低于 1 倍的增长来自这一次运行：预热、CPU 的时钟频率、内存分配器（各个提示长度按顺序计时，最短的最先）。
 #
 # 这次运行的表格说明了什么，打印在表格下方。
 
@@ -65,48 +71,27 @@ for path in PATHS:
             "CPU 时间 / 挂钟时间"],
     )
 
-# [en] What the tables say, in one paragraph. `span` says a range, or one value when its two ends are
-# [en] equal: `one` and `two` are the sentence's words around the value(s).
-# [zh] 用一段话说出这些表格的结论。`span` 说出一个范围；两端相等时只说一个值：`one` 和 `two` 是
-# [zh] 句子中围绕这些值的文字。
-def span(lo, hi, fmt: str, one: str, two: str) -> str:
-    return one.format(f"{lo:{fmt}}") if f"{lo:{fmt}}" == f"{hi:{fmt}}" else two.format(f"{lo:{fmt}}", f"{hi:{fmt}}")
-
-
-# [en] Page-fault counts: the words `none` when every count is zero, else those of `span`.
-# [zh] 缺页次数：全部为零时用 `none` 这句话，否则与 `span` 相同。
-def faults_span(lo: int, hi: int, none: str, one: str, two: str) -> str:
-    return none if hi == 0 else span(lo, hi, ",", one, two)
-
-
-window_faults = [r[f"{path}_faults"] for r in TIMING_ROWS for path in PATHS if r[f"{path}_faults"] is not None] or [0]
+# [en] What the tables say. Page faults are "–" where the `resource` module does not exist.
+# [zh] 这些表格说明了什么。没有 `resource` 模块的系统上，缺页次数显示为“–”。
+window_faults = [r[f"{path}_faults"] for r in TIMING_ROWS for path in PATHS if r[f"{path}_faults"] is not None]
+full_faults = longest["full_faults_rounds"] or []
 shares = [r[f"{path}_cpu_share"] for r in TIMING_ROWS for path in PATHS]
 spread, spread_at, spread_path = max((r[f"{path}_cpu_ms"]["max"] / r[f"{path}_cpu_ms"]["min"], r["prompt_tokens"], path)
                                      for r in TIMING_ROWS for path in PATHS)
 p95_ratio, p95_at = max((r["cached_ms"]["p95"] / r["cached_ms"]["p50"], r["prompt_tokens"]) for r in TIMING_ROWS)
-# [en] Faults of the full window's rounds at the longest prompt (None without `resource`), and of its fastest round.
-# [zh] 最长提示下完整重算窗口各轮的缺页次数（没有 `resource` 时为 None），以及最快那一轮的次数。
-full_faults = longest["full_faults_rounds"]
-full_best = full_faults[int(np.argmin(longest["full_cpu_ms"]["samples"]))] if full_faults else None
+faults = f"{min(window_faults):,} / {max(window_faults):,}" if window_faults else "–"
+full_range = f"{min(full_faults):,} / {max(full_faults):,}" if full_faults else "–"
 full_p50_over_min = longest["full_cpu_ms"]["p50"] / longest["full_cpu_ms"]["min"]
 busy = sum(share < 0.9 for share in shares)
-wf_lo, wf_hi, ff_lo, ff_hi = min(window_faults), max(window_faults), min(full_faults or [0]), max(full_faults or [0])
-say(en="On this run: " + (
-        f"minor page faults per window (median of its rounds): {faults_span(wf_lo, wf_hi, 'none in any window', '{} in every window', 'from {} to {}')}; "
-        f"in the rounds of the full window at $P = {P_MAX}$: {faults_span(ff_lo, ff_hi, 'none in any round', '{} in every round', 'from {} to {}')}"
-        + (f" (its fastest round: {full_best:,})" if ff_lo != ff_hi else "") + ". " if full_faults else "page faults were not counted (no `resource` module). ")
-       + f"The median round of the full window at $P = {P_MAX}$ took {full_p50_over_min:.2f} times the CPU time of its "
-       f"fastest. CPU share per window: {span(min(shares), max(shares), '.0%', '{} in every window', 'from {} to {}')}; "
-       f"{busy or 'none'} of the {len(shares)} windows had a CPU share below 90 %. Largest slowest-over-fastest ratio of a window's rounds: "
-       f"{spread:.2f} ({ {'prefill': 'prefill', 'full': 'full recomputation', 'cached': 'cached continuation'}[spread_path]}, "
-       f"$P = {spread_at}$). The cached window's p95 over its p50: at most {p95_ratio:.2f} ($P = {p95_at}$).",
-    zh="这次运行中：" + (
-        f"按各轮的中位数，{faults_span(wf_lo, wf_hi, '每个窗口都没有次缺页', '每个窗口的次缺页次数都是 {}', '各窗口的次缺页次数在 {} 到 {} 之间')}；"
-        f"$P = {P_MAX}$ 时完整重算窗口的{faults_span(ff_lo, ff_hi, '每一轮都没有次缺页', '每一轮次缺页次数都是 {}', '各轮次缺页次数在 {} 到 {} 之间')}"
-        + (f"（最快的一轮为 {full_best:,} 次）" if ff_lo != ff_hi else "") + "。" if full_faults else "没有统计缺页次数（没有 `resource` 模块）。")
-       + f"$P = {P_MAX}$ 时完整重算窗口中位数那一轮的 CPU 时间是最快一轮的 {full_p50_over_min:.2f} 倍。"
-       f"每个窗口的 CPU 时间占比{span(min(shares), max(shares), '.0%', '都是 {}', '在 {} 到 {} 之间')}；"
-       + (f"{len(shares)} 个窗口中有 {busy} 个占比低于 90%。" if busy else f"{len(shares)} 个窗口中没有一个占比低于 90%。") +
-       f"一个窗口内最慢一轮与最快一轮之比，最大为 {spread:.2f}"
-       f"（{ {'prefill': '预填充', 'full': '完整重算', 'cached': '缓存续写'}[spread_path]}，$P = {spread_at}$）。"
+say(en=f"On this run: minor page faults per window, median of its rounds (fewest / most window): {faults}; "
+       f"per round of the full window at $P = {P_MAX}$ (fewest / most): {full_range}. "
+       f"The median round of that window took {full_p50_over_min:.2f} times the CPU time of its fastest. "
+       f"CPU share per window: {min(shares):.0%} to {max(shares):.0%}; {busy} of the {len(shares)} windows below 90 %. "
+       f"Largest slowest-over-fastest ratio of a window's rounds: {spread:.2f} (`{spread_path}`, $P = {spread_at}$). "
+       f"The cached window's p95 over its p50: at most {p95_ratio:.2f} ($P = {p95_at}$).",
+    zh=f"这次运行中：每个窗口的次缺页次数，取各轮的中位数（最少 / 最多的窗口）：{faults}；"
+       f"$P = {P_MAX}$ 时完整重算窗口每轮的次缺页次数（最少 / 最多）：{full_range}。"
+       f"该窗口中位数那一轮的 CPU 时间是最快一轮的 {full_p50_over_min:.2f} 倍。"
+       f"每个窗口的 CPU 时间占比：{min(shares):.0%} 到 {max(shares):.0%}；{len(shares)} 个窗口中有 {busy} 个低于 90%。"
+       f"一个窗口内最慢一轮与最快一轮之比，最大为 {spread:.2f}（`{spread_path}`，$P = {spread_at}$）。"
        f"缓存续写窗口的 p95 与中位数之比：最大 {p95_ratio:.2f}（$P = {p95_at}$）。")

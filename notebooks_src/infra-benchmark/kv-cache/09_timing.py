@@ -129,12 +129,11 @@ assert {"full": WORK["full"], "cached": WORK["cached"]} == projected_positions(P
 # %% [markdown] lang="en"
 # The measurement loop, folded: each window is timed by one `perf_counter_ns` reading before it and one
 # after it (and one `process_time_ns` reading for the CPU time), and every round rotates the order of
-# the three paths so that none always runs first. It also records each round's minor page faults (the
-# operating system mapping in a fresh memory page the first time the program touches it; 9.4 says more)
-# and CPU share (CPU time over clock time), which the appendix (9.4) lists.
+# the three paths so that none always runs first. It also records each round's minor page faults and CPU
+# share (CPU time over clock time), which the appendix (9.4) lists and explains.
 
 # %% [markdown] lang="zh"
-# 下面是测量循环（已折叠）：每个窗口只在前后各读一次 `perf_counter_ns`（CPU 时间则读 `process_time_ns`），每一轮都轮换三条路径的顺序，免得某条路径总是第一个运行。它还记录每一轮的次缺页（minor page fault，操作系统第一次映射一个内存页时的中断，见 9.4）次数和 CPU 时间占比（CPU 时间除以挂钟时间），附录（9.4）把它们全部列出。
+# 下面是测量循环（已折叠）：每个窗口只在前后各读一次 `perf_counter_ns`（CPU 时间则读 `process_time_ns`），每一轮都轮换三条路径的顺序，免得某条路径总是第一个运行。它还记录每一轮的次缺页（minor page fault）次数和 CPU 时间占比（CPU 时间除以挂钟时间），附录（9.4）把它们全部列出并加以解释。
 
 # %% tags=["hide-input"]
 # [en] `resource` exists on Unix only (Linux, macOS); the loop uses it to count page faults.
@@ -272,22 +271,19 @@ say(en=f"Multiply-adds per step at $P = {P_MAX}$, full / cached: {WORK_RATIO:.0f
 # times the CPU time of the cached continuation. The count promised far more: at $P = {{run:timing.p_max}}$
 # the full window does {{run:timing.macs_ratio_max:.0f}} times the multiply-adds of the cached one. Both
 # windows make the same 16 calls of a tiny model, and most of a cached call is fixed overhead, not
-# arithmetic; 9.2 shows it. Where a window takes page faults (9.4), memory, not arithmetic, adds to its
-# time, so at that length the ratio can jump by more than the count's growth explains; the cell below names
-# the full window's faults at each $P$. It asserts only that the cached window is faster at all at the
+# arithmetic; 9.2 shows it. The cell below asserts only that the cached window is faster at all at the
 # longest prompt, a margin no CPU should erase; the factors change from machine to machine and are
 # reported, not asserted.
 #
 # None of this measures a GPU, a serving system's latency, or production kernels and schedulers.
 
 # %% [markdown] lang="zh"
-# **主要结论**：在这次运行中，完整重算的 CPU 时间是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$）。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次；缓存续写的每次调用，时间大多花在固定开销上，而不是计算上（9.2 会说明这一点）。哪个窗口出现缺页（见 9.4），它的耗时里就多了一份来自内存、而非计算的开销，这个比值在那个长度上的跳升就可能超出计数的增长所能解释的程度。下面的单元格列出完整重算窗口在每个 $P$ 上的缺页次数，并且只断言一件事：在最长的提示下，缓存续写确实更快。这个要求极其宽松，换成任何 CPU 都应当满足；倍数本身因机器而异，所以只报告，不做断言。
+# **主要结论**：在这次运行中，完整重算的 CPU 时间是缓存续写的 {{run:timing.speedup_lo:.1f}} 倍（$P = {{run:timing.speedup_lo_at}}$）到 {{run:timing.speedup_hi:.1f}} 倍（$P = {{run:timing.speedup_hi_at}}$）。按计数，优势本应大得多：在 $P = {{run:timing.p_max}}$ 时，完整重算窗口的乘加次数是缓存续写窗口的 {{run:timing.macs_ratio_max:.0f}} 倍。两个窗口都调用这个小模型 16 次；缓存续写的每次调用，时间大多花在固定开销上，而不是计算上（9.2 会说明这一点）。下面的单元格只断言一件事：在最长的提示下，缓存续写确实更快。这个要求极其宽松，换成任何 CPU 都应当满足；倍数本身因机器而异，所以只报告，不做断言。
 #
 # 这些数字都不能说明 GPU、推理服务系统的延迟，或生产级内核与调度器的表现。
 
 # %%
 longest = TIMING_ROWS[-1]
-SPEEDUP = longest["full_ms"]["p50"] / longest["cached_ms"]["p50"]
 SPEEDUP_CLOCK_MIN = longest["full_ms"]["min"] / longest["cached_ms"]["min"]
 SPEEDUP_CPU = cpu_ratio(longest)
 SPEEDUP_CPU_P50 = cpu_ratio(longest, "p50")
@@ -299,27 +295,6 @@ say(en=f"At $P = {longest['prompt_tokens']}$ the cached window is faster: full /
        f"fastest rounds ({SPEEDUP_CPU_P50:.1f} from the medians; {SPEEDUP_CLOCK_MIN:.1f} in clock time, fastest rounds).",
     zh=f"$P = {longest['prompt_tokens']}$ 时缓存续写更快：完整重算 / 缓存续写 = {SPEEDUP_CPU:.1f}（CPU 时间，最快的一轮；"
        f"按中位数为 {SPEEDUP_CPU_P50:.1f}；按挂钟时间的最快一轮为 {SPEEDUP_CLOCK_MIN:.1f}）。")
-# [en] The full window's minor page faults per round (median of its rounds) at each P; None without `resource`.
-# [zh] 完整重算窗口在每个 P 上每轮的次缺页次数（各轮的中位数）；没有 `resource` 时为 None。
-FULL_FAULTS = {r["prompt_tokens"]: r["full_faults"] for r in TIMING_ROWS}
-if None in FULL_FAULTS.values():
-    say(en="Page faults were not counted on this system (no `resource` module), so this run cannot tell whether "
-           "memory added to the full window's time.",
-        zh="这个系统上没有统计缺页次数（没有 `resource` 模块），所以这次运行看不出内存是否增加了完整重算窗口的耗时。")
-elif not any(FULL_FAULTS.values()):
-    say(en="Minor page faults per round of the full window (median of its rounds): none at any $P$, so on this run "
-           "no fresh memory pages added to its time.",
-        zh="完整重算窗口每轮的次缺页次数（各轮的中位数）：在每个 $P$ 上都是 0，所以这次运行中没有新内存页的开销计入它的耗时。")
-else:
-    faulted = [p for p, n in FULL_FAULTS.items() if n]
-    say(en="Minor page faults per round of the full window (median of its rounds): "
-           + ", ".join(f"{n:,} at $P = {p}$" for p, n in FULL_FAULTS.items())
-           + ". Where a window faults, memory, not arithmetic, adds to its time, so the ratio at "
-           + ", ".join(f"$P = {p}$" for p in faulted) + " is not the count's doing alone.",
-        zh="完整重算窗口每轮的次缺页次数（各轮的中位数）："
-           + "，".join(f"$P = {p}$ 时 {n:,} 次" for p, n in FULL_FAULTS.items())
-           + "。窗口一旦出现缺页，耗时里就多了一份内存（而非计算）的开销，所以 "
-           + "、".join(f"$P = {p}$" for p in faulted) + " 处的比值不能只用计数来解释。")
 
 # %% tags=["prose-values"]
 speedups = [(cpu_ratio(r), r["prompt_tokens"]) for r in TIMING_ROWS]

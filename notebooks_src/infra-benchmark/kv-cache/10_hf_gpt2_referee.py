@@ -32,9 +32,6 @@ import warnings
 # [zh] transformers 会导入 tqdm，它关于缺少 Jupyter 小部件的提示在这里只是干扰。
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-# [en] Tolerance on |GPT-2 - ours| in FP64.
-# [zh] FP64 下 |GPT-2 - 我们的实现| 的容差。
-PEER_TOL = 1e-10
 PINNED_TRANSFORMERS = "5.23.0"
 CHECKED_TRANSFORMERS = ("4.57.1", "5.0.0", PINNED_TRANSFORMERS)
 
@@ -202,7 +199,7 @@ def worst_error(errors):
     return max(errors["full_logits"], errors["cached_logits"], *errors["k"], *errors["v"])
 
 
-def agrees(errors, tol=PEER_TOL):
+def agrees(errors, tol=TOLERANCE[torch.float64]):
     return worst_error(errors) <= tol
 
 

@@ -20,8 +20,7 @@
 #   {{run:timing.speedup_hi:.1f}} times the CPU time of the cached continuation (fastest of
 #   {{run:takeaways.repeats}} rounds), far below the work ratio: a cached call of this tiny model is mostly
 #   fixed overhead, about the same number of operator calls whatever its size ({{run:profile.top_min}} to
-#   {{run:profile.top_max}}, 9.5). If a full window takes page faults (9.1 lists this run's for each $P$;
-#   there may be none), memory, not arithmetic, adds to its time and so to that ratio. With real models at small batch, decode is instead bound by memory
+#   {{run:profile.top_max}}, 9.5). With real models at small batch, decode is instead bound by memory
 #   bandwidth (a general remark, not measured here).
 
 # %% [markdown] lang="zh"
@@ -31,7 +30,7 @@
 # * **三个约定必须对得上**：哪个缓存项属于哪一层；新 token 的绝对位置（从缓存长度 $P$ 接着往下编号）；掩码（查询 $P + i$ 读取键 $0 \dots P + i$）。三者都对，缓存路径就等同于完整重算：在 12 种配置中，FP32 下最大绝对误差不超过 {{run:takeaways.fp32:.1e}}，FP64 下不超过 {{run:takeaways.fp64:.1e}}。
 # * **要按它可能出错的方式来测试**：在该精度的容差内比较每一个 logit（而不是只比较 argmax，也不要求逐比特相同）；要用含多个 token 的分块（逐 token 运行会掩盖缺失的掩码）；而且一定要用到缓存（没有缓存时，错误的掩码恰好是对的）。再故意把模型改坏，确认检查能够查出来。
 # * **缓存省掉的是重新计算，而不是读取。** $T = 256$ 时，缓存路径的一步只做 {{run:count.cached_256:,}} 次乘加，是朴素完整重算一步的 $1/T$；但它仍要读取整个缓存，这里是 {{run:count.kv_read_256:,}} 字节，而且随 $T$ 增长。每个 token 的缓存是 $2 \cdot L \cdot H_{kv} \cdot D_h \cdot s$ 字节：Llama 3.1 8B 在 FP16 下，一条 32,768 个 token 的序列需要 {{run:published.llama31_32k}}，是不用 GQA 时的四分之一。
-# * **先测量，再解释。** 在这次运行中，完整重算的 CPU 时间是缓存续写的 {{run:timing.speedup_lo:.1f}} 到 {{run:timing.speedup_hi:.1f}} 倍（取 {{run:takeaways.repeats}} 轮中最快的一轮），远小于工作量之比：这个小模型的一次缓存调用，时间主要花在固定开销上，不论输入多大，算子调用次数都差不多（{{run:profile.top_min}} 到 {{run:profile.top_max}} 次，见 9.5）。如果完整重算窗口出现缺页（9.1 逐个列出这次运行在每个 $P$ 上的缺页次数，也可能一次都没有），它的耗时就多了一份内存（而非计算）的开销，这个比值也就不只由计数决定。对真实的模型，batch 较小时，解码一步受限的是内存带宽（这是一般性的说明，这里没有测量）。
+# * **先测量，再解释。** 在这次运行中，完整重算的 CPU 时间是缓存续写的 {{run:timing.speedup_lo:.1f}} 到 {{run:timing.speedup_hi:.1f}} 倍（取 {{run:takeaways.repeats}} 轮中最快的一轮），远小于工作量之比：这个小模型的一次缓存调用，时间主要花在固定开销上，不论输入多大，算子调用次数都差不多（{{run:profile.top_min}} 到 {{run:profile.top_max}} 次，见 9.5）。对真实的模型，batch 较小时，解码一步受限的是内存带宽（这是一般性的说明，这里没有测量）。
 
 # %% tags=["prose-values"]
 {"takeaways": {"fp32": WORST_LOGIT_ERR["fp32"], "fp64": WORST_LOGIT_ERR["fp64"], "repeats": REPEATS}}
