@@ -1,18 +1,7 @@
-# %% [markdown] lang="en"
-# ## 12. Saved results
-#
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: each
-# section's results (the Hugging Face comparison, or that it was skipped), and every negative control under
-# `controls`, each with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
-# strict JSON. On Colab the cell also offers the files for download. Its code is folded: it only gathers what
-# the sections above computed.
+# %% tags=["record"]
+import json
+from datetime import datetime, timezone
 
-# %% [markdown] lang="zh"
-# ## 12. 保存结果
-#
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：各节的结果（包括与 Hugging Face 的比较，或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它的代码已折叠：其中只是汇集前面各节算出的结果。
-
-# %% tags=["hide-input"]
 CONTROLS = {
     **{name: {"section": "prefix_cache", "scenario": c["scenario"], "wrong_requests": c["wrong_requests"],
               "max_abs_logit_err": finite_or_none(c["max_abs_logit_err"]), "finite": c["finite"], "caught": c["caught"]}
@@ -94,17 +83,6 @@ RESULTS = {
 }
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-saved = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
-assert all(c["caught"] is True for c in saved["controls"].values()) and all((OUT / name).exists() for name in RESULTS["figures"])
-say(en=f"Wrote `{RESULTS_JSON.name}` and {len(RESULTS['figures'])} figures; {sum(c['caught'] for c in CONTROLS.values())} of "
-       f"{len(CONTROLS)} negative controls caught.",
-    zh=f"已写入 `{RESULTS_JSON.name}` 和 {len(RESULTS['figures'])} 张图；{len(CONTROLS)} 个负对照中查出了 "
-       f"{sum(c['caught'] for c in CONTROLS.values())} 个。")
-
-if IN_COLAB:
-    from google.colab import files
-    for name in [RESULTS_JSON.name] + RESULTS["figures"]:
-        files.download(str(OUT / name))
 
 # %% tags=["prose-values"]
 one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
