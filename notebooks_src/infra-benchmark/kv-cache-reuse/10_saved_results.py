@@ -112,10 +112,10 @@ mid = SPEC[(len(SPEC) - 1) // 2]
 mid_rows = mid["k"] + 1
 if mid_rows in CALL_RATIOS:
     cost, tokens = round(CALL_RATIOS[mid_rows], 2), round(mid["tokens_per_call"], 2)
-    head = {"en": (f"At $k = {mid['k']}$, for example, a verifying call covers {mid_rows} rows: by that timing it costs about "
-                   f"{cost:.2f} one-row calls and yields {tokens:.2f} tokens, so on this CPU "),
-            "zh": (f"以 $k = {mid['k']}$ 为例，一次验证调用处理 {mid_rows} 行：按上述计时，它约相当于 {cost:.2f} 次单行调用，"
-                   f"得到 {tokens:.2f} 个 token，所以在本机 CPU 上，")}
+    head = {"en": (f"For section 6's speculative decoding at $k = {mid['k']}$, a verifying call covers {mid_rows} rows: by this timing "
+                   f"it costs about {cost:.2f} one-row calls and yields {tokens:.2f} tokens, so on this CPU "),
+            "zh": (f"对第 6 节 $k = {mid['k']}$ 的投机解码而言，一次验证调用处理 {mid_rows} 行：按这里的计时，它约相当于 "
+                   f"{cost:.2f} 次单行调用，得到 {tokens:.2f} 个 token，所以在本机 CPU 上，")}
     if cost >= tokens:
         mid_verdict = {"en": head["en"] + "it does not pay, even before the draft's calls are counted.",
                        "zh": head["zh"] + "即使不计草稿模型的调用，它也不划算。"}
@@ -165,8 +165,7 @@ else:
               "cache_bandwidth_share_bmax": CACHE_SWEEP[-1]["gbs"] * 1e9 / BANDWIDTH,
               "cache_memory_bound": memory_bound(CACHE_SWEEP[0]),
               "small_batch_lo": SMALL_BATCHES[0], "small_batch_hi": SMALL_BATCHES[-1],
-              "call_ratio_min": min(CALL_RATIOS.values()), "call_ratio_max": max(CALL_RATIOS.values()),
-              "floor_ratio_min": min(FLOOR_RATIOS.values()), "floor_ratio_max": max(FLOOR_RATIOS.values()), "few_rows": few_rows,
+              "few_rows": few_rows,
               "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
               "values_share": PRODUCTS["w @ v"]["gbs"] * 1e9 / BANDWIDTH, "scores_qk_attention_share": PRODUCTS["q @ k^T"]["attention_share"],
               "values_attention_share": PRODUCTS["w @ v"]["attention_share"], "b1_roof_share": WEIGHT_SWEEP[0]["roof_share"],
