@@ -6,14 +6,16 @@ CONTROLS = {
     **{name: {"section": "prefix_cache", "scenario": c["scenario"], "wrong_requests": c["wrong_requests"],
               "max_abs_logit_err": finite_or_none(c["max_abs_logit_err"]), "finite": c["finite"], "caught": c["caught"]}
        for name, c in PREFIX_CONTROLS.items()},
-    "target_cache_not_cropped": {"section": "speculative", **{key: finite_or_none(v) if isinstance(v, float) else v
-                                                              for key, v in SPEC_CONTROLS["target_cache_not_cropped"].items()}},
+    "target_cache_not_cropped": {"section": "speculative", "k": no_rollback["k"], "tokens_identical": no_rollback["tokens_identical"],
+                                 "max_abs_logit_err": finite_or_none(no_rollback["max_abs_logit_err"]), "caught": spec_caught},
     "merge_without_rescaling": {"section": "split_k", "splits": [n for n in SPLIT_COUNTS if n > 1],
                                 "max_abs_err_fp32": [c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 1],
                                 "caught": all(SPLIT_K_CAUGHT[n] for n in SPLIT_COUNTS if n > 1)},
     "keys_without_the_new_token": {"section": "decode_cost", "flops": [r["control"] for r in COUNT_GRID], "caught": COUNT_CONTROL_CAUGHT},
     "llama_3_1_8b_with_32_kv_heads": {"section": "decode_cost", **SIZE_CONTROL},
-    **{name: {"section": "roofline", **c} for name, c in ROOFLINE_CONTROLS.items()},
+    "largest_batch_memory_bound": {"section": "roofline", "batch": WEIGHT_SWEEP[-1]["batch"],
+                                   "bandwidth_share": WEIGHT_SWEEP[-1]["gbs"] * 1e9 / BANDWIDTH, "peak_share": WEIGHT_SWEEP[-1]["gflops"] * 1e9 / PEAK, **ROOFLINE_CONTROLS["largest_batch_memory_bound"]},
+    "weights_not_amortized": {"section": "roofline", **ROOFLINE_CONTROLS["weights_not_amortized"]},
 }
 if ASSISTED_CONTROL is not None:
     CONTROLS["referee_rejects_no_rollback"] = {"section": "assisted_generation", **ASSISTED_CONTROL}
