@@ -1,4 +1,4 @@
-"""Section 12: results.json against docs/kv-cache-reuse-results-schema.md, and the figures."""
+"""The record cell's results.json against docs/kv-cache-reuse-results-schema.md, and the figures."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ EXPECTED = {
         "skip": {"en": "referee is skipped", "zh": "裁判已跳过"},
     },
     "kv-cache-reuse": {
-        "files": ["masks.png", "prefix_hit_rate.png", "results.json", "roofline.png", "speculative_calls.png"],
+        "files": ["masks.png", "prefix_hit_rate.png", "roofline.png", "speculative_calls.png"],
         "skip": {"en": "comparison with assisted generation is skipped", "zh": "跳过与辅助生成的比较"},
     },
 }

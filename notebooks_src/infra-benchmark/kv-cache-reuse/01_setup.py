@@ -20,8 +20,8 @@
 # Sections: 1 setup · 2 masks and 3 the decoder (from the first notebook) · 4 a block pool with a content
 # index · 5 serving requests with a prefix cache · 6 speculative decoding · 7 split-K decoding · 8 what a
 # decode step reads and computes · 9 the roofline of one core of this machine · 10 and 11 (optional, with
-# `transformers`): Hugging Face GPT-2 as referee for the decoder and for speculative decoding · 12 saved results ·
-# 13 takeaways and exercises. On a first read, follow 4 to 8, section 9 up to its figure, and 13; sections 2,
+# `transformers`): Hugging Face GPT-2 as referee for the decoder and for speculative decoding · 12 takeaways
+# and exercises. On a first read, follow 4 to 8, section 9 up to its figure, and 12; sections 2,
 # 3 and 10 repeat the first notebook, and the parts marked optional can wait.
 
 # %% [markdown] lang="zh"
@@ -34,7 +34,7 @@
 #
 # 每种机制都像前面几份笔记本那样接受检查：与最直接的计算方式比较，并配上一个故意改坏的版本，同一项检查必须把它查出来。
 #
-# 目录：1 环境设置 · 2 掩码与 3 解码器（取自第一份笔记本） · 4 带内容索引的物理块池 · 5 用前缀缓存服务请求 · 6 投机解码 · 7 split-K 解码 · 8 一个解码步读了什么、算了什么 · 9 本机单个核心的 Roofline 模型 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当裁判，分别检验解码器和投机解码 · 12 保存结果 · 13 要点与练习。初读时，读第 4 到第 8 节、第 9 节中图以前的部分，以及第 13 节即可；第 2、3、10 节重复第一份笔记本的内容，标为可选的部分可以以后再看。
+# 目录：1 环境设置 · 2 掩码与 3 解码器（取自第一份笔记本） · 4 带内容索引的物理块池 · 5 用前缀缓存服务请求 · 6 投机解码 · 7 split-K 解码 · 8 一个解码步读了什么、算了什么 · 9 本机单个核心的 Roofline 模型 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当裁判，分别检验解码器和投机解码 · 12 要点与练习。初读时，读第 4 到第 8 节、第 9 节中图以前的部分，以及第 12 节即可；第 2、3、10 节重复第一份笔记本的内容，标为可选的部分可以以后再看。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
@@ -57,21 +57,19 @@ QUICK = False
 # [en] Seed for the weights, the prompts and the request stream.
 # [zh] 权重、提示和请求流所用的随机种子。
 SEED = 0
-# [en] Folder that receives results.json and the PNG figures.
-# [zh] 存放 results.json 和 PNG 图片的文件夹。
+# [en] Folder that receives the PNG figures.
+# [zh] 存放 PNG 图片的文件夹。
 OUTPUT_DIR = "."
 
 # %%
 import copy
 import hashlib
-import json
 import math
 import random
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 import matplotlib.pyplot as plt
 import numpy as np

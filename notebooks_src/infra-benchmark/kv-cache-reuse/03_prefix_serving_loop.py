@@ -118,16 +118,19 @@ def make_stream(n, seed):
 STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
 
 # %% [markdown] lang="en"
-# **The criterion**, as above: same tokens as the cold run, logits within the FP32 tolerance, requests without a
-# hit bit-identical. The folded cell below runs the first notebook's greedy loop once per distinct request (`serve_cold`) and compares a
-# whole run with it (`compare_with_cold`). It also checks that every hit is a whole number of full blocks
-# shorter than its prompt, and that every logit is finite (an evicted block is refilled with NaN, so a table
-# still using it would read NaN). Close logits imply identical tokens only where no decision is a near tie, so
-# it also reports the smallest **margin** of the cold runs (best logit minus second best), which must be at least
-# a hundred times the largest error.
+# **The criterion and the sweep.** Two results matter: the **hit rate** (the share of prompt tokens found in the
+# cache) and **logits as cold**: each request gives the same tokens as the first notebook's greedy loop run on it
+# alone (`serve_cold`), with logits within the FP32 tolerance, and requests without a hit are bit-identical. Close
+# logits imply identical tokens only where no decision is a near tie, so the smallest **margin** of the cold runs
+# (best logit minus second best) must be at least a hundred times the largest error. The other keys that the folded
+# `run_stream` returns are sanity checks of the serving loop: every hit is whole blocks shorter than its prompt,
+# every logit is finite (an evicted block is refilled with NaN), no running request outgrows what its admission
+# counted, and at the end every block is free or cached. The same stream goes through pools from barely enough
+# blocks for the largest request to pools large enough that the hit rate stops growing, so small pools must evict
+# blocks that later requests would have found.
 
 # %% [markdown] lang="zh"
-# **判据**如上所述：token 与冷启动相同，logits 在 FP32 容差之内，没有命中的请求逐比特相同。下面折叠起来的单元格对每个不同的请求各运行一次第一份笔记本的贪心生成循环（`serve_cold`），再把一整次运行与它比较（`compare_with_cold`）。它还检查每次命中都是整数个填满的物理块、比提示短，以及所有 logits 都是有限数（被淘汰的物理块会重新填满 NaN，仍在使用它的块表就会读到 NaN）。logits 相近只有在没有哪一步的决策几乎打平时，才能推出 token 相同，所以它还报告冷启动结果中的最小**余量**（最大的 logit 减去第二大的 logit），要求至少是最大误差的一百倍。
+# **判据与扫描**：要紧的结果有两个：**命中率**（提示 token 中在缓存里找到的比例），以及 **logits 与冷启动一致**：每个请求生成的 token 与单独对它运行第一份笔记本的贪心生成循环（`serve_cold`）所得的相同，logits 在 FP32 容差之内，没有命中的请求逐比特相同。logits 相近只有在没有哪一步的决策几乎打平时，才能推出 token 相同，所以冷启动结果中的最小**余量**（最大的 logit 减去第二大的 logit）必须至少是最大误差的一百倍。折叠起来的 `run_stream` 返回的其余各项是对服务循环的健全性检查：每次命中都是整数个物理块、比提示短；所有 logits 都是有限数（被淘汰的物理块会重新填满 NaN）；没有哪个运行中的请求超出接纳时为它计入的物理块数；最后每个物理块不是空闲的，就是已缓存的。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到大得足以让命中率不再上升的池；池小时就不得不淘汰后续请求本来能找到的物理块。
 
 # %% tags=["hide-input"]
 # [en] The first notebook's greedy loop: the prompt in one call, then one token per call over the cache.
@@ -172,18 +175,7 @@ def compare_with_cold(requests, block_size) -> dict:
         "min_margin": min(float((top2[:, 0] - top2[:, 1]).min()) for top2 in (cold.topk(2, dim=-1).values for _, _, cold, _ in rows)),
     }
 
-# %% [markdown] lang="en"
-# **The sweep.** `run_stream` (folded) serves the stream through a pool of a given size and compares every
-# request with its cold run. Through `serve_and_check` it also checks the serving loop as the serving notebook
-# does: no running request outgrows what its admission counted, and at the end every block is free or cached
-# (a miscounted hit, or a released block that reached neither the free list nor the LRU queue, would fail
-# here). The same stream goes through pools from barely enough blocks for the largest request to pools large
-# enough that the hit rate stops growing, so small pools must evict blocks that later requests would have found.
 
-# %% [markdown] lang="zh"
-# **扫描**：`run_stream`（已折叠）用给定大小的池服务这个请求流，并把每个请求与它的冷启动结果比较。它还通过 `serve_and_check` 像服务笔记本那样检查服务循环：没有哪个运行中的请求超出接纳时为它计入的物理块数；最后每个物理块不是空闲的，就是已缓存的（命中的物理块数错了，或者释放的物理块既没进空闲列表也没进 LRU 队列，都会在这里暴露出来）。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到大得足以让命中率不再上升的池；池小时就不得不淘汰后续请求本来能找到的物理块。
-
-# %% tags=["hide-input"]
 def serve_and_check(cache, requests) -> dict:
     # [en] As in the serving notebook: serve, and at each iteration's peak check that every running request holds at most
     # [en] the blocks counted for it on admission; at the end, that no block is held and none is lost.
@@ -195,7 +187,7 @@ def serve_and_check(cache, requests) -> dict:
     return {"iterations": len(peaks), "within_reservation": all(peaks),
             "all_released": not any(pool.refs) and sorted(pool.free + list(pool.evictable)) == list(range(pool.num_blocks))}
 
-# %% tags=["hide-input"]
+
 def run_stream(specs, num_blocks, pool_class=PrefixPool) -> dict:
     cache = PagedCache(pool_class(cfg, num_blocks))
     requests = [PrefixRequest(rid, torch.tensor(prompt), max_new, arrival) for rid, (prompt, max_new, arrival) in enumerate(specs)]
@@ -215,8 +207,7 @@ say_table([[str(r["blocks"]), f"{r['hit_rate']:.1%}", f"{r['prefill_tokens_saved
 assert all(r["close"] and r["misses_bit_identical"] and r["whole_blocks"] and r["finite"] and r["within_reservation"]
            and r["all_released"] for r in SWEEP)
 assert all(r["min_margin"] > 100 * r["max_abs_logit_err"] for r in SWEEP) and SWEEP[0]["evictions"] > 0
-say(en=f"For each of the {len(SWEEP)} pool sizes every request's tokens equal its cold run's, its logits are within the FP32 "
-       f"tolerance, and requests without a hit are bit-identical; only whole blocks are shared, every logit is finite, no request "
-       f"outgrew its admission, and every block is free or cached at the end.",
-    zh=f"在全部 {len(SWEEP)} 种池大小下，每个请求生成的 token 都与冷启动相同，logits 都在 FP32 容差之内，没有命中的请求逐比特相同；"
-       f"只共享填满的物理块，所有 logits 都是有限数，没有请求超出接纳时为它计入的物理块数，最后每个物理块不是空闲的，就是已缓存的。")
+say(en=f"For each of the {len(SWEEP)} pool sizes the logits equal the cold runs' (same tokens, within the FP32 tolerance, "
+       f"requests without a hit bit-identical), and the serving loop's sanity checks hold.",
+    zh=f"在全部 {len(SWEEP)} 种池大小下，logits 都与冷启动一致（token 相同，在 FP32 容差之内，没有命中的请求逐比特相同），"
+       f"服务循环的各项健全性检查也都通过。")

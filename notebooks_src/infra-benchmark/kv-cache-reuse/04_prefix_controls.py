@@ -63,14 +63,14 @@ SCENARIOS = scenario_specs(SEED + 2)
 # * **block hashed without its prefix**: each block's hash covers its own tokens only. In request 2 the
 #   document's blocks then "hit" the blocks that request 0 computed after system prompt 1: same tokens,
 #   other prefix, other K/V;
-# * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too. Request 4
-#   then shares request 3's last block, but by the time it arrives, request 3 has written its first
-#   generated tokens into the free slots of that block: request 4 reads them as if they were part of its
-#   own prompt. Its `block_hashes` hashes that block, and its `lookup` caps request 4's hit at the 14 tokens of the text (the table below shows 14),
-#   but `read_kv` reads every filled slot of the blocks request 4 holds: 16 positions, 2 of them request 3's generated tokens,
-#   and the cache's length, 16, also puts request 4's last prompt token at position 16 instead of 14. So the bug
-#   shows in the read and the positions, not in the hit count. (Request 3 itself is safe: a full block is never written again, and the store copies a
-#   shared block that is not full before writing into it.)
+# * **partly filled block shared**: the last, partly filled block of a prompt gets a hash too, and `lookup` caps
+#   the hit at the prompt's usable tokens (the table below shows request 4 finding 14). In three steps:
+#   1. request 3's text of 14 tokens leaves 2 free slots in its last block; by the time request 4 arrives,
+#      request 3 has written its first 2 generated tokens into them;
+#   2. request 4 holds that block, and `read_kv` reads every filled slot of its blocks: 16 positions;
+#   3. so request 4 sees 2 tokens that are not in its prompt, and its last prompt token goes to position 16
+#      instead of 14. The bug shows in what is read and where, not in the hit count. (Request 3 itself is safe:
+#      the store copies a shared block that is not full before writing into it.)
 # * **held block left in the LRU queue**: `hold` raises the count but forgets to take the block out of
 #   the queue. When request 2 needs more blocks than are free, the pool evicts a system-prompt block that
 #   request 1 still reads, and request 2 writes its own K/V into it.
@@ -79,7 +79,10 @@ SCENARIOS = scenario_specs(SEED + 2)
 # **三种错误**。每种都写成 `PrefixPool` 的一个子类，只改动一个方法（第二种改动两个）：
 #
 # * **块哈希不含前缀**：每个物理块的哈希只覆盖它自己的 token。于是在请求 2 中，文档所在的物理块“命中”了请求 0 在系统提示 1 之后算出的那些物理块：token 相同，前缀不同，K/V 也就不同；
-# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希。于是请求 4 共享了请求 3 的最后一个物理块；可是等请求 4 到达时，请求 3 已经把它最先生成的几个 token 写进了这个物理块的空槽位，请求 4 便把它们当成了自己提示的一部分来读。这个子类的 `block_hashes` 给这个物理块算出哈希，它的 `lookup` 把请求 4 的命中数限制在这段文本的 14 个 token（下表显示 14），但 `read_kv` 会读取请求 4 所持有的物理块中每一个已写入的槽位：共 16 个位置，其中 2 个是请求 3 生成的 token；缓存的长度 16 还让请求 4 提示的最后一个 token 落在位置 16，而不是 14。所以这个错误出现在读取和位置上，而不是命中数里。（请求 3 本身不受影响：填满的物理块不会再被写入；未填满的共享物理块，分页缓存会先复制一份再写入，即写时复制。）
+# * **共享未填满的物理块**：提示最后那个未填满的物理块也算出了块哈希，`lookup` 则把命中数限制在提示中可用的 token 数以内（下表中请求 4 找到 14 个）。分三步来看：
+#   1. 请求 3 的文本有 14 个 token，最后一个物理块留下 2 个空槽位；等请求 4 到达时，请求 3 已经把它最先生成的 2 个 token 写了进去；
+#   2. 请求 4 持有这个物理块，而 `read_kv` 会读取它所持有的物理块中每一个已写入的槽位：共 16 个位置；
+#   3. 于是请求 4 看到了 2 个不属于它提示的 token，它提示的最后一个 token 落在位置 16，而不是 14。所以这个错误出现在读到的内容和位置上，而不是命中数里。（请求 3 本身不受影响：未填满的共享物理块，分页缓存会先复制一份再写入。）
 # * **被持有的物理块留在 LRU 队列中**：`hold` 把引用计数加一，却忘了把物理块移出队列。当请求 2 需要的物理块比空闲的还多时，池淘汰了请求 1 仍在读取的一个系统提示物理块，请求 2 又把自己的 K/V 写了进去。
 
 # %%

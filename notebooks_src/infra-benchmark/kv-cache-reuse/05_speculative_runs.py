@@ -46,10 +46,8 @@ say(en="Checks passed for every $k$: the tokens are the plain loop's, token for 
 # %% [markdown] lang="en"
 # Every $k$ gives the target's own tokens, with far fewer target calls: {{run:spec.calls_k1}} instead of
 # {{run:spec.plain_calls}} at $k = 1$, {{run:spec.calls_kmax}} at $k = {{run:spec.kmax}}$. These are calls, not seconds: the rounds
-# themselves are not timed here, and a verifying call's cost of about one step holds for a GPU
-# at batch 1; on this CPU a product over {{run:roofline.small_batch_lo}} to {{run:roofline.small_batch_hi}} rows took
-# {{run:roofline.call_ratio_min:.1f}} to {{run:roofline.call_ratio_max:.1f}} one-row calls (section 9's optional part).
-# {{run:spec.mid_verdict.en}} The gain levels off, because a
+# themselves are not timed here, and a verifying call's cost of about one step holds for a GPU at batch 1 (what
+# such a call costs on this CPU, and whether it pays, is in section 9's optional part). The gain levels off, because a
 # long run of drafts is accepted only if every one of them agrees. If each draft agreed independently with
 # probability $\alpha$, a round would yield $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$
 # tokens on average (Leviathan et al.). With $\alpha = {{run:spec.agreement:.3f}}$, the agreement measured above,
@@ -76,7 +74,7 @@ say(en="Checks passed for every $k$: the tokens are the plain loop's, token for 
 # (orange squares, right axis).*
 
 # %% [markdown] lang="zh"
-# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。这里数的是调用次数，而不是秒数：这里没有给各轮本身计时；“验证调用的耗时约等于一个解码步”说的是 GPU 上 batch 为 1 的情形；在本机 CPU 上，处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的乘法耗时为单行调用的 {{run:roofline.call_ratio_min:.1f}} 到 {{run:roofline.call_ratio_max:.1f}} 倍（见第 9 节的可选部分）。{{run:spec.mid_verdict.zh}}收益逐渐趋缓，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha = {{run:spec.agreement:.3f}}$（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}。公式假设：（1）各个草稿独立地与目标模型一致；（2）每一轮都有 $k$ 个草稿。这两条在这里都只是近似成立。违反（2）只会让实测值变小；违反（1）则可能让它变大，也可能变小：
+# 每个 $k$ 都得到了目标模型自己的 token，而目标模型的调用次数少得多：$k = 1$ 时为 {{run:spec.calls_k1}} 次，而不是 {{run:spec.plain_calls}} 次；$k = {{run:spec.kmax}}$ 时为 {{run:spec.calls_kmax}} 次。这里数的是调用次数，而不是秒数：这里没有给各轮本身计时；“验证调用的耗时约等于一个解码步”说的是 GPU 上 batch 为 1 的情形（这样一次调用在本机 CPU 上耗时多少、是否划算，见第 9 节的可选部分）。收益逐渐趋缓，因为一长串草稿只有在每一个都一致时才会全部被接受。如果每个草稿都以概率 $\alpha$ 独立地与目标模型一致，每一轮平均得到 $1 + \alpha + \dots + \alpha^k = (1 - \alpha^{k+1}) / (1 - \alpha)$ 个 token（Leviathan 等人）。取 $\alpha = {{run:spec.agreement:.3f}}$（上面实测的一致率），公式在 $k = 1$ 时给出每次调用 {{run:spec.formula_k1:.2f}} 个 token，实测为 {{run:spec.tokens_k1:.2f}}；在 $k = {{run:spec.kmax}}$ 时公式给出 {{run:spec.formula_kmax:.2f}}，实测却只有 {{run:spec.tokens_kmax:.2f}}。公式假设：（1）各个草稿独立地与目标模型一致；（2）每一轮都有 $k$ 个草稿。这两条在这里都只是近似成立。违反（2）只会让实测值变小；违反（1）则可能让它变大，也可能变小：
 #
 # * **独立**：相邻位置上的一致与否并不独立。如果一致的位置比随机情况下更容易连成长串，整轮被接受的情况就更多，实测值会高于公式；反之则低于公式；
 # * **每轮都是完整的 $k$ 个草稿**：预算规则最多只提出还缺的 token 数减一个，所以一个提示的最后一轮可能不到 $k$ 个草稿。这只会让实测值变小，而且 $k$ 越大影响越大：$k = 1$ 时预算去掉了 {{run:spec.budget_cut_k1}} 个草稿位置，$k = {{run:spec.kmax}}$ 时去掉了 {{run:spec.budget_cut_kmax}} 个。
@@ -126,10 +124,7 @@ class NoTargetRollback(Speculator):
 
 
 no_rollback = run_speculative(NoTargetRollback, 4)
-SPEC_CONTROLS = {"target_cache_not_cropped": {"k": 4, "tokens_identical": no_rollback["tokens_identical"],
-                                              "max_abs_logit_err": no_rollback["max_abs_logit_err"],
-                                              "caught": not (no_rollback["tokens_identical"] and no_rollback["logits_close"])}}
-spec_caught = SPEC_CONTROLS["target_cache_not_cropped"]["caught"]
+spec_caught = not (no_rollback["tokens_identical"] and no_rollback["logits_close"])
 say(en=f"Without the target's rollback ($k = 4$): the tokens {'equal' if no_rollback['tokens_identical'] else 'differ from'} the "
        f"plain loop's, the max abs logit error is {no_rollback['max_abs_logit_err']:.2f}; {'caught' if spec_caught else 'not caught'}.",
     zh=f"不回滚目标模型的缓存时（$k = 4$）：生成的 token 与普通循环{'相同' if no_rollback['tokens_identical'] else '不同'}，"

@@ -1,30 +1,21 @@
-# %% [markdown] lang="en"
-# ## 12. Saved results
-#
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures: each
-# section's results (the Hugging Face comparison, or that it was skipped), and every negative control under
-# `controls`, each with `caught: true`. An error that is NaN is written as `null` with `"finite": false`, so the file is
-# strict JSON. On Colab the cell also offers the files for download. Its code is folded: it only gathers what
-# the sections above computed.
+# %% tags=["record"]
+import json
+from datetime import datetime, timezone
 
-# %% [markdown] lang="zh"
-# ## 12. 保存结果
-#
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：各节的结果（包括与 Hugging Face 的比较，或者它被跳过），以及 `controls` 下的每一个负对照，每个都带有 `caught: true`。误差为 NaN 时写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。它的代码已折叠：其中只是汇集前面各节算出的结果。
-
-# %% tags=["hide-input"]
 CONTROLS = {
     **{name: {"section": "prefix_cache", "scenario": c["scenario"], "wrong_requests": c["wrong_requests"],
               "max_abs_logit_err": finite_or_none(c["max_abs_logit_err"]), "finite": c["finite"], "caught": c["caught"]}
        for name, c in PREFIX_CONTROLS.items()},
-    "target_cache_not_cropped": {"section": "speculative", **{key: finite_or_none(v) if isinstance(v, float) else v
-                                                              for key, v in SPEC_CONTROLS["target_cache_not_cropped"].items()}},
+    "target_cache_not_cropped": {"section": "speculative", "k": no_rollback["k"], "tokens_identical": no_rollback["tokens_identical"],
+                                 "max_abs_logit_err": finite_or_none(no_rollback["max_abs_logit_err"]), "caught": spec_caught},
     "merge_without_rescaling": {"section": "split_k", "splits": [n for n in SPLIT_COUNTS if n > 1],
                                 "max_abs_err_fp32": [c["fp32"]["max_abs_err"] for c in SPLIT_K_CONTROL if c["splits"] > 1],
                                 "caught": all(SPLIT_K_CAUGHT[n] for n in SPLIT_COUNTS if n > 1)},
     "keys_without_the_new_token": {"section": "decode_cost", "flops": [r["control"] for r in COUNT_GRID], "caught": COUNT_CONTROL_CAUGHT},
     "llama_3_1_8b_with_32_kv_heads": {"section": "decode_cost", **SIZE_CONTROL},
-    **{name: {"section": "roofline", **c} for name, c in ROOFLINE_CONTROLS.items()},
+    "largest_batch_memory_bound": {"section": "roofline", "batch": WEIGHT_SWEEP[-1]["batch"],
+                                   "bandwidth_share": WEIGHT_SWEEP[-1]["gbs"] * 1e9 / BANDWIDTH, "peak_share": WEIGHT_SWEEP[-1]["gflops"] * 1e9 / PEAK, **ROOFLINE_CONTROLS["largest_batch_memory_bound"]},
+    "weights_not_amortized": {"section": "roofline", **ROOFLINE_CONTROLS["weights_not_amortized"]},
 }
 if ASSISTED_CONTROL is not None:
     CONTROLS["referee_rejects_no_rollback"] = {"section": "assisted_generation", **ASSISTED_CONTROL}
@@ -94,17 +85,6 @@ RESULTS = {
 }
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-saved = json.loads(RESULTS_JSON.read_text(encoding="utf-8"))
-assert all(c["caught"] is True for c in saved["controls"].values()) and all((OUT / name).exists() for name in RESULTS["figures"])
-say(en=f"Wrote `{RESULTS_JSON.name}` and {len(RESULTS['figures'])} figures; {sum(c['caught'] for c in CONTROLS.values())} of "
-       f"{len(CONTROLS)} negative controls caught.",
-    zh=f"已写入 `{RESULTS_JSON.name}` 和 {len(RESULTS['figures'])} 张图；{len(CONTROLS)} 个负对照中查出了 "
-       f"{sum(c['caught'] for c in CONTROLS.values())} 个。")
-
-if IN_COLAB:
-    from google.colab import files
-    for name in [RESULTS_JSON.name] + RESULTS["figures"]:
-        files.download(str(OUT / name))
 
 # %% tags=["prose-values"]
 one_token_8b = decode_step_cost(llama_8b, 1, COST_CONTEXT, BF16)
@@ -134,10 +114,10 @@ mid = SPEC[(len(SPEC) - 1) // 2]
 mid_rows = mid["k"] + 1
 if mid_rows in CALL_RATIOS:
     cost, tokens = round(CALL_RATIOS[mid_rows], 2), round(mid["tokens_per_call"], 2)
-    head = {"en": (f"At $k = {mid['k']}$, for example, a verifying call covers {mid_rows} rows: by that timing it costs about "
-                   f"{cost:.2f} one-row calls and yields {tokens:.2f} tokens, so on this CPU "),
-            "zh": (f"以 $k = {mid['k']}$ 为例，一次验证调用处理 {mid_rows} 行：按上述计时，它约相当于 {cost:.2f} 次单行调用，"
-                   f"得到 {tokens:.2f} 个 token，所以在本机 CPU 上，")}
+    head = {"en": (f"For section 6's speculative decoding at $k = {mid['k']}$, a verifying call covers {mid_rows} rows: by this timing "
+                   f"it costs about {cost:.2f} one-row calls and yields {tokens:.2f} tokens, so on this CPU "),
+            "zh": (f"对第 6 节 $k = {mid['k']}$ 的投机解码而言，一次验证调用处理 {mid_rows} 行：按这里的计时，它约相当于 "
+                   f"{cost:.2f} 次单行调用，得到 {tokens:.2f} 个 token，所以在本机 CPU 上，")}
     if cost >= tokens:
         mid_verdict = {"en": head["en"] + "it does not pay, even before the draft's calls are counted.",
                        "zh": head["zh"] + "即使不计草稿模型的调用，它也不划算。"}
@@ -187,8 +167,7 @@ else:
               "cache_bandwidth_share_bmax": CACHE_SWEEP[-1]["gbs"] * 1e9 / BANDWIDTH,
               "cache_memory_bound": memory_bound(CACHE_SWEEP[0]),
               "small_batch_lo": SMALL_BATCHES[0], "small_batch_hi": SMALL_BATCHES[-1],
-              "call_ratio_min": min(CALL_RATIOS.values()), "call_ratio_max": max(CALL_RATIOS.values()),
-              "floor_ratio_min": min(FLOOR_RATIOS.values()), "floor_ratio_max": max(FLOOR_RATIOS.values()), "few_rows": few_rows,
+              "few_rows": few_rows,
               "scores_qk_share": SCORES["q @ k^T"]["gbs"] * 1e9 / BANDWIDTH, "scores_kq_share": SCORES["k @ q^T"]["gbs"] * 1e9 / BANDWIDTH,
               "values_share": PRODUCTS["w @ v"]["gbs"] * 1e9 / BANDWIDTH, "scores_qk_attention_share": PRODUCTS["q @ k^T"]["attention_share"],
               "values_attention_share": PRODUCTS["w @ v"]["attention_share"], "b1_roof_share": WEIGHT_SWEEP[0]["roof_share"],

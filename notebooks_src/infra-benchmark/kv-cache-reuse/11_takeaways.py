@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 13. Takeaways and exercises
+# ## 12. Takeaways and exercises
 #
 # * **A cache can be shared because K/V at a position depend only on the prefix.** Prefix caching finds
 #   shared prefixes by a chain of block hashes (each block's hash covers its whole prefix), shares full blocks
@@ -8,13 +8,8 @@
 #   the logits equal a cold run within the FP32 tolerance.
 # * **Speculative decoding changes how many times the target is called, not what it says.** With a draft that
 #   agreed {{run:spec.agreement:.0%}} of the time, $k = 1$ gave {{run:spec.tokens_k1:.2f}} tokens per target call and
-#   $k = {{run:spec.kmax}}$ gave {{run:spec.tokens_kmax:.2f}}; the tokens were the target's own. That equality is exact
-#   only in exact arithmetic: a verifying call over $k + 1$ tokens sums in other groupings than a one-token step
-#   (on a GPU in BF16, with other kernel shapes), so its logits differ by rounding, and where the best two
-#   logits nearly tie, the greedy choice can flip. Here every decision's margin was far above the logit error.
-#   Forgetting to crop the target's cache after a rejection silently changes the text. Fewer target calls save time
-#   where a round's verifying call and draft calls together take less than one plain step times the tokens the round
-#   yields; they save the most where a call over $k + 1$ rows costs about one step, as on a GPU at batch 1 (both calls lie far left of the ridge and share a floor, the time of reading their bytes: section 9).
+#   $k = {{run:spec.kmax}}$ gave {{run:spec.tokens_kmax:.2f}}, all of them the target's own (the logits differ only by rounding,
+#   far below every decision's margin), and forgetting to crop the target's cache after a rejection silently changes the text.
 # * **Attention over a long cache can be split and merged exactly**, as long as each split reports its maximum
 #   and its sum and the merge rescales by $e^{m_s - M}$; a fully masked split must weigh 0, not NaN.
 # * **By the count, a decode step does far too little arithmetic per byte to keep a processor busy.** Counted
@@ -30,16 +25,22 @@
 # * **Every mechanism here is a place for a silent bug**: a hash without its prefix, a shared partial block,
 #   an evicted block still in use, a missing crop, a merge without rescaling. Each gives plausible numbers, and
 #   only a comparison with the plain computation catches it.
+#
+# The build records what this run checked and measured (each section's results and every negative control, with
+# `caught: true`) in `results.json` under `outputs/infra-benchmark/kv-cache-reuse/`, described in
+# `docs/kv-cache-reuse-results-schema.md`. Running the notebook yourself, you find its figures in `OUTPUT_DIR`.
 
 # %% [markdown] lang="zh"
-# ## 13. 要点与练习
+# ## 12. 要点与练习
 #
 # * **缓存之所以能共享，是因为某个位置上的 K/V 只取决于它的前缀**。前缀缓存用一条块哈希链查找共享的前缀（每个物理块的哈希覆盖它的整个前缀），只共享填满的物理块，记录引用计数，并按 LRU 顺序淘汰没有被引用的物理块。在我们的请求流上，池很大时有 {{run:prefix.hit_rate_largest:.0%}} 的提示 token 来自缓存，池最小时为 {{run:prefix.hit_rate_smallest:.0%}}；logits 在 FP32 容差内与冷启动一致。
-# * **投机解码改变的是目标模型被调用的次数，而不是它说出的内容**。草稿模型与目标模型的一致率为 {{run:spec.agreement:.0%}}：$k = 1$ 时每次目标模型调用得到 {{run:spec.tokens_k1:.2f}} 个 token，$k = {{run:spec.kmax}}$ 时得到 {{run:spec.tokens_kmax:.2f}} 个；这些 token 都是目标模型自己的。不过，只有在精确算术下两者才严格相等：一次验证 $k + 1$ 个 token 的调用与只算一个 token 的解码步求和的分组方式不同（在 GPU 上用 BF16 时，内核的形状也不同），logits 会有舍入差异；最大的两个 logits 几乎相等时，贪心选择就可能翻转。这里每个决策的余量都远大于 logits 的误差。拒绝草稿之后忘了截短目标模型的缓存，会悄无声息地改变生成的文本。只要一轮中验证调用与草稿调用的总耗时少于一个普通解码步的耗时乘以这一轮得到的 token 数，少调用目标模型就能省下时间；处理 $k + 1$ 行的一次调用耗时与一个解码步相近时省得最多，GPU 上 batch 为 1 时正是如此（两种调用都远在拐点左侧，耗时的下界都是读完所需字节的时间，因而相同，见第 9 节）。
+# * **投机解码改变的是目标模型被调用的次数，而不是它说出的内容**。草稿模型与目标模型的一致率为 {{run:spec.agreement:.0%}}：$k = 1$ 时每次目标模型调用得到 {{run:spec.tokens_k1:.2f}} 个 token，$k = {{run:spec.kmax}}$ 时得到 {{run:spec.tokens_kmax:.2f}} 个，这些 token 都是目标模型自己的（logits 只差舍入误差，远小于每个决策的余量）；拒绝草稿之后忘了截短目标模型的缓存，会悄无声息地改变生成的文本。
 # * **对长缓存的注意力可以分段计算、再精确合并**，只要每一段都报告自己的最大值和指数和，合并时按 $e^{m_s - M}$ 重新缩放；完全被遮住的一段权重必须为 0，而不是 NaN。
 # * **按计数，解码步每读一个字节所做的运算太少，让处理器忙不起来**。按公开模型的配置、16 位数值计算，batch 为 1 时，这里的每个模型每读一个字节只做 {{run:cost.min_intensity_b1:.1f}} 到 {{run:cost.max_intensity_b1:.1f}} 次浮点运算（Llama 2 7B 这样的多头注意力模型，缓存部分为 {{run:cost.llama2_cache:.1f}} 次），而 H100 在 BF16 下要 {{run:roofline.gpu_ridge:.0f}} 次才能忙起来。batch 能分摊权重的字节，却分摊不了缓存的字节，除非几条序列共享一段已缓存的前缀、而内核为它们只读一遍这段前缀；GQA、MLA 和量化缩小缓存的字节；投机解码为 $k + 1$ 个 token 只读一遍权重和缓存。
 # * **实测表明，屋顶线是界限，而不是预测**。在这台 CPU 的一个核心上，FP32 下拐点位于 {{run:roofline.ridge:.2f}} FLOP/字节，batch 为 1 的权重乘法和缓存读取的算术强度都是 0.5，在拐点左侧。batch 为 1 的权重乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；batch 分摊了权重的开销，却分摊不了缓存的开销。
 # * **这里的每种机制都可能藏着悄无声息的错误**：不含前缀的块哈希、共享未填满的物理块、仍在使用就被淘汰的物理块、忘了截短缓存、合并时不做重新缩放。它们给出的数字都似是而非，只有与最直接的计算方式比较才能把它们查出来。
+#
+# 构建时，本次运行检查和测量的内容（各节的结果，以及每个负对照，都带有 `caught: true`）记录在 `outputs/infra-benchmark/kv-cache-reuse/` 下的 `results.json` 中，格式见 `docs/kv-cache-reuse-results-schema.md`。自己运行本笔记本时，各张图保存在 `OUTPUT_DIR` 中。
 
 # %% [markdown] lang="en"
 # **Exercises.** Each asks for a prediction; the cell after it computes the answer with this notebook's own code and
