@@ -86,10 +86,10 @@ if HAVE_TRANSFORMERS:
                for label, row in gelu_rows.items()],
               en=["weights", "FP32, correct", "FP32, `gelu_new`", "FP64, correct", "FP64, `gelu_new`"],
               zh=["权重", "FP32，正确映射", "FP32，`gelu_new`", "FP64，正确映射", "FP64，`gelu_new`"])
-    say(en="Largest logit difference, GPT-2 against ours; in brackets the verdict of `agrees` (section 4's absolute "
-           "test on the largest error, not `close`): within $10^{-5}$ (FP32) or $10^{-10}$ (FP64)?",
-        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里是 `agrees` 的判定（第 4 节那个只看最大绝对误差的检验，"
-           "不是 `close`）：是否在 $10^{-5}$（FP32）或 $10^{-10}$（FP64）的容差内一致。")
+    say(en="Largest logit difference, GPT-2 against ours; in brackets the verdict of `agrees`: within $10^{-5}$ "
+           "(FP32) or $10^{-10}$ (FP64)?",
+        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里是 `agrees` 的判定：是否在 $10^{-5}$（FP32）"
+           "或 $10^{-10}$（FP64）的容差内一致。")
 
 
 # %% [markdown] lang="en"
