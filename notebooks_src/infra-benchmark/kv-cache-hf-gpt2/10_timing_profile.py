@@ -162,10 +162,9 @@ if HAVE_TRANSFORMERS:
 # many) when the 257 positions are recomputed without a cache.
 #
 # **The calls are not.** GPT-2's step makes {{run:profile.gpt2_python:,}} function calls, ours
-# {{run:profile.ours_python:,}}: the extra ones are the library's machinery (configuration reads, output
-# objects, the cache object's methods) and the functions implemented in C that this machinery calls. The
-# largest single share of the {{run:profile.extra_calls:,}} extra calls, {{run:profile.top_extra:,}}, comes
-# from `{{run:profile.top_extra_source}}`.
+# {{run:profile.ours_python:,}}. The largest single share of the {{run:profile.extra_calls:,}} extra calls,
+# {{run:profile.top_extra:,}}, comes from `{{run:profile.top_extra_source}}`, most of the rest from the library's
+# files listed above.
 #
 # GPT-2's step time minus ours (race medians): {{run:profile.step_gap_ms:.3f}} ms. Spread over the
 # {{run:profile.extra_calls:,}} extra calls, that is {{run:profile.us_per_call:.1f}} µs per call. This
@@ -175,7 +174,7 @@ if HAVE_TRANSFORMERS:
 # %% [markdown] lang="zh"
 # **运算相同。** 两个解码步的矩阵乘法中都有 {{run:profile.matmul_flops:,}} 次浮点运算；不用缓存、把 257 个位置全部重算一遍时则需要 {{run:profile.no_cache_flops:,}} 次（是前者的 {{run:profile.no_cache_ratio:,.0f}} 倍）。
 #
-# **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次：多出来的调用来自库的通用机制（读取配置项、构造输出对象、缓存对象的方法），以及这些机制所调用的、用 C 实现的函数。在多出来的 {{run:profile.extra_calls:,}} 次调用中，单一来源占得最多的是 `{{run:profile.top_extra_source}}`，共 {{run:profile.top_extra:,}} 次。
+# **调用次数不同。** GPT-2 的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次。在多出来的 {{run:profile.extra_calls:,}} 次调用中，单一来源占得最多的是 `{{run:profile.top_extra_source}}`，共 {{run:profile.top_extra:,}} 次，其余大多来自上面列出的库文件。
 #
 # 按比赛的中位数，GPT-2 每步的耗时减去我们的，得 {{run:profile.step_gap_ms:.3f}} 毫秒；平摊到多出来的 {{run:profile.extra_calls:,}} 次调用上，每次约 {{run:profile.us_per_call:.1f}} 微秒。这个除法把全部差距都算在了函数调用头上，所以它只是一个平均值，而不是一次调用的实测开销：这里没有一种工具能只给 Python 代码计时而又不扭曲结果（`cProfile` 给它统计的每次调用都加上一份开销）。
 
