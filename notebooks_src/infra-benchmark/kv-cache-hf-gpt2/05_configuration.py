@@ -1,10 +1,21 @@
 # %% [markdown] lang="en"
-# From here on, "agrees within $10^{-10}$" (or $10^{-5}$ in FP32) means `agrees`, section 4's absolute
-# test on the dict of errors that `compare_with_gpt2` returns. Where two single tensors are compared
-# instead, the cell says which test it uses (`close` also allows a relative error).
+# Three tests judge a result from here on, all with the dtype's tolerance `TOLERANCE` ($10^{-10}$ in
+# FP64, $10^{-5}$ in FP32); "agrees within $10^{-10}$" in the text means the first:
+#
+# | test | what it judges | where |
+# |---|---|---|
+# | `agrees(errors, tol)` | a whole comparison: the largest absolute error in the dict `compare_with_gpt2` returns | sections 4, 7, 8, the tables' verdicts |
+# | `close(a, b)` | two tensors: `torch.allclose`, absolute and relative tolerance | section 6 (one projection each), section 10 (the race's logits) |
+# | `error <= TOLERANCE[torch.float64]` | one error, when the claim is about one quantity | section 7 (one layer's cache), section 9 (the cut-back cache), exercises |
 
 # %% [markdown] lang="zh"
-# 下文说“在 $10^{-10}$（FP32 下为 $10^{-5}$）以内一致”，指的是 `agrees`，即第 4 节对 `compare_with_gpt2` 所返回误差字典的绝对误差判定。如果比较的是两个单独的张量，单元格会说明用的是哪种判定（`close` 还允许相对误差）。
+# 从这里开始，判定结果的检验有三种，都使用该精度的容差 `TOLERANCE`（FP64 下为 $10^{-10}$，FP32 下为 $10^{-5}$）；正文中说“在 $10^{-10}$ 以内一致”，指的是第一种：
+#
+# | 检验 | 判定的对象 | 用在哪里 |
+# |---|---|---|
+# | `agrees(errors, tol)` | 一整次比较：`compare_with_gpt2` 返回的误差字典中最大的绝对误差 | 第 4、7、8 节，各表中的判定 |
+# | `close(a, b)` | 两个张量：`torch.allclose`，同时有绝对容差和相对容差 | 第 6 节（逐个投影）、第 10 节（比赛中的 logits） |
+# | `error <= TOLERANCE[torch.float64]` | 一个误差，用于只涉及一项的论断 | 第 7 节（某一层的缓存）、第 9 节（截短后的缓存）、练习 |
 
 # %% [markdown] lang="en"
 # ## 5. The configuration, field by field

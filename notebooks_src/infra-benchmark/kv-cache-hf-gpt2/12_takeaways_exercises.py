@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 12. Takeaways and exercises
+# ## 11. Takeaways and exercises
 #
 # - **An outside referee agrees with our decoder.** With our weights, `GPT2LMHeadModel` computes the same
 #   logits, with and without the cache, and caches the same K and V in every layer: the largest
@@ -24,9 +24,17 @@
 #   machine that built this notebook its time was {{run:race.ratio:.2f}} times ours. Spread over the extra calls, the time difference is
 #   {{run:profile.us_per_call:.1f}} µs per call (an average, not a measured cost: section 10); it says nothing
 #   about speed at real sizes.
+#
+# **Versions and saved results.** The notebook was written against transformers 5.23.0, the version this
+# repository pins; sections 4, 7 and 8 also ran unchanged with 4.57.1 and 5.0.0. It calls `crop` only as
+# `crop(-n)`: 5.23.0 refuses a positive argument, the older "length to keep" form (`DynamicLayer.crop` in
+# `transformers/cache_utils.py`). The build writes `results.json` (the errors, the traps, the GELU study,
+# the cache reuse, the timing and the profile; its keys are documented in
+# `docs/kv-cache-hf-gpt2-results-schema.md`) to `outputs/infra-benchmark/kv-cache-hf-gpt2/`; a reader who
+# runs the notebook finds the figures in `OUTPUT_DIR`.
 
 # %% [markdown] lang="zh"
-# ## 12. 要点与练习
+# ## 11. 要点与练习
 #
 # - **外部裁判与我们的解码器一致。** 装入我们的权重后，`GPT2LMHeadModel` 无论用不用缓存都算出相同的 logits，每一层缓存的 K 和 V 也相同：最大绝对误差为 {{run:takeaways.worst_error:.1e}}，处于 FP64 舍入误差的水平。
 # - **错误出在映射上。** `nn.Linear` 存的是 `[out, in]`，GPT-2 的 `Conv1D` 存的是 `[in, out]`，GPT-2 的 `c_attn` 还把 Q、K、V 放在同一个矩阵里。缺了某个权重，或者漏了转置而导致形状不符，加载时就会被拒绝；共享嵌入权重、方阵漏了转置、用错了 GELU，加载时都一声不响，只有比较才能查出来。
@@ -34,6 +42,8 @@
 # - **容差决定了比较能看见什么。** 用错 GELU 只让 logits 偏离了 {{run:takeaways.gelu_error:.1e}}：远高于 FP64 的舍入误差；FP32 下也能查出，但误差只是 FP32 容差的 {{run:gelu.fp32_margin:.0f}} 倍。把 `mlp.fc` 乘以 0.1、让激活函数的输入变小之后，它在 FP32 下的误差 {{run:gelu.fp32_small_trap:.1e}} 就通过了 FP32 的容差。要分辨微小的系统性差异，就在 FP64 下比较。
 # - **库的缓存是一个被原地更新的对象。** 要复用某个前缀，先做一份深拷贝；或者用 `crop(-n)` 把缓存截短，辅助生成（投机解码）正是这样丢掉被拒绝的草稿 token 的。我们的张量列表两种办法都用不着。
 # - **运算相同，开销不同。** 两个模型的一个解码步都做了 {{run:profile.matmul_flops:,}} 次矩阵乘法浮点运算；库的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；在构建本笔记本的机器上，库的耗时是我们的 {{run:race.ratio:.2f}} 倍。把耗时之差平摊到多出来的调用上，每次调用约 {{run:profile.us_per_call:.1f}} 微秒（这是平均值，不是实测的开销，见第 10 节）；它说明不了实际规模下的速度。
+#
+# **版本与保存的结果。** 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的；第 4、7、8 节也在 4.57.1 和 5.0.0 上原样运行过。它只以 `crop(-n)` 的形式调用 `crop`：5.23.0 会拒绝正数参数，也就是旧的“保留长度”写法（见 `transformers/cache_utils.py` 中的 `DynamicLayer.crop`）。构建时把 `results.json`（误差、陷阱、GELU 实验、缓存复用、计时与性能分析；各字段见 `docs/kv-cache-hf-gpt2-results-schema.md`）写入 `outputs/infra-benchmark/kv-cache-hf-gpt2/`；自己运行本笔记本的读者会在 `OUTPUT_DIR` 中找到各张图。
 
 # %% tags=["prose-values"]
 {"takeaways": {"worst_error": worst_error(peer_errors),
