@@ -146,11 +146,15 @@ class StreamingAttention(Attention):
 
 
 # %%
-demo_cache, dummy = SinkRingKV(SINKS, WINDOW - 1), torch.zeros(1, 1, 1, 1)      # [B, H, 1, D]: only positions matter here
+# [en] Tokens 0 to 19 one at a time, then the chunk of 20 and 21, as StreamingAttention.forward calls the cache; the
+# [en] keys and values are zeros of shape [B, H, T, 1]: only their positions matter here.
+# [zh] 先逐个送入 token 0 到 19，再送入 20 和 21 组成的分块，与 StreamingAttention.forward 调用缓存的方式相同；
+# [zh] 键和值都是形状为 [B, H, T, 1] 的零张量：这里只关心它们的位置。
+demo_cache, dummy = SinkRingKV(SINKS, WINDOW - 1), torch.zeros(1, 1, 1, 1)
 for p in range(20):
     demo_cache.update(dummy, dummy, torch.tensor([p]))
 chunk = torch.tensor([20, 21])
-_, _, key_pos = demo_cache.update(dummy.expand(1, 1, 2, 1), dummy.expand(1, 1, 2, 1), chunk)   # as in forward
+_, _, key_pos = demo_cache.update(dummy.expand(1, 1, 2, 1), dummy.expand(1, 1, 2, 1), chunk)
 allowed = sink_window_mask(SINKS, WINDOW)(chunk, key_pos)                                    # [2, T_keys]
 numbered = cache_positions(allowed)                                                         # [2, T_keys]
 say_table([[str(q)] + [f"{n}" if a else f"({n})" for n, a in zip(row.tolist(), ok.tolist())]
