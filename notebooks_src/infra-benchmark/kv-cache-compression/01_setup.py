@@ -24,7 +24,7 @@
 #
 # Sections: 1 setup · 2 a Llama-shaped decoder with one cache object per layer (what this notebook takes from the
 # earlier ones) · 3 multi-head latent attention · 4 the cost of MLA · 5 local, global and shared layers · 6 attention
-# sinks · 7 eviction policies · 8 saved results · 9 takeaways and exercises.
+# sinks · 7 eviction policies · 8 what this run checked · 9 takeaways and exercises.
 #
 # **Scope.** Everything runs on a CPU with tiny random models, so we prove that each cache computes what it
 # claims and count what it stores and computes; we do not measure speed on a GPU, and random weights cannot
@@ -41,7 +41,7 @@
 #
 # 前三种改变了模型，但缓存仍是**精确的**：每个模型的缓存路径都必须与它自己的完整重算给出完全相同的结果。我们像前几份笔记本那样证明这一点：比较每个 logit 和每个缓存的张量，batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64；每项检查都配一个负对照；只要 transformers 实现了相应的架构，就再请一个 Hugging Face 模型当裁判。最后一类是**近似的**：淘汰 token 会改变结果，所以我们像架构笔记本评判量化缓存那样，以稠密注意力为基准，测量结果改变了多少。
 #
-# 目录：1 环境设置 · 2 每层一个缓存对象的 Llama 结构解码器（本笔记本从前几份笔记本中沿用的内容）· 3 多头潜在注意力 · 4 MLA 的开销 · 5 局部层、全局层与共享层 · 6 注意力汇聚点 · 7 淘汰策略 · 8 保存结果 · 9 要点与练习。
+# 目录：1 环境设置 · 2 每层一个缓存对象的 Llama 结构解码器（本笔记本从前几份笔记本中沿用的内容）· 3 多头潜在注意力 · 4 MLA 的开销 · 5 局部层、全局层与共享层 · 6 注意力汇聚点 · 7 淘汰策略 · 8 本次运行检查了什么 · 9 要点与练习。
 #
 # **不涉及的内容**：全部计算都在 CPU 上用很小的随机权重模型完成。因此，我们证明的是每种缓存确实计算了它声称的内容，并统计它存了多少、算了多少；我们不在 GPU 上测速度。随机权重也无法说明一个近似缓存能否保住训练好的模型的答案（第 7 节会说明论文实际测量的是什么）。
 
@@ -67,8 +67,8 @@ QUICK = False
 # [en] Seed of the random weights and of the fixed token streams.
 # [zh] 随机权重和固定 token 序列所用的随机种子。
 SEED = 0
-# [en] Folder that receives results.json and the PNG figures.
-# [zh] 存放 results.json 和 PNG 图片的文件夹。
+# [en] Folder that receives the PNG figures.
+# [zh] 存放 PNG 图片的文件夹。
 OUTPUT_DIR = "."
 
 # %%

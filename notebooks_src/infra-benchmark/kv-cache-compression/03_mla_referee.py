@@ -4,8 +4,9 @@
 # So far our MLA has been compared only with itself. `DeepseekV3ForCausalLM` from transformers is an implementation
 # nobody here wrote. We build a tiny one from our sizes (nothing is downloaded), copy our weights into it and
 # compare in FP64. One precision detail: even after `.double()`, Hugging Face computes two steps in FP32, so we copy
-# that in our model (`with_hf_precision`, the architectures notebook's referee tool, included below) and can then
-# compare at FP64's tolerance.
+# that in our model (`with_hf_precision`) and can then compare at FP64's tolerance. The folded cell below holds the
+# architectures notebook's referee tools: they make that FP32 copy of our model, load our weights into a Hugging Face
+# model, and compare the two, logits and caches, full and in chunks.
 #
 # <details><summary>Optional: the configuration and the precision details</summary>
 #
@@ -32,7 +33,7 @@
 # %% [markdown] lang="zh"
 # ### 3.1 裁判：Hugging Face 的 DeepSeek-V3（可选）
 #
-# 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。有一处精度细节：即使调用了 `.double()`，Hugging Face 仍有两步在 FP32 下计算，所以我们在自己的模型里照做（即架构笔记本中的裁判工具 `with_hf_precision`，下文一并收录），这样就能在 FP64 的容差下比较。
+# 到目前为止，我们的 MLA 只和它自己比较过。transformers 中的 `DeepseekV3ForCausalLM` 不是我们写的实现。我们用自己的尺寸构造一个很小的模型（不下载任何东西），把我们的权重复制进去，在 FP64 下比较。有一处精度细节：即使调用了 `.double()`，Hugging Face 仍有两步在 FP32 下计算，所以我们在自己的模型里照做（`with_hf_precision`），这样就能在 FP64 的容差下比较。下面折叠的单元格是架构笔记本中的裁判工具：它们构造我们模型的这种 FP32 副本，把我们的权重加载进 Hugging Face 的模型，再比较两者的 logits 和缓存，包括完整调用和分块调用。
 #
 # <details><summary>可选：配置与精度细节</summary>
 #

@@ -1,13 +1,8 @@
 # %% [markdown] lang="en"
-# **What each form moves.** The answer first: the expand-on-read form saves cache capacity, not memory traffic. In
-# an unfused implementation, where each operation reads its inputs from memory once and writes its output once (the
-# assumption of every byte count below), at DeepSeek-V3's size and 32,768 keys everything it reads and writes per step
-# comes to {{run:mla.expand_on_read_traffic_ratio:.1f}} times the naive form's cache read alone (all the naive form moves
-# per cached key, since it caches keys and values already expanded), and it does
-# {{run:mla.expand_on_read_macs_ratio:.0f}} times its multiply-adds. The absorbed form does about
-# {{run:mla.absorbed_vs_naive_macs:.1f}} times the attention arithmetic of the naive one per key, but reads
-# 1/{{run:mla.naive_vs_latent_bytes:.0f}} of its bytes: it behaves like multi-query attention whose one K/V head,
-# shared by all 128 heads, has keys of $r + d_R$ dimensions and values of $r$ (the same latents).
+# **What each form moves.** The answer first: the expand-on-read form saves cache capacity, not memory traffic. The
+# byte counts below assume an unfused implementation, where each operation reads its inputs from memory once and
+# writes its output once. The naive and absorbed forms move only their cache per cached key; the expand-on-read form
+# moves much more.
 #
 # <details><summary>Optional: where the expand-on-read bytes come from</summary>
 #
@@ -22,13 +17,16 @@
 #
 # Our `expand` does the same (`kv_up`'s output, then `torch.cat`). Steps 2 and 3 write
 # {{run:mla.latent_expanded_gib:.1f}} GiB per layer and step at DeepSeek-V3's size and 32,768 keys. A fused kernel
-# that expanded each latent on chip, never writing the expansion to memory, would avoid steps 2 to 4. The folded
-# functions below count these bytes, and the two folded cells after the table check them.
+# that expanded each latent on chip, never writing the expansion to memory, would avoid steps 2 to 4.
 #
 # </details>
+#
+# The folded functions below count these bytes (`bytes_moved`: the whole list above for expand-on-read, the cache
+# read for the other two forms); the table after them gives the three forms at DeepSeek-V3's size, for one layer and
+# one decode step with 32,768 cached keys.
 
 # %% [markdown] lang="zh"
-# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。在非融合的实现中，每个运算从内存读一次输入、写一次输出（下文所有字节数都基于这一假设）；在 DeepSeek-V3 的规模、32,768 个键时，读时展开形式每步读写的全部字节，是朴素形式仅读取缓存的字节数的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍（朴素形式缓存的就是展开好的键和值，所以每个缓存的键只需这一次读取），乘加次数则是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍。吸收形式每个键的注意力算术量约为朴素形式的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，读取的字节却只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。
+# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。下文的字节数都基于非融合的实现：每个运算从内存读一次输入、写一次输出。对每个缓存的键，朴素形式和吸收形式只搬运它们的缓存；读时展开形式搬运的要多得多。
 #
 # <details><summary>可选：读时展开形式的字节从何而来</summary>
 #
@@ -40,9 +38,11 @@
 # 4. 这次复制还要把 $k^C$ 再读一遍，$H d_C$ 个数；
 # 5. 注意力读取键和值，$H(d_C + d_R + d_v)$ 个数。
 #
-# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉第 2 到第 4 步。下面折叠的函数统计这些字节，表格之后两个折叠的单元格对它们进行核对。
+# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉第 2 到第 4 步。
 #
 # </details>
+#
+# 下面折叠的函数统计这些字节（`bytes_moved`：读时展开形式是上面整张列表，另两种形式是缓存读取量）；其后的表格给出三种形式在 DeepSeek-V3 规模下、一层、一个解码步、缓存 32,768 个键时的数字。
 
 # %% tags=["hide-input"]
 def cache_bytes_read(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
@@ -70,36 +70,82 @@ def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF1
     return (cache_bytes_read(c, "expand_on_read", keys, bytes_per_element) + materialised_bytes(c, "expand_on_read", keys, bytes_per_element)
             + copy_reads + keys * expanded_elements(c) * bytes_per_element)
 
-# %% [markdown] lang="en"
-# The three forms at DeepSeek-V3's size, with 32,768 cached keys. The multiply-adds also count each step's work that
-# does not grow with $T$ (mostly the shared projections), so absorbed over naive is
-# {{run:mla.absorbed_vs_naive_total_macs:.1f}} here, against {{run:mla.absorbed_vs_naive_macs:.1f}} for the attention
-# per key:
 
-# %% [markdown] lang="zh"
-# 三种形式在 DeepSeek-V3 规模、缓存 32,768 个键时的数字。乘加次数还包括每一步与 $T$ 无关的计算（主要是各形式共有的投影），所以这里吸收形式与朴素形式之比是 {{run:mla.absorbed_vs_naive_total_macs:.1f}}，而只算每个键的注意力时是 {{run:mla.absorbed_vs_naive_macs:.1f}}：
+def bytes_moved(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
+    # [en] Everything a decode step moves per cached key, unfused: the naive and absorbed forms read only their cache.
+    # [zh] 非融合实现中，一个解码步为缓存的键搬运的全部字节：朴素形式和吸收形式只读取各自的缓存。
+    return expand_on_read_traffic(c, keys, bytes_per_element) if form == "expand_on_read" else cache_bytes_read(c, form, keys, bytes_per_element)
 
 # %%
 d, T = DEEPSEEK_V3, 32 * 1024
-per_key_naive = d.heads * (d.nope_dim + d.rope_dim + d.value_dim)
-per_key_absorbed = d.heads * (2 * d.latent + d.rope_dim)
 MLA_TRADE = {"context": T, "forms": {form: {"macs": decode_macs(d, form, T), "cache_bytes_read": cache_bytes_read(d, form, T),
                                             "expanded_bytes_written": materialised_bytes(d, form, T)}
                                      for form in MLA_FORMS}}
-say_table([[f"`{form}`", f"{v['macs'] / 1e9:.2f}", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{v['expanded_bytes_written'] / 2 ** 20:,.0f}"]
+say_table([[f"`{form}`", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{bytes_moved(d, form, T) / 2 ** 20:,.1f}", f"{v['macs'] / 1e9:.2f}"]
            for form, v in MLA_TRADE["forms"].items()],
-          en=["form ($T = 32{,}768$)", "multiply-adds (billions)", "cache read (MiB)", "expanded K/V written (MiB)"],
-          zh=["形式（$T = 32{,}768$）", "乘加次数（十亿）", "读取的缓存（MiB）", "写出的展开 K/V（MiB）"])
+          en=["form ($T = 32{,}768$, BF16)", "cache read (MiB)", "all bytes moved, unfused (MiB)", "multiply-adds (billions)"],
+          zh=["形式（$T = 32{,}768$，BF16）", "读取的缓存（MiB）", "搬运的全部字节，非融合（MiB）", "乘加次数（十亿）"])
+EXPAND_ON_READ_TRAFFIC_RATIO = bytes_moved(d, "expand_on_read", T) / bytes_moved(d, "naive", T)
+EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"]
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
+assert bytes_moved(d, "absorbed", T) < bytes_moved(d, "naive", T) < bytes_moved(d, "expand_on_read", T)
+assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
 
 # %% [markdown] lang="en"
-# The two cells below (code folded) prove these byte counts. The first counts, in one decode step after 24 positions,
+# Read across the rows. The expand-on-read form reads as little cache as the absorbed one, but moves
+# {{run:mla.expand_on_read_traffic_ratio:.1f}} times the naive form's bytes and does
+# {{run:mla.expand_on_read_macs_ratio:.0f}} times its multiply-adds, because it re-expands every cached latent at every
+# step. The absorbed form moves 1/{{run:mla.naive_vs_latent_bytes:.0f}} of the naive form's bytes for
+# {{run:mla.absorbed_vs_naive_total_macs:.1f}} times its multiply-adds: it behaves like multi-query attention whose one
+# K/V head, shared by all 128 heads, has keys of $r + d_R$ dimensions and values of $r$ (the same latents). The figure below shows
+# these quantities as the context grows.
+
+# %% [markdown] lang="zh"
+# 逐行对照来看。读时展开形式读取的缓存和吸收形式一样少，搬运的字节却是朴素形式的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍，因为它每一步都要把每个缓存的潜向量重新展开。吸收形式搬运的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，乘加次数是朴素形式的 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。下图画出这些量随上下文增长的情况。
+
+# %%
+CONTEXTS = [2 ** k for k in range(8, 18)]
+fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.4))
+for form, style in (("naive", "-o"), ("expand_on_read", "-s"), ("absorbed", "-^")):
+    # [en] expand_on_read's cache read coincides with absorbed's: drawn dashed with open squares, on top, to stay visible.
+    # [zh] expand_on_read 的缓存读取与 absorbed 的重合：画成虚线加空心方块并置于上层，以免被遮住。
+    on_top = {"markersize": 6, "markerfacecolor": "none", "zorder": 3} if form == "expand_on_read" else {"markersize": 3}
+    axes[0].plot(CONTEXTS, [cache_bytes_read(DEEPSEEK_V3, form, t) / 2 ** 20 for t in CONTEXTS],
+                 "--s" if form == "expand_on_read" else style, label=f"{form}: cache read", **on_top)
+    axes[1].plot(CONTEXTS, [decode_macs(DEEPSEEK_V3, form, t) / 1e9 for t in CONTEXTS], style, markersize=3, label=form)
+axes[0].plot(CONTEXTS, [expand_on_read_traffic(DEEPSEEK_V3, t) / 2 ** 20 for t in CONTEXTS], ":s", markersize=3,
+             label="expand_on_read: cache + expansion written and read")
+for ax, label in zip(axes, ("bytes per step (MiB, BF16)", "multiply-adds per step (billions)")):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context: cached keys T")
+    ax.set_ylabel(label)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+fig.suptitle("DeepSeek-V3 attention, one layer, one decode step", fontsize=10)
+fig.tight_layout()
+MLA_COST_PNG = OUT / "mla_cost.png"
+fig.savefig(MLA_COST_PNG, dpi=120)
+plt.show()
+
+# %% [markdown] lang="en"
+# *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys $T$ (both axes
+# logarithmic). Left: bytes per step (MiB, BF16). The solid and dashed lines are the bytes read from the cache; the
+# expand-on-read line (dashed, open squares) lies on the absorbed one (both read the latents and RoPE keys).
+# The dotted line adds everything else the expand-on-read form writes and reads at every step, unfused:
+# {{run:mla.expand_on_read_traffic_ratio:.1f}} times the bytes the naive form reads. Right: multiply-adds per step
+# (billions); `expand_on_read` climbs fastest because it re-expands every cached latent.*
+
+# %% [markdown] lang="zh"
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线和虚线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式，虚线加空心方块）与 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（非融合实现）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
+
+# %% [markdown] lang="en"
+# The folded cell below proves these byte counts. It first counts, in one decode step after 24 positions,
 # the numbers stored behind what our `expand` (and, with transformers, Hugging Face's `expand_kv`) returns; both must
-# equal the formula of `materialised_bytes`. The second adds up the five operations of the optional list above (bold) against the
+# equal the formula of `materialised_bytes`. Then it adds up the five operations of the optional list above (bold) against the
 # naive form's read; the sum must equal `expand_on_read_traffic`.
 
 # %% [markdown] lang="zh"
-# 下面两个单元格（代码已折叠）核对这些字节数。第一个在 24 个位置之后的一个解码步中，数出我们的 `expand`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）返回的张量背后存储了多少个数；两者都必须等于 `materialised_bytes` 的公式。第二个把上文可选列表中的五项运算加在一起（粗体），并与朴素形式的读取量对照；合计必须等于 `expand_on_read_traffic`。
+# 下面折叠的单元格核对这些字节数。它先在 24 个位置之后的一个解码步中，数出我们的 `expand`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）返回的张量背后存储了多少个数；两者都必须等于 `materialised_bytes` 的公式。然后把上文可选列表中的五项运算加在一起（粗体），并与朴素形式的读取量对照；合计必须等于 `expand_on_read_traffic`。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):
@@ -137,7 +183,6 @@ say_table([[f"`{name}`", str(STREAM_LEN), f"{n:,}", f"{STREAM_LEN * materialised
           zh=["读时展开形式", "缓存的位置数", "一个解码步中生成的数", "公式：$T H (2d_C + d_R + d_v)$"])
 assert all(n == STREAM_LEN * materialised_elements(mla_cfg) for n in MATERIALISED.values())
 
-# %% tags=["hide-input"]
 H, r, dR, dC, dv = d.heads, d.latent, d.rope_dim, d.nope_dim, d.value_dim
 # [en] The operations in the order of the list above: (formula, numbers per position).
 # [zh] 各项运算，顺序与上文列表相同：（公式，每个位置的数）。
@@ -152,49 +197,3 @@ say_table([["`expand_on_read`", formula, f"{n:,}", f"{n * T * BF16 / 2 ** 20:,.0
           zh=["形式", "公式：每个位置读写的数", "DeepSeek-V3 规模下", "每步 MiB（$T = 32{,}768$，BF16）"])
 assert per_position == r + dR + H * (4 * dC + 2 * dR + 2 * dv)
 assert traffic_total == expand_on_read_traffic(d, T)
-EXPAND_ON_READ_TRAFFIC_RATIO = expand_on_read_traffic(d, T) / cache_bytes_read(d, "naive", T)
-EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"]
-say(en=f"Expand-on-read against naive: all its bytes read and written are {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} times naive's cache read; multiply-adds {EXPAND_ON_READ_MACS_RATIO:.0f} times.",
-    zh=f"读时展开形式与朴素形式相比：它读写的全部字节是朴素形式缓存读取量的 {EXPAND_ON_READ_TRAFFIC_RATIO:.1f} 倍；乘加次数是 {EXPAND_ON_READ_MACS_RATIO:.0f} 倍。")
-assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
-
-# %% [markdown] lang="en"
-# The figure shows both quantities as the context grows.
-
-# %% [markdown] lang="zh"
-# 下图画出这两个量随上下文增长的情况。
-
-# %%
-CONTEXTS = [2 ** k for k in range(8, 18)]
-fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.4))
-for form, style in (("naive", "-o"), ("expand_on_read", "-s"), ("absorbed", "-^")):
-    # [en] expand_on_read's cache read coincides with absorbed's: drawn dashed with open squares, on top, to stay visible.
-    # [zh] expand_on_read 的缓存读取与 absorbed 的重合：画成虚线加空心方块并置于上层，以免被遮住。
-    on_top = {"markersize": 6, "markerfacecolor": "none", "zorder": 3} if form == "expand_on_read" else {"markersize": 3}
-    axes[0].plot(CONTEXTS, [cache_bytes_read(DEEPSEEK_V3, form, t) / 2 ** 20 for t in CONTEXTS],
-                 "--s" if form == "expand_on_read" else style, label=f"{form}: cache read", **on_top)
-    axes[1].plot(CONTEXTS, [decode_macs(DEEPSEEK_V3, form, t) / 1e9 for t in CONTEXTS], style, markersize=3, label=form)
-axes[0].plot(CONTEXTS, [expand_on_read_traffic(DEEPSEEK_V3, t) / 2 ** 20 for t in CONTEXTS], ":s", markersize=3,
-             label="expand_on_read: cache + expansion written and read")
-for ax, label in zip(axes, ("bytes per step (MiB, BF16)", "multiply-adds per step (billions)")):
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context: cached keys T")
-    ax.set_ylabel(label)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-fig.suptitle("DeepSeek-V3 attention, one layer, one decode step", fontsize=10)
-fig.tight_layout()
-MLA_COST_PNG = OUT / "mla_cost.png"
-fig.savefig(MLA_COST_PNG, dpi=120)
-plt.show()
-
-# %% [markdown] lang="en"
-# *Figure: one DeepSeek-V3 attention layer, one decode step, against the number of cached keys $T$ (both axes
-# logarithmic). Left: bytes per step (MiB, BF16). The solid and dashed lines are the bytes read from the cache; the
-# expand-on-read line (dashed, open squares) lies on the absorbed one (both read the latents and RoPE keys).
-# The dotted line adds everything else the expand-on-read form writes and reads at every step, unfused:
-# {{run:mla.expand_on_read_traffic_ratio:.1f}} times the bytes the naive form reads. Right: multiply-adds per step
-# (billions); `expand_on_read` climbs fastest because it re-expands every cached latent.*
-
-# %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线和虚线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式，虚线加空心方块）与 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（非融合实现）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*

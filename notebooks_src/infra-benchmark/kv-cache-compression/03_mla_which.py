@@ -25,6 +25,8 @@
 # [en] NVIDIA H100 SXM datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3 (the reuse notebook uses the same figures).
 # [zh] NVIDIA H100 SXM 数据手册：稠密 BF16 算力 989 TFLOP/s，HBM3 带宽 3.35 TB/s（复用笔记本用的是同样的数字）。
 H100_RIDGE = 989e12 / 3.35e12
+per_key_naive = d.heads * (d.nope_dim + d.rope_dim + d.value_dim)         # H (d_C + d_R + d_v)
+per_key_absorbed = d.heads * (2 * d.latent + d.rope_dim)                   # H (2r + d_R)
 MLA_INTENSITY = {"naive_flop_per_byte": 2 * per_key_naive / (expanded_elements(d) * BF16),
                  "absorbed_flop_per_byte": 2 * per_key_absorbed / (mla_elements(d) * BF16), "h100_ridge": H100_RIDGE}
 say_table([[f"`{form}`", f"{MLA_INTENSITY[f'{form}_flop_per_byte']:.1f}", f"{H100_RIDGE:.0f}"] for form in ("naive", "absorbed")],

@@ -99,15 +99,14 @@ def appends_to_shared(i: int):
 
 
 _, doubled_cache = run_chunked(build(six_cfg, appends_to_shared), STREAM[:1], 1)
-CONTROLS["shared_cache_written_twice"] = {"section": 5, **run_control(lambda: build(six_cfg, appends_to_shared)),
-                                          "seen_after_stream": doubled_cache[0].seen}
+CONTROLS["shared_cache_written_twice"] = {"section": 5, **run_control(lambda: build(six_cfg, appends_to_shared))}
 say(en=f"The upper layers append to the shared caches too: after the {STREAM_LEN}-token stream in chunks of 1, the first cache "
-       f"has counted {CONTROLS['shared_cache_written_twice']['seen_after_stream']} tokens; the check fails for chunks of 1, 2 and 5 "
+       f"has counted {doubled_cache[0].seen} tokens; the check fails for chunks of 1, 2 and 5 "
        f"(smallest logit error {CONTROLS['shared_cache_written_twice']['measured']:.2f}): caught.",
     zh=f"上层也往共享缓存里追加：{STREAM_LEN} 个 token 的序列按分块长度 1 送入之后，第一个缓存计入了 "
-       f"{CONTROLS['shared_cache_written_twice']['seen_after_stream']} 个 token；分块长度为 1、2、5 时检查全部失败（logits 的最大绝对误差最小也有 "
+       f"{doubled_cache[0].seen} 个 token；分块长度为 1、2、5 时检查全部失败（logits 的最大绝对误差最小也有 "
        f"{CONTROLS['shared_cache_written_twice']['measured']:.2f}），已查出。")
-assert CONTROLS["shared_cache_written_twice"]["caught"] and CONTROLS["shared_cache_written_twice"]["seen_after_stream"] == 2 * STREAM_LEN
+assert CONTROLS["shared_cache_written_twice"]["caught"] and doubled_cache[0].seen == 2 * STREAM_LEN
 
 # %% [markdown] lang="en"
 # **The cache growing, layer by layer.** The first cell below feeds 40 tokens one at a time to three six-layer models (ordinary,

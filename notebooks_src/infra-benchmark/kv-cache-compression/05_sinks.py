@@ -65,9 +65,6 @@ say_table([[f"$S = {s},\\ W = {w},\\ p = {q}$", ", ".join(map(str, text)), ", ".
           en=["sinks, window, query position $p$", "text positions read", "cache positions"],
           zh=["汇聚点、窗口、查询位置 $p$", "读取的文本位置", "缓存位置"])
 assert SINK_EXAMPLES[(4, 4, 9)] == ([0, 1, 2, 3, 6, 7, 8, 9], list(range(8)))
-# [en] The same key at two places: key 14 is at cache position 5 for query 20 and at 4 for query 21.
-# [zh] 同一个键处在两个位置：对查询 20，键 14 的缓存位置是 5；对查询 21，是 4。
-assert [cached[text.index(14)] for (_, _, p), (text, cached) in SINK_EXAMPLES.items() if p in (20, 21)] == [5, 4]
 
 # %% [markdown] lang="en"
 # **The cache.** `SinkRingKV` is a `RingKV` of $W - 1$ slots that keeps the first $S$ positions aside, in a `FullKV`:
@@ -110,10 +107,11 @@ class SinkRingKV(RingKV):
 # cache position 5, query 21 (whose window no longer holds key 13) at position 4, so key 14 must be rotated once for
 # each. The layer therefore rotates, for every (query, key) pair, the key at the position that query gives it, a
 # `[B, H, T_new, T_keys, D]` tensor (with $T_\text{new} = 1$, the one-token case above), and then attends under the
-# sink-and-window mask.
+# sink-and-window mask. The cell after the class feeds that chunk to a `SinkRingKV` and prints what `cache_positions`
+# gives each key, for each of the two queries (in parentheses: keys the mask hides from that query).
 
 # %% [markdown] lang="zh"
-# `StreamingAttention` 缓存的是**未经旋转**的 K，每次读取时再旋转。解码单个 token 时，它按查询自己的缓存位置旋转查询（查询本身就是它读取的最后一个键，位置等于它读取的键数减 1），并把每个缓存的键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）。一次送入多个 token 时就不够了，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。因此，这个注意力层为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量（$T_\text{new} = 1$ 时就是上面单个 token 的情形），然后在“汇聚点加窗口”的掩码下计算注意力。
+# `StreamingAttention` 缓存的是**未经旋转**的 K，每次读取时再旋转。解码单个 token 时，它按查询自己的缓存位置旋转查询（查询本身就是它读取的最后一个键，位置等于它读取的键数减 1），并把每个缓存的键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）。一次送入多个 token 时就不够了，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。因此，这个注意力层为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量（$T_\text{new} = 1$ 时就是上面单个 token 的情形），然后在“汇聚点加窗口”的掩码下计算注意力。类定义之后的单元格把这个分块送入一个 `SinkRingKV`，打印 `cache_positions` 为这两个查询分别给每个键的位置（括号里是掩码对该查询屏蔽的键）。
 
 # %%
 class StreamingAttention(Attention):
@@ -145,6 +143,27 @@ class StreamingAttention(Attention):
         scores = (q[:, :, :, None, :] * seen).sum(dim=-1) * self.head_dim ** -0.5  # [B, H, T_new, T_keys]
         weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
         return self.proj(merge_heads(weights @ values))
+
+
+# %%
+# [en] Tokens 0 to 19 one at a time, then the chunk of 20 and 21, as StreamingAttention.forward calls the cache; the
+# [en] keys and values are zeros of shape [B, H, T, 1]: only their positions matter here.
+# [zh] 先逐个送入 token 0 到 19，再送入 20 和 21 组成的分块，与 StreamingAttention.forward 调用缓存的方式相同；
+# [zh] 键和值都是形状为 [B, H, T, 1] 的零张量：这里只关心它们的位置。
+demo_cache, dummy = SinkRingKV(SINKS, WINDOW - 1), torch.zeros(1, 1, 1, 1)
+for p in range(20):
+    demo_cache.update(dummy, dummy, torch.tensor([p]))
+chunk = torch.tensor([20, 21])
+_, _, key_pos = demo_cache.update(dummy.expand(1, 1, 2, 1), dummy.expand(1, 1, 2, 1), chunk)
+allowed = sink_window_mask(SINKS, WINDOW)(chunk, key_pos)                                    # [2, T_keys]
+numbered = cache_positions(allowed)                                                         # [2, T_keys]
+say_table([[str(q)] + [f"{n}" if a else f"({n})" for n, a in zip(row.tolist(), ok.tolist())]
+           for q, row, ok in zip(chunk.tolist(), numbered, allowed)],
+          en=["query / key"] + [str(k) for k in key_pos.tolist()], zh=["查询 / 键"] + [str(k) for k in key_pos.tolist()])
+# [en] The same key at two places: key 14 is at cache position 5 for query 20 and at 4 for query 21, as in the table above.
+# [zh] 同一个键处在两个位置：对查询 20，键 14 的缓存位置是 5；对查询 21，是 4，与上表一致。
+assert numbered[:, key_pos.tolist().index(14)].tolist() == [cached[text.index(14)] for (_, _, p), (text, cached) in SINK_EXAMPLES.items()
+                                                           if p in (20, 21)] == [5, 4]
 
 # %% [markdown] lang="en"
 # **The definition, one query at a time.** To check the vectorized layer and its cache we need the rule written
@@ -253,13 +272,19 @@ DENSE_DISTANCE = {name: {"exact_positions": exact_until[name],
                          "greedy_agreement": float((logits.argmax(-1) == dense_logits.argmax(-1))[:, exact_until[name]:].float().mean()),
                          "per_position": (logits - dense_logits).abs().amax(dim=(0, 2)).tolist()}
                   for name, logits in approx_logits.items()}
+# [en] Greedy agreement over the same positions for both caches: from S + W on, where both have left the exact regime.
+# [zh] 两种缓存在相同位置上的贪心 token 一致比例：从 S + W 起，两者都已离开精确的区间。
+GREEDY_AGREEMENT = {name: float((logits.argmax(-1) == dense_logits.argmax(-1))[:, SINKS + WINDOW:].float().mean())
+                    for name, logits in approx_logits.items()}
 all_pairs = sink_window_mask(SINKS, WINDOW)(torch.arange(DENSE_LEN), torch.arange(DENSE_LEN))
 SINK_DISTANCES = {"max_cache_distance": int((all_pairs.sum(dim=-1) - 1).max()), "max_text_distance": DENSE_LEN - 1}
 say_table([["$" + STREAMING_LABELS[name].replace(", ", r",\ ") + "$", str(d["exact_positions"]), f"{d['exact_max_abs_logit_err']:.1e}", f"{d['max_abs_logit_err']:.2f}",
-            f"{d['greedy_agreement']:.0%} ({d['exact_positions']}–{DENSE_LEN - 1})"] for name, d in DENSE_DISTANCE.items()],
+            f"{GREEDY_AGREEMENT[name]:.0%}"] for name, d in DENSE_DISTANCE.items()],
           en=["cache", "positions that read every earlier key", "their max logit difference", "max logit difference, all positions",
-              "greedy agreement after them (positions)"],
-          zh=["缓存", "能读到全部先前键的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差", "此后贪心 token 一致的比例（位置范围）"])
+              f"greedy agreement, positions {SINKS + WINDOW}–{DENSE_LEN - 1}"],
+          zh=["缓存", "能读到全部先前键的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差",
+              f"贪心 token 一致的比例（位置 {SINKS + WINDOW}–{DENSE_LEN - 1}）"])
+assert GREEDY_AGREEMENT["sinks_and_window"] == DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"]
 assert all(close(logits[:, :exact_until[name]], dense_logits[:, :exact_until[name]]) for name, logits in approx_logits.items())
 assert all(d["max_abs_logit_err"] > 1e-2 for d in DENSE_DISTANCE.values())
 assert SINK_DISTANCES["max_cache_distance"] == SINKS + WINDOW - 1
@@ -293,8 +318,8 @@ plt.show()
 #
 # Read the right part with care: with random weights it says almost nothing about quality. Our toy has no attention
 # sinks, since nothing trained it to put attention on the first tokens, so here they are just $S$ more keys to read:
-# over the same positions (from $S + W = 12$ to 95), the greedy agreement is {{run:sinks.agreement_with_sinks:.0%}} with sinks and
-# {{run:sinks.agreement_window_only_same_positions:.0%}} without (the table's figure for the window alone counts from $W = 8$ on). StreamingLLM's evidence is perplexity on long texts (PG19, up to
+# over the same positions (the table's last column), the greedy agreement is {{run:sinks.agreement_with_sinks:.0%}} with
+# sinks and {{run:sinks.agreement_window_only_same_positions:.0%}} without. StreamingLLM's evidence is perplexity on long texts (PG19, up to
 # 4 million tokens) with trained Llama-2, MPT, Falcon and Pythia models: window attention's perplexity rises sharply
 # once the first tokens are evicted, while four sink tokens keep it close to that of a sliding window that
 # recomputes its keys.
@@ -302,4 +327,4 @@ plt.show()
 # %% [markdown] lang="zh"
 # *图：横轴 position in the stream 是序列中的位置，纵轴（对数刻度）是两条 96 个 token 的序列上每个位置与稠密注意力（dense）的 logits 最大绝对误差；标题中的 S = 4 sinks 指 4 个汇聚 token，window W = 8 指窗口 $W = 8$，random weights 表示随机权重，即未经训练的模型。实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口的模型从位置 $W$ 起就不再是这种情形）。*
 #
-# 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以在这里，它们只是多读的 $S$ 个键：在同样的位置上（位置 $S + W = 12$ 到 95），贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only_same_positions:.0%}}（表中只有窗口一行的比例从位置 $W = 8$ 起算）。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。
+# 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以在这里，它们只是多读的 $S$ 个键：在同样的位置上（表格最后一列），贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only_same_positions:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。

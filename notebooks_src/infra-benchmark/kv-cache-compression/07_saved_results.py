@@ -1,23 +1,31 @@
 # %% [markdown] lang="en"
-# ## 8. Saved results
+# ## 8. What this run checked
 #
-# Everything this run checked and measured, every negative control included, goes into `results.json` in
-# `OUTPUT_DIR`, next to the figures. The schema is documented in
-# `docs/kv-cache-compression-results-schema.md` in the repository. The tables below are built from the same
-# dictionary that is written. In them, the absorbed-versus-naive row compares two forms rather than a cached path
-# with its full call, and the control recorded only with `transformers` is the shifted layer pattern, which only
-# the Ministral referee can see. The next cell (folded) gathers them into `RESULTS` and writes it
-# with `save_results`.
+# The tables below sum up the run: every exact variant, every negative control (the shifted-pattern one needs `transformers`), the referees. The build also writes
+# them, with every measured number above, to `results.json` (schema: `docs/kv-cache-compression-results-schema.md`)
+# in `outputs/infra-benchmark/kv-cache-compression/`; a reader who runs the notebook gets the figures in
+# `OUTPUT_DIR`. The folded cell names the grids and referee results the tables read.
 
 # %% [markdown] lang="zh"
-# ## 8. 保存结果
+# ## 8. 本次运行检查了什么
 #
-# 本次运行检查和测量的全部内容（包括每个负对照）都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起。文件格式见仓库中的 `docs/kv-cache-compression-results-schema.md`。下面的表格就是由写入文件的同一个字典生成的。其中，“吸收对照朴素”一行比较的是两种形式，而不是缓存路径与它自己的完整调用；只有安装了 `transformers` 才会记录的负对照是错开一层的模式，只有 Ministral 裁判能发现它。下一个单元格（已折叠）把这些结果收集到 `RESULTS` 中，再用 `save_results` 写入文件。
+# 下面的表格汇总本次运行：每个精确变体、每个负对照（错开一层的模式需要 `transformers`）和各个裁判。构建时还会把它们连同上文测得的每个数值写入 `outputs/infra-benchmark/kv-cache-compression/` 下的 `results.json`（格式见 `docs/kv-cache-compression-results-schema.md`）；读者自己运行本 notebook 时，图片保存在 `OUTPUT_DIR` 中。折叠的单元格给出表格所用的各个网格和裁判结果。
 
 # %% tags=["hide-input"]
 EXACT_GRIDS = {"gqa_base": BASE_GRID, "mla_naive": MLA_GRIDS["naive"], "mla_latent": MLA_GRIDS["expand_on_read"],
                "mla_absorbed": MLA_GRIDS["absorbed"], "mla_absorbed_vs_naive": ABSORBED_VS_NAIVE,
                "local_global": LOCAL_GLOBAL_GRID, "shared_pairs": SHARED_GRID, "sinks_and_window": STREAMING_GRID}
+REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministral": MINISTRAL_REFEREE["hf_precision"]}
+            if HAVE_HF else {})
+
+# %% tags=["record"]
+CONTROLS["rope_on_compressed_part"] |= {"own_cache_exact": all(r["passed"] for rows in ROPE_ON_COMPRESSED_OWN.values() for r in rows),
+                                         "distance_errors": WHY_ROPE_SPLIT}
+if HAVE_HF:
+    CONTROLS["rope_on_compressed_part"]["referee_full_logit_err"] = DEEPSEEK_REFEREE["rope_on_compressed_part"]["full"]
+    CONTROLS["pattern_shifted_by_one_layer"]["own_cache_exact"] = shifted_own["passed"]
+CONTROLS["shared_cache_written_twice"]["seen_after_stream"] = doubled_cache[0].seen
+CONTROLS["random_eviction"]["other_prompt_sets"] = min(min(r.values()) for name, r in RANDOM_RATIOS.items() if name != "main")
 RESULTS = {
     "config": {
         "model": {"vocab": llama_cfg.vocab, "width": llama_cfg.width, "heads": llama_cfg.heads, "kv_heads": llama_cfg.kv_heads,
@@ -50,8 +58,6 @@ RESULTS = {
 }
 FIGURES = [MLA_COST_PNG.name, GROWTH_PNG.name, SINKS_PNG.name, EVICTION_PNG.name]
 RESULTS_JSON = save_results("infra-benchmark/kv-cache-compression", 3, RESULTS, FIGURES)
-REFEREES = ({"DeepSeek-V3": DEEPSEEK_REFEREE["absorbed_hf_precision"], "Ministral": MINISTRAL_REFEREE["hf_precision"]}
-            if HAVE_HF else {})
 
 # %% tags=["prose-values"]
 plain_vs_h2o = {b: EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVICTION["plain"][f"h2o/{b}"]["mean_max_abs_logit_err"]
@@ -70,15 +76,14 @@ lowest_highest = lambda ratios: {"lowest": min(ratios.values()), "lowest_budget"
                   "gemma3_local_layers": GEMMA3_MEMORY["local_layers"], "gemma3_global_layers": GEMMA3_MEMORY["global_layers"]},
  "shared": {"vs_ordinary": SHARED_VS_ORDINARY, "crossover": GROWTH_CROSSOVER},
  "sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
-           "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
-           "agreement_window_only_same_positions": float((approx_logits["window_only"].argmax(-1) == dense_logits.argmax(-1))
-                                                         [:, DENSE_DISTANCE["sinks_and_window"]["exact_positions"]:].float().mean())},
+           "agreement_with_sinks": GREEDY_AGREEMENT["sinks_and_window"],
+           "agreement_window_only_same_positions": GREEDY_AGREEMENT["window_only"]},
  "eviction": {"h2o_half_agreement": fav[f"h2o/{half}"]["greedy_agreement"], "h2o_half_error": fav[f"h2o/{half}"]["mean_max_abs_logit_err"],
               "snapkv_half_agreement": fav[f"snapkv/{half}"]["greedy_agreement"],
               "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
               "random_ratio_smallest": RANDOM_RATIOS["main"][min(RANDOM_RATIOS["main"])], "random_ratio_half": RANDOM_RATIOS["main"][half],
               "random_ratio": lowest_highest(RANDOM_RATIOS["main"]),
-              "random_ratio_other_prompts": CONTROLS["random_eviction"]["other_prompt_sets"],
+              "random_ratio_other_prompts": min(min(r.values()) for name, r in RANDOM_RATIOS.items() if name != "main"),
               "plain_random_vs_h2o": lowest_highest(plain_vs_h2o) | {"random_closer": sum(q < 1 for q in plain_vs_h2o.values()),
                                                                      "budgets": len(plain_vs_h2o)}},
  "takeaways": {"deepseek_latent": DEEPSEEK_MEMORY["mla_latent"], "deepseek_expanded": DEEPSEEK_MEMORY["mla_naive"],
