@@ -8,8 +8,8 @@
 #
 # Why does every layer need its own cache? Layer $\ell$ projects its *own* normalized input:
 # $Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$, $K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$,
-# $V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$ (biases left out). Layer 2's input is layer 1's output, so
-# layer 1's keys and values cannot stand in for layer 2's. The cache is therefore an ordered list with
+# $V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$ (biases left out). Layer 1's input is layer 0's output, so
+# layer 0's keys and values cannot stand in for layer 1's. The cache is therefore an ordered list with
 # one `(K, V)` pair per layer.
 #
 # And why may old entries be reused at all? Under a causal mask, position $i$ depends only on positions
@@ -22,7 +22,7 @@
 #
 # 下面是完整的模型，写法仿照 nanoGPT：token 嵌入加上可学习的绝对位置嵌入，两个前置归一化（pre-norm）的 Transformer 块（先是注意力残差，再是 MLP 残差），最后是一个 LayerNorm 和一个不带偏置的词表投影。宽度 64，4 个头、每头 16 维，词表大小 97，MLP 隐藏层宽度 256，共 512 个位置。权重由 `SEED` 随机生成，不下载任何东西。
 #
-# 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：$Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，$V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 2 层的输入是第 1 层的输出，第 1 层的 K/V 不能拿来充当第 2 层的 K/V。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
+# 为什么每一层都需要自己的缓存？第 $\ell$ 层投影的是**它自己的**归一化输入：$Q_\ell = \mathrm{LN}(X_\ell) W^Q_\ell$，$K_\ell = \mathrm{LN}(X_\ell) W^K_\ell$，$V_\ell = \mathrm{LN}(X_\ell) W^V_\ell$（略去偏置）。第 1 层的输入是第 0 层的输出，第 0 层的 K/V 不能拿来充当第 1 层的 K/V。因此，缓存是一个有序列表，每层对应一对 `(K, V)`。
 #
 # 那么，旧的缓存项为什么可以复用？在因果掩码下，位置 $i$ 只依赖位置 $0 \dots i$。只要权重和位置固定、没有 dropout（暂退法），往序列末尾追加 token 就不会改变第一层在旧位置上的输出；对后面的层逐层套用同样的论证（归纳法），结论对整个网络都成立。反过来，只要改动了某个旧 token、某个权重或位置规则，缓存就过期了。
 
