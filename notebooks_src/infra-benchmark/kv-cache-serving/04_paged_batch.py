@@ -149,12 +149,14 @@ assert example_positions[:, -1].tolist() == [5, 2]
 # section 4: a gather only copies values, into the same fresh tensor for both caches. Against the `torch.cat` store of section 5, whose K/V have another layout, the logits must
 # agree within the tolerance of their dtype. Each sequence of $n$ positions must hold $\lceil n / 4 \rceil$ blocks, and like the
 # static buffers, the pool never moves: it is allocated once, and only the block tables change (the
-# contiguous cache is the counterexample: its tensors move at every call).
+# contiguous cache is the counterexample: its tensors move at every call). `check_paged` runs the batch
+# through a given paged cache, the contiguous cache and the `torch.cat` store; its code is folded, its
+# tables follow.
 
 # %% [markdown] lang="zh"
-# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。它检验的是寻址（`reserve`、`write`、`read`：每个位置都写进自己的槽位，也从那里读回），而不是注意力：对两种缓存，注意力都是同一段代码，作用在收集出的同样的张量上。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。按第 4 节的相等规则要求逐比特相同：收集只是复制数值，两种缓存都复制进同一种新建的张量。与第 5 节的 `torch.cat` 存储对象相比，它的 K/V 内存布局不同，logits 要求在该精度的容差内一致。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
+# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。它检验的是寻址（`reserve`、`write`、`read`：每个位置都写进自己的槽位，也从那里读回），而不是注意力：对两种缓存，注意力都是同一段代码，作用在收集出的同样的张量上。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。按第 4 节的相等规则要求逐比特相同：收集只是复制数值，两种缓存都复制进同一种新建的张量。与第 5 节的 `torch.cat` 存储对象相比，它的 K/V 内存布局不同，logits 要求在该精度的容差内一致。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。`check_paged` 让这个 batch 分别经过给定的分页缓存、连续缓存和 `torch.cat` 存储对象；代码默认折叠，下面紧接着是它打印的表格。
 
-# %%
+# %% tags=["hide-input"]
 # [en] Small, so that sequences span many blocks.
 # [zh] 取小一点，让序列跨越多个物理块。
 BLOCK_SIZE = 4
@@ -189,7 +191,6 @@ def check_paged(paged) -> dict:
     versus_cat = compare(out["logits"], cat_reference["logits"])
     lengths = [paged.length(s) for s in range(len(PROMPTS))]
     return {
-        "dtype": DTYPE_NAME[dtype],
         "max_abs_logit_err": versus_cat["max_abs_logit_err"],
         "close_vs_cat": versus_cat["close"],
         "bit_exact_vs_cat": versus_cat["bit_exact"],
@@ -203,7 +204,7 @@ def check_paged(paged) -> dict:
         "tables": [list(paged.tables[s]) for s in range(len(PROMPTS))],
     }
 
-# %% tags=["hide-input"]
+
 def show_paged(runs):
     say_table([[str(seq), str(runs["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(runs["fp32"]["tables"])],
               en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])
