@@ -88,8 +88,6 @@ stream_cache = PagedCache(BlockPool(cfg, STREAM_BLOCKS, STREAM_BLOCK_SIZE))
 TRACE = watch(stream_cache, serve(model, stream_cache, stream_requests, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH),
               stream_requests, STREAM_BLOCK_SIZE)
 show_trace([t for t in TRACE if t["admitted"]][:3])
-
-# %%
 CONTINUOUS = summarize_stream(stream_requests, TRACE, stream_cache)
 show_stream(CONTINUOUS)
 # [en] In one line: each request's tokens and logits as when it runs alone (itself equal to full recomputation),
