@@ -38,7 +38,7 @@ EXPECTED = {
     },
     "kv-cache-serving": {
         "files": ["block_table.png", "continuous_batching.png", "masks.png", "memory_use.png", "padding_mask.png",
-                  "results.json", "static_vs_cat_step.png"],
+                  "static_vs_cat_step.png"],
         "skip": {"en": "this section is skipped", "zh": "跳过本节"},
     },
     "kv-cache-architectures": {

@@ -19,8 +19,8 @@
 # first notebook) · 4 batches of different lengths · 5 the preallocated cache · 6 the paged cache ·
 # 7 memory · 8 continuous batching · 9 and 10 (optional, with `transformers`): Hugging Face GPT-2 as an
 # outside referee, first for the decoder (taken from the first notebook, folded), then for padding and
-# the static cache · 11 (optional) timing the static and the `torch.cat` step · 12 saved results ·
-# 13 takeaways and exercises.
+# the static cache · 11 (optional) timing the static and the `torch.cat` step · 12 takeaways and
+# exercises.
 
 # %% [markdown] lang="zh"
 # 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})只证明了一种情形：一条序列，或者一个各序列等长的 batch，缓存用 `torch.cat` 逐步增长。推理服务面对的情形与此不同。各个请求的提示（prompt）长短不一，结束得有早有晚，而且要共用总量固定的内存。推理服务系统靠三种机制应对这些问题。本笔记本逐一实现这三种机制，并像第一份笔记本检查缓存那样检查每一种：
@@ -31,7 +31,7 @@
 #
 # 每种做法都要与完整重算比较，或者与已经证明等于完整重算的做法比较，并且都配有几个故意改坏的版本，同一项检查必须把它们一一查出。之后，我们在一个模拟负载上衡量分页能省下多少内存，并在分页缓存之上运行一个小小的连续批处理循环。
 #
-# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节原样取自第一份笔记本） · 4 长度不同的 batch · 5 预分配缓存 · 6 分页缓存 · 7 内存 · 8 连续批处理 · 9 和 10（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，先检验解码器（取自第一份笔记本，默认折叠），再检验填充和静态缓存 · 11（可选）为静态缓存和 `torch.cat` 的解码步计时 · 12 保存结果 · 13 要点与练习。
+# 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节原样取自第一份笔记本） · 4 长度不同的 batch · 5 预分配缓存 · 6 分页缓存 · 7 内存 · 8 连续批处理 · 9 和 10（可选，需要 `transformers`）：请 Hugging Face GPT-2 当外部裁判，先检验解码器（取自第一份笔记本，默认折叠），再检验填充和静态缓存 · 11（可选）为静态缓存和 `torch.cat` 的解码步计时 · 12 要点与练习。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
@@ -54,8 +54,8 @@ QUICK = False
 # [en] Seed for the weights, the prompts and the simulated workloads.
 # [zh] 权重、提示和模拟负载所用的随机种子。
 SEED = 0
-# [en] Folder that receives results.json and the PNG figures.
-# [zh] 存放 results.json 和 PNG 图片的文件夹。
+# [en] Folder that receives the PNG figures.
+# [zh] 存放 PNG 图片的文件夹。
 OUTPUT_DIR = "."
 
 # %%

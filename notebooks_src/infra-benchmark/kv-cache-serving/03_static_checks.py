@@ -142,11 +142,3 @@ say_table([[f"`{name}`", f"{r['max_abs_logit_err']:.3e}".replace("nan", "NaN"), 
 # [en] reset() passes; the hole lets NaN through; reuse without reset is finite, but wrong.
 # [zh] 调用 reset() 的版本通过；空洞让 NaN 传了出去；不重置就复用给出的是有限但错误的数。
 assert [(r["close"], r["finite"]) for r in (REUSE_WITH_RESET, *STATIC_CONTROLS.values())] == [(True, True), (False, False), (False, True)]
-
-# %% [markdown] lang="en"
-# The first control was caught by the NaN fill: the hole is an unwritten slot, and NaN reached the
-# logits. The second control produces finite, plausible numbers; only the comparison with a fresh cache
-# catches it.
-
-# %% [markdown] lang="zh"
-# 第一个负对照靠预先填满缓冲区的 NaN 查出：那个空洞是一个没写过的槽位，NaN 一直传到了 logits。第二个负对照给出的数都是有限的，看上去也合理；只有与全新缓存的比较才能把它查出来。

@@ -171,30 +171,17 @@ fig.tight_layout()
 STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
-# [en] The verdict at the longest P: what the static step saves (the difference) against what the copies cost alone,
-# [en] compared at the precision the line prints (0.001 ms), so that every comparison it states can be seen in its numbers.
-# [zh] 最长前缀上的结论：静态缓存的解码步省下的时间（差值）与单独的复制耗时相比。
-# [zh] 比较按这一行打印的精度（0.001 毫秒）进行，这样它陈述的每个比较都能从打印的数字里看出来。
-saving, saving_low, saving_high, copies_cost = (round(float(x), 3) + 0.0 for x in (gap[-1], *gap_intervals[-1], copies_p50[-1]))
-long_interval_contains_copies = bool(saving_low <= copies_cost <= saving_high)
-case = ("noisy" if saving_low <= 0 and saving_high >= copies_cost else "equal" if long_interval_contains_copies else "more" if saving_low > copies_cost
-        else "some" if saving_low > 0 else "none" if saving_high < 0 else "unclear")
-say(en=f"At $P = {STEP_PREFIXES[-1]}$ the static step " + (f"saves {saving:.3f} ms" if saving >= 0 else f"is {-saving:.3f} ms slower")
-       + f" (95% interval of the saving [{saving_low:+.3f}, {saving_high:+.3f}] ms), while the copies it avoids cost {copies_cost:.3f} ms alone: " + {
-        "noisy": "the interval is too wide to tell a zero saving from one as large as the copies (a loaded machine widens it).",
-        "equal": "within this run's precision, the saving matches the copies alone.",
-        "more": "it saves more than the copies: the `torch.cat` step may have other costs besides them.",
-        "some": "it saves less than the copies cost; its own extra writes and views may take back part of that saving (the run does not time them).",
-        "none": "it is slower although it avoids the copies; its own extra writes and views may cost as much as the copies or more (the run does not time them).",
-        "unclear": "it saves less than the copies cost, perhaps nothing (the run cannot tell whether any saving is left); its own extra writes and views may take it back."}[case],
-    zh=f"在 $P = {STEP_PREFIXES[-1]}$ 时，静态缓存的解码步" + (f"省下 {saving:.3f} 毫秒" if saving >= 0 else f"慢了 {-saving:.3f} 毫秒")
-       + f"（省下时间的 95% 区间为 [{saving_low:+.3f}, {saving_high:+.3f}] 毫秒），而它免去的复制单独耗时 {copies_cost:.3f} 毫秒：" + {
-        "noisy": "这个区间太宽，分不清是什么也没省下，还是省下了与复制相当的时间（机器负载重时区间会变宽）。",
-        "equal": "在本次运行的精度内，省下的时间与单独的复制耗时相符。",
-        "more": "省下的比复制还多，`torch.cat` 解码步除了复制可能还有别的开销。",
-        "some": "省下的比复制少；可能是它自己多出的写入和视图抵掉了一部分（本次运行没有单独为它们计时）。",
-        "none": "它虽然免去了复制，却反而更慢；它自己多出的写入和视图的耗时可能与复制相当甚至更多（本次运行没有单独为它们计时）。",
-        "unclear": "省下的比复制少，也可能什么也没省下（本次运行分辨不出是否还有剩余）；它自己多出的写入和视图可能抵掉了其中一部分甚至全部。"}[case])
+# [en] At the longest P: the step difference (what the static step saves), next to what the copies it avoids cost alone.
+# [zh] 最长前缀上：两种解码步的差值（静态缓存省下的时间），与它免去的复制单独的耗时并列。
+saving_low, saving_high = gap_intervals[-1]
+say(en=f"At $P = {STEP_PREFIXES[-1]}$ the difference (`torch.cat` minus static) is {gap[-1]:+.3f} ms (95% interval "
+       f"[{saving_low:+.3f}, {saving_high:+.3f}]); the copies the static step avoids cost {copies_p50[-1]:.3f} ms alone"
+       + (", inside that interval." if saving_low <= copies_p50[-1] <= saving_high else
+          ", outside that interval: the two steps differ in more than the copies (the profile below lists how)."),
+    zh=f"在 $P = {STEP_PREFIXES[-1]}$ 时，差值（`torch.cat` 减静态缓存）为 {gap[-1]:+.3f} 毫秒（95% 区间为 [{saving_low:+.3f}, {saving_high:+.3f}]）；"
+       f"静态缓存的解码步免去的复制单独耗时 {copies_p50[-1]:.3f} 毫秒"
+       + ("，落在这个区间之内。" if saving_low <= copies_p50[-1] <= saving_high else
+          "，落在这个区间之外：两种解码步的区别不只是复制（下面的性能分析列出了区别在哪里）。"))
 
 # %% [markdown] lang="en"
 # **What the table shows.** A `torch.cat` step copies the whole history, $P + 1$ positions of K/V
@@ -218,19 +205,10 @@ say(en=f"At $P = {STEP_PREFIXES[-1]}$ the static step " + (f"saves {saving:.3f} 
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
-# [en] At how many prefix lengths does the 95% interval of the median difference exclude zero?
-# [zh] 在几个前缀长度上，中位数之差的 95% 区间不包含 0？
-gap_excludes_zero = int(sum(low > 0 or high < 0 for low, high in gap_intervals))
-STEP_SUMMARY = {"prefix": longest["prefix"], "cat_p50_ms": longest["cat_ms"]["p50"], "static_p50_ms": longest["static_ms"]["p50"],
-                "copies_p50_ms": longest["copies_ms"]["p50"], "cat_kib_written": longest["cat_bytes_written"] // 1024,
-                "copies_share_pct": 100 * longest["copies_ms"]["p50"] / longest["cat_ms"]["p50"],
-                "short_prefix": shortest["prefix"], "short_cat_p50_ms": shortest["cat_ms"]["p50"],
-                "short_static_p50_ms": shortest["static_ms"]["p50"], "short_copies_p50_ms": shortest["copies_ms"]["p50"],
-                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50)),
-                "median_gap_max_ms": float(max(abs(cat_p50 - static_p50))), "copies_max_ms": float(max(copies_p50)),
-                "interval_excludes_zero_count": gap_excludes_zero, "prefix_count": len(STEP_TIMING),
-                "long_gap_low_ms": float(gap_intervals[-1, 0]), "long_gap_high_ms": float(gap_intervals[-1, 1]),
-                "long_interval_contains_copies": long_interval_contains_copies}
+STEP_SUMMARY = {"prefix": longest["prefix"], "copies_p50_ms": longest["copies_ms"]["p50"],
+                "cat_kib_written": longest["cat_bytes_written"] // 1024,
+                "short_prefix": shortest["prefix"], "short_copies_p50_ms": shortest["copies_ms"]["p50"],
+                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50))}
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
@@ -277,7 +255,6 @@ def profile_step(prefix_len) -> dict:
 
 
 PROFILE = profile_step(STEP_PREFIXES[-1])
-totals = {name: (sum(c for c, _ in ops.values()), sum(t for _, t in ops.values())) for name, ops in PROFILE.items()}
 differing = sorted(op for op in set(PROFILE["cat"]) | set(PROFILE["static"])
                    if PROFILE["cat"].get(op, (0, 0))[0] != PROFILE["static"].get(op, (0, 0))[0])
 say_table([[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[0]:.0f}" for name in ("cat", "static"))] for op in differing],
@@ -291,7 +268,4 @@ assert PROFILE["cat"]["aten::cat"][0] == 2 * cfg.layers + 1 and PROFILE["static"
 assert copies["static"] - copies["cat"] == 2 * cfg.layers + 1
 
 # %% tags=["prose-values"]
-{"profile": {"steps": PROFILE_STEPS, "cat_calls": totals["cat"][0], "static_calls": totals["static"][0],
-             "cat_ops": PROFILE["cat"]["aten::cat"][0], "cat_us": PROFILE["cat"]["aten::cat"][1], "cat_total_us": totals["cat"][1],
-             "static_total_us": totals["static"][1], "cat_copies": copies["cat"], "static_copies": copies["static"],
-             "copy_extra": copies["static"] - copies["cat"], "copies_alone_us": 1000 * STEP_TIMING[-1]["copies_ms"]["p50"]}}
+{"profile": {"steps": PROFILE_STEPS, "cat_ops": PROFILE["cat"]["aten::cat"][0], "copy_extra": copies["static"] - copies["cat"]}}

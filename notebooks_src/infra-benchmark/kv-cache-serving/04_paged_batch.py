@@ -62,8 +62,10 @@ class ContiguousCache:
 # each sequence's keys are placed at the right end of its row, and the slots to the left are padding.
 # Say sequence `a` has 5 cached positions, `b` has 2, and each gets 1 new token: `a` will hold 6 positions,
 # `b` 3, and the batch has $\max(5, 2) + 1 = 6$ key columns. Row `a` is real in columns 0–5; row `b` is
-# padding in columns 0–2 and real in columns 3–5, its new token in column 5 like `a`'s. The next cell
-# builds this example. The padding slots are filled with zeros, not NaN: attention multiplies their values
+# padding in columns 0–2 and real in columns 3–5, its new token in column 5 like `a`'s. `store_forward`
+# takes the positions from this mask with `padded_positions` (`cumsum - 1`), as in section 4: `a` gets
+# positions 0–5, `b` positions 0–2 in columns 3–5, so each new token gets its own sequence's next position
+# (5 and 2). The next cell builds this example. The padding slots are filled with zeros, not NaN: attention multiplies their values
 # by the weight 0, and $0 \cdot \mathrm{NaN}$ would be NaN.
 
 # %% [markdown] lang="zh"
@@ -74,7 +76,7 @@ class ContiguousCache:
 #
 # 这样位置和掩码沿用同样的规则，注意力也仍是第一份笔记本的代码。这样收集只是为了检验正确性，真实的推理引擎并不这样做：它每一步都要复制每条序列的整个缓存，而分页恰恰是为了省掉这些访存。真实的推理引擎（vLLM 的分页注意力（PagedAttention）、FlashInfer、FlashAttention 的分页模式）把块表交给注意力内核，由内核直接从物理块中读取 K/V。
 #
-# batch 的布局是这样的：键轴长度等于最长的**已缓存**历史加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位。设序列 `a` 已缓存 5 个位置，`b` 已缓存 2 个，各来 1 个新 token：`a` 将有 6 个位置，`b` 有 3 个，batch 有 $\max(5, 2) + 1 = 6$ 列键。`a` 这一行的第 0–5 列都是真实位置；`b` 这一行的第 0–2 列是填充位，第 3–5 列是真实位置，它的新 token 和 `a` 的一样在第 5 列。下一个单元格构造的就是这个例子。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
+# batch 的布局是这样的：键轴长度等于最长的**已缓存**历史加上新 token 数；每条序列的键放在自己那一行的最右端，左边的槽位是填充位。设序列 `a` 已缓存 5 个位置，`b` 已缓存 2 个，各来 1 个新 token：`a` 将有 6 个位置，`b` 有 3 个，batch 有 $\max(5, 2) + 1 = 6$ 列键。`a` 这一行的第 0–5 列都是真实位置；`b` 这一行的第 0–2 列是填充位，第 3–5 列是真实位置，它的新 token 和 `a` 的一样在第 5 列。`store_forward` 像第 4 节那样用 `padded_positions`（`cumsum - 1`）从这个掩码推出位置：`a` 得到位置 0–5，`b` 在第 3–5 列得到位置 0–2，所以每个新 token 得到的都是它自己那条序列的下一个位置（5 和 2）。下一个单元格构造的就是这个例子。填充位填的是 0 而不是 NaN：注意力会用权重 0 去乘它们的值，而 $0 \cdot \mathrm{NaN}$ 仍是 NaN。
 
 # %%
 class SeqBatchStore:
@@ -125,11 +127,17 @@ for seq, cached in (("a", 5), ("b", 2)):
     example_cache.reserve(seq, cached)
 example_store = SeqBatchStore(example_cache, ["a", "b"])
 example_mask = example_store.begin(torch.ones(2, 1, dtype=torch.bool))   # [B, T_total]
-say_table([[seq, str(example_cache.length(seq)), " ".join("x" if real else "." for real in row.tolist())]
-           for seq, row in zip("ab", example_mask)],
-          en=["sequence", "positions after the call", "key columns 0–5 (x real, . padding)"],
-          zh=["序列", "本次调用后的位置数", "键的第 0–5 列（x 为真实位置，. 为填充位）"])
+# [en] What store_forward makes of this mask: the positions of the real columns (cumsum - 1).
+# [zh] store_forward 由这个掩码得出的结果：真实列上的位置（cumsum - 1）。
+example_positions = padded_positions(example_mask, example_store.total)   # [B, T_total]
+say_table([[seq, str(example_cache.length(seq)), " ".join("x" if real else "." for real in row.tolist()),
+            " ".join(str(p) for p in pos[row].tolist())] for seq, row, pos in zip("ab", example_mask, example_positions)],
+          en=["sequence", "positions after the call", "key columns 0–5 (x real, . padding)", "positions of the real columns"],
+          zh=["序列", "本次调用后的位置数", "键的第 0–5 列（x 为真实位置，. 为填充位）", "真实列上的位置"])
 assert example_store.total == 6 and example_mask.tolist() == [[True] * 6, [False] * 3 + [True] * 3]
+# [en] Each new token (the last column) gets its own sequence's next position.
+# [zh] 每个新 token（最后一列）得到的都是它自己那条序列的下一个位置。
+assert example_positions[:, -1].tolist() == [5, 2]
 
 # %% [markdown] lang="en"
 # **First criterion: paging is indexing.** In one line: the paged cache gives the same logits and K/V,
@@ -141,12 +149,14 @@ assert example_store.total == 6 and example_mask.tolist() == [[True] * 6, [False
 # section 4: a gather only copies values, into the same fresh tensor for both caches. Against the `torch.cat` store of section 5, whose K/V have another layout, the logits must
 # agree within the tolerance of their dtype. Each sequence of $n$ positions must hold $\lceil n / 4 \rceil$ blocks, and like the
 # static buffers, the pool never moves: it is allocated once, and only the block tables change (the
-# contiguous cache is the counterexample: its tensors move at every call).
+# contiguous cache is the counterexample: its tensors move at every call). `check_paged` runs the batch
+# through a given paged cache, the contiguous cache and the `torch.cat` store; its code is folded, its
+# tables follow.
 
 # %% [markdown] lang="zh"
-# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。它检验的是寻址（`reserve`、`write`、`read`：每个位置都写进自己的槽位，也从那里读回），而不是注意力：对两种缓存，注意力都是同一段代码，作用在收集出的同样的张量上。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。按第 4 节的相等规则要求逐比特相同：收集只是复制数值，两种缓存都复制进同一种新建的张量。与第 5 节的 `torch.cat` 存储对象相比，它的 K/V 内存布局不同，logits 要求在该精度的容差内一致。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。
+# **第一条判据：分页只是索引**。一句话概括：在同样的调用下，分页缓存给出的 logits 和 K/V 与连续缓存逐比特相同。它检验的是寻址（`reserve`、`write`、`read`：每个位置都写进自己的槽位，也从那里读回），而不是注意力：对两种缓存，注意力都是同一段代码，作用在收集出的同样的张量上。取第 4 节填充后的 batch（提示长 3、7、12 个 token），每个提示在池中是一条独立的序列，做预填充和 20 个解码步；物理块大小取 4 个位置，让每条序列都跨越多个物理块；FP32 和 FP64 各一遍。按第 4 节的相等规则要求逐比特相同：收集只是复制数值，两种缓存都复制进同一种新建的张量。与第 5 节的 `torch.cat` 存储对象相比，它的 K/V 内存布局不同，logits 要求在该精度的容差内一致。有 $n$ 个位置的序列必须占用 $\lceil n / 4 \rceil$ 个物理块。池也和静态缓冲区一样从不移动：它只分配一次，变的只是块表（连续缓存是反例：它的张量每次调用都会移动）。`check_paged` 让这个 batch 分别经过给定的分页缓存、连续缓存和 `torch.cat` 存储对象；代码默认折叠，下面紧接着是它打印的表格。
 
-# %%
+# %% tags=["hide-input"]
 # [en] Small, so that sequences span many blocks.
 # [zh] 取小一点，让序列跨越多个物理块。
 BLOCK_SIZE = 4
@@ -181,7 +191,6 @@ def check_paged(paged) -> dict:
     versus_cat = compare(out["logits"], cat_reference["logits"])
     lengths = [paged.length(s) for s in range(len(PROMPTS))]
     return {
-        "dtype": DTYPE_NAME[dtype],
         "max_abs_logit_err": versus_cat["max_abs_logit_err"],
         "close_vs_cat": versus_cat["close"],
         "bit_exact_vs_cat": versus_cat["bit_exact"],
@@ -195,7 +204,7 @@ def check_paged(paged) -> dict:
         "tables": [list(paged.tables[s]) for s in range(len(PROMPTS))],
     }
 
-# %% tags=["hide-input"]
+
 def show_paged(runs):
     say_table([[str(seq), str(runs["fp32"]["lengths"][seq]), str(table)] for seq, table in enumerate(runs["fp32"]["tables"])],
               en=["sequence", "positions", "block table"], zh=["序列", "位置数", "块表"])

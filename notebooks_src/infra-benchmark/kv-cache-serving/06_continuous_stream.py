@@ -88,8 +88,6 @@ stream_cache = PagedCache(BlockPool(cfg, STREAM_BLOCKS, STREAM_BLOCK_SIZE))
 TRACE = watch(stream_cache, serve(model, stream_cache, stream_requests, STREAM_BLOCKS, STREAM_BLOCK_SIZE, STREAM_MAX_BATCH),
               stream_requests, STREAM_BLOCK_SIZE)
 show_trace([t for t in TRACE if t["admitted"]][:3])
-
-# %%
 CONTINUOUS = summarize_stream(stream_requests, TRACE, stream_cache)
 show_stream(CONTINUOUS)
 # [en] In one line: each request's tokens and logits as when it runs alone (itself equal to full recomputation),
@@ -244,7 +242,7 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 #   same step as decode tokens; we prefill each request alone, in its own call.
 # * Nor does it model sampling, stop tokens, priorities or fairness, or the cost of Python in the loop.
 #
-# **Sections 9 to 11 are optional** (9 and 10 need `transformers`); the takeaways are in section 13.
+# **Sections 9 to 11 are optional** (9 and 10 need `transformers`); the takeaways are in section 12.
 
 # %% [markdown] lang="zh"
 # 本次运行中，这个循环平均每个解码步生成 {{run:continuous.tokens_per_decode_step:.2f}} 个 token，静态批处理是 {{run:static_batching.tokens_per_decode_step:.2f}} 个，一次只处理一个请求时恰好是 1 个（每个请求的第一个 token 来自它的预填充，不计在内）。每步的 token 数很重要，因为在 GPU 上解码步受限于内存带宽：它要读取全部权重和整个缓存，运算却很少。权重为整个 batch 只读一次，每条序列的 K/V 却要各读各的，所以只有当权重在一步读取的字节中占大头时，几条序列组成的 batch 才只比单条序列略慢；上下文很长、batch 很大时，缓存的字节会超过权重，一步的耗时也随 batch 增长（[复用笔记本]({{colab:infra-benchmark/kv-cache-reuse}})对公开模型分别统计了这两部分）。这个 CPU 上的小例子并不测量这一点，它检查的是：批处理不会让生成的 token 有任何改变。
@@ -256,4 +254,4 @@ assert (six["kept"] and stream["kept"] and six["max_running"] == 3 and six["head
 # * 分块预填充与混合 batch：真实系统会把长提示切成若干分块，与解码 token 放在同一步里计算；我们则让每个请求在一次单独的调用中完成预填充。
 # * 此外，它也没有模拟采样、停止 token、优先级与公平性，以及循环中 Python 的开销。
 #
-# **第 9 到 11 节是可选内容**（第 9、10 节需要 `transformers`）；要点在第 13 节。
+# **第 9 到 11 节是可选内容**（第 9、10 节需要 `transformers`）；要点在第 12 节。

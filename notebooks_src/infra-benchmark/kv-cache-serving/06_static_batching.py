@@ -28,10 +28,11 @@ STREAM_SPECS = list(zip(rng_stream.integers(STREAM_PROMPTS[0], STREAM_PROMPTS[1]
 # is done, and only then leaves. Each request's first token comes from its prefill, so it needs
 # `max_new - 1` decode steps; a batch needs as many as its longest request. We count the decode steps,
 # the tokens per decode step, and the **idle row-steps**: decode steps in which a request that has
-# finished still holds its row.
+# finished still holds its row. The control runs next to it: with `max_batch=1` static batching serves one
+# request at a time, and must produce exactly one token per decode step with no idle row.
 
 # %% [markdown] lang="zh"
-# **基线：静态批处理的计数**。不必运行模型，就能数出一种调度的代价：只需要每个请求的输出长度，而这里没有停止 token 让请求提前结束，输出长度是固定的。（调度不改变请求生成的 token，这一点后面会在这个请求流上对连续批处理循环加以核对。）`static_schedule` 用已经到达的请求按先来先服务的顺序组成一个 batch，限制与后面的循环相同：最多 `max_batch` 个请求，而且它们的最坏情况预算（`blocks_needed`）必须放得进池中。这个 batch 一直运行到其中最长的请求结束，然后才整体离开。每个请求的第一个 token 来自预填充，因此它需要 `max_new - 1` 个解码步；一个 batch 需要的解码步数与其中最长的请求相同。我们统计解码步数、每个解码步生成的 token 数，以及**空闲行步数**：已经完成的请求仍占着自己那一行的解码步数。
+# **基线：静态批处理的计数**。不必运行模型，就能数出一种调度的代价：只需要每个请求的输出长度，而这里没有停止 token 让请求提前结束，输出长度是固定的。（调度不改变请求生成的 token，这一点后面会在这个请求流上对连续批处理循环加以核对。）`static_schedule` 用已经到达的请求按先来先服务的顺序组成一个 batch，限制与后面的循环相同：最多 `max_batch` 个请求，而且它们的最坏情况预算（`blocks_needed`）必须放得进池中。这个 batch 一直运行到其中最长的请求结束，然后才整体离开。每个请求的第一个 token 来自预填充，因此它需要 `max_new - 1` 个解码步；一个 batch 需要的解码步数与其中最长的请求相同。我们统计解码步数、每个解码步生成的 token 数，以及**空闲行步数**：已经完成的请求仍占着自己那一行的解码步数。旁边运行它的对照：`max_batch=1` 时，静态批处理就是一次只处理一个请求，每个解码步必须恰好生成 1 个 token，而且没有空闲行。
 
 # %%
 def static_schedule(requests, num_blocks, block_size, max_batch) -> dict:
@@ -61,14 +62,7 @@ def static_schedule(requests, num_blocks, block_size, max_batch) -> dict:
     return {"batches": batches, "iterations": iteration, "decode_steps": decode_steps, "decoded_tokens": decoded_tokens,
             "tokens_per_decode_step": decoded_tokens / decode_steps, "idle_row_steps": idle_row_steps}
 
-# %% [markdown] lang="en"
-# The baseline on the stream, next to its control: with `max_batch=1` static batching is serving one
-# request at a time, and must produce exactly one token per decode step with no idle row.
 
-# %% [markdown] lang="zh"
-# 下面在请求流上计算这条基线，旁边是它的对照：`max_batch=1` 时，静态批处理就是一次只处理一个请求，每个解码步必须恰好生成 1 个 token，而且没有空闲行。
-
-# %%
 # [en] Prompt contents do not matter for counting; only lengths and arrivals do.
 # [zh] 计数只与长度和到达时刻有关，与提示的内容无关。
 stream_shapes = [Request(rid, torch.zeros(p, dtype=torch.long), o, a) for rid, (p, o, a) in enumerate(STREAM_SPECS)]

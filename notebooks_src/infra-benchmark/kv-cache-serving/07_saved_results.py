@@ -1,20 +1,6 @@
-# %% [markdown] lang="en"
-# ## 12. Saved results
-#
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the
-# figures: per variant the criterion, the largest errors, and each negative control with its error and
-# whether it was caught; the step timings of section 11 with their protocol and raw samples, and its operator profile; the memory
-# table of section 7; the continuous-batching summary and its trace; and, under `peer`, the comparison with
-# Hugging Face of section 10 (or why it was skipped). A NaN error (a control that
-# produced NaN) is written as `null` with `"finite": false`, so the file is strict JSON. On Colab the
-# cell also offers the files for download.
-
-# %% [markdown] lang="zh"
-# ## 12. 保存结果
-#
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与各张图放在一起：每种做法的判据、最大绝对误差，以及每个负对照的误差和是否被查出；第 11 节的解码步计时，连同计时设置、原始样本和性能分析结果；第 7 节的内存表；连续批处理的汇总及其迭代记录；以及以 `peer` 为键的第 10 节与 Hugging Face 的比较（或跳过的原因）。误差为 NaN 时（某个负对照算出了 NaN），写成 `null` 并标注 `"finite": false`，因此文件是严格的 JSON。在 Colab 上，这个单元格还会提供这些文件供下载。
-
-# %% tags=["hide-input"]
+# %% tags=["record"]
+# [en] The build's record (not shown in the editions): results.json, schema in docs/kv-cache-serving-results-schema.md.
+# [zh] 构建时的记录（各版本中不显示）：results.json，结构见 docs/kv-cache-serving-results-schema.md。
 def control_entry(control: dict) -> dict:
     return {"max_abs_logit_err": finite_or_none(control["max_abs_logit_err"]),
             "finite": bool(control["finite"]), "detected": bool(control["detected"])}
@@ -69,7 +55,10 @@ RESULTS = {
         "prefix_sharing": {k: SHARED[k] for k in ("bit_exact_vs_contiguous", "close_to_full", "tokens_as_full",
                                                   "max_abs_logit_err_vs_full", "shared_blocks", "partial_block_copied",
                                                   "blocks_in_use", "blocks_without_sharing")},
-        "negative_controls": {name: control_entry(c) for name, c in PAGED_CONTROLS.items()},
+        "negative_controls": {name: control_entry(c) for name, c in PAGED_CONTROLS.items()}
+                             | {"reused_block_not_cleared": control_entry({
+                                 "max_abs_logit_err": not_cleared["max_abs_logit_err_vs_contiguous"], "finite": not_cleared["finite"],
+                                 "detected": not_cleared_caught})},
     },
     "memory": {
         "workload": {"requests": N_REQUESTS, "seed": SEED, "prompt": f"log_uniform({MIN_LEN}, {MAX_LEN})",
@@ -91,11 +80,3 @@ RESULTS = {
 }
 RESULTS_JSON = OUT / "results.json"
 RESULTS_JSON.write_text(json.dumps(RESULTS, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
-controls = [c for block in ("padding", "static", "paged") for c in RESULTS[block]["negative_controls"].values()]
-say(en=f"Wrote `{RESULTS_JSON.name}` and {len(RESULTS['figures'])} figures; {sum(c['detected'] for c in controls)} of {len(controls)} negative controls caught.",
-    zh=f"已写入 `{RESULTS_JSON.name}` 和 {len(RESULTS['figures'])} 张图；{len(controls)} 个负对照中查出了 {sum(c['detected'] for c in controls)} 个。")
-
-if IN_COLAB:
-    from google.colab import files
-    for name in [RESULTS_JSON.name] + RESULTS["figures"]:
-        files.download(str(OUT / name))

@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 13. Takeaways and exercises
+# ## 12. Takeaways and exercises
 #
 # * **Padding** puts sequences of different lengths in one batch. Pad on the left, take each row's
 #   positions from its attention mask (`cumsum - 1`), mask padding *keys* (not queries), and let a query
@@ -26,9 +26,14 @@
 # * **Every check can fail.** All {{run:takeaways.controls}} negative controls were caught. Bit-for-bit
 #   equality was asked only where it holds by construction (the same calls on the same inputs, gathers and
 #   copies); everything else was compared within the tolerance of its dtype.
+#
+# The build writes what this run checked and measured (every variant's errors, every negative control and
+# whether it was caught, the timings, the memory table, the batching trace) to `results.json` in
+# `outputs/infra-benchmark/kv-cache-serving/`, described in `docs/kv-cache-serving-results-schema.md`;
+# when you run the notebook, the figures land in `OUTPUT_DIR`.
 
 # %% [markdown] lang="zh"
-# ## 13. 要点与练习
+# ## 12. 要点与练习
 #
 # * **填充**让长度不同的序列进入同一个 batch。要在左边填充，从每行的注意力掩码推出位置（`cumsum - 1`），遮住的是填充位上的**键**而不是查询；一个键都看不到的查询要让它读取全部的键，否则 NaN 会经由 V 扩散开。这样每一行都等于它的提示单独运行的结果（FP32 下 logits 的最大绝对误差为 {{run:takeaways.padding_err:.1e}}），而且无论填充位里放什么，结果都逐比特相同。
 # * **静态缓存**把 K/V 原地写入每层一个、从不移动的缓冲区，算出的结果与 `torch.cat` 缓存相同。它的意义在于固定的地址和形状：CUDA 图只有在两者都不变时才能重放一个解码步；`torch.compile` 则在形状改变时重新编译这一步。形状要固定，缓存就得像 Hugging Face 的 `StaticCache` 那样在掩码下读取整个缓冲区；我们的存储对象读取的是不断增长的前缀，所以只固定了地址。它在 eager 模式下的计时见可选的第 11 节。
@@ -36,6 +41,8 @@
 # * **内存**，按预留的 K/V 内存中正在使用的比例计：在模拟负载上，按最大长度预留为 {{run:memory.used_contiguous_max:.1f}}%，按最终长度预留为 {{run:memory.used_contiguous_final:.1f}}%，物理块大小为 16 的分页为 {{run:memory.used_paged_16:.1f}}%；vLLM 论文测得 Orca 为 20.4% 到 38.2%，vLLM 为 96.3%。
 # * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。在同一个请求流上，它需要 {{run:continuous.decode_steps}} 个解码步，静态批处理需要 {{run:static_batching.decode_steps}} 个（每个解码步分别生成 {{run:continuous.tokens_per_decode_step:.2f}} 个和 {{run:static_batching.tokens_per_decode_step:.2f}} 个 token），而每个请求生成的 token 都与它单独运行时相同。
 # * **每项检查都能失败**：全部 {{run:takeaways.controls}} 个负对照都被查出。只有在由构造保证成立的地方（同样的输入上的同样的调用、收集和复制）才要求逐比特相同；其余一律在该精度的容差内比较。
+#
+# 构建时会把本次运行检查和测量的内容（每种做法的误差、每个负对照及其是否被查出、计时、内存表、批处理的迭代记录）写入 `outputs/infra-benchmark/kv-cache-serving/` 下的 `results.json`，其结构见 `docs/kv-cache-serving-results-schema.md`；你自己运行这份笔记本时，各张图会保存在 `OUTPUT_DIR` 中。
 
 # %% tags=["prose-values"]
 {"takeaways": {"padding_err": float(PADDED["fp32"]["max_abs_logit_err"]),
