@@ -1,10 +1,11 @@
 # %% [markdown] lang="en"
 # The next cell pins the run to one CPU thread and 32-bit floats, creates the output folder, and
-# records the environment (Python, PyTorch, NumPy, the platform and the CPU). `results.json` stores
-# this record next to the results, because timings only compare on the same machine.
+# records the environment (Python, PyTorch, NumPy, the platform and the CPU). The build's
+# `results.json` stores this record next to the results, because timings only compare on the same
+# machine.
 
 # %% [markdown] lang="zh"
-# 下一个单元格把运行固定为单个 CPU 线程和 32 位浮点数，创建输出文件夹，并记录运行环境（Python、PyTorch、NumPy、平台和 CPU）。`results.json` 会把这份记录和结果保存在一起，因为计时结果只有在同一台机器上才能相互比较。
+# 下一个单元格把运行固定为单个 CPU 线程和 32 位浮点数，创建输出文件夹，并记录运行环境（Python、PyTorch、NumPy、平台和 CPU）。构建时写出的 `results.json` 会把这份记录和结果保存在一起，因为计时结果只有在同一台机器上才能相互比较。
 
 # %%
 import platform
