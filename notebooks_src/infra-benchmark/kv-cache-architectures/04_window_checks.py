@@ -131,7 +131,7 @@ narrower = lambda: build(LLAMA_CFG, lambda i: NarrowerWindow(LLAMA_CFG, WINDOW))
 narrow_keys = keys_read(narrower())
 CONTROLS["window_one_key_too_wide"] = {"section": 6, **run_control(wider), "keys_read_last": keys_read(wider())[-1]}
 CONTROLS["window_one_key_too_narrow"] = {
-    "section": 6, "check": "keys_read", "unit": "wrong_key_count",
+    "section": 6, "check": "keys_read",
     "cached_vs_full_passed": check_cached(narrower, 1, 5)["passed"],
     "measured": sum(n != k for n, k in zip(narrow_keys, KEYS_READ)), "keys_read_last": narrow_keys[-1],
     "caught": narrow_keys != KEYS_READ}

@@ -54,7 +54,7 @@ assert CROP["crop_receptive_field"] < 1e-10 < 1e-6 < min(CROP["crop_receptive_fi
 # %%
 crops["crop_W_restart"], CROP["crop_W_restart"] = crop_vs_windowed(WINDOW, False)
 CROP["restart_vs_true_positions"] = max_abs_err(crops["crop_W_restart"], crops["crop_W_true_positions"])
-CONTROLS["crop_to_window"] = {"section": 6, "check": "crop_vs_windowed", "unit": "crop_logits",
+CONTROLS["crop_to_window"] = {"section": 6, "check": "crop_vs_windowed",
                               "measured": CROP["crop_W_restart"],
                               "caught": CROP["crop_W_restart"] > 1e-2}
 say_table([[f"`{name}`", f"{CROP[name]:.2e}"] for name in ("crop_W_restart", "restart_vs_true_positions")],
