@@ -95,8 +95,9 @@ if HAVE_HF:
     ATTENTION_GAP = max_abs_err(softmax_attention(q64, k64, v64, allowed64),
                                 F.scaled_dot_product_attention(q64, k64, v64, attn_mask=allowed64, enable_gqa=True))
     say(en=f"The two attentions alone differ by {ATTENTION_GAP:.0e} on the same FP64 inputs; section 5.1's referee "
-           f"differed by {llama_err:.0e}.",
-        zh=f"单看注意力，两种实现在同一组 FP64 输入上相差 {ATTENTION_GAP:.0e}；第 5.1 节的裁判比较相差 {llama_err:.0e}。")
+           + ("matched bit for bit." if llama_err == 0 else f"differed by {llama_err:.0e}."),
+        zh=f"单看注意力，两种实现在同一组 FP64 输入上相差 {ATTENTION_GAP:.0e}；第 5.1 节的裁判比较"
+           + ("逐比特相同。" if llama_err == 0 else f"相差 {llama_err:.0e}。"))
 else:
     say(en=f"Appendix B is skipped: `transformers` is not available here ({HF_SKIP}).",
         zh=f"附录 B 已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")
