@@ -81,9 +81,9 @@ class Attention(nn.Module):
     # [zh] 下面四个方法可供重写：每种变体的子类只重写它要改动的那些（GQA 一个都不用重写）。
 
     def new_cache(self, caches: list):
-        # [en] The cache of this layer; `caches` holds those of the layers below (the plain layer ignores it, so can
-        # [en] you: only a layer that shares a lower layer's cache uses it, returning that cache from it).
-        # [zh] 本层的缓存；`caches` 中是下面各层的缓存（普通的层用不到它，初读可略过；只有与下面某一层共享缓存的层才用它，从中取出那一层的缓存）。
+        # [en] The cache of this layer. `caches` holds those of the layers below: used only in the compression
+        # [en] notebook, by a layer that shares a lower layer's cache.
+        # [zh] 本层的缓存。`caches` 中是下面各层的缓存：只在压缩笔记本中用到，供与下面某一层共享缓存的层使用。
         return FullKV()
 
     def mask(self, query_pos, key_pos):

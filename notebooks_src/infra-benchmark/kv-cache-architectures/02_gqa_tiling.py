@@ -80,7 +80,7 @@ HEAD_INPUT = torch.randn(2, STREAM_LEN, cfg.width, generator=torch.Generator().m
 HEAD_LOOP = {name: max_abs_err(layer_in_chunks(attn, HEAD_INPUT), heads_by_loop(attn, HEAD_INPUT))
              for name, attn in (("gqa2", build(GQA2).double().blocks[0].attn), ("mqa", build(MQA).double().blocks[0].attn),
                                 ("tiled", tiled(GQA2).double().blocks[0].attn))}
-CONTROLS["tiled_kv_heads"] = {"section": 4, "check": "heads_by_loop", "unit": "head_loop",
+CONTROLS["tiled_kv_heads"] = {"section": 4, "check": "heads_by_loop",
                               "measured": HEAD_LOOP["tiled"],
                               "cached_vs_full_passed": all(r["passed"] for r in TILED_GRID), "caught": HEAD_LOOP["tiled"] > 1e-2}
 say(en=f"Head by head (FP64): the real layer differs from the loop by {HEAD_LOOP['gqa2']:.1e} (GQA) and "

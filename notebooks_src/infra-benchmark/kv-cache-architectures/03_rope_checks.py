@@ -77,7 +77,7 @@ by_formula = rope_by_formula(rope_input, every_position)
 ROPE_FORMULA = {"rotary": max_abs_err(rotary64(rope_input, every_position), by_formula),
                 "backwards": max_abs_err(turned_backwards(rope_input, every_position), by_formula),
                 "backwards_shift_error": shift_error(turned_backwards)}
-CONTROLS["rope_turned_backwards"] = {"section": 5, "check": "rope_by_formula", "unit": "rope_formula",
+CONTROLS["rope_turned_backwards"] = {"section": 5, "check": "rope_by_formula",
                                      "measured": ROPE_FORMULA["backwards"],
                                      "shift_test_passed": ROPE_FORMULA["backwards_shift_error"] < 1e-12,
                                      "caught": ROPE_FORMULA["backwards"] > 1.0}

@@ -98,13 +98,12 @@ assert KEYS_READ == [min(WINDOW, p + 1) for p in range(STREAM_LEN)]
 # query reads $W + 1$ keys, the paper's wording read inclusively. Its full path is simply a model with a window
 # of $W + 1$; its cached path cannot follow, because the ring has already overwritten the oldest key the wider
 # band asks for. The check must fail for every chunk length. **Negative control 2: one key too narrow.** The
-# opposite slip, a band of $W - 1$ keys with the ring still sized for a window of $W$ ($W - 1$ slots), passes
-# cached-versus-full, since the ring holds more than such a band needs; the key count of criterion 4 catches it
-# (query positions reading a number of keys other than $\min(W, p + 1)$: {{run:window.narrow_wrong_queries}} of
-# {{run:window.queries}}, the count the controls table of section 10 lists).
+# mask reads $W - 1$ keys (the query's own and $W - 2$ before it), the ring keeps $W - 1$ slots, so nothing is
+# missing and cached = full passes; only the key count of criterion 4 catches it (query positions reading a
+# number of keys other than $\min(W, p + 1)$: {{run:window.narrow_wrong_queries}} of {{run:window.queries}}).
 
 # %% [markdown] lang="zh"
-# **负对照 1：窗口宽了一个键。** `WiderWindow` 把带状条件中的 `>` 写成了 `>=`，于是每个查询读取 $W + 1$ 个键，这正是把论文的说法按两端都算在内来理解的结果。它的完整路径只不过是一个窗口为 $W + 1$ 的模型；缓存路径却跟不上，因为更宽的窗口要读取的那个最旧的键，已经被环形缓冲区覆盖了。无论分块长度是多少，检查都必须失败。**负对照 2：窗口窄了一个键。** 反方向的疏忽（窗口只含 $W - 1$ 个键，环形缓冲区仍按窗口 $W$ 分配，即 $W - 1$ 个槽位）却能通过“缓存对照完整重算”，因为环形缓冲区保存的键比这样的窗口所需的还多；判据 4 的键数检查能查出它（它统计读取的键数不等于 $\min(W, p + 1)$ 的查询位置，本次为 {{run:window.narrow_wrong_queries}} 个，共 {{run:window.queries}} 个位置；第 10 节负对照汇总表列出的就是这个计数）。
+# **负对照 1：窗口宽了一个键。** `WiderWindow` 把带状条件中的 `>` 写成了 `>=`，于是每个查询读取 $W + 1$ 个键，这正是把论文的说法按两端都算在内来理解的结果。它的完整路径只不过是一个窗口为 $W + 1$ 的模型；缓存路径却跟不上，因为更宽的窗口要读取的那个最旧的键，已经被环形缓冲区覆盖了。无论分块长度是多少，检查都必须失败。**负对照 2：窗口窄了一个键。** 掩码读取 $W - 1$ 个键（查询自身及其前面的 $W - 2$ 个），环形缓冲区保存 $W - 1$ 个槽位，所以什么也不缺，“缓存 = 完整重算”能够通过；只有判据 4 的键数检查能查出它（读取的键数不等于 $\min(W, p + 1)$ 的查询位置：{{run:window.narrow_wrong_queries}} 个，共 {{run:window.queries}} 个）。
 
 # %%
 class WiderWindow(WindowAttention):
@@ -131,7 +130,7 @@ narrower = lambda: build(LLAMA_CFG, lambda i: NarrowerWindow(LLAMA_CFG, WINDOW))
 narrow_keys = keys_read(narrower())
 CONTROLS["window_one_key_too_wide"] = {"section": 6, **run_control(wider), "keys_read_last": keys_read(wider())[-1]}
 CONTROLS["window_one_key_too_narrow"] = {
-    "section": 6, "check": "keys_read", "unit": "wrong_key_count",
+    "section": 6, "check": "keys_read",
     "cached_vs_full_passed": check_cached(narrower, 1, 5)["passed"],
     "measured": sum(n != k for n, k in zip(narrow_keys, KEYS_READ)), "keys_read_last": narrow_keys[-1],
     "caught": narrow_keys != KEYS_READ}

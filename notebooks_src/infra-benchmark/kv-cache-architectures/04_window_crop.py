@@ -40,21 +40,21 @@ say_table([[f"`{name}`", f"{value:.2e}"] for name, value in CROP.items()],
 assert CROP["crop_receptive_field"] < 1e-10 < 1e-6 < min(CROP["crop_receptive_field_minus_1"], CROP["crop_W_true_positions"])
 
 # %% [markdown] lang="en"
-# **Negative control 3: cropping the context to $W$ tokens instead of masking.** A tempting shortcut: to produce the
-# logits at position $t$, run the model on the last $W$ tokens only, as a fresh sequence with positions restarting
-# at 0 (`crop_W_restart`). It makes two mistakes: it cuts off the receptive field, as the last row above showed,
-# which is what changes its logits; and it restarts the positions at 0, which RoPE cannot see, since scores depend
-# only on position differences (section 5's lesson). `restart_vs_true_positions` compares it
-# with the same crop at its true positions and must find no difference beyond FP64 rounding. The control must
-# be caught by the comparison with the windowed model.
+# **Negative control 3: cropping the context to $W$ tokens instead of masking.** The damage comes from the crop
+# alone. The shortcut: to produce the logits at position $t$, run the model on the last $W$ tokens only, as a
+# fresh sequence with positions restarting at 0 (`crop_W_restart`). The comparison with the windowed model must
+# catch it (first row below): the crop cuts off the receptive field, as the last row above showed. The second row,
+# `restart_vs_true_positions`, compares it with the same crop at its true positions and must find nothing beyond
+# FP64 rounding: the restart is harmless, because RoPE scores depend only on position differences (section 5's
+# lesson).
 
 # %% [markdown] lang="zh"
-# **负对照 3：把上下文裁剪到 $W$ 个 token，而不是使用掩码。** 一条看似省事的捷径：要得到位置 $t$ 的 logits，只把最后 $W$ 个 token 当作一条新序列送入模型，位置从 0 重新开始（`crop_W_restart`）。这种做法犯了两个错误：一是切掉了感受野的一部分（上表最后一行已经说明了这一点），logits 正是因此而变；二是让位置从 0 重新开始，而 RoPE 看不到这一点，因为注意力分数只依赖位置之差（第 5 节的教训）。`restart_vs_true_positions` 把它与保留真实位置的同样裁剪相比较，差异必须不超过 FP64 的舍入误差。与滑动窗口模型的比较必须查出这个负对照。
+# **负对照 3：把上下文裁剪到 $W$ 个 token，而不是使用掩码。** 造成损害的只是裁剪本身。这条捷径是：要得到位置 $t$ 的 logits，只把最后 $W$ 个 token 当作一条新序列送入模型，位置从 0 重新开始（`crop_W_restart`）。与滑动窗口模型的比较必须查出它（下表第一行）：裁剪切掉了感受野的一部分，上表最后一行已经说明了这一点。第二行 `restart_vs_true_positions` 把它与保留真实位置的同样裁剪相比较，差异必须不超过 FP64 的舍入误差：位置从 0 重新开始并无害处，因为 RoPE 的注意力分数只依赖位置之差（第 5 节的教训）。
 
 # %%
 crops["crop_W_restart"], CROP["crop_W_restart"] = crop_vs_windowed(WINDOW, False)
 CROP["restart_vs_true_positions"] = max_abs_err(crops["crop_W_restart"], crops["crop_W_true_positions"])
-CONTROLS["crop_to_window"] = {"section": 6, "check": "crop_vs_windowed", "unit": "crop_logits",
+CONTROLS["crop_to_window"] = {"section": 6, "check": "crop_vs_windowed",
                               "measured": CROP["crop_W_restart"],
                               "caught": CROP["crop_W_restart"] > 1e-2}
 say_table([[f"`{name}`", f"{CROP[name]:.2e}"] for name in ("crop_W_restart", "restart_vs_true_positions")],

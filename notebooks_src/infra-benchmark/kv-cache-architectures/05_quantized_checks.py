@@ -207,7 +207,7 @@ class ScaleForgottenAttention(QuantAttention):
 
 
 FORGOTTEN = quant_run(build(LLAMA_CFG, lambda i: ScaleForgottenAttention(LLAMA_CFG, 8)))
-CONTROLS["scale_forgotten"] = {"section": 7, "check": "BOUNDS[8]", "unit": "quant_logits",
+CONTROLS["scale_forgotten"] = {"section": 7, "check": "BOUNDS[8]",
                                "measured": FORGOTTEN["max_abs_logit_err"],
                                "agreement": FORGOTTEN["agreement"], "caught": FORGOTTEN["max_abs_logit_err"] > BOUNDS[8]["max_abs_logit_err"]}
 say(en=f"Forgotten scale (8 bits): max abs logit error {FORGOTTEN['max_abs_logit_err']:.2f} (bound {BOUNDS[8]['max_abs_logit_err']}), "

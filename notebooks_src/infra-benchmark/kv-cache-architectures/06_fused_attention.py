@@ -126,20 +126,18 @@ assert CONTROLS["is_causal_after_cache"]["caught"]
 # **An aside on timing (optional).** Times on a shared CPU depend on the machine and its load, so the two cells below
 # are folded and assert nothing. The first times a 256-token prefill and one decode step after it, explicit softmax
 # against `SDPALowerRight` (section 5's model, one thread, FP32, alternating order, medians; raw samples in
-# `results.json`); the second profiles one decode step by operator. The prefill
-# is where attention has the most work (256 queries against 256 keys per head): the whole model's prefill (embeddings, projections, RoPE, MLP and
-# norms included) took {{run:fused.prefill_ratio:.2f}} times as long with SDPA as with the explicit softmax in this
-# run ({{run:fused.sdpa_prefill:.2f}} against {{run:fused.explicit_prefill:.2f}} ms), and only `attend` differs. A decode step is hundreds of small operator calls (projections,
-# `torch.cat`, rotary lookups, reshapes), of which attention is a few, so the path changes few of them (this run:
-# {{run:fused.explicit_calls:.0f}} and {{run:fused.sdpa_calls:.0f}} calls, {{run:fused.explicit_decode:.2f}} and
-# {{run:fused.sdpa_decode:.2f}} ms per step). The profile counts only the time inside operators (each operator's
-# best of five rounds), not the Python and dispatch work between them, which in a model this small is much of a
-# step; so its totals fall short of the timed step, and it shows where the calls go, not which path is faster:
-# the first cell's medians answer that. What a fused kernel saves on a GPU at real sizes, never writing a
-# $[C, P + C]$ score matrix per head to memory, a CPU run of a tiny model does not measure.
+# `results.json`). The prefill is where attention has the most work (256 queries against 256 keys per head): in
+# this run the whole model's prefill took {{run:fused.prefill_ratio:.2f}} times as long with SDPA as with the explicit
+# softmax ({{run:fused.sdpa_prefill:.2f}} against {{run:fused.explicit_prefill:.2f}} ms), and only `attend` differs.
+# The decode step took {{run:fused.decode_ratio:.2f}} times as long with SDPA ({{run:fused.sdpa_decode:.3f}} against
+# {{run:fused.explicit_decode:.3f}} ms), faster below 1, slower above. The second cell, a profile of that step by operator, has one lesson: a
+# decode step is hundreds of small operator calls ({{run:fused.explicit_calls:.0f}} and {{run:fused.sdpa_calls:.0f}}
+# here: projections, `torch.cat`, rotary lookups, reshapes), of which attention is a few, and the attention path
+# changes only those few. What a fused kernel saves on a GPU at real sizes, never
+# writing a $[C, P + C]$ score matrix per head to memory, a CPU run of a tiny model does not measure.
 
 # %% [markdown] lang="zh"
-# **旁注：计时（可选）。** 在共享的 CPU 上，耗时取决于机器和它当时的负载，所以下面两个单元格的代码折叠了起来，也不做任何断言。第一个单元格在第 5 节的模型上比较显式 softmax 与 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）；第二个单元格按算子对一个解码步做性能分析。注意力的工作量在预填充中最大（每个头 256 个查询对 256 个键）：本次运行中，整个模型的预填充（含嵌入、各个投影、RoPE、MLP 和归一化）用 SDPA 时的耗时是用显式 softmax 时的 {{run:fused.prefill_ratio:.2f}} 倍（{{run:fused.sdpa_prefill:.2f}} 毫秒对 {{run:fused.explicit_prefill:.2f}} 毫秒），两者只有 `attend` 不同。一个解码步由数百次小的算子调用组成（各个投影、`torch.cat`、旋转位置编码的查表、改变形状的操作），注意力只占其中几次，所以换一种路径只改变少数几次调用（本次运行：分别为 {{run:fused.explicit_calls:.0f}} 次和 {{run:fused.sdpa_calls:.0f}} 次调用，每步 {{run:fused.explicit_decode:.2f}} 毫秒和 {{run:fused.sdpa_decode:.2f}} 毫秒）。性能分析只统计算子内部的耗时（每个算子取五轮中的最小值），不含算子之间 Python 代码和调度的开销，而在这么小的模型里，这部分开销占了一步的很大一块；所以性能分析的合计比计时测得的一步要少，它说明的是调用花在了哪里，而不是哪条路径更快：后者要看第一个单元格的中位数。融合内核在 GPU 上、真实规模下省下的是：不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；在 CPU 上运行一个极小的模型，测不到这一点。
+# **旁注：计时（可选）。** 在共享的 CPU 上，耗时取决于机器和它当时的负载，所以下面两个单元格的代码折叠了起来，也不做任何断言。第一个单元格在第 5 节的模型上比较显式 softmax 与 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）。注意力的工作量在预填充中最大（每个头 256 个查询对 256 个键）：本次运行中，整个模型的预填充用 SDPA 时的耗时是用显式 softmax 时的 {{run:fused.prefill_ratio:.2f}} 倍（{{run:fused.sdpa_prefill:.2f}} 毫秒对 {{run:fused.explicit_prefill:.2f}} 毫秒），两者只有 `attend` 不同。解码步用 SDPA 时的耗时是用显式 softmax 时的 {{run:fused.decode_ratio:.2f}} 倍（{{run:fused.sdpa_decode:.3f}} 毫秒对 {{run:fused.explicit_decode:.3f}} 毫秒），小于 1 即更快，大于 1 即更慢。第二个单元格按算子分析这一步的耗时，它只说明一点：一个解码步由数百次小的算子调用组成（本次分别为 {{run:fused.explicit_calls:.0f}} 次和 {{run:fused.sdpa_calls:.0f}} 次：各个投影、`torch.cat`、旋转位置编码的查表、改变形状的操作），注意力只占其中几次，换一种注意力路径改变的也只是这几次。融合内核在 GPU 上、真实规模下省下的是：不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；在 CPU 上运行一个极小的模型，测不到这一点。
 
 # %% tags=["hide-input"]
 TIMING_PROMPT = 256
@@ -220,4 +218,5 @@ for name, prof in DECODE_PROFILE.items():
            **{f"{name}_calls": float(prof["calls"]) for name, prof in DECODE_PROFILE.items()},
            **{f"{name}_self_us": float(prof["self_us"]) for name, prof in DECODE_PROFILE.items()},
            "largest_share": max(prof["top"][0]["share"] for prof in DECODE_PROFILE.values()),
-           "prefill_ratio": FUSED_TIMING["sdpa_prefill"]["p50_ms"] / FUSED_TIMING["explicit_prefill"]["p50_ms"]}}
+           "prefill_ratio": FUSED_TIMING["sdpa_prefill"]["p50_ms"] / FUSED_TIMING["explicit_prefill"]["p50_ms"],
+           "decode_ratio": FUSED_TIMING["sdpa_decode"]["p50_ms"] / FUSED_TIMING["explicit_decode"]["p50_ms"]}}

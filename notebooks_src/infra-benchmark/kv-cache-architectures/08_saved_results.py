@@ -1,21 +1,26 @@
 # %% [markdown] lang="en"
-# ## 10. Saved results
+# ## 10. Summary and saved results
 #
-# Everything this run checked and measured goes into `results.json` in `OUTPUT_DIR`, next to the figures (schema:
-# `docs/kv-cache-architectures-results-schema.md` in the repository); the tables below are built from the same
-# dictionaries. With `transformers`, the tiled K/V heads and the window one key too wide are also rejected by the
-# Llama and Mistral referees (`referee_full_logit_err` in their control records). The next cell (folded) only
-# gathers the results into one dictionary, `RESULTS`, and writes it with `save_results`.
+# Three tables sum up the run: every exact variant, every negative control and every referee. The build also
+# writes all of it to `results.json` (schema: `docs/kv-cache-architectures-results-schema.md` in the repository),
+# published with the figures in `outputs/infra-benchmark/kv-cache-architectures/`; a reader who runs the notebook
+# finds the figures in `OUTPUT_DIR`.
 
 # %% [markdown] lang="zh"
-# ## 10. 保存结果
+# ## 10. 汇总与保存的结果
 #
-# 本次运行检查和测量的全部内容都写入 `OUTPUT_DIR` 下的 `results.json`，与图片放在一起（文件格式见仓库中的 `docs/kv-cache-architectures-results-schema.md`）；下面的表格由写入文件的同一批字典生成。安装了 `transformers` 时，平铺的 K/V 头和宽了一个键的窗口还会分别被 Llama 和 Mistral 裁判判为不一致（记录在各自负对照的 `referee_full_logit_err` 中）。下一个单元格（已折叠）只是把结果收集到一个字典 `RESULTS` 中，再用 `save_results` 写入文件。
+# 三张表汇总本次运行：每个精确变体、每个负对照和每个裁判。构建时还会把这些内容全部写入 `results.json`（文件格式见仓库中的 `docs/kv-cache-architectures-results-schema.md`），与图片一起发布在 `outputs/infra-benchmark/kv-cache-architectures/` 下；自己运行本笔记本的读者可以在 `OUTPUT_DIR` 中找到这些图片。
 
-# %% tags=["hide-input"]
+# %%
 EXACT_GRIDS = {"gqa2": GQA_GRIDS["gqa2"], "mqa": GQA_GRIDS["mqa"], "rope": ROPE_GRID, "window": WINDOW_GRID,
                "window_ring_chunks": RING_CHUNK_RUNS, "window_wider_than_stream": WINDOW_WIDER_THAN_STREAM,
                "sdpa_bool_mask": SDPA_GRIDS["sdpa_bool_mask"], "sdpa_lower_right": SDPA_GRIDS["sdpa_lower_right"]}
+REFEREES = {"Llama": LLAMA_CROSS["hf_precision"], "Mistral": MISTRAL_CROSS["hf_precision"]} if HAVE_HF else {}
+
+# %% tags=["record"]
+if HAVE_HF:
+    CONTROLS["tiled_kv_heads"]["referee_full_logit_err"] = LLAMA_CROSS["tiled_kv_heads"]["full"]
+    CONTROLS["window_one_key_too_wide"]["referee_full_logit_err"] = MISTRAL_CROSS["window_one_key_too_wide"]["full"]
 RESULTS = {
     "config": {
         "base": {"vocab": cfg.vocab, "width": cfg.width, "heads": cfg.heads, "head_dim": cfg.head_dim,
@@ -53,4 +58,3 @@ RESULTS = {
 }
 FIGURES = [MASKS_PNG.name, GQA_PNG.name, WINDOW_PNG.name, QUANT_PNG.name, MEMORY_PNG.name]
 RESULTS_JSON = save_results("infra-benchmark/kv-cache-architectures", 3, RESULTS, FIGURES)
-REFEREES = {"Llama": LLAMA_CROSS["hf_precision"], "Mistral": MISTRAL_CROSS["hf_precision"]} if HAVE_HF else {}
