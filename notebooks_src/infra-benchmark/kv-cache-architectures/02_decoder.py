@@ -81,9 +81,9 @@ class Attention(nn.Module):
     # [zh] 下面四个方法可供重写：每种变体的子类只重写它要改动的那些（GQA 一个都不用重写）。
 
     def new_cache(self, caches: list):
-        # [en] The cache of this layer. `caches` holds those of the layers below: used only in the compression
-        # [en] notebook, by a layer that shares a lower layer's cache.
-        # [zh] 本层的缓存。`caches` 中是下面各层的缓存：只在压缩笔记本中用到，供与下面某一层共享缓存的层使用。
+        # [en] The cache of this layer. `caches` holds those of the layers below, for a layer that shares a lower
+        # [en] layer's cache (the compression notebook has such layers).
+        # [zh] 本层的缓存。`caches` 中是下面各层的缓存，供与下面某一层共享缓存的层使用（压缩笔记本中有这样的层）。
         return FullKV()
 
     def mask(self, query_pos, key_pos):
