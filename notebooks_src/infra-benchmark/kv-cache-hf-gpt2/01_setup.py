@@ -25,7 +25,7 @@
 #   place; how to reuse it, and why it can cut itself back (`crop`).
 # - **10. Where does a decode step's time go?** The same decoding job on both, timed, then one step
 #   taken apart with the profiler: the same arithmetic, different overhead.
-# - **11–12.** Version notes and saved results; takeaways and exercises.
+# - **11. What did we learn?** The takeaways, the version notes and saved results, and three exercises.
 #
 # Two terms recur. The *prompt* is the text a generation starts from; the *prefill* is the first call,
 # which runs the whole prompt and fills the cache. Every later call is a *decode step* that feeds one
@@ -46,7 +46,7 @@
 # - **第 8 节：为什么在 FP64 下取 $10^{-10}$，而不是在 FP32 下取 $10^{-5}$？** 其中一个错误会藏在 FP32 的舍入误差里。
 # - **第 9 节：库是怎样保存缓存的？** `DynamicCache` 是一个由模型原地更新的对象；怎样重复使用它，它又为什么能把自己截短（`crop`）。
 # - **第 10 节：解码一步的时间花在哪里？** 在两个模型上对同一个解码任务计时，再用性能分析器拆开其中一步来看：运算相同，开销不同。
-# - **第 11–12 节**：版本说明与保存结果；要点与练习。
+# - **第 11 节：学到了什么？** 各节要点、版本说明与保存的结果，以及三道练习。
 #
 # 有两个术语会反复出现。**提示**（prompt）是生成所依据的那段开头文本；**预填充**（prefill）是第一次调用，它把整个提示送进模型，并填满缓存。之后的每次调用都是一个**解码步**，只送入一个新 token。
 #
@@ -59,11 +59,13 @@
 # warm-up and measured rounds); every correctness check is the same in both modes. Everything runs on
 # the CPU with one thread; models are put in `eval()` mode and every model call runs under
 # `torch.inference_mode()`. The notebook installs nothing and needs no input file.
+# Below, the setup defines `close`; section 4 adds `agrees`, an absolute test on a whole comparison;
+# the table right after section 4 sets the notebook's three tests side by side.
 
 # %% [markdown] lang="zh"
 # ## 1. 环境设置
 #
-# 下一个单元格存放参数。`QUICK = True` 只缩短第 10 节的计时比赛（预热轮数和测量轮数都减少）；两种模式下的正确性检查完全相同。全部计算都在 CPU 上单线程进行：模型处于 `eval()` 模式，每次调用模型都在 `torch.inference_mode()` 下进行。本笔记本不安装任何包，也不需要任何输入文件。
+# 下一个单元格存放参数。`QUICK = True` 只缩短第 10 节的计时比赛（预热轮数和测量轮数都减少）；两种模式下的正确性检查完全相同。全部计算都在 CPU 上单线程进行：模型处于 `eval()` 模式，每次调用模型都在 `torch.inference_mode()` 下进行。本笔记本不安装任何包，也不需要任何输入文件。下面的环境设置定义了 `close`；第 4 节再加上 `agrees`，它对一整次比较做绝对误差检验；紧接第 4 节之后的表格把本笔记本用到的三种检验并排列出。
 
 # %% tags=["parameters"]
 # [en] QUICK: shorter timing (section 10); the correctness checks stay complete.

@@ -9,7 +9,7 @@
 # | `error <= TOLERANCE[torch.float64]` | one error, when the claim is about one quantity | section 7 (one layer's cache), section 9 (the cut-back cache), exercises |
 
 # %% [markdown] lang="zh"
-# 从这里开始，判定结果的检验有三种，都使用该精度的容差 `TOLERANCE`（FP64 下为 $10^{-10}$，FP32 下为 $10^{-5}$）；正文中说“在 $10^{-10}$ 以内一致”，指的是第一种：
+# 从这里开始，判定结果要用到三种检验，都使用该精度的容差 `TOLERANCE`（FP64 下为 $10^{-10}$，FP32 下为 $10^{-5}$）；正文中说“在 $10^{-10}$ 以内一致”，指的是第一种：
 #
 # | 检验 | 判定的对象 | 用在哪里 |
 # |---|---|---|

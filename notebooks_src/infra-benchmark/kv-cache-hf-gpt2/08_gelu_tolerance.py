@@ -2,7 +2,7 @@
 # ## 8. Why the tolerance is $10^{-10}$: the GELU trap in FP32 and FP64
 #
 # The GELU trap is the quiet one, and it is the reason for the tight tolerance. The tanh curve stays
-# close to the exact one everywhere: the gap is zero at 0, tiny for small and for large $|x|$ (where both
+# close to the exact one everywhere: the gap is zero at 0, tiny near 0 and for large $|x|$ (where both
 # curves approach $x$ or 0), and largest in between. So the damage depends on the *activation inputs*, the
 # values `mlp.fc` feeds to the activation. The next cell measures the largest gap between the two curves
 # on $[-8, 8]$, and the typical gap at the activation inputs our MLPs actually produce.
@@ -10,7 +10,7 @@
 # %% [markdown] lang="zh"
 # ## 8. 容差为什么取 $10^{-10}$：FP32 与 FP64 下的 GELU 陷阱
 #
-# GELU 陷阱是最不显眼的一个，容差之所以定得这么紧，正是因为它。tanh 近似曲线处处都贴近精确曲线：两者之差在 0 处为零，$|x|$ 很小或很大时都极小（很大时两条曲线都趋于 $x$ 或 0），在两者之间最大。因此，这个错误造成多大的偏差，取决于**激活函数的输入**，即 `mlp.fc` 送入激活函数的值。下一个单元格测量两条曲线在 $[-8, 8]$ 上的最大绝对误差，以及在我们的 MLP 实际产生的激活函数输入上的典型差距。
+# GELU 陷阱是最不显眼的一个，容差之所以定得这么紧，正是因为它。tanh 近似曲线处处都贴近精确曲线：两者之差在 0 处为零，在 0 附近以及 $|x|$ 很大时都极小（$|x|$ 很大时两条曲线都趋于 $x$ 或 0），在两者之间最大。因此，这个错误造成多大的偏差，取决于**激活函数的输入**，即 `mlp.fc` 送入激活函数的值。下一个单元格测量两条曲线在 $[-8, 8]$ 上的最大绝对误差，以及在我们的 MLP 实际产生的激活函数输入上的典型差距。
 
 # %%
 def worst_logit_error(errors):
@@ -86,10 +86,12 @@ if HAVE_TRANSFORMERS:
                for label, row in gelu_rows.items()],
               en=["weights", "FP32, correct", "FP32, `gelu_new`", "FP64, correct", "FP64, `gelu_new`"],
               zh=["权重", "FP32，正确映射", "FP32，`gelu_new`", "FP64，正确映射", "FP64，`gelu_new`"])
-    say(en="Largest logit difference, GPT-2 against ours; in brackets the verdict of `agrees`: within $10^{-5}$ "
-           "(FP32) or $10^{-10}$ (FP64)?",
-        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差；括号里是 `agrees` 的判定：是否在 $10^{-5}$（FP32）"
-           "或 $10^{-10}$（FP64）的容差内一致。")
+    say(en="Largest logit difference, GPT-2 against ours. In brackets the verdict of `agrees`, which judges more than "
+           "the number shown: is the worst quantity, over the logits and every layer's cached K and V, within "
+           "$10^{-5}$ (FP32) or $10^{-10}$ (FP64)?",
+        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差。括号里是 `agrees` 的判定，它看的不只是表中这个数："
+           "最差一项（logits 以及每一层缓存的 K、V 各自的最大绝对误差中最大的那个）是否在 $10^{-5}$（FP32）"
+           "或 $10^{-10}$（FP64）的容差以内？")
 
 
 # %% [markdown] lang="en"
@@ -122,7 +124,7 @@ if HAVE_TRANSFORMERS:
 # - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
 # - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
 #
-# 第 7 节另外两个陷阱的动静要大得多：两者中较小的那个 logits 误差也是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍，所以三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。为什么恰好取 $10^{-10}$？下一个单元格在 FP64 下比较两种映射的**最差一项**（即 logits 和每一层缓存的 K、V 中最大的那个绝对误差）：一种是正确映射，一种是最弱的陷阱 `gelu_new`，各取两组权重中最难把两者分开的那一组。介于表中两行之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。随后这个单元格断言上面那张 FP32/FP64 表中的判定、单是 FP32 的舍入噪声就超过 $10^{-10}$，以及另外两个陷阱的误差都超过 FP32 容差的 1,000 倍。
+# 第 7 节另外两个陷阱造成的误差要大得多：两者中较小的那个 logits 误差也是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍，所以三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。为什么恰好取 $10^{-10}$？下一个单元格在 FP64 下比较两种映射的**最差一项**（即 logits 以及每一层缓存的 K、V 各自的最大绝对误差中最大的那个）：一种是正确映射，一种是最弱的陷阱 `gelu_new`，各取两组权重中最难把两者分开的那一组。介于表中两行之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。随后，这个单元格断言三件事：上面那张 FP32/FP64 表中的判定；单是 FP32 的舍入噪声就超过 $10^{-10}$；另外两个陷阱的误差都超过 FP32 容差的 1,000 倍。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -133,7 +135,7 @@ if HAVE_TRANSFORMERS:
     say_table([["`correct`", f"`{noise_set}`", f"{worst_error(gelu_rows[noise_set][('fp64', 'correct')]):.1e}"],
                ["`gelu_new`", f"`{trap_set}`", f"{worst_error(gelu_rows[trap_set][('fp64', 'gelu_new')]):.1e}"]],
               en=["mapping, FP64", "weight set", "worst quantity: max abs error over logits and cached K/V"],
-              zh=["映射（FP64）", "权重", "最差一项：logits 与缓存 K/V 中最大的绝对误差"])
+              zh=["映射（FP64）", "权重", "最差一项：logits 与缓存 K/V 的最大绝对误差中的最大值"])
     # [en] The verdicts the text reads from the table: FP32 misses the trap only with the scaled weights ...
     # [zh] 正文从表中读出的判定：只有换成缩小后的权重时，FP32 才漏掉陷阱……
     assert gelu_verdicts == {"model": [True, False, True, False], "mlp_fc_x0.1": [True, True, True, False]}

@@ -71,16 +71,17 @@ def profile_step(step, steps=PROFILE_STEPS):
             "matmul_flops": int(sum(f for op, (_, f) in ops.items() if op in MATMUL_OPS))}
 
 # %% [markdown] lang="en"
-# Now the three steps: ours and GPT-2's with the prompt's cache of 256 positions, and, as a negative
-# control for the FLOP count, ours without a cache over all 257 positions. GPT-2's cache grows with every
-# call, so each profiled GPT-2 call gets its own copy of the prompt's cache, made beforehand. Three cells:
-# the profiling, the table (folded), and the check that the matrix arithmetic is the same, with the
-# uncached step as its control. In the table, ours launches somewhat more ATen operations than GPT-2: each
+# Now three calls: the two decode steps, ours and GPT-2's, with the prompt's cache of 256 positions, and,
+# as a negative control for the FLOP count, ours without a cache over all 257 positions. GPT-2's cache
+# grows with every call, so each profiled GPT-2 call gets its own copy of the prompt's cache, made
+# beforehand. Three cells: the profiling, the table (folded), and the check that the two decode steps do
+# the same matrix arithmetic, with the uncached call as its negative control. In the table, ours launches
+# somewhat more ATen operations than GPT-2: each
 # `nn.Linear` is an `aten::linear` with a transpose around its product, and we compute Q, K and V with
 # three products where GPT-2's `c_attn` makes one.
 
 # %% [markdown] lang="zh"
-# 下面分析三个解码步：我们的和 GPT-2 的，都带着提示的 256 个位置的缓存；另外再分析我们的模型不用缓存、一次处理全部 257 个位置的一次调用，作为浮点运算次数的负对照。GPT-2 的缓存每调用一次就变长，所以它每次被分析的调用都拿到事先准备好的一份提示缓存的独立拷贝。下面三个单元格依次是：性能分析、结果表（代码已折叠），以及检查两者矩阵运算相同的断言，不用缓存的那一步是它的对照。表中我们调用的 ATen 算子比 GPT-2 略多：每个 `nn.Linear` 都是一次 `aten::linear`，矩阵乘法前后还有转置；而且我们用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次。
+# 下面分析三次调用：两个解码步，即我们的和 GPT-2 的，都带着提示的 256 个位置的缓存；以及我们的模型不用缓存、一次处理全部 257 个位置的一次调用，作为浮点运算次数的负对照。GPT-2 的缓存每调用一次就变长，所以每次被分析的 GPT-2 调用，都用事先准备好的提示缓存的一份独立拷贝。下面三个单元格依次是：性能分析、结果表（代码已折叠），以及断言两个解码步的矩阵运算相同的单元格（不用缓存的那次调用是它的负对照）。表中我们调用的 ATen 算子比 GPT-2 略多：每个 `nn.Linear` 都是一次 `aten::linear`，矩阵乘法前后还有转置；而且我们用三次矩阵乘法算 Q、K、V，GPT-2 的 `c_attn` 只用一次。
 
 # %%
 if HAVE_TRANSFORMERS:
@@ -104,9 +105,9 @@ if HAVE_TRANSFORMERS:
                for key, name in [("ours", "model(next_token, ours_prefix)"),
                                  ("gpt2", "gpt2_32(input_ids=next_token, past_key_values=copy)"),
                                  ("ours_no_cache", "model(race_stream[:, :257])")]],
-              en=["one decode step", "time per step, race p50 / 16 (ms)", "Python function calls",
+              en=["call profiled", "time per step, race p50 / 16 (ms)", "Python function calls",
                   "ATen op calls", "matrix-product FLOPs"],
-              zh=["一个解码步", "每步耗时（比赛 p50 / 16，毫秒）", "Python 函数调用次数",
+              zh=["被分析的调用", "每步耗时（比赛 p50 / 16，毫秒）", "Python 函数调用次数",
                   "ATen 算子调用次数", "矩阵乘法浮点运算次数"])
 
 # %%
@@ -128,7 +129,10 @@ if HAVE_TRANSFORMERS:
 # - `dataclasses.py`: `dataclasses.fields`, which the library's output objects (`ModelOutput`, defined in
 #   `transformers/utils/generic.py`, a smaller row) call when they are built and on every field they set;
 # - `transformers/integrations/heterogeneity/configuration_utils.py` and `transformers/configuration_utils.py`:
-#   the `__getattribute__` of the configuration object, run on every read of a configuration field.
+#   the `__getattribute__` of the configuration object, run on every read of a configuration field. The
+#   first file appears even for GPT-2, whose layers are all alike: `PreTrainedConfig`, the base of every
+#   configuration class, inherits `HeterogeneousConfigMixin` (support for per-layer configurations) and
+#   with it that `__getattribute__`.
 #
 # `<cell>` counts the functions defined in this notebook's cells.
 
@@ -138,7 +142,7 @@ if HAVE_TRANSFORMERS:
 # - `<built-in>`：用 C 实现的函数（`dict.get`、`getattr`、`isinstance` 以及张量的方法），由其他各行的 Python 代码调用；
 # - `torch/nn/modules/module.py`：`nn.Module.__call__`（运行模块的 `forward`）和 `nn.Module.__getattr__`（查找子模块和权重），两个模型中的次数大致相同；
 # - `dataclasses.py`：`dataclasses.fields`，库的输出对象（定义在 `transformers/utils/generic.py` 中的 `ModelOutput`，表中较小的一行）在构造时以及每设置一个字段时都要调用它；
-# - `transformers/integrations/heterogeneity/configuration_utils.py` 和 `transformers/configuration_utils.py`：配置对象的 `__getattribute__`，每读一次配置项就运行一次。
+# - `transformers/integrations/heterogeneity/configuration_utils.py` 和 `transformers/configuration_utils.py`：配置对象的 `__getattribute__`，每读一次配置项就运行一次。GPT-2 的各层完全相同，第一个文件却也出现在表中，是因为所有配置类的基类 `PreTrainedConfig` 都继承了 `HeterogeneousConfigMixin`（用于支持逐层不同的配置），也就继承了它的 `__getattribute__`。
 #
 # `<cell>` 指本笔记本单元格里定义的函数。
 
@@ -149,12 +153,12 @@ if HAVE_TRANSFORMERS:
                          key=lambda source: -max(ours_python.get(source, 0), gpt2_python.get(source, 0)))[:10]
     say_table([[f"`{source}`", str(ours_python.get(source, 0)), str(gpt2_python.get(source, 0))] for source in top_sources],
               en=["file of the Python function", "ours: calls", "GPT-2: calls"],
-              zh=["Python 函数所在的文件", "我们的：调用次数", "GPT-2：调用次数"])
+              zh=["Python 函数所在的文件", "我们的模型：调用次数", "GPT-2：调用次数"])
     ours_ops, gpt2_ops = step_profile["ours"]["ops"], step_profile["gpt2"]["ops"]
     say_table([[f"`{op}`"] + [f"{ops.get(op, (0, 0))[k]:,.0f}" for ops in (ours_ops, gpt2_ops) for k in (0, 1)]
                for op in MATMUL_OPS],
               en=["matrix product", "ours: calls", "ours: FLOPs", "GPT-2: calls", "GPT-2: FLOPs"],
-              zh=["矩阵乘法", "我们的：调用次数", "我们的：浮点运算次数", "GPT-2：调用次数", "GPT-2：浮点运算次数"])
+              zh=["矩阵乘法", "我们的模型：调用次数", "我们的模型：浮点运算次数", "GPT-2：调用次数", "GPT-2：浮点运算次数"])
 
 # %% [markdown] lang="en"
 # **The arithmetic is the same.** Both steps do {{run:profile.matmul_flops:,}} floating-point operations in
