@@ -74,7 +74,7 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 # **Exercise 2: a sliding window.** Some models let each query read only the last $W$ keys, itself
 # included (*sliding-window attention*): query $P + i$ reads key $j$ when $P + i - W < j \le P + i$.
 # With a cache of $P = 6$ positions, a chunk of $C = 2$ tokens and $W = 3$, which keys does each new
-# query read? Does the window need the absolute position too?
+# query read? Does the window need the absolute positions?
 #
 # <details><summary>Show the answer</summary>
 #
@@ -100,7 +100,7 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 2：滑动窗口。** 有些模型只让每个查询读取最近的 $W$ 个键（包括它自己），这叫**滑动窗口注意力**：当 $P + i - W < j \le P + i$ 时，查询 $P + i$ 可以读取键 $j$。设缓存中有 $P = 6$ 个位置，分块有 $C = 2$ 个 token，$W = 3$，每个新查询分别读取哪些键？窗口是否也要用绝对位置来算？
+# **练习 2：滑动窗口。** 有些模型只让每个查询读取最近的 $W$ 个键（包括它自己），这叫**滑动窗口注意力**：当 $P + i - W < j \le P + i$ 时，查询 $P + i$ 可以读取键 $j$。设缓存中有 $P = 6$ 个位置，分块有 $C = 2$ 个 token，$W = 3$，每个新查询分别读取哪些键？窗口掩码需要绝对位置吗？
 #
 # <details><summary>查看答案</summary>
 #
