@@ -40,8 +40,8 @@
 # `(1, 4, 3, 16)`, then `(1, 4, 5, 16)`, then `(1, 4, 6, 16)`: the cache grows by the length of each
 # chunk. And yes, the logits agree with the full pass within the tolerance: every call numbers its
 # tokens from the cache length and uses the lower-right mask, so cutting the prompt into chunks
-# changes only the order of the additions (NumPy's BLAS library picks it by matrix shape), which can
-# move the last bits. The next cell runs the three calls and checks both answers.
+# changes only the order in which the same nonzero terms are added (NumPy's BLAS library picks it by
+# matrix shape), which can move the last bits. The next cell runs the three calls and checks both answers.
 #
 # </details>
 
@@ -50,7 +50,7 @@
 #
 # <details><summary>查看答案</summary>
 #
-# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是加法的顺序（NumPy 调用的 BLAS 库按矩阵形状选择这个顺序），这可能让最后几个比特不同。下一个单元格执行这三次调用，并核对这两个答案。
+# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是同样那些非零项相加的顺序（NumPy 调用的 BLAS 库按矩阵形状选择这个顺序），这可能让最后几个比特不同。下一个单元格执行这三次调用，并核对这两个答案。
 #
 # </details>
 
