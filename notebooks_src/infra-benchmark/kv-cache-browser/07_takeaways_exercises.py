@@ -25,10 +25,6 @@
 # - **精确的缓存省下了计算，却不损失精度**（压缩的缓存另当别论）：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 FP64 容差内一致。
 # - **形状永远暴露不了这些错误。** 只有比较数值，并用负对照证明这个比较确实会失败，才能查出它们。
 
-# %% tags=["prose-values"]
-{"browser": {"cached_vs_full": max_abs_err(step_logits, full_logits[:, PAST:]),
-             "restart_error": position_rows["[0, 1]"][1], "upper_left_error": wrong_mask_error}}
-
 # %% [markdown] lang="en"
 # **Exercise 1: prefill in chunks.** A long prompt is often fed in several calls (*chunked prefill*).
 # Feed the six tokens of section 2 as three calls of 3, 2 and 1 tokens, passing the cache from one
@@ -203,10 +199,15 @@ gen_errors = [max_abs_err(*pair) for pair in last_rows]
 print((cached_rows_total, full_rows_total))
 assert (cached_rows_total, full_rows_total) == (12, 72)
 assert all(close(*pair) for pair in last_rows)
-say(en=f"Exercise 3 checked: 12 rows with the cache, 72 without; the last row of logits agrees at every step "
-       f"(largest difference {max(gen_errors):.1e}).",
-    zh=f"练习 3 已核对：用缓存投影 12 行，不用缓存投影 72 行；每一步最后一行的 logits 都一致"
+say(en=f"Exercise 3 checked: {cached_rows_total} rows with the cache, {full_rows_total} without; the last row of "
+       f"logits agrees at every step (largest difference {max(gen_errors):.1e}).",
+    zh=f"练习 3 已核对：用缓存投影 {cached_rows_total} 行，不用缓存投影 {full_rows_total} 行；每一步最后一行的 logits 都一致"
        f"（最大绝对误差 {max(gen_errors):.1e}）。")
+
+# %% tags=["prose-values"]
+{"browser": {"cached_vs_full": max_abs_err(step_logits, full_logits[:, PAST:]),
+             "restart_error": position_rows["[0, 1]"][1], "upper_left_error": wrong_mask_error,
+             "generation_rows": {"cached": int(cached_rows_total), "full": int(full_rows_total)}}}
 
 # %% [markdown] lang="en"
 # ## Where to go next
