@@ -19,11 +19,10 @@
 # exactly 0 is possible; see section 2). Every projection goes through `project`, which counts the
 # rows it receives: full recomputation sends $P + C$ rows, the cached path $C$ in this call (its $P$ history rows went through once, in the earlier
 # call that filled the cache). That difference is the work the cache saves, and it starts with the second
-# call: full recomputation projects the whole history again on every call, the cached path never again
-# (over the generation of exercise 3: {{run:browser.generation_rows.cached}} rows against
-# {{run:browser.generation_rows.full}}). The cell also runs the
-# cached path once more with the upper-left triangle, the negative control, which the same comparison
-# must reject whenever the cache is not empty.
+# call: full recomputation projects the whole history again on every call, the cached path never projects
+# it again (over the generation of exercise 3: {{run:browser.generation_rows.cached}} rows against
+# {{run:browser.generation_rows.full}}). The cell also runs the cached path once more with the upper-left
+# triangle, the negative control, which the same comparison must reject whenever the cache is not empty.
 
 # %% [markdown] lang="zh"
 # ## 6. 单个注意力头：用缓存与不用缓存
