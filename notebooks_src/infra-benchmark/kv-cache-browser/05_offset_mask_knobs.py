@@ -10,6 +10,7 @@
 # Two claims hold for any `HISTORY ≥ 0` and `CHUNK ≥ 1`, and the cell checks them: the queries read
 # $P + 1, P + 2, \dots, P + C$ keys, so the last query reads every key; and the two alignments agree
 # only when the cache is empty. If one fails, the cell says which.
+#
 # (The folded helper cell first checks the knobs' range and shortens long lists for the table.)
 
 # %% [markdown] lang="zh"
@@ -18,6 +19,7 @@
 # 下一个单元格顶部有两个可调参数：`HISTORY` 是缓存中已有的位置数（$P$），`CHUNK` 是本次调用送入的新 token 数（$C$）。修改它们后重新运行这个单元格；第 6 节沿用同样的两个值，所以接着把第 6 节也运行一遍。单元格统计每个查询可以读取的键数；设定的值与第 4 节不同时，还会按你的值重画第 4 节的图（只要屏幕放得下）。
 #
 # 对任意 `HISTORY ≥ 0`、`CHUNK ≥ 1`，下面两条结论都成立，单元格会逐一检查：各个查询依次能读取 $P + 1, P + 2, \dots, P + C$ 个键，所以最后一个查询能读取全部键；只有缓存为空时，两种对齐方式才一致。如果某条不成立，单元格会指出是哪一条。
+#
 # （下面折叠起来的辅助单元格负责检查参数范围，并截短表格中过长的列表。）
 
 # %% tags=["hide-input"]
