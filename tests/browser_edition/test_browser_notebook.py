@@ -134,6 +134,8 @@ def test_knobs_other_values(history, chunk):
     assert edited == 1, "expected exactly one cell that sets HISTORY and CHUNK"
     assert namespace["HISTORY"] == history and namespace["CHUNK"] == chunk
     assert namespace["cached_out"].shape == (chunk, namespace["HEAD_DIM"])
+    # Values other than section 4's draw its figure again, unless the grid is too large.
+    assert (namespace["figure"] is None) == (history + chunk > 120 or chunk > 40)
 
 
 @pytest.mark.parametrize("lang, history, chunk, expected, absent", [
@@ -248,7 +250,8 @@ def test_the_built_notebooks_show_the_figure():
         notebook = nbformat.read(REPO / "build" / "infra-benchmark" / f"kv-cache-browser.{lang}.ipynb", as_version=4)
         svgs = [out["data"]["image/svg+xml"] for cell in notebook.cells if cell.cell_type == "code"
                 for out in cell.outputs if "image/svg+xml" in out.get("data", {})]
-        assert len(svgs) == 2 and all("lower-right alignment" in svg for svg in svgs)
+        # Section 4 draws it; section 5, at section 4's values, does not draw it a second time.
+        assert len(svgs) == 1 and all("lower-right alignment" in svg for svg in svgs)
 
 
 @pytest.mark.parametrize("past_len, new_len, window", [(6, 2, 3), (0, 5, 2), (10, 4, 1), (3, 3, 50)])

@@ -8,7 +8,8 @@
 # We need a toy attention layer with random weights. Its sizes match the full PyTorch notebook's
 # decoder (vocabulary 97, width 64, 4 heads of width 16), but it is a single layer with no LayerNorm
 # and no MLP. The first cell draws its weights and fixes how results are compared. A cached call and a
-# full pass add the same numbers in a different order, so in float64 they may differ in the last bits;
+# full pass add the same nonzero terms, but perhaps in a different order (the full pass may also add exact
+# zeros, the weights of masked keys, which change no sum), so in float64 they may differ in the last bits;
 # `close` accepts a difference up to $10^{-10}$, far above such rounding and far below any real mistake,
 # and `max_abs_err` says how large the difference is.
 
@@ -17,7 +18,7 @@
 #
 # 以 token ID 序列 `[12, 7, 31, 4, 9, 18]` 为例。第一次调用，即**预填充**（prefill），已经让前四个 token 经过了模型，所以缓存里存有位置 0–3 的键和值。下一次调用同时送入 `9` 和 `18`，它们位于位置 4 和 5。
 #
-# 我们需要一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器相同（词表 97、宽度 64、4 个头、每头 16 维），但只有一层，没有 LayerNorm 和 MLP。下一个单元格生成它的权重，并规定如何比较结果。带缓存的调用和完整调用以不同的顺序把同样的数相加，在 FP64 下结果可能在最后几个比特上不同。`close` 允许的差值最大为 $10^{-10}$：远大于这种舍入误差，又远小于任何真正的错误；`max_abs_err` 给出两者实际相差多少。
+# 我们需要一个权重随机的玩具注意力层。它的尺寸与完整 PyTorch 笔记本中的解码器相同（词表 97、宽度 64、4 个头、每头 16 维），但只有一层，没有 LayerNorm 和 MLP。下一个单元格生成它的权重，并规定如何比较结果。带缓存的调用和完整调用相加的非零项相同，但相加的顺序可能不同（完整调用还可能多加一些恰好为零的项，即被掩码挡住的键的权重，它们不改变任何和），所以在 FP64 下结果可能在最后几个比特上不同。`close` 允许的差值最大为 $10^{-10}$：远大于这种舍入误差，又远小于任何真正的错误；`max_abs_err` 给出两者实际相差多少。
 
 # %%
 VOCAB, WIDTH, HEADS, HEAD_DIM, MAX_POS = 97, 64, 4, 16, 512
@@ -32,10 +33,10 @@ toy = {
     "W_o": rng.normal(scale=scale, size=(WIDTH, WIDTH)),
     "W_vocab": rng.normal(scale=scale, size=(WIDTH, VOCAB)),
 }
-# [en] Cached and full computations add the same numbers in a different order, so they may differ in
-# [en] the last bits: float64 results are compared within 1e-10 (absolute and relative), the
-# [en] tolerance the PyTorch notebooks of this series use for FP64.
-# [zh] 带缓存的调用与完整调用以不同的顺序把同样的数相加，结果可能在最后几个比特上不同：
+# [en] Cached and full computations add the same nonzero terms, perhaps in a different order (plus exact
+# [en] zeros from masked keys), so they may differ in the last bits: float64 results are compared within
+# [en] 1e-10 (absolute and relative), the tolerance the PyTorch notebooks of this series use for FP64.
+# [zh] 带缓存的调用与完整调用相加的非零项相同，顺序却可能不同（另加被掩码挡住的键贡献的零），结果可能在最后几个比特上不同：
 # [zh] FP64（`float64`）的结果在 1e-10（绝对与相对）的容差内比较，与本系列 PyTorch 笔记本的 FP64 容差相同。
 TOLERANCE = 1e-10
 
@@ -194,9 +195,9 @@ say(en="Cached logits and K/V match the full pass, position by position; shifted
     zh="缓存路径的 logits 和 K/V 与完整调用逐个位置一致；错开一行就对不上。")
 
 # %% [markdown] lang="en"
-# Where the table shows an error of exactly 0, the two paths happened to add in the same order; another
+# Where the table shows an error of exactly 0, the two paths happened to add their nonzero terms in the same order; another
 # split, CPU or BLAS library may differ in the last bits, so `close` allows such a difference without
 # requiring one.
 
 # %% [markdown] lang="zh"
-# 表中误差恰好为 0 的地方，是两条路径碰巧以相同的顺序做了加法；换一种切分方式、CPU 或 BLAS 库，最后几个比特就可能不同，所以 `close` 允许这种差异，但并不要求一定有。
+# 表中误差恰好为 0 的地方，是两条路径碰巧以相同的顺序把非零项相加；换一种切分方式、CPU 或 BLAS 库，最后几个比特就可能不同，所以 `close` 允许这种差异，但并不要求一定有。

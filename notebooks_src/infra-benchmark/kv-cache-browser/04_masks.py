@@ -1,5 +1,5 @@
 # %% [markdown] lang="en"
-# ## 4. The mask comes from absolute positions
+# ## 4. The mask numbers queries and keys on one scale
 #
 # Let the cache hold $P$ positions and the new chunk $C$ tokens. Local query $i$ (its index inside the
 # chunk) sits at absolute position $P + i$, and the keys cover absolute positions $0 \dots P + C - 1$.
@@ -27,7 +27,7 @@
 # cannot tell them apart.
 
 # %% [markdown] lang="zh"
-# ## 4. 掩码要由绝对位置推出
+# ## 4. 掩码要让查询与键用同一套编号
 #
 # 设缓存中有 $P$ 个位置，新分块有 $C$ 个 token。分块内局部下标为 $i$ 的查询，绝对位置是 $P + i$；键覆盖的绝对位置是 $0 \dots P + C - 1$。查询 $i$ 可以读取键 $j$，当且仅当
 #

@@ -3,24 +3,24 @@
 #
 # The next cell has two knobs at the top: `HISTORY`, the number of positions already in the cache
 # ($P$), and `CHUNK`, the number of new tokens in this call ($C$). Change them and run the cell
-# again; section 6 uses the same two values, so run it afterwards too. The cell draws the figure of
-# section 4 for your values (when it fits on the screen) and counts the keys each query may read.
+# again; section 6 uses the same two values, so run it afterwards too. The cell counts the keys each
+# query may read and, for values other than section 4's, draws that section's figure again (when it fits
+# on the screen).
 #
 # Two claims hold for any `HISTORY ≥ 0` and `CHUNK ≥ 1`, and the cell checks them: the queries read
 # $P + 1, P + 2, \dots, P + C$ keys, so the last query reads every key; and the two alignments agree
 # only when the cache is empty. If one fails, the cell says which.
 #
-# First, a folded helper cell: `check_knobs` stops with a message in this notebook's language when a knob
-# is out of range, and `short` shortens a long list for the table. Neither is part of the lesson.
+# (The folded helper cell first checks the knobs' range and shortens long lists for the table.)
 
 # %% [markdown] lang="zh"
 # ## 5. 动手试试：历史长度与分块长度
 #
-# 下一个单元格顶部有两个可调参数：`HISTORY` 是缓存中已有的位置数（$P$），`CHUNK` 是本次调用送入的新 token 数（$C$）。修改它们后重新运行这个单元格；第 6 节沿用同样的两个值，所以接着把第 6 节也运行一遍。单元格按你设定的值重画第 4 节的图（只要屏幕放得下），并统计每个查询可以读取的键数。
+# 下一个单元格顶部有两个可调参数：`HISTORY` 是缓存中已有的位置数（$P$），`CHUNK` 是本次调用送入的新 token 数（$C$）。修改它们后重新运行这个单元格；第 6 节沿用同样的两个值，所以接着把第 6 节也运行一遍。单元格统计每个查询可以读取的键数；设定的值与第 4 节不同时，还会按你的值重画第 4 节的图（只要屏幕放得下）。
 #
 # 对任意 `HISTORY ≥ 0`、`CHUNK ≥ 1`，下面两条结论都成立，单元格会逐一检查：各个查询依次能读取 $P + 1, P + 2, \dots, P + C$ 个键，所以最后一个查询能读取全部键；只有缓存为空时，两种对齐方式才一致。如果某条不成立，单元格会指出是哪一条。
 #
-# 先是一个折叠起来的辅助单元格：参数超出范围时，`check_knobs` 用本笔记本的语言说明原因并停下来；`short` 只显示过长列表的开头部分，以便放进表格。两者都不是本节要讲的内容。
+# （下面折叠起来的辅助单元格负责检查参数范围，并截短表格中过长的列表。）
 
 # %% tags=["hide-input"]
 # [en] Out-of-range knobs stop the cell; say() explains why, in the notebook's language.
@@ -64,12 +64,18 @@ if np.array_equal(good, wrong) != (HISTORY == 0):
     say(en="The two alignments should agree only when the cache is empty.", zh="只有缓存为空时，两种对齐方式才应当一致。")
     raise AssertionError("np.array_equal(good, wrong)")
 
-if HISTORY + CHUNK <= 120 and CHUNK <= 40:
-    figure = MaskFigure(HISTORY, CHUNK)
+# [en] The figure only for values other than section 4's, which already shows its own.
+# [zh] 只在参数与第 4 节不同时画图：第 4 节的图已经画出了它自己的那组值。
+figure = None
+if (HISTORY, CHUNK) == (PAST, token_ids.shape[1] - PAST):
+    say(en="These are the values of section 4, whose figure shows this grid: change a knob to draw another.",
+        zh="这正是第 4 节的取值，那里的图画的就是这个网格：改一个参数，就会画出新的图。")
 else:
-    figure = None
-    say(en="(The grid is too large to draw; the assertions above still checked it.)",
-        zh="（网格太大，不再画出；上面的断言照样检查了它。）")
-say(en="Changed `HISTORY` or `CHUNK`? Now run section 6 again: it uses the same two values.",
-    zh="改了 `HISTORY` 或 `CHUNK`？接着把第 6 节再运行一遍：它沿用同样的两个值。")
+    if HISTORY + CHUNK <= 120 and CHUNK <= 40:
+        figure = MaskFigure(HISTORY, CHUNK)
+    else:
+        say(en="(The grid is too large to draw; the assertions above still checked it.)",
+            zh="（网格太大，不再画出；上面的断言照样检查了它。）")
+    say(en="Then run section 6: it uses the same two values.",
+        zh="接着运行第 6 节：它沿用同样的两个值。")
 figure

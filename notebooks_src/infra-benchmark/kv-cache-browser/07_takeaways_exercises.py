@@ -25,10 +25,6 @@
 # - **精确的缓存省下了计算，却不损失精度**（压缩的缓存另当别论）：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 FP64 容差内一致。
 # - **形状永远暴露不了这些错误。** 只有比较数值，并用负对照证明这个比较确实会失败，才能查出它们。
 
-# %% tags=["prose-values"]
-{"browser": {"cached_vs_full": max_abs_err(step_logits, full_logits[:, PAST:]),
-             "restart_error": position_rows["[0, 1]"][1], "upper_left_error": wrong_mask_error}}
-
 # %% [markdown] lang="en"
 # **Exercise 1: prefill in chunks.** A long prompt is often fed in several calls (*chunked prefill*).
 # Feed the six tokens of section 2 as three calls of 3, 2 and 1 tokens, passing the cache from one
@@ -40,8 +36,8 @@
 # `(1, 4, 3, 16)`, then `(1, 4, 5, 16)`, then `(1, 4, 6, 16)`: the cache grows by the length of each
 # chunk. And yes, the logits agree with the full pass within the tolerance: every call numbers its
 # tokens from the cache length and uses the lower-right mask, so cutting the prompt into chunks
-# changes only the order of the additions (NumPy's BLAS library picks it by matrix shape), which can
-# move the last bits. The next cell runs the three calls and checks both answers.
+# changes only the order in which the same nonzero terms are added (NumPy's BLAS library picks it by
+# matrix shape), which can move the last bits. The next cell runs the three calls and checks both answers.
 #
 # </details>
 
@@ -50,7 +46,7 @@
 #
 # <details><summary>查看答案</summary>
 #
-# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是加法的顺序（NumPy 调用的 BLAS 库按矩阵形状选择这个顺序），这可能让最后几个比特不同。下一个单元格执行这三次调用，并核对这两个答案。
+# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是同样那些非零项相加的顺序（NumPy 调用的 BLAS 库按矩阵形状选择这个顺序），这可能让最后几个比特不同。下一个单元格执行这三次调用，并核对这两个答案。
 #
 # </details>
 
@@ -74,7 +70,7 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 # **Exercise 2: a sliding window.** Some models let each query read only the last $W$ keys, itself
 # included (*sliding-window attention*): query $P + i$ reads key $j$ when $P + i - W < j \le P + i$.
 # With a cache of $P = 6$ positions, a chunk of $C = 2$ tokens and $W = 3$, which keys does each new
-# query read? Does the window need the absolute position too?
+# query read? Does the window need the absolute positions?
 #
 # <details><summary>Show the answer</summary>
 #
@@ -100,7 +96,7 @@ say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunke
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 2：滑动窗口。** 有些模型只让每个查询读取最近的 $W$ 个键（包括它自己），这叫**滑动窗口注意力**：当 $P + i - W < j \le P + i$ 时，查询 $P + i$ 可以读取键 $j$。设缓存中有 $P = 6$ 个位置，分块有 $C = 2$ 个 token，$W = 3$，每个新查询分别读取哪些键？窗口是否也要用绝对位置来算？
+# **练习 2：滑动窗口。** 有些模型只让每个查询读取最近的 $W$ 个键（包括它自己），这叫**滑动窗口注意力**：当 $P + i - W < j \le P + i$ 时，查询 $P + i$ 可以读取键 $j$。设缓存中有 $P = 6$ 个位置，分块有 $C = 2$ 个 token，$W = 3$，每个新查询分别读取哪些键？窗口掩码需要绝对位置吗？
 #
 # <details><summary>查看答案</summary>
 #
@@ -203,10 +199,15 @@ gen_errors = [max_abs_err(*pair) for pair in last_rows]
 print((cached_rows_total, full_rows_total))
 assert (cached_rows_total, full_rows_total) == (12, 72)
 assert all(close(*pair) for pair in last_rows)
-say(en=f"Exercise 3 checked: 12 rows with the cache, 72 without; the last row of logits agrees at every step "
-       f"(largest difference {max(gen_errors):.1e}).",
-    zh=f"练习 3 已核对：用缓存投影 12 行，不用缓存投影 72 行；每一步最后一行的 logits 都一致"
+say(en=f"Exercise 3 checked: {cached_rows_total} rows with the cache, {full_rows_total} without; the last row of "
+       f"logits agrees at every step (largest difference {max(gen_errors):.1e}).",
+    zh=f"练习 3 已核对：用缓存投影 {cached_rows_total} 行，不用缓存投影 {full_rows_total} 行；每一步最后一行的 logits 都一致"
        f"（最大绝对误差 {max(gen_errors):.1e}）。")
+
+# %% tags=["prose-values"]
+{"browser": {"cached_vs_full": max_abs_err(step_logits, full_logits[:, PAST:]),
+             "restart_error": position_rows["[0, 1]"][1], "upper_left_error": wrong_mask_error,
+             "generation_rows": {"cached": int(cached_rows_total), "full": int(full_rows_total)}}}
 
 # %% [markdown] lang="en"
 # ## Where to go next
