@@ -193,9 +193,9 @@ say(en=f"At $P = {STEP_PREFIXES[-1]}$ the difference (`torch.cat` minus static) 
 # {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$ (a fixed cost per call included); as a share
 # of the `torch.cat` step's median, lowest {{run:step.share_min_pct:.0f}}%, highest {{run:step.share_max_pct:.0f}}%.
 # A static step writes one slot per layer instead. Yet the copies are not the only difference between the
-# two steps. The layout is not one: here the static buffer holds exactly $P + 1$ slots, so the views it hands
-# attention cover the whole buffer and are contiguous, like the `torch.cat` result. The calls are: the static
-# step makes its writes with extra in-place `copy_` calls through slices, and the two steps make different
+# two steps. It is not the memory layout: here the static buffer holds exactly $P + 1$ slots, so the views it
+# hands attention cover the whole buffer and are contiguous, like the `torch.cat` result. It is in the calls:
+# the static step makes its writes with extra in-place `copy_` calls through slices, and the two steps make different
 # view calls (`alias`, `slice`, ...; the profile below lists every operator whose count differs). So the
 # copies' time need not equal the step difference, and where the copies are cheap the static step can even
 # be the slower one. The line under the table gives this run's verdict at each
