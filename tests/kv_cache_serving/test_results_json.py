@@ -14,7 +14,7 @@ def test_top_level_keys(out_dir):
     results = load(out_dir)
     assert list(results) == ["schema_version", "notebook", "created_at", "quick", "environment", "config", "tolerances",
                              "padding", "static", "paged", "memory", "continuous_batching", "figures", "peer"]
-    assert results["schema_version"] == 3 and results["notebook"] == "infra-benchmark/kv-cache-serving"
+    assert results["schema_version"] == 4 and results["notebook"] == "infra-benchmark/kv-cache-serving"
     assert results["quick"] is True
 
 
@@ -39,6 +39,7 @@ def test_section_blocks(out_dir):
     assert all({"p50", "p95", "samples"} <= r["cat_ms"].keys() and r["logits_agree"] is True for r in static["step_timing"]["rows"])
     assert results["paged"]["reuse"]["schedule"]["kept"] is True and results["continuous_batching"]["summary"]["schedule"]["kept"] is True
     assert static["profile"]["ops"]["cat"]["aten::cat"]["calls"] == 5
+    assert all(set(op) == {"calls"} for ops in static["profile"]["ops"].values() for op in ops.values())
     assert set(results["paged"]["runs"]) == {"fp32", "fp64"} and results["paged"]["runs"]["fp32"]["pool_fixed"] is True
     assert set(results["memory"]["table"]) == {"contiguous_max", "contiguous_final", "paged_8", "paged_16", "paged_32"}
     assert all(0 <= m["waste_pct"] < 100 for m in results["memory"]["table"].values())

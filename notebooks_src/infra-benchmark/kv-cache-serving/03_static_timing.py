@@ -3,7 +3,10 @@
 #
 # This section can be skipped: nothing later depends on it. What to expect: with a model this small on a
 # CPU, the gap between the two steps is small next to the timing noise: at some prefix lengths the run
-# may not tell them apart, and at short ones either step may come out ahead. Section 5 showed that the two stores compute
+# may not tell them apart, and at short ones either step may come out ahead. This run's verdict, up front:
+# the 95% interval of the difference between the two steps excludes zero at {{run:step.resolved}} of the
+# {{run:step.prefixes}} prefix lengths timed (the static step faster at {{run:step.static_faster}} of them,
+# slower at {{run:step.static_slower}}); wherever it contains zero, this run cannot tell the two steps apart. Section 5 showed that the two stores compute
 # the same thing; here we time them. For prefix lengths $P$ from 16 to 480 tokens (batch 1) we time one
 # decode step with each store, and a third call that makes only the copies of a `torch.cat` step. Before
 # every timed call the store is put back to length $P$; every round times every call once, in an order
@@ -14,7 +17,7 @@
 # %% [markdown] lang="zh"
 # ## 11. 可选：在 eager 模式下为静态缓存和 `torch.cat` 的解码步计时
 #
-# 本节可以跳过，后面的内容都不依赖它。预期的结果是：模型这样小、又在 CPU 上，两种解码步耗时之差与计时噪声相比很小，在有些前缀长度上，这次运行可能分辨不出两者；在较短的前缀上，哪一种更快都有可能。第 5 节表明两种存储对象算出的结果相同；这里为它们计时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步计时，第三项调用只做 `torch.cat` 解码步中的那些复制。每次计时之前都把存储对象恢复到长度 $P$；每一轮把每项调用各计时一次，先后顺序逐轮轮换，这样机器负载的起伏会同样地落到每一项上；我们比较的是**中位数**，几次被拖慢的调用几乎不会改变它。计时之前，两种解码步在每个 $P$ 上给出的 logits 必须在 FP32 容差内一致。计时代码折叠在下面。
+# 本节可以跳过，后面的内容都不依赖它。预期的结果是：模型这样小、又在 CPU 上，两种解码步耗时之差与计时噪声相比很小，在有些前缀长度上，这次运行可能分辨不出两者；在较短的前缀上，哪一种更快都有可能。先给出本次运行的结论：在计时的 {{run:step.prefixes}} 个前缀长度中，两种解码步之差的 95% 区间不包含 0 的有 {{run:step.resolved}} 个（其中静态缓存的解码步更快的 {{run:step.static_faster}} 个，更慢的 {{run:step.static_slower}} 个）；区间包含 0 的前缀长度上，本次运行分辨不出两者的快慢。第 5 节表明两种存储对象算出的结果相同；这里为它们计时。对 $P$ 从 16 到 480 个 token 的前缀（batch 大小为 1），分别用两种存储对象给一个解码步计时，第三项调用只做 `torch.cat` 解码步中的那些复制。每次计时之前都把存储对象恢复到长度 $P$；每一轮把每项调用各计时一次，先后顺序逐轮轮换，这样机器负载的起伏会同样地落到每一项上；我们比较的是**中位数**，几次被拖慢的调用几乎不会改变它。计时之前，两种解码步在每个 $P$ 上给出的 logits 必须在 FP32 容差内一致。计时代码折叠在下面。
 
 # %% tags=["hide-input"]
 STEP_PREFIXES = [16, 480] if QUICK else [16, 64, 128, 256, 480]
@@ -172,14 +175,14 @@ STEP_PNG = OUT / "static_vs_cat_step.png"
 fig.savefig(STEP_PNG, dpi=120)
 plt.show()
 # [en] At the longest P: the step difference (what the static step saves), next to what the copies it avoids cost alone.
-# [zh] 最长前缀上：两种解码步的差值（静态缓存省下的时间），与它免去的复制单独的耗时并列。
+# [zh] 最长前缀上：两种解码步的差值（静态缓存省下的时间），并与它省去的那些复制单独计时的结果对照。
 saving_low, saving_high = gap_intervals[-1]
 say(en=f"At $P = {STEP_PREFIXES[-1]}$ the difference (`torch.cat` minus static) is {gap[-1]:+.3f} ms (95% interval "
        f"[{saving_low:+.3f}, {saving_high:+.3f}]); the copies the static step avoids cost {copies_p50[-1]:.3f} ms alone"
        + (", inside that interval." if saving_low <= copies_p50[-1] <= saving_high else
           ", outside that interval: the two steps differ in more than the copies (the profile below lists how)."),
     zh=f"在 $P = {STEP_PREFIXES[-1]}$ 时，差值（`torch.cat` 减静态缓存）为 {gap[-1]:+.3f} 毫秒（95% 区间为 [{saving_low:+.3f}, {saving_high:+.3f}]）；"
-       f"静态缓存的解码步免去的复制单独耗时 {copies_p50[-1]:.3f} 毫秒"
+       f"静态缓存的解码步省去的那些复制，单独计时为 {copies_p50[-1]:.3f} 毫秒"
        + ("，落在这个区间之内。" if saving_low <= copies_p50[-1] <= saving_high else
           "，落在这个区间之外：两种解码步的区别不只是复制（下面的性能分析列出了区别在哪里）。"))
 
@@ -190,10 +193,12 @@ say(en=f"At $P = {STEP_PREFIXES[-1]}$ the difference (`torch.cat` minus static) 
 # {{run:step.copies_p50_ms:.3f}} ms at $P = {{run:step.prefix}}$ (a fixed cost per call included); as a share
 # of the `torch.cat` step's median, lowest {{run:step.share_min_pct:.0f}}%, highest {{run:step.share_max_pct:.0f}}%.
 # A static step writes one slot per layer instead. Yet the copies are not the only difference between the
-# two steps: the static store hands attention strided views of its buffers, makes its writes with extra
-# in-place `copy_` calls through slices, and calls other operators (the profile below lists every operator
-# whose count differs), so the copies' time need not equal the step difference, and where the copies are
-# cheap the static step can even be the slower one. The line under the table gives this run's verdict at each
+# two steps. It is not the memory layout: here the static buffer holds exactly $P + 1$ slots, so the views it
+# hands attention cover the whole buffer and are contiguous, like the `torch.cat` result. It is in the calls:
+# the static step makes its writes with extra in-place `copy_` calls through slices, and the two steps make different
+# view calls (`alias`, `slice`, ...; the profile below lists every operator whose count differs). So the
+# copies' time need not equal the step difference, and where the copies are cheap the static step can even
+# be the slower one. The line under the table gives this run's verdict at each
 # prefix length: which step was faster where the 95% interval of the difference excludes zero, and "cannot
 # tell" where it contains zero; timing is therefore reported, not asserted. The line under the figure compares,
 # at $P = {{run:step.prefix}}$, what the static step saves with what the copies alone cost. On a GPU with a large
@@ -201,14 +206,17 @@ say(en=f"At $P = {STEP_PREFIXES[-1]}$ the difference (`torch.cat` minus static) 
 # cache become extra memory traffic on the critical path.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别：静态存储对象交给注意力的是缓冲区的跨步视图，它通过切片做写入，多出若干次原地 `copy_` 调用，调用的其他算子也不一样（下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差；在复制开销很小的前缀长度上，静态缓存的解码步甚至可能更慢。表下方的一行给出本次运行在每个前缀长度上的结论：差值的 95% 区间不包含 0 时，说明哪一种解码步更快；包含 0 时，则是“分辨不出快慢”。因此计时只报告，不做断言。图下方的一行在 $P = {{run:step.prefix}}$ 上比较静态缓存的解码步省下的时间与单独的复制耗时。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
+# **表中可以看出什么**：`torch.cat` 解码步要把全部历史（$P + 1$ 个位置的 K/V，在最长的前缀上是 {{run:step.cat_kib_written}} KiB）复制到每层两个新张量中；单独计时，这些复制在 $P = {{run:step.short_prefix}}$ 时耗时 {{run:step.short_copies_p50_ms:.3f}} 毫秒，$P = {{run:step.prefix}}$ 时耗时 {{run:step.copies_p50_ms:.3f}} 毫秒（含每次调用的固定开销）；按占 `torch.cat` 解码步中位数耗时的比例计，最低 {{run:step.share_min_pct:.0f}}%，最高 {{run:step.share_max_pct:.0f}}%。静态缓存的解码步则每层只写一个槽位。但复制并不是两种解码步唯一的区别。区别不在内存布局：这里静态缓冲区恰好有 $P + 1$ 个槽位，它交给注意力的视图覆盖整个缓冲区，和 `torch.cat` 的结果一样是连续的。区别在调用上：静态缓存的解码步通过切片做写入，多出若干次原地 `copy_` 调用，两种解码步所做的视图调用也不一样（`alias`、`slice` 等；下面的性能分析列出调用次数不同的每一个算子）。所以复制的耗时不一定等于两种解码步的耗时之差；在复制开销很小的前缀长度上，静态缓存的解码步甚至可能更慢。表下方的一行给出本次运行在每个前缀长度上的结论：差值的 95% 区间不包含 0 时，说明哪一种解码步更快；包含 0 时，则是“分辨不出快慢”。因此计时只报告，不做断言。图下方的一行在 $P = {{run:step.prefix}}$ 上比较静态缓存的解码步省下的时间与单独的复制耗时。换成 GPU 上的大模型，情形就不同了：解码步受限于内存带宽，`torch.cat` 缓存的复制就成了关键路径上额外的访存。
 
 # %% tags=["prose-values"]
 shortest, longest = STEP_TIMING[0], STEP_TIMING[-1]
 STEP_SUMMARY = {"prefix": longest["prefix"], "copies_p50_ms": longest["copies_ms"]["p50"],
                 "cat_kib_written": longest["cat_bytes_written"] // 1024,
                 "short_prefix": shortest["prefix"], "short_copies_p50_ms": shortest["copies_ms"]["p50"],
-                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50))}
+                "share_min_pct": float(min(100 * copies_p50 / cat_p50)), "share_max_pct": float(max(100 * copies_p50 / cat_p50)),
+                "prefixes": len(STEP_TIMING), "static_faster": int(sum(gap_intervals[:, 0] > 0)),
+                "static_slower": int(sum(gap_intervals[:, 1] < 0))}
+STEP_SUMMARY["resolved"] = STEP_SUMMARY["static_faster"] + STEP_SUMMARY["static_slower"]
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
@@ -230,42 +238,37 @@ PROFILE_STEPS = 10 if QUICK else 50
 
 
 def profile_step(prefix_len) -> dict:
-    # [en] Per store and per operator, in one step: the calls, and the self time (µs) as the median time of one
-    # [en] call times the calls per step (a median, so that one call stalled by another process does not count).
-    # [en] The stores take turns, five steps at a time, so that both see the same load of the machine.
-    # [zh] 每种存储对象、每个算子在一个解码步中的调用次数，以及自身耗时（微秒）：单次调用耗时的中位数乘以
-    # [zh] 每步的调用次数（取中位数，是为了不让某一次被其他进程拖慢的调用计入结果）。
-    # [zh] 两种存储对象轮流进行，每次五步，这样两者遇到的机器负载相同。
+    # [en] Per store and per operator: the calls in one decode step (over PROFILE_STEPS steps, after one warm-up step).
+    # [zh] 每种存储对象、每个算子在一个解码步中的调用次数（预热一步后，在 PROFILE_STEPS 个解码步上统计）。
     cat_store, static_store, restore = prepared_stores(prefix_len)
     token, one = STEP_STREAM[:, prefix_len:prefix_len + 1], torch.ones(1, 1, dtype=torch.bool)
-    stores, calls = {"cat": cat_store, "static": static_store}, {"cat": {}, "static": {}}
-    for turn in range(PROFILE_STEPS // 5):
-        for name, store in stores.items():
-            restore()
-            store_forward(model, token, one, store)
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                for _ in range(5):
-                    restore()
-                    store_forward(model, token, one, store)
-            for event in prof.events():
-                calls[name].setdefault(event.key, []).append(event.self_cpu_time_total)
-    steps = PROFILE_STEPS // 5 * 5
-    return {name: {op: (len(times) / steps, float(np.median(times)) * len(times) / steps) for op, times in ops.items()}
-            for name, ops in calls.items()}
+    calls = {}
+    for name, store in {"cat": cat_store, "static": static_store}.items():
+        restore()
+        store_forward(model, token, one, store)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(PROFILE_STEPS):
+                restore()
+                store_forward(model, token, one, store)
+        counts = {}
+        for event in prof.events():
+            counts[event.key] = counts.get(event.key, 0) + 1
+        calls[name] = {op: n / PROFILE_STEPS for op, n in counts.items()}
+    return calls
 
 
 PROFILE = profile_step(STEP_PREFIXES[-1])
 differing = sorted(op for op in set(PROFILE["cat"]) | set(PROFILE["static"])
-                   if PROFILE["cat"].get(op, (0, 0))[0] != PROFILE["static"].get(op, (0, 0))[0])
-say_table([[f"`{op}`", *(f"{PROFILE[name].get(op, (0, 0))[0]:.0f}" for name in ("cat", "static"))] for op in differing],
+                   if PROFILE["cat"].get(op, 0) != PROFILE["static"].get(op, 0))
+say_table([[f"`{op}`", *(f"{PROFILE[name].get(op, 0):.0f}" for name in ("cat", "static"))] for op in differing],
           en=["operator", "`torch.cat` step: calls", "static step: calls"],
           zh=["算子", "`torch.cat` 解码步：调用次数", "静态缓存解码步：调用次数"])
 # [en] The counts the code predicts: no concatenation in a static step, one in-place copy in its place (K and V
 # [en] in each layer, and the mask's new slot).
 # [zh] 代码推算出的调用次数：静态缓存的解码步没有拼接，每次拼接都换成一次原地复制（每层的 K 和 V，以及掩码的新槽位）。
-copies = {name: PROFILE[name].get("aten::copy_", (0, 0))[0] for name in PROFILE}
-assert PROFILE["cat"]["aten::cat"][0] == 2 * cfg.layers + 1 and PROFILE["static"].get("aten::cat", (0, 0))[0] == 0
+copies = {name: PROFILE[name].get("aten::copy_", 0) for name in PROFILE}
+assert PROFILE["cat"]["aten::cat"] == 2 * cfg.layers + 1 and PROFILE["static"].get("aten::cat", 0) == 0
 assert copies["static"] - copies["cat"] == 2 * cfg.layers + 1
 
 # %% tags=["prose-values"]
-{"profile": {"steps": PROFILE_STEPS, "cat_ops": PROFILE["cat"]["aten::cat"][0], "copy_extra": copies["static"] - copies["cat"]}}
+{"profile": {"steps": PROFILE_STEPS, "cat_ops": PROFILE["cat"]["aten::cat"], "copy_extra": copies["static"] - copies["cat"]}}

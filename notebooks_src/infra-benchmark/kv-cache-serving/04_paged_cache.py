@@ -19,7 +19,7 @@
 # | `store_forward` (section 5) | nothing: one forward pass | the generation loops; `serve` (section 8) |
 # | `SeqBatchStore` | the list of sequences in this call | `store_forward`: `begin` once, then `write` in each layer |
 # | `PagedCache` | one block table per sequence | `SeqBatchStore`: `reserve`, `write`, `read`; loops: `add`, `fork`, `free` |
-# | `BlockPool` | the K/V tensors, free list, fill counts, holders | `PagedCache`: `allocate`, `hold`, `release` (which calls `reclaim`, then `clear`); it also indexes the tensors |
+# | `BlockPool` | the K/V tensors, free list, fill counts, holders | `PagedCache`: `allocate`, `hold`, `release` (→ `reclaim` → `clear`: each calls the next); it also indexes the tensors |
 #
 # The paging itself lives in `PagedCache` and `BlockPool`. `SeqBatchStore` is only the adapter that lets
 # the unchanged dense attention of section 5 run on a paged cache; its internals can be skipped.
@@ -39,6 +39,6 @@
 # | `store_forward`（第 5 节） | 无：一次前向计算 | 各个生成循环；`serve`（第 8 节） |
 # | `SeqBatchStore` | 本次调用涉及的序列列表 | `store_forward`：先调用一次 `begin`，再在每一层调用 `write` |
 # | `PagedCache` | 每条序列一张块表 | `SeqBatchStore`：`reserve`、`write`、`read`；各循环：`add`、`fork`、`free` |
-# | `BlockPool` | K/V 张量、空闲列表、已填计数、持有者 | `PagedCache`：`allocate`、`hold`、`release`（它再调用 `reclaim`，然后 `clear`）；它也直接索引这些张量 |
+# | `BlockPool` | K/V 张量、空闲列表、已填计数、持有者 | `PagedCache`：`allocate`、`hold`、`release`（→ `reclaim` → `clear`：每个调用下一个）；它也直接索引这些张量 |
 #
 # 分页本身由 `PagedCache` 和 `BlockPool` 实现。`SeqBatchStore` 只是一个适配层，让第 5 节原封不动的稠密注意力能在分页缓存上运行；它的内部细节可以跳过。本节先构造池和块表，画出一个小例子，再把分页缓存与连续缓存相比较（一个 batch；共用的提示），最后是负对照。陆续到达又陆续离开的请求属于第 8 节的服务循环。

@@ -75,12 +75,14 @@ def show_trace(events):
               zh=["迭代", "接纳（已预填充）", "参加 batch 解码步", "运行中", "尚未接纳"])
 
 # %% [markdown] lang="en"
-# The stream through `serve`; the table shows the first three iterations of the trace that admit a request.
+# The stream through `serve`. `serve` is a generator, so nothing runs until something iterates over it: here
+# `watch` is what runs it, to the end, reading the pool at each pause (after the decode step, before finished
+# requests leave). The table shows the first three iterations of the trace that admit a request.
 # Its last column counts every request not yet admitted, including those that have not arrived yet; the
 # figure below draws only the wait after arrival.
 
 # %% [markdown] lang="zh"
-# 让请求流经过 `serve`；表中是运行轨迹里最先接纳请求的三次迭代。最后一列统计所有尚未接纳的请求，包括还没有到达的请求；下面的图只画出请求到达之后的等待。
+# 让请求流经过 `serve`。`serve` 是生成器，只有被遍历时才会运行：这里运行它的是 `watch`，它一直运行到 `serve` 结束，并在每次暂停时（解码步之后、完成的请求离开之前）读取池的状态。表中是运行轨迹里最先接纳请求的三次迭代。最后一列统计所有尚未接纳的请求，包括还没有到达的请求；下面的图只画出请求到达之后的等待。
 
 # %%
 stream_requests = make_requests(STREAM_SPECS, SEED + 6)

@@ -32,7 +32,7 @@ STREAM_SPECS = list(zip(rng_stream.integers(STREAM_PROMPTS[0], STREAM_PROMPTS[1]
 # request at a time, and must produce exactly one token per decode step with no idle row.
 
 # %% [markdown] lang="zh"
-# **基线：静态批处理的计数**。不必运行模型，就能数出一种调度的代价：只需要每个请求的输出长度，而这里没有停止 token 让请求提前结束，输出长度是固定的。（调度不改变请求生成的 token，这一点后面会在这个请求流上对连续批处理循环加以核对。）`static_schedule` 用已经到达的请求按先来先服务的顺序组成一个 batch，限制与后面的循环相同：最多 `max_batch` 个请求，而且它们的最坏情况预算（`blocks_needed`）必须放得进池中。这个 batch 一直运行到其中最长的请求结束，然后才整体离开。每个请求的第一个 token 来自预填充，因此它需要 `max_new - 1` 个解码步；一个 batch 需要的解码步数与其中最长的请求相同。我们统计解码步数、每个解码步生成的 token 数，以及**空闲行步数**：已经完成的请求仍占着自己那一行的解码步数。旁边运行它的对照：`max_batch=1` 时，静态批处理就是一次只处理一个请求，每个解码步必须恰好生成 1 个 token，而且没有空闲行。
+# **基线：静态批处理的计数**。不必运行模型，就能数出一种调度的代价：只需要每个请求的输出长度，而这里没有停止 token 让请求提前结束，输出长度是固定的。（调度不改变请求生成的 token，这一点后面会在这个请求流上对连续批处理循环加以核对。）`static_schedule` 用已经到达的请求按先来先服务的顺序组成一个 batch，限制与后面的循环相同：最多 `max_batch` 个请求，而且它们的最坏情况预算（`blocks_needed`）必须放得进池中。这个 batch 一直运行到其中最长的请求结束，然后才整体离开。每个请求的第一个 token 来自预填充，因此它需要 `max_new - 1` 个解码步；一个 batch 需要的解码步数与其中最长的请求相同。我们统计解码步数、每个解码步生成的 token 数，以及**空闲行步数**：已经完成的请求仍占着自己那一行的解码步数。同时运行的还有它的对照：`max_batch=1` 时，静态批处理就是一次只处理一个请求，每个解码步必须恰好生成 1 个 token，而且没有空闲行。
 
 # %%
 def static_schedule(requests, num_blocks, block_size, max_batch) -> dict:

@@ -7,7 +7,7 @@ def control_entry(control: dict) -> dict:
 
 
 RESULTS = {
-    "schema_version": 3,
+    "schema_version": 4,
     "notebook": "infra-benchmark/kv-cache-serving",
     "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     "quick": bool(QUICK),
@@ -38,9 +38,8 @@ RESULTS = {
                          "repeats": STEP_REPEATS, "order": "rotating", "clock": "time.perf_counter_ns", "unit": "ms"},
             "rows": STEP_TIMING,
         },
-        "profile": {"prefix": STEP_PREFIXES[-1], "steps": PROFILE_STEPS, "unit": "us/step",
-                    "ops": {name: {op: {"calls": calls, "self_us": self_us} for op, (calls, self_us) in ops.items()}
-                            for name, ops in PROFILE.items()}},
+        "profile": {"prefix": STEP_PREFIXES[-1], "steps": PROFILE_STEPS,
+                    "ops": {name: {op: {"calls": calls} for op, calls in ops.items()} for name, ops in PROFILE.items()}},
     },
     "paged": {
         "criterion": "equal(paged, contiguous) and equal(paged_kv, contiguous_kv) and close(paged, torch_cat)",

@@ -42,7 +42,7 @@
 # * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。在同一个请求流上，它需要 {{run:continuous.decode_steps}} 个解码步，静态批处理需要 {{run:static_batching.decode_steps}} 个（每个解码步分别生成 {{run:continuous.tokens_per_decode_step:.2f}} 个和 {{run:static_batching.tokens_per_decode_step:.2f}} 个 token），而每个请求生成的 token 都与它单独运行时相同。
 # * **每项检查都能失败**：全部 {{run:takeaways.controls}} 个负对照都被查出。只有在由构造保证成立的地方（同样的输入上的同样的调用、收集和复制）才要求逐比特相同；其余一律在该精度的容差内比较。
 #
-# 构建时会把本次运行检查和测量的内容（每种做法的误差、每个负对照及其是否被查出、计时、内存表、批处理的迭代记录）写入 `outputs/infra-benchmark/kv-cache-serving/` 下的 `results.json`，其结构见 `docs/kv-cache-serving-results-schema.md`；你自己运行这份笔记本时，各张图会保存在 `OUTPUT_DIR` 中。
+# 构建时会把本次运行检查和测量的内容（每种做法的误差、每个负对照及其是否被查出、计时、内存表、批处理的迭代记录）写入 `outputs/infra-benchmark/kv-cache-serving/` 下的 `results.json`，其结构见 `docs/kv-cache-serving-results-schema.md`；读者自己运行本笔记本时，各张图会保存在 `OUTPUT_DIR` 中。
 
 # %% tags=["prose-values"]
 {"takeaways": {"padding_err": float(PADDED["fp32"]["max_abs_logit_err"]),
