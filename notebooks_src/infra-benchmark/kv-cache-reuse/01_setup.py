@@ -22,7 +22,8 @@
 # decode step reads and computes · 9 the roofline of one core of this machine · 10 and 11 (optional, with
 # `transformers`): Hugging Face GPT-2 as referee for the decoder and for speculative decoding · 12 takeaways
 # and exercises. On a first read, follow 4 to 8, section 9 up to its figure, and 12; sections 2,
-# 3 and 10 repeat the first notebook, and the parts marked optional can wait.
+# 3 and 10 repeat the first notebook, and the parts marked optional can wait. Sections 6 and 7 use section 8's
+# result, that a decode step is memory-bound, before section 8 derives it.
 
 # %% [markdown] lang="zh"
 # 本系列的[第一份笔记本]({{colab:infra-benchmark/kv-cache}})证明了 KV 缓存给出的 logits 与完整重算相同；[服务笔记本]({{colab:infra-benchmark/kv-cache-serving}})则把缓存存进大小固定、由许多序列共用的物理块。本笔记本回答两个问题：推理服务系统接下来还会拿缓存做什么？为什么要这样做？
@@ -34,7 +35,7 @@
 #
 # 每种机制都像前面几份笔记本那样接受检查：与最直接的计算方式比较，并配上一个故意改坏的版本，同一项检查必须把它查出来。
 #
-# 目录：1 环境设置 · 2 掩码与 3 解码器（取自第一份笔记本） · 4 带内容索引的物理块池 · 5 用前缀缓存服务请求 · 6 投机解码 · 7 split-K 解码 · 8 一个解码步读了什么、算了什么 · 9 本机单个核心的 Roofline 模型 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当裁判，分别检验解码器和投机解码 · 12 要点与练习。初读时，读第 4 到第 8 节、第 9 节中图以前的部分，以及第 12 节即可；第 2、3、10 节重复第一份笔记本的内容，标为可选的部分可以以后再看。
+# 目录：1 环境设置 · 2 掩码与 3 解码器（取自第一份笔记本） · 4 带内容索引的物理块池 · 5 用前缀缓存服务请求 · 6 投机解码 · 7 split-K 解码 · 8 一个解码步读了什么、算了什么 · 9 本机单个核心的 Roofline 模型 · 10 和 11（可选，需要 `transformers`）：请 Hugging Face GPT-2 当裁判，分别检验解码器和投机解码 · 12 要点与练习。初读时，读第 4 到第 8 节、第 9 节中图以前的部分，以及第 12 节即可；第 2、3、10 节重复第一份笔记本的内容，标为可选的部分可以以后再看。第 6、7 节会先用到第 8 节的结论（解码步受限于内存带宽），第 8 节再推导它。
 
 # %% [markdown] lang="en"
 # ## 1. Setup

@@ -119,10 +119,10 @@ STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
 
 # %% [markdown] lang="en"
 # **The criterion and the sweep.** Two results matter: the **hit rate** (the share of prompt tokens found in the
-# cache) and **logits as cold**: each request gives the same tokens as the first notebook's greedy loop run on it
-# alone (`serve_cold`), with logits within the FP32 tolerance, and requests without a hit are bit-identical. Close
+# cache) and **logits as cold**: each request gives the same tokens as its cold run (below), with logits within
+# the FP32 tolerance, and requests without a hit are bit-identical. Close
 # logits imply identical tokens only where no decision is a near tie, so the smallest **margin** of the cold runs
-# (best logit minus second best) must be at least a hundred times the largest error. The other keys that the folded
+# (best logit minus second best) must be at least 100 times the largest absolute error. The other keys that the folded
 # `run_stream` returns are sanity checks of the serving loop: every hit is whole blocks shorter than its prompt,
 # every logit is finite (an evicted block is refilled with NaN), no running request outgrows what its admission
 # counted, and at the end every block is free or cached. The same stream goes through pools from barely enough
@@ -130,9 +130,17 @@ STREAM = make_stream(STREAM_REQUESTS, SEED + 1)
 # blocks that later requests would have found.
 
 # %% [markdown] lang="zh"
-# **判据与扫描**：要紧的结果有两个：**命中率**（提示 token 中在缓存里找到的比例），以及 **logits 与冷启动一致**：每个请求生成的 token 与单独对它运行第一份笔记本的贪心生成循环（`serve_cold`）所得的相同，logits 在 FP32 容差之内，没有命中的请求逐比特相同。logits 相近只有在没有哪一步的决策几乎打平时，才能推出 token 相同，所以冷启动结果中的最小**余量**（最大的 logit 减去第二大的 logit）必须至少是最大误差的一百倍。折叠起来的 `run_stream` 返回的其余各项是对服务循环的健全性检查：每次命中都是整数个物理块、比提示短；所有 logits 都是有限数（被淘汰的物理块会重新填满 NaN）；没有哪个运行中的请求超出接纳时为它计入的物理块数；最后每个物理块不是空闲的，就是已缓存的。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到大得足以让命中率不再上升的池；池小时就不得不淘汰后续请求本来能找到的物理块。
+# **判据与扫描。** 要紧的结果有两个：**命中率**（提示 token 中在缓存里找到的比例），以及 **logits 与冷启动一致**，即每个请求生成的 token 与它的冷启动运行（见下文）所得的相同，logits 在 FP32 容差之内，没有命中的请求逐比特相同。logits 相近只有在没有哪一步的决策几乎打平时，才能推出 token 相同，所以冷启动结果中的最小**余量**（最大的 logit 减去第二大的 logit）必须至少是最大绝对误差的 100 倍。折叠起来的 `run_stream` 返回的其余各项是对服务循环的健全性检查：每次命中都是整数个物理块、比提示短；所有 logits 都是有限数（被淘汰的物理块会重新填满 NaN）；没有哪个运行中的请求超出接纳时为它计入的物理块数；最后每个物理块不是空闲的，就是已缓存的。同一个请求流依次交给不同大小的池：从刚好放得下最大请求的池，到大得足以让命中率不再上升的池；池小时就不得不淘汰后续请求本来能找到的物理块。
 
-# %% tags=["hide-input"]
+# %% [markdown] lang="en"
+# **The reference: each request served cold.** `serve_cold` runs the first notebook's greedy loop on one request
+# alone, with no other request and no prefix cache, and keeps the result, so that every pool size is compared with
+# the same cold run.
+
+# %% [markdown] lang="zh"
+# **参照：每个请求都以冷启动方式单独处理。** `serve_cold` 对单个请求运行第一份笔记本的贪心生成循环，不与其他请求同批，也不用前缀缓存，并保存结果，这样每种池大小都与同一次冷启动运行比较。
+
+# %%
 # [en] The first notebook's greedy loop: the prompt in one call, then one token per call over the cache.
 # [zh] 第一份笔记本的贪心生成循环：提示一次调用算完，之后每次调用读取缓存、生成一个 token。
 @torch.inference_mode()
@@ -156,6 +164,9 @@ def serve_cold(request):
     return COLD[key]
 
 
+# %% tags=["hide-input"]
+# [en] The harness: compare a stream's requests with their cold runs, serve with checks, run one stream through one pool.
+# [zh] 测试框架：把请求流中的请求与各自的冷启动运行比较，边服务边检查，让一个请求流通过一个池。
 def compare_with_cold(requests, block_size) -> dict:
     # [en] Each request's logits [max_new, vocab] and tokens, next to its cold run's.
     # [zh] 每个请求的 logits [max_new, vocab] 和 token，与它冷启动的结果并排放在一起。

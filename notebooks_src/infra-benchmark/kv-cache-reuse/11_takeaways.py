@@ -154,12 +154,13 @@ say(en=f"Split outputs {float(parts[0][0]):.2f} and {float(parts[1][0]):.2f}; me
 # <details><summary>Solution</summary>
 #
 # Each 2-byte weight does 2 FLOPs per token, so the weight part's intensity is about $B$ FLOP/byte: a batch of
-# about 300 sequences. (A step also reads one embedding row per sequence, bytes that grow with $B$: they lower
-# the weight part's intensity slightly below $B$, so the batch that reaches the ridge is slightly larger than the
-# ridge's value; the cell below finds it.) With
+# about 300 sequences. With
 # the cache included, Llama 3.1 8B never gets there at a context of 4,096 tokens: however large the batch, each
 # sequence brings its own 512 MiB of K/V, and the FLOPs of one token divided by these bytes come to only
 # {{run:exercise.llama_limit:.0f}} FLOP/byte. This is why serving systems work so hard on the cache.
+#
+# A detail: the cell below finds a batch slightly larger than the ridge's value, because a step also reads one
+# embedding row per sequence, bytes that grow with $B$ and keep the weight part's intensity slightly below $B$.
 #
 # </details>
 
@@ -168,7 +169,9 @@ say(en=f"Split outputs {float(parts[0][0]):.2f} and {float(parts[1][0]):.2f}; me
 #
 # <details><summary>查看答案</summary>
 #
-# 每个 2 字节的权重对每个 token 做 2 次浮点运算，所以权重部分的算术强度大约是 $B$ FLOP/字节：batch 约为 300 条序列。（一步还要为每条序列读取一行嵌入，这些字节随 $B$ 增长：它们让权重部分的算术强度略低于 $B$，所以达到拐点所需的 batch 比拐点的数值略大一点；下面的单元格会算出它。）把缓存算进来，在 4,096 个 token 的上下文下，Llama 3.1 8B 就永远到不了拐点：无论 batch 多大，每条序列都带着自己 512 MiB 的 K/V，一个 token 的浮点运算量除以这些字节，只有 {{run:exercise.llama_limit:.0f}} FLOP/字节。这正是推理服务系统在缓存上下这么大功夫的原因。
+# 每个 2 字节的权重对每个 token 做 2 次浮点运算，所以权重部分的算术强度大约是 $B$ FLOP/字节：batch 约为 300 条序列。把缓存算进来，在 4,096 个 token 的上下文下，Llama 3.1 8B 就永远到不了拐点：无论 batch 多大，每条序列都带着自己 512 MiB 的 K/V，一个 token 的浮点运算量除以这些字节，只有 {{run:exercise.llama_limit:.0f}} FLOP/字节。这正是推理服务系统在缓存上下这么大功夫的原因。
+#
+# 一个细节：下面的单元格算出的 batch 比拐点的数值略大，因为一步还要为每条序列读取一行嵌入，这些字节随 $B$ 增长，使权重部分的算术强度略低于 $B$。
 #
 # </details>
 
