@@ -96,12 +96,13 @@ assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
 # {{run:mla.expand_on_read_traffic_ratio:.1f}} times the naive form's bytes and does
 # {{run:mla.expand_on_read_macs_ratio:.0f}} times its multiply-adds, because it re-expands every cached latent at every
 # step. The absorbed form moves 1/{{run:mla.naive_vs_latent_bytes:.0f}} of the naive form's bytes for
-# {{run:mla.absorbed_vs_naive_total_macs:.1f}} times its multiply-adds: it behaves like multi-query attention whose one
+# {{run:mla.absorbed_vs_naive_total_macs:.1f}} times its multiply-adds over the whole decode step, projections included
+# ({{run:mla.absorbed_vs_naive_macs:.1f}} times counting attention alone, per cached key; section 4.1): it behaves like multi-query attention whose one
 # K/V head, shared by all 128 heads, has keys of $r + d_R$ dimensions and values of $r$ (the same latents). The figure below shows
 # these quantities as the context grows.
 
 # %% [markdown] lang="zh"
-# 逐行对照来看。读时展开形式读取的缓存和吸收形式一样少，搬运的字节却是朴素形式的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍，因为它每一步都要把每个缓存的潜向量重新展开。吸收形式搬运的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，乘加次数是朴素形式的 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。下图画出这些量随上下文增长的情况。
+# 逐行对照来看。读时展开形式读取的缓存和吸收形式一样少，搬运的字节却是朴素形式的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍，因为它每一步都要把每个缓存的潜向量重新展开。吸收形式搬运的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，整个解码步（含各个投影）的乘加次数是朴素形式的 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍（只计注意力本身、按每个缓存的键计，是 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，见第 4.1 节）：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。下图画出这些量随上下文增长的情况。
 
 # %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
