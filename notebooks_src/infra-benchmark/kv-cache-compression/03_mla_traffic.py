@@ -38,7 +38,7 @@
 # 4. 这次复制还要把 $k^C$ 再读一遍，$H d_C$ 个数；
 # 5. 注意力读取键和值，$H(d_C + d_R + d_v)$ 个数。
 #
-# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉第 2 到第 4 步。
+# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步在每层、每个解码步中就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉第 2 到第 4 步。
 #
 # </details>
 #
@@ -137,7 +137,7 @@ plt.show()
 # (billions); `expand_on_read` climbs fastest because it re-expands every cached latent.*
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线和虚线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式，虚线加空心方块）与 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（非融合实现）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销（图标题 DeepSeek-V3 attention, one layer, one decode step），横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴（bytes per step）是每步读写的字节数（MiB，BF16）。实线和虚线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式，虚线加空心方块）与 absorbed（吸收形式）两条线重合，因为两者读的都是潜向量和 RoPE 键；naive 为朴素形式。点线（图例 expand_on_read: cache + expansion written and read）是读时展开形式的全部访存量（非融合实现），即缓存读取量再加上每一步另外写出和读回的展开数据，合计为朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴（multiply-adds per step）是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
 
 # %% [markdown] lang="en"
 # *Optional, folded:* the cell below checks these counts on the code itself: what our `expand` (and, with

@@ -59,7 +59,7 @@ def eviction_sweep(prompts, steps: int, budgets: list[int], bias: float) -> dict
 EVICTION = {case: eviction_sweep(PROMPTS, STEPS, BUDGETS, bias) for case, bias in QUERY_BIASES.items()}
 for case, runs in EVICTION.items():
     say(en=f"`query_bias = {QUERY_BIASES[case]}`: mean largest logit error / greedy agreement, by budget $b$",
-        zh=f"`query_bias = {QUERY_BIASES[case]}`：各预算 $b$ 下 logits 最大绝对误差的平均值 / 贪心 token 一致的比例")
+        zh=f"`query_bias = {QUERY_BIASES[case]}`：各预算 $b$ 下 logits 最大绝对误差的平均值 / 贪心 token 一致率")
     say_table([[f"`{name}`"] + [f"{runs[f'{name}/{b}']['mean_max_abs_logit_err']:.3f} / {runs[f'{name}/{b}']['greedy_agreement']:.0%}"
                                 for b in BUDGETS] for name in POLICIES],
               en=["policy"] + [f"$b = {b}$" for b in BUDGETS], zh=["策略"] + [f"$b = {b}$" for b in BUDGETS])
