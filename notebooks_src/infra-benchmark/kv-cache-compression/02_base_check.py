@@ -6,7 +6,7 @@
 # `results.json` keeps the full grids).
 
 # %% [markdown] lang="zh"
-# **配置。** 采用第一份笔记本尺寸的 Llama 结构：宽度 64，4 个查询头、每头 16 维、2 个 K/V 头，词表大小 97，MLP 宽度 256，RoPE 的底数为 10,000，RMSNorm 的 $\epsilon$ 取 $10^{-6}$（DeepSeek-V3 的取值）。**判据：Llama 结构解码器的缓存是精确的。** 基础模型（每层一个 `FullKV`）必须通过全部 12 种配置。下表把网格完整地列出一次；后面各节每种变体只列一行汇总（构建时写出的 `results.json` 保存完整的网格）。
+# **配置。** 采用 Llama 结构，尺寸与第一份笔记本相同：宽度 64，4 个查询头、每头 16 维、2 个 K/V 头，词表大小 97，MLP 宽度 256，RoPE 的底数为 10,000，RMSNorm 的 $\epsilon$ 取 $10^{-6}$（DeepSeek-V3 的取值）。**判据：Llama 结构解码器的缓存是精确的。** 基础模型（每层一个 `FullKV`）必须通过全部 12 种配置。下表把网格完整地列出一次；后面各节每种变体只列一行汇总（构建时写出的 `results.json` 保存完整的网格）。
 
 # %%
 LLAMA_SHAPE = dict(rope=True, norm="rms", eps=1e-6, mlp_kind="swiglu", bias=False)

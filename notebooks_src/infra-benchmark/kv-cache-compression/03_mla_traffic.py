@@ -38,7 +38,7 @@
 # 4. 这次复制还要把 $k^C$ 再读一遍，$H d_C$ 个数；
 # 5. 注意力读取键和值，$H(d_C + d_R + d_v)$ 个数。
 #
-# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步每层每步就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉第 2 到第 4 步。
+# 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步在每层、每个解码步中就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉第 2 到第 4 步。
 #
 # </details>
 #
@@ -96,12 +96,13 @@ assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
 # {{run:mla.expand_on_read_traffic_ratio:.1f}} times the naive form's bytes and does
 # {{run:mla.expand_on_read_macs_ratio:.0f}} times its multiply-adds, because it re-expands every cached latent at every
 # step. The absorbed form moves 1/{{run:mla.naive_vs_latent_bytes:.0f}} of the naive form's bytes for
-# {{run:mla.absorbed_vs_naive_total_macs:.1f}} times its multiply-adds: it behaves like multi-query attention whose one
+# {{run:mla.absorbed_vs_naive_total_macs:.1f}} times its multiply-adds over the whole decode step, projections included
+# ({{run:mla.absorbed_vs_naive_macs:.1f}} times counting attention alone, per cached key; section 4.1): it behaves like multi-query attention whose one
 # K/V head, shared by all 128 heads, has keys of $r + d_R$ dimensions and values of $r$ (the same latents). The figure below shows
 # these quantities as the context grows.
 
 # %% [markdown] lang="zh"
-# 逐行对照来看。读时展开形式读取的缓存和吸收形式一样少，搬运的字节却是朴素形式的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍，因为它每一步都要把每个缓存的潜向量重新展开。吸收形式搬运的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，乘加次数是朴素形式的 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。下图画出这些量随上下文增长的情况。
+# 逐行对照来看。读时展开形式读取的缓存和吸收形式一样少，搬运的字节却是朴素形式的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍，因为它每一步都要把每个缓存的潜向量重新展开。吸收形式搬运的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，整个解码步（含各个投影）的乘加次数是朴素形式的 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍（只计注意力本身、按每个缓存的键计，是 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，见第 4.1 节）：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。下图画出这些量随上下文增长的情况。
 
 # %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
@@ -136,16 +137,15 @@ plt.show()
 # (billions); `expand_on_read` climbs fastest because it re-expands every cached latent.*
 
 # %% [markdown] lang="zh"
-# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销，横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴是每步读写的字节数（MiB，BF16）。实线和虚线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式，虚线加空心方块）与 absorbed（吸收形式）两条线重合（两者读的都是潜向量和 RoPE 键），naive 为朴素形式。点线再加上读时展开形式每一步另外写出和读取的全部数据（非融合实现）：共计朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
+# *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销（图标题 DeepSeek-V3 attention, one layer, one decode step），横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴（bytes per step）是每步读写的字节数（MiB，BF16）。实线和虚线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式，虚线加空心方块）与 absorbed（吸收形式）两条线重合，因为两者读的都是潜向量和 RoPE 键；naive 为朴素形式。点线（图例 expand_on_read: cache + expansion written and read）是读时展开形式的全部访存量（非融合实现），即缓存读取量再加上每一步另外写出和读回的展开数据，合计为朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴（multiply-adds per step）是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
 
 # %% [markdown] lang="en"
-# The folded cell below proves these byte counts. It first counts, in one decode step after 24 positions,
-# the numbers stored behind what our `expand` (and, with transformers, Hugging Face's `expand_kv`) returns; both must
-# equal the formula of `materialised_bytes`. Then it adds up the five operations of the optional list above (bold) against the
-# naive form's read; the sum must equal `expand_on_read_traffic`.
+# *Optional, folded:* the cell below checks these counts on the code itself: what our `expand` (and, with
+# transformers, Hugging Face's `expand_kv`) returns in one decode step is backed by $T H(2d_C + d_R + d_v)$ numbers,
+# and the five operations of the list above add up to `expand_on_read_traffic`, the total in the table above.
 
 # %% [markdown] lang="zh"
-# 下面折叠的单元格核对这些字节数。它先在 24 个位置之后的一个解码步中，数出我们的 `expand`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）返回的张量背后存储了多少个数；两者都必须等于 `materialised_bytes` 的公式。然后把上文可选列表中的五项运算加在一起（粗体），并与朴素形式的读取量对照；合计必须等于 `expand_on_read_traffic`。
+# *可选（已折叠）：* 下面的单元格在代码本身上核对这些字节数：我们的 `expand`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在一个解码步中返回的张量背后共有 $T H(2d_C + d_R + d_v)$ 个数；上文列表中的五项运算逐项相加，等于 `expand_on_read_traffic`，即上表中的合计。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):
@@ -190,10 +190,8 @@ TRAFFIC_ROWS = [("$r + d_R$", r + dR), ("$H(d_C + d_v)$", H * (dC + dv)), ("$H(d
                 ("$H d_C$", H * dC), ("$H(d_C + d_R + d_v)$", H * (dC + dR + dv))]
 per_position = sum(n for _, n in TRAFFIC_ROWS)
 traffic_total = per_position * T * BF16
-say_table([["`expand_on_read`", formula, f"{n:,}", f"{n * T * BF16 / 2 ** 20:,.0f}"] for formula, n in TRAFFIC_ROWS]
-          + [["**`expand_on_read`**", "**$r + d_R + H(4d_C + 2d_R + 2d_v)$**", f"**{per_position:,}**", f"**{traffic_total / 2 ** 20:,.0f}**"],
-             ["`naive`", "$H(d_C + d_R + d_v)$", f"{expanded_elements(d):,}", f"{cache_bytes_read(d, 'naive', T) / 2 ** 20:,.0f}"]],
-          en=["form", "formula: numbers read or written per position", "at DeepSeek-V3's size", "MiB per step ($T = 32{,}768$, BF16)"],
-          zh=["形式", "公式：每个位置读写的数", "DeepSeek-V3 规模下", "每步 MiB（$T = 32{,}768$，BF16）"])
+say_table([[str(step), formula, f"{n:,}", f"{n * T * BF16 / 2 ** 20:,.0f}"] for step, (formula, n) in enumerate(TRAFFIC_ROWS, 1)],
+          en=["`expand_on_read` step", "formula: numbers read or written per position", "at DeepSeek-V3's size", "MiB per step ($T = 32{,}768$, BF16)"],
+          zh=["`expand_on_read` 的步骤", "公式：每个位置读写的数", "DeepSeek-V3 规模下", "每步 MiB（$T = 32{,}768$，BF16）"])
 assert per_position == r + dR + H * (4 * dC + 2 * dR + 2 * dv)
 assert traffic_total == expand_on_read_traffic(d, T)

@@ -59,17 +59,10 @@ assert CONTROLS["ring_on_global_layer"]["caught"]
 # %% [markdown] lang="en"
 # **Memory.** After the 24-token stream (batch 2, FP32) each local layer holds $W - 1 = 7$ positions and the global
 # layer 24; a uniform model of six global layers would hold $6 \times 24$. The cell measures every layer's bytes and
-# compares them with `kv_bytes_per_token` times the positions the layer must hold. At Gemma 3 27B's size (typed from
-# Google's reference implementation, `get_config_for_27b_v3` in `gemma/config.py` of google/gemma_pytorch: 62
-# layers, 16 K/V heads of 128 dimensions, a window of 1,024, and layer types repeating five local then one global,
-# so {{run:local_global.gemma3_local_layers}} local and {{run:local_global.gemma3_global_layers}} global layers;
-# when transformers is installed, the cell checks that pattern against the default `layer_types` of its
-# `Gemma3TextConfig`, a second source) and a 128k context in BF16, the same formula
-# gives {{run:local_global.gemma3_uniform_gib:.1f}} GiB for 62 global layers and
-# {{run:local_global.gemma3_mixed_gib:.2f}} GiB for the 5:1 mix: the global layers hold almost all of it.
+# compares them with `kv_bytes_per_token` times the positions the layer must hold.
 
 # %% [markdown] lang="zh"
-# **内存。** 在 24 个 token 的序列（batch 为 2，FP32）之后，每个局部层保存 $W - 1 = 7$ 个位置，全局层保存 24 个；六层全是全局层的模型则要保存 $6 \times 24$ 个。下面的单元格测量每一层的字节数，并与 `kv_bytes_per_token` 乘以这一层应保存的位置数相比较。再放到 Gemma 3 27B 的规模上：它的数值取自 Google 的参照实现（google/gemma_pytorch 中 `gemma/config.py` 的 `get_config_for_27b_v3`）：62 层，16 个 K/V 头、每头 128 维，窗口 1,024，层的类型按“五个局部层、一个全局层”循环，因此有 {{run:local_global.gemma3_local_layers}} 个局部层和 {{run:local_global.gemma3_global_layers}} 个全局层。如果安装了 transformers，单元格还会用它的 `Gemma3TextConfig` 默认的 `layer_types`（第二个来源）核对这个模式。对 128k 上下文、BF16 精度，同一个公式给出：62 个全局层需要 {{run:local_global.gemma3_uniform_gib:.1f}} GiB，5:1 的混合模式只需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而且几乎全部花在全局层上。
+# **内存。** 在 24 个 token 的序列（batch 为 2，FP32）之后，每个局部层保存 $W - 1 = 7$ 个位置，全局层保存 24 个；六层全是全局层的模型则要保存 $6 \times 24$ 个。下面的单元格测量每一层的字节数，并与 `kv_bytes_per_token` 乘以这一层应保存的位置数相比较。
 
 # %%
 def positions_held(pattern: list[str], tokens: int, window: int) -> list[int]:
@@ -86,6 +79,19 @@ say_table([[str(m["layer"]), f"`{m['kind']}`", str(m["positions"]), f"{m['formul
           zh=["层", "类型", "保存的位置数", "公式（字节）", "实测（字节）"])
 assert all(m["formula_bytes"] == m["measured_bytes"] for m in LOCAL_GLOBAL_MEMORY)
 
+# %% [markdown] lang="en"
+# **At Gemma 3 27B's size** (typed from Google's reference implementation, `get_config_for_27b_v3` in
+# `gemma/config.py` of google/gemma_pytorch: 62 layers, 16 K/V heads of 128 dimensions, a window of 1,024, and layer types repeating five local then one global,
+# so {{run:local_global.gemma3_local_layers}} local and {{run:local_global.gemma3_global_layers}} global layers;
+# when transformers is installed, the cell checks that pattern against the default `layer_types` of its
+# `Gemma3TextConfig`, a second source) and a 128k context in BF16, the same formula
+# gives {{run:local_global.gemma3_uniform_gib:.1f}} GiB for 62 global layers and
+# {{run:local_global.gemma3_mixed_gib:.2f}} GiB for the 5:1 mix: the global layers hold almost all of it.
+
+# %% [markdown] lang="zh"
+# **放到 Gemma 3 27B 的规模上。** 它的数值取自 Google 的参照实现（google/gemma_pytorch 中 `gemma/config.py` 的 `get_config_for_27b_v3`）：62 层，16 个 K/V 头、每头 128 维，窗口 1,024，层的类型按“五个局部层、一个全局层”循环，因此有 {{run:local_global.gemma3_local_layers}} 个局部层和 {{run:local_global.gemma3_global_layers}} 个全局层。如果安装了 transformers，单元格还会用它的 `Gemma3TextConfig` 默认的 `layer_types`（第二个来源）核对这个模式。对 128k 上下文、BF16 精度，同一个公式给出：62 个全局层需要 {{run:local_global.gemma3_uniform_gib:.1f}} GiB，5:1 的混合模式只需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而且几乎全部花在全局层上。
+
+# %%
 # [en] Gemma 3 27B: get_config_for_27b_v3 in gemma/config.py of google/gemma_pytorch; layer i is global when (i + 1) % 6 == 0.
 # [zh] Gemma 3 27B：取自 google/gemma_pytorch 中 gemma/config.py 的 get_config_for_27b_v3；当 (i + 1) % 6 == 0 时第 i 层是全局层。
 GEMMA3_27B = {"layers": 62, "kv_heads": 16, "head_dim": 128, "window": 1024}

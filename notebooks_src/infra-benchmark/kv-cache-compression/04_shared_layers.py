@@ -63,9 +63,20 @@ assert all(r["passed"] for r in SHARED_GRID) and shared_index == [0, 0, 1, 1, 2,
 # Sharing makes a different model, not a cheaper copy of the ordinary one. Because `SharedKVAttention` builds and then
 # drops the K/V projections, the shared model built from the same seed has exactly the weights of the ordinary
 # six-layer model, minus the upper layers' K/V projections; yet its logits differ from the ordinary model's (largest
-# absolute error {{run:shared.vs_ordinary:.2f}}, printed by the first cell below). A layer may read its neighbour's cache only if the model was trained that way, which
-# is what Brandon et al. did.
-#
+# absolute error {{run:shared.vs_ordinary:.2f}}, printed by the cell below). A layer may read its neighbour's cache
+# only if the model was trained that way, which is what Brandon et al. did.
+
+# %% [markdown] lang="zh"
+# 共享得到的是另一个模型，而不是普通模型的一个更省的副本。由于 `SharedKVAttention` 先建好 K/V 投影再删掉，用同一个随机种子构建的共享模型，其权重与普通六层模型完全相同，只是少了上层的 K/V 投影；然而它的 logits 与普通模型不同（最大绝对误差为 {{run:shared.vs_ordinary:.2f}}，由下面的单元格打印）。一层能读取相邻层的缓存，前提是模型就是这样训练出来的，Brandon 等人正是这样做的。
+
+# %%
+with torch.inference_mode():
+    SHARED_VS_ORDINARY = max_abs_err(build(six_cfg, shared_pairs)(STREAM)[0], build(six_cfg)(STREAM)[0])
+say(en=f"Shared-pairs model against the ordinary one, same weights: largest absolute logit error {SHARED_VS_ORDINARY:.2f}.",
+    zh=f"两两共享的模型与权重相同的普通模型相比：logits 的最大绝对误差为 {SHARED_VS_ORDINARY:.2f}。")
+assert SHARED_VS_ORDINARY > 1e-2
+
+# %% [markdown] lang="en"
 # **Negative control: the upper layer still writes into the shared cache.** The tempting way to add sharing to a
 # decoder: give the upper layer the lower layer's cache object (`new_cache` returns `caches[-1]`) but keep the
 # ordinary attention layer, its K/V projections and its `update` included. Every call then appends each token twice,
@@ -75,18 +86,9 @@ assert all(r["passed"] for r in SHARED_GRID) and shared_index == [0, 0, 1, 1, 2,
 # whatever the cache counts, the cached path does not, so the check must fail.
 
 # %% [markdown] lang="zh"
-# 共享得到的是另一个模型，而不是普通模型的一个更省的副本。由于 `SharedKVAttention` 先建好 K/V 投影再删掉，用同一个随机种子构建的共享模型，其权重与普通六层模型完全相同，只是少了上层的 K/V 投影；然而它的 logits 与普通模型不同（最大绝对误差为 {{run:shared.vs_ordinary:.2f}}，由下面第一个单元格打印）。一层能读取相邻层的缓存，前提是模型就是这样训练出来的，Brandon 等人正是这样做的。
-#
 # **负对照：上层仍然往共享缓存里写。** 给解码器加上共享时，一种顺手却错误的写法是：让上层拿到下层的缓存对象（`new_cache` 返回 `caches[-1]`），却保留普通的注意力层，连同它的 K/V 投影和 `update` 调用。于是每次调用都把每个 token 追加两次（这一对层各一次），共享缓存把两次都计入：解码器靠 `seen` 给下一个分块编号，而 `seen` 现在以两倍的速度增长；上层也会在下层的键旁边读到它自己的键。检查方式与 `shared_pairs` 通过的检查相同，即与模型自己的完整重算比较：完整调用无论缓存计数多少，都把 token 编号为 $0 \dots 23$，缓存路径却不是这样，所以检查必须失败。
 
 # %%
-with torch.inference_mode():
-    SHARED_VS_ORDINARY = max_abs_err(build(six_cfg, shared_pairs)(STREAM)[0], build(six_cfg)(STREAM)[0])
-say(en=f"Shared-pairs model against the ordinary one, same weights: largest absolute logit error {SHARED_VS_ORDINARY:.2f}.",
-    zh=f"两两共享的模型与权重相同的普通模型相比：logits 的最大绝对误差为 {SHARED_VS_ORDINARY:.2f}。")
-assert SHARED_VS_ORDINARY > 1e-2
-
-
 class AppendsToSharedCache(Attention):
     # [en] WRONG on purpose: takes the cache of the layer below, but still projects its own K/V and appends them to it.
     # [zh] 故意写错：拿来下层的缓存，却仍然投影出自己的 K/V 并追加进去。

@@ -272,8 +272,8 @@ DENSE_DISTANCE = {name: {"exact_positions": exact_until[name],
                          "greedy_agreement": float((logits.argmax(-1) == dense_logits.argmax(-1))[:, exact_until[name]:].float().mean()),
                          "per_position": (logits - dense_logits).abs().amax(dim=(0, 2)).tolist()}
                   for name, logits in approx_logits.items()}
-# [en] Greedy agreement over the same positions for both caches: from S + W on, where both have left the exact regime.
-# [zh] 两种缓存在相同位置上的贪心 token 一致比例：从 S + W 起，两者都已离开精确的区间。
+# [en] Greedy agreement with dense attention over the same positions for both caches: from S + W on, where both have left the exact regime.
+# [zh] 两种缓存在相同位置上与稠密注意力的贪心 token 一致率：从 S + W 起，两者都已离开精确的区间。
 GREEDY_AGREEMENT = {name: float((logits.argmax(-1) == dense_logits.argmax(-1))[:, SINKS + WINDOW:].float().mean())
                     for name, logits in approx_logits.items()}
 all_pairs = sink_window_mask(SINKS, WINDOW)(torch.arange(DENSE_LEN), torch.arange(DENSE_LEN))
@@ -281,9 +281,9 @@ SINK_DISTANCES = {"max_cache_distance": int((all_pairs.sum(dim=-1) - 1).max()), 
 say_table([["$" + STREAMING_LABELS[name].replace(", ", r",\ ") + "$", str(d["exact_positions"]), f"{d['exact_max_abs_logit_err']:.1e}", f"{d['max_abs_logit_err']:.2f}",
             f"{GREEDY_AGREEMENT[name]:.0%}"] for name, d in DENSE_DISTANCE.items()],
           en=["cache", "positions that read every earlier key", "their max logit difference", "max logit difference, all positions",
-              f"greedy agreement, positions {SINKS + WINDOW}–{DENSE_LEN - 1}"],
+              f"greedy agreement with dense attention, positions {SINKS + WINDOW}–{DENSE_LEN - 1}"],
           zh=["缓存", "能读到全部先前键的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差",
-              f"贪心 token 一致的比例（位置 {SINKS + WINDOW}–{DENSE_LEN - 1}）"])
+              f"与稠密注意力的贪心 token 一致率（位置 {SINKS + WINDOW}–{DENSE_LEN - 1}）"])
 assert GREEDY_AGREEMENT["sinks_and_window"] == DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"]
 assert all(close(logits[:, :exact_until[name]], dense_logits[:, :exact_until[name]]) for name, logits in approx_logits.items())
 assert all(d["max_abs_logit_err"] > 1e-2 for d in DENSE_DISTANCE.values())
@@ -327,4 +327,4 @@ plt.show()
 # %% [markdown] lang="zh"
 # *图：横轴 position in the stream 是序列中的位置，纵轴（对数刻度）是两条 96 个 token 的序列上每个位置与稠密注意力（dense）的 logits 最大绝对误差；标题中的 S = 4 sinks 指 4 个汇聚 token，window W = 8 指窗口 $W = 8$，random weights 表示随机权重，即未经训练的模型。实线（S = 4, W = 8）是汇聚点加窗口，虚线（S = 0, W = 8）是只有窗口。点线左侧，两者都能读到之前的每一个键，差异只是 FP32 的舍入误差（只有窗口的模型从位置 $W$ 起就不再是这种情形）。*
 #
-# 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以在这里，它们只是多读的 $S$ 个键：在同样的位置上（表格最后一列），贪心 token 一致的比例在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only_same_positions:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。
+# 右半部分要谨慎解读：在随机权重下，它几乎说明不了质量问题。我们的玩具模型没有注意力汇聚点，因为没有任何训练让它把注意力放在开头的 token 上，所以在这里，它们只是多读的 $S$ 个键：在同样的位置上（表格最后一列），与稠密注意力的贪心 token 一致率在有汇聚点时为 {{run:sinks.agreement_with_sinks:.0%}}，没有时为 {{run:sinks.agreement_window_only_same_positions:.0%}}。StreamingLLM 的证据是训练好的 Llama-2、MPT、Falcon 和 Pythia 模型在长文本（PG19，最长 400 万个 token）上的困惑度：开头的 token 一旦被淘汰，窗口注意力的困惑度就急剧上升；而保留四个汇聚 token，困惑度就能保持在接近“每步重算键的滑动窗口”的水平。

@@ -9,7 +9,7 @@
 # %% [markdown] lang="zh"
 # ## 8. 本次运行检查了什么
 #
-# 下面的表格汇总本次运行：每个精确变体、每个负对照（错开一层的模式需要 `transformers`）和各个裁判。构建时还会把它们连同上文测得的每个数值写入 `outputs/infra-benchmark/kv-cache-compression/` 下的 `results.json`（格式见 `docs/kv-cache-compression-results-schema.md`）；读者自己运行本 notebook 时，图片保存在 `OUTPUT_DIR` 中。折叠的单元格给出表格所用的各个网格和裁判结果。
+# 下面的表格汇总本次运行：每个精确变体、每个负对照（错开一层的模式需要 `transformers`）和各个裁判。构建时还会把它们连同上文测得的每个数值写入 `outputs/infra-benchmark/kv-cache-compression/` 下的 `results.json`（格式见 `docs/kv-cache-compression-results-schema.md`）；读者自己运行本笔记本时，图片保存在 `OUTPUT_DIR` 中。折叠的单元格给出表格所用的各个网格和裁判结果。
 
 # %% tags=["hide-input"]
 EXACT_GRIDS = {"gqa_base": BASE_GRID, "mla_naive": MLA_GRIDS["naive"], "mla_latent": MLA_GRIDS["expand_on_read"],
