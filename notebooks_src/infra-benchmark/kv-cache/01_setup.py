@@ -58,10 +58,9 @@
 
 # %% tags=["parameters"]
 # [en] QUICK = True: shorter timing runs (section 9); every correctness check stays complete.
-# [en] SEED: the random weights and the fixed token streams. OUTPUT_DIR: where results.json and the
-# [en] PNG figures go.
+# [en] SEED: the random weights and the fixed token streams. OUTPUT_DIR: where the PNG figures go.
 # [zh] QUICK = True：缩短计时（第 9 节），正确性检查一项不少。SEED：决定随机权重和固定的
-# [zh] token 序列。OUTPUT_DIR：results.json 和 PNG 图片的保存位置。
+# [zh] token 序列。OUTPUT_DIR：PNG 图片的保存位置。
 QUICK = False
 SEED = 0
 OUTPUT_DIR = "."
@@ -70,13 +69,11 @@ OUTPUT_DIR = "."
 # [en] NumPy, torch and the modules that describe the machine come with the next code cell, which every
 # [en] notebook of this series shares.
 # [zh] NumPy、torch 以及记录机器信息所用的模块由下一个代码单元格导入，本系列的每份笔记本都共用那个单元格。
-import json
 import math
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import torch.nn as nn

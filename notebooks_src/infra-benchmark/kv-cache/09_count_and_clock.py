@@ -89,13 +89,30 @@ say_table(
 
 
 # %% [markdown] lang="en"
-# The right panel in numbers, row by row (folded cell; it also gathers the numbers the text below quotes).
+# The right panel in numbers, row by row (folded cell).
 
 # %% [markdown] lang="zh"
-# 用数字逐行读右图（单元格已折叠；它同时算出后文引用的数字）。
+# 用数字逐行读右图（单元格已折叠）。
 
 # %% tags=["hide-input"]
-first, last = PER_STEP[0], PER_STEP[-1]
+first = PER_STEP[0]
+say_table(
+    [[str(r["prompt_tokens"]),
+      f"{r['model_full_macs_per_step'] / first['model_full_macs_per_step']:.2f}",
+      f"{r['full_ms_per_step']['min'] / first['full_ms_per_step']['min']:.2f} / "
+      f"{r['full_ms_per_step']['p50'] / first['full_ms_per_step']['p50']:.2f}",
+      f"{r['model_cached_macs_per_step'] / first['model_cached_macs_per_step']:.2f}",
+      f"{r['cached_ms_per_step']['min'] / first['cached_ms_per_step']['min']:.2f} / "
+      f"{r['cached_ms_per_step']['p50'] / first['cached_ms_per_step']['p50']:.2f}"]
+     for r in PER_STEP],
+    en=["prompt $P$", "full: count growth", "full: CPU-time growth (min / p50)", "cached: count growth",
+        "cached: CPU-time growth (min / p50)"],
+    zh=["提示长度 $P$", "完整重算：计数增长倍数", "完整重算：CPU 时间增长倍数（最快 / 中位数）", "缓存续写：计数增长倍数",
+        "缓存续写：CPU 时间增长倍数（最快 / 中位数）"],
+)
+
+# %% tags=["prose-values"]
+last = PER_STEP[-1]
 row16 = next(r for r in TIMING_ROWS if r["prompt_tokens"] == 16)
 # [en] The fastest prefill of the table (fastest rounds), in multiply-adds per millisecond.
 # [zh] 表中最快的预填充（取最快的一轮），单位是每毫秒的乘加次数。
@@ -127,22 +144,6 @@ TIMING_SUMMARY = {
     "prefill_macs_per_token_max": float(prefill_macs_per_token[-1]),
     "prefill_macs_per_token_growth": float(prefill_macs_per_token[-1] / prefill_macs_per_token[0]),
 }
-say_table(
-    [[str(r["prompt_tokens"]),
-      f"{r['model_full_macs_per_step'] / first['model_full_macs_per_step']:.2f}",
-      f"{r['full_ms_per_step']['min'] / first['full_ms_per_step']['min']:.2f} / "
-      f"{r['full_ms_per_step']['p50'] / first['full_ms_per_step']['p50']:.2f}",
-      f"{r['model_cached_macs_per_step'] / first['model_cached_macs_per_step']:.2f}",
-      f"{r['cached_ms_per_step']['min'] / first['cached_ms_per_step']['min']:.2f} / "
-      f"{r['cached_ms_per_step']['p50'] / first['cached_ms_per_step']['p50']:.2f}"]
-     for r in PER_STEP],
-    en=["prompt $P$", "full: count growth", "full: CPU-time growth (min / p50)", "cached: count growth",
-        "cached: CPU-time growth (min / p50)"],
-    zh=["提示长度 $P$", "完整重算：计数增长倍数", "完整重算：CPU 时间增长倍数（最快 / 中位数）", "缓存续写：计数增长倍数",
-        "缓存续写：CPU 时间增长倍数（最快 / 中位数）"],
-)
-
-# %% tags=["prose-values"]
 {"clock": {**TIMING_SUMMARY, "prefill_mmacs_per_ms": prefill_rate / 1e6, "prefill_wan_macs_per_ms": prefill_rate / 1e4,
            # [en] The same rate in units of 10^4 (wan), rounded to whole millions like the English prose.
            # [zh] 同一速度，以“万”为单位，像英文正文一样取整到百万。
@@ -164,10 +165,11 @@ say_table(
 # one also does the large work, so the measured factor is far below the work ratio.
 #
 # The same overhead flattens the growth with $P$ in the right panel: from $P = {{run:clock.p_min}}$ to
-# $P = {{run:clock.p_max}}$ the count of a full step grows {{run:clock.model_full_growth:.1f}}-fold and its CPU
-# time grew {{run:clock.measured_full_growth:.1f}}-fold; a cached step's count grows
-# {{run:clock.model_cached_growth:.2f}}-fold, its CPU time {{run:clock.measured_cached_growth:.2f}}-fold (9.4 says
-# what else can bend these growths on one run).
+# $P = {{run:clock.p_max}}$ the count of a full step is multiplied by {{run:clock.model_full_growth:.1f}} and its CPU
+# time was multiplied by {{run:clock.measured_full_growth:.1f}}; a cached step's count by
+# {{run:clock.model_cached_growth:.2f}}, its CPU time by {{run:clock.measured_cached_growth:.2f}}. A cached step
+# does more work at every longer prompt, so wherever its time falls below the one at $P = {{run:clock.p_min}}$, the
+# run is the cause, not the work (9.4 says what can bend these growths on one run).
 # With a real model's width and context (8.3) the overhead shrinks next to the work, and at small batch a
 # decode step becomes **memory-bandwidth-bound**, its time set by how fast the weights and the K/V cache can
 # be read; that is a general remark, not measured here.
@@ -175,4 +177,4 @@ say_table(
 # %% [markdown] lang="zh"
 # **这次运行说明了什么**：比较让 16 个位置经过网络的两种做法。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍，可两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配，调用 16 次就要付 16 次（缓存路径上 `torch.cat` 的复制是例外：它随缓存变长而增长，属于内存开销，它占多少见 9.5）。按 9.1 中最快的预填充的速度（每毫秒约 {{run:clock.prefill_wan_macs_per_ms_rounded:,.0f}} 万次乘加），缓存路径一步的乘加只需要实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（粗略估计：这个速度里含有预填充自己的调用开销）。两个续写窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。
 #
-# 同样的开销也压平了右图中耗时随 $P$ 的增长：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，完整重算一步的计数增长到 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间增长到 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数增长到 {{run:clock.model_cached_growth:.2f}} 倍，CPU 时间增长到 {{run:clock.measured_cached_growth:.2f}} 倍（一次运行中还有哪些因素会改变这些增长，见 9.4）。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。
+# 同样的开销也压平了右图中耗时随 $P$ 的增长：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，完整重算一步的计数变为原来的 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间变为 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数变为 {{run:clock.model_cached_growth:.2f}} 倍，CPU 时间变为 {{run:clock.measured_cached_growth:.2f}} 倍。提示越长，缓存路径一步的工作量越大，所以只要它在某个更长的提示上的耗时低于 $P = {{run:clock.p_min}}$ 时的耗时，原因就在这次运行本身，而不在工作量（一次运行中有哪些因素会改变这些增长，见 9.4）。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。

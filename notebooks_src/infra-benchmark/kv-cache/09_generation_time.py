@@ -43,10 +43,9 @@ def timed_generation(model, prompt, new_tokens: int, use_cache: bool):
 
 for use_cache in (True, False):
     timed_generation(model, GEN_TIME_PROMPT, 8, use_cache)
-GEN_TIME, GEN_CPU, GEN_FAULTS = {}, {}, {}
-for use_cache in (True, False):
-    path = "cached" if use_cache else "full"
-    _, GEN_TIME[path], GEN_CPU[path], GEN_FAULTS[path] = timed_generation(model, GEN_TIME_PROMPT, GEN_TIME_TOKENS, use_cache)
+GEN_RUNS = {path: timed_generation(model, GEN_TIME_PROMPT, GEN_TIME_TOKENS, path == "cached") for path in ("cached", "full")}
+GEN_TIME = {path: calls for path, (_, calls, _, _) in GEN_RUNS.items()}
+GEN_CPU = {path: cpu_ms for path, (_, _, cpu_ms, _) in GEN_RUNS.items()}
 decode_ms = [end - start for start, end in GEN_TIME["cached"][1:]]
 say_table(
     [[f"`use_cache={path == 'cached'}`", f"{GEN_TIME[path][0][1]:.2f}",
@@ -98,10 +97,11 @@ plt.show()
 # {{run:gen_time.decode_ms:.3f}} ms): the two waits serving systems call time to first token (TTFT) and
 # inter-token latency (ITL), here for one sequence on one CPU thread. This is a single run and its points
 # are noisy (the memory allocator, the CPU's clock frequency, other programs), so take from the figure only the gap between the two
-# loops, not the shape of either curve.
+# loops, not the shape of either curve. Call 1 is the same prefill in both loops, so any gap between their
+# first calls is such noise.
 
 # %% [markdown] lang="zh"
-# 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。这只是一次运行，图中各点有噪声（内存分配器、CPU 的时钟频率、同时运行的其他程序），所以从图中只应读出两个循环之间的差距，而不是任何一条曲线的形状。
+# 在这次运行中，生成 {{run:gen_time.tokens}} 个 token，用缓存花了 {{run:gen_time.cached_total_ms:,.0f}} 毫秒，不用缓存花了 {{run:gen_time.full_total_ms:,.0f}} 毫秒；按 CPU 时间，不用缓存的循环耗时是前者的 {{run:gen_time.ratio:.1f}} 倍。用缓存时，第一个 token 要等预填充完成（{{run:gen_time.cached_first_ms:.2f}} 毫秒），之后每个 token 只等一个解码步（中位数 {{run:gen_time.decode_ms:.3f}} 毫秒）：这两种等待就是推理服务系统所说的首 token 延迟（TTFT）和 token 间延迟（ITL），只不过这里是单线程 CPU 上的一条序列。这只是一次运行，图中各点有噪声（内存分配器、CPU 的时钟频率、同时运行的其他程序），所以从图中只应读出两个循环之间的差距，而不是任何一条曲线的形状。两个循环的第 1 次调用是同一次预填充，它们之间的任何差距也都是这种噪声。
 
 # %% tags=["prose-values"]
 {"gen_time": {"prompt": int(GEN_TIME_PROMPT.shape[1]), "tokens": GEN_TIME_TOKENS,

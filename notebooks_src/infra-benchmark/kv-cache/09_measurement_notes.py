@@ -29,7 +29,8 @@
 #   (the same time at every length), never below; work the count leaves out (scaling, mask and softmax over
 #   the full step's $[H, T, T]$ scores) and page faults push it above. The two can balance, so agreement at
 #   one length does not prove that the count predicts the time. A growth below 1× comes from the run:
-#   warm-up, the CPU's clock frequency, the memory allocator (the lengths are timed in order, shortest first).
+#   warm-up, the CPU's clock frequency, the memory allocator (the lengths are timed in order, shortest first,
+#   after one untimed pass over all of them).
 #
 # What this run's tables say is printed below them.
 
@@ -43,7 +44,7 @@
 # * **缺页**：每次调用都为临时张量分配内存，返回时再释放；其中最大的张量随序列变长（一层的 $[H, T, T]$ 分数矩阵在 $T = 256$、FP32 时就有 1 MiB）。C 库的内存分配器（Linux 上是 glibc）把释放的一大块内存交还给操作系统后，下一次需要这么多内存的调用就会拿到新的内存页，而对每个 4 KiB 内存页的第一次写入都会引发一次*次缺页*（minor page fault）：操作系统暂停程序，映射进一个清零的内存页。这种情况是否发生取决于分配器的阈值，与模型无关，所以它可能只落在某个提示长度或某条路径上，每次运行也可能不同。缺页次数在每个窗口前后用 `resource.getrusage` 读取（没有 `resource` 模块的系统上显示“–”，例如 Windows）。
 # * **CPU 时间占比**：窗口期间的 `time.process_time_ns` 除以 `perf_counter_ns`。CPU 时间计入进程的所有线程：这里 PyTorch 只用一个线程计算，但进程的其他线程（例如 Jupyter 内核的线程）也计算在内，所以占比可能略高于 100%。接近 100% 时，进程在整个窗口内都占着核心；明显低于 100% 时，进程有一段时间在等核心运行别的程序，挂钟时间把这段等待也算了进去。
 # * **p95**：对 15 个样本（`QUICK = True` 时为 3 个），NumPy 的线性插值让 p95 落在第二大和最大的样本之间，所以由一两轮慢的测量决定；这么少的样本远不足以估计一个服务的尾延迟。中位数几乎不受这些轮次影响，但挡不住波及大多数轮次的变慢；最快的一轮则两者都不受影响。
-# * **随 $P$ 的增长（9.2）**：每次调用的固定开销把实测的增长从计数拉向 1 倍（即各个长度耗时相同），但不会拉到 1 倍以下；计数漏掉的工作（完整重算一步对 $[H, T, T]$ 分数矩阵的缩放、掩码和 softmax）和缺页又把它推到计数之上。两者可能互相抵消，所以在某个长度上吻合并不能说明计数能预测耗时。低于 1 倍的增长来自这一次运行：预热、CPU 的时钟频率、内存分配器（各个提示长度按顺序计时，最短的最先）。
+# * **随 $P$ 的增长（9.2）**：每次调用的固定开销把实测的增长倍数从计数预测的值拉向 1 倍（即各个长度耗时相同），但不会拉到 1 倍以下；计数漏掉的工作（完整重算一步对 $[H, T, T]$ 分数矩阵的缩放、掩码和 softmax）和缺页又把它推到计数之上。两者可能互相抵消，所以在某个长度上吻合并不能说明计数能预测耗时。增长倍数若低于 1，原因在这一次运行本身：预热、CPU 的时钟频率、内存分配器（各个提示长度按顺序计时，最短的最先，之前先不计时地把所有长度跑一遍）。
 #
 # 这次运行的表格说明了什么，打印在表格下方。
 

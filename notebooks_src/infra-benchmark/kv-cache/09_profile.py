@@ -91,7 +91,7 @@ say_table([[f"`{label}`", str(run["top_level"]), f"{sum(c for c, _ in run['ops']
 # per head. The prefill's projections, MLP and vocabulary projection handle 16 rows instead of one; had each
 # operator's time grown with its rows, these would take 16 times as long as the cached step's, its attention
 # about as long. Its operator time as a whole was
-# {{run:profile.prefill_over_cached:.2f}} times ({{run:profile.us_prefill:,.0f}} µs of operator time against
+# {{run:profile.prefill_over_cached:.2f}} times the cached step's ({{run:profile.us_prefill:,.0f}} µs of operator time against
 # {{run:profile.us_cached:,.0f}} µs; per operator call, {{run:profile.per_call_prefill:.2f}} µs against
 # {{run:profile.per_call_cached:.2f}} µs on average). What the cached step has and the
 # prefill has not is the cache: `aten::cat` copies the {{run:profile.past}} cached rows of K and V of both

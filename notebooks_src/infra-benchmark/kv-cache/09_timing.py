@@ -16,8 +16,9 @@
 # * **full recomputation:** consume $G = 16$ predetermined tokens, each step running the whole current prefix through the model without a cache (the naive path of 8.1);
 # * **cached continuation:** consume the same 16 tokens one at a time from an existing prefix cache (prefill is not inside this window; the `torch.cat` copies are).
 #
-# Protocol: one thread, FP32, `inference_mode()`; 3 warm-up and 15 measured rounds (`QUICK = True`: 16 and
-# 256 tokens only, 1 and 3 rounds), the order of the three paths rotated every round. We compare windows by
+# Protocol: one thread, FP32, `inference_mode()`; one untimed round at every length first, then per length 3
+# warm-up and 15 measured rounds (`QUICK = True`: 16 and 256 tokens only, 1 and 3 rounds), the order of the
+# three paths rotated every round. We compare windows by
 # the **CPU time** of the process (its computation, not the waits while the core runs other programs, which
 # the clock time also counts) in their **fastest round** (min): a disturbance can only add time to a round, so the
 # best of $N$ rounds is the least disturbed estimate (the advice of Python's `timeit` documentation). Medians
@@ -36,7 +37,7 @@
 # * **完整重算**：依次处理 $G = 16$ 个预先确定的 token，每一步都把当前的整个前缀送入模型，不用缓存（即 8.1 中那种朴素的写法）；
 # * **缓存续写**：从已有的前缀缓存出发，逐个处理同样的 16 个 token（预填充不在这个窗口内，`torch.cat` 的复制则在窗口内）。
 #
-# 测量规程：单线程、FP32、`inference_mode()`；预热 3 轮、正式测量 15 轮（`QUICK = True` 时只测 16 和 256 个 token，预热 1 轮、测量 3 轮），每一轮都轮换三条路径的执行顺序。比较窗口时，我们用进程的 **CPU 时间**（只计进程自己的计算，不计核心运行别的程序时的等待，挂钟时间则把这段等待也算进去），并取**最快的一轮**：干扰只会让某一轮变慢，所以 $N$ 轮中最好的一轮是受干扰最少的估计（Python `timeit` 文档也这样建议）。中位数、最慢的一轮和挂钟时间列在表中，9.4 对它们作了说明。
+# 测量规程：单线程、FP32、`inference_mode()`；先在每个长度上不计时地运行一轮，然后每个长度预热 3 轮、正式测量 15 轮（`QUICK = True` 时只测 16 和 256 个 token，预热 1 轮、测量 3 轮），每一轮都轮换三条路径的执行顺序。比较窗口时，我们用进程的 **CPU 时间**（只计进程自己的计算，不计核心运行别的程序时的等待，挂钟时间则把这段等待也算进去），并取**最快的一轮**：干扰只会让某一轮变慢，所以 $N$ 轮中最好的一轮是受干扰最少的估计（Python `timeit` 文档也这样建议）。中位数、最慢的一轮和挂钟时间列在表中，9.4 对它们作了说明。
 
 # %%
 PROMPTS = [16, 256] if QUICK else [16, 64, 128, 256]
@@ -222,6 +223,14 @@ def slow_rounds(ms: dict) -> int:
 # 对每种提示长度运行测量循环。表中给出每个窗口的 CPU 时间（毫秒，最快一轮 / 中位数 / 最慢一轮），以及两个续写窗口之比：分别按最快的一轮和按中位数计算。
 
 # %%
+# [en] One untimed round of the three windows at every length first: without it, the lengths timed first in a
+# [en] fresh process can run slower than the others, even after their own warm-up rounds.
+# [zh] 先在每个长度上不计时地把三个窗口各运行一遍：否则在新启动的进程里，最先计时的几个长度即使做过
+# [zh] 各自的预热轮，也可能比其余长度慢。
+for p in PROMPTS:
+    warm_prompt, warm_continuation = TIMING_STREAM[:, :p], TIMING_STREAM[:, p:p + CONTINUATION]
+    full_continuation(model, warm_prompt, warm_continuation)
+    cached_continuation(model, prefill(model, warm_prompt), warm_continuation)
 TIMING_ROWS = [time_prompt(model, p) for p in PROMPTS]
 
 
