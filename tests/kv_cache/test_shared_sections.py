@@ -43,7 +43,7 @@ def shared_namespace(tmp_path_factory) -> dict:
 
 def test_shared_sections_run_alone_and_define_the_contract(shared_namespace):
     ns = shared_namespace
-    for name in ("ENVIRONMENT", "IN_COLAB", "OUT", "TOLERANCE", "DTYPE_NAME", "close", "max_abs_err", "kv_bytes_per_token",
+    for name in ("ENVIRONMENT", "OUT", "TOLERANCE", "DTYPE_NAME", "close", "max_abs_err", "kv_bytes_per_token",
                  "causal_mask", "local_triangle_mask", "masked_attention", "MASKS_PNG", "DecoderConfig",
                  "absolute_positions", "Cache", "SelfAttention", "MLP", "Block", "CacheDecoder", "parameter_formula",
                  "build_model", "model", "cfg", "N_PARAMS"):

@@ -9,7 +9,6 @@
 
 # %%
 import platform
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,6 @@ def cpu_name() -> str:
 
 torch.set_num_threads(1)
 torch.set_default_dtype(torch.float32)
-IN_COLAB = "google.colab" in sys.modules
 OUT = Path(OUTPUT_DIR)
 OUT.mkdir(parents=True, exist_ok=True)
 
