@@ -2,14 +2,14 @@
 # **The configuration.** `ArchConfig` holds the first notebook's `DecoderConfig` sizes, with the same defaults,
 # and adds one field per design change. With every field at its default it describes the first notebook's
 # GPT-2-shaped decoder: learned
-# positions, LayerNorm, the GELU `MLP`, biases, one K/V head per query head. The Llama family changes five of
-# them: fewer K/V heads (`kv_heads`), rotary position embeddings instead of a position table (`rope`), RMSNorm
+# positions, LayerNorm, the GELU `MLP`, biases, one K/V head per query head. Llama 3 changes five of
+# them: fewer K/V heads (`kv_heads`; Llama 1 and Llama 2 7B/13B still had one per query head), rotary position embeddings instead of a position table (`rope`), RMSNorm
 # (`norm="rms"`), the gated SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$
 # (`mlp_kind="swiglu"`) and no biases. Only the first two touch the cache; the others are there so that
 # Hugging Face models can check ours weight for weight.
 
 # %% [markdown] lang="zh"
-# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 系列改动了其中五处：更少的 K/V 头（`kv_heads`）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能载入与我们相同的权重，来核对我们的模型。
+# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 3 改动了其中五处：更少的 K/V 头（`kv_heads`；Llama 1 和 Llama 2 7B/13B 仍是每个查询头各有一个 K/V 头）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能载入与我们相同的权重，来核对我们的模型。
 
 # %%
 @dataclass

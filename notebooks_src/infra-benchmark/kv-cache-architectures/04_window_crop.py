@@ -54,10 +54,9 @@ assert CROP["crop_receptive_field"] < 1e-10 < 1e-6 < min(CROP["crop_receptive_fi
 # %%
 crops["crop_W_restart"], CROP["crop_W_restart"] = crop_vs_windowed(WINDOW, False)
 CROP["restart_vs_true_positions"] = max_abs_err(crops["crop_W_restart"], crops["crop_W_true_positions"])
-CONTROLS["crop_to_window"] = {"section": 6, "check": "crop_vs_windowed",
-                              "measured": CROP["crop_W_restart"],
-                              "caught": CROP["crop_W_restart"] > 1e-2}
+crop_caught = CROP["crop_W_restart"] > 1e-2
+CONTROLS["crop_to_window"] = {"section": 6, "check": "crop_vs_windowed", "caught": crop_caught}
 say_table([[f"`{name}`", f"{CROP[name]:.2e}"] for name in ("crop_W_restart", "restart_vs_true_positions")],
           en=[f"comparison (FP64, positions {WINDOW} to {STREAM_LEN - 1})", "max abs logit difference"],
           zh=[f"比较（FP64，位置 {WINDOW}–{STREAM_LEN - 1}）", "logits 最大绝对误差"])
-assert CONTROLS["crop_to_window"]["caught"] and CROP["restart_vs_true_positions"] < 1e-10
+assert crop_caught and CROP["restart_vs_true_positions"] < 1e-10
