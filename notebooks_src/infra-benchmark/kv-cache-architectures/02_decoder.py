@@ -25,9 +25,8 @@ class ArchConfig:
     # [en] K/V heads per layer; None: one per query head (MHA).
     # [zh] 每层的 K/V 头数；None 表示每个查询头各有一个（MHA）。
     kv_heads: int | None = None
-    # [en] Rotary position embeddings in every attention layer instead of a learned position table (explained
-    # [en] where RoPE is taught; off for GQA).
-    # [zh] 在每个注意力层中使用旋转位置编码，代替可学习的位置嵌入表（讲解 RoPE 的一节会细说；GQA 用不到）。
+    # [en] Rotary position embeddings (`Rotary`) in every attention layer instead of a learned position table.
+    # [zh] 在每个注意力层中使用旋转位置编码（`Rotary`），代替可学习的位置嵌入表。
     rope: bool = False
     rope_theta: float = 10000.0
     # [en] The rest never touches the cache (ignore on a first read): they let Hugging Face referees load our weights.
@@ -81,9 +80,9 @@ class Attention(nn.Module):
     # [zh] 下面四个方法可供重写：每种变体的子类只重写它要改动的那些（GQA 一个都不用重写）。
 
     def new_cache(self, caches: list):
-        # [en] The cache of this layer. `caches` holds those of the layers below, for a layer that shares a lower
-        # [en] layer's cache (the compression notebook has such layers).
-        # [zh] 本层的缓存。`caches` 中是下面各层的缓存，供与下面某一层共享缓存的层使用（压缩笔记本中有这样的层）。
+        # [en] The cache of this layer. `caches` holds those of the layers below, for a layer that reuses a lower
+        # [en] layer's cache.
+        # [zh] 本层的缓存。`caches` 中是下面各层的缓存，供复用下面某一层缓存的层使用。
         return FullKV()
 
     def mask(self, query_pos, key_pos):
