@@ -2,9 +2,10 @@
 # The [first notebook]({{colab:infra-benchmark/kv-cache}}) built a KV cache for a GPT-2-like decoder:
 # every attention head keeps its own keys and values, and positions are learned vectors added to the
 # token embeddings. The models a reader meets next (Llama, Mistral, Qwen, Gemma) change exactly the
-# parts a cache depends on. They keep fewer K/V heads than query heads, they encode positions by
-# rotating Q and K, some let a query read only a window of recent keys, and serving systems store K/V
-# in fewer bits and compute attention with fused kernels.
+# parts a cache depends on. They encode positions by rotating Q and K; most recent ones (from Llama 2 70B,
+# Llama 3, Mistral 7B, Qwen2 and Gemma 2 on) keep fewer K/V heads than query heads, while Llama 1, Llama 2
+# 7B/13B and Gemma 7B still give every query head its own; some let a query read only a window of recent
+# keys; and serving systems store K/V in fewer bits and compute attention with fused kernels.
 #
 # This notebook takes these changes one at a time and proves each the way the first notebook proved
 # its cache: the cached path must equal full recomputation (or, once exactness is given up on purpose,
@@ -19,7 +20,7 @@
 # · 11 takeaways and exercises.
 
 # %% [markdown] lang="zh"
-# [第一份笔记本]({{colab:infra-benchmark/kv-cache}})为一个类似 GPT-2 的解码器实现了 KV 缓存：每个注意力头都保留自己的 K 和 V，位置则是加到 token 嵌入上的可学习向量。读者接下来会遇到的模型（Llama、Mistral、Qwen、Gemma）恰恰改动了缓存所依赖的那几处：K/V 头比查询头少；位置信息通过旋转 Q 和 K 来编码；有的模型只让查询读取最近一段窗口内的键；而推理服务系统会用更少的比特存放 K/V，并用融合内核（fused kernel）计算注意力。
+# [第一份笔记本]({{colab:infra-benchmark/kv-cache}})为一个类似 GPT-2 的解码器实现了 KV 缓存：每个注意力头都保留自己的 K 和 V，位置则是加到 token 嵌入上的可学习向量。读者接下来会遇到的模型（Llama、Mistral、Qwen、Gemma）恰恰改动了缓存所依赖的那几处：位置信息通过旋转 Q 和 K 来编码；近来的多数模型（从 Llama 2 70B、Llama 3、Mistral 7B、Qwen2 和 Gemma 2 起）K/V 头比查询头少，而 Llama 1、Llama 2 7B/13B 和 Gemma 7B 仍让每个查询头各有自己的 K/V 头；有的模型只让查询读取最近一段窗口内的键；而推理服务系统会用更少的比特存放 K/V，并用融合内核（fused kernel）计算注意力。
 #
 # 本笔记本逐一考察这些改动，并沿用第一份笔记本证明缓存的方法来证明每一项。缓存路径必须与完整重算一致；如果有意放弃了精确性，误差就必须落在明确写出的界内。故意改坏的版本必须通不过同一项检查。凡是有外部实现可供对照的地方，用同一份随机权重构建的 Hugging Face 模型都必须在 FP64 下与我们的实现一致。
 #
@@ -48,18 +49,16 @@ QUICK = False
 # [en] Seed of the random weights and of the fixed token streams.
 # [zh] 随机权重和固定 token 序列所用的随机种子。
 SEED = 0
-# [en] Folder that receives results.json and the PNG figures.
-# [zh] 存放 results.json 和 PNG 图片的文件夹。
+# [en] Folder for the PNG figures (the build also writes results.json there).
+# [zh] 存放 PNG 图片的文件夹（构建时 results.json 也写在这里）。
 OUTPUT_DIR = "."
 
 # %%
 import copy
-import json
 import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 
 import matplotlib.pyplot as plt
 import numpy as np

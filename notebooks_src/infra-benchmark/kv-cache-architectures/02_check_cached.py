@@ -4,11 +4,11 @@
 # lengths). `check_cached` compares it with one full call over the whole stream, of the same model or of a
 # `reference` model: every logit at every position, and every tensor the caches hold at the end, the
 # positions bit for bit (they are integers) and the keys and values within the dtype's tolerance
-# `TOLERANCE`. The stream is fixed: 2 rows of 24 tokens. (`distinct` compares a cache that several layers share
-# only once; layers that share a cache come in the compression notebook.)
+# `TOLERANCE`. The stream is fixed: 2 rows of 24 tokens. (`distinct` makes sure that a cache several layers
+# share is compared only once.)
 
 # %% [markdown] lang="zh"
-# **每种精确变体都必须通过的检查。** `run_chunked` 是缓存路径：把 token 按分块送入，每次调用都带上前一次返回的缓存（分块可以是同一个长度，也可以是一串长度）。`check_cached` 把它与覆盖整条序列的一次完整调用相比较；做这次完整调用的，可以是同一个模型，也可以是另行指定的参照模型 `reference`。比较的内容是每个位置上的每个 logit，以及最后各缓存中保存的每个张量：位置是整数，必须逐比特相同；键和值则在该精度的容差 `TOLERANCE` 内一致。序列是固定的：2 行，每行 24 个 token。（被几层共享的缓存由 `distinct` 保证只比较一次；共享缓存的层出现在压缩笔记本中。）
+# **每种精确变体都必须通过的检查。** `run_chunked` 是缓存路径：把 token 按分块送入，每次调用都带上前一次返回的缓存（分块可以是同一个长度，也可以是一串长度）。`check_cached` 把它与覆盖整条序列的一次完整调用相比较；做这次完整调用的，可以是同一个模型，也可以是另行指定的参照模型 `reference`。比较的内容是每个位置上的每个 logit，以及最后各缓存中保存的每个张量：位置是整数，必须逐比特相同；键和值则在该精度的容差 `TOLERANCE` 内一致。序列是固定的：2 行，每行 24 个 token。（被几层共享的缓存由 `distinct` 保证只比较一次。）
 
 # %%
 STREAM_LEN = 24

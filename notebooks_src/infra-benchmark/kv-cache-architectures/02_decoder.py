@@ -2,14 +2,14 @@
 # **The configuration.** `ArchConfig` holds the first notebook's `DecoderConfig` sizes, with the same defaults,
 # and adds one field per design change. With every field at its default it describes the first notebook's
 # GPT-2-shaped decoder: learned
-# positions, LayerNorm, the GELU `MLP`, biases, one K/V head per query head. The Llama family changes five of
-# them: fewer K/V heads (`kv_heads`), rotary position embeddings instead of a position table (`rope`), RMSNorm
+# positions, LayerNorm, the GELU `MLP`, biases, one K/V head per query head. Llama 3 changes five of
+# them: fewer K/V heads (`kv_heads`; Llama 1 and Llama 2 7B/13B still had one per query head), rotary position embeddings instead of a position table (`rope`), RMSNorm
 # (`norm="rms"`), the gated SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$
 # (`mlp_kind="swiglu"`) and no biases. Only the first two touch the cache; the others are there so that
 # Hugging Face models can check ours weight for weight.
 
 # %% [markdown] lang="zh"
-# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 系列改动了其中五处：更少的 K/V 头（`kv_heads`）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能载入与我们相同的权重，来核对我们的模型。
+# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 3 改动了其中五处：更少的 K/V 头（`kv_heads`；Llama 1 和 Llama 2 7B/13B 仍是每个查询头各有一个 K/V 头）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能载入与我们相同的权重，来核对我们的模型。
 
 # %%
 @dataclass
@@ -25,9 +25,8 @@ class ArchConfig:
     # [en] K/V heads per layer; None: one per query head (MHA).
     # [zh] 每层的 K/V 头数；None 表示每个查询头各有一个（MHA）。
     kv_heads: int | None = None
-    # [en] Rotary position embeddings in every attention layer instead of a learned position table (explained
-    # [en] where RoPE is taught; off for GQA).
-    # [zh] 在每个注意力层中使用旋转位置编码，代替可学习的位置嵌入表（讲解 RoPE 的一节会细说；GQA 用不到）。
+    # [en] Rotary position embeddings (`Rotary`) in every attention layer instead of a learned position table.
+    # [zh] 在每个注意力层中使用旋转位置编码（`Rotary`），代替可学习的位置嵌入表。
     rope: bool = False
     rope_theta: float = 10000.0
     # [en] The rest never touches the cache (ignore on a first read): they let Hugging Face referees load our weights.
@@ -81,9 +80,9 @@ class Attention(nn.Module):
     # [zh] 下面四个方法可供重写：每种变体的子类只重写它要改动的那些（GQA 一个都不用重写）。
 
     def new_cache(self, caches: list):
-        # [en] The cache of this layer. `caches` holds those of the layers below, for a layer that shares a lower
-        # [en] layer's cache (the compression notebook has such layers).
-        # [zh] 本层的缓存。`caches` 中是下面各层的缓存，供与下面某一层共享缓存的层使用（压缩笔记本中有这样的层）。
+        # [en] The cache of this layer. `caches` holds those of the layers below, for a layer that reuses a lower
+        # [en] layer's cache.
+        # [zh] 本层的缓存。`caches` 中是下面各层的缓存，供复用下面某一层缓存的层使用。
         return FullKV()
 
     def mask(self, query_pos, key_pos):

@@ -34,16 +34,16 @@ else:
 # | what is compared | where | max abs difference |
 # |---|---|---|
 # | logits, against the interleaved model | section 4.2 | {{run:gqa.tile_logit_diff:.2f}} |
-# | one layer's output, against the head loop | section 4.2 (and section 10's table of controls) | {{run:gqa.head_loop_tiled:.3f}} |
+# | one layer's output, against the head loop | section 4.2 | {{run:gqa.head_loop_tiled:.3f}} |
 # | logits of this section's RoPE model, against Hugging Face's | the table below | {{run:referee.tiled_full:.2f}} |
 
 # %% [markdown] lang="zh"
-# 裁判同样能在完整调用中查出第 4 节的负对照，即平铺的 K/V 头。同一个错误有三个数，每个数来自一种比较：
+# 裁判同样能在完整调用中查出第 4 节的负对照，即平铺的 K/V 头。同一个错误在三种比较中得到三个数：
 #
-# | 比较什么 | 位置 | 最大绝对误差 |
+# | 比较什么 | 出处 | 最大绝对误差 |
 # |---|---|---|
 # | logits，与交错模型比较 | 第 4.2 节 | {{run:gqa.tile_logit_diff:.2f}} |
-# | 一个注意力层的输出，与逐头循环比较 | 第 4.2 节（以及第 10 节的负对照汇总表） | {{run:gqa.head_loop_tiled:.3f}} |
+# | 一个注意力层的输出，与逐头循环比较 | 第 4.2 节 | {{run:gqa.head_loop_tiled:.3f}} |
 # | 本节 RoPE 模型的 logits，与 Hugging Face 的模型比较 | 下表 | {{run:referee.tiled_full:.2f}} |
 
 # %%

@@ -77,17 +77,15 @@ by_formula = rope_by_formula(rope_input, every_position)
 ROPE_FORMULA = {"rotary": max_abs_err(rotary64(rope_input, every_position), by_formula),
                 "backwards": max_abs_err(turned_backwards(rope_input, every_position), by_formula),
                 "backwards_shift_error": shift_error(turned_backwards)}
-CONTROLS["rope_turned_backwards"] = {"section": 5, "check": "rope_by_formula",
-                                     "measured": ROPE_FORMULA["backwards"],
-                                     "shift_test_passed": ROPE_FORMULA["backwards_shift_error"] < 1e-12,
-                                     "caught": ROPE_FORMULA["backwards"] > 1.0}
+backwards_caught = ROPE_FORMULA["backwards"] > 1.0
+CONTROLS["rope_turned_backwards"] = {"section": 5, "check": "rope_by_formula", "caught": backwards_caught}
 say(en=f"`Rotary` against the formula (FP64, 512 positions): largest difference {ROPE_FORMULA['rotary']:.1e}. Turned backwards: "
        f"its scores change under the shifts by only {ROPE_FORMULA['backwards_shift_error']:.1e}, so it passes the shift test, "
        f"but it is {ROPE_FORMULA['backwards']:.2f} from the formula, caught.",
     zh=f"`Rotary` 对照公式（FP64，512 个位置）：最大绝对误差为 {ROPE_FORMULA['rotary']:.1e}。反向旋转：平移时分数只变化 "
        f"{ROPE_FORMULA['backwards_shift_error']:.1e}，能通过平移检验，但与公式的最大绝对误差为 {ROPE_FORMULA['backwards']:.2f}，已查出。")
 assert ROPE_FORMULA["rotary"] < 1e-12
-assert CONTROLS["rope_turned_backwards"]["shift_test_passed"] and CONTROLS["rope_turned_backwards"]["caught"]
+assert ROPE_FORMULA["backwards_shift_error"] < 1e-12 and backwards_caught
 
 # %% [markdown] lang="en"
 # From here on the model is Llama-shaped: GQA with $H_{kv} = 2$, RoPE, RMSNorm, the gated SiLU MLP and no
@@ -115,13 +113,14 @@ class RotatedFromZero(Attention):
 
 
 ROPE_GRID = run_grid(lambda: build(LLAMA_CFG))
-CONTROLS["rotated_from_zero"] = {"section": 5, **run_control(lambda: build(LLAMA_CFG, lambda i: RotatedFromZero(LLAMA_CFG)))}
+rotated = run_control(lambda: build(LLAMA_CFG, lambda i: RotatedFromZero(LLAMA_CFG)))
+CONTROLS["rotated_from_zero"] = {"section": 5, "check": "check_cached", "caught": rotated["caught"]}
 summary_table({"`build(LLAMA_CFG)`": ROPE_GRID})
 say(en=f"Rotated from position 0: the check fails for chunks of 1, 2 and 5 (smallest logit error "
-       f"{CONTROLS['rotated_from_zero']['measured']:.2f}), caught.",
+       f"{rotated['measured']:.2f}), caught.",
     zh=f"从位置 0 开始旋转：分块长度为 1、2、5 时检查全部失败（logits 的最大绝对误差最小也有 "
-       f"{CONTROLS['rotated_from_zero']['measured']:.2f}），已查出。")
-assert all(r["passed"] for r in ROPE_GRID) and CONTROLS["rotated_from_zero"]["caught"]
+       f"{rotated['measured']:.2f}），已查出。")
+assert all(r["passed"] for r in ROPE_GRID) and rotated["caught"]
 
 # %% [markdown] lang="en"
 # **A lesson rather than a bug: a uniform shift of all positions.** Now number *every* token $s = 100$ higher

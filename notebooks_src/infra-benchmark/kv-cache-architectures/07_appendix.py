@@ -71,7 +71,7 @@ assert all(close(*pair) for pair in LAYOUT_PAIRS.values())
 # `lm_head`) reads it through an RMSNorm, which rounds its input to FP32 here and so can erase differences that small.
 
 # %% [markdown] lang="zh"
-# **B. Hugging Face 的哪几个 FP32 步骤起作用（第 5.1 节）。** 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角（`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`，`LlamaRotaryEmbedding.forward` 中的 `.float()`）。下面的单元格把这两步分别单独加进我们的 FP64 模型，再把两步一起加进去，每次都与裁判比较一次完整调用：只有两步都复现时，最大绝对误差才降到 $10^{-10}$ 以下。这就是第 5.1 节拿 `with_hf_precision` 与裁判比较的原因。FP32 的 RMSNorm 也解释了第 5.1 节的结果为什么可能逐比特相同，尽管在同一组 FP64 输入上，我们的显式 softmax 与 Hugging Face 的 SDPA 结果并不相同（相差多少由下面的单元格测出）：读取残差流的一切（下一层的各个投影，因而也包括它的缓存，以及 `lm_head`）都要先经过一个 RMSNorm，而这里每个 RMSNorm 都先把输入舍入到 FP32，这么小的差异就可能被抹掉。
+# **B. Hugging Face 的哪几个 FP32 步骤起作用（第 5.1 节）。** 即使调用了 `.double()`，Hugging Face 的 Llama 仍在 FP32 下计算 RMSNorm 和旋转角（`LlamaRMSNorm.forward` 中的 `.to(torch.float32)`，`LlamaRotaryEmbedding.forward` 中的 `.float()`）。下面的单元格先把这两步分别加进我们的 FP64 模型，再把两步一起加进去，每次都与裁判比较一次完整调用：只有两步都复现时，最大绝对误差才降到 $10^{-10}$ 以下。这就是第 5.1 节拿 `with_hf_precision` 与裁判比较的原因。FP32 的 RMSNorm 也解释了第 5.1 节的结果为什么可能逐比特相同，尽管在同一组 FP64 输入上，我们的显式 softmax 与 Hugging Face 的 SDPA 结果并不相同（相差多少由下面的单元格测出）：凡是读取残差流的部分（下一层的各个投影及其缓存，以及 `lm_head`）都要先经过 RMSNorm，而这里每个 RMSNorm 都先把输入舍入到 FP32，这么小的差异就可能被抹掉。
 
 # %%
 LLAMA_FP32_STEPS = None
@@ -96,8 +96,8 @@ if HAVE_HF:
                                 F.scaled_dot_product_attention(q64, k64, v64, attn_mask=allowed64, enable_gqa=True))
     say(en=f"The two attentions alone differ by {ATTENTION_GAP:.0e} on the same FP64 inputs; section 5.1's referee "
            + ("matched bit for bit." if llama_err == 0 else f"differed by {llama_err:.0e}."),
-        zh=f"单看注意力，两种实现在同一组 FP64 输入上相差 {ATTENTION_GAP:.0e}；第 5.1 节的裁判比较"
-           + ("逐比特相同。" if llama_err == 0 else f"相差 {llama_err:.0e}。"))
+        zh=f"单看注意力，两种实现在同一组 FP64 输入上相差 {ATTENTION_GAP:.0e}；"
+           + ("而第 5.1 节与裁判比较的结果逐比特相同。" if llama_err == 0 else f"而第 5.1 节与裁判比较，相差 {llama_err:.0e}。"))
 else:
     say(en=f"Appendix B is skipped: `transformers` is not available here ({HF_SKIP}).",
         zh=f"附录 B 已跳过：当前环境没有可用的 `transformers`（{HF_SKIP}）。")

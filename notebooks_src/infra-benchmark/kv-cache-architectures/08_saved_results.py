@@ -18,9 +18,23 @@ EXACT_GRIDS = {"gqa2": GQA_GRIDS["gqa2"], "mqa": GQA_GRIDS["mqa"], "rope": ROPE_
 REFEREES = {"Llama": LLAMA_CROSS["hf_precision"], "Mistral": MISTRAL_CROSS["hf_precision"]} if HAVE_HF else {}
 
 # %% tags=["record"]
+CONTROL_FIELDS = {
+    "tiled_kv_heads": {"measured": HEAD_LOOP["tiled"], "cached_vs_full_passed": all(r["passed"] for r in TILED_GRID)},
+    "rope_turned_backwards": {"measured": ROPE_FORMULA["backwards"],
+                              "shift_test_passed": ROPE_FORMULA["backwards_shift_error"] < 1e-12},
+    "rotated_from_zero": rotated,
+    "window_one_key_too_wide": wide | {"keys_read_last": wide_keys[-1]},
+    "window_one_key_too_narrow": {"cached_vs_full_passed": narrow_passed, "keys_read_last": narrow_keys[-1],
+                                  "measured": sum(n != k for n, k in zip(narrow_keys, KEYS_READ))},
+    "crop_to_window": {"measured": CROP["crop_W_restart"]},
+    "scale_forgotten": {"measured": FORGOTTEN["max_abs_logit_err"], "agreement": FORGOTTEN["agreement"]},
+    "is_causal_after_cache": sdpa_control | {"measured": min(sdpa_control["errors"][2:])},
+}
 if HAVE_HF:
-    CONTROLS["tiled_kv_heads"]["referee_full_logit_err"] = LLAMA_CROSS["tiled_kv_heads"]["full"]
-    CONTROLS["window_one_key_too_wide"]["referee_full_logit_err"] = MISTRAL_CROSS["window_one_key_too_wide"]["full"]
+    CONTROL_FIELDS["tiled_kv_heads"]["referee_full_logit_err"] = LLAMA_CROSS["tiled_kv_heads"]["full"]
+    CONTROL_FIELDS["window_one_key_too_wide"]["referee_full_logit_err"] = MISTRAL_CROSS["window_one_key_too_wide"]["full"]
+for name, fields in CONTROL_FIELDS.items():
+    CONTROLS[name] = CONTROLS[name] | {key: value for key, value in fields.items() if key not in CONTROLS[name]}
 RESULTS = {
     "config": {
         "base": {"vocab": cfg.vocab, "width": cfg.width, "heads": cfg.heads, "head_dim": cfg.head_dim,
