@@ -11,8 +11,8 @@
 # - **Per-layer errors say where a mistake sits**: a mistake that acts after a layer has produced its
 #   keys and values leaves that layer's cache right and shows up in the next layer's.
 # - **The tolerance decides what a comparison can see.** The wrong GELU changed the logits by only
-#   {{run:takeaways.gelu_error:.1e}}: far above FP64 rounding, but only {{run:gelu.fp32_margin:.0f}} times
-#   the FP32 tolerance. With `mlp.fc` scaled by 0.1, so that the activation inputs shrink, its FP32
+#   {{run:takeaways.gelu_error:.1e}}: far above FP64 rounding; in FP32 it is caught, but its largest error
+#   is only {{run:gelu.fp32_margin:.0f}} times the FP32 tolerance. With `mlp.fc` scaled by 0.1, so that the activation inputs shrink, its FP32
 #   error, {{run:gelu.fp32_small_trap:.1e}}, passes the FP32 tolerance. Compare in FP64 when a small
 #   systematic difference matters.
 # - **The library's cache is an object updated in place.** Reuse a prefix by taking a deep copy first,
