@@ -43,7 +43,7 @@
 # - **库的缓存是一个被原地更新的对象。** 要复用某个前缀，先做一份深拷贝；或者用 `crop(-n)` 把缓存截短，辅助生成（投机解码）正是这样丢掉被拒绝的草稿 token 的。我们的张量列表两种办法都用不着。
 # - **运算相同，开销不同。** 两个模型的一个解码步都做了 {{run:profile.matmul_flops:,}} 次矩阵乘法浮点运算；库的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；在构建本笔记本的机器上，库的耗时是我们的 {{run:race.ratio:.2f}} 倍。把耗时之差平摊到多出来的调用上，每次调用约 {{run:profile.us_per_call:.1f}} 微秒（这是平均值，不是实测的开销，见第 10 节）；它说明不了实际规模下的速度。
 #
-# **版本与保存的结果。** 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的；第 4、7、8 节也在 4.57.1 和 5.0.0 上原样运行过。它只以 `crop(-n)` 的形式调用 `crop`：5.23.0 会拒绝正数参数，也就是旧的“保留长度”写法（见 `transformers/cache_utils.py` 中的 `DynamicLayer.crop`）。构建时把 `results.json`（误差、陷阱、GELU 实验、缓存复用、计时与性能分析；各字段见 `docs/kv-cache-hf-gpt2-results-schema.md`）写入 `outputs/infra-benchmark/kv-cache-hf-gpt2/`；自己运行本笔记本的读者会在 `OUTPUT_DIR` 中找到各张图。
+# **版本与保存的结果。** 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的；第 4、7、8 节也在 4.57.1 和 5.0.0 上原样运行过。它只以 `crop(-n)` 的形式调用 `crop`：5.23.0 会拒绝正数参数，也就是旧的“保留长度”写法（见 `transformers/cache_utils.py` 中的 `DynamicLayer.crop`）。构建时把 `results.json`（误差、陷阱、GELU 实验、缓存复用、计时与性能分析；各字段见 `docs/kv-cache-hf-gpt2-results-schema.md`）写入 `outputs/infra-benchmark/kv-cache-hf-gpt2/`；读者自己运行本笔记本时，会在 `OUTPUT_DIR` 中找到各张图。
 
 # %% tags=["prose-values"]
 {"takeaways": {"worst_error": worst_error(peer_errors),
