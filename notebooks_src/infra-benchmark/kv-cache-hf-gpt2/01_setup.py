@@ -32,7 +32,7 @@
 # new token.
 #
 # The notebook needs the `transformers` library (Colab ships it). Without it, section 4 says so in one
-# sentence, and the later sections do nothing except record the skip in `results.json`.
+# sentence, and the later sections skip their cells.
 
 # %% [markdown] lang="zh"
 # 笔记本《从零实现 KV 缓存》（[打开]({{colab:infra-benchmark/kv-cache}})）实现了一个带 KV 缓存的两层小解码器，并拿它与自身对照。本笔记本把这个解码器的权重复制进一位不是我们编写的裁判：Hugging Face 的 `GPT2LMHeadModel`（第 4 节说明为什么需要它），然后追问两者是否一致、这种一致有多大的说服力，以及它揭示了这个库的哪些行为。
@@ -50,7 +50,7 @@
 #
 # 有两个术语会反复出现。**提示**（prompt）是生成所依据的那段开头文本；**预填充**（prefill）是第一次调用，它把整个提示送进模型，并填满缓存。之后的每次调用都是一个**解码步**，只送入一个新 token。
 #
-# 本笔记本需要 `transformers` 库（Colab 已预装）。如果没有安装，第 4 节会用一句话说明，后面各节只在 `results.json` 里记下跳过的原因，别的什么也不做。
+# 本笔记本需要 `transformers` 库（Colab 已预装）。如果没有安装，第 4 节会用一句话说明，后面各节的单元格都直接跳过。
 
 # %% [markdown] lang="en"
 # ## 1. Setup
@@ -71,8 +71,8 @@
 # [en] QUICK: shorter timing (section 10); the correctness checks stay complete.
 # [zh] QUICK：缩短计时（第 10 节）；正确性检查保持完整。
 QUICK = False
-# [en] Seed for the random weights and token streams; folder for results.json and figures.
-# [zh] 随机权重和 token 序列的随机种子；results.json 和图片的输出目录。
+# [en] Seed for the random weights and token streams; folder for the figures.
+# [zh] 随机权重和 token 序列的随机种子；图片的输出目录。
 SEED = 0
 OUTPUT_DIR = "."
 
@@ -80,13 +80,11 @@ OUTPUT_DIR = "."
 # [en] NumPy and the modules that describe the machine come with the next cell, which every notebook of
 # [en] this series shares.
 # [zh] NumPy 以及记录机器信息所用的模块由下一个单元格导入，本系列的每份笔记本都共用那个单元格。
-import json
 import math
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import torch

@@ -81,17 +81,16 @@ if HAVE_TRANSFORMERS:
 
 # %% tags=["hide-input"]
 if HAVE_TRANSFORMERS:
-    say_table([[f"`{label}`"] + [f"{worst_logit_error(row[c]):.2e} (`{verdict}`)"
+    say_table([[f"`{label}`"] + [f"{worst_error(row[c]):.2e} (`{verdict}`)"
                                  for c, verdict in zip(GELU_COLUMNS, gelu_verdicts[label])]
                for label, row in gelu_rows.items()],
               en=["weights", "FP32, correct", "FP32, `gelu_new`", "FP64, correct", "FP64, `gelu_new`"],
               zh=["权重", "FP32，正确映射", "FP32，`gelu_new`", "FP64，正确映射", "FP64，`gelu_new`"])
-    say(en="Largest logit difference, GPT-2 against ours. In brackets the verdict of `agrees`, which judges more than "
-           "the number shown: is the worst quantity, over the logits and every layer's cached K and V, within "
-           "$10^{-5}$ (FP32) or $10^{-10}$ (FP64)?",
-        zh="表中是 GPT-2 与我们的解码器之间 logits 的最大绝对误差。括号里是 `agrees` 的判定，它看的不只是表中这个数："
-           "最差一项（logits 以及每一层缓存的 K、V 各自的最大绝对误差中最大的那个）是否在 $10^{-5}$（FP32）"
-           "或 $10^{-10}$（FP64）的容差以内？")
+    say(en="The worst quantity of each comparison, GPT-2 against ours: the largest absolute error over the logits and "
+           "every layer's cached K and V. In brackets the verdict of `agrees`: is that number within $10^{-5}$ (FP32) "
+           "or $10^{-10}$ (FP64)?",
+        zh="表中是每次比较的最差一项：GPT-2 与我们的解码器之间，logits 以及每一层缓存的 K、V 各自的最大绝对误差中"
+           "最大的那个。括号里是 `agrees` 的判定：这个数是否在 $10^{-5}$（FP32）或 $10^{-10}$（FP64）的容差以内？")
 
 
 # %% [markdown] lang="en"
@@ -109,12 +108,10 @@ if HAVE_TRANSFORMERS:
 #
 # The other two traps of section 7 are far louder: the smaller of their logit errors is
 # {{run:gelu.other_over_gelu:,.0f}} times the GELU trap's, so of the three only the GELU trap can slip through an
-# FP32 comparison. Why exactly $10^{-10}$? The next cell compares, in FP64, the *worst quantity* of each
-# comparison (its largest absolute error over the logits and every layer's cached K and V) for the correct
-# mapping and for the weakest trap, `gelu_new`, each on the weight set where it is hardest to separate.
-# Any tolerance between the two rows would do; $10^{-10}$ is a round number inside that gap. The cell
-# then asserts the verdicts of the FP32/FP64 table above, that FP32 rounding alone exceeds $10^{-10}$, and that the other two
-# traps exceed the FP32 tolerance more than a thousandfold.
+# FP32 comparison. Why exactly $10^{-10}$? In the FP64 columns the correct mapping stays at or below
+# {{run:gelu.fp64_noise:.1e}} and the weakest trap, `gelu_new`, at or above {{run:gelu.fp64_trap:.1e}}, on
+# both weight sets. Any tolerance between the two would do; $10^{-10}$ is a round number inside that gap.
+# The next cell checks these readings of the table.
 
 # %% [markdown] lang="zh"
 # 表中要看的是：
@@ -124,20 +121,13 @@ if HAVE_TRANSFORMERS:
 # - 换成缩小后的权重，陷阱在 FP32 下的误差为 {{run:gelu.fp32_small_trap:.1e}}，与正确映射的舍入噪声处于同一量级，于是通过了比较：在 FP32 下，用错了 GELU 根本看不出来。
 # - 在 FP64 下，正确映射的误差始终停留在舍入误差的水平，两组权重下的陷阱都被查出。
 #
-# 第 7 节另外两个陷阱造成的误差要大得多：两者中较小的那个 logits 误差也是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍，所以三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。为什么恰好取 $10^{-10}$？下一个单元格在 FP64 下比较两种映射的**最差一项**（即 logits 以及每一层缓存的 K、V 各自的最大绝对误差中最大的那个）：一种是正确映射，一种是最弱的陷阱 `gelu_new`，各取两组权重中最难把两者分开的那一组。介于表中两行之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。随后，这个单元格断言三件事：上面那张 FP32/FP64 表中的判定；单是 FP32 的舍入噪声就超过 $10^{-10}$；另外两个陷阱的误差都超过 FP32 容差的 1,000 倍。
+# 第 7 节另外两个陷阱造成的误差要大得多：两者中较小的那个 logits 误差也是 GELU 陷阱的 {{run:gelu.other_over_gelu:,.0f}} 倍，所以三个陷阱里，只有 GELU 陷阱可能在 FP32 的比较中蒙混过关。为什么恰好取 $10^{-10}$？看表中 FP64 的两列：两组权重下，正确映射的最差一项都不超过 {{run:gelu.fp64_noise:.1e}}，最弱的陷阱 `gelu_new` 则都不低于 {{run:gelu.fp64_trap:.1e}}。介于两者之间的任何容差都可以；$10^{-10}$ 只是这个区间里一个取整的值。下一个单元格核对从表中读出的这些结论。
 
 # %%
 if HAVE_TRANSFORMERS:
-    # [en] FP64, worst quantity: the correct mapping on its worse weight set, the GELU trap on its better one.
-    # [zh] FP64 下的最差一项：正确映射取较差的那组权重，GELU 陷阱取较好的那组。
-    noise_set = max(gelu_rows, key=lambda label: worst_error(gelu_rows[label][("fp64", "correct")]))
-    trap_set = min(gelu_rows, key=lambda label: worst_error(gelu_rows[label][("fp64", "gelu_new")]))
-    say_table([["`correct`", f"`{noise_set}`", f"{worst_error(gelu_rows[noise_set][('fp64', 'correct')]):.1e}"],
-               ["`gelu_new`", f"`{trap_set}`", f"{worst_error(gelu_rows[trap_set][('fp64', 'gelu_new')]):.1e}"]],
-              en=["mapping, FP64", "weight set", "worst quantity: max abs error over logits and cached K/V"],
-              zh=["映射（FP64）", "权重", "最差一项：logits 与缓存 K/V 的最大绝对误差中的最大值"])
-    # [en] The verdicts the text reads from the table: FP32 misses the trap only with the scaled weights ...
-    # [zh] 正文从表中读出的判定：只有换成缩小后的权重时，FP32 才漏掉陷阱……
+    # [en] The verdicts the text reads from the table: FP32 misses the trap only with the scaled weights, FP64
+    # [en] separates the correct mapping from the trap on both ...
+    # [zh] 正文从表中读出的判定：只有换成缩小后的权重时，FP32 才漏掉陷阱；FP64 在两组权重下都能把正确映射与陷阱分开……
     assert gelu_verdicts == {"model": [True, False, True, False], "mlp_fc_x0.1": [True, True, True, False]}
     # [en] ... FP32 rounding alone exceeds the FP64 tolerance, and the other traps are far above FP32's.
     # [zh] ……单是 FP32 的舍入噪声就超过了 FP64 的容差，而另外两个陷阱远远高于 FP32 的容差。
@@ -149,9 +139,11 @@ if HAVE_TRANSFORMERS:
 {"gelu": {
     "curve_gap": curve_gap, "peak_at": peak_at, "median_gap": median_gap,
     "median_input": mlp_inputs.abs().median().item(),
-    "fp32_correct": worst_logit_error(gelu_rows["model"][("fp32", "correct")]),
-    "fp32_trap": worst_logit_error(gelu_rows["model"][("fp32", "gelu_new")]),
-    "fp32_margin": worst_logit_error(gelu_rows["model"][("fp32", "gelu_new")]) / TOLERANCE[torch.float32],
-    "fp32_small_trap": worst_logit_error(gelu_rows["mlp_fc_x0.1"][("fp32", "gelu_new")]),
+    "fp32_correct": worst_error(gelu_rows["model"][("fp32", "correct")]),
+    "fp32_trap": worst_error(gelu_rows["model"][("fp32", "gelu_new")]),
+    "fp32_margin": worst_error(gelu_rows["model"][("fp32", "gelu_new")]) / TOLERANCE[torch.float32],
+    "fp32_small_trap": worst_error(gelu_rows["mlp_fc_x0.1"][("fp32", "gelu_new")]),
+    "fp64_noise": max(worst_error(row[("fp64", "correct")]) for row in gelu_rows.values()),
+    "fp64_trap": min(worst_error(row[("fp64", "gelu_new")]) for row in gelu_rows.values()),
     "other_over_gelu": other_traps / worst_logit_error(trap_errors["gelu_new"]),
 }} if HAVE_TRANSFORMERS else {}

@@ -1,6 +1,9 @@
 # %% tags=["record"]
 # [en] The run's record, results.json; schema: docs/kv-cache-hf-gpt2-results-schema.md.
 # [zh] 本次运行的记录 results.json；格式见 docs/kv-cache-hf-gpt2-results-schema.md。
+import json
+from datetime import datetime, timezone
+
 RESULTS = {
     "schema_version": 2,
     "notebook": "infra-benchmark/kv-cache-hf-gpt2",

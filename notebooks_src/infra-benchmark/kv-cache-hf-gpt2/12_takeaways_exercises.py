@@ -8,11 +8,11 @@
 #   `[in, out]`, and GPT-2's `c_attn` holds Q, K and V in one matrix. A missing weight, or a missing
 #   transpose that changes a shape, is refused at loading; tied embeddings, a square matrix left
 #   untransposed and the wrong GELU load silently, and only the comparison catches them.
-# - **Per-layer errors say where a mistake sits**: a mistake after a layer's attention leaves that
-#   layer's cache right and shows up in the next layer's.
+# - **Per-layer errors say where a mistake sits**: a mistake that acts after a layer has produced its
+#   keys and values leaves that layer's cache right and shows up in the next layer's.
 # - **The tolerance decides what a comparison can see.** The wrong GELU changed the logits by only
-#   {{run:takeaways.gelu_error:.1e}}: far above FP64 rounding, but only {{run:gelu.fp32_margin:.0f}} times
-#   the FP32 tolerance. With `mlp.fc` scaled by 0.1, so that the activation inputs shrink, its FP32
+#   {{run:takeaways.gelu_error:.1e}}: far above FP64 rounding; in FP32 it is caught, but its largest error
+#   is only {{run:gelu.fp32_margin:.0f}} times the FP32 tolerance. With `mlp.fc` scaled by 0.1, so that the activation inputs shrink, its FP32
 #   error, {{run:gelu.fp32_small_trap:.1e}}, passes the FP32 tolerance. Compare in FP64 when a small
 #   systematic difference matters.
 # - **The library's cache is an object updated in place.** Reuse a prefix by taking a deep copy first,
@@ -38,12 +38,12 @@
 #
 # - **外部裁判与我们的解码器一致。** 装入我们的权重后，`GPT2LMHeadModel` 无论用不用缓存都算出相同的 logits，每一层缓存的 K 和 V 也相同：最大绝对误差为 {{run:takeaways.worst_error:.1e}}，处于 FP64 舍入误差的水平。
 # - **错误出在映射上。** `nn.Linear` 存的是 `[out, in]`，GPT-2 的 `Conv1D` 存的是 `[in, out]`，GPT-2 的 `c_attn` 还把 Q、K、V 放在同一个矩阵里。缺了某个权重，或者漏了转置而导致形状不符，加载时就会被拒绝；共享嵌入权重、方阵漏了转置、用错了 GELU，加载时都一声不响，只有比较才能查出来。
-# - **逐层的误差能指出错误所在的位置**：发生在某一层注意力之后的错误，不影响这一层的缓存，要到下一层的缓存才显现出来。
+# - **逐层的误差能指出错误所在的位置**：在某一层算出 K 和 V 之后才起作用的错误，不影响这一层的缓存，要到下一层的缓存才显现出来。
 # - **容差决定了比较能看见什么。** 用错 GELU 只让 logits 偏离了 {{run:takeaways.gelu_error:.1e}}：远高于 FP64 的舍入误差；FP32 下也能查出，但误差只是 FP32 容差的 {{run:gelu.fp32_margin:.0f}} 倍。把 `mlp.fc` 乘以 0.1、让激活函数的输入变小之后，它在 FP32 下的误差 {{run:gelu.fp32_small_trap:.1e}} 就通过了 FP32 的容差。要分辨微小的系统性差异，就在 FP64 下比较。
 # - **库的缓存是一个被原地更新的对象。** 要复用某个前缀，先做一份深拷贝；或者用 `crop(-n)` 把缓存截短，辅助生成（投机解码）正是这样丢掉被拒绝的草稿 token 的。我们的张量列表两种办法都用不着。
 # - **运算相同，开销不同。** 两个模型的一个解码步都做了 {{run:profile.matmul_flops:,}} 次矩阵乘法浮点运算；库的一个解码步要调用 {{run:profile.gpt2_python:,}} 次函数，我们的只有 {{run:profile.ours_python:,}} 次；在构建本笔记本的机器上，库的耗时是我们的 {{run:race.ratio:.2f}} 倍。把耗时之差平摊到多出来的调用上，每次调用约 {{run:profile.us_per_call:.1f}} 微秒（这是平均值，不是实测的开销，见第 10 节）；它说明不了实际规模下的速度。
 #
-# **版本与保存的结果。** 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的；第 4、7、8 节也在 4.57.1 和 5.0.0 上原样运行过。它只以 `crop(-n)` 的形式调用 `crop`：5.23.0 会拒绝正数参数，也就是旧的“保留长度”写法（见 `transformers/cache_utils.py` 中的 `DynamicLayer.crop`）。构建时把 `results.json`（误差、陷阱、GELU 实验、缓存复用、计时与性能分析；各字段见 `docs/kv-cache-hf-gpt2-results-schema.md`）写入 `outputs/infra-benchmark/kv-cache-hf-gpt2/`；自己运行本笔记本的读者会在 `OUTPUT_DIR` 中找到各张图。
+# **版本与保存的结果。** 本笔记本是按本仓库锁定的 transformers 5.23.0 编写的；第 4、7、8 节也在 4.57.1 和 5.0.0 上原样运行过。它只以 `crop(-n)` 的形式调用 `crop`：5.23.0 会拒绝正数参数，也就是旧的“保留长度”写法（见 `transformers/cache_utils.py` 中的 `DynamicLayer.crop`）。构建时把 `results.json`（误差、陷阱、GELU 实验、缓存复用、计时与性能分析；各字段见 `docs/kv-cache-hf-gpt2-results-schema.md`）写入 `outputs/infra-benchmark/kv-cache-hf-gpt2/`；读者自己运行本笔记本时，会在 `OUTPUT_DIR` 中找到各张图。
 
 # %% tags=["prose-values"]
 {"takeaways": {"worst_error": worst_error(peer_errors),
@@ -99,8 +99,9 @@ if HAVE_TRANSFORMERS:
 #
 # `crop(-3)`: it removes the 3 rejected positions and leaves $20 + 2 = 22$. The next call then sees
 # exactly the cache of a 22-token prefix, so its logits must agree within $10^{-10}$ with those of one
-# full call over the 22 tokens plus the new one (in assisted decoding, the token GPT-2 itself chose in
-# place of the first rejected one). The next cell replays the round.
+# full call over the 22 tokens plus the new one, whatever that token is (in assisted decoding it is the
+# token GPT-2 itself chose in place of the first rejected one). The next cell replays the round with an
+# arbitrary token.
 #
 # </details>
 
@@ -109,14 +110,14 @@ if HAVE_TRANSFORMERS:
 #
 # <details><summary>查看答案</summary>
 #
-# 调用 `crop(-3)`：它去掉 3 个被拒绝的位置，留下 $20 + 2 = 22$ 个。这样，下一次调用看到的恰好是 22 个 token 的前缀所对应的缓存，所以它的 logits 必须与对这 22 个 token 加上新 token 做一次完整调用的结果在 $10^{-10}$ 以内一致（在辅助生成中，这个新 token 就是 GPT-2 自己选出、用来替换第一个被拒绝 token 的那个）。下一个单元格重演这一轮。
+# 调用 `crop(-3)`：它去掉 3 个被拒绝的位置，留下 $20 + 2 = 22$ 个。这样，下一次调用看到的恰好是 22 个 token 的前缀所对应的缓存，所以无论新 token 是哪一个，它的 logits 都必须与对这 22 个 token 加上新 token 做一次完整调用的结果在 $10^{-10}$ 以内一致（在辅助生成中，这个新 token 是 GPT-2 自己选出、用来替换第一个被拒绝 token 的那个）。下一个单元格用一个任意的 token 重演这一轮。
 #
 # </details>
 
 # %%
 if HAVE_TRANSFORMERS:
-    # [en] Indices 0-19: the prefix; 20-24: the 5 drafts; 25: the next token, fed at position 22.
-    # [zh] 下标 0–19 是前缀，20–24 是 5 个草稿 token，25 是下一个 token，它将送入位置 22。
+    # [en] Indices 0-19: the prefix; 20-24: the 5 drafts; 25: the next token (any token would do), fed at position 22.
+    # [zh] 下标 0–19 是前缀，20–24 是 5 个草稿 token，25 是下一个 token（任取一个即可），它将送入位置 22。
     round_ids = peer_ids[:1, :26]                                  # [1, 26]
     with torch.inference_mode():
         draft_cache = DynamicCache(config=gpt2_64.config)
