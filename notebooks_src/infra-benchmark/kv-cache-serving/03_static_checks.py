@@ -65,12 +65,14 @@ def show_static(runs):
 STATIC = {DTYPE_NAME[d]: check_static(StaticStore(cfg, len(PROMPTS), T_MAX, d)) for d in TOLERANCE}
 STATIC["fp32_spare_slot"] = check_static(StaticStore(cfg, len(PROMPTS), T_MAX + 1))
 show_static(STATIC)
-# [en] In one line: within tolerance of `torch.cat` with the same tokens, buffers never moved, one call per step,
-# [en] finite logits, the unwritten slots still NaN, and the buffer filled exactly to T_max.
-# [zh] 一句话：与 `torch.cat` 在容差内一致且 token 相同，缓冲区从未移动，每步一次调用，logits 有限，
-# [zh] 没写过的槽位仍是 NaN，缓冲区恰好写满到 T_max。
-assert all(r["close"] and r["tokens_identical"] and r["pointers_fixed"] and r["calls"] == DECODE_STEPS + 1
-           and r["finite"] and r["unused_slots_nan"] and r["length"] == T_MAX for r in STATIC.values())
+# [en] The criterion, one line per clause, for every row: within tolerance of `torch.cat` with the same tokens;
+# [en] buffers never moved, one call per step; finite logits, the unwritten slots still NaN, the buffer filled exactly to T_max.
+# [zh] 判据，每行一条，对每一行结果都成立：与 `torch.cat` 在容差内一致且 token 相同；缓冲区从未移动，每步一次调用；
+# [zh] logits 有限，没写过的槽位仍是 NaN，缓冲区恰好写满到 T_max。
+for r in STATIC.values():
+    assert r["close"] and r["tokens_identical"]
+    assert r["pointers_fixed"] and r["calls"] == DECODE_STEPS + 1
+    assert r["finite"] and r["unused_slots_nan"] and r["length"] == T_MAX
 
 # %% [markdown] lang="en"
 # One token past `T_max`: the prefill writes 12 positions and 20 decode steps fill the buffer to its last

@@ -220,15 +220,14 @@ STEP_SUMMARY["resolved"] = STEP_SUMMARY["static_faster"] + STEP_SUMMARY["static_
 {"step": STEP_SUMMARY}
 
 # %% [markdown] lang="en"
-# **The two steps' operators.** `torch.profiler` records every operator a step calls. We profile the
-# decode step at $P = {{run:step.prefix}}$ with each store ({{run:profile.steps}} steps each) and list every
-# operator whose calls per step differ. The cell asserts the two counts the code fixes: the
-# {{run:profile.cat_ops:.0f}} concatenations of a `torch.cat` step (`aten::cat`: K and V in each layer, and
-# the padding mask) are missing from the static step, which calls `aten::copy_` {{run:profile.copy_extra:.0f}}
-# more times instead (its in-place writes). The other rows are the views and slices each store's code makes.
+# **The two steps' operators.** The folded cell below profiles the decode step at $P = {{run:step.prefix}}$ with
+# each store ({{run:profile.steps}} steps each), lists every operator whose calls per step differ, and asserts
+# the two counts the code fixes: the {{run:profile.cat_ops:.0f}} `aten::cat` calls of a `torch.cat` step (K and V
+# in each layer, and the padding mask) become {{run:profile.copy_extra:.0f}} more `aten::copy_` calls in the
+# static step (its in-place writes).
 
 # %% [markdown] lang="zh"
-# **两种解码步调用的算子**：`torch.profiler` 会记录一个解码步调用的每个算子。我们在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步），列出每步调用次数不同的每一个算子。单元格断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次拼接（`aten::cat`：每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里没有，取而代之的是多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。其余各行是两种存储对象各自的代码所做的视图和切片。
+# **两种解码步调用的算子**：下面折叠起来的单元格在 $P = {{run:step.prefix}}$ 上分别对两种存储对象的解码步做性能分析（各 {{run:profile.steps}} 步），列出每步调用次数不同的每一个算子，并断言由代码决定的两个次数：`torch.cat` 解码步中的 {{run:profile.cat_ops:.0f}} 次 `aten::cat`（每一层的 K 和 V，再加填充掩码）在静态缓存的解码步里换成了多出的 {{run:profile.copy_extra:.0f}} 次 `aten::copy_`（即原地写入）。
 
 # %% tags=["hide-input"]
 # [en] Kineto, the profiler's engine, prints a line at every start and stop below this log level.

@@ -221,13 +221,16 @@ def show_paged(runs):
 # %%
 PAGED = {DTYPE_NAME[d]: check_paged(PagedCache(BlockPool(cfg, 32, BLOCK_SIZE, d))) for d in TOLERANCE}
 show_paged(PAGED)
-# [en] In one line: bit-exact vs the contiguous cache, within tolerance of `torch.cat` with the same tokens,
-# [en] the pool never moved (the contiguous cache did), and ceil(n / 4) blocks per sequence.
-# [zh] 一句话：与连续缓存逐比特相同，与 `torch.cat` 在容差内一致且 token 相同，池从未移动（连续缓存移动了），
-# [zh] 每条序列占 ceil(n / 4) 个物理块。
-assert all(r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"] and r["close_vs_cat"] and r["tokens_identical"]
-           and r["pool_fixed"] and not r["contiguous_fixed"]
-           and [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]] for r in PAGED.values())
+# [en] The criterion, one line per clause, for every dtype: logits and K/V bit-exact vs the contiguous cache;
+# [en] within tolerance of `torch.cat` with the same tokens; the pool never moved (the contiguous cache did);
+# [en] ceil(n / 4) blocks per sequence.
+# [zh] 判据，每行一条，对每种精度都成立：logits 和 K/V 与连续缓存逐比特相同；与 `torch.cat` 在容差内一致且 token 相同；
+# [zh] 池从未移动（连续缓存移动了）；每条序列占 ceil(n / 4) 个物理块。
+for r in PAGED.values():
+    assert r["bit_exact_vs_contiguous"] and r["kv_bit_exact_vs_contiguous"]
+    assert r["close_vs_cat"] and r["tokens_identical"]
+    assert r["pool_fixed"] and not r["contiguous_fixed"]
+    assert [len(t) for t in r["tables"]] == [math.ceil(n / BLOCK_SIZE) for n in r["lengths"]]
 
 # %% [markdown] lang="en"
 # **The block boundaries.** A chunk may end inside a block, fill one to its last slot, or run over

@@ -39,6 +39,6 @@
 # | `store_forward`（第 5 节） | 无：一次前向计算 | 各个生成循环；`serve`（第 8 节） |
 # | `SeqBatchStore` | 本次调用涉及的序列列表 | `store_forward`：先调用一次 `begin`，再在每一层调用 `write` |
 # | `PagedCache` | 每条序列一张块表 | `SeqBatchStore`：`reserve`、`write`、`read`；各循环：`add`、`fork`、`free` |
-# | `BlockPool` | K/V 张量、空闲列表、已填计数、持有者 | `PagedCache`：`allocate`、`hold`、`release`（→ `reclaim` → `clear`：每个调用下一个）；它也直接索引这些张量 |
+# | `BlockPool` | K/V 张量、空闲列表、已填计数、持有者 | `PagedCache`：`allocate`、`hold`、`release`（`release` 调用 `reclaim`，`reclaim` 再调用 `clear`）；它也直接索引这些张量 |
 #
 # 分页本身由 `PagedCache` 和 `BlockPool` 实现。`SeqBatchStore` 只是一个适配层，让第 5 节原封不动的稠密注意力能在分页缓存上运行；它的内部细节可以跳过。本节先构造池和块表，画出一个小例子，再把分页缓存与连续缓存相比较（一个 batch；共用的提示），最后是负对照。陆续到达又陆续离开的请求属于第 8 节的服务循环。

@@ -92,12 +92,13 @@ TRACE = watch(stream_cache, serve(model, stream_cache, stream_requests, STREAM_B
 show_trace([t for t in TRACE if t["admitted"]][:3])
 CONTINUOUS = summarize_stream(stream_requests, TRACE, stream_cache)
 show_stream(CONTINUOUS)
-# [en] In one line: each request's tokens and logits as when it runs alone (itself equal to full recomputation),
-# [en] blocks in use within the budgets, every block returned, and more than one token per decode step.
-# [zh] 一句话：每个请求的 token 和 logits 与它单独运行时相同（单独运行又与完整重算一致），在用的物理块
-# [zh] 不超过预算，每个物理块都已归还，每个解码步产生不止一个 token。
-assert (CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
-        and CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"] and CONTINUOUS["tokens_per_decode_step"] > 1)
+# [en] The criterion, one line per clause: each request's tokens and logits as when it runs alone (itself equal to
+# [en] full recomputation); blocks in use within the budgets, every block returned; more than one token per decode step.
+# [zh] 判据，每行一条：每个请求的 token 和 logits 与它单独运行时相同（单独运行又与完整重算一致）；在用的物理块
+# [zh] 不超过预算，每个物理块都已归还；每个解码步产生不止一个 token。
+assert CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
+assert CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"]
+assert CONTINUOUS["tokens_per_decode_step"] > 1
 
 # %% tags=["prose-values"]
 {"continuous": {"decode_steps": CONTINUOUS["decode_steps"], "tokens_per_decode_step": float(CONTINUOUS["tokens_per_decode_step"]), "iterations": CONTINUOUS["iterations"],

@@ -23,7 +23,7 @@
 #   {{run:continuous.decode_steps}} decode steps where static batching needed {{run:static_batching.decode_steps}}
 #   ({{run:continuous.tokens_per_decode_step:.2f}} against {{run:static_batching.tokens_per_decode_step:.2f}} tokens
 #   per decode step), and every request's tokens were those it generates alone.
-# * **Every check can fail.** All {{run:takeaways.controls}} negative controls were caught. Bit-for-bit
+# * **Every check can fail.** All {{run:takeaways.controls}} negative controls of sections 4–8 were caught. Bit-for-bit
 #   equality was asked only where it holds by construction (the same calls on the same inputs, gathers and
 #   copies); everything else was compared within the tolerance of its dtype.
 #
@@ -40,7 +40,7 @@
 # * **分页缓存**通过块表把每条序列的逻辑块映射到共享池中的物理块。读取只是收集，所以与连续缓存逐比特相同。物理块会归还到池中再被复用；`fork` 让新序列共享原序列的全部物理块，包括没填满的；序列要写入一个仍与别人共享的物理块时，先复制一份再写（写时复制）。
 # * **内存**，按预留的 K/V 内存中正在使用的比例计：在模拟负载上，按最大长度预留为 {{run:memory.used_contiguous_max:.1f}}%，按最终长度预留为 {{run:memory.used_contiguous_final:.1f}}%，物理块大小为 16 的分页为 {{run:memory.used_paged_16:.1f}}%；vLLM 论文测得 Orca 为 20.4% 到 38.2%，vLLM 为 96.3%。
 # * **连续批处理**在每次迭代都接纳新请求、让完成的请求退出。在同一个请求流上，它需要 {{run:continuous.decode_steps}} 个解码步，静态批处理需要 {{run:static_batching.decode_steps}} 个（每个解码步分别生成 {{run:continuous.tokens_per_decode_step:.2f}} 个和 {{run:static_batching.tokens_per_decode_step:.2f}} 个 token），而每个请求生成的 token 都与它单独运行时相同。
-# * **每项检查都能失败**：全部 {{run:takeaways.controls}} 个负对照都被查出。只有在由构造保证成立的地方（同样的输入上的同样的调用、收集和复制）才要求逐比特相同；其余一律在该精度的容差内比较。
+# * **每项检查都能失败**：第 4 到第 8 节的 {{run:takeaways.controls}} 个负对照全部被查出。只有在由构造保证成立的地方（同样的输入上的同样的调用、收集和复制）才要求逐比特相同；其余一律在该精度的容差内比较。
 #
 # 构建时会把本次运行检查和测量的内容（每种做法的误差、每个负对照及其是否被查出、计时、内存表、批处理的迭代记录）写入 `outputs/infra-benchmark/kv-cache-serving/` 下的 `results.json`，其结构见 `docs/kv-cache-serving-results-schema.md`；读者自己运行本笔记本时，各张图会保存在 `OUTPUT_DIR` 中。
 
