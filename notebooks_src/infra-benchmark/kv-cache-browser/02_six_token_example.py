@@ -33,11 +33,8 @@ toy = {
     "W_o": rng.normal(scale=scale, size=(WIDTH, WIDTH)),
     "W_vocab": rng.normal(scale=scale, size=(WIDTH, VOCAB)),
 }
-# [en] Cached and full computations add the same nonzero terms, perhaps in a different order (plus exact
-# [en] zeros from masked keys), so they may differ in the last bits: float64 results are compared within
-# [en] 1e-10 (absolute and relative), the tolerance the PyTorch notebooks of this series use for FP64.
-# [zh] 带缓存的调用与完整调用相加的非零项相同，顺序却可能不同（另加被掩码挡住的键贡献的零），结果可能在最后几个比特上不同：
-# [zh] FP64（`float64`）的结果在 1e-10（绝对与相对）的容差内比较，与本系列 PyTorch 笔记本的 FP64 容差相同。
+# [en] FP64 tolerance (absolute and relative), as in the PyTorch notebooks of this series.
+# [zh] FP64（`float64`）的容差（绝对与相对），与本系列 PyTorch 笔记本相同。
 TOLERANCE = 1e-10
 
 

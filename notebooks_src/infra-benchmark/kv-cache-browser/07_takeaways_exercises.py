@@ -3,8 +3,8 @@
 #
 # - **A KV cache stores each layer's keys and values** (this toy has one layer; the PyTorch notebook
 #   shows a cache per layer with two). A cached call projects only its new tokens,
-#   and its logits equal those of a full pass over the whole sequence, up to rounding (largest
-#   difference here {{run:browser.cached_vs_full:.2g}}; other splits, as in exercises 1 and 3, can differ in the last bits).
+#   and its logits equal those of a full pass over the whole sequence, up to rounding (section 2;
+#   largest difference here {{run:browser.cached_vs_full:.2g}}).
 # - **Positions continue from the cache length.** Restarting them at zero kept every shape legal and
 #   moved the logits by up to {{run:browser.restart_error:.2f}}.
 # - **A chunk that follows a cache needs the lower-right alignment**, $j \le P + i$ (`causal_lower_right`
@@ -19,7 +19,7 @@
 # %% [markdown] lang="zh"
 # ## 7. 要点与练习
 #
-# - **KV 缓存保存每一层的键和值**（这个玩具模型只有一层；PyTorch 笔记本用两层展示了每层各有一份缓存）。带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}；换一种切分方式，如练习 1 和练习 3，最后几个比特可能不同）。
+# - **KV 缓存保存每一层的键和值**（这个玩具模型只有一层；PyTorch 笔记本用两层展示了每层各有一份缓存）。带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（见第 2 节；这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}）。
 # - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 的最大绝对误差却达到 {{run:browser.restart_error:.2f}}。
 # - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 的最大绝对误差达到 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
 # - **精确的缓存省下了计算，却不损失精度**（压缩的缓存另当别论）：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 FP64 容差内一致。
@@ -36,8 +36,7 @@
 # `(1, 4, 3, 16)`, then `(1, 4, 5, 16)`, then `(1, 4, 6, 16)`: the cache grows by the length of each
 # chunk. And yes, the logits agree with the full pass within the tolerance: every call numbers its
 # tokens from the cache length and uses the lower-right mask, so cutting the prompt into chunks
-# changes only the order in which the same nonzero terms are added (NumPy's BLAS library picks it by
-# matrix shape), which can move the last bits. The next cell runs the three calls and checks both answers.
+# changes at most the rounding (section 2). The next cell runs the three calls and checks both answers.
 #
 # </details>
 
@@ -46,7 +45,7 @@
 #
 # <details><summary>查看答案</summary>
 #
-# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是同样那些非零项相加的顺序（NumPy 调用的 BLAS 库按矩阵形状选择这个顺序），这可能让最后几个比特不同。下一个单元格执行这三次调用，并核对这两个答案。
+# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，最多只改变舍入误差（见第 2 节）。下一个单元格执行这三次调用，并核对这两个答案。
 #
 # </details>
 
