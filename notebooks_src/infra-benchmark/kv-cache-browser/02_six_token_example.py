@@ -33,11 +33,8 @@ toy = {
     "W_o": rng.normal(scale=scale, size=(WIDTH, WIDTH)),
     "W_vocab": rng.normal(scale=scale, size=(WIDTH, VOCAB)),
 }
-# [en] Cached and full computations add the same nonzero terms, perhaps in a different order (plus exact
-# [en] zeros from masked keys), so they may differ in the last bits: float64 results are compared within
-# [en] 1e-10 (absolute and relative), the tolerance the PyTorch notebooks of this series use for FP64.
-# [zh] 带缓存的调用与完整调用相加的非零项相同，顺序却可能不同（另加被掩码挡住的键贡献的零），结果可能在最后几个比特上不同：
-# [zh] FP64（`float64`）的结果在 1e-10（绝对与相对）的容差内比较，与本系列 PyTorch 笔记本的 FP64 容差相同。
+# [en] FP64 tolerance (absolute and relative), as in the PyTorch notebooks of this series.
+# [zh] FP64（`float64`）的容差（绝对与相对），与本系列 PyTorch 笔记本相同。
 TOLERANCE = 1e-10
 
 
@@ -122,12 +119,14 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
 # Now the two calls: the prefill over the first four tokens, then `9` and `18` with the cache it
 # returned. The table gives each array's shape as NumPy reports it, next to the same shape in symbols
 # (B: batch, H: heads, Dh: head width). The cell also checks that the second call left the prefill's
-# cache unchanged. This toy returns a new, longer cache; real caches are usually extended in place,
-# which is fine. What must never happen is that a call overwrites an entry already in the cache: when
-# one prefix's cache is shared by several continuations, that would corrupt all of them.
+# cache unchanged. This toy returns a new, longer cache, as Hugging Face's default cache does; static
+# and paged caches often write the new entries in place instead, which is fine. What must never happen
+# is that a call overwrites an entry already in the cache: when one prefix's cache is shared by several
+# continuations, that would corrupt all of them. Sharing stays safe as long as each continuation writes
+# into slots of its own (a copy, or separate blocks), never into the shared prefix.
 
 # %% [markdown] lang="zh"
-# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有改动预填充得到的缓存。这个玩具层返回一份新的、更长的缓存；实际系统中的缓存通常原地追加，这没有问题。绝不能发生的是某次调用覆盖缓存里已有的项：同一个前缀的缓存由多个续写共享时，这会让它们全部出错。
+# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有改动预填充得到的缓存。这个玩具层返回一份新的、更长的缓存，Hugging Face 默认的缓存也是这样做的；预分配缓存（静态缓存）和分页缓存则常常把新项原地写入，这也没有问题。绝不能发生的是某次调用覆盖缓存里已有的项：同一个前缀的缓存由多个续写共享时，这会让它们全部出错。只要每个续写都写进只属于自己的槽位（一份副本，或单独的物理块），从不写进共享的前缀，共享就是安全的。
 
 # %%
 token_ids = np.array([[12, 7, 31, 4, 9, 18]])               # [B, T] = [1, 6]

@@ -15,14 +15,14 @@
 #   this call it projects only the $C$ new rows, appends their K/V after the cached ones, and lets the
 #   $C$ new queries attend with the offset mask.
 #
-# In FP64 both paths should agree up to rounding, so the cell compares them with `close` (an error of
-# exactly 0 is possible; see section 2). Every projection goes through `project`, which counts the
-# rows it receives: full recomputation sends $P + C$ rows, the cached path $C$ in this call (its $P$ history rows went through once, in the earlier
+# In FP64 both paths should agree up to rounding (section 2), so the cell compares them with `close`.
+# Every projection goes through `project`, which counts the rows it receives: full recomputation sends
+# $P + C$ rows, the cached path $C$ in this call (its $P$ history rows went through once, in the earlier
 # call that filled the cache). That difference is the work the cache saves, and it starts with the second
 # call: full recomputation projects the whole history again on every call, the cached path never projects
-# it again (over the generation of exercise 3: {{run:browser.generation_rows.cached}} rows against
-# {{run:browser.generation_rows.full}}). The cell also runs the cached path once more with the upper-left
-# triangle, the negative control, which the same comparison must reject whenever the cache is not empty.
+# it again (what that adds up to over a whole generation is exercise 3). The cell also runs the cached
+# path once more with the upper-left triangle, the negative control, which the same comparison must
+# reject whenever the cache is not empty.
 
 # %% [markdown] lang="zh"
 # ## 6. 单个注意力头：用缓存与不用缓存
@@ -32,7 +32,7 @@
 # - **完整重算**：把全部 $P + C$ 个位置投影成 Q、K、V，在所有位置上做因果注意力，只保留最后 $C$ 行输出。
 # - **缓存路径**：前 $P$ 个位置的 K、V 早先已经算好，这就是缓存。本次调用只投影 $C$ 个新行，把它们的 K/V 拼接在缓存之后，再让这 $C$ 个新查询按带偏移的掩码做注意力。
 #
-# 在 FP64 精度下，两条路径的结果应当只差舍入误差，所以单元格用 `close` 比较两者（误差也可能恰好为 0，见第 2 节）。每次投影都经过 `project`，它统计自己收到了多少行：完整重算送入 $P + C$ 行，缓存路径在本次调用中只送入 $C$ 行（它的 $P$ 个历史行只在先前写入缓存的那次调用中投影过一次）。差额就是缓存省下的计算，而且从第二次调用开始才显现出来：完整重算每次调用都把全部历史行重新投影一遍，缓存路径则不再投影它们（练习 3 的整个生成过程中，用缓存投影 {{run:browser.generation_rows.cached}} 行，不用缓存投影 {{run:browser.generation_rows.full}} 行）。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
+# 在 FP64 精度下，两条路径的结果应当只差舍入误差（见第 2 节），所以单元格用 `close` 比较两者。每次投影都经过 `project`，它统计自己收到了多少行：完整重算送入 $P + C$ 行，缓存路径在本次调用中只送入 $C$ 行（它的 $P$ 个历史行只在先前写入缓存的那次调用中投影过一次）。差额就是缓存省下的计算，而且从第二次调用开始才显现出来：完整重算每次调用都把全部历史行重新投影一遍，缓存路径则不再投影它们（在整个生成过程中这会累积成多大的差距，留给练习 3 去算）。最后，单元格用左上角三角形再跑一次缓存路径，作为负对照：只要缓存不为空，同样的比较就必须查出它。
 
 # %%
 def single_head_attention(q, k, v, mask):

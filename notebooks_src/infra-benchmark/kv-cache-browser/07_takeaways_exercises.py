@@ -3,8 +3,8 @@
 #
 # - **A KV cache stores each layer's keys and values** (this toy has one layer; the PyTorch notebook
 #   shows a cache per layer with two). A cached call projects only its new tokens,
-#   and its logits equal those of a full pass over the whole sequence, up to rounding (largest
-#   difference here {{run:browser.cached_vs_full:.2g}}; other splits, as in exercises 1 and 3, can differ in the last bits).
+#   and its logits equal those of a full pass over the whole sequence, up to rounding (section 2;
+#   largest difference here {{run:browser.cached_vs_full:.2g}}).
 # - **Positions continue from the cache length.** Restarting them at zero kept every shape legal and
 #   moved the logits by up to {{run:browser.restart_error:.2f}}.
 # - **A chunk that follows a cache needs the lower-right alignment**, $j \le P + i$ (`causal_lower_right`
@@ -19,7 +19,7 @@
 # %% [markdown] lang="zh"
 # ## 7. 要点与练习
 #
-# - **KV 缓存保存每一层的键和值**（这个玩具模型只有一层；PyTorch 笔记本用两层展示了每层各有一份缓存）。带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}；换一种切分方式，如练习 1 和练习 3，最后几个比特可能不同）。
+# - **KV 缓存保存每一层的键和值**（这个玩具模型只有一层；PyTorch 笔记本用两层展示了每层各有一份缓存）。带缓存的调用只投影新 token，它的 logits 与对整个序列做一次完整调用的结果相同，只差舍入误差（见第 2 节；这里最大绝对误差为 {{run:browser.cached_vs_full:.2g}}）。
 # - **位置要从缓存长度接着数。** 位置从零重新计数时，所有形状依然合法，logits 的最大绝对误差却达到 {{run:browser.restart_error:.2f}}。
 # - **接在缓存之后的分块需要右下角对齐的掩码**，即 $j \le P + i$（PyTorch 中的 `causal_lower_right`）。网格不是方阵时，`is_causal=True` 和 `np.tri` 给出的是左上角对齐，它让 logits 的最大绝对误差达到 {{run:browser.upper_left_error:.2f}}。没有缓存时两者是同一个三角形，所以只有用到缓存的测试才能区分它们。
 # - **精确的缓存省下了计算，却不损失精度**（压缩的缓存另当别论）：第 6 节的那次调用只投影了 $C$ 行，而不是 $P + C$ 行，输出与完整重算仍在 FP64 容差内一致。
@@ -36,8 +36,7 @@
 # `(1, 4, 3, 16)`, then `(1, 4, 5, 16)`, then `(1, 4, 6, 16)`: the cache grows by the length of each
 # chunk. And yes, the logits agree with the full pass within the tolerance: every call numbers its
 # tokens from the cache length and uses the lower-right mask, so cutting the prompt into chunks
-# changes only the order in which the same nonzero terms are added (NumPy's BLAS library picks it by
-# matrix shape), which can move the last bits. The next cell runs the three calls and checks both answers.
+# changes at most the rounding (section 2). The next cell runs the three calls and checks both answers.
 #
 # </details>
 
@@ -46,7 +45,7 @@
 #
 # <details><summary>查看答案</summary>
 #
-# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，改变的只是同样那些非零项相加的顺序（NumPy 调用的 BLAS 库按矩阵形状选择这个顺序），这可能让最后几个比特不同。下一个单元格执行这三次调用，并核对这两个答案。
+# 依次是 `(1, 4, 3, 16)`、`(1, 4, 5, 16)` 和 `(1, 4, 6, 16)`：每次调用后，缓存都增加一个分块的长度。logits 也与完整调用在容差内一致：每次调用都从缓存长度开始为 token 编号，并使用右下角对齐的掩码，所以把提示切成几个分块，最多只改变舍入误差（见第 2 节）。下一个单元格执行这三次调用，并核对这两个答案。
 #
 # </details>
 
@@ -58,7 +57,6 @@ for length in (3, 2, 1):
     chunk_shapes.append(chunk_cache[0].shape)
     start += length
 chunked = np.concatenate(chunk_logits, axis=1)                         # [1, 6, VOCAB]
-print(chunk_shapes)
 assert chunk_shapes == [(1, HEADS, 3, HEAD_DIM), (1, HEADS, 5, HEAD_DIM), (1, HEADS, 6, HEAD_DIM)]
 assert close(chunked, full_logits)
 say(en=f"Exercise 1 checked: the cache grows to 3, 5 and 6 positions; the chunked logits match the full pass "
@@ -115,51 +113,55 @@ def window_keys(past_len, new_len, window):
     return allowed_keys(past_len, new_len) & (key_pos[None, :] > query_pos[:, None] - window)
 
 
-window_read = {f"q{6 + i}": np.flatnonzero(row).tolist() for i, row in enumerate(window_keys(6, 2, 3))}
-print(window_read)
-window_input = np.random.default_rng(SEED + 3).normal(size=(8, HEAD_DIM))     # [P + C, Dh]
-# [en] Without a cache: all 8 rows in one call; keep the outputs of queries 6 and 7.
-# [zh] 不用缓存：一次调用处理全部 8 行，只取查询 6 和 7 的输出。
+# [en] The exercise's numbers: P cached positions, a chunk of C tokens, a window of W keys.
+# [zh] 练习中的取值：缓存中有 P 个位置，分块有 C 个 token，窗口含 W 个键。
+P, C, W = 6, 2, 3
+window_read = {f"q{P + i}": np.flatnonzero(row).tolist() for i, row in enumerate(window_keys(P, C, W))}
+window_input = np.random.default_rng(SEED + 3).normal(size=(P + C, HEAD_DIM))  # [P + C, Dh]
+# [en] Without a cache: all P + C rows in one call; keep the outputs of the C new queries.
+# [zh] 不用缓存：一次调用处理全部 P + C 行，只取 C 个新查询的输出。
 window_full = single_head_attention(window_input @ Wq1, window_input @ Wk1, window_input @ Wv1,
-                                    window_keys(0, 8, 3))[6:]
-# [en] The cache: K and V of the first 6 rows, projected by an earlier call (the prefill).
-# [zh] 缓存：前 6 行的 K 和 V，由更早的一次调用（预填充）投影得到。
-win_k_cache, win_v_cache = window_input[:6] @ Wk1, window_input[:6] @ Wv1         # [6, Dh], [6, Dh]
-new_rows = window_input[6:]                                                       # [2, Dh]
+                                    window_keys(0, P + C, W))[P:]
+# [en] The cache: K and V of the first P rows, projected by an earlier call (the prefill).
+# [zh] 缓存：前 P 行的 K 和 V，由更早的一次调用（预填充）投影得到。
+win_k_cache, win_v_cache = window_input[:P] @ Wk1, window_input[:P] @ Wv1         # [P, Dh], [P, Dh]
+new_rows = window_input[P:]                                                       # [C, Dh]
 
 
 def window_step(keep):
-    # [en] The 2 new rows attend to the last `keep` cached rows plus themselves.
-    # [zh] 2 个新行读取缓存的最后 `keep` 行和它们自己。
-    keys = np.concatenate([win_k_cache[6 - keep:], new_rows @ Wk1])                  # [keep + 2, Dh]
-    values = np.concatenate([win_v_cache[6 - keep:], new_rows @ Wv1])
-    # [en] past_len = keep: positions 6 - keep .. 7 renumbered from 0. Queries and keys shift by the same
-    # [en] amount, so every query-key distance, all the window depends on, is kept (see the answer).
-    # [zh] past_len = keep：位置 6 - keep .. 7 从 0 开始重新编号。查询和键平移相同的量，
+    # [en] The C new rows attend to the last `keep` cached rows plus themselves.
+    # [zh] C 个新行读取缓存的最后 `keep` 行和它们自己。
+    keys = np.concatenate([win_k_cache[P - keep:], new_rows @ Wk1])                  # [keep + C, Dh]
+    values = np.concatenate([win_v_cache[P - keep:], new_rows @ Wv1])
+    # [en] past_len = keep: positions P - keep .. P + C - 1 renumbered from 0. Queries and keys shift by
+    # [en] the same amount, so every query-key distance, all the window depends on, is kept (see the answer).
+    # [zh] past_len = keep：位置 P - keep .. P + C - 1 从 0 开始重新编号。查询和键平移相同的量，
     # [zh] 窗口所依赖的查询与键之间的距离因此全都不变（见答案）。
-    return single_head_attention(new_rows @ Wq1, keys, values, window_keys(keep, 2, 3))
+    return single_head_attention(new_rows @ Wq1, keys, values, window_keys(keep, C, W))
 
 
-window_cached, window_trimmed, window_too_short = window_step(6), window_step(2), window_step(1)
+# [en] The full cache, the cache trimmed to its last W - 1 rows, and one row fewer.
+# [zh] 完整的缓存、裁短为最后 W - 1 行的缓存，以及再少一行的缓存。
+window_cached, window_trimmed, window_too_short = window_step(P), window_step(W - 1), window_step(W - 2)
 assert window_read == {"q6": [4, 5, 6], "q7": [5, 6, 7]}
 assert close(window_cached, window_full) and close(window_trimmed, window_full)
 # [en] The negative control: one cached row too few.
 # [zh] 负对照：缓存少了一行。
 assert not close(window_too_short, window_full)
 say(en=f"Exercise 2 checked: query 6 reads keys 4-6, query 7 keys 5-7. Largest difference from the run without "
-       f"a cache: {max_abs_err(window_cached, window_full):.1e} with the full cache of 6 rows, "
-       f"{max_abs_err(window_trimmed, window_full):.1e} with the cache trimmed to 2 rows, and "
-       f"{max_abs_err(window_too_short, window_full):.1e} with 1 row (one too few: caught).",
+       f"a cache: {max_abs_err(window_cached, window_full):.1e} with the full cache of {P} rows, "
+       f"{max_abs_err(window_trimmed, window_full):.1e} with the cache trimmed to {W - 1} rows, and "
+       f"{max_abs_err(window_too_short, window_full):.1e} with {W - 2} row (one too few: caught).",
     zh=f"练习 2 已核对：查询 6 读取键 4–6，查询 7 读取键 5–7。与不用缓存的结果相比，最大绝对误差为："
-       f"用 6 行的完整缓存时 {max_abs_err(window_cached, window_full):.1e}，缓存只保留 2 行时 "
-       f"{max_abs_err(window_trimmed, window_full):.1e}，只保留 1 行时 {max_abs_err(window_too_short, window_full):.1e}"
+       f"用 {P} 行的完整缓存时 {max_abs_err(window_cached, window_full):.1e}，缓存只保留 {W - 1} 行时 "
+       f"{max_abs_err(window_trimmed, window_full):.1e}，只保留 {W - 2} 行时 {max_abs_err(window_too_short, window_full):.1e}"
        f"（少了一行，被查出）。")
 
 # %% [markdown] lang="en"
 # **Exercise 3: the work of a whole generation.** A prompt of $P = 4$ tokens is prefilled, then
 # $N = 8$ more tokens are consumed one per call, as in a generation loop (here they are random IDs
 # given in advance, not chosen by the model). Count the rows the toy layer projects in total (one row
-# is one token through the K and V projections): with the cache, and if every call recomputes the
+# is one token through the projections): with the cache, and if every call recomputes the
 # whole sequence from scratch.
 #
 # <details><summary>Show the answer</summary>
@@ -175,7 +177,7 @@ say(en=f"Exercise 2 checked: query 6 reads keys 4-6, query 7 keys 5-7. Largest d
 # </details>
 
 # %% [markdown] lang="zh"
-# **练习 3：一次完整生成的计算量。** 先对 $P = 4$ 个 token 的提示做预填充，之后每次调用送入一个 token，共送入 $N = 8$ 个，就像生成循环那样（这里的 token 是事先给定的随机 ID，并非由模型选出）。玩具层一共要投影多少行（一行就是一个 token 经过一次 K、V 投影）？分两种情况来数：用缓存；每次调用都从头重算整个序列。
+# **练习 3：一次完整生成的计算量。** 先对 $P = 4$ 个 token 的提示做预填充，之后每次调用送入一个 token，共送入 $N = 8$ 个，就像生成循环那样（这里的 token 是事先给定的随机 ID，并非由模型选出）。玩具层一共要投影多少行（一个 token 经过一遍投影算作一行）？分两种情况来数：用缓存；每次调用都从头重算整个序列。
 #
 # <details><summary>查看答案</summary>
 #
@@ -184,10 +186,15 @@ say(en=f"Exercise 2 checked: query 6 reads keys 4-6, query 7 keys 5-7. Largest d
 # </details>
 
 # %%
-gen_ids = np.random.default_rng(SEED + 4).integers(0, VOCAB, size=(1, 12))        # [1, P + N]
+# [en] The exercise's numbers: a prompt of P tokens, then N tokens one per call.
+# [zh] 练习中的取值：提示有 P 个 token，之后每次调用送入一个 token，共 N 个。
+P, N = 4, 8
+gen_ids = np.random.default_rng(SEED + 4).integers(0, VOCAB, size=(1, P + N))     # [1, P + N]
 gen_cache, cached_rows_total, full_rows_total, last_rows = None, 0, 0, []
-for end in range(4, 13):
-    new = gen_ids[:, :4] if end == 4 else gen_ids[:, end - 1:end]
+for end in range(P, P + N + 1):
+    # [en] The prefill (the P prompt tokens), then one new token per call.
+    # [zh] 先预填充（提示的 P 个 token），之后每次调用送入一个新 token。
+    new = gen_ids[:, :P] if end == P else gen_ids[:, end - 1:end]
     cached_logits, gen_cache, cached_parts = toy_forward(new, cache=gen_cache)
     recomputed_logits, _, full_parts_now = toy_forward(gen_ids[:, :end])
     cached_rows_total += cached_parts["x"].shape[1]
@@ -196,8 +203,9 @@ for end in range(4, 13):
     # [zh] 这一步最后一行的 logits：带缓存的与重算的。
     last_rows.append((cached_logits[:, -1], recomputed_logits[:, -1]))
 gen_errors = [max_abs_err(*pair) for pair in last_rows]
-print((cached_rows_total, full_rows_total))
-assert (cached_rows_total, full_rows_total) == (12, 72)
+# [en] The answer: P + N rows with the cache, (N + 1)P + N(N + 1)/2 without, 12 and 72 here.
+# [zh] 答案：用缓存 P + N 行，不用缓存 (N + 1)P + N(N + 1)/2 行，这里分别是 12 和 72。
+assert (cached_rows_total, full_rows_total) == (P + N, (N + 1) * P + N * (N + 1) // 2) == (12, 72)
 assert all(close(*pair) for pair in last_rows)
 say(en=f"Exercise 3 checked: {cached_rows_total} rows with the cache, {full_rows_total} without; the last row of "
        f"logits agrees at every step (largest difference {max(gen_errors):.1e}).",
@@ -206,8 +214,7 @@ say(en=f"Exercise 3 checked: {cached_rows_total} rows with the cache, {full_rows
 
 # %% tags=["prose-values"]
 {"browser": {"cached_vs_full": max_abs_err(step_logits, full_logits[:, PAST:]),
-             "restart_error": position_rows["[0, 1]"][1], "upper_left_error": wrong_mask_error,
-             "generation_rows": {"cached": int(cached_rows_total), "full": int(full_rows_total)}}}
+             "restart_error": position_rows["[0, 1]"][1], "upper_left_error": wrong_mask_error}}
 
 # %% [markdown] lang="en"
 # ## Where to go next
