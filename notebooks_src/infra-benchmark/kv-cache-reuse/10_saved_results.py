@@ -120,7 +120,7 @@ if mid_rows in CALL_RATIOS:
                    f"{tokens:.2f} tokens (section 6's tokens per target call at $k = {mid['k']}$), so on this CPU "),
             "zh": (f"对于权重像这个矩阵一样超出 CPU 高速缓存的目标模型（第 6 节玩具目标模型的权重留在高速缓存里），以 $k = {mid['k']}$ 的投机解码为例："
                    f"它的验证调用处理 {mid_rows} 行，即 {mid['k']} 个草稿加上最后一个已接受的 token。这次调用的耗时约为 {cost:.2f} 次单行调用"
-                   f"（上表中 {mid_rows} 行的耗时），得到 {tokens:.2f} 个 token（第 6 节中 $k = {mid['k']}$ 时每次目标模型调用得到的 token 数），"
+                   f"（下表中 {mid_rows} 行的耗时），得到 {tokens:.2f} 个 token（第 6 节中 $k = {mid['k']}$ 时每次目标模型调用得到的 token 数），"
                    "所以在本机 CPU 上，")}
     if cost >= tokens:
         mid_verdict = {"en": head["en"] + "it does not pay, even before the draft's calls are counted.",
