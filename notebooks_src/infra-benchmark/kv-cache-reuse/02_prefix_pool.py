@@ -136,7 +136,7 @@ demo.add("r3")
 demo.reserve("r3", 2 * BLOCK_SIZE)
 say_table([["`r1`", str(r1), "-"], ["`r2`", str(demo.tables["r2"]), str(hit_tokens)], ["`r3`", str(demo.tables["r3"]), "-"]],
           en=["request", "block table (`r1`'s while it ran)", "tokens found in the cache"],
-          zh=["请求", "块表（`r1` 的是它运行时的）", "在缓存中找到的 token 数"])
+          zh=["请求", "块表（`r1` 一行为它运行时的块表）", "在缓存中找到的 token 数"])
 say(en=f"Reference counts {demo.pool.refs}; evictions {demo.pool.evictions}; index holds {len(demo.pool.index)} blocks.",
     zh=f"引用计数 {demo.pool.refs}；淘汰次数 {demo.pool.evictions}；索引中有 {len(demo.pool.index)} 个物理块。")
 assert hits == r1[:2] and hit_tokens == 8 and demo.pool.evictions == 1 and r1[2] in demo.tables["r3"] and len(demo.pool.index) == 2

@@ -36,7 +36,8 @@
 #
 # where *fresh* is the number of new blocks it needs (`blocks_needed` minus its hit blocks), *available* the
 # number of free and evictable blocks, *hits in LRU* the hit blocks it is about to take out of the LRU queue
-# (they are evictable now, but not once it holds them), and *promised* the blocks the running requests may still
+# (they are evictable now, but not once it holds them; hit blocks other running requests hold are not
+# subtracted, since held blocks never counted in *available*), and *promised* the blocks the running requests may still
 # take (each one's `blocks_needed` minus the blocks it holds; the function `promised` below computes it). An example with blocks of 4 tokens, where 2 of the
 # evictable blocks hold the new request's first 8 prompt tokens, and one running request that may need 7
 # blocks holds 3:
@@ -51,7 +52,7 @@
 #
 # $$\text{新物理块数} \le \text{可用物理块数} - \text{LRU 中命中的物理块数} - \text{已许诺、尚未取走的物理块数}$$
 #
-# 时才被接纳。其中“新物理块数”是它需要的新物理块数（`blocks_needed` 减去命中的物理块数）；“可用物理块数”是空闲的和可淘汰的物理块数；“LRU 中命中的物理块数”是它即将移出 LRU 队列的命中物理块数（这些物理块现在可以淘汰，一旦被它持有就不能了）；“已许诺、尚未取走的物理块数”是运行中的请求还可能取走的物理块数（每个请求的 `blocks_needed` 减去它已持有的物理块数，由下面的函数 `promised` 算出）。举个例子：物理块大小为 4 个 token，其中 2 个可淘汰的物理块存着新请求提示的前 8 个 token；一个运行中的请求最多可能需要 7 个物理块，已持有 3 个：
+# 时才被接纳。其中“新物理块数”是它需要的新物理块数（`blocks_needed` 减去命中的物理块数）；“可用物理块数”是空闲的和可淘汰的物理块数；“LRU 中命中的物理块数”是它即将移出 LRU 队列的命中物理块数（这些物理块现在可以淘汰，一旦被它持有就不能了；其他运行中请求持有的命中物理块不必减去，因为被持有的物理块本来就不计入可用物理块数）；“已许诺、尚未取走的物理块数”是运行中的请求还可能取走的物理块数（每个请求的 `blocks_needed` 减去它已持有的物理块数，由下面的函数 `promised` 算出）。举个例子：物理块大小为 4 个 token，其中 2 个可淘汰的物理块存着新请求提示的前 8 个 token；一个运行中的请求最多可能需要 7 个物理块，已持有 3 个：
 #
 # | 新请求共需的物理块数 | 新物理块数 | 可用物理块数 | LRU 中命中的物理块数 | 已许诺、尚未取走的物理块数 | 不等式右边的值 | 是否接纳 |
 # |---|---|---|---|---|---|---|

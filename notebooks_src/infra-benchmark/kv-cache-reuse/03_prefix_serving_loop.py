@@ -165,8 +165,8 @@ def serve_cold(request):
 
 
 # %% tags=["hide-input"]
-# [en] The harness: compare a stream's requests with their cold runs, serve with checks, run one stream through one pool.
-# [zh] 测试框架：把请求流中的请求与各自的冷启动运行比较，边服务边检查，让一个请求流通过一个池。
+# [en] The harness: run one stream through one pool, serving with checks and comparing each request with its cold run.
+# [zh] 测试框架：让一个请求流通过一个池，边服务边检查，并把每个请求与它的冷启动运行比较。
 def compare_with_cold(requests, block_size) -> dict:
     # [en] Each request's logits [max_new, vocab] and tokens, next to its cold run's.
     # [zh] 每个请求的 logits [max_new, vocab] 和 token，与它冷启动的结果并排放在一起。

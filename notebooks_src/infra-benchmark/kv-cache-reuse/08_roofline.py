@@ -63,7 +63,7 @@
 #
 # <details><summary>如何计时，以及为什么只用一个核心（可选）</summary>
 #
-# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都有意大于 L3 高速缓存；在 L3 更大的处理器上（有些 Intel Xeon 有几百 MiB），测到的其实是 L3 高速缓存而非内存的速率，会高估内存带宽。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的高速缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比 $\beta$ 记入的多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 高速缓存里。
+# 只用一个核心：用上全部核心时，运算能力大致随核心数增长，带宽却增长得少得多（各核心共用内存控制器），所以整个处理器的拐点更靠右。构建本笔记本的机器可能同时运行着其他程序，所以计时用本进程的 CPU 时间（`time.process_time`），它不计操作系统去运行别的程序时的暂停；每种情形测 {{run:roofline.rounds}} 轮，每一轮依次给同一个单元格中的每种情形计时一次，这样别的程序对所有情形的影响相同；下面每个数都是各轮的中位数，表格还给出波动范围（最慢一轮除以最快一轮）。每份工作集（至少 128 MiB）都有意大于 L3 高速缓存；在 L3 更大的处理器上（有些 Intel Xeon 有几百 MiB），测到的其实是 L3 高速缓存而非内存的速率，会高估内存带宽。copy 测出的带宽可能低于 triad：普通的写操作会先把要覆盖的高速缓存行读进来，这部分传输 STREAM 不计，它在 copy 中占的比重更大。所以内存每秒实际搬运的字节比按计数规则算出的 $\beta$ 多，只读不写的内核可以超过 $\beta$。我们的玩具解码器在这里派不上用场：它只有 0.6 MB 权重，全部待在 CPU 高速缓存里。
 #
 # </details>
 
@@ -183,7 +183,7 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # memory-bound by the count says where the limit is, not that a call reaches it.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么。** 单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边取的就是测得的最大速率，自然是上限；斜边是 STREAM 记入的速率（只读不写的内核可能超过它，本节末尾的可选部分就测到了这种情况）；调用也可能远远达不到这两条边，差多少取决于数学库为这种形状选用的例程，而屋顶线并不刻画这一点（同一个可选部分还把处理几行的调用与单行调用作了比较）。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。
+# **表中可以看出什么。** 单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边取的就是测得的最大速率，自然是上限；斜边是按 STREAM 的计数规则算出的速率（只读不写的内核可能超过它，本节末尾的可选部分就测到了这种情况）；调用也可能远远达不到这两条边，差多少取决于数学库为这种形状选用的例程，而屋顶线并不刻画这一点（同一个可选部分还把处理几行的调用与单行调用作了比较）。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per

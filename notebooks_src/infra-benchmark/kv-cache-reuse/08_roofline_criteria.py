@@ -108,6 +108,9 @@ assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 # %% [markdown] lang="en"
 # ### Optional, to skip on a first read: a rough memory-bound test, how fast the library read the cache, what a few rows cost
 #
+# *The conclusion first: a call can sit far below its roof, and how far depends on the library's routine for the
+# shape it is handed; this run did not pin down why.*
+#
 # **A rough memory-bound test.** Does a call behave as memory-bound? The cell below calls it so if it moves its
 # bytes at **at least a third** of the STREAM bandwidth and does **at most a third** of $\pi$: a rough line chosen
 # to separate these measurements, not a standard. It asserts that the batch-1 weight product passes and the
@@ -117,6 +120,8 @@ assert all(COSTS[s.name][1]["intensity"] < GPU_RIDGE / 100 for s in SHAPES)
 
 # %% [markdown] lang="zh"
 # ### 可选（初读可跳过）：粗略的内存带宽受限判断、数学库读取缓存有多快，以及处理几行的调用要花多少时间
+#
+# *先说结论：一次调用可能远远达不到它的屋顶线，差多少取决于数学库为这种形状选用的例程；至于原因，本次运行没有查明。*
 #
 # **粗略的内存带宽受限判断**：一次调用算不算受限于内存带宽？下面的单元格这样判断：搬运字节的速度**至少达到** STREAM 带宽的三分之一，FLOP/s **至多为** $\pi$ 的三分之一。三分之一只是为区分这些测量粗略选定的界线，并非标准。单元格断言 batch 为 1 的权重乘法满足这一条，而负对照最大的 batch 不满足。最后一行对 batch 为 1、按注意力的写法读取缓存的调用做同样的判断；这一行只报告，不做断言，因为数学库读取缓存有多快取决于它为这种形状选用的例程（见下文），所以这里即使得到 `False`，说的也是例程，而不是 Roofline 模型。
 
@@ -197,7 +202,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 #
 # <details><summary>关于上表的两点说明（可选）</summary>
 #
-# 只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是 STREAM 记入的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，两个比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）即使加起来接近 100%，也不是同一次调用耗时的分解。
+# 只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是按 STREAM 的计数规则算出的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，两个比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）即使加起来接近 100%，也不是同一次调用耗时的分解。
 #
 # </details>
 

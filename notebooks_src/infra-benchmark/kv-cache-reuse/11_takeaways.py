@@ -40,7 +40,7 @@
 # * **实测表明，屋顶线是界限，而不是预测**。在这台 CPU 的一个核心上，FP32 下拐点位于 {{run:roofline.ridge:.2f}} FLOP/字节，batch 为 1 的权重乘法和缓存读取的算术强度都是 0.5，在拐点左侧。batch 为 1 的权重乘法读取权重的速度达到 STREAM 带宽的 {{run:roofline.b1_bandwidth_share:.0%}}；batch 分摊了权重的开销，却分摊不了缓存的开销。
 # * **这里的每种机制都可能藏着悄无声息的错误**：不含前缀的块哈希、共享未填满的物理块、仍在使用就被淘汰的物理块、忘了截短缓存、合并时不做重新缩放。它们给出的数字都似是而非，只有与最直接的计算方式比较才能把它们查出来。
 #
-# 构建时，本次运行检查和测量的内容（各节的结果，以及每个负对照，都带有 `caught: true`）记录在 `outputs/infra-benchmark/kv-cache-reuse/` 下的 `results.json` 中，格式见 `docs/kv-cache-reuse-results-schema.md`。自己运行本笔记本时，各张图保存在 `OUTPUT_DIR` 中。
+# 构建时，本次运行检查和测量的内容（各节的结果，以及带有 `caught: true` 的每个负对照）记录在 `outputs/infra-benchmark/kv-cache-reuse/` 下的 `results.json` 中，格式见 `docs/kv-cache-reuse-results-schema.md`。自己运行本笔记本时，各张图保存在 `OUTPUT_DIR` 中。
 
 # %% [markdown] lang="en"
 # **Exercises.** Each asks for a prediction; the cell after it computes the answer with this notebook's own code and
@@ -169,7 +169,7 @@ say(en=f"Split outputs {float(parts[0][0]):.2f} and {float(parts[1][0]):.2f}; me
 #
 # <details><summary>查看答案</summary>
 #
-# 每个 2 字节的权重对每个 token 做 2 次浮点运算，所以权重部分的算术强度大约是 $B$ FLOP/字节：batch 约为 300 条序列。把缓存算进来，在 4,096 个 token 的上下文下，Llama 3.1 8B 就永远到不了拐点：无论 batch 多大，每条序列都带着自己 512 MiB 的 K/V，一个 token 的浮点运算量除以这些字节，只有 {{run:exercise.llama_limit:.0f}} FLOP/字节。这正是推理服务系统在缓存上下这么大功夫的原因。
+# 每个 2 字节的权重对每个 token 做 2 次浮点运算，所以权重部分的算术强度大约是 $B$ FLOP/字节，于是 batch 要达到约 300 条序列。把缓存算进来，在 4,096 个 token 的上下文下，Llama 3.1 8B 就永远到不了拐点：无论 batch 多大，每条序列都带着自己 512 MiB 的 K/V，一个 token 的浮点运算量除以这些字节，只有 {{run:exercise.llama_limit:.0f}} FLOP/字节。这正是推理服务系统在缓存上下这么大功夫的原因。
 #
 # 一个细节：下面的单元格算出的 batch 比拐点的数值略大，因为一步还要为每条序列读取一行嵌入，这些字节随 $B$ 增长，使权重部分的算术强度略低于 $B$。
 #
