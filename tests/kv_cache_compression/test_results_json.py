@@ -28,7 +28,7 @@ def documented_keys() -> set[str]:
 def test_top_level_and_every_block_documented(out_dir, nb):
     r = results(out_dir)
     assert list(r) == TOP_LEVEL
-    assert r["schema_version"] == 3 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-compression"
+    assert r["schema_version"] == 4 and r["quick"] is True and r["notebook"] == "infra-benchmark/kv-cache-compression"
     documented = documented_keys()
     assert set(TOP_LEVEL) <= documented
     for block in ("mla", "local_global", "shared_pairs", "streaming", "eviction", "referees"):

@@ -1,12 +1,15 @@
 # %% [markdown] lang="en"
 # **The configuration.** The Llama shape at the first notebook's sizes: width 64, 4 query heads of 16 dimensions and 2 K/V
 # heads, vocabulary 97, MLP width 256, RoPE with base 10,000, and RMSNorm with epsilon $10^{-6}$ (DeepSeek-V3's value).
+#
 # **Criterion: the Llama-shaped decoder's cache is exact.** The base model (a `FullKV` per layer) must pass all
 # 12 configurations. The grid is shown once in full; later sections show one summary row per variant (the build's
 # `results.json` keeps the full grids).
 
 # %% [markdown] lang="zh"
-# **配置。** 采用 Llama 结构，尺寸与第一份笔记本相同：宽度 64，4 个查询头、每头 16 维、2 个 K/V 头，词表大小 97，MLP 宽度 256，RoPE 的底数为 10,000，RMSNorm 的 $\epsilon$ 取 $10^{-6}$（DeepSeek-V3 的取值）。**判据：Llama 结构解码器的缓存是精确的。** 基础模型（每层一个 `FullKV`）必须通过全部 12 种配置。下表把网格完整地列出一次；后面各节每种变体只列一行汇总（构建时写出的 `results.json` 保存完整的网格）。
+# **配置。** 采用 Llama 结构，尺寸与第一份笔记本相同：宽度 64，4 个查询头、每头 16 维、2 个 K/V 头，词表大小 97，MLP 宽度 256，RoPE 的底数为 10,000，RMSNorm 的 $\epsilon$ 取 $10^{-6}$（DeepSeek-V3 的取值）。
+#
+# **判据：Llama 结构解码器的缓存是精确的。** 基础模型（每层一个 `FullKV`）必须通过全部 12 种配置。下表把网格完整地列出一次；后面各节每种变体只列一行汇总（构建时写出的 `results.json` 保存完整的网格）。
 
 # %%
 LLAMA_SHAPE = dict(rope=True, norm="rms", eps=1e-6, mlp_kind="swiglu", bias=False)

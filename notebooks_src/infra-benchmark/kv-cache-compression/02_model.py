@@ -17,8 +17,7 @@
 # replaces grouped-query attention with MLA (section 3) and most of its MLPs with a mixture of experts. The
 # architectures notebook proved this decoder against full recomputation and Hugging Face's Llama and Mistral. Every
 # model here is built with `LLAMA_SHAPE` (the configuration below), and the later sections only add attention layers
-# of their own. The shared `Layer` also names `MLP`, the first notebook's GELU MLP, which this notebook never defines:
-# with `LLAMA_SHAPE` every layer takes `SwiGLU` instead, so `MLP` is never looked up.
+# of their own.
 #
 # One design choice makes that possible. Each attention layer owns a **cache object** with one method,
 # `update(k, v, positions)`, and the decoder does not know what a cache keeps: it asks each attention layer for
@@ -32,6 +31,6 @@
 #
 # 下文的一切都建立在[第一份笔记本]({{colab:infra-benchmark/kv-cache}})的三个事实之上。每一层都缓存自己的键和值，因为它是从自己的输入投影出键和值的。跟在 $P$ 个已缓存 token 之后的 $C$ 个新 token 位于位置 $P, \dots, P + C - 1$：编号紧接在缓存末尾之后。位于位置 $P + i$ 的查询可以读取键 $j$，当且仅当 $j \le P + i$（带偏移的因果掩码；漏掉偏移的左上角三角形是最经典的错误）。
 #
-# 本笔记本所研究的这些模型，结构**大致**与 Llama 相同：RMSNorm、带门控的 MLP、旋转位置编码（RoPE）、不带偏置。说“大致”，是因为它们各自在缓存不依赖的部分与 Llama 不同：Gemma 带门控的 MLP 用的是 GELU，而 Llama 用的是 SiLU；DeepSeek-V3 用 MLA（第 3 节）取代了分组查询注意力，并把大部分 MLP 换成了混合专家（MoE）。架构笔记本已用完整重算以及 Hugging Face 的 Llama 和 Mistral 验证了这个解码器。这里的每个模型都用 `LLAMA_SHAPE` 构建（配置见本节下文），后面各节只添加它们自己的注意力层。共用的 `Layer` 中还提到了 `MLP`，即第一份笔记本中的 GELU MLP，本笔记本并没有定义它：用 `LLAMA_SHAPE` 时每一层都改用 `SwiGLU`，所以根本不会去查找 `MLP`。
+# 本笔记本所研究的这些模型，结构**大致**与 Llama 相同：RMSNorm、带门控的 MLP、旋转位置编码（RoPE）、不带偏置。说“大致”，是因为它们各自在缓存不依赖的部分与 Llama 不同：Gemma 带门控的 MLP 用的是 GELU，而 Llama 用的是 SiLU；DeepSeek-V3 用 MLA（第 3 节）取代了分组查询注意力，并把大部分 MLP 换成了混合专家（MoE）。架构笔记本已用完整重算以及 Hugging Face 的 Llama 和 Mistral 验证了这个解码器。这里的每个模型都用 `LLAMA_SHAPE` 构建（配置见本节下文），后面各节只添加它们自己的注意力层。
 #
 # 做到这一点靠的是一个设计：每个注意力层拥有一个**缓存对象**，它只有一个方法 `update(k, v, positions)`；解码器并不知道缓存保留了什么。它请每个注意力层创建一个新缓存（`new_cache`），某一层甚至可以拿它下面某一层的缓存来充当自己的缓存（第 5 节）。每个键都带着自己的位置，所以掩码由位置算出。

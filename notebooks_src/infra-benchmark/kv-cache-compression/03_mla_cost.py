@@ -63,7 +63,7 @@ assert all(m["formula_elements"] == m["measured_elements"] for m in MLA_MEMORY.v
 # paper's ablations report MLA at or above MHA, and MHA above GQA and MQA.
 
 # %% [markdown] lang="zh"
-# **放到 DeepSeek-V3 的规模。** 这些公式与规模无关，所以可以把它们用到 DeepSeek-V3 的注意力上。数值取自它的 `config.json`（Hugging Face Hub 上的 deepseek-ai/DeepSeek-V3）：61 层，128 个头，`kv_lora_rank` $r = 512$，`qk_rope_head_dim` $d_R = 64$，`qk_nope_head_dim` $d_C = 128$，`v_head_dim` $d_v = 128$，精度为 BF16（2 字节）。如果安装了 transformers，单元格还会用它的 `DeepseekV3Config` 的默认值（第二个来源）核对这些数值。作为对照，表中还列出：头数同为 128、每头 128 维的 MHA、8 个 K/V 头的 GQA 和 MQA 各自要缓存的量，以及一个 128k token（131,072 个）的上下文在所有层上的缓存大小。MLA `naive` 比 MHA 缓存得还多，因为它的键有 $d_C + d_R$ 维，而且每个头都保存一份自己的 RoPE 键副本。MQA 缓存的比 MLA 的潜向量还少，但所有头共用同一个键和同一个值；MLA 则从潜向量为每个头重建各自不同的键和值（相当于低秩的 MHA）。DeepSeek-V2 论文的消融实验显示，MLA 的效果不低于 MHA，而 MHA 又优于 GQA 和 MQA。
+# **放到 DeepSeek-V3 的规模。** 这些公式与规模无关，所以可以把它们用到 DeepSeek-V3 的注意力上。数值取自它的 `config.json`（Hugging Face Hub 上的 deepseek-ai/DeepSeek-V3）：61 层，128 个头，`kv_lora_rank` $r = 512$，`qk_rope_head_dim` $d_R = 64$，`qk_nope_head_dim` $d_C = 128$，`v_head_dim` $d_v = 128$，精度为 BF16（2 字节）。如果安装了 transformers，单元格还会用它的 `DeepseekV3Config` 的默认值（第二个来源）核对这些数值。作为对照，表中还列出：头数同为 128、每头 128 维的 MHA、8 个 K/V 头的 GQA 和 MQA 各自要缓存的量，以及一个 128K token（131,072 个）的上下文在所有层上的缓存大小。MLA `naive` 比 MHA 缓存得还多，因为它的键有 $d_C + d_R$ 维，而且每个头都保存一份自己的 RoPE 键副本。MQA 缓存的比 MLA 的潜向量还少，但所有头共用同一个键和同一个值；MLA 则从潜向量为每个头重建各自不同的键和值（相当于低秩的 MHA）。DeepSeek-V2 论文的消融实验显示，MLA 的效果不低于 MHA，而 MHA 又优于 GQA 和 MQA。
 
 # %%
 # [en] DeepSeek-V3, config.json of deepseek-ai/DeepSeek-V3 (attention fields only).
@@ -88,7 +88,7 @@ assert DEEPSEEK_MEMORY["mha"] * d.layers * BF16 == kv_bytes_per_token(d.layers, 
 say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", f"{n * d.layers * BF16 * CONTEXT_128K / GiB:,.1f}"]
            for name, n in DEEPSEEK_MEMORY.items()],
           en=["cache (DeepSeek-V3 attention)", "numbers per token and layer", "KiB per token (61 layers, BF16)", "GiB per 128k context"],
-          zh=["缓存（DeepSeek-V3 的注意力）", "每个 token 每层的数", "每个 token（KiB，61 层，BF16）", "128k 上下文（GiB）"])
+          zh=["缓存（DeepSeek-V3 的注意力）", "每个 token 每层的数", "每个 token（KiB，61 层，BF16）", "128K 上下文（GiB）"])
 
 # %% [markdown] lang="en"
 # **The latent under tensor parallelism.** Tensor parallelism splits attention by heads: on 8 GPUs, each takes 16 of

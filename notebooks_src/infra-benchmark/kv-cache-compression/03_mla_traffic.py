@@ -140,12 +140,11 @@ plt.show()
 # *图：DeepSeek-V3 的一个注意力层在一个解码步中的开销（图标题 DeepSeek-V3 attention, one layer, one decode step），横轴是缓存的键数 $T$（图中 context: cached keys T；两个坐标轴都是对数刻度）。左图纵轴（bytes per step）是每步读写的字节数（MiB，BF16）。实线和虚线是从缓存读取的字节数（图例 cache read），其中 expand_on_read（读时展开形式，虚线加空心方块）与 absorbed（吸收形式）两条线重合，因为两者读的都是潜向量和 RoPE 键；naive 为朴素形式。点线（图例 expand_on_read: cache + expansion written and read）是读时展开形式的全部访存量（非融合实现），即缓存读取量再加上每一步另外写出和读回的展开数据，合计为朴素形式读取量的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍。右图纵轴（multiply-adds per step）是每步的乘加次数（单位：十亿）；`expand_on_read` 增长最快，因为它要把每个缓存的潜向量重新展开。*
 
 # %% [markdown] lang="en"
-# *Optional, folded:* the cell below checks these counts on the code itself: what our `expand` (and, with
-# transformers, Hugging Face's `expand_kv`) returns in one decode step is backed by $T H(2d_C + d_R + d_v)$ numbers,
-# and the five operations of the list above add up to `expand_on_read_traffic`, the total in the table above.
+# *Optional, folded:* our `expand` (and Hugging Face's `expand_kv`) materializes $T H(2d_C + d_R + d_v)$ numbers
+# per decode step, and the five steps of the list above add up to the total in the table above.
 
 # %% [markdown] lang="zh"
-# *可选（已折叠）：* 下面的单元格在代码本身上核对这些字节数：我们的 `expand`（以及安装了 transformers 时 Hugging Face 的 `expand_kv`）在一个解码步中返回的张量背后共有 $T H(2d_C + d_R + d_v)$ 个数；上文列表中的五项运算逐项相加，等于 `expand_on_read_traffic`，即上表中的合计。
+# *可选（已折叠）：* 我们的 `expand`（以及 Hugging Face 的 `expand_kv`）每个解码步生成 $T H(2d_C + d_R + d_v)$ 个数；上文列表中的五项运算相加，等于上表中的合计。
 
 # %% tags=["hide-input"]
 def recording(method, record: list):

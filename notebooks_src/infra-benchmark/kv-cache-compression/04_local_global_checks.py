@@ -89,7 +89,7 @@ assert all(m["formula_bytes"] == m["measured_bytes"] for m in LOCAL_GLOBAL_MEMOR
 # {{run:local_global.gemma3_mixed_gib:.2f}} GiB for the 5:1 mix: the global layers hold almost all of it.
 
 # %% [markdown] lang="zh"
-# **放到 Gemma 3 27B 的规模上。** 它的数值取自 Google 的参照实现（google/gemma_pytorch 中 `gemma/config.py` 的 `get_config_for_27b_v3`）：62 层，16 个 K/V 头、每头 128 维，窗口 1,024，层的类型按“五个局部层、一个全局层”循环，因此有 {{run:local_global.gemma3_local_layers}} 个局部层和 {{run:local_global.gemma3_global_layers}} 个全局层。如果安装了 transformers，单元格还会用它的 `Gemma3TextConfig` 默认的 `layer_types`（第二个来源）核对这个模式。对 128k 上下文、BF16 精度，同一个公式给出：62 个全局层需要 {{run:local_global.gemma3_uniform_gib:.1f}} GiB，5:1 的混合模式只需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而且几乎全部花在全局层上。
+# **放到 Gemma 3 27B 的规模上。** 它的数值取自 Google 的官方实现（google/gemma_pytorch 中 `gemma/config.py` 的 `get_config_for_27b_v3`）：62 层，16 个 K/V 头、每头 128 维，窗口 1,024，层的类型按“五个局部层、一个全局层”循环，因此有 {{run:local_global.gemma3_local_layers}} 个局部层和 {{run:local_global.gemma3_global_layers}} 个全局层。如果安装了 transformers，单元格还会用它的 `Gemma3TextConfig` 默认的 `layer_types`（第二个来源）核对这个模式。对 128K 上下文、BF16 精度，同一个公式给出：62 个全局层需要 {{run:local_global.gemma3_uniform_gib:.1f}} GiB，5:1 的混合模式只需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而且几乎全部花在全局层上。
 
 # %%
 # [en] Gemma 3 27B: get_config_for_27b_v3 in gemma/config.py of google/gemma_pytorch; layer i is global when (i + 1) % 6 == 0.
@@ -106,5 +106,5 @@ if HAVE_HF:
     assert hf_pattern == ["full_attention" if kind == "global" else "sliding_attention" for kind in gemma3_pattern]
 say(en=f"Gemma 3 27B, 128k context, BF16: {GEMMA3_MEMORY['uniform_gib']:.1f} GiB with 62 global layers, "
        f"{GEMMA3_MEMORY['mixed_gib']:.2f} GiB with {GEMMA3_MEMORY['local_layers']} local and {GEMMA3_MEMORY['global_layers']} global layers.",
-    zh=f"Gemma 3 27B，128k 上下文，BF16：62 个全局层需要 {GEMMA3_MEMORY['uniform_gib']:.1f} GiB，"
+    zh=f"Gemma 3 27B，128K 上下文，BF16：62 个全局层需要 {GEMMA3_MEMORY['uniform_gib']:.1f} GiB，"
        f"{GEMMA3_MEMORY['local_layers']} 个局部层加 {GEMMA3_MEMORY['global_layers']} 个全局层需要 {GEMMA3_MEMORY['mixed_gib']:.2f} GiB。")

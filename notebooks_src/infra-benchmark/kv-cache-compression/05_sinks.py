@@ -20,7 +20,8 @@
 # numbers them, for every query separately, by counting the readable keys to its left (a cumulative sum along the
 # key axis). The table applies the rule to the paper's example ($S = 4$, $W = 4$, the query at position 9) and to
 # two neighbouring queries of this section's setting ($S = 4$, $W = 8$, positions 20 and 21): the text positions of
-# the keys each reads, and the positions the cache gives them.
+# the keys each reads, and the positions the cache gives them. Over the 96-token streams used below, the largest
+# distance RoPE sees is {{run:sinks.max_cache_distance}}, against {{run:sinks.max_text_distance}} with text positions.
 
 # %% [markdown] lang="zh"
 # ## 6. 注意力汇聚点：保留开头几个 token 的窗口
@@ -29,7 +30,7 @@
 #
 # 微妙之处在于位置。StreamingLLM **按缓存所见**给键编号：一个查询读取的那些键依次编号为 $0, 1, 2, \dots$，查询本身是最后一个。论文中的例子：缓存里有 token 0、1、2、3、6、7、8，token 9 到来时（4 个汇聚点、窗口大小为 4），查询读取的这八个 token 的位置是 0 到 7，而不是它们在文本中的位置 0、1、2、3、6、7、8、9。这样，无论序列多长，RoPE 看到的距离始终小于 $S + W$，不会超出模型训练时见过的范围。但这也意味着，窗口每滑动一次，键的位置就会变，所以不能把键旋转一次就缓存起来：StreamingLLM 缓存的是 RoPE **之前**的键，每次读取时再旋转。
 #
-# 我们用两个小函数写出这条规则。`sink_window_mask` 指出一个查询读取哪些键；`cache_positions` 为每个查询分别给这些键编号，办法是数一数它左边有多少个可读的键（沿键的方向求累加和）。下表把这条规则用在论文的例子上（$S = 4$、$W = 4$，位置 9 上的查询），也用在本节设置中两个相邻的查询上（$S = 4$、$W = 8$，位置 20 和 21）：列出每个查询读取的键在文本中的位置，以及缓存给这些键的位置。
+# 我们用两个小函数写出这条规则。`sink_window_mask` 指出一个查询读取哪些键；`cache_positions` 为每个查询分别给这些键编号，办法是数一数它左边有多少个可读的键（沿键的方向求累加和）。下表把这条规则用在论文的例子上（$S = 4$、$W = 4$，位置 9 上的查询），也用在本节设置中两个相邻的查询上（$S = 4$、$W = 8$，位置 20 和 21）：列出每个查询读取的键在文本中的位置，以及缓存给这些键的位置。在下文所用的 96 个 token 的序列上，RoPE 看到的最大距离是 {{run:sinks.max_cache_distance}}，而按文本位置编号则会达到 {{run:sinks.max_text_distance}}。
 
 # %%
 SINKS = 4
@@ -65,6 +66,10 @@ say_table([[f"$S = {s},\\ W = {w},\\ p = {q}$", ", ".join(map(str, text)), ", ".
           en=["sinks, window, query position $p$", "text positions read", "cache positions"],
           zh=["汇聚点、窗口、查询位置 $p$", "读取的文本位置", "缓存位置"])
 assert SINK_EXAMPLES[(4, 4, 9)] == ([0, 1, 2, 3, 6, 7, 8, 9], list(range(8)))
+DENSE_LEN = 96
+all_pairs = sink_window_mask(SINKS, WINDOW)(torch.arange(DENSE_LEN), torch.arange(DENSE_LEN))           # [96, 96]
+SINK_DISTANCES = {"max_cache_distance": int((all_pairs.sum(dim=-1) - 1).max()), "max_text_distance": DENSE_LEN - 1}
+assert SINK_DISTANCES["max_cache_distance"] == SINKS + WINDOW - 1
 
 # %% [markdown] lang="en"
 # **The cache.** `SinkRingKV` is a `RingKV` of $W - 1$ slots that keeps the first $S$ positions aside, in a `FullKV`:
@@ -111,7 +116,7 @@ class SinkRingKV(RingKV):
 # gives each key, for each of the two queries (in parentheses: keys the mask hides from that query).
 
 # %% [markdown] lang="zh"
-# `StreamingAttention` 缓存的是**未经旋转**的 K，每次读取时再旋转。解码单个 token 时，它按查询自己的缓存位置旋转查询（查询本身就是它读取的最后一个键，位置等于它读取的键数减 1），并把每个缓存的键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）。一次送入多个 token 时就不够了，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。因此，这个注意力层为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量（$T_\text{new} = 1$ 时就是上面单个 token 的情形），然后在“汇聚点加窗口”的掩码下计算注意力。类定义之后的单元格把这个分块送入一个 `SinkRingKV`，打印 `cache_positions` 为这两个查询分别给每个键的位置（括号里是掩码对该查询屏蔽的键）。
+# `StreamingAttention` 缓存的是**未经旋转**的 K，每次读取时再旋转。解码单个 token 时，它按查询自己的缓存位置旋转查询（查询本身就是它读取的最后一个键，位置等于它读取的键数减 1），并把每个缓存的键按它在缓存中的位置旋转一次（实际的解码器正是这样做的）。一次送入多个 token 时，这样做就不够了，因为窗口在这些查询之间会滑动。以上表中由 token 20 和 21 组成的分块为例：查询 20 读到的键 14 在缓存位置 5，查询 21（它的窗口里已经没有键 13）读到的键 14 在位置 4，所以键 14 要为这两个查询各旋转一次。因此，这个注意力层为每一对（查询，键）按该查询给这个键的位置旋转键，得到一个 `[B, H, T_new, T_keys, D]` 的张量（$T_\text{new} = 1$ 时就是上面单个 token 的情形），然后在“汇聚点加窗口”的掩码下计算注意力。类定义之后的单元格把这个分块送入一个 `SinkRingKV`，并打印 `cache_positions` 为这两个查询分别赋予每个键的位置（括号里是掩码对该查询屏蔽的键）。
 
 # %%
 class StreamingAttention(Attention):
@@ -251,14 +256,12 @@ assert CONTROLS["keys_rotated_once_when_cached"]["caught"]
 # window and for the window alone ($S = 0$). Up to position $S + W - 1$ a query reads every earlier key and the cache
 # positions equal the text positions, so both must equal dense attention within FP32's tolerance there (the window
 # alone only up to $W - 1$). Beyond it they differ, and we report by how much, with the share of positions whose
-# greedy (argmax) token is still the dense model's. The cache positions also keep every distance RoPE sees below
-# $S + W$: at most {{run:sinks.max_cache_distance}} here, against {{run:sinks.max_text_distance}} with text positions.
+# greedy (argmax) token is still the dense model's, from position $S + W$ on for both.
 
 # %% [markdown] lang="zh"
-# **离稠密注意力有多远？** 前面的精确性是相对稀疏模式而言的；与同一份权重的稠密模型（普通因果注意力，按文本位置编号）相比，流式缓存只是一种近似。下面的单元格取两条各 96 个 token 的序列，逐个 token 送入，测量每个位置上 logits 的最大绝对误差：一种是汇聚点加窗口，另一种是只有窗口（$S = 0$）。直到位置 $S + W - 1$，查询都能读到之前的每一个键，缓存位置也等于文本位置，所以在这一段两者都必须在 FP32 的容差内等于稠密注意力（只有窗口时，只到 $W - 1$ 为止）。过了这一段就会出现差异，我们报告差异有多大，以及贪心（argmax）选出的 token 仍与稠密模型相同的位置所占的比例。缓存位置还让 RoPE 看到的每个距离都小于 $S + W$：这里最大为 {{run:sinks.max_cache_distance}}，而按文本位置编号则会达到 {{run:sinks.max_text_distance}}。
+# **离稠密注意力有多远？** 前面的精确性是相对稀疏模式而言的；与同一份权重的稠密模型（普通因果注意力，按文本位置编号）相比，流式缓存只是一种近似。下面的单元格取两条各 96 个 token 的序列，逐个 token 送入，测量每个位置上 logits 的最大绝对误差：一种是汇聚点加窗口，另一种是只有窗口（$S = 0$）。直到位置 $S + W - 1$，查询都能读到之前的每一个键，缓存位置也等于文本位置，所以在这一段两者都必须在 FP32 的容差内等于稠密注意力（只有窗口时，只到 $W - 1$ 为止）。过了这一段就会出现差异，我们报告差异有多大，以及从位置 $S + W$ 起（两者相同），贪心（argmax）选出的 token 仍与稠密模型相同的位置所占的比例。
 
 # %%
-DENSE_LEN = 96
 long_stream = torch.randint(0, llama_cfg.vocab, (2, DENSE_LEN), generator=torch.Generator().manual_seed(SEED + 2))
 with torch.inference_mode():
     dense_logits, _ = build(llama_cfg)(long_stream)
@@ -269,25 +272,19 @@ STREAMING_LABELS = {"sinks_and_window": f"S = {SINKS}, W = {WINDOW}", "window_on
 DENSE_DISTANCE = {name: {"exact_positions": exact_until[name],
                          "exact_max_abs_logit_err": max_abs_err(logits[:, :exact_until[name]], dense_logits[:, :exact_until[name]]),
                          "max_abs_logit_err": max_abs_err(logits, dense_logits),
-                         "greedy_agreement": float((logits.argmax(-1) == dense_logits.argmax(-1))[:, exact_until[name]:].float().mean()),
+                         # [en] From S + W on for both caches: the positions where both have left the exact regime.
+                         # [zh] 两种缓存都从 S + W 起计：从这里开始，两者都已离开精确的区间。
+                         "greedy_agreement": float((logits.argmax(-1) == dense_logits.argmax(-1))[:, SINKS + WINDOW:].float().mean()),
                          "per_position": (logits - dense_logits).abs().amax(dim=(0, 2)).tolist()}
                   for name, logits in approx_logits.items()}
-# [en] Greedy agreement with dense attention over the same positions for both caches: from S + W on, where both have left the exact regime.
-# [zh] 两种缓存在相同位置上与稠密注意力的贪心 token 一致率：从 S + W 起，两者都已离开精确的区间。
-GREEDY_AGREEMENT = {name: float((logits.argmax(-1) == dense_logits.argmax(-1))[:, SINKS + WINDOW:].float().mean())
-                    for name, logits in approx_logits.items()}
-all_pairs = sink_window_mask(SINKS, WINDOW)(torch.arange(DENSE_LEN), torch.arange(DENSE_LEN))
-SINK_DISTANCES = {"max_cache_distance": int((all_pairs.sum(dim=-1) - 1).max()), "max_text_distance": DENSE_LEN - 1}
 say_table([["$" + STREAMING_LABELS[name].replace(", ", r",\ ") + "$", str(d["exact_positions"]), f"{d['exact_max_abs_logit_err']:.1e}", f"{d['max_abs_logit_err']:.2f}",
-            f"{GREEDY_AGREEMENT[name]:.0%}"] for name, d in DENSE_DISTANCE.items()],
+            f"{d['greedy_agreement']:.0%}"] for name, d in DENSE_DISTANCE.items()],
           en=["cache", "positions that read every earlier key", "their max logit difference", "max logit difference, all positions",
               f"greedy agreement with dense attention, positions {SINKS + WINDOW}–{DENSE_LEN - 1}"],
           zh=["缓存", "能读到全部先前键的位置数", "这些位置的 logits 最大绝对误差", "全部位置的 logits 最大绝对误差",
               f"与稠密注意力的贪心 token 一致率（位置 {SINKS + WINDOW}–{DENSE_LEN - 1}）"])
-assert GREEDY_AGREEMENT["sinks_and_window"] == DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"]
 assert all(close(logits[:, :exact_until[name]], dense_logits[:, :exact_until[name]]) for name, logits in approx_logits.items())
 assert all(d["max_abs_logit_err"] > 1e-2 for d in DENSE_DISTANCE.values())
-assert SINK_DISTANCES["max_cache_distance"] == SINKS + WINDOW - 1
 
 # %% [markdown] lang="en"
 # The per-position differences as a figure, on a logarithmic scale.

@@ -155,7 +155,7 @@ plt.show()
 # faster generation and 8.2 times better memory efficiency than its baseline on 16k-token inputs.
 
 # %% [markdown] lang="zh"
-# *图：各个压缩缓存偏离稠密注意力的程度（纵轴：每一步 logits 的最大绝对误差，对所有提示和解码步取平均），随预算 $b$（横轴：每个头保留的位置数，提示共 64 个）增大到整个提示（此时每条曲线都降到零）的变化。左图是普通的随机权重（`query_bias = 0`；图中 H2O 为 h2o，SnapKV 为 snapkv，随机淘汰的负对照为 random，点线）：注意力的偏好很弱（见上面的偏好表）。在小于提示长度的 {{run:eviction.plain_random_vs_h2o.budgets}} 个预算上，随机淘汰的误差与 H2O 误差之比介于 {{run:eviction.plain_random_vs_h2o.lowest:.2f}}（$b = {{run:eviction.plain_random_vs_h2o.lowest_budget}}$）和 {{run:eviction.plain_random_vs_h2o.highest:.2f}}（$b = {{run:eviction.plain_random_vs_h2o.highest_budget}}$）之间；其中随机淘汰比 H2O 更接近稠密注意力的预算有 {{run:eviction.plain_random_vs_h2o.random_closer}} 个。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询都关注的那些键，在小于提示长度的每个预算下，随机淘汰的误差都高于两者：它与较差策略的误差之比介于 {{run:eviction.random_ratio.lowest:.2f}}（$b = {{run:eviction.random_ratio.lowest_budget}}$）和 {{run:eviction.random_ratio.highest:.2f}}（$b = {{run:eviction.random_ratio.highest_budget}}$）之间。*
+# *图：各个压缩缓存偏离稠密注意力的程度随预算 $b$ 的变化。纵轴是每一步 logits 的最大绝对误差（对所有提示和解码步取平均）；横轴是预算 $b$，即每个头保留的位置数（提示共 64 个）。预算增大到整个提示时，每条曲线都降到零。左图是普通的随机权重（`query_bias = 0`；图中 H2O 为 h2o，SnapKV 为 snapkv，随机淘汰的负对照为 random，点线）：注意力的偏好很弱（见上面的偏好表）。在小于提示长度的 {{run:eviction.plain_random_vs_h2o.budgets}} 个预算上，随机淘汰的误差与 H2O 误差之比介于 {{run:eviction.plain_random_vs_h2o.lowest:.2f}}（$b = {{run:eviction.plain_random_vs_h2o.lowest_budget}}$）和 {{run:eviction.plain_random_vs_h2o.highest:.2f}}（$b = {{run:eviction.plain_random_vs_h2o.highest_budget}}$）之间；其中随机淘汰比 H2O 更接近稠密注意力的预算有 {{run:eviction.plain_random_vs_h2o.random_closer}} 个。右图是有偏好的情形（`query_bias = 4`）：两种策略都找到了大多数查询关注的那些键，在小于提示长度的每个预算下，随机淘汰的误差都高于两者：它与较差策略的误差之比介于 {{run:eviction.random_ratio.lowest:.2f}}（$b = {{run:eviction.random_ratio.lowest_budget}}$）和 {{run:eviction.random_ratio.highest:.2f}}（$b = {{run:eviction.random_ratio.highest_budget}}$）之间。*
 #
 # <details><summary>可选：为什么 H2O 和 SnapKV 互换了名次</summary>
 #
@@ -163,7 +163,7 @@ plt.show()
 #
 # </details>
 #
-# 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16k token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
+# 这张图**不能**说明的是：H2O 或 SnapKV 能否保住一个**训练好的**模型的答案。这取决于训练好的模型的注意力实际上如何分布，而随机权重模仿不了这一点；我们加的偏置只是给策略提供了可以找的东西。论文测量的是质量。H2O 在 OPT、LLaMA 和 GPT-NeoX 模型上、在一系列任务中检验了只保留 20% 缓存时的准确率，并报告其吞吐量最高可达 DeepSpeed Zero-Inference 和 Hugging Face Accelerate 的 29 倍、FlexGen 的 3 倍；SnapKV 报告了在 LongBench 基准和“大海捞针”测试上的准确率，在 16K token 的输入上，生成速度是其基线的 3.6 倍，内存效率是 8.2 倍。
 
 # %% [markdown] lang="en"
 # **Why serving systems rarely ship H2O or SnapKV.** Both policies choose per head: above, heads 0 and 1 of one layer kept

@@ -57,7 +57,7 @@ RESULTS = {
     "controls": CONTROLS,
 }
 FIGURES = [MLA_COST_PNG.name, GROWTH_PNG.name, SINKS_PNG.name, EVICTION_PNG.name]
-RESULTS_JSON = save_results("infra-benchmark/kv-cache-compression", 3, RESULTS, FIGURES)
+RESULTS_JSON = save_results("infra-benchmark/kv-cache-compression", 4, RESULTS, FIGURES)
 
 # %% tags=["prose-values"]
 plain_vs_h2o = {b: EVICTION["plain"][f"random/{b}"]["mean_max_abs_logit_err"] / EVICTION["plain"][f"h2o/{b}"]["mean_max_abs_logit_err"]
@@ -76,8 +76,8 @@ lowest_highest = lambda ratios: {"lowest": min(ratios.values()), "lowest_budget"
                   "gemma3_local_layers": GEMMA3_MEMORY["local_layers"], "gemma3_global_layers": GEMMA3_MEMORY["global_layers"]},
  "shared": {"vs_ordinary": SHARED_VS_ORDINARY, "crossover": GROWTH_CROSSOVER},
  "sinks": {"max_cache_distance": SINK_DISTANCES["max_cache_distance"], "max_text_distance": SINK_DISTANCES["max_text_distance"],
-           "agreement_with_sinks": GREEDY_AGREEMENT["sinks_and_window"],
-           "agreement_window_only_same_positions": GREEDY_AGREEMENT["window_only"]},
+           "agreement_with_sinks": DENSE_DISTANCE["sinks_and_window"]["greedy_agreement"],
+           "agreement_window_only_same_positions": DENSE_DISTANCE["window_only"]["greedy_agreement"]},
  "eviction": {"h2o_half_agreement": fav[f"h2o/{half}"]["greedy_agreement"], "h2o_half_error": fav[f"h2o/{half}"]["mean_max_abs_logit_err"],
               "snapkv_half_agreement": fav[f"snapkv/{half}"]["greedy_agreement"],
               "snapkv_half_error": fav[f"snapkv/{half}"]["mean_max_abs_logit_err"],
