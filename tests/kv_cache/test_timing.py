@@ -57,7 +57,7 @@ def test_p95_of_15_samples_lies_between_the_two_largest(nb):
     assert ranked[-2] <= summary["p95"] <= ranked[-1]
     assert summary["p50"] == ranked[7] and (summary["min"], summary["max"]) == (ranked[0], ranked[-1])
     one_slow = nb["percentile_summary"]([5_000_000] * 14 + [50_000_000])
-    assert one_slow["p50"] == 5.0 and one_slow["p95"] > 2 * one_slow["p50"] and nb["slow_rounds"](one_slow) == 1
+    assert one_slow["p50"] == 5.0 and one_slow["p95"] > 2 * one_slow["p50"] and sum(x > 1.5 * one_slow["p50"] for x in one_slow["samples"]) == 1
 
 
 def test_window_average_of_the_formula_equals_the_counted_window(nb):

@@ -88,11 +88,14 @@ say(en=f"On this run: minor page faults per window, median of its rounds (fewest
        f"per round of the full window at $P = {P_MAX}$ (fewest / most): {full_range}. "
        f"The median round of that window took {full_p50_over_min:.2f} times the CPU time of its fastest. "
        f"CPU share per window: {min(shares):.0%} to {max(shares):.0%}; {busy} of the {len(shares)} windows below 90 %. "
-       f"Largest slowest-over-fastest ratio of a window's rounds: {spread:.2f} (`{spread_path}`, $P = {spread_at}$). "
+       f"Largest slowest-over-fastest ratio of a window's rounds: {spread:.2f} "
+       f"({ {'prefill': 'prefill', 'full': 'full recomputation', 'cached': 'cached continuation'}[spread_path]}, $P = {spread_at}$). "
        f"The cached window's p95 over its p50: at most {p95_ratio:.2f} ($P = {p95_at}$).",
     zh=f"这次运行中：每个窗口的次缺页次数，取各轮的中位数（最少 / 最多的窗口）：{faults}；"
        f"$P = {P_MAX}$ 时完整重算窗口每轮的次缺页次数（最少 / 最多）：{full_range}。"
        f"该窗口中位数那一轮的 CPU 时间是最快一轮的 {full_p50_over_min:.2f} 倍。"
-       f"每个窗口的 CPU 时间占比：{min(shares):.0%} 到 {max(shares):.0%}；{len(shares)} 个窗口中有 {busy} 个低于 90%。"
-       f"一个窗口内最慢一轮与最快一轮之比，最大为 {spread:.2f}（`{spread_path}`，$P = {spread_at}$）。"
+       f"每个窗口的 CPU 时间占比：{min(shares):.0%} 到 {max(shares):.0%}；"
+       + (f"{len(shares)} 个窗口中有 {busy} 个低于 90%。" if busy else f"{len(shares)} 个窗口都不低于 90%。")
+       + f"一个窗口内最慢一轮与最快一轮之比，最大为 {spread:.2f}"
+       f"（{ {'prefill': '预填充', 'full': '完整重算', 'cached': '缓存续写'}[spread_path]}，$P = {spread_at}$）。"
        f"缓存续写窗口的 p95 与中位数之比：最大 {p95_ratio:.2f}（$P = {p95_at}$）。")

@@ -131,10 +131,11 @@ assert {"full": WORK["full"], "cached": WORK["cached"]} == projected_positions(P
 # The measurement loop, folded: each window is timed by one `perf_counter_ns` reading before it and one
 # after it (and one `process_time_ns` reading for the CPU time), and every round rotates the order of
 # the three paths so that none always runs first. It also records each round's minor page faults and CPU
-# share (CPU time over clock time), which the appendix (9.4) lists and explains.
+# share (CPU time over clock time). 9.1's results use neither: they serve the optional appendix (9.4), which lists
+# and explains them, and 9.3 quotes the faults.
 
 # %% [markdown] lang="zh"
-# 下面是测量循环（已折叠）：每个窗口只在前后各读一次 `perf_counter_ns`（CPU 时间则读 `process_time_ns`），每一轮都轮换三条路径的顺序，免得某条路径总是第一个运行。它还记录每一轮的次缺页（minor page fault）次数和 CPU 时间占比（CPU 时间除以挂钟时间），附录（9.4）把它们全部列出并加以解释。
+# 下面是测量循环（已折叠）：每个窗口只在前后各读一次 `perf_counter_ns`（CPU 时间则读 `process_time_ns`），每一轮都轮换三条路径的顺序，免得某条路径总是第一个运行。它还记录每一轮的次缺页（minor page fault）次数和 CPU 时间占比（CPU 时间除以挂钟时间）。9.1 的结果不用这两项：它们是为可选的附录（9.4）准备的，附录把它们全部列出并加以解释；9.3 还引用了缺页次数。
 
 # %% tags=["hide-input"]
 # [en] `resource` exists on Unix only (Linux, macOS); the loop uses it to count page faults.
@@ -208,10 +209,6 @@ def time_prompt(model, prompt_len: int) -> dict:
         "kv_bytes": (prompt_len + CONTINUATION) * kv_bytes_per_token(cfg.layers, cfg.heads, cfg.head_dim, FP32_BYTES),
         "projected_positions": projected_positions(prompt_len, CONTINUATION),
     }
-
-
-def slow_rounds(ms: dict) -> int:
-    return sum(x > 1.5 * ms["p50"] for x in ms["samples"])
 
 
 # %% [markdown] lang="en"

@@ -9,7 +9,7 @@
 # %% [markdown] lang="zh"
 # ## 10. 保存结果
 #
-# 构建时，这次运行测得和检查过的结果写入 `results.json`（各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`），与图一起发布在 `outputs/infra-benchmark/kv-cache/` 下。读者自己运行这个笔记本时，四幅图（`masks.png`、`cache_growth.png`、`timing.png`、`generation.png`）保存在 `OUTPUT_DIR` 中。
+# 构建时，这次运行测得和检查过的结果写入 `results.json`（各字段的含义见仓库中的 `docs/kv-cache-results-schema.md`），与图一起发布在 `outputs/infra-benchmark/kv-cache/` 下。读者自己运行本笔记本时，四幅图（`masks.png`、`cache_growth.png`、`timing.png`、`generation.png`）保存在 `OUTPUT_DIR` 中。
 
 # %% tags=["record"]
 import json
