@@ -9,7 +9,7 @@
 # Hugging Face models can check ours weight for weight.
 
 # %% [markdown] lang="zh"
-# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 3 改动了其中五处：更少的 K/V 头（`kv_heads`；Llama 1 和 Llama 2 7B/13B 仍是每个查询头各有一个 K/V 头）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能载入与我们相同的权重，来核对我们的模型。
+# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 3 改动了其中五处：更少的 K/V 头（`kv_heads`；Llama 1 和 Llama 2 7B/13B 仍是每个查询头各有一个 K/V 头）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能载入与我们相同的权重，以便用它核对我们的模型。
 
 # %%
 @dataclass
