@@ -9,8 +9,8 @@
 #
 # This notebook takes these changes one at a time and proves each the way the first notebook proved
 # its cache: the cached path must equal full recomputation (or, once exactness is given up on purpose,
-# stay within a stated bound), a deliberately broken variant must fail the same check, and where an
-# outside implementation exists, Hugging Face models built from the same random weights must agree
+# stay within a stated bound), a deliberately broken variant must be caught, by the same check or, where that
+# check is blind to it, by one that says why, and where an outside implementation exists, Hugging Face models built from the same random weights must agree
 # with ours in FP64.
 #
 # Sections: 1 setup · 2 masks from absolute positions · 3 the decoder (both from the first notebook)
@@ -20,9 +20,9 @@
 # · 11 takeaways and exercises.
 
 # %% [markdown] lang="zh"
-# [第一份笔记本]({{colab:infra-benchmark/kv-cache}})为一个类似 GPT-2 的解码器实现了 KV 缓存：每个注意力头都保留自己的 K 和 V，位置则是加到 token 嵌入上的可学习向量。读者接下来会遇到的模型（Llama、Mistral、Qwen、Gemma）恰恰改动了缓存所依赖的那几处：位置信息通过旋转 Q 和 K 来编码；近来的多数模型（从 Llama 2 70B、Llama 3、Mistral 7B、Qwen2 和 Gemma 2 起）K/V 头比查询头少，而 Llama 1、Llama 2 7B/13B 和 Gemma 7B 仍让每个查询头各有自己的 K/V 头；有的模型只让查询读取最近一段窗口内的键；而推理服务系统会用更少的比特存放 K/V，并用融合内核（fused kernel）计算注意力。
+# [第一份笔记本]({{colab:infra-benchmark/kv-cache}})为一个类似 GPT-2 的解码器实现了 KV 缓存：每个注意力头都保留自己的 K 和 V，位置则是加到 token 嵌入上的可学习向量。读者接下来会遇到的模型（Llama、Mistral、Qwen、Gemma）恰恰改动了缓存所依赖的那几处。第一，位置信息通过旋转 Q 和 K 来编码。第二，近来的多数模型（从 Llama 2 70B、Llama 3、Mistral 7B、Qwen2 和 Gemma 2 起）K/V 头比查询头少，而 Llama 1、Llama 2 7B/13B 和 Gemma 7B 仍让每个查询头各有自己的 K/V 头。第三，有的模型只让查询读取最近一段窗口内的键。此外，推理服务系统会用更少的比特存放 K/V，并用融合内核（fused kernel）计算注意力。
 #
-# 本笔记本逐一考察这些改动，并沿用第一份笔记本证明缓存的方法来证明每一项。缓存路径必须与完整重算一致；如果有意放弃了精确性，误差就必须落在明确写出的界内。故意改坏的版本必须通不过同一项检查。凡是有外部实现可供对照的地方，用同一份随机权重构建的 Hugging Face 模型都必须在 FP64 下与我们的实现一致。
+# 本笔记本逐一考察这些改动，并沿用第一份笔记本证明缓存的方法来证明每一项。缓存路径必须与完整重算一致；如果有意放弃了精确性，误差就必须落在明确写出的界内。故意改坏的版本必须被查出：或者由同一项检查查出，或者在那项检查察觉不到它时，由另一项说明了原因的检查查出。凡是有外部实现可供对照的地方，用同一份随机权重构建的 Hugging Face 模型都必须在 FP64 下与我们的实现一致。
 #
 # 目录：1 环境设置 · 2 由绝对位置推出掩码 · 3 解码器（这两节取自第一份笔记本）· 4 分组查询注意力与多查询注意力 · 5 旋转位置编码 · 6 滑动窗口 · 7 量化缓存 · 8 融合注意力 · 9 各变体的内存与开销 · 附录（可选）：两处舍入现象（放在第 10 节之前，因为它的测量结果也要保存）· 10 汇总与保存的结果 · 11 要点与练习。
 

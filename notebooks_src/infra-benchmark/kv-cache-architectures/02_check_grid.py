@@ -4,12 +4,13 @@
 # tokens, FP32 and FP64, 12 configurations (the FP64 runs convert the same weights). `run_control` runs a
 # negative control, a model broken on purpose: the same check on batch 1 in FP32 with chunks of 1, 2 and 5,
 # caught when every run fails (a control judged another way says how in its own section). `CONTROLS` collects every negative control of the notebook: its section, the
-# check that judged it, and whether it was caught.
+# check that judged it, and whether it was caught. The cell is folded: `run_grid` is one loop over `GRID`, and
+# `run_control` one call of `check_cached` per chunk length.
 
 # %% [markdown] lang="zh"
-# 一种配置说明不了多少：某个错误可能只在某一种分块长度、某一种 batch 大小或某一种精度下才暴露出来。所以每种精确变体都要用 `run_grid` 跑遍本系列的网格 `GRID`：batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64，共 12 种配置（FP64 运行时转换的是同一份权重）。`run_control` 运行一个负对照，也就是故意改坏的模型：在 batch 1、FP32 下，以分块长度 1、2、5 做同样的检查，每次运行都失败才算查出（用别的方式判定的负对照，会在它所在的节里说明判定方法）。`CONTROLS` 收集本笔记本的所有负对照：所在的节、评判它的检查，以及是否查出。
+# 一种配置说明不了多少：某个错误可能只在某一种分块长度、某一种 batch 大小或某一种精度下才暴露出来。所以每种精确变体都要用 `run_grid` 跑遍本系列的网格 `GRID`：batch 为 1 和 2，分块长度为 1、2、5 个 token，FP32 和 FP64，共 12 种配置（FP64 运行时转换的是同一份权重）。`run_control` 运行一个负对照，也就是故意改坏的模型：在 batch 1、FP32 下，以分块长度 1、2、5 做同样的检查，每次运行都失败才算查出（用别的方式判定的负对照，会在它所在的节里说明判定方法）。`CONTROLS` 收集本笔记本的所有负对照：所在的节、评判它的检查，以及是否查出。这个单元格已折叠：`run_grid` 只是对 `GRID` 的一个循环，`run_control` 则对每种分块长度各调用一次 `check_cached`。
 
-# %%
+# %% tags=["hide-input"]
 def run_grid(make, reference=None) -> list[dict]:
     return [check_cached(make, batch, chunk, dtype, reference) for dtype, batch, chunk in GRID]
 

@@ -9,7 +9,7 @@
 # Hugging Face models can check ours weight for weight.
 
 # %% [markdown] lang="zh"
-# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 3 改动了其中五处：更少的 K/V 头（`kv_heads`；Llama 1 和 Llama 2 7B/13B 仍是每个查询头各有一个 K/V 头）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能载入与我们相同的权重，来核对我们的模型。
+# **配置。** `ArchConfig` 沿用第一份笔记本 `DecoderConfig` 的各项尺寸（默认值相同），再为每种设计改动增加一个字段。所有字段都取默认值时，它描述的就是第一份笔记本中 GPT-2 结构的解码器：可学习的位置嵌入、LayerNorm、GELU `MLP`、带偏置、每个查询头各有一个 K/V 头。Llama 3 改动了其中五处：更少的 K/V 头（`kv_heads`；Llama 1 和 Llama 2 7B/13B 仍是每个查询头各有一个 K/V 头）、用旋转位置编码代替位置嵌入表（`rope`）、RMSNorm（`norm="rms"`）、带门控的 SiLU MLP $W_{down}(\mathrm{SiLU}(W_{gate} x) \odot W_{up} x)$（`mlp_kind="swiglu"`），以及不带偏置。只有前两处涉及缓存；其余几处是为了让 Hugging Face 模型能载入与我们相同的权重，以便用它核对我们的模型。
 
 # %%
 @dataclass
@@ -110,12 +110,13 @@ class Attention(nn.Module):
 # `ln_2`, `mlp`, `ln_f`, `lm_head`), so that decoder's weights load into this one unchanged. `new_cache()` asks
 # the layers in order for their caches, passing each the list made so far; `forward(ids, cache)` numbers the
 # new tokens from `cache[0].seen`, where the cache ends (a caller may pass other `positions`), and returns
-# the logits and the cache.
+# the logits and the cache. The code is folded: it does only what this paragraph says, and can be skipped on a
+# first read.
 
 # %% [markdown] lang="zh"
-# **解码器。** 下面依次是带门控的 MLP、前置归一化的 Transformer 块（先是注意力残差，再是 MLP 残差）和解码器本身。`Decoder(config, attention)` 调用 `attention(i)` 构造第 $i$ 层的注意力（默认每层都是 `Attention`），因此各层不同的模型也只需一个函数就能描述。参数名沿用第一份笔记本（`wte`、`wpe`、`blocks`、`ln_1`、`attn.q`、`attn.k`、`attn.v`、`attn.proj`、`ln_2`、`mlp`、`ln_f`、`lm_head`），所以那个解码器的权重可以原样加载进来。`new_cache()` 依次请各层创建自己的缓存，并把已经创建好的列表传给每一层；`forward(ids, cache)` 从 `cache[0].seen` 开始为新 token 编号（即紧接在缓存末尾之后；调用方也可以传入别的 `positions`），返回 logits 和缓存。
+# **解码器。** 下面依次是带门控的 MLP、前置归一化的 Transformer 块（先是注意力残差，再是 MLP 残差）和解码器本身。`Decoder(config, attention)` 调用 `attention(i)` 构造第 $i$ 层的注意力（默认每层都是 `Attention`），因此各层不同的模型也只需一个函数就能描述。参数名沿用第一份笔记本（`wte`、`wpe`、`blocks`、`ln_1`、`attn.q`、`attn.k`、`attn.v`、`attn.proj`、`ln_2`、`mlp`、`ln_f`、`lm_head`），所以那个解码器的权重可以原样加载进来。`new_cache()` 依次请各层创建自己的缓存，并把已经创建好的列表传给每一层；`forward(ids, cache)` 从 `cache[0].seen` 开始为新 token 编号（即紧接在缓存末尾之后；调用方也可以传入别的 `positions`），返回 logits 和缓存。代码已折叠：它只做这一段所说的事，初读时可以跳过。
 
-# %%
+# %% tags=["hide-input"]
 class SwiGLU(nn.Module):
     def __init__(self, c: ArchConfig):
         super().__init__()

@@ -20,8 +20,10 @@ if HAVE_HF:
     LLAMA_CROSS = {"hf_precision": referee_errors(with_hf_precision(llama64), hf), "pure_fp64": referee_errors(llama64, hf)}
     referee_table({"hf_precision": LLAMA_CROSS["hf_precision"]}, {"hf_precision": "`with_hf_precision(build(LLAMA_CFG))`"})
     llama_err = max(LLAMA_CROSS["hf_precision"].values())
-    say(en=f"Largest difference {llama_err:.1e}, within $10^{{-10}}$" + (" (bit for bit equal in this run)." if llama_err == 0 else "."),
-        zh=f"最大绝对误差为 {llama_err:.1e}，小于 $10^{{-10}}$" + ("（本次运行中两者逐比特相同）。" if llama_err == 0 else "。"))
+    if llama_err == 0:
+        say(en="Largest difference 0: bit for bit equal in this run.", zh="最大绝对误差为 0：本次运行中两者逐比特相同。")
+    else:
+        say(en=f"Largest difference {llama_err:.1e}, within $10^{{-10}}$.", zh=f"最大绝对误差为 {llama_err:.1e}，小于 $10^{{-10}}$。")
     assert llama_err < 1e-10
 else:
     say(en=f"The cross-check with Hugging Face Llama is skipped: `transformers` is not available here ({HF_SKIP}).",
@@ -29,22 +31,23 @@ else:
 
 # %% [markdown] lang="en"
 # The referee also rejects section 4's negative control, the tiled K/V heads, in a full call. The one mistake
-# has three numbers, one per comparison:
+# has three numbers, one per comparison, on two models: section 4's `GQA2` (learned positions) and this
+# section's `LLAMA_CFG` (RoPE):
 #
-# | what is compared | where | max abs difference |
-# |---|---|---|
-# | logits, against the interleaved model | section 4.2 | {{run:gqa.tile_logit_diff:.2f}} |
-# | one layer's output, against the head loop | section 4.2 | {{run:gqa.head_loop_tiled:.3f}} |
-# | logits of this section's RoPE model, against Hugging Face's | the table below | {{run:referee.tiled_full:.2f}} |
+# | model | what is compared | where | max abs difference |
+# |---|---|---|---|
+# | `tiled(GQA2)` | logits, against the interleaved model | section 4.2 | {{run:gqa.tile_logit_diff:.2f}} |
+# | `tiled(GQA2).blocks[0].attn` | one layer's output, against the head loop | section 4.2 | {{run:gqa.head_loop_tiled:.3f}} |
+# | `tiled(LLAMA_CFG)` | logits, against Hugging Face's model | the table below | {{run:referee.tiled_full:.2f}} |
 
 # %% [markdown] lang="zh"
-# 裁判同样能在完整调用中查出第 4 节的负对照，即平铺的 K/V 头。同一个错误在三种比较中得到三个数：
+# 裁判同样能在完整调用中查出第 4 节的负对照，即平铺的 K/V 头。同一个错误在三种比较中得到三个数，涉及两个模型：第 4 节的 `GQA2`（可学习的位置嵌入）和本节的 `LLAMA_CFG`（RoPE）。
 #
-# | 比较什么 | 出处 | 最大绝对误差 |
-# |---|---|---|
-# | logits，与交错模型比较 | 第 4.2 节 | {{run:gqa.tile_logit_diff:.2f}} |
-# | 一个注意力层的输出，与逐头循环比较 | 第 4.2 节 | {{run:gqa.head_loop_tiled:.3f}} |
-# | 本节 RoPE 模型的 logits，与 Hugging Face 的模型比较 | 下表 | {{run:referee.tiled_full:.2f}} |
+# | 模型 | 比较什么 | 出处 | 最大绝对误差 |
+# |---|---|---|---|
+# | `tiled(GQA2)` | logits，与交错模型比较 | 第 4.2 节 | {{run:gqa.tile_logit_diff:.2f}} |
+# | `tiled(GQA2).blocks[0].attn` | 一个注意力层的输出，与逐头循环比较 | 第 4.2 节 | {{run:gqa.head_loop_tiled:.3f}} |
+# | `tiled(LLAMA_CFG)` | logits，与 Hugging Face 的模型比较 | 下表 | {{run:referee.tiled_full:.2f}} |
 
 # %%
 if HAVE_HF:

@@ -18,4 +18,4 @@
 #
 # 到目前为止，我们都是拿自己的模型和自己比。一个很小的 `LlamaForCausalLM`（GQA 加 RoPE，按我们的尺寸构造 `LlamaConfig`，不下载任何东西）可以充当外部裁判：把我们的权重复制进去，在 FP64 下比较。参数名一一对应（见下面的 `copy_weights`），不需要转置（Llama 的投影和我们的一样都是 `nn.Linear`）。配置项设为 `num_key_value_heads=2`、`head_dim=16`、`rms_norm_eps=1e-5`，不带偏置，不共享嵌入权重，没有特殊 token，`rope_theta=10000`。
 #
-# 即使调用了 `.double()`，Hugging Face 仍在 FP32 下计算归一化和旋转角，所以我们交给裁判比较的副本也这样做：与裁判对照的是 `with_hf_precision(net)`：它就是我们的模型，只是这两步改在 FP32 下计算（见附录 B）。若不这样做，两者相差 {{run:referee.pure_fp64_full:.0e}}。裁判的工具折叠在下面，第 6 节与 Mistral 的交叉核对也会用到。
+# 即使调用了 `.double()`，Hugging Face 仍在 FP32 下计算归一化和旋转角，所以交给裁判比较的也是这样一个副本，即 `with_hf_precision(net)`：它就是我们的模型，只是这两步改在 FP32 下计算（见附录 B）。若不这样做，两者相差 {{run:referee.pure_fp64_full:.0e}}。裁判的工具折叠在下面，第 6 节与 Mistral 的交叉核对也会用到。

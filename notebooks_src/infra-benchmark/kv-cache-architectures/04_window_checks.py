@@ -132,9 +132,10 @@ narrow_passed, narrow_keys = check_cached(narrower, 1, 5)["passed"], keys_read(n
 narrow_caught = narrow_keys != KEYS_READ
 CONTROLS["window_one_key_too_wide"] = {"section": 6, "check": "check_cached", "caught": wide["caught"]}
 CONTROLS["window_one_key_too_narrow"] = {"section": 6, "check": "keys_read", "caught": narrow_caught}
-say_table([["`WindowAttention`", str(KEYS_READ[-1]), f"`{all(r['passed'] for r in WINDOW_GRID)}`", "-"],
-           ["`WiderWindow`", str(wide_keys[-1]), f"`{all(wide['passed'])}`", f"`{wide['caught']}`"],
-           ["`NarrowerWindow`", str(narrow_keys[-1]), f"`{narrow_passed}`", f"`{narrow_caught}`"]],
+mark = {True: "✓", False: "✗"}
+say_table([["`WindowAttention`", str(KEYS_READ[-1]), mark[all(r["passed"] for r in WINDOW_GRID)], "–"],
+           ["`WiderWindow`", str(wide_keys[-1]), mark[all(wide["passed"])], mark[wide["caught"]]],
+           ["`NarrowerWindow`", str(narrow_keys[-1]), mark[narrow_passed], mark[narrow_caught]]],
           en=["attention", "keys read by the last query", "cached = full", "caught"],
           zh=["注意力层", "最后一个查询读取的键数", "缓存 = 完整重算", "查出"])
 assert wide["caught"] and narrow_passed and narrow_caught

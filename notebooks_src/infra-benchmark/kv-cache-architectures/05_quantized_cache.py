@@ -146,41 +146,27 @@ def quant_model(bits: int) -> Decoder:
     return build(LLAMA_CFG, lambda i: QuantAttention(LLAMA_CFG, bits))
 
 # %% [markdown] lang="en"
-# The next cell replays that timeline on a real `QuantKV`, one token per call, and checks every column of the table.
-#
-# <details><summary>Optional: the window rules of KIVI and of Hugging Face</summary>
-#
-# Other systems use other rules; ours is one rule for K and V.
-#
-# * **KIVI**, with $l$ positions cached: the newest $l \bmod R$ keys stay in full precision (the key window
-#   empties each time $R$ keys have piled up and are quantized as a block), and exactly the newest $R$ values,
-#   a value being quantized token by token as it leaves.
-# * **Hugging Face's `QuantizedCache`** (transformers 5.23.0, `cache_utils.py`, `QuantizedLayer.update`): the first
-#   call quantizes the whole prompt at once (that call attends over the prompt's full-precision keys and values,
-#   but keeps only the quantized copy), so after the prompt the full-precision window is empty. Each later call
-#   adds its tokens to the window; when the window would reach $R$ tokens, the whole cache is quantized anew
-#   and the window empties.
-#
-# </details>
+# The next cell replays that timeline on a real `QuantKV`, one token per call, and checks every column of the
+# table: the quantized positions, and the full-precision window of K and of V.
 
 # %% [markdown] lang="zh"
-# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）。
-#
-# <details><summary>可选：KIVI 和 Hugging Face 的窗口规则</summary>
-#
-# 别的系统采用别的规则；我们的规则对键和值是同一条。
-#
-# * **KIVI**：缓存中有 $l$ 个位置时，最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空）；值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。
-# * **Hugging Face 的 `QuantizedCache`**（transformers 5.23.0，`cache_utils.py` 中的 `QuantizedLayer.update`）：第一次调用就把整个提示一次性量化（这次调用本身用提示的全精度键和值计算注意力，但只保存量化后的副本），所以处理完提示后，全精度窗口是空的。此后每次调用把新的 token 加入窗口；窗口即将达到 $R$ 个 token 时，就把整个缓存重新量化一遍，并清空窗口。
-#
-# </details>
+# 下面的单元格在一个真实的 `QuantKV` 上重放这条时间线，并核对表中的每一列（每次调用送入一个 token）：已量化的位置，以及 K 和 V 的全精度窗口。
 
 # %%
 timeline_cache, timeline = QuantKV(bits=4), {}
+# [en] One token's K and V: [B, H_kv, 1, D].
+# [zh] 一个 token 的 K 和 V：[B, H_kv, 1, D]。
+k = v = torch.zeros(1, 1, 1, 4)
 for l in range(1, 41):
-    timeline_cache.update(*torch.zeros(2, 1, 1, 1, 4), torch.tensor([l - 1]))
-    timeline[l] = (timeline_cache.quantized_positions(), timeline_cache.k_recent.shape[-2])
-say_table([[str(l), f"0–{q - 1}" if q else "—", f"{q}–{l - 1}"] for l, (q, _) in timeline.items() if l in (8, 16, 23, 24, 31, 32, 40)],
-          en=["positions cached $l$", "quantized", "full precision"], zh=["缓存的位置数 $l$", "已量化", "全精度"])
-assert {l: timeline[l][0] for l in (8, 16, 23, 24, 31, 32, 40)} == {8: 0, 16: 0, 23: 0, 24: 8, 31: 8, 32: 16, 40: 24}
-assert all(RESIDUAL <= r < RESIDUAL + GROUP for l, (q, r) in timeline.items() if l >= RESIDUAL)
+    timeline_cache.update(k, v, torch.tensor([l - 1]))
+    # [en] Quantized positions, then the full-precision window of K and of V.
+    # [zh] 已量化的位置数，以及 K 和 V 的全精度窗口长度。
+    timeline[l] = (timeline_cache.quantized_positions(), timeline_cache.k_recent.shape[-2], timeline_cache.v_recent.shape[-2])
+rows = [[str(l), f"0–{q - 1}" if q else "—", f"{l - r}–{l - 1}"] for l, (q, r, _) in timeline.items() if l in (8, 16, 23, 24, 31, 32, 40)]
+say_table(rows, en=["positions cached $l$", "quantized", "full precision"], zh=["缓存的位置数 $l$", "已量化", "全精度"])
+assert rows == [["8", "—", "0–7"], ["16", "—", "0–15"], ["23", "—", "0–22"], ["24", "0–7", "8–23"],
+                ["31", "0–7", "8–30"], ["32", "0–15", "16–31"], ["40", "0–23", "24–39"]]
+# [en] At every l: each position is either quantized or in the window, the same for K and V.
+# [zh] 对每个 l：每个位置要么已量化，要么在窗口中，K 和 V 相同。
+assert all(q + r == l and r_v == r for l, (q, r, r_v) in timeline.items())
+assert all(RESIDUAL <= r < RESIDUAL + GROUP for l, (q, r, _) in timeline.items() if l >= RESIDUAL)

@@ -1,10 +1,34 @@
 # %% [markdown] lang="en"
+# <details><summary>Optional: the window rules of KIVI and of Hugging Face</summary>
+#
+# Other systems use other rules; ours is one rule for K and V.
+#
+# * **KIVI**, with $l$ positions cached: the newest $l \bmod R$ keys stay in full precision (the key window
+#   empties each time $R$ keys have piled up and are quantized as a block), and exactly the newest $R$ values,
+#   a value being quantized token by token as it leaves.
+# * **Hugging Face's `QuantizedCache`** (transformers 5.23.0, `cache_utils.py`, `QuantizedLayer.update`): the first
+#   call quantizes the whole prompt at once (that call attends over the prompt's full-precision keys and values,
+#   but keeps only the quantized copy), so after the prompt the full-precision window is empty. Each later call
+#   adds its tokens to the window; when the window would reach $R$ tokens, the whole cache is quantized anew
+#   and the window empties.
+#
+# </details>
+#
 # The experiment: the Llama-shaped model of section 5 reads a 16-token prompt and then generates 64 tokens
 # greedily with an exact cache (`FullKV`). The quantized models are fed exactly the same tokens, the prompt and
 # the first 63 generated ones (teacher forcing), so that every step compares the two caches on the same prefix. At each of the 64 steps we record
 # the largest absolute logit difference and whether the greedy (argmax) token is the same.
 
 # %% [markdown] lang="zh"
+# <details><summary>可选：KIVI 和 Hugging Face 的窗口规则</summary>
+#
+# 别的系统采用别的规则；我们的规则对键和值是同一条。
+#
+# * **KIVI**：缓存中有 $l$ 个位置时，最新的 $l \bmod R$ 个键保持全精度（每积累满 $R$ 个键，就把它们作为一组一次性量化，键的窗口随之清空）；值则恰好保留最新的 $R$ 个全精度，离开窗口的值逐个 token 量化。
+# * **Hugging Face 的 `QuantizedCache`**（transformers 5.23.0，`cache_utils.py` 中的 `QuantizedLayer.update`）：第一次调用就把整个提示一次性量化（这次调用本身用提示的全精度键和值计算注意力，但只保存量化后的副本），所以处理完提示后，全精度窗口是空的。此后每次调用把新的 token 加入窗口；窗口即将达到 $R$ 个 token 时，就把整个缓存重新量化一遍，并清空窗口。
+#
+# </details>
+#
 # 实验设置：第 5 节的 Llama 结构模型先读入 16 个 token 的提示（prompt），再用精确缓存（`FullKV`）贪心生成 64 个 token。量化模型被送入完全相同的 token，即提示和前 63 个生成的 token（teacher forcing），这样每一步都是在同一个前缀上比较两种缓存。在 64 步中的每一步，我们都记录 logits 的最大绝对误差，以及贪心（argmax）选出的 token 是否相同。
 
 # %%

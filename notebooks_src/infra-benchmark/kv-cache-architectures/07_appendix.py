@@ -82,7 +82,7 @@ if HAVE_HF:
         LLAMA_FP32_STEPS = {" + ".join(steps) or "none": max_abs_err(with_hf_precision(steps_model, steps)(STREAM)[0],
                                                                       steps_referee(input_ids=STREAM).logits)
                             for steps in ((), ("angles",), ("norms",), ("angles", "norms"))}
-    say_table([[f"`{steps}`", f"{error:.1e}"] for steps, error in LLAMA_FP32_STEPS.items()],
+    say_table([["–" if steps == "none" else f"`{steps}`", f"{error:.1e}"] for steps, error in LLAMA_FP32_STEPS.items()],
               en=["steps in FP32", "full call: max abs logit error against Hugging Face's Llama (FP64)"],
               zh=["改用 FP32 的步骤", "完整调用：与 Hugging Face Llama 之间 logits 的最大绝对误差（FP64）"])
     assert LLAMA_FP32_STEPS["angles + norms"] < 1e-10 < min(LLAMA_FP32_STEPS[steps] for steps in ("none", "angles", "norms"))

@@ -11,7 +11,7 @@
 
 # %%
 summary_table({f"`{name}`": rows for name, rows in EXACT_GRIDS.items()})
-say_table([[f"`{name}`", str(c["section"]), f"`{c['check']}`", f"`{c['caught']}`"] for name, c in CONTROLS.items()],
+say_table([[f"`{name}`", str(c["section"]), f"`{c['check']}`", "✓" if c["caught"] else "✗"] for name, c in CONTROLS.items()],
           en=["control", "section", "check", "caught"], zh=["负对照", "节", "检查", "查出"])
 assert all(c["caught"] for c in CONTROLS.values())
 if HAVE_HF:
