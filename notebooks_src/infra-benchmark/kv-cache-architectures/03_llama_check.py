@@ -38,7 +38,7 @@ else:
 # |---|---|---|---|
 # | `tiled(GQA2)` | logits, against the interleaved model | section 4.2 | {{run:gqa.tile_logit_diff:.2f}} |
 # | `tiled(GQA2).blocks[0].attn` | one layer's output, against the head loop | section 4.2 | {{run:gqa.head_loop_tiled:.3f}} |
-# | `tiled(LLAMA_CFG)` | logits, against Hugging Face's model | the table below | {{run:referee.tiled_full:.2f}} |
+# | `tiled(LLAMA_CFG)` | logits, against Hugging Face's model | the table below | {{run:referee.tiled_full:.1e}} |
 
 # %% [markdown] lang="zh"
 # 裁判同样能在完整调用中查出第 4 节的负对照，即平铺的 K/V 头。同一个错误在三种比较中得到三个数，涉及两个模型：第 4 节的 `GQA2`（可学习的位置嵌入）和本节的 `LLAMA_CFG`（RoPE）。
@@ -47,7 +47,7 @@ else:
 # |---|---|---|---|
 # | `tiled(GQA2)` | logits，与交错模型比较 | 第 4.2 节 | {{run:gqa.tile_logit_diff:.2f}} |
 # | `tiled(GQA2).blocks[0].attn` | 一个注意力层的输出，与逐头循环比较 | 第 4.2 节 | {{run:gqa.head_loop_tiled:.3f}} |
-# | `tiled(LLAMA_CFG)` | logits，与 Hugging Face 的模型比较 | 下表 | {{run:referee.tiled_full:.2f}} |
+# | `tiled(LLAMA_CFG)` | logits，与 Hugging Face 的模型比较 | 下表 | {{run:referee.tiled_full:.1e}} |
 
 # %%
 if HAVE_HF:

@@ -131,7 +131,7 @@ assert sdpa_caught
 # {{run:fused.prefill_ratio:.2f}} times as long with SDPA as with the explicit softmax
 # ({{run:fused.sdpa_prefill:.2f}} against {{run:fused.explicit_prefill:.2f}} ms).
 # The decode step took {{run:fused.decode_ratio:.2f}} times as long with SDPA ({{run:fused.sdpa_decode:.3f}} against
-# {{run:fused.explicit_decode:.3f}} ms), faster below 1, slower above. The second cell, a profile of that step by operator, has one lesson: a
+# {{run:fused.explicit_decode:.3f}} ms; a ratio below 1 means SDPA was faster). The second cell, a profile of that step by operator, has one lesson: a
 # decode step is hundreds of small operator calls (here {{run:fused.explicit_calls:.0f}} with the explicit softmax and
 # {{run:fused.sdpa_calls:.0f}} with SDPA: projections, `torch.cat`, rotary lookups, reshapes), of which attention is a
 # few, and the attention path changes only those few. The profile's self times are not a timing: the profiler adds its
@@ -139,7 +139,7 @@ assert sdpa_caught
 # writing a $[C, P + C]$ score matrix per head to memory, a CPU run of a tiny model does not measure.
 
 # %% [markdown] lang="zh"
-# **旁注：计时（可选）。** 在共享的 CPU 上，耗时取决于机器和它当时的负载，所以下面两个单元格的代码折叠了起来，也不做任何断言。第一个单元格在第 5 节的模型上比较显式 softmax 与 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）。注意力的工作量在预填充中最大（每个头 256 个查询对 256 个键）。两个模型只有 `attend` 不同。本次运行中，整个模型的预填充用 SDPA 时的耗时是用显式 softmax 时的 {{run:fused.prefill_ratio:.2f}} 倍（{{run:fused.sdpa_prefill:.2f}} 毫秒对 {{run:fused.explicit_prefill:.2f}} 毫秒）。解码步用 SDPA 时的耗时是用显式 softmax 时的 {{run:fused.decode_ratio:.2f}} 倍（{{run:fused.sdpa_decode:.3f}} 毫秒对 {{run:fused.explicit_decode:.3f}} 毫秒），小于 1 即更快，大于 1 即更慢。第二个单元格按算子分析这一步的耗时，它只说明一点：一个解码步由数百次小的算子调用组成（本次运行中显式 softmax 为 {{run:fused.explicit_calls:.0f}} 次，SDPA 为 {{run:fused.sdpa_calls:.0f}} 次：各个投影、`torch.cat`、旋转位置编码的查表、改变形状的操作），注意力只占其中几次，换一种注意力路径改变的也只是这几次。性能分析给出的自身耗时并不是计时：性能分析器给每次调用都加上了自己的开销，所以性能分析和时钟对两条路径的快慢排序可能不同。融合内核在 GPU 上、真实规模下省下的是：不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；在 CPU 上运行一个极小的模型，测不到这一点。
+# **旁注：计时（可选）。** 在共享的 CPU 上，耗时取决于机器和它当时的负载，所以下面两个单元格的代码折叠了起来，也不做任何断言。第一个单元格在第 5 节的模型上比较显式 softmax 与 `SDPALowerRight`，测量 256 个 token 的预填充和其后的一个解码步（单线程、FP32、两条路径逐轮交替先后、取中位数；原始样本保存在 `results.json` 中）。注意力的工作量在预填充中最大（每个头 256 个查询对 256 个键）。两个模型只有 `attend` 不同。本次运行中，整个模型的预填充用 SDPA 时的耗时是用显式 softmax 时的 {{run:fused.prefill_ratio:.2f}} 倍（{{run:fused.sdpa_prefill:.2f}} 毫秒对 {{run:fused.explicit_prefill:.2f}} 毫秒）。解码步用 SDPA 时的耗时是用显式 softmax 时的 {{run:fused.decode_ratio:.2f}} 倍（{{run:fused.sdpa_decode:.3f}} 毫秒对 {{run:fused.explicit_decode:.3f}} 毫秒；比值小于 1 说明 SDPA 更快）。第二个单元格按算子分析这一步的耗时，它只说明一点：一个解码步由数百次小的算子调用组成（本次运行中显式 softmax 为 {{run:fused.explicit_calls:.0f}} 次，SDPA 为 {{run:fused.sdpa_calls:.0f}} 次：各个投影、`torch.cat`、旋转位置编码的查表、改变形状的操作），注意力只占其中几次，换一种注意力路径改变的也只是这几次。性能分析给出的自身耗时并不是计时：性能分析器给每次调用都加上了自己的开销，所以性能分析和时钟对两条路径的快慢排序可能不同。融合内核在 GPU 上、真实规模下省下的是：不必为每个头把 $[C, P + C]$ 的分数矩阵写入显存；在 CPU 上运行一个极小的模型，测不到这一点。
 
 # %% tags=["hide-input"]
 TIMING_PROMPT = 256

@@ -119,14 +119,13 @@ def toy_forward(ids, cache=None, pos_start=None, mask_fn=allowed_keys):
 # Now the two calls: the prefill over the first four tokens, then `9` and `18` with the cache it
 # returned. The table gives each array's shape as NumPy reports it, next to the same shape in symbols
 # (B: batch, H: heads, Dh: head width). The cell also checks that the second call left the prefill's
-# cache unchanged. This toy returns a new, longer cache, as Hugging Face's default cache does; static
-# and paged caches often write the new entries in place instead, which is fine. What must never happen
-# is that a call overwrites an entry already in the cache: when one prefix's cache is shared by several
-# continuations, that would corrupt all of them. Sharing stays safe as long as each continuation writes
-# into slots of its own (a copy, or separate blocks), never into the shared prefix.
+# cache unchanged. This toy returns a new, longer cache and leaves the prefill's as it was. Hugging
+# Face's default `DynamicCache` also builds new, longer tensors, but stores them in the cache object you
+# pass in; static and paged caches write the new entries in place. So before continuing one prefix twice
+# with a real cache, copy it (or, in a paged cache, give each continuation blocks of its own).
 
 # %% [markdown] lang="zh"
-# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有改动预填充得到的缓存。这个玩具层返回一份新的、更长的缓存，Hugging Face 默认的缓存也是这样做的；预分配缓存（静态缓存）和分页缓存则常常把新项原地写入，这也没有问题。绝不能发生的是某次调用覆盖缓存里已有的项：同一个前缀的缓存由多个续写共享时，这会让它们全部出错。只要每个续写都写进只属于自己的槽位（一份副本，或单独的物理块），从不写进共享的前缀，共享就是安全的。
+# 现在做这两次调用：先对前四个 token 做预填充，再带着它返回的缓存送入 `9` 和 `18`。表中给出 NumPy 报告的各数组形状，旁边是用符号写出的同一形状（B：batch 大小，H：头数，Dh：每头的维度）。单元格还检查第二次调用没有改动预填充得到的缓存。这个玩具层返回一份新的、更长的缓存，预填充得到的缓存保持原样。Hugging Face 默认的 `DynamicCache` 同样会构造新的、更长的张量，但会把它们存进传入的那个缓存对象；预分配缓存（静态缓存）和分页缓存则把新项原地写入。所以，用真实的缓存让同一个前缀续写两次之前，要先复制它（在分页缓存中，则让每个续写使用各自的物理块）。
 
 # %%
 token_ids = np.array([[12, 7, 31, 4, 9, 18]])               # [B, T] = [1, 6]

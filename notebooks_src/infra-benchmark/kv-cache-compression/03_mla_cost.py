@@ -115,9 +115,9 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # * absorbed: fold the query ($H d_C r$), score the latents and RoPE keys ($T \cdot H(r + d_R)$), average the
 #   latents ($T \cdot H r$), apply $W^{UV}$ ($H r d_v$).
 #
-# `decode_macs` writes these counts down; `counted_macs` runs one decode step of a real layer under PyTorch's
-# `FlopCounterMode`, which counts the floating-point operations of every matrix product (two per multiply-add, so the
-# cell halves them).
+# `decode_macs` writes these counts down, plus the shared projections, so its totals are a whole step's;
+# `counted_macs` runs one decode step of a real layer under PyTorch's `FlopCounterMode`, which counts the
+# floating-point operations of every matrix product (two per multiply-add, so the cell halves them).
 # The two must be equal, for each form, at 16, 64 and 256 cached positions.
 
 # %% [markdown] lang="zh"
@@ -127,7 +127,7 @@ say_table([[MEMORY_LABELS[name], f"{n:,}", f"{n * d.layers * BF16 / KiB:,.1f}", 
 # * 读时展开形式：注意力部分相同，但每次调用都要展开**全部** $T$ 个缓存的潜向量，多出 $T \cdot r \cdot H(d_C + d_v)$；
 # * 吸收形式：并入查询（$H d_C r$），对潜向量和 RoPE 键打分（$T \cdot H(r + d_R)$），对潜向量求加权和（$T \cdot H r$），再乘上 $W^{UV}$（$H r d_v$）。
 #
-# `decode_macs` 把这些次数写成公式；`counted_macs` 在 PyTorch 的 `FlopCounterMode` 下让一个真实的注意力层跑一个解码步，它统计每个矩阵乘积的浮点运算次数（一次乘加算两次浮点运算），除以 2 即乘加次数。对每种形式，在缓存 16、64、256 个位置时，两者都必须相等。
+# `decode_macs` 把这些次数写成公式，并加上共有的投影，所以它给出的是整个解码步的总数；`counted_macs` 在 PyTorch 的 `FlopCounterMode` 下让一个真实的注意力层跑一个解码步，它统计每个矩阵乘积的浮点运算次数（一次乘加算两次浮点运算），除以 2 即乘加次数。对每种形式，在缓存 16、64、256 个位置时，两者都必须相等。
 
 # %%
 def decode_macs(c: MLAConfig, form: str, keys: int) -> int:

@@ -12,7 +12,7 @@
 # 1. it reads the latent and the RoPE key, $r + d_R$ numbers;
 # 2. `expand_kv` writes the whole `kv_b_proj` output, $H(d_C + d_v)$ (the values it returns are a view into it);
 # 3. it writes a new key tensor holding each head's $k^C$ and the RoPE key, $H(d_C + d_R)$;
-# 4. that copy reads $k^C$ once more, $H d_C$;
+# 4. that copy reads $k^C$ back from step 2's output, $H d_C$;
 # 5. attention reads the keys and values, $H(d_C + d_R + d_v)$.
 #
 # Our `expand` does the same (`kv_up`'s output, then `torch.cat`). Steps 2 and 3 write
@@ -35,7 +35,7 @@
 # 1. 读取潜向量和 RoPE 键，$r + d_R$ 个数；
 # 2. `expand_kv` 写出 `kv_b_proj` 的全部输出，$H(d_C + d_v)$ 个数（它返回的值只是其中的一个视图）；
 # 3. 写出一个新的键张量，装入每个头的 $k^C$ 和 RoPE 键，$H(d_C + d_R)$ 个数；
-# 4. 这次复制还要把 $k^C$ 再读一遍，$H d_C$ 个数；
+# 4. 这次复制要从第 2 步的输出中把 $k^C$ 读回来，$H d_C$ 个数；
 # 5. 注意力读取键和值，$H(d_C + d_R + d_v)$ 个数。
 #
 # 我们的 `expand` 也是这样做的（先是 `kv_up` 的输出，再 `torch.cat`）。放到 DeepSeek-V3 的规模、32,768 个键，第 2、3 步在每层、每个解码步中就要写出 {{run:mla.latent_expanded_gib:.1f}} GiB。如果融合内核在片上展开每个潜向量、从不把展开结果写回内存，就能省掉第 2 到第 4 步。

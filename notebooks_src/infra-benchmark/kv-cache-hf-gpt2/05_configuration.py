@@ -32,8 +32,9 @@
 # - `activation_function="gelu"` is the exact GELU, $x\,\Phi(x)$ computed with the error function, like
 #   our `nn.GELU()`. The default, `"gelu_new"`, is the tanh approximation that the original GPT-2 used.
 #   Section 8 shows how small, and how hard to see, that difference is.
-# - The three dropout probabilities are 0: dropout would make every call random. `layer_norm_epsilon`
-#   keeps its default, `1e-5`, which is also PyTorch's LayerNorm default.
+# - The three dropout probabilities are 0: `eval()` already turns dropout off, and 0 makes the
+#   configuration describe our dropout-free decoder in training mode too. `layer_norm_epsilon` keeps its
+#   default, `1e-5`, which is also PyTorch's LayerNorm default.
 # - `tie_word_embeddings=False`: our output projection has its own matrix. The default ties it to the
 #   token embedding table; section 7 shows what loading our weights into a tied model does.
 # - Our vocabulary has no special tokens, so `bos_token_id` and `eos_token_id` are `None` instead of
@@ -55,7 +56,7 @@
 #
 # - 各项尺寸（`vocab_size`、`n_positions`、`n_embd`、`n_layer`、`n_head`）取我们的值。MLP 的宽度 `n_inner` 显式给出。它的默认值 `None` 表示“4 × 宽度”，在这里恰好也是 256；但如果解码器的 MLP 宽度不是这个值，配置就会给出 4 × 宽度的 MLP，随后加载权重时会因形状不符而失败（第 7 节展示了这样的拒绝）。
 # - `activation_function="gelu"` 是精确 GELU，即用误差函数计算的 $x\,\Phi(x)$，与我们的 `nn.GELU()` 相同。默认值 `"gelu_new"` 是原版 GPT-2 使用的 tanh 近似。第 8 节会说明这个差别有多小、多难察觉。
-# - 三个 dropout 概率都设为 0：有了 dropout，每次调用的结果都是随机的。`layer_norm_epsilon` 保留默认值 `1e-5`，它也是 PyTorch 中 LayerNorm 的默认值。
+# - 三个 dropout 概率都设为 0：`eval()` 模式本来就会关掉 dropout，设为 0 则让这份配置在训练模式下也描述我们这个不带 dropout 的解码器。`layer_norm_epsilon` 保留默认值 `1e-5`，它也是 PyTorch 中 LayerNorm 的默认值。
 # - `tie_word_embeddings=False`：我们的词表投影（`lm_head`）有自己独立的矩阵；默认设置则让它与 token 嵌入表共享权重。第 7 节会展示把我们的权重加载进共享权重的模型会发生什么。
 # - 我们的词表没有特殊 token，所以 `bos_token_id` 和 `eos_token_id` 设为 `None`，而不是默认的 `50256`：在只有 97 个 token 的词表里，这个 ID 根本不存在。
 # - `scale_attn_weights=True`（默认值）让注意力分数除以 $\sqrt{d_h}$，和我们的做法一样；按层号追加的缩放（`scale_attn_by_inverse_layer_idx`）以及调整计算顺序并提升到 FP32 的做法（`reorder_and_upcast_attn`）都保持默认的关闭状态。

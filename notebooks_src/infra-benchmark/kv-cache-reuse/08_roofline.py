@@ -177,13 +177,13 @@ say_table([[str(r["batch"]), f"{r['intensity']:.2f}", f"{r['gbs']:.2f}", f"{r['g
 # **What the table shows.** The call over one row reached {{run:roofline.b1_roof_share:.0%}} of its roof; the calls over {{run:roofline.small_batch_lo}} to
 # {{run:roofline.small_batch_hi}} rows, {{run:roofline.small_roof_share_min:.0%}} to
 # {{run:roofline.small_roof_share_max:.0%}}. **The roof is a limit, not a prediction**: the flat side is a ceiling by
-# construction, the sloped side is STREAM's credited rate (a read-only kernel may exceed it, as the optional part at the end of this section measures), and a call
+# construction, the sloped side is STREAM's credited rate (a kernel that only reads may exceed it without breaking the roof; the optional part at the end of this section says why), and a call
 # can run far below both: how far below is set by the math library's routine for that shape, which the roof does not
 # model (the same optional part compares calls over a few rows with one over one row). To be
 # memory-bound by the count says where the limit is, not that a call reaches it.
 
 # %% [markdown] lang="zh"
-# **表中可以看出什么。** 单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边取的就是测得的最大速率，自然是上限；斜边是按 STREAM 的计数规则算出的速率（只读不写的内核可能超过它，本节末尾的可选部分就测到了这种情况）；调用也可能远远达不到这两条边，差多少取决于数学库为这种形状选用的例程，而屋顶线并不刻画这一点（同一个可选部分还把处理几行的调用与单行调用作了比较）。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。
+# **表中可以看出什么。** 单行调用达到了它所在位置屋顶线的 {{run:roofline.b1_roof_share:.0%}}；处理 {{run:roofline.small_batch_lo}} 到 {{run:roofline.small_batch_hi}} 行的调用达到 {{run:roofline.small_roof_share_min:.0%}} 到 {{run:roofline.small_roof_share_max:.0%}}。**屋顶线是界限，而不是预测**：水平边取的就是测得的最大速率，自然是上限；斜边是按 STREAM 的计数规则算出的速率（只读不写的内核可能超过它而并不违背屋顶线，原因见本节末尾的可选部分）；调用也可能远远达不到这两条边，差多少取决于数学库为这种形状选用的例程，而屋顶线并不刻画这一点（同一个可选部分还把处理几行的调用与单行调用作了比较）。按计数受限于内存带宽，说的只是上限在哪里，并不是说调用一定能达到它。
 
 # %% [markdown] lang="en"
 # **The cache.** Attention for one query per head reads each sequence's K and V once and does 2 FLOPs per

@@ -189,7 +189,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 #
 # <details><summary>Two remarks on the table (optional)</summary>
 #
-# A product that only reads can pass 100% of STREAM without breaking the roof: its sloped side is STREAM's
+# Should a product that only reads pass 100% of STREAM, it would not break the roof: its sloped side is STREAM's
 # credited rate, below what the memory really moves (the timing details above). The last column is a rough
 # guide only: the products were timed as separate calls, so their shares
 # ({{run:roofline.scores_qk_attention_share:.0%}} and {{run:roofline.values_attention_share:.0%}} here) are not parts
@@ -202,7 +202,7 @@ say_table([[f"`{form}`", f"{r['ms']:.2f}", f"{r['gbs']:.1f}", f"{r['gbs'] * 1e9 
 #
 # <details><summary>关于上表的两点说明（可选）</summary>
 #
-# 只读不写的乘法可以超过 STREAM 带宽的 100%，这并不违背屋顶线：斜边是按 STREAM 的计数规则算出的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，两个比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）即使加起来接近 100%，也不是同一次调用耗时的分解。
+# 只读不写的乘法即使超过 STREAM 带宽的 100%，也不违背屋顶线：斜边是按 STREAM 的计数规则算出的速率，低于内存实际搬运的速率（见上文关于计时的可选部分）。最后一列只是粗略的参考：两次乘法是作为单独的调用计时的，两个比例（这里是 {{run:roofline.scores_qk_attention_share:.0%}} 和 {{run:roofline.values_attention_share:.0%}}）即使加起来接近 100%，也不是同一次调用耗时的分解。
 #
 # </details>
 

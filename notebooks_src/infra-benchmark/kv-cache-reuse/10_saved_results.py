@@ -116,10 +116,10 @@ if mid_rows in CALL_RATIOS:
     cost, tokens = round(CALL_RATIOS[mid_rows], 2), round(mid["tokens_per_call"], 2)
     head = {"en": (f"For a target whose weights, like this matrix's, exceed the CPU's caches (section 6's toy target's stay in them), "
                    f"take speculative decoding at $k = {mid['k']}$: its verifying call covers {mid_rows} rows, the {mid['k']} drafts plus "
-                   f"the last accepted token. It takes about {cost:.2f} one-row calls (the table's time at {mid_rows} rows) and yields "
+                   f"the newest confirmed token. It takes about {cost:.2f} one-row calls (the table's time at {mid_rows} rows) and yields "
                    f"{tokens:.2f} tokens (section 6's tokens per target call at $k = {mid['k']}$), so on this CPU "),
             "zh": (f"对于权重像这个矩阵一样超出 CPU 高速缓存的目标模型（第 6 节玩具目标模型的权重留在高速缓存里），以 $k = {mid['k']}$ 的投机解码为例："
-                   f"它的验证调用处理 {mid_rows} 行，即 {mid['k']} 个草稿加上最后一个已接受的 token。这次调用的耗时约为 {cost:.2f} 次单行调用"
+                   f"它的验证调用处理 {mid_rows} 行，即 {mid['k']} 个草稿加上最新的已确认 token。这次调用的耗时约为 {cost:.2f} 次单行调用"
                    f"（下表中 {mid_rows} 行的耗时），得到 {tokens:.2f} 个 token（第 6 节中 $k = {mid['k']}$ 时每次目标模型调用得到的 token 数），"
                    "所以在本机 CPU 上，")}
     if cost >= tokens:

@@ -17,7 +17,7 @@
 # * **cached continuation:** consume the same 16 tokens one at a time from an existing prefix cache (prefill is not inside this window; the `torch.cat` copies are).
 #
 # Protocol: one thread, FP32, `inference_mode()`; one untimed round at every length first, then per length 3
-# warm-up and 15 measured rounds (`QUICK = True`: 16 and 256 tokens only, 1 and 3 rounds), the order of the
+# warm-up and 15 measured rounds (`QUICK = True`: 16 and 256 tokens only, 1 warm-up and 3 measured rounds), the order of the
 # three paths rotated every round. We compare windows by
 # the **CPU time** of the process (its computation, not the waits while the core runs other programs, which
 # the clock time also counts) in their **fastest round** (min): a disturbance can only add time to a round, so the

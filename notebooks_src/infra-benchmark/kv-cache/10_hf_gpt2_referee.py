@@ -143,10 +143,8 @@ def build_gpt2(ours, state_dict=None, **config_changes):
 
 
 if HAVE_TRANSFORMERS:
-    # [en] Our decoder as a GPT2Config, and GPT-2's own defaults: section 5 of *Checking our decoder against
-    # [en] Hugging Face GPT-2* compares the two field by field.
-    # [zh] 描述我们解码器的 GPT2Config，以及 GPT-2 的默认配置：《用 Hugging Face GPT-2 检验我们的解码器》
-    # [zh] 第 5 节逐项对照这两者。
+    # [en] Our decoder as a GPT2Config, and GPT-2's own defaults, to compare the two field by field.
+    # [zh] 描述我们解码器的 GPT2Config，以及 GPT-2 的默认配置，用来逐项对照这两者。
     hf_config, default_config = gpt2_config(cfg), GPT2Config()
     # [en] The same weights in FP64, on both sides.
     # [zh] 两边都用同一组权重的 FP64 版本。
