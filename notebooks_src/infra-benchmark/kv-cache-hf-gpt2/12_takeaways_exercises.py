@@ -127,7 +127,6 @@ if HAVE_TRANSFORMERS:
         kept = draft_cache.get_seq_length()
         after_rollback = gpt2_64(input_ids=round_ids[:, 25:26], past_key_values=draft_cache, use_cache=True).logits
         one_call = gpt2_64(input_ids=torch.cat([round_ids[:, :22], round_ids[:, 25:26]], dim=1)).logits[:, -1:]
-    print(kept)
     assert kept == 22 and max_abs_err(after_rollback, one_call) <= TOLERANCE[torch.float64]
     say(en=f"Exercise 2 checked: after `crop(-3)` the cache held 22 positions, and the next token's logits match "
            f"one full call (largest difference {max_abs_err(after_rollback, one_call):.1e}).",

@@ -94,7 +94,7 @@ CONTINUOUS = summarize_stream(stream_requests, TRACE, stream_cache)
 show_stream(CONTINUOUS)
 # [en] The criterion, one line per clause: each request's tokens and logits as when it runs alone (itself equal to
 # [en] full recomputation); blocks in use within the budgets, every block returned; more than one token per decode step.
-# [zh] 判据，每行一条：每个请求的 token 和 logits 与它单独运行时相同（单独运行又与完整重算一致）；在用的物理块
+# [zh] 判据，每行一条：每个请求的 token 和 logits 与它单独运行时相同（单独运行又与完整重算一致）；使用中的物理块
 # [zh] 不超过预算，每个物理块都已归还；每个解码步产生不止一个 token。
 assert CONTINUOUS["tokens_as_alone"] and CONTINUOUS["close_to_alone"] and CONTINUOUS["alone_equals_full_recomputation"]
 assert CONTINUOUS["used_within_reserved"] and CONTINUOUS["all_returned"]
