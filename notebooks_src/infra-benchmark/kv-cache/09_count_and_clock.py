@@ -166,7 +166,9 @@ TIMING_SUMMARY = {
 # the prefill's own overhead). Both continuation windows pay the same 16 calls' overhead and only the full
 # one also does the large work, so the measured factor is far below the work ratio.
 #
-# The same overhead flattens the growth with $P$ in the right panel: from $P = {{run:clock.p_min}}$ to
+# In the right panel the same overhead pulls the growth with $P$ toward 1×, while costs the count leaves out,
+# such as page faults when large score matrices are allocated (9.4 counts them per length), push it up:
+# from $P = {{run:clock.p_min}}$ to
 # $P = {{run:clock.p_max}}$ the count of a full step is multiplied by {{run:clock.model_full_growth:.1f}} and its CPU
 # time was multiplied by {{run:clock.measured_full_growth:.1f}}; a cached step's count by
 # {{run:clock.model_cached_growth:.2f}}, its CPU time by {{run:clock.measured_cached_growth:.2f}}. A cached step
@@ -179,4 +181,4 @@ TIMING_SUMMARY = {
 # %% [markdown] lang="zh"
 # **这次运行说明了什么**：比较让 16 个位置经过网络的两种做法。16 次单 token 的缓存调用共用了 {{run:clock.cached16_ms:.3f}} 毫秒 CPU 时间（这里和下文都取最快的一轮），是一次 16 个 token 的预填充调用（{{run:clock.prefill16_ms:.3f}} 毫秒）的 {{run:clock.cached16_over_prefill16:.1f}} 倍，可两者的乘加次数只差 {{run:clock.cached16_extra_macs:.1%}}。这个差距不来自计算，而来自**每次调用的固定开销**：不论输入多大，每次调用都要执行各个模块的 Python 代码、分派每一个算子、做一些零碎的内存分配，调用 16 次就要付 16 次（缓存路径上 `torch.cat` 的复制是例外：它随缓存变长而增长，属于内存开销，它占多少见 9.5）。按 9.1 中预填充的最高吞吐量（$P = {{run:clock.prefill_rate_at}}$，取最快的一轮：每毫秒约 {{run:clock.prefill_wan_macs_per_ms_rounded:,.0f}} 万次乘加），缓存路径一步的乘加只需要实测每步时间的 {{run:clock.cached_step_arithmetic_share_lo:.1%}} 到 {{run:clock.cached_step_arithmetic_share_hi:.1%}}（粗略估计：这个速度里含有预填充自己的调用开销）。两个续写窗口付出同样 16 次调用的开销，只有完整重算还要做大量计算，所以实测的倍数远低于工作量之比。
 #
-# 同样的开销也压平了右图中耗时随 $P$ 的增长：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，完整重算一步的计数变为原来的 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间变为 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数变为 {{run:clock.model_cached_growth:.2f}} 倍，CPU 时间变为 {{run:clock.measured_cached_growth:.2f}} 倍。提示越长，缓存路径一步的工作量越大，所以只要它在某个更长的提示上的耗时低于 $P = {{run:clock.p_min}}$ 时的耗时，原因就在这次运行本身，而不在工作量（一次运行中有哪些因素会改变这些增长，见 9.4）。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。
+# 在右图中，同样的开销会把耗时随 $P$ 的增长拉向 1 倍，而计数没有包括的代价（例如分配很大的分数矩阵时发生的缺页，9.4 按长度给出了次数）会把它推高：从 $P = {{run:clock.p_min}}$ 到 $P = {{run:clock.p_max}}$，完整重算一步的计数变为原来的 {{run:clock.model_full_growth:.1f}} 倍，实测 CPU 时间变为 {{run:clock.measured_full_growth:.1f}} 倍；缓存路径一步的计数变为 {{run:clock.model_cached_growth:.2f}} 倍，CPU 时间变为 {{run:clock.measured_cached_growth:.2f}} 倍。提示越长，缓存路径一步的工作量越大，所以只要它在某个更长的提示上的耗时低于 $P = {{run:clock.p_min}}$ 时的耗时，原因就在这次运行本身，而不在工作量（一次运行中有哪些因素会改变这些增长，见 9.4）。换成真实模型的宽度和上下文长度（见 8.3），固定开销相对于工作量就微不足道了；batch 较小时，解码一步会**受限于内存带宽**（memory-bandwidth-bound），耗时取决于读完权重和 K/V 缓存要多快。这是一般性的说明，并不是这里测出来的。
