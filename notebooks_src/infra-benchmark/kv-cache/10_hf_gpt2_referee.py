@@ -143,8 +143,10 @@ def build_gpt2(ours, state_dict=None, **config_changes):
 
 
 if HAVE_TRANSFORMERS:
-    # [en] Our decoder as a GPT2Config, and GPT-2's own defaults, to compare the two field by field.
-    # [zh] 描述我们解码器的 GPT2Config，以及 GPT-2 的默认配置，用来逐项对照这两者。
+    # [en] Our decoder as a GPT2Config, and GPT-2's own defaults: the Hugging Face GPT-2 notebook (section 5)
+    # [en] compares the two field by field; the other notebooks that include this cell leave them unused.
+    # [zh] 描述我们解码器的 GPT2Config，以及 GPT-2 的默认配置：Hugging Face GPT-2 那份笔记本（第 5 节）逐项对照这两者；
+    # [zh] 包含这个单元格的其他笔记本不会用到它们。
     hf_config, default_config = gpt2_config(cfg), GPT2Config()
     # [en] The same weights in FP64, on both sides.
     # [zh] 两边都用同一组权重的 FP64 版本。
