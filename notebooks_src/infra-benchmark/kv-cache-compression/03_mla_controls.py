@@ -10,14 +10,14 @@
 # $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s), \qquad W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i :$$
 #
 # rotating the latent is not rotating the key rebuilt from it. It is consistent with itself (its cached path equals
-# its full recomputation), so only criterion 2 can catch it.
+# its full recomputation), so of the two criteria only criterion 2 can catch it.
 
 # %% [markdown] lang="zh"
 # **负对照 1：对压缩部分施加 RoPE，却照样吸收。** 要证明的是：如果吸收形式算的不是它的模型所定义的东西，判据 2 能把它查出来。这里的模型是 `RopeOnCompressedPart`，即没有解耦键的 MLA：RoPE 像第三步那样旋转 $q^C$ 和重建出的键。它本身是一个合法的模型，缓存（存旋转过的完整键）也是精确的；它唯独不可能有精确的吸收形式。照样吸收的一种看似可行的写法是 `RotatedInLatentSpace`：它把旋转挪到潜空间里，用一个 $r$ 维的 RoPE $R^{(r)}$ 旋转并入后的查询 $\tilde q_{t,i} = (W^{UK}_i)^\top q^C_{t,i}$ 和缓存的潜向量。它的分数仍然只取决于距离，但是
 #
 # $$(R^{(r)}_t \tilde q_{t,i}) \cdot (R^{(r)}_s c_s) = q^C_{t,i} \cdot (W^{UK}_i R^{(r)}_{s-t}\, c_s), \qquad W^{UK}_i R^{(r)}_{s-t} \ne R_{s-t} W^{UK}_i :$$
 #
-# 旋转潜向量并不等于旋转由它重建出的键。这个模型本身是自洽的（它的缓存路径等于它自己的完整重算），所以只有判据 2 能把它查出来。
+# 旋转潜向量并不等于旋转由它重建出的键。这个模型本身是自洽的（它的缓存路径等于它自己的完整重算），所以两条判据中只有判据 2 能把它查出来。
 
 # %%
 class RopeOnCompressedPart(MLAttention):

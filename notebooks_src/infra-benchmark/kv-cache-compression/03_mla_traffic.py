@@ -1,8 +1,9 @@
 # %% [markdown] lang="en"
 # **What each form moves.** The answer first: the expand-on-read form saves cache capacity, not memory traffic. The
 # byte counts below assume an unfused implementation, where each operation reads its inputs from memory once and
-# writes its output once. The naive and absorbed forms move only their cache per cached key; the expand-on-read form
-# moves much more.
+# writes its output once, and they count the cache and the expanded tensors only: the score and softmax tensors,
+# $H$ numbers per cached key and operation in every form, are left out (a fused kernel keeps them on chip). Counted
+# so, the naive and absorbed forms move only their cache per cached key; the expand-on-read form moves much more.
 #
 # <details><summary>Optional: where the expand-on-read bytes come from</summary>
 #
@@ -26,7 +27,7 @@
 # one decode step with 32,768 cached keys.
 
 # %% [markdown] lang="zh"
-# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。下文的字节数都基于非融合的实现：每个运算从内存读一次输入、写一次输出。对每个缓存的键，朴素形式和吸收形式只搬运它们的缓存；读时展开形式搬运的要多得多。
+# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。下文的字节数都基于非融合的实现：每个运算从内存读一次输入、写一次输出；而且只计缓存和展开出来的张量，不计分数和 softmax 张量（每种形式每个运算对每个缓存的键都有 $H$ 个数，融合内核会把它们留在片上）。这样计算，对每个缓存的键，朴素形式和吸收形式只搬运它们的缓存；读时展开形式搬运的要多得多。
 #
 # <details><summary>可选：读时展开形式的字节从何而来</summary>
 #
@@ -72,8 +73,9 @@ def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF1
 
 
 def bytes_moved(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
-    # [en] Everything a decode step moves per cached key, unfused: the naive and absorbed forms read only their cache.
-    # [zh] 非融合实现中，一个解码步为缓存的键搬运的全部字节：朴素形式和吸收形式只读取各自的缓存。
+    # [en] Cache and expanded tensors a decode step moves, unfused (score and softmax tensors left out): the naive
+    # [en] and absorbed forms read only their cache.
+    # [zh] 非融合实现中，一个解码步搬运的缓存和展开张量的字节（不计分数和 softmax 张量）：朴素形式和吸收形式只读取各自的缓存。
     return expand_on_read_traffic(c, keys, bytes_per_element) if form == "expand_on_read" else cache_bytes_read(c, form, keys, bytes_per_element)
 
 # %%
@@ -83,8 +85,8 @@ MLA_TRADE = {"context": T, "forms": {form: {"macs": decode_macs(d, form, T), "ca
                                      for form in MLA_FORMS}}
 say_table([[f"`{form}`", f"{v['cache_bytes_read'] / 2 ** 20:,.1f}", f"{bytes_moved(d, form, T) / 2 ** 20:,.1f}", f"{v['macs'] / 1e9:.2f}"]
            for form, v in MLA_TRADE["forms"].items()],
-          en=["form ($T = 32{,}768$, BF16)", "cache read (MiB)", "all bytes moved, unfused (MiB)", "multiply-adds (billions)"],
-          zh=["形式（$T = 32{,}768$，BF16）", "读取的缓存（MiB）", "搬运的全部字节，非融合（MiB）", "乘加次数（十亿）"])
+          en=["form ($T = 32{,}768$, BF16)", "cache read (MiB)", "cache + expanded tensors, unfused (MiB)", "multiply-adds (billions)"],
+          zh=["形式（$T = 32{,}768$，BF16）", "读取的缓存（MiB）", "缓存与展开张量，非融合（MiB）", "乘加次数（十亿）"])
 EXPAND_ON_READ_TRAFFIC_RATIO = bytes_moved(d, "expand_on_read", T) / bytes_moved(d, "naive", T)
 EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_TRADE["forms"]["naive"]["macs"]
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
@@ -95,14 +97,14 @@ assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
 # Read across the rows. The expand-on-read form reads as little cache as the absorbed one, but moves
 # {{run:mla.expand_on_read_traffic_ratio:.1f}} times the naive form's bytes and does
 # {{run:mla.expand_on_read_macs_ratio:.0f}} times its multiply-adds, because it re-expands every cached latent at every
-# step. The absorbed form moves 1/{{run:mla.naive_vs_latent_bytes:.0f}} of the naive form's bytes for
+# step. The absorbed form reads 1/{{run:mla.naive_vs_latent_bytes:.0f}} of the naive form's cache bytes for
 # {{run:mla.absorbed_vs_naive_total_macs:.1f}} times its multiply-adds over the whole decode step, projections included
 # ({{run:mla.absorbed_vs_naive_macs:.1f}} times counting attention alone, per cached key; section 4.1): it behaves like multi-query attention whose one
 # K/V head, shared by all 128 heads, has keys of $r + d_R$ dimensions and values of $r$ (the same latents). The figure below shows
 # these quantities as the context grows.
 
 # %% [markdown] lang="zh"
-# 逐行对照来看。读时展开形式读取的缓存和吸收形式一样少，搬运的字节却是朴素形式的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍，因为它每一步都要把每个缓存的潜向量重新展开。吸收形式搬运的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，整个解码步（含各个投影）的乘加次数是朴素形式的 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍（只计注意力本身、按每个缓存的键计，是 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，见第 4.1 节）：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。下图画出这些量随上下文增长的情况。
+# 逐行对照来看。读时展开形式读取的缓存和吸收形式一样少，搬运的字节却是朴素形式的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍，因为它每一步都要把每个缓存的潜向量重新展开。吸收形式读取的缓存字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，整个解码步（含各个投影）的乘加次数是朴素形式的 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍（只计注意力本身、按每个缓存的键计，是 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍，见第 4.1 节）：它就像一个多查询注意力，128 个头共享一个 K/V 头，其键为 $r + d_R$ 维，值为 $r$ 维（就是同一批潜向量）。下图画出这些量随上下文增长的情况。
 
 # %%
 CONTEXTS = [2 ** k for k in range(8, 18)]
