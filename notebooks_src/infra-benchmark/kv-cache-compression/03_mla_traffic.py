@@ -3,7 +3,10 @@
 # byte counts below assume an unfused implementation, where each operation reads its inputs from memory once and
 # writes its output once, and they count the cache and the expanded tensors only: the score and softmax tensors,
 # $H$ numbers per cached key and operation in every form, are left out (a fused kernel keeps them on chip). Counted
-# so, the naive and absorbed forms move only their cache per cached key; the expand-on-read form moves much more.
+# so, the naive form moves only its cache per cached key, and so does the absorbed form if one kernel reads each latent
+# once for both of its products (the scores and the weighted sum), as FlashMLA does; the table assumes that. Run as
+# two separate products, the absorbed form reads the latents twice, $2r + d_R$ instead of $r + d_R$ numbers per key,
+# which nearly doubles its row. The expand-on-read form moves much more.
 #
 # <details><summary>Optional: where the expand-on-read bytes come from</summary>
 #
@@ -27,7 +30,7 @@
 # one decode step with 32,768 cached keys.
 
 # %% [markdown] lang="zh"
-# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。下文的字节数都基于非融合的实现：每个运算从内存读一次输入、写一次输出；而且只计缓存和展开出来的张量，不计分数和 softmax 张量（每种形式每个运算对每个缓存的键都有 $H$ 个数，融合内核会把它们留在片上）。这样计算，对每个缓存的键，朴素形式和吸收形式只搬运它们的缓存；读时展开形式搬运的要多得多。
+# **每种形式搬运多少数据。** 先说结论：读时展开形式省下的是缓存容量，而不是访存量。下文的字节数都基于非融合的实现：每个运算从内存读一次输入、写一次输出；而且只计缓存和展开出来的张量，不计分数和 softmax 张量（每种形式每个运算对每个缓存的键都有 $H$ 个数，融合内核会把它们留在片上）。这样计算，对每个缓存的键，朴素形式只搬运它的缓存；吸收形式也是如此，前提是由一个内核把每个潜向量读一次、同时用于它的两次乘法（算分数和求加权和），FlashMLA 就是这样做的，下表按此计算。如果两次乘法分开执行，吸收形式要把潜向量读两遍，每个键读 $2r + d_R$ 个数而不是 $r + d_R$ 个，这一行几乎翻倍。读时展开形式搬运的要多得多。
 #
 # <details><summary>可选：读时展开形式的字节从何而来</summary>
 #
@@ -74,8 +77,8 @@ def expand_on_read_traffic(c: MLAConfig, keys: int, bytes_per_element: int = BF1
 
 def bytes_moved(c: MLAConfig, form: str, keys: int, bytes_per_element: int = BF16) -> int:
     # [en] Cache and expanded tensors a decode step moves, unfused (score and softmax tensors left out): the naive
-    # [en] and absorbed forms read only their cache.
-    # [zh] 非融合实现中，一个解码步搬运的缓存和展开张量的字节（不计分数和 softmax 张量）：朴素形式和吸收形式只读取各自的缓存。
+    # [en] form reads only its cache; the absorbed form too, if one kernel serves both of its products.
+    # [zh] 非融合实现中，一个解码步搬运的缓存和展开张量的字节（不计分数和 softmax 张量）：朴素形式只读取它的缓存；吸收形式也是，前提是它的两次乘法由一个内核完成。
     return expand_on_read_traffic(c, keys, bytes_per_element) if form == "expand_on_read" else cache_bytes_read(c, form, keys, bytes_per_element)
 
 # %%

@@ -7,12 +7,13 @@
 #   matched the naive one within rounding (largest FP32 logit error {{run:takeaways.absorbed_vs_naive_fp32:.1e}}), and
 #   Hugging Face's DeepSeek-V3 agreed in FP64.
 # * **Absorption is what makes the saving pay off at decode time.** Folding $W^{UK}$ into the query and $W^{UV}$ into the
-#   output trades memory traffic for arithmetic: 1/{{run:mla.naive_vs_latent_bytes:.0f}} of the bytes read,
+#   output trades memory traffic for arithmetic: 1/{{run:mla.naive_vs_latent_bytes:.0f}} of the bytes read (each latent
+#   read once for both products, as a fused kernel does),
 #   {{run:mla.absorbed_vs_naive_macs:.1f}} times the multiply-adds of attention per cached key (scores and values,
 #   projections left out; {{run:mla.absorbed_vs_naive_total_macs:.1f}} times for a whole decode step at 32,768 keys), which is why engines decode with the
 #   absorbed form and prefill with the expanded one. Caching the latent without absorbing it (what transformers 5.23.0
 #   does) saves cache capacity but costs more than the naive form: at 32,768 keys,
-#   {{run:mla.expand_on_read_macs_ratio:.0f}} times its multiply-adds, and all the bytes it reads and writes in an unfused
+#   {{run:mla.expand_on_read_macs_ratio:.0f}} times its multiply-adds, and the cache and expanded tensors it reads and writes in an unfused
 #   implementation come to {{run:mla.expand_on_read_traffic_ratio:.1f}} times the naive form's cache read, because it
 #   writes and reads back every key and value at every step.
 # * **Position must stay out of the latent.** A rotation between the query and $W^{UK}$ depends on the distance, so it
@@ -35,7 +36,7 @@
 # ## 9. 要点与练习
 #
 # * **MLA 缓存的是潜向量和一个共享的 RoPE 键，而不是逐头的键和值**：每个 token 每层 $r + d_R$ 个数，DeepSeek-V3 为 {{run:takeaways.deepseek_latent}} 个，而展开后的键和值需要 {{run:takeaways.deepseek_expanded:,}} 个。它是精确的：每种形式都与自己的完整重算一致（FP32 下 logits 的最大绝对误差为 {{run:takeaways.mla_fp32:.1e}}），吸收形式与朴素形式的差异也在舍入误差范围内（FP32 下 logits 的最大绝对误差为 {{run:takeaways.absorbed_vs_naive_fp32:.1e}}）；Hugging Face 的 DeepSeek-V3 在 FP64 下也与之一致。
-# * **吸收让这份节省在解码时真正兑现。** 把 $W^{UK}$ 并入查询、把 $W^{UV}$ 移到输出一侧，是用算术运算换访存：读取的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}，按每个缓存的键计，注意力本身（分数与对值的加权和，不含投影）的乘加次数则是它的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍（在 32,768 个键时，整个解码步是 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍）。这也是推理服务系统用吸收形式解码、用展开形式预填充的原因。只缓存潜向量而不吸收（transformers 5.23.0 的做法），省下了缓存容量，代价却比朴素形式更高：在 32,768 个键时，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍；在非融合实现中，它每步读写的全部字节是朴素形式（只读缓存）的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，因为它每一步都要把每个键和值写出再读回。
+# * **吸收让这份节省在解码时真正兑现。** 把 $W^{UK}$ 并入查询、把 $W^{UV}$ 移到输出一侧，是用算术运算换访存：读取的字节只有朴素形式的 1/{{run:mla.naive_vs_latent_bytes:.0f}}（每个潜向量只读一次，同时用于两次乘法，融合内核就是这样做的），按每个缓存的键计，注意力本身（分数与对值的加权和，不含投影）的乘加次数则是它的 {{run:mla.absorbed_vs_naive_macs:.1f}} 倍（在 32,768 个键时，整个解码步是 {{run:mla.absorbed_vs_naive_total_macs:.1f}} 倍）。这也是推理服务系统用吸收形式解码、用展开形式预填充的原因。只缓存潜向量而不吸收（transformers 5.23.0 的做法），省下了缓存容量，代价却比朴素形式更高：在 32,768 个键时，乘加次数是朴素形式的 {{run:mla.expand_on_read_macs_ratio:.0f}} 倍；在非融合实现中，它每步读写的缓存和展开张量是朴素形式（只读缓存）的 {{run:mla.expand_on_read_traffic_ratio:.1f}} 倍，因为它每一步都要把每个键和值写出再读回。
 # * **位置信息必须留在潜向量之外。** 夹在查询与 $W^{UK}$ 之间的旋转取决于距离，无法并入查询，把它挪到潜空间里也无济于事：两种吸收都只在距离为 0 时与模型一致。这就是单独设一个共享的 RoPE 键的原因。
 # * **在局部/全局模型中，几乎全部缓存都在全局层**：Gemma 3 27B 在 128K token 时需要 {{run:local_global.gemma3_mixed_gib:.2f}} GiB，而不是 {{run:local_global.gemma3_uniform_gib:.1f}} GiB。每一层的缓存都必须与它自己的掩码相配：给全局层配环形缓冲区，检查就失败了。
 # * **层间共享缓存是训练时做出的决定**，不是缓存上的技巧：权重相同时，共享模型的 logits 与普通模型不同。在代码中，上层只读取共享缓存、从不往里写：一个也往里追加的上层，连它自己的“缓存对照完整重算”检查都通不过。
