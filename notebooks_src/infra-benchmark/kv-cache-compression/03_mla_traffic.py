@@ -95,6 +95,9 @@ EXPAND_ON_READ_MACS_RATIO = MLA_TRADE["forms"]["expand_on_read"]["macs"] / MLA_T
 assert MLA_TRADE["forms"]["naive"]["macs"] < MLA_TRADE["forms"]["absorbed"]["macs"] < MLA_TRADE["forms"]["expand_on_read"]["macs"]
 assert bytes_moved(d, "absorbed", T) < bytes_moved(d, "naive", T) < bytes_moved(d, "expand_on_read", T)
 assert 2 < EXPAND_ON_READ_TRAFFIC_RATIO < 3 and EXPAND_ON_READ_MACS_RATIO > 1
+# [en] Run as two separate products, the absorbed form reads 2r + d_R numbers per key instead of r + d_R: nearly double.
+# [zh] 两次乘法分开执行时，吸收形式每个键读 2r + d_R 个数而不是 r + d_R 个：几乎翻倍。
+assert 1.5 < (2 * d.latent + d.rope_dim) / (d.latent + d.rope_dim) < 2
 
 # %% [markdown] lang="en"
 # Read across the rows. The expand-on-read form reads as little cache as the absorbed one, but moves
